@@ -1,0 +1,18 @@
+"""Import of the compiled extension ``salientpp._C`` with one clear message when it is absent."""
+from __future__ import annotations
+
+import functools
+
+from .errors import InputError
+
+REBUILD = "rebuild it with `pip install --no-build-isolation -e .` in the salientpp source tree"
+
+
+@functools.lru_cache(maxsize=1)
+def extension():
+    """The ``salientpp._C`` module; raises :class:`InputError` saying how to rebuild it."""
+    try:
+        from . import _C
+    except ImportError as exc:
+        raise InputError(f"the salientpp C++ extension could not be loaded ({exc}); {REBUILD}") from None
+    return _C

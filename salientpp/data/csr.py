@@ -1,0 +1,60 @@
+"""Build and check the CSR of a symmetric graph (the topology of the dataset format)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+
+
+def build_csr(edge_index: np.ndarray, num_nodes: int, keep_self_loops: bool = False
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric CSR from a directed or undirected edge list.
+
+    Args:
+        edge_index: int array ``[2, E]``; every edge (u, v) is added in both directions.
+        num_nodes: N; ids must lie in ``[0, N)``.
+        keep_self_loops: keep (v, v) edges (removed by default).
+
+    Returns:
+        ``rowptr`` int64 ``[N + 1]`` and ``col`` int64 ``[nnz]``: neighbours sorted per row,
+        no duplicate edges.
+    """
+    edge_index = np.asarray(edge_index)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise InputError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}; transpose or reshape it")
+    if not np.issubdtype(edge_index.dtype, np.integer):
+        raise InputError(f"edge_index must hold integers, got dtype {edge_index.dtype}; convert the edge list to int64")
+    if edge_index.shape[1] and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+        raise InputError(f"edge ids must lie in [0, {num_nodes}), found {edge_index.min()}..{edge_index.max()}; "
+                         "fix the edge list or the number of nodes")
+    src = edge_index[0].astype(np.int64)
+    dst = edge_index[1].astype(np.int64)
+    if not keep_self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+    keys = np.concatenate([src * num_nodes + dst, dst * num_nodes + src])
+    del src, dst
+    keys = np.unique(keys)  # sorts by (row, col) and drops duplicates
+    row = keys // num_nodes
+    col = keys - row * num_nodes
+    del keys
+    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=num_nodes), out=rowptr[1:])
+    return rowptr, col.astype(np.int64, copy=False)
+
+
+def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = "the graph") -> None:
+    """Raise :class:`InputError` unless ``(rowptr, col)`` is a well-formed CSR over N nodes.
+
+    Checks shape, monotone ``rowptr`` that ends at ``len(col)``, and ids in range. Sortedness
+    and symmetry are guaranteed by :func:`build_csr` and checked by the tests, not here: they
+    cost a full pass over the edges.
+    """
+    if rowptr.ndim != 1 or rowptr.shape[0] != num_nodes + 1:
+        raise InputError(f"rowptr of {where} must have N + 1 = {num_nodes + 1} entries, has {rowptr.shape[0]}; re-create it")
+    if rowptr[0] != 0 or rowptr[-1] != col.shape[0]:
+        raise InputError(f"rowptr of {where} must run from 0 to len(col) = {col.shape[0]}; re-create it")
+    if num_nodes and np.any(np.diff(rowptr) < 0):
+        raise InputError(f"rowptr of {where} decreases somewhere; re-create it")
+    if col.shape[0] and (col.min() < 0 or col.max() >= num_nodes):
+        raise InputError(f"col of {where} holds ids outside [0, {num_nodes}); re-create it")
