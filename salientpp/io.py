@@ -29,6 +29,19 @@ def file_checksum(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def check_output_dir(out_dir: str | os.PathLike) -> Path:
+    """Raise :class:`InputError` unless ``out_dir`` is absent and its parent exists.
+
+    Long-running commands call it before they start, so a bad path fails at once.
+    """
+    out = Path(out_dir)
+    if out.exists():
+        raise InputError(f"output directory {out} already exists; remove it or choose another path")
+    if not out.parent.exists():
+        raise InputError(f"the parent directory of {out} does not exist; create it first")
+    return out
+
+
 @contextmanager
 def atomic_output_dir(out_dir: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of ``out_dir`` and rename it to ``out_dir`` on success.
@@ -36,11 +49,7 @@ def atomic_output_dir(out_dir: str | os.PathLike) -> Iterator[Path]:
     Refuses an ``out_dir`` that already exists. On any exception the temporary directory is
     removed, so nothing that looks complete is left behind.
     """
-    out = Path(out_dir)
-    if out.exists():
-        raise InputError(f"output directory {out} already exists; remove it or choose another path")
-    if not out.parent.exists():
-        raise InputError(f"the parent directory of {out} does not exist; create it first")
+    out = check_output_dir(out_dir)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
