@@ -1,0 +1,64 @@
+"""Shared fixtures: real small graphs from ../shared/datasets and tiny OGB raw layouts."""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+
+@pytest.fixture
+def cora_npz() -> Path:
+    path = SHARED_DATASETS / "cora.npz"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    return path
+
+
+def _write_csv_gz(path: Path, rows: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = rows.reshape(rows.shape[0], -1)
+    with gzip.open(path, "wt") as f:
+        for row in rows:
+            f.write(",".join(str(v) for v in row) + "\n")
+
+
+def write_ogb_raw(root: Path, name: str, edge_index: np.ndarray, x: np.ndarray, y: np.ndarray,
+                  splits: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Path:
+    """Write a node-property dataset in OGB's own on-disk layout under ``root``.
+
+    CSV datasets (ogbn-products, ogbn-arxiv): raw/{edge,node-feat,node-label,num-node-list,
+    num-edge-list}.csv.gz; binary ones (ogbn-papers100M): raw/data.npz and raw/node-label.npz
+    (float labels, NaN = unlabelled). Splits: split/<split name>/{train,valid,test}.csv.gz.
+    """
+    import ogb.nodeproppred
+    import pandas as pd
+
+    info = pd.read_csv(Path(ogb.nodeproppred.__file__).parent / "master.csv", index_col=0,
+                       keep_default_na=False)[name]
+    folder = root / name.replace("-", "_")
+    raw = folder / "raw"
+    raw.mkdir(parents=True)
+    if info["binary"] == "True":
+        np.savez(raw / "data.npz", edge_index=edge_index, node_feat=x,
+                 num_nodes_list=np.array([x.shape[0]]), num_edges_list=np.array([edge_index.shape[1]]))
+        np.savez(raw / "node-label.npz", node_label=np.where(y >= 0, y, np.nan).astype(np.float32)[:, None])
+    else:
+        _write_csv_gz(raw / "edge.csv.gz", edge_index.T)
+        _write_csv_gz(raw / "node-feat.csv.gz", x)
+        _write_csv_gz(raw / "node-label.csv.gz", y)
+        _write_csv_gz(raw / "num-node-list.csv.gz", np.array([x.shape[0]]))
+        _write_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
+    for split_name, ids in zip(("train", "valid", "test"), splits):
+        _write_csv_gz(folder / "split" / info["split"] / f"{split_name}.csv.gz", ids)
+    (folder / f"RELEASE_v{info['version']}.txt").write_text("written by the salientpp tests\n")
+    return folder
+
+
+@pytest.fixture
+def ogb_raw_writer():
+    """The :func:`write_ogb_raw` function, for tests that need OGB files on disk."""
+    return write_ogb_raw
