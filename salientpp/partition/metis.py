@@ -1,0 +1,125 @@
+"""METIS k-way partitioning with several balance constraints, called through ctypes.
+
+``pymetis.part_graph`` always passes ``ncon = 1`` to METIS, so any further columns of vertex
+weights are silently ignored. This module calls ``METIS_PartGraphKway`` of the METIS library
+that ships inside the pymetis wheel directly, with ``ncon`` equal to the number of weight
+columns. The index width and the option indices are read from that build (``pymetis._internal``)
+rather than assumed. ``tpwgts`` and ``ubvec`` are passed as NULL (equal target weights, tolerance
+from ``METIS_OPTION_UFACTOR``), so the width of METIS's ``real_t`` never matters.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+
+METIS_OK = 1
+_STATUS_MESSAGES = {
+    -2: "METIS rejected the input graph or options (METIS_ERROR_INPUT); check that the graph is a valid "
+        "symmetric CSR without self loops",
+    -3: "METIS ran out of memory (METIS_ERROR_MEMORY); free memory or use a machine with more of it",
+    -4: "METIS failed with an internal error (METIS_ERROR); try another --seed or the random method",
+}
+
+
+@dataclass(frozen=True)
+class _Metis:
+    """The loaded library: its ``METIS_PartGraphKway`` and the build's constants."""
+
+    part_graph_kway: ctypes._CFuncPtr
+    set_default_options: ctypes._CFuncPtr
+    idx_dtype: np.dtype
+    num_options: int
+    option_index: dict[str, int]
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> _Metis:
+    try:
+        import pymetis
+        from pymetis import _internal
+    except ImportError as exc:
+        raise InputError(f"pymetis is not installed ({exc}); install it with `pip install pymetis`") from None
+    candidates = sorted(Path(pymetis.__file__).parent.glob("_internal*.so"))
+    if not candidates:
+        raise InputError("the METIS library inside pymetis was not found; reinstall pymetis from its wheel")
+    lib = ctypes.CDLL(str(candidates[0]))
+    width = int(_internal._idx_type_width())
+    idx_dtype = np.dtype({32: np.int32, 64: np.int64}[width])
+    idx_p = ctypes.POINTER({32: ctypes.c_int32, 64: ctypes.c_int64}[width])
+
+    kway = lib.METIS_PartGraphKway
+    # nvtxs, ncon, xadj, adjncy, vwgt, vsize, adjwgt, nparts, tpwgts, ubvec, options, objval, part
+    kway.argtypes = [idx_p, idx_p, idx_p, idx_p, idx_p, idx_p, idx_p, idx_p,
+                     ctypes.c_void_p, ctypes.c_void_p, idx_p, idx_p, idx_p]
+    kway.restype = ctypes.c_int
+    defaults = lib.METIS_SetDefaultOptions
+    defaults.argtypes = [idx_p]
+    defaults.restype = ctypes.c_int
+    indices = _internal.options_indices
+    option_index = {name: int(getattr(indices, name)) for name in dir(indices) if name.isupper()}
+    # METIS_NOPTIONS is 40 in every METIS 5 release; the largest option index must fit below it.
+    if max(option_index.values()) >= 40:
+        raise InputError("the METIS inside pymetis has an unexpected option layout; install pymetis 2023 or newer")
+    return _Metis(kway, defaults, idx_dtype, 40, option_index)
+
+
+def _pointer(array: np.ndarray, lib: _Metis):
+    return array.ctypes.data_as(lib.part_graph_kway.argtypes[0])
+
+
+def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndarray, num_parts: int,
+                    seed: int = 0, ufactor: int = 30) -> tuple[np.ndarray, int]:
+    """Partition a symmetric graph into ``num_parts`` parts, minimising the edge cut while
+    balancing every column of ``vertex_weights`` separately.
+
+    Args:
+        rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` symmetric CSR without self loops.
+        vertex_weights: non-negative integer ``[N, ncon]`` (or ``[N]`` for ``ncon = 1``); METIS
+            balances the per-partition sum of each column.
+        num_parts: K >= 1.
+        seed: METIS's random seed (the result is deterministic for a seed).
+        ufactor: allowed imbalance per constraint in thousandths (30: each part's weight at most
+            1.03 times the mean). METIS aims for it but does not guarantee it.
+
+    Returns:
+        ``parts`` int64 ``[N]`` partition of each vertex, and the edge cut (undirected edges)
+        METIS reports.
+    """
+    n = int(rowptr.shape[0] - 1)
+    weights = vertex_weights.reshape(n, -1)
+    if num_parts < 1:
+        raise InputError(f"the number of parts must be at least 1, got {num_parts}")
+    if weights.shape[1] < 1 or (weights < 0).any():
+        raise InputError("vertex weights must have at least one column and no negative entries")
+    if num_parts == 1 or n == 0:
+        return np.zeros(n, dtype=np.int64), 0
+    lib = _library()
+    idx = lib.idx_dtype
+    xadj = np.ascontiguousarray(rowptr, dtype=idx)
+    adjncy = np.ascontiguousarray(col, dtype=idx)
+    vwgt = np.ascontiguousarray(weights, dtype=idx)
+    options = np.empty(lib.num_options, dtype=idx)
+    lib.set_default_options(_pointer(options, lib))
+    options[lib.option_index["OBJTYPE"]] = 0  # METIS_OBJTYPE_CUT
+    options[lib.option_index["NUMBERING"]] = 0
+    options[lib.option_index["SEED"]] = seed
+    options[lib.option_index["UFACTOR"]] = ufactor
+    nvtxs = np.array([n], dtype=idx)
+    ncon = np.array([weights.shape[1]], dtype=idx)
+    nparts = np.array([num_parts], dtype=idx)
+    objval = np.zeros(1, dtype=idx)
+    parts = np.empty(n, dtype=idx)
+    status = lib.part_graph_kway(
+        _pointer(nvtxs, lib), _pointer(ncon, lib), _pointer(xadj, lib), _pointer(adjncy, lib),
+        _pointer(vwgt, lib), None, None, _pointer(nparts, lib), None, None,
+        _pointer(options, lib), _pointer(objval, lib), _pointer(parts, lib))
+    if status != METIS_OK:
+        raise InputError(_STATUS_MESSAGES.get(status, f"METIS returned the unknown status {status}; "
+                                                      "try another --seed or the random method"))
+    return parts.astype(np.int64, copy=False), int(objval[0])

@@ -1,0 +1,105 @@
+"""How good a partitioning is: edge cut, balance of every constraint, halo sizes."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PartitionQuality:
+    """The quality report stored in ``meta.json["quality"]``.
+
+    Attributes:
+        num_parts: K.
+        num_edges: undirected edges of the graph.
+        edge_cut: undirected edges whose endpoints lie in different partitions.
+        cut_fraction: ``edge_cut / num_edges`` (0 for a graph without edges).
+        imbalance: per constraint, ``max_k w_k / mean_k w_k - 1`` (0 = perfectly balanced).
+        sizes: vertices per partition.
+        halo_sizes: per partition, distinct vertices outside it adjacent to one of its vertices.
+        part_weights: per constraint, the summed weight of each partition
+            (``part_weights["train"]`` = training vertices per partition).
+    """
+
+    num_parts: int
+    num_edges: int
+    edge_cut: int
+    cut_fraction: float
+    imbalance: dict[str, float]
+    sizes: list[int]
+    halo_sizes: list[int]
+    part_weights: dict[str, list[int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """A few lines for the terminal: cut, imbalance, then one line per partition."""
+        names = list(self.part_weights)
+        lines = [f"edge cut: {self.edge_cut:,} of {self.num_edges:,} edges ({100 * self.cut_fraction:.2f}%)",
+                 "imbalance (max/mean - 1): " + ", ".join(f"{name} {100 * value:.2f}%"
+                                                         for name, value in self.imbalance.items())]
+        header = ["part", "nodes", *names, "halo"]
+        rows = [[str(k), f"{self.sizes[k]:,}", *(f"{self.part_weights[n][k]:,}" for n in names),
+                 f"{self.halo_sizes[k]:,}"] for k in range(self.num_parts)]
+        widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+        for row in [header] + rows:
+            lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+        return "\n".join(lines)
+
+
+@numba.njit(cache=True)
+def _cut_and_halo(rowptr, col, offsets):
+    num_parts = offsets.shape[0] - 1
+    last_seen = np.full(rowptr.shape[0] - 1, -1, dtype=np.int64)
+    halo = np.zeros(num_parts, dtype=np.int64)
+    cut = 0
+    for k in range(num_parts):
+        lo, hi = offsets[k], offsets[k + 1]
+        for t in range(rowptr[lo], rowptr[hi]):
+            j = col[t]
+            if j < lo or j >= hi:
+                cut += 1
+                if last_seen[j] != k:
+                    last_seen[j] = k
+                    halo[k] += 1
+    return cut // 2, halo
+
+
+def imbalance(part_weights: np.ndarray) -> np.ndarray:
+    """float64 ``[C]`` ``max / mean - 1`` of each column of ``part_weights`` ``[K, C]``
+    (0 for a column that sums to zero)."""
+    mean = part_weights.mean(axis=0)
+    safe = np.where(mean > 0, mean, 1.0)
+    return np.where(mean > 0, part_weights.max(axis=0) / safe - 1.0, 0.0)
+
+
+def measure_quality(rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
+                    names: tuple[str, ...]) -> PartitionQuality:
+    """Quality of a renumbered graph whose partition k is the id range ``[offsets[k], offsets[k+1])``.
+
+    Args:
+        rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` symmetric CSR in the new numbering.
+        offsets: int64 ``[K + 1]`` the partition book.
+        weights: integer ``[N, C]`` balance constraints in the new numbering.
+        names: C constraint names.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    cut, halo = _cut_and_halo(np.asarray(rowptr), np.asarray(col), offsets)
+    prefix = np.zeros((weights.shape[0] + 1, weights.shape[1]), dtype=np.int64)
+    np.cumsum(weights, axis=0, out=prefix[1:])
+    part_weights = prefix[offsets[1:]] - prefix[offsets[:-1]]
+    num_edges = int(col.shape[0]) // 2
+    return PartitionQuality(
+        num_parts=int(offsets.shape[0] - 1),
+        num_edges=num_edges,
+        edge_cut=int(cut),
+        cut_fraction=float(cut) / num_edges if num_edges else 0.0,
+        imbalance={name: float(v) for name, v in zip(names, imbalance(part_weights))},
+        sizes=np.diff(offsets).tolist(),
+        halo_sizes=halo.tolist(),
+        part_weights={name: part_weights[:, c].tolist() for c, name in enumerate(names)},
+    )

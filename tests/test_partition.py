@@ -1,0 +1,270 @@
+"""Partitioning: multi-constraint METIS, renumbering, per-partition files, quality report, CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pymetis
+import pytest
+
+from salientpp.cli import main
+from salientpp.data.csr import build_csr
+from salientpp.data.format import Dataset, save_dataset
+from salientpp.data.synthetic import synthetic_dataset
+from salientpp.errors import InputError
+from salientpp.partition import load_partitioned
+from salientpp.partition.metis import part_graph_kway
+from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, partition,
+                                             partition_dataset)
+from salientpp.partition.quality import imbalance
+
+SPLITS = ("train_idx", "valid_idx", "test_idx")
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Dataset:
+    return synthetic_dataset("tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, tiny) -> Path:
+    return save_dataset(tiny, tmp_path_factory.mktemp("tiny") / "dataset")
+
+
+def edge_cut(dataset: Dataset, parts: np.ndarray) -> int:
+    """Undirected cut edges, counted straight from the original CSR."""
+    row = np.repeat(np.arange(dataset.num_nodes), dataset.degree())
+    return int((parts[row] != parts[dataset.col]).sum()) // 2
+
+
+def constraint_imbalance(dataset: Dataset, parts: np.ndarray, num_parts: int) -> np.ndarray:
+    """float64 [4] max/mean - 1 of each balance constraint, computed with bincount."""
+    weights = balance_weights(dataset)
+    sums = np.stack([np.bincount(parts, weights=weights[:, c], minlength=num_parts)
+                     for c in range(weights.shape[1])], axis=1)
+    return imbalance(sums)
+
+
+def planted_dataset(seed: int = 0) -> Dataset:
+    """8 communities of 500 nodes, few edges between them; all training nodes in communities
+    0-1, all validation nodes in 2-3, and communities 0-3 four times denser than 4-7. A
+    partitioner that balances only vertex counts keeps communities whole, so at most two of
+    four parts get training nodes; balancing all four constraints must split the communities."""
+    rng = np.random.default_rng(seed)
+    size, communities = 500, 8
+    n = size * communities
+    community = np.repeat(np.arange(communities), size)
+    edges = []
+    for c in range(communities):
+        members = np.flatnonzero(community == c)
+        count = size * (16 if c < 4 else 4) // 2
+        edges.append(rng.choice(members, size=(2, count)))
+    edges.append(rng.integers(0, n, size=(2, n // 10)))
+    rowptr, col = build_csr(np.concatenate(edges, axis=1), n)
+    train = np.sort(rng.choice(np.flatnonzero(community < 2), size=500, replace=False))
+    valid = np.sort(rng.choice(np.flatnonzero((community >= 2) & (community < 4)), size=400, replace=False))
+    rest = np.setdiff1d(np.arange(n), np.concatenate([train, valid]))
+    return Dataset(rowptr=rowptr, col=col, x=rng.normal(size=(n, 4)).astype(np.float32),
+                   y=community.astype(np.int64), train_idx=train, valid_idx=valid, test_idx=rest)
+
+
+# ---- assignment quality --------------------------------------------------------------------
+
+def test_metis_cut_is_at_most_half_of_random(tiny):
+    metis = edge_cut(tiny, assign_parts(tiny, 4, "metis", seed=0))
+    random = edge_cut(tiny, assign_parts(tiny, 4, "random", seed=0))
+    assert metis <= random / 2, (metis, random)
+
+
+@pytest.mark.parametrize("num_parts", [2, 4])
+def test_metis_balances_every_constraint_within_5_percent(tiny, num_parts):
+    parts = assign_parts(tiny, num_parts, "metis", seed=0)
+    # METIS is asked for at most 3% (ufactor 30) per constraint; 5% is the product requirement.
+    assert np.all(constraint_imbalance(tiny, parts, num_parts) <= 0.05)
+
+
+def test_multi_constraint_balances_what_single_constraint_metis_does_not():
+    dataset = planted_dataset()
+    k = 4
+    # pymetis.part_graph: ncon = 1, balances vertex counts only.
+    _, single = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(dataset.rowptr, dataset.col))
+    single_imbalance = constraint_imbalance(dataset, np.asarray(single, dtype=np.int64), k)
+    ours = assign_parts(dataset, k, "metis", seed=0)
+    ours_imbalance = constraint_imbalance(dataset, ours, k)
+    train = CONSTRAINTS.index("train")
+    # Keeping the communities whole puts the 500 training nodes into at most 2 of 4 parts, so the
+    # largest part holds at least 250 = 2x the mean: imbalance >= 1.
+    assert single_imbalance[train] >= 0.9, single_imbalance
+    assert np.all(ours_imbalance <= 0.05), ours_imbalance
+    # Balancing costs cut edges but must remain far better than random.
+    assert edge_cut(dataset, ours) <= edge_cut(dataset, assign_parts(dataset, k, "random")) / 2
+
+
+def test_random_method_balances_sizes_and_follows_the_seed(tiny):
+    parts = assign_parts(tiny, 3, "random", seed=5)
+    sizes = np.bincount(parts, minlength=3)
+    assert sizes.max() - sizes.min() <= 1
+    assert np.array_equal(parts, assign_parts(tiny, 3, "random", seed=5))
+    assert not np.array_equal(parts, assign_parts(tiny, 3, "random", seed=6))
+
+
+def test_metis_is_deterministic_for_a_seed(tiny):
+    first = assign_parts(tiny, 4, "metis", seed=3)
+    assert np.array_equal(first, assign_parts(tiny, 4, "metis", seed=3))
+
+
+def test_part_graph_kway_edge_cases(tiny):
+    weights = balance_weights(tiny)
+    parts, cut = part_graph_kway(tiny.rowptr, tiny.col, weights, 1)
+    assert cut == 0 and not parts.any()
+    parts, cut = part_graph_kway(tiny.rowptr, tiny.col, weights, 4, seed=1)
+    assert cut == edge_cut(tiny, parts)  # METIS's own objective value agrees with ours
+    with pytest.raises(InputError):
+        part_graph_kway(tiny.rowptr, tiny.col, -weights, 2)
+
+
+# ---- renumbering and per-partition data ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_partitioned(tiny):
+    return partition(tiny, 4, "metis", seed=0)
+
+
+def test_renumbering_is_a_permutation_grouping_parts_in_original_order(tiny, tiny_partitioned):
+    result = tiny_partitioned
+    orig_id, offsets = result.renumbering.orig_id, result.renumbering.offsets
+    n = tiny.num_nodes
+    assert np.array_equal(np.sort(orig_id), np.arange(n))
+    assert np.array_equal(result.renumbering.new_id[orig_id], np.arange(n))
+    assert offsets[0] == 0 and offsets[-1] == n and np.all(np.diff(offsets) > 0)
+    parts = assign_parts(tiny, 4, "metis", seed=0)
+    for k in range(4):
+        assert np.array_equal(orig_id[offsets[k]:offsets[k + 1]], np.flatnonzero(parts == k))
+
+
+def test_renumbered_graph_is_the_same_graph_and_a_valid_csr(tiny, tiny_partitioned):
+    result = tiny_partitioned
+    rowptr, col, orig_id = result.rowptr, result.col, result.renumbering.orig_id
+    n = tiny.num_nodes
+    row = np.repeat(np.arange(n), np.diff(rowptr))
+    # CSR invariants: monotone rowptr, sorted rows without duplicates, no self loops, symmetric.
+    assert rowptr[0] == 0 and rowptr[-1] == col.shape[0] and np.all(np.diff(rowptr) >= 0)
+    keys = row * n + col
+    assert np.all(np.diff(keys) > 0)
+    assert not np.any(row == col)
+    assert np.array_equal(np.sort(col * n + row), keys)
+    # Mapped back through orig_id, the edge set is the original one.
+    back = np.sort(orig_id[row] * n + orig_id[col])
+    orig_row = np.repeat(np.arange(n), tiny.degree())
+    assert np.array_equal(back, orig_row * n + tiny.col)
+
+
+def test_features_labels_and_splits_follow_their_nodes(tiny, tiny_partitioned):
+    result = tiny_partitioned
+    orig_id, offsets = result.renumbering.orig_id, result.renumbering.offsets
+    for k, part in enumerate(result.parts):
+        owned = orig_id[offsets[k]:offsets[k + 1]]
+        assert np.array_equal(part.x, tiny.x[owned])
+        assert np.array_equal(part.y, tiny.y[owned])
+        for name in SPLITS:
+            ids = getattr(part, name)
+            assert np.all(np.diff(ids) > 0)
+            assert np.all((ids >= offsets[k]) & (ids < offsets[k + 1]))
+    for name in SPLITS:
+        joined = np.concatenate([getattr(part, name) for part in result.parts])
+        assert np.array_equal(np.sort(orig_id[joined]), np.sort(getattr(tiny, name)))
+
+
+def test_quality_report_matches_direct_computation(tiny, tiny_partitioned):
+    quality = tiny_partitioned.quality
+    orig_id, offsets = tiny_partitioned.renumbering.orig_id, tiny_partitioned.renumbering.offsets
+    parts = np.empty(tiny.num_nodes, dtype=np.int64)
+    for k in range(4):
+        parts[orig_id[offsets[k]:offsets[k + 1]]] = k
+    assert quality.edge_cut == edge_cut(tiny, parts)
+    assert quality.cut_fraction == pytest.approx(quality.edge_cut / (tiny.num_edges // 2))
+    assert list(quality.imbalance.values()) == pytest.approx(constraint_imbalance(tiny, parts, 4).tolist())
+    assert quality.part_weights["train"] == np.bincount(parts[tiny.train_idx], minlength=4).tolist()
+    row = np.repeat(np.arange(tiny.num_nodes), tiny.degree())
+    for k in range(4):
+        remote = (parts[row] == k) & (parts[tiny.col] != k)
+        assert quality.halo_sizes[k] == np.unique(tiny.col[remote]).size
+    assert quality.sizes == np.bincount(parts, minlength=4).tolist()
+
+
+def test_partition_dataset_round_trips_through_load_partitioned(tmp_path, tiny):
+    result = partition_dataset(tiny, tmp_path / "out", 3, "metis", seed=2)
+    loaded = load_partitioned(tmp_path / "out", verify=True)
+    assert loaded.num_parts == 3 and loaded.num_nodes == tiny.num_nodes
+    assert np.array_equal(loaded.rowptr, result.rowptr) and np.array_equal(loaded.col, result.col)
+    assert np.array_equal(loaded.orig_id, result.renumbering.orig_id)
+    assert np.array_equal(loaded.book.offsets, result.renumbering.offsets)
+    for k in range(3):
+        for name in ("x", "y") + SPLITS:
+            assert np.array_equal(getattr(loaded.part(k), name), getattr(result.parts[k], name))
+    assert loaded.meta["quality"] == json.loads(json.dumps(result.quality.to_dict()))
+    assert loaded.meta["method"] == "metis" and loaded.meta["seed"] == 2
+    assert loaded.num_classes == tiny.num_classes
+
+
+# ---- command line --------------------------------------------------------------------------
+
+def test_cli_partitions_and_prints_the_quality_report(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "parts"
+    assert main(["partition", str(tiny_dir), str(out), "--parts", "2", "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    meta = json.loads((out / "meta.json").read_text())
+    assert f"{meta['quality']['edge_cut']:,}" in printed and "halo" in printed
+    assert meta["num_parts"] == 2 and meta["seed"] == 1
+
+
+def _corrupt_col(directory: Path) -> None:
+    col = np.load(directory / "col.npy")
+    col[:10] = col[10:20]
+    np.save(directory / "col.npy", col)
+
+
+def _nan_features(directory: Path) -> None:
+    """Put a NaN into x.npy and update its checksum, so only validation can catch it."""
+    from salientpp.io import file_checksum
+    x = np.load(directory / "x.npy")
+    x[3, 1] = np.nan
+    np.save(directory / "x.npy", x)
+    meta = json.loads((directory / "meta.json").read_text())
+    meta["files"]["x"]["checksum"] = file_checksum(directory / "x.npy")
+    (directory / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("case", ["missing", "not_a_dataset", "corrupt", "nan", "zero_parts",
+                                  "too_many_parts", "negative_seed", "out_exists"])
+def test_cli_bad_input_is_one_sentence_exit_2_nothing_written(tmp_path, tiny, tiny_dir, capsys, case):
+    import shutil
+    dataset = tmp_path / "dataset"
+    shutil.copytree(tiny_dir, dataset)
+    out = tmp_path / "out"
+    args = ["--parts", "2"]
+    if case == "missing":
+        dataset = tmp_path / "nowhere"
+    elif case == "not_a_dataset":
+        (dataset / "meta.json").unlink()
+    elif case == "corrupt":
+        _corrupt_col(dataset)
+    elif case == "nan":
+        _nan_features(dataset)
+    elif case == "zero_parts":
+        args = ["--parts", "0"]
+    elif case == "too_many_parts":
+        args = ["--parts", str(tiny.num_nodes + 1)]
+    elif case == "negative_seed":
+        args += ["--seed", "-1"]
+    elif case == "out_exists":
+        out.mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["partition", str(dataset), str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("salientpp partition: error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no temporary left
+    if case != "out_exists":
+        assert not out.exists()
+
