@@ -34,7 +34,15 @@ def build_csr(edge_index: np.ndarray, num_nodes: int, keep_self_loops: bool = Fa
         src, dst = src[keep], dst[keep]
     keys = np.concatenate([src * num_nodes + dst, dst * num_nodes + src])
     del src, dst
-    keys = np.unique(keys)  # sorts by (row, col) and drops duplicates
+    # Sort by (row, col) and drop duplicates. Not np.unique: in numpy 2.4 it is ~50x slower
+    # than an in-place sort plus a mask, and it needs more memory.
+    keys.sort()
+    if keys.shape[0]:
+        first = np.empty(keys.shape[0], dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        keys = keys[first]
+        del first
     row = keys // num_nodes
     col = keys - row * num_nodes
     del keys
