@@ -1,6 +1,7 @@
 """Partitioning: multi-constraint METIS, renumbering, per-partition files, quality report, CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -268,3 +269,23 @@ def test_cli_bad_input_is_one_sentence_exit_2_nothing_written(tmp_path, tiny, ti
     if case != "out_exists":
         assert not out.exists()
 
+
+
+def test_cli_metis_with_too_many_parts_for_the_graph_fails_cleanly(tmp_path, tiny_dir, capfd):
+    # 1000 parts of 2 nodes: METIS's initial bisections run out of vertices and leave parts empty.
+    out = tmp_path / "out"
+    assert main(["partition", str(tiny_dir), str(out), "--parts", "1000"]) == 2
+    captured = capfd.readouterr()
+    assert captured.out == ""  # METIS's printf diagnostics do not leak onto the terminal
+    assert captured.err.count("\n") == 1 and "empty" in captured.err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("status, words", [(-2, "rejected"), (-3, "out of memory"), (-4, "internal error")])
+def test_metis_status_codes_become_one_sentence(monkeypatch, tiny, status, words):
+    from salientpp.partition import metis
+    real = metis._library()
+    fake = dataclasses.replace(real, part_graph_kway=lambda *args: status)
+    monkeypatch.setattr(metis, "_library", lambda: fake)
+    with pytest.raises(InputError, match=words):
+        part_graph_kway(tiny.rowptr, tiny.col, balance_weights(tiny), 2)

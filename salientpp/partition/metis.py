@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -31,9 +36,10 @@ _STATUS_MESSAGES = {
 class _Metis:
     """The loaded library: its ``METIS_PartGraphKway`` and the build's constants."""
 
-    part_graph_kway: ctypes._CFuncPtr
-    set_default_options: ctypes._CFuncPtr
+    part_graph_kway: Callable[..., int]
+    set_default_options: Callable[..., int]
     idx_dtype: np.dtype
+    idx_pointer: type
     num_options: int
     option_index: dict[str, int]
 
@@ -66,11 +72,32 @@ def _library() -> _Metis:
     # METIS_NOPTIONS is 40 in every METIS 5 release; the largest option index must fit below it.
     if max(option_index.values()) >= 40:
         raise InputError("the METIS inside pymetis has an unexpected option layout; install pymetis 2023 or newer")
-    return _Metis(kway, defaults, idx_dtype, 40, option_index)
+    return _Metis(kway, defaults, idx_dtype, idx_p, 40, option_index)
+
+
+@contextmanager
+def _diagnostics_captured() -> Iterator[list[str]]:
+    """Redirect file descriptor 1 while METIS runs: it prints warnings ("Cannot bisect a graph
+    with 0 vertices!") with printf. The yielded list receives those lines afterwards."""
+    sys.stdout.flush()
+    libc = ctypes.CDLL(None)
+    saved = os.dup(1)
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 1)
+        try:
+            yield lines
+        finally:
+            libc.fflush(None)  # C stdio buffers what printf wrote; flush it into the capture file
+            os.dup2(saved, 1)
+            os.close(saved)
+            capture.seek(0)
+            lines.extend(line.strip(" *\t") for line in capture.read().decode(errors="replace").splitlines()
+                         if line.strip())
 
 
 def _pointer(array: np.ndarray, lib: _Metis):
-    return array.ctypes.data_as(lib.part_graph_kway.argtypes[0])
+    return array.ctypes.data_as(lib.idx_pointer)
 
 
 def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndarray, num_parts: int,
@@ -115,11 +142,17 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
     nparts = np.array([num_parts], dtype=idx)
     objval = np.zeros(1, dtype=idx)
     parts = np.empty(n, dtype=idx)
-    status = lib.part_graph_kway(
-        _pointer(nvtxs, lib), _pointer(ncon, lib), _pointer(xadj, lib), _pointer(adjncy, lib),
-        _pointer(vwgt, lib), None, None, _pointer(nparts, lib), None, None,
-        _pointer(options, lib), _pointer(objval, lib), _pointer(parts, lib))
+    with _diagnostics_captured() as diagnostics:
+        status = lib.part_graph_kway(
+            _pointer(nvtxs, lib), _pointer(ncon, lib), _pointer(xadj, lib), _pointer(adjncy, lib),
+            _pointer(vwgt, lib), None, None, _pointer(nparts, lib), None, None,
+            _pointer(options, lib), _pointer(objval, lib), _pointer(parts, lib))
+    said = f" (METIS: {diagnostics[0]})" if diagnostics else ""
     if status != METIS_OK:
         raise InputError(_STATUS_MESSAGES.get(status, f"METIS returned the unknown status {status}; "
-                                                      "try another --seed or the random method"))
+                                                      "try another --seed or the random method") + said)
+    empty = num_parts - np.unique(parts).shape[0]
+    if empty:
+        raise InputError(f"METIS left {empty} of {num_parts} partitions empty{said}; "
+                         "use fewer parts or the random method")
     return parts.astype(np.int64, copy=False), int(objval[0])
