@@ -1,0 +1,346 @@
+"""Synthetic graphs shaped like OGB's product and citation graphs.
+
+The model is a degree-corrected stochastic block model:
+
+* nodes fall into ``num_communities`` communities of log-normally spread sizes;
+* each node has a weight drawn from a Pareto law truncated so that no expected degree exceeds
+  ``max_degree``; its expected degree is proportional to its weight (heavy-tailed degrees);
+* each undirected edge picks its first end in proportion to the weights, and its second end
+  from the same community (probability ``intra_fraction``) or from the whole graph, again in
+  proportion to the weights, so most edges stay inside communities and METIS finds them;
+* each community has a class; a node takes its community's class with probability
+  ``label_purity``, else a uniformly random one;
+* features are the class centroid plus Gaussian noise, so a feature-only classifier is
+  mediocre while averaging neighbours (mostly of the same class) removes much of the noise.
+
+Node ids are shuffled at the end, so they carry no community information. Every random draw is
+a pure function of the seed and of the draw's position, so the arrays do not depend on the
+number of threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from ..errors import InputError
+from .csr import build_csr
+from .format import Dataset
+
+# Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
+_DEGREE_TOLERANCE = 0.01
+_MAX_ROUNDS = 4
+# Rows of features generated per step (bounds the temporary memory of the noise).
+_FEATURE_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Parameters of a synthetic graph (see the module docstring for the model).
+
+    Attributes:
+        num_nodes: N.
+        avg_degree: target directed edges per node (nnz / N), met within 1% unless the
+            graph is too small to hold that many distinct edges.
+        num_features: F, feature columns.
+        num_classes: number of labels.
+        num_communities: number of communities (blocks of the block model).
+        degree_exponent: gamma of the Pareto law of node weights, P(w) ~ w^-gamma.
+        max_degree: largest expected degree (truncation of the Pareto law).
+        intra_fraction: probability that an edge's second end is drawn inside the first's community.
+        community_size_spread: sigma of the log-normal law of community sizes (0: equal sizes).
+        label_purity: probability that a node's label is its community's class.
+        class_skew: community classes are drawn with probability ~ (k + 1)^-class_skew.
+        feature_noise: standard deviation of the per-coordinate noise; class centroids have
+            N(0, 1/F) coordinates (norm ~1).
+        train_fraction, valid_fraction, test_fraction: split sizes as fractions of N.
+        feature_dtype: "float32" or "float16".
+        seed: non-negative seed; the same config gives identical arrays.
+    """
+
+    num_nodes: int = 2000
+    avg_degree: float = 12.0
+    num_features: int = 32
+    num_classes: int = 8
+    num_communities: int = 16
+    degree_exponent: float = 2.5
+    max_degree: int = 150
+    intra_fraction: float = 0.85
+    community_size_spread: float = 0.5
+    label_purity: float = 0.9
+    class_skew: float = 0.5
+    feature_noise: float = 0.55
+    train_fraction: float = 0.08
+    valid_fraction: float = 0.02
+    test_fraction: float = 0.90
+    feature_dtype: str = "float32"
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise :class:`InputError` naming the first parameter that is out of range."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InputError(f"synthetic parameter {f.name} must be a finite number, got {value}")
+        n = self.num_nodes
+        checks = [
+            (n >= 2, "num_nodes must be at least 2"),
+            (0 < self.avg_degree < n - 1, f"avg_degree must lie in (0, num_nodes - 1 = {n - 1})"),
+            (self.avg_degree < self.max_degree <= n - 1,
+             f"max_degree must be greater than avg_degree ({self.avg_degree}) and at most num_nodes - 1 ({n - 1})"),
+            (self.num_features >= 1, "num_features must be at least 1"),
+            (2 <= self.num_classes <= n, "num_classes must lie in [2, num_nodes]"),
+            (1 <= self.num_communities <= n, "num_communities must lie in [1, num_nodes]"),
+            (self.degree_exponent > 1, "degree_exponent must be greater than 1"),
+            (0 <= self.intra_fraction <= 1, "intra_fraction must lie in [0, 1]"),
+            (self.community_size_spread >= 0, "community_size_spread must be >= 0"),
+            (0 <= self.label_purity <= 1, "label_purity must lie in [0, 1]"),
+            (self.class_skew >= 0, "class_skew must be >= 0"),
+            (self.feature_noise >= 0, "feature_noise must be >= 0"),
+            (all(0 <= f <= 1 for f in (self.train_fraction, self.valid_fraction, self.test_fraction))
+             and self.train_fraction + self.valid_fraction + self.test_fraction <= 1 + 1e-9,
+             "train_fraction, valid_fraction and test_fraction must lie in [0, 1] and sum to at most 1"),
+            (round(self.train_fraction * n) >= 1, "train_fraction * num_nodes must give at least one training node"),
+            (self.feature_dtype in ("float32", "float16"), "feature_dtype must be float32 or float16"),
+            (0 <= self.seed < 2**63, "seed must be a non-negative integer below 2^63"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(f"invalid synthetic graph: {message}")
+
+
+PRESETS: dict[str, SyntheticConfig] = {
+    "tiny": SyntheticConfig(),
+    "small": SyntheticConfig(num_nodes=100_000, avg_degree=20.0, num_features=100, num_classes=20,
+                             num_communities=100, max_degree=2000, feature_noise=0.42),
+    "products": SyntheticConfig(num_nodes=2_400_000, avg_degree=50.0, num_features=100, num_classes=47,
+                                num_communities=400, max_degree=5000, feature_noise=0.32),
+}
+
+
+@dataclass
+class SyntheticGraph:
+    """A generated dataset plus the hidden structure it was generated from.
+
+    Attributes:
+        dataset: the validated :class:`Dataset`.
+        community: int64 ``[N]`` community of each node (in the dataset's node ids).
+    """
+
+    dataset: Dataset
+    community: np.ndarray
+
+
+def parse_spec(spec: str) -> SyntheticConfig:
+    """Parse ``"PRESET[,key=value...]"`` (e.g. ``"tiny,seed=3,num_nodes=5000"``) into a config.
+
+    Raises :class:`InputError` on an unknown preset or key, a malformed item or a bad value.
+    """
+    name, *items = [part.strip() for part in spec.split(",")]
+    if name not in PRESETS:
+        raise InputError(f"unknown synthetic preset {name!r}; choose one of {', '.join(PRESETS)}")
+    types = typing.get_type_hints(SyntheticConfig)
+    overrides: dict[str, typing.Any] = {}
+    for item in items:
+        key, sep, text = (s.strip() for s in item.partition("="))
+        if not sep or not key:
+            raise InputError(f"synthetic spec item {item!r} is not key=value; write e.g. {name},seed=3")
+        if key not in types:
+            raise InputError(f"unknown synthetic parameter {key!r}; valid ones are {', '.join(types)}")
+        if key in overrides:
+            raise InputError(f"synthetic parameter {key!r} is given twice; keep one")
+        overrides[key] = _convert(key, text, types[key])
+    config = dataclasses.replace(PRESETS[name], **overrides)
+    config.validate()
+    return config
+
+
+def _convert(key: str, text: str, kind: type) -> typing.Any:
+    try:
+        if kind is int:
+            try:
+                return int(text)
+            except ValueError:
+                number = float(text)  # accept "1e6" when it is a whole number
+                if not number.is_integer():
+                    raise
+                return int(number)
+        if kind is float:
+            return float(text)
+        return text
+    except (ValueError, OverflowError):
+        expected = "an integer" if kind is int else "a number"
+        raise InputError(f"synthetic parameter {key} must be {expected}, got {text!r}") from None
+
+
+def synthetic_dataset(spec: str) -> Dataset:
+    """Generate the dataset described by ``spec`` (see :func:`parse_spec`).
+
+    The result is validated; its ``source`` is ``"synthetic:<spec>"`` and its ``extra_meta``
+    holds the full configuration under ``"synthetic"``.
+    """
+    dataset = generate(parse_spec(spec)).dataset
+    dataset.source = f"synthetic:{spec}"
+    return dataset
+
+
+def generate(config: SyntheticConfig) -> SyntheticGraph:
+    """Generate a graph from a config (deterministic for ``config.seed``)."""
+    config.validate()
+    n = config.num_nodes
+    seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split = \
+        np.random.SeedSequence(config.seed).spawn(7)
+
+    # Internal order: community c owns internal ids [starts[c], starts[c + 1]).
+    sizes = _community_sizes(n, config.num_communities, config.community_size_spread,
+                             np.random.default_rng(seq_size))
+    starts = np.zeros(config.num_communities + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    comm_internal = np.repeat(np.arange(config.num_communities, dtype=np.int64), sizes)
+    weights = _node_weights(n, config.degree_exponent, config.max_degree / config.avg_degree,
+                            np.random.default_rng(seq_weight))
+    to_external = np.random.default_rng(seq_perm).permutation(n).astype(np.int64)
+
+    # Duplicate draws (mostly between hubs) are merged, so draw more edges until nnz / N is
+    # within 1% of avg_degree. Edge e is the same in every round: a round only adds edges.
+    cum = np.cumsum(weights)
+    edge_key = seq_edges.generate_state(1, np.uint64)[0]
+    target = n * config.avg_degree
+    num_draws = int(round(target / 2))
+    for _ in range(_MAX_ROUNDS):
+        edges = np.empty((2, num_draws), dtype=np.int64)
+        _sample_edges(cum, starts, comm_internal, to_external, config.intra_fraction, edge_key, edges)
+        rowptr, col = build_csr(edges, n)
+        del edges
+        if col.shape[0] >= (1 - _DEGREE_TOLERANCE) * target or col.shape[0] == 0:
+            break
+        num_draws = int(round(num_draws * target / col.shape[0]))
+
+    community = np.empty(n, dtype=np.int64)
+    community[to_external] = comm_internal
+    y = _labels(community, config, np.random.default_rng(seq_label))
+    x = _features(y, config, seq_features)
+    train_idx, valid_idx, test_idx = _splits(n, config, np.random.default_rng(seq_split))
+    dataset = Dataset(rowptr=rowptr, col=col, x=x, y=y, train_idx=train_idx, valid_idx=valid_idx,
+                      test_idx=test_idx, source="synthetic",
+                      extra_meta={"synthetic": dataclasses.asdict(config)})
+    dataset.validate()
+    return SyntheticGraph(dataset=dataset, community=community)
+
+
+def _community_sizes(n: int, k: int, spread: float, rng: np.random.Generator) -> np.ndarray:
+    """int64 ``[k]`` sizes >= 1 summing to n, proportional to log-normal draws."""
+    share = rng.lognormal(0.0, spread, size=k)
+    return 1 + rng.multinomial(n - k, share / share.sum()).astype(np.int64)
+
+
+def _node_weights(n: int, gamma: float, max_ratio: float, rng: np.random.Generator) -> np.ndarray:
+    """float64 ``[n]`` Pareto(gamma) weights on [1, R] with max / mean = ``max_ratio``.
+
+    The cap R is found by a fixed-point iteration on the sample's own mean, so that the largest
+    possible expected degree is ``max_ratio`` times the average one.
+    """
+    u = rng.random(n)
+    a = gamma - 1.0
+    cap = max_ratio
+    for _ in range(50):
+        weights = (1.0 - u * (1.0 - cap ** -a)) ** (-1.0 / a)
+        new_cap = max(max_ratio * weights.mean(), 1.0 + 1e-9)
+        if abs(new_cap - cap) <= 1e-9 * cap:
+            break
+        cap = new_cap
+    return weights
+
+
+def _labels(community: np.ndarray, config: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
+    """int64 ``[N]``: the community's class with probability ``label_purity``, else a random class."""
+    k, c = config.num_classes, config.num_communities
+    prob = (np.arange(1, k + 1, dtype=np.float64)) ** -config.class_skew
+    community_class = rng.choice(k, size=c, p=prob / prob.sum())
+    community_class[:min(k, c)] = rng.permutation(k)[:min(k, c)]  # every class owns a community if it can
+    y = community_class[community].astype(np.int64)
+    flip = rng.random(y.shape[0]) >= config.label_purity
+    y[flip] = rng.integers(0, k, size=int(flip.sum()))
+    return y
+
+
+def _features(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedSequence) -> np.ndarray:
+    """``[N, F]`` class centroid (N(0, 1/F) coordinates) plus N(0, feature_noise^2) noise.
+
+    Centroids have norm ~1 whatever F, so the separation of classes depends on
+    ``feature_noise`` and the number of classes, not on F.
+
+    Generated in fixed-size row chunks, each from its own child seed, to bound temporary memory.
+    """
+    n, f = y.shape[0], config.num_features
+    starts = range(0, n, _FEATURE_CHUNK)
+    seq_centroids, *seq_chunks = seq.spawn(1 + len(starts))
+    centroids = np.random.default_rng(seq_centroids).standard_normal((config.num_classes, f), dtype=np.float32)
+    centroids /= np.float32(math.sqrt(f))
+    x = np.empty((n, f), dtype=config.feature_dtype)
+    for start, seq_chunk in zip(starts, seq_chunks):
+        stop = min(start + _FEATURE_CHUNK, n)
+        noise = np.random.default_rng(seq_chunk).standard_normal((stop - start, f), dtype=np.float32)
+        noise *= np.float32(config.feature_noise)
+        noise += centroids[y[start:stop]]
+        x[start:stop] = noise
+    return x
+
+
+def _splits(n: int, config: SyntheticConfig, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Sorted, disjoint int64 train/valid/test ids of the requested fractions."""
+    order = rng.permutation(n).astype(np.int64)
+    n_train = round(config.train_fraction * n)
+    n_valid = round(config.valid_fraction * n)
+    n_test = min(round(config.test_fraction * n), n - n_train - n_valid)
+    bounds = np.cumsum([0, n_train, n_valid, n_test])
+    return tuple(np.sort(order[bounds[i]:bounds[i + 1]]) for i in range(3))
+
+
+@numba.njit(inline="always")
+def _uniform(key: np.uint64, counter: np.uint64) -> float:
+    """Uniform [0, 1) from the splitmix64 finaliser of key + counter * golden ratio."""
+    z = key + counter * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(inline="always")
+def _draw(cum: np.ndarray, lo: int, hi: int, u: float) -> int:
+    """Index i in [lo, hi) drawn with probability proportional to cum[i] - cum[i - 1]."""
+    base = cum[lo - 1] if lo > 0 else 0.0
+    target = base + u * (cum[hi - 1] - base)
+    while lo < hi - 1:  # smallest i with cum[i] > target, searched in [lo, hi - 1]
+        mid = (lo + hi - 1) // 2
+        if cum[mid] > target:
+            hi = mid + 1
+        else:
+            lo = mid + 1
+    return lo
+
+
+@numba.njit(parallel=True, cache=True)
+def _sample_edges(cum: np.ndarray, starts: np.ndarray, comm: np.ndarray, to_external: np.ndarray,
+                  intra: float, key: np.uint64, out: np.ndarray) -> None:
+    """Fill ``out`` (int64 ``[2, M]``) with M edges of the degree-corrected block model.
+
+    Edge e uses the three uniforms with counters 3e, 3e + 1, 3e + 2, so the result does not
+    depend on how the loop is split across threads.
+    """
+    n = cum.shape[0]
+    for e in numba.prange(out.shape[1]):
+        c = np.uint64(3) * np.uint64(e)
+        u = _draw(cum, 0, n, _uniform(key, c))
+        if _uniform(key, c + np.uint64(1)) < intra:
+            k = comm[u]
+            v = _draw(cum, starts[k], starts[k + 1], _uniform(key, c + np.uint64(2)))
+        else:
+            v = _draw(cum, 0, n, _uniform(key, c + np.uint64(2)))
+        out[0, e] = to_external[u]
+        out[1, e] = to_external[v]
