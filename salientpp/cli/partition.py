@@ -28,9 +28,12 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out)
     start = time.perf_counter()
     dataset = load_dataset(args.dataset, verify=True, validate=True)
+    loaded = time.perf_counter() - start
     result = partition_dataset(dataset, args.out, args.parts, method=args.method, seed=args.seed)
     elapsed = time.perf_counter() - start
     print(f"partitioned {dataset.num_nodes:,} nodes into {args.parts} parts with {args.method} "
           f"(seed {args.seed}) in {elapsed:.1f} s -> {args.out}")
+    print("time: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in
+                               {"load+check": loaded, **result.timings}.items()))
     print(result.quality.summary())
     return 0

@@ -7,7 +7,8 @@ many minibatches and as much sampling work as the others.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,7 @@ class Partitioning:
         parts: one :class:`PartData` per partition (features, labels, split ids in the new numbering).
         quality: the quality report.
         method, seed: how the vertices were assigned.
+        timings: seconds spent per stage (assign, renumber, quality, slice, and save when written).
     """
 
     rowptr: np.ndarray
@@ -88,6 +90,7 @@ class Partitioning:
     quality: PartitionQuality
     method: str
     seed: int
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def _split_by_part(ids: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
@@ -100,14 +103,25 @@ def _split_by_part(ids: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> 
 def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0) -> Partitioning:
     """Assign, renumber (partition k = new ids ``[offsets[k], offsets[k+1])``, original order
     kept inside a partition), permute the graph and slice features, labels and splits."""
+    timings = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[stage], clock = now - clock, now
+
     weights = balance_weights(dataset)
     parts_of = assign_parts(dataset, num_parts, method, seed, weights)
+    lap("assign")
     renumbering = renumber_by_part(parts_of, num_parts)
     del parts_of
     orig_id, offsets = renumbering.orig_id, renumbering.offsets
     rowptr, col = permute_csr(dataset.rowptr, dataset.col, orig_id, renumbering.new_id)
+    lap("renumber")
     quality = measure_quality(rowptr, col, offsets, weights[orig_id], CONSTRAINTS)
     del weights
+    lap("quality")
     splits = {name: _split_by_part(getattr(dataset, name), renumbering.new_id, offsets)
               for name in ("train_idx", "valid_idx", "test_idx")}
     parts = []
@@ -115,8 +129,9 @@ def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int
         owned = orig_id[offsets[k]:offsets[k + 1]]
         parts.append(PartData(x=dataset.x[owned], y=np.asarray(dataset.y[owned]),
                               **{name: split[k] for name, split in splits.items()}))
+    lap("slice")
     return Partitioning(rowptr=rowptr, col=col, renumbering=renumbering, parts=parts, quality=quality,
-                        method=method, seed=seed)
+                        method=method, seed=seed, timings=timings)
 
 
 def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: int, method: str = "metis",
@@ -129,6 +144,7 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     check_output_dir(out_dir)
     check_options(dataset.num_nodes, num_parts, method, seed)
     result = partition(dataset, num_parts, method, seed)
+    start = time.perf_counter()
     save_partitioned(Path(out_dir), result.rowptr, result.col, result.renumbering.offsets,
                      result.renumbering.orig_id, result.parts, {
                          "source": dataset.source,
@@ -138,4 +154,5 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
                          "constraints": list(CONSTRAINTS),
                          "quality": result.quality.to_dict(),
                      })
+    result.timings["save"] = time.perf_counter() - start
     return result
