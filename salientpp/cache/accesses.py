@@ -1,0 +1,76 @@
+"""Empirical access counts: run the real sampler over whole epochs and count, per vertex, the
+minibatches that touch it. The oracle and vip-simulation policies and the simulator use this.
+
+Seeding: partition k samples stream s with the loader seed :func:`loader_seed` ``(seed, k, s)``
+and calls ``loader.set_epoch(e)`` for ``e = 0 .. epochs-1``. Stream 0 is the evaluated run
+(the trainer's own batches when it seeds rank k's loader with ``loader_seed(seed, k)``); other
+streams are independent of it.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .workload import Workload
+
+EVAL_STREAM = 0
+SIMULATION_STREAM = 1
+TIEBREAK_STREAM = 2
+RANDOM_STREAM = 3
+
+
+def loader_seed(seed: int, part: int, stream: int = EVAL_STREAM, workload: int = 0) -> int:
+    """The NeighborLoader seed of partition ``part`` for one random stream and workload (a 63-bit int)."""
+    state = np.random.SeedSequence([int(seed), int(part), int(stream), int(workload)]).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1]))
+
+
+def make_sampler(rowptr: np.ndarray, col: np.ndarray, workload: Workload):
+    """The trainer's ``NeighborSampler`` for a workload's fanouts and replacement mode."""
+    from ..sampling import NeighborSampler
+
+    return NeighborSampler(torch.as_tensor(np.asarray(rowptr)), torch.as_tensor(np.asarray(col)),
+                           fanouts=list(workload.fanouts), replace=workload.replace)
+
+
+def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k: int, *, epochs: int,
+                  seed: int, stream: int, num_threads: int = 1, progress: bool = False) -> np.ndarray:
+    """Weighted number of minibatches of partition ``k`` that contain each vertex, over ``epochs`` epochs.
+
+    Every workload runs ``epochs`` epochs of its loader (shuffled, ``drop_last=False``) over
+    partition k's seeds; a minibatch adds the workload's weight to each vertex of its ``n_id``
+    (the ids are unique within a minibatch, so this is the number of rows it would fetch).
+
+    Args:
+        samplers: one ``NeighborSampler`` per workload (:func:`make_sampler`).
+
+    Returns:
+        float64 ``[N]`` summed over the epochs (divide by ``epochs`` for a per-epoch mean).
+    """
+    from ..sampling import NeighborLoader
+
+    counts = np.zeros(dataset.num_nodes, dtype=np.float64)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=epochs * len(workloads), desc=f"sampling partition {k}", unit="epoch", leave=False)
+    for i, (workload, sampler) in enumerate(zip(workloads, samplers)):
+        seeds = workload.seeds(dataset, k)
+        if seeds.size == 0:
+            if bar is not None:
+                bar.update(epochs)
+            continue
+        loader = NeighborLoader(sampler, seeds=torch.from_numpy(seeds), batch_size=workload.batch_size,
+                                shuffle=True, drop_last=False, seed=loader_seed(seed, k, stream, i),
+                                num_threads=num_threads)
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                counts[batch.n_id.numpy()] += workload.weight
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return counts

@@ -1,0 +1,314 @@
+"""Cache plans: which remote rows each partition caches (GPU tier, then CPU tier) and in which
+order it keeps its own rows, saved next to the partitioned data.
+
+On-disk layout (``.npy`` + ``meta.json``, default ``PART_DIR/cache/<name>/``)::
+
+    meta.json              kind, policy, workloads, budget, gpu_fraction, row_bytes,
+                           partitioning identity, per-partition counts, files
+    part_<k>/gpu_ids.npy   int64 [n_gpu]  remote global ids of the GPU tier, best first
+    part_<k>/cpu_ids.npy   int64 [n_cpu]  remote global ids of the CPU tier, best first
+    part_<k>/local_order.npy int64 [n_k]  local row indices by descending score
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import __version__
+from ..errors import InputError
+from ..io import atomic_output_dir, load_array, read_meta, save_array, write_meta
+from ..partition.format import KIND as PART_KIND
+from . import accesses
+from .policies import PolicyContext, policy_scores, rank_vertices
+from .workload import Workload, check_batch_size, check_fanouts
+
+KIND = "salientpp-cache-plan"
+PLAN_ARRAYS = ("gpu_ids", "cpu_ids", "local_order")
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"512MiB"`` -> 536870912; plain integers are bytes; units B, KB/MB/GB/TB (10^3) and KiB/MiB/GiB/TiB (2^10)."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise InputError(f"cannot read {text!r} as a number of bytes; write e.g. 2000000000, 512MiB or 2GB")
+        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value < 0:
+        raise InputError(f"a cache budget cannot be negative, got {text!r}")
+    return value
+
+
+def partition_identity(part_dir_meta: dict[str, Any]) -> str:
+    """A digest of the checksums of the topology, partition book and renumbering of a partitioned dir."""
+    files = part_dir_meta.get("files", {})
+    try:
+        parts = [f"{name}={files[name]['checksum']}" for name in ("rowptr", "col", "offsets", "orig_id")]
+    except (KeyError, TypeError):
+        raise InputError("the partitioned directory's meta.json lacks file checksums; re-partition it") from None
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much each partition caches: a replication factor, or byte budgets per tier.
+
+    Attributes:
+        replication: alpha in ``[0, K-1]``: cache the top ``floor(alpha * N / K)`` remote rows,
+            all in the GPU tier (``None`` when byte budgets are used).
+        gpu_bytes, cpu_bytes: tier budgets in bytes; the GPU tier is filled first, each tier
+            holds ``budget // row_bytes`` rows (0 = no such tier).
+    """
+
+    replication: float | None = None
+    gpu_bytes: int = 0
+    cpu_bytes: int = 0
+
+    def check(self, num_parts: int, row_bytes: int) -> None:
+        if self.replication is not None:
+            if self.gpu_bytes or self.cpu_bytes:
+                raise InputError("give either a replication factor or byte budgets, not both")
+            if not (math.isfinite(self.replication) and 0 <= self.replication <= num_parts - 1):
+                raise InputError(f"replication factor {self.replication} is outside [0, {num_parts - 1}] "
+                                 f"(0 = no cache, K-1 = {num_parts - 1} = every remote row); pass a fraction "
+                                 "such as 0.1")
+            return
+        for tier, value in (("GPU", self.gpu_bytes), ("CPU", self.cpu_bytes)):
+            if 0 < value < row_bytes:
+                raise InputError(f"the {tier} cache budget of {value} bytes is smaller than one feature row "
+                                 f"({row_bytes} bytes); raise it or pass 0 for no {tier} tier")
+
+    def rows(self, num_remote: int, num_nodes: int, num_parts: int, row_bytes: int) -> tuple[int, int]:
+        """(GPU rows, CPU rows) for a partition with ``num_remote`` remote vertices."""
+        if self.replication is not None:
+            return min(num_remote, int(math.floor(self.replication * num_nodes / num_parts + 1e-9))), 0
+        n_gpu = min(num_remote, self.gpu_bytes // row_bytes)
+        return n_gpu, min(num_remote - n_gpu, self.cpu_bytes // row_bytes)
+
+    def to_json(self) -> dict:
+        return {"replication": self.replication, "gpu_cache_bytes": self.gpu_bytes, "cpu_cache_bytes": self.cpu_bytes}
+
+
+@dataclass(frozen=True)
+class PlanMeta:
+    """What a set of plans was built for; shared by the plans of all partitions.
+
+    Attributes:
+        policy: the policy's registered name.
+        workloads: training workload first (its fanouts and batch size bind the trainer).
+        budget: the replication factor or the byte budgets.
+        row_bytes: bytes of one feature row (``F * itemsize``).
+        num_nodes, num_parts: of the partitioned dataset.
+        partition_id: :func:`partition_identity` of the partitioned directory.
+        seed: the seed of the policy context (tie-breaks, sampled policies).
+        vip_method: the VIP estimate used by the ``vip`` policy.
+    """
+
+    policy: str
+    workloads: tuple[Workload, ...]
+    budget: Budget
+    row_bytes: int
+    num_nodes: int
+    num_parts: int
+    partition_id: str
+    seed: int
+    vip_method: str
+
+    @property
+    def fanouts(self) -> tuple[int, ...]:
+        return self.workloads[0].fanouts
+
+    @property
+    def batch_size(self) -> int:
+        return self.workloads[0].batch_size
+
+    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int) -> None:
+        """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup."""
+        fanouts = check_fanouts(fanouts)
+        batch_size = check_batch_size(batch_size)
+        if partition_identity(read_meta(part_dir, PART_KIND)) != self.partition_id:
+            raise InputError(f"the cache plan was built for another partitioning than {part_dir}; "
+                             f"re-run `salientpp analyze {part_dir}` to build a plan for it")
+        if fanouts != self.fanouts:
+            raise InputError(f"the cache plan was built for fanouts {_join(self.fanouts)} but training uses "
+                             f"{_join(fanouts)}; re-run `salientpp analyze` with --fanouts {_join(fanouts)}")
+        if batch_size != self.batch_size:
+            raise InputError(f"the cache plan was built for batch size {self.batch_size} but training uses "
+                             f"{batch_size}; re-run `salientpp analyze` with --batch-size {batch_size}")
+
+    def to_json(self) -> dict:
+        return {"policy": self.policy, "workloads": [w.to_json() for w in self.workloads],
+                "budget": self.budget.to_json(), "row_bytes": self.row_bytes, "num_nodes": self.num_nodes,
+                "num_parts": self.num_parts, "partition_id": self.partition_id, "seed": self.seed,
+                "vip_method": self.vip_method}
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "PlanMeta":
+        budget = entry["budget"]
+        return cls(policy=entry["policy"], workloads=tuple(Workload.from_json(w) for w in entry["workloads"]),
+                   budget=Budget(budget["replication"], int(budget["gpu_cache_bytes"]), int(budget["cpu_cache_bytes"])),
+                   row_bytes=int(entry["row_bytes"]), num_nodes=int(entry["num_nodes"]),
+                   num_parts=int(entry["num_parts"]), partition_id=entry["partition_id"], seed=int(entry["seed"]),
+                   vip_method=entry["vip_method"])
+
+
+def _join(fanouts: Sequence[int]) -> str:
+    return ",".join(str(f) for f in fanouts)
+
+
+@dataclass
+class CachePlan:
+    """The cache plan of partition ``part``.
+
+    Attributes:
+        part: the partition k.
+        gpu_ids: int64 ``[n_gpu]`` remote global ids cached in the GPU tier, by descending score.
+        cpu_ids: int64 ``[n_cpu]`` remote global ids cached in the CPU tier, by descending score.
+        local_order: int64 ``[n_k]`` local row indices (``id - offsets[k]``) by descending score.
+        gpu_fraction: fraction of the local rows kept on the GPU.
+        num_gpu_local: ``floor(gpu_fraction * n_k)``: rows ``local_order[:num_gpu_local]`` live on the GPU.
+        meta: what the plan was built for.
+    """
+
+    part: int
+    gpu_ids: np.ndarray
+    cpu_ids: np.ndarray
+    local_order: np.ndarray
+    gpu_fraction: float
+    num_gpu_local: int
+    meta: PlanMeta
+
+    @property
+    def num_cached(self) -> int:
+        return int(self.gpu_ids.shape[0] + self.cpu_ids.shape[0])
+
+    def slot_map(self) -> np.ndarray:
+        """int64 ``[N]``: -1 = not cached, ``0..n_gpu-1`` GPU tier slot, ``n_gpu..`` CPU tier slot ``- n_gpu``."""
+        slots = np.full(self.meta.num_nodes, -1, dtype=np.int64)
+        n_gpu = self.gpu_ids.shape[0]
+        slots[self.gpu_ids] = np.arange(n_gpu, dtype=np.int64)
+        slots[self.cpu_ids] = np.arange(n_gpu, n_gpu + self.cpu_ids.shape[0], dtype=np.int64)
+        return slots
+
+    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int) -> None:
+        self.meta.check_compatible(part_dir, fanouts, batch_size)
+
+
+def _check_gpu_fraction(gpu_fraction: float) -> float:
+    if not (math.isfinite(gpu_fraction) and 0 <= gpu_fraction <= 1):
+        raise InputError(f"gpu fraction {gpu_fraction} is outside [0, 1]; pass e.g. --gpu-fraction 0.15")
+    return float(gpu_fraction)
+
+
+def row_bytes_of(dataset) -> int:
+    return int(dataset.num_features * dataset.feature_dtype.itemsize)
+
+
+def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: float = 0.0) -> list[CachePlan]:
+    """Score every vertex with ``policy`` for each partition and fill the budget with the best remote rows."""
+    dataset = ctx.dataset
+    gpu_fraction = _check_gpu_fraction(gpu_fraction)
+    row_bytes = row_bytes_of(dataset)
+    budget.check(dataset.num_parts, row_bytes)
+    meta = PlanMeta(policy=policy, workloads=ctx.workloads, budget=budget, row_bytes=row_bytes,
+                    num_nodes=dataset.num_nodes, num_parts=dataset.num_parts,
+                    partition_id=partition_identity(dataset.meta), seed=ctx.seed, vip_method=ctx.vip_method)
+    plans = []
+    offsets = dataset.book.offsets
+    for k in range(dataset.num_parts):
+        scores = policy_scores(ctx, policy, k)
+        rng = ctx.rng(k, accesses.TIEBREAK_STREAM)
+        remote = rank_vertices(scores, np.flatnonzero(ctx.remote_mask(k)), rng)
+        n_gpu, n_cpu = budget.rows(remote.size, dataset.num_nodes, dataset.num_parts, row_bytes)
+        local = rank_vertices(scores, dataset.book.owned(k), rng) - offsets[k]
+        plans.append(CachePlan(part=k, gpu_ids=remote[:n_gpu].copy(), cpu_ids=remote[n_gpu:n_gpu + n_cpu].copy(),
+                               local_order=local, gpu_fraction=gpu_fraction,
+                               num_gpu_local=int(math.floor(gpu_fraction * local.size + 1e-9)), meta=meta))
+        ctx.forget(k)
+    return plans
+
+
+def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget) -> str:
+    size = (f"r{budget.replication:g}" if budget.replication is not None
+            else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
+    return f"{policy}-f{'-'.join(str(f) for f in workloads[0].fanouts)}-b{workloads[0].batch_size}-{size}"
+
+
+def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
+    """Write the plans of all partitions atomically (refuses an existing ``out_dir``)."""
+    if not plans:
+        raise ValueError("no plans to save")
+    meta = plans[0].meta
+    with atomic_output_dir(out_dir) as tmp:
+        files, parts = {}, []
+        for plan in plans:
+            (tmp / f"part_{plan.part}").mkdir()
+            for name in PLAN_ARRAYS:
+                files[f"part_{plan.part}/{name}"] = save_array(tmp / f"part_{plan.part}", name, getattr(plan, name))
+            parts.append({"part": plan.part, "num_gpu": int(plan.gpu_ids.size), "num_cpu": int(plan.cpu_ids.size),
+                          "num_local": int(plan.local_order.size), "num_gpu_local": plan.num_gpu_local})
+        write_meta(tmp, {"kind": KIND, "salientpp_version": __version__, **meta.to_json(),
+                         "gpu_fraction": plans[0].gpu_fraction, "parts": parts, "files": files})
+    return Path(out_dir)
+
+
+def _plan_meta(plan_dir: str | os.PathLike) -> tuple[dict, PlanMeta]:
+    raw = read_meta(plan_dir, KIND)
+    try:
+        return raw, PlanMeta.from_json(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"meta.json in {plan_dir} is incomplete ({exc}); re-run salientpp analyze") from None
+
+
+def load_plan(plan_dir: str | os.PathLike, k: int) -> CachePlan:
+    """Load partition ``k``'s plan (arrays memory-mapped)."""
+    raw, meta = _plan_meta(plan_dir)
+    if not 0 <= k < meta.num_parts:
+        raise InputError(f"the cache plan in {plan_dir} has partitions 0..{meta.num_parts - 1}, not {k}")
+    arrays = {}
+    for name in PLAN_ARRAYS:
+        key = f"part_{k}/{name}"
+        if key not in raw.get("files", {}):
+            raise InputError(f"meta.json in {plan_dir} does not list {key}.npy; re-run salientpp analyze")
+        arrays[name] = load_array(Path(plan_dir) / f"part_{k}", name, raw["files"][key])
+    entry = raw["parts"][k]
+    return CachePlan(part=k, gpu_fraction=float(raw["gpu_fraction"]), num_gpu_local=int(entry["num_gpu_local"]),
+                     meta=meta, **arrays)
+
+
+def load_plans(plan_dir: str | os.PathLike) -> list[CachePlan]:
+    """Load the plans of every partition."""
+    _, meta = _plan_meta(plan_dir)
+    return [load_plan(plan_dir, k) for k in range(meta.num_parts)]
+
+
+def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic remote rows per epoch of each partition, float64 ``[K]`` without and with each plan's cache."""
+    expected = ctx.expected_accesses()
+    no_cache = np.array([expected[ctx.remote_mask(p.part), p.part].sum() for p in plans])
+    cached = np.array([expected[p.gpu_ids, p.part].sum() + expected[p.cpu_ids, p.part].sum() for p in plans])
+    return no_cache, no_cache - cached
+
+
+def describe(plans: Sequence[CachePlan]) -> str:
+    """A short text table of the plans (rows and bytes per tier)."""
+    meta = plans[0].meta
+    lines = [f"policy {meta.policy}, fanouts {_join(meta.fanouts)}, batch size {meta.batch_size}, "
+             f"{json.dumps(meta.budget.to_json())}, row {meta.row_bytes} bytes",
+             f"{'part':>4} {'local':>10} {'gpu local':>10} {'gpu cache':>10} {'cpu cache':>10} {'cache MiB':>10}"]
+    for p in plans:
+        mib = p.num_cached * meta.row_bytes / 2**20
+        lines.append(f"{p.part:>4} {p.local_order.size:>10} {p.num_gpu_local:>10} {p.gpu_ids.size:>10} "
+                     f"{p.cpu_ids.size:>10} {mib:>10.1f}")
+    return "\n".join(lines)

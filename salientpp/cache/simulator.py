@@ -1,0 +1,180 @@
+"""The communication simulator: rows each partition fetches per epoch under each policy and α.
+
+Every evaluated epoch is sampled once per partition with the trainer's sampler (stream 0 of
+:func:`salientpp.cache.accesses.loader_seed`). A minibatch fetches the unique remote ids of its
+``n_id`` that are not cached, so the rows fetched over the run are
+``sum_v count(v) * [v remote and not cached]``, where ``count(v)`` is the number of minibatches
+containing v. The simulator therefore keeps one count vector per partition and evaluates every
+policy and every α against the same sampled batches. The oracle caches the largest counts, so no
+static cache of the same size fetches fewer rows.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from . import accesses
+from .plan import Budget, row_bytes_of
+from .policies import PolicyContext, get_policy, policy_scores, rank_vertices
+
+
+@dataclass
+class SimulationResult:
+    """Remote rows fetched per epoch (mean over the evaluated epochs).
+
+    Attributes:
+        policies: P policy names.
+        replication: A replication factors α.
+        rows: float64 ``[P, A, K]`` rows fetched per epoch by partition k.
+        accessed: float64 ``[K]`` remote rows touched per epoch (the rows fetched with no cache).
+        cached: int64 ``[A, K]`` rows each partition caches at each α.
+        steps: float64 ``[K]`` minibatches per epoch of each partition (weighted over workloads).
+        row_bytes: bytes per feature row.
+        epochs: evaluated epochs.
+        meta: run description (dataset, workloads, seed, timings).
+    """
+
+    policies: tuple[str, ...]
+    replication: tuple[float, ...]
+    rows: np.ndarray
+    accessed: np.ndarray
+    cached: np.ndarray
+    steps: np.ndarray
+    row_bytes: int
+    epochs: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def total_rows(self) -> np.ndarray:
+        """float64 ``[P, A]`` rows fetched per epoch, all partitions together."""
+        return self.rows.sum(axis=2)
+
+    def efficiency(self) -> np.ndarray | None:
+        """float64 ``[P, A]`` ``(no cache - policy) / (no cache - oracle)``; NaN where the oracle saves
+        nothing (α = 0); None when the oracle was not simulated."""
+        if "oracle" not in self.policies:
+            return None
+        total = self.total_rows()
+        saving = self.accessed.sum() - total
+        best = saving[self.policies.index("oracle")]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(best > 0, saving / np.where(best > 0, best, 1.0), np.nan)
+
+    def to_json(self) -> dict[str, Any]:
+        total = self.total_rows()
+        eff = self.efficiency()
+        out = {
+            "policies": list(self.policies), "replication": list(self.replication), "epochs": self.epochs,
+            "row_bytes": self.row_bytes, "no_cache_rows_per_epoch": float(self.accessed.sum()),
+            "rows_per_epoch": {p: total[i].tolist() for i, p in enumerate(self.policies)},
+            "bytes_per_epoch": {p: (total[i] * self.row_bytes).tolist() for i, p in enumerate(self.policies)},
+            "per_partition": {
+                "no_cache_rows_per_epoch": self.accessed.tolist(),
+                "steps_per_epoch": self.steps.tolist(),
+                "cached_rows": self.cached.tolist(),
+                "rows_per_epoch": {p: self.rows[i].tolist() for i, p in enumerate(self.policies)},
+            },
+            "meta": self.meta,
+        }
+        if eff is not None:
+            out["efficiency"] = {p: [None if math.isnan(e) else float(e) for e in eff[i]]
+                                 for i, p in enumerate(self.policies)}
+        return out
+
+    def table(self) -> str:
+        """Markdown tables: rows fetched per epoch, and the saving efficiency when the oracle ran."""
+        head = "| policy | " + " | ".join(f"α={a:g}" for a in self.replication) + " |"
+        rule = "|---|" + "---:|" * len(self.replication)
+        total = self.total_rows()
+        lines = [f"Remote rows fetched per epoch (all {self.rows.shape[2]} partitions, mean of {self.epochs} "
+                 f"epochs; no cache: {self.accessed.sum():.4g} rows = "
+                 f"{self.accessed.sum() * self.row_bytes / 2**20:.1f} MiB)", "", head, rule]
+        lines += [f"| {p} | " + " | ".join(f"{v:.4g}" for v in total[i]) + " |" for i, p in enumerate(self.policies)]
+        eff = self.efficiency()
+        if eff is not None:
+            lines += ["", "Saving efficiency (no cache - policy) / (no cache - oracle)", "", head, rule]
+            lines += [f"| {p} | " + " | ".join("-" if math.isnan(e) else f"{e:.3f}" for e in eff[i]) + " |"
+                      for i, p in enumerate(self.policies)]
+        return "\n".join(lines)
+
+
+def check_replication(replication: Sequence[float], num_parts: int) -> tuple[float, ...]:
+    values = tuple(float(a) for a in replication)
+    if not values:
+        raise InputError("the list of replication factors is empty; pass e.g. --replication 0,0.1,0.5")
+    for a in values:
+        Budget(replication=a).check(num_parts, 1)
+    return values
+
+
+def parse_floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(p) for p in str(text).split(",") if p.strip())
+    except ValueError:
+        raise InputError(f"{what} must be comma-separated numbers like 0,0.1,0.5, got {text!r}") from None
+
+
+def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[float]) -> SimulationResult:
+    """Rows fetched per epoch for every policy and α, on ``ctx.epochs`` sampled epochs (seed ``ctx.seed``)."""
+    policies = tuple(policies)
+    if not policies:
+        raise InputError("no policies to simulate; pass e.g. --policies vip,degree,oracle")
+    for name in policies:
+        get_policy(name)
+    dataset = ctx.dataset
+    num_parts, num_nodes = dataset.num_parts, dataset.num_nodes
+    replication = check_replication(replication, num_parts)
+    rows = np.zeros((len(policies), len(replication), num_parts))
+    accessed = np.zeros(num_parts)
+    cached = np.zeros((len(replication), num_parts), dtype=np.int64)
+    steps = np.zeros(num_parts)
+    seconds = {"sampling": 0.0, **{name: 0.0 for name in policies}}
+    for k in range(num_parts):
+        start = time.perf_counter()
+        counts = ctx.access_counts(k, ctx.epochs, accesses.EVAL_STREAM)
+        seconds["sampling"] += time.perf_counter() - start
+        remote = np.flatnonzero(ctx.remote_mask(k))
+        accessed[k] = counts[remote].sum() / ctx.epochs
+        steps[k] = sum(w.weight * math.ceil(w.seeds(dataset, k).size / w.batch_size) for w in ctx.workloads)
+        cached[:, k] = [Budget(replication=a).rows(remote.size, num_nodes, num_parts, 1)[0] for a in replication]
+        for i, name in enumerate(policies):
+            start = time.perf_counter()
+            scores = policy_scores(ctx, name, k)
+            seconds[name] += time.perf_counter() - start
+            order = rank_vertices(scores, remote, ctx.rng(k, accesses.TIEBREAK_STREAM))
+            hits = np.concatenate([[0.0], np.cumsum(counts[order])])
+            rows[i, :, k] = (hits[-1] - hits[cached[:, k]]) / ctx.epochs
+        ctx.forget(k)
+    meta = {"dataset": str(dataset.path), "workloads": [w.to_json() for w in ctx.workloads], "seed": ctx.seed,
+            "simulation_epochs": ctx.simulation_epochs, "vip_method": ctx.vip_method,
+            "num_parts": num_parts, "num_nodes": num_nodes, "seconds": seconds}
+    return SimulationResult(policies=policies, replication=replication, rows=rows, accessed=accessed, cached=cached,
+                            steps=steps, row_bytes=row_bytes_of(dataset), epochs=ctx.epochs, meta=meta)
+
+
+def plot_volume(result: SimulationResult, path: str) -> None:
+    """Write a log-scale plot of rows fetched per epoch vs α, one line per policy (needs matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("matplotlib is not installed, so the plot cannot be drawn; "
+                         "`pip install matplotlib` or leave out --plot") from None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    total = result.total_rows()
+    for i, name in enumerate(result.policies):
+        ax.plot(result.replication, total[i], marker="o", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("replication factor α (cached rows per partition / (N/K))")
+    ax.set_ylabel("remote rows fetched per epoch")
+    ax.set_title(f"{result.rows.shape[2]} partitions, {result.epochs} epochs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,103 @@
+"""What the cache serves: sampled workloads (fanouts, batch size, seed split, weight).
+
+A training run fetches remote features for its training minibatches; sampled inference fetches
+them too. A :class:`Workload` describes one such stream of minibatches; the VIP analysis, the
+policies and the simulator all take a tuple of them, training first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+
+SPLITS = ("train", "valid", "test")
+
+
+def check_fanouts(fanouts) -> tuple[int, ...]:
+    """Validate a fanout list (``fanouts[0]`` at the seeds; -1 = all neighbours) and return it as a tuple."""
+    try:
+        values = tuple(int(f) for f in fanouts)
+    except (TypeError, ValueError):
+        raise InputError(f"fanouts must be integers like 15,10,5, got {fanouts!r}; pass one integer per hop") from None
+    if not values:
+        raise InputError("the fanout list is empty; pass one integer per hop, e.g. --fanouts 15,10,5")
+    bad = [f for f in values if f < 1 and f != -1]
+    if bad:
+        raise InputError(f"fanout {bad[0]} is invalid; every fanout must be a positive integer or -1 (all neighbours)")
+    return values
+
+
+def parse_fanouts(text: str) -> tuple[int, ...]:
+    """``"15,10,5"`` -> ``(15, 10, 5)``, validated by :func:`check_fanouts`."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise InputError(f"fanouts must be comma-separated integers like 15,10,5, got {text!r}") from None
+    return check_fanouts(values)
+
+
+def check_batch_size(batch_size) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise InputError(f"batch size must be a positive integer, got {batch_size!r}; pass e.g. --batch-size 1024")
+    return int(batch_size)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One stream of sampled minibatches whose remote feature rows a rank must fetch.
+
+    Attributes:
+        fanouts: neighbours drawn per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours.
+        batch_size: seeds per minibatch.
+        replace: sampling with replacement (``f`` draws, duplicates merged) instead of without.
+        splits: the seed sets of each partition it runs over, e.g. ``("train",)`` or ``("valid", "test")``.
+        weight: passes of this workload per training epoch (1 for training itself; e.g. 0.2 for
+            sampled inference every fifth epoch). Scores and fetched rows add up with this weight.
+    """
+
+    fanouts: tuple[int, ...]
+    batch_size: int
+    replace: bool = False
+    splits: tuple[str, ...] = ("train",)
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
+        object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))
+        splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
+        if not splits or any(s not in SPLITS for s in splits):
+            raise InputError(f"workload splits must be a non-empty subset of {', '.join(SPLITS)}, got {self.splits!r}")
+        object.__setattr__(self, "splits", splits)
+        if not (np.isfinite(self.weight) and self.weight > 0):
+            raise InputError(f"workload weight must be a positive number, got {self.weight!r}")
+
+    @property
+    def num_hops(self) -> int:
+        return len(self.fanouts)
+
+    def seeds(self, dataset, k: int) -> np.ndarray:
+        """int64 sorted seed ids (new global numbering) of partition ``k`` of a PartitionedDataset."""
+        part = dataset.part(k)
+        arrays = [np.asarray(getattr(part, f"{s}_idx"), dtype=np.int64) for s in self.splits]
+        return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+
+    def steps(self, num_seeds: int) -> float:
+        """Minibatches per pass over ``num_seeds`` seeds, counting a partial last batch by its size.
+
+        With ``num_seeds <= batch_size`` this is one (a single batch holding every seed).
+        """
+        if num_seeds == 0:
+            return 0.0
+        return max(num_seeds / self.batch_size, 1.0)
+
+    def to_json(self) -> dict:
+        return {"fanouts": list(self.fanouts), "batch_size": self.batch_size, "replace": self.replace,
+                "splits": list(self.splits), "weight": self.weight}
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "Workload":
+        return cls(fanouts=tuple(entry["fanouts"]), batch_size=int(entry["batch_size"]),
+                   replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]))
