@@ -1,0 +1,196 @@
+"""Synthetic graphs: determinism, CSR invariants, degree tails, communities, label signal, specs."""
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from salientpp.data.format import load_dataset, save_dataset
+from salientpp.data.synthetic import PRESETS, SyntheticConfig, generate, parse_spec, synthetic_dataset
+from salientpp.errors import InputError
+
+ARRAYS = ("rowptr", "col", "x", "y", "train_idx", "valid_idx", "test_idx")
+# 20k nodes: enough for tail statistics, still ~0.1 s to generate.
+MEDIUM = "tiny,num_nodes=20000,avg_degree=20,max_degree=1000,num_communities=40"
+
+
+def _edge_rows(rowptr: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(rowptr.shape[0] - 1, dtype=np.int64), np.diff(rowptr))
+
+
+def _ridge_accuracy(features: np.ndarray, y: np.ndarray, num_classes: int) -> float:
+    """Held-out accuracy of a least-squares one-vs-all linear classifier (train/test halves)."""
+    f = np.hstack([features.astype(np.float64), np.ones((features.shape[0], 1))])
+    order = np.random.default_rng(0).permutation(f.shape[0])
+    train, test = order[: f.shape[0] // 2], order[f.shape[0] // 2:]
+    w = np.linalg.solve(f[train].T @ f[train] + 1e-2 * np.eye(f.shape[1]), f[train].T @ np.eye(num_classes)[y[train]])
+    return float(np.mean((f[test] @ w).argmax(1) == y[test]))
+
+
+def test_same_seed_gives_identical_arrays_and_another_seed_differs():
+    a, b = generate(parse_spec("tiny,seed=5")), generate(parse_spec("tiny,seed=5"))
+    c = generate(parse_spec("tiny,seed=6"))
+    for name in ARRAYS:
+        assert np.array_equal(getattr(a.dataset, name), getattr(b.dataset, name)), name
+    assert np.array_equal(a.community, b.community)
+    assert a.dataset.num_edges != c.dataset.num_edges or not np.array_equal(a.dataset.col, c.dataset.col)
+    assert not np.array_equal(a.dataset.x, c.dataset.x)
+    assert not np.array_equal(a.dataset.train_idx, c.dataset.train_idx)
+
+
+def test_thread_count_does_not_change_the_graph():
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has a single thread here")
+    config = parse_spec("tiny,seed=2")
+    default = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        single = generate(config).dataset
+    finally:
+        numba.set_num_threads(default)
+    multi = generate(config).dataset
+    assert np.array_equal(single.rowptr, multi.rowptr) and np.array_equal(single.col, multi.col)
+
+
+@pytest.mark.parametrize("spec", ["tiny", "tiny,intra_fraction=1,num_communities=3", "tiny,num_nodes=50,avg_degree=30,max_degree=49"])
+def test_csr_is_symmetric_sorted_without_duplicates_or_self_loops(spec):
+    d = generate(parse_spec(spec)).dataset
+    assert d.rowptr.dtype == np.int64 and d.col.dtype == np.int64
+    row = _edge_rows(d.rowptr)
+    assert not np.any(row == d.col), "self loop"
+    same_row = row[1:] == row[:-1]
+    assert np.all(d.col[1:][same_row] > d.col[:-1][same_row]), "row not strictly increasing (unsorted or duplicate)"
+    n = d.num_nodes
+    assert np.array_equal(np.sort(row * n + d.col), np.sort(d.col * n + row)), "edge set differs from its transpose"
+
+
+def test_average_degree_is_met():
+    # The generator draws extra edges until nnz / N is within 1% of avg_degree.
+    for spec, target in (("tiny", PRESETS["tiny"].avg_degree), (MEDIUM, 20.0)):
+        d = generate(parse_spec(spec)).dataset
+        assert 0.99 * target <= d.num_edges / d.num_nodes <= 1.01 * target, spec
+
+
+def _hill_tail_index(degree: np.ndarray, fraction: float = 0.01) -> float:
+    """Hill estimator of alpha in P(D > d) ~ d^-alpha from the top ``fraction`` of degrees."""
+    top = np.sort(degree)[::-1]
+    k = int(degree.shape[0] * fraction)
+    return float(1.0 / np.mean(np.log(top[:k] / top[k])))
+
+
+def test_degrees_are_heavy_tailed_unlike_equal_weights():
+    heavy = generate(parse_spec(MEDIUM)).dataset.degree()
+    # Control: degree_exponent=20 makes weights nearly equal, i.e. an almost Poisson graph.
+    light = generate(parse_spec(MEDIUM + ",degree_exponent=20")).dataset.degree()
+    # Poisson(20) has p99 / median ~ 1.6 and max / mean ~ 2; the Pareto weights (gamma = 2.5)
+    # put ~1% of the nodes above 10x the median, so both ratios must be far larger.
+    assert np.percentile(light, 99) / np.median(light) < 2.0
+    assert np.percentile(heavy, 99) / np.median(heavy) > 5.0
+    assert heavy.max() / heavy.mean() > 20.0
+    # The true tail index is gamma - 1 = 1.5; the cap (max_degree) and Poisson noise bias the
+    # Hill estimate upward, but it stays far from the light-tailed control's (> 10).
+    assert 1.0 < _hill_tail_index(heavy) < 3.0
+    assert _hill_tail_index(light) > 8.0
+
+
+def test_most_edges_stay_inside_communities():
+    g = generate(parse_spec(MEDIUM))
+    row = _edge_rows(g.dataset.rowptr)
+    intra = float(np.mean(g.community[row] == g.community[g.dataset.col]))
+    # intra_fraction = 0.85 of the draws stay inside; inter draws land inside by chance
+    # (~1/40 here); merging duplicate draws removes slightly more intra edges. Without
+    # communities in the draws (intra_fraction=0) only the chance term is left.
+    assert 0.80 <= intra <= 0.90
+    g0 = generate(parse_spec(MEDIUM + ",intra_fraction=0"))
+    row0 = _edge_rows(g0.dataset.rowptr)
+    assert float(np.mean(g0.community[row0] == g0.community[g0.dataset.col])) < 0.15
+
+
+def test_labels_follow_communities():
+    config = parse_spec(MEDIUM)
+    g = generate(config)
+    counts = np.zeros((config.num_communities, config.num_classes), dtype=np.int64)
+    np.add.at(counts, (g.community, g.dataset.y), 1)
+    agree = counts.max(1).sum() / g.dataset.num_nodes
+    # A node keeps its community's class with probability purity, and a random relabel hits it
+    # again with probability 1/K: expected purity + (1 - purity) / K = 0.9125; the binomial
+    # standard deviation over 20k nodes is 0.002, so 0.02 is a wide margin.
+    expected = config.label_purity + (1 - config.label_purity) / config.num_classes
+    assert abs(agree - expected) < 0.02
+    assert set(np.unique(g.dataset.y)) == set(range(config.num_classes))
+
+
+def test_neighbour_features_beat_own_features_clearly():
+    d = generate(parse_spec("tiny")).dataset
+    adj = sp.csr_matrix((np.ones(d.num_edges), d.col, d.rowptr), shape=(d.num_nodes, d.num_nodes))
+    mean_nbr = (adj @ d.x.astype(np.float64)) / np.maximum(d.degree(), 1)[:, None]
+    own = _ridge_accuracy(d.x, d.y, d.num_classes)
+    both = _ridge_accuracy(np.hstack([d.x, mean_nbr]), d.y, d.num_classes)
+    # Measured on seeds 0-1: own ~0.60, with neighbours ~0.82. With 1000 test nodes the
+    # standard error of an accuracy is <= 0.016, so the bounds below are > 5 errors away:
+    # features alone are informative but weak, and neighbours add at least 10 points.
+    assert 0.40 < own < 0.75
+    assert both > own + 0.10
+
+
+def test_split_fractions_and_disjointness():
+    d = generate(parse_spec("tiny")).dataset
+    n = d.num_nodes
+    sizes = [d.train_idx.shape[0], d.valid_idx.shape[0], d.test_idx.shape[0]]
+    assert sizes == [round(0.08 * n), round(0.02 * n), round(0.90 * n)]
+    union = np.concatenate([d.train_idx, d.valid_idx, d.test_idx])
+    assert np.unique(union).shape[0] == union.shape[0]
+    for idx in (d.train_idx, d.valid_idx, d.test_idx):
+        assert np.all(np.diff(idx) > 0)
+
+
+def test_spec_overrides_and_dataset_metadata_round_trip(tmp_path):
+    config = parse_spec(" tiny , seed = 3,num_nodes=3e3,feature_noise=0.4,feature_dtype=float16")
+    assert config == dataclasses.replace(PRESETS["tiny"], seed=3, num_nodes=3000, feature_noise=0.4,
+                                         feature_dtype="float16")
+    assert parse_spec("tiny") == PRESETS["tiny"]
+    spec = "tiny,seed=3,feature_dtype=float16"
+    d = synthetic_dataset(spec)
+    assert d.source == f"synthetic:{spec}" and d.x.dtype == np.float16
+    assert d.extra_meta["synthetic"] == dataclasses.asdict(parse_spec(spec))
+    loaded = load_dataset(save_dataset(d, tmp_path / "ds"), verify=True)
+    assert loaded.source == d.source and loaded.extra_meta == d.extra_meta
+    assert np.array_equal(loaded.col, d.col)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("", "preset"),
+    ("huge", "tiny, small, products"),
+    ("tiny,seed", "key=value"),
+    ("tiny,=3", "key=value"),
+    ("tiny,colour=red", "num_nodes"),
+    ("tiny,seed=abc", "seed"),
+    ("tiny,num_nodes=2.5", "num_nodes"),
+    ("tiny,seed=1,seed=2", "twice"),
+    ("tiny,intra_fraction=1.5", "intra_fraction"),
+    ("tiny,avg_degree=nan", "avg_degree"),
+    ("tiny,feature_dtype=int8", "feature_dtype"),
+    ("tiny,seed=-1", "seed"),
+    ("tiny,num_nodes=1", "num_nodes"),
+    ("tiny,max_degree=5", "max_degree"),
+    ("tiny,num_classes=1", "num_classes"),
+    ("tiny,train_fraction=0.5,test_fraction=0.9", "sum"),
+    ("tiny,train_fraction=0", "training node"),
+    ("tiny,degree_exponent=1", "degree_exponent"),
+])
+def test_bad_specs_raise_one_sentence(spec, words):
+    with pytest.raises(InputError) as info:
+        synthetic_dataset(spec)
+    message = str(info.value)
+    assert words in message and "\n" not in message
+
+
+def test_every_field_has_a_preset_value_of_its_declared_type():
+    # parse_spec converts values with the field's annotation; presets must agree with it.
+    for name, preset in PRESETS.items():
+        preset.validate()
+        for f in dataclasses.fields(SyntheticConfig):
+            assert type(getattr(preset, f.name)).__name__ == f.type, (name, f.name)
