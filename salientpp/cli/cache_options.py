@@ -1,0 +1,51 @@
+"""Command-line options shared by ``salientpp analyze`` and ``salientpp simulate``: the sampled
+workloads a cache serves and the policy context built from them."""
+from __future__ import annotations
+
+import argparse
+
+from ..cache.policies import PolicyContext
+from ..cache.vip import METHODS
+from ..cache.workload import SPLITS, Workload, parse_fanouts
+from ..errors import InputError
+from ..partition.format import PartitionedDataset
+
+
+def add_workload_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("part_dir", metavar="PART_DIR", help="a partitioned directory written by `salientpp partition`")
+    parser.add_argument("--fanouts", required=True, metavar="F1,F2,...",
+                        help="training fanouts per hop, first at the seeds; -1 = all neighbours (e.g. 15,10,5)")
+    parser.add_argument("--batch-size", type=int, required=True, metavar="B", help="training seeds per minibatch")
+    parser.add_argument("--replace", action="store_true", help="the sampler draws with replacement")
+    parser.add_argument("--inference-fanouts", metavar="F1,F2,...",
+                        help="also serve sampled inference with these fanouts (a mixed workload)")
+    parser.add_argument("--inference-batch-size", type=int, metavar="B",
+                        help="inference seeds per minibatch (default: the training batch size)")
+    parser.add_argument("--inference-splits", default="valid", metavar="S1,S2",
+                        help=f"seed splits of inference, from {','.join(SPLITS)} (default valid)")
+    parser.add_argument("--inference-weight", type=float, default=1.0, metavar="W",
+                        help="inference passes per training epoch (default 1)")
+    parser.add_argument("--vip-method", choices=METHODS, default="exact",
+                        help="VIP estimate of the vip policy (default exact; cavity corrects the hop>=2 over-estimate)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the evaluated run and of random choices (default 0)")
+    parser.add_argument("--simulation-epochs", type=int, default=5, metavar="E",
+                        help="epochs sampled by the vip-simulation policy (default 5)")
+    parser.add_argument("--threads", type=int, default=1, metavar="T", help="sampler threads (default 1)")
+
+
+def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
+    train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace)
+    if args.inference_fanouts is None:
+        return (train,)
+    splits = tuple(s.strip() for s in args.inference_splits.split(",") if s.strip())
+    inference = Workload(parse_fanouts(args.inference_fanouts), args.inference_batch_size or args.batch_size,
+                         replace=args.replace, splits=splits, weight=args.inference_weight)
+    return train, inference
+
+
+def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
+    if args.threads < 1:
+        raise InputError(f"--threads must be at least 1, got {args.threads}")
+    return PolicyContext(dataset, workloads_from(args), seed=args.seed, epochs=epochs,
+                         simulation_epochs=args.simulation_epochs, vip_method=args.vip_method,
+                         num_threads=args.threads, progress=True)

@@ -1,0 +1,71 @@
+"""``salientpp simulate PART_DIR --fanouts 15,10,5 --batch-size 1024 --policies vip,degree,oracle
+--replication 0,0.1,0.5 --epochs 5``: remote rows fetched per epoch per policy and replication factor."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..cache.policies import available_policies, get_policy
+from ..cache.simulator import check_replication, parse_floats, plot_volume, simulate
+from ..errors import InputError
+from ..partition.format import load_partitioned
+from .cache_options import add_workload_options, context_from
+
+DEFAULT_POLICIES = "vip,vip-simulation,degree,halo,num-paths,random,oracle"
+DEFAULT_REPLICATION = "0,0.01,0.05,0.1,0.2,0.5,1.0"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "simulate", help="communication volume of cache policies, sampled with the trainer's sampler",
+        description="Sample every partition's training epochs with the trainer's sampler and count, for "
+                    "each cache policy and replication factor, the remote feature rows the minibatches "
+                    "fetch (all policies are scored on the same batches). Prints a table; optionally "
+                    "writes JSON and a log-scale plot (matplotlib).")
+    add_workload_options(parser)
+    parser.add_argument("--policies", default=DEFAULT_POLICIES, metavar="P1,P2,...",
+                        help=f"policies to compare, from {', '.join(available_policies())} (default: all built-ins)")
+    parser.add_argument("--replication", default=DEFAULT_REPLICATION, metavar="A1,A2,...",
+                        help=f"replication factors alpha in [0, K-1] (default {DEFAULT_REPLICATION})")
+    parser.add_argument("--epochs", type=int, default=5, metavar="E",
+                        help="evaluated epochs (default 5; the oracle needs >= 10 to stop fitting sampling noise)")
+    parser.add_argument("--json", metavar="OUT", help="write the results as JSON here")
+    parser.add_argument("--plot", metavar="OUT.png", help="write a log-scale plot of rows fetched vs alpha (matplotlib)")
+    parser.set_defaults(func=run)
+
+
+def _check_output_file(path: str | None) -> None:
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise InputError(f"the directory of {path} does not exist; create it first or choose another path")
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for name in policies:
+        get_policy(name)
+    _check_output_file(args.json)
+    _check_output_file(args.plot)
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("matplotlib is not installed, so --plot cannot draw; `pip install matplotlib` "
+                             "or leave out --plot") from None
+    replication = parse_floats(args.replication, "--replication")
+    dataset = load_partitioned(args.part_dir)
+    ctx = context_from(args, dataset, args.epochs)
+    replication = check_replication(replication, dataset.num_parts)
+    result = simulate(ctx, policies, replication)
+    print(result.table())
+    seconds = result.meta["seconds"]
+    print("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()))
+    if args.json is not None:
+        with open(args.json, "w") as f:
+            json.dump(result.to_json(), f, indent=2)
+            f.write("\n")
+        print(f"results written to {args.json}")
+    if args.plot is not None:
+        plot_volume(result, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
