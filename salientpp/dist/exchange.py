@@ -1,0 +1,126 @@
+"""The all-to-all exchange of missing feature rows: counts, then ids, then rows.
+
+Each step is asynchronous: it returns a :class:`Pending` at once and the collective runs while
+the caller does other work (gloo runs it on its own threads, NCCL on its stream). Every rank
+must start the same steps in the same order; the pipeline guarantees that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from .group import DistContext
+
+
+class Pending:
+    """A tensor that is complete once :meth:`wait` returns (``work`` is ``None`` when already complete)."""
+
+    def __init__(self, value: torch.Tensor, work=None):
+        self._value = value
+        self._work = work
+
+    def wait(self) -> torch.Tensor:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return self._value
+
+
+@dataclass
+class CommStats:
+    """Counters of one epoch (or one evaluation pass) on one rank.
+
+    Rows are counted per batch node: ``owned`` (this rank's partition), ``gpu_hits`` / ``cpu_hits``
+    (remote rows served by the cache tiers) and ``received`` (remote rows fetched from their
+    owners). ``sent`` rows are those this rank served to the others.
+    """
+
+    owned: int = 0
+    gpu_hits: int = 0
+    cpu_hits: int = 0
+    received: int = 0
+    sent: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+
+    def add(self, other: "CommStats") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    @property
+    def remote(self) -> int:
+        """Remote batch nodes: those served by a cache tier plus those fetched."""
+        return self.gpu_hits + self.cpu_hits + self.received
+
+    def as_dict(self) -> dict[str, float]:
+        remote = max(self.remote, 1)
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "gpu_hit_rate": self.gpu_hits / remote, "cpu_hit_rate": self.cpu_hits / remote,
+                "miss_rate": self.received / remote if self.remote else 0.0}
+
+    def to_tensor(self) -> torch.Tensor:
+        return torch.tensor([getattr(self, f.name) for f in fields(self)], dtype=torch.float64)
+
+    @classmethod
+    def from_tensor(cls, values: torch.Tensor) -> "CommStats":
+        return cls(*(int(v) for v in values.tolist()))
+
+
+class RowExchange:
+    """Moves feature rows between ranks with ``all_to_all_single``.
+
+    Args:
+        ctx: the process group context.
+        serve: ``serve(ids)`` returns the ``[n, F]`` rows of ids this rank owns (int64 ``[n]``,
+            on ``ctx.comm_device``), on ``ctx.comm_device``.
+        num_features, dtype: shape and dtype of a row.
+    """
+
+    def __init__(self, ctx: DistContext, serve: Callable[[torch.Tensor], torch.Tensor], num_features: int,
+                 dtype: torch.dtype):
+        self.ctx = ctx
+        self.serve = serve
+        self.num_features = num_features
+        self.dtype = dtype
+        self.stats = CommStats()
+
+    def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None,
+                    in_splits: list[int] | None) -> Pending:
+        if not self.ctx.distributed or self.ctx.world_size == 1:
+            out.copy_(inp)
+            return Pending(out)
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.ctx.exchange_group,
+                                      async_op=True)
+        return Pending(out, work)
+
+    def counts(self, send_counts: torch.Tensor) -> Pending:
+        """Start sending how many ids this rank requests from each owner (int64 ``[K]``)."""
+        send = send_counts.to(self.ctx.comm_device, torch.int64)
+        return self._all_to_all(torch.empty_like(send), send, None, None)
+
+    def ids(self, send_ids: torch.Tensor, send_counts: torch.Tensor, recv_counts: torch.Tensor) -> Pending:
+        """Start sending the requested ids (grouped by owner); the result is the ids others request from us."""
+        recv = torch.empty(int(recv_counts.sum()), dtype=torch.int64, device=self.ctx.comm_device)
+        return self._all_to_all(recv, send_ids.to(self.ctx.comm_device), recv_counts.tolist(), send_counts.tolist())
+
+    def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
+        """Slice the rows others requested from us and start the exchange; the result is our
+        requested rows, ``[sum(send_counts), F]``, grouped by owner in request order."""
+        out_rows = self.serve(requested_ids)
+        recv = torch.empty((int(send_counts.sum()), self.num_features), dtype=self.dtype,
+                           device=self.ctx.comm_device)
+        row_bytes = self.num_features * recv.element_size()
+        self.stats.sent += int(out_rows.shape[0])
+        self.stats.bytes_sent += int(out_rows.shape[0]) * row_bytes
+        self.stats.received += int(recv.shape[0])
+        self.stats.bytes_received += int(recv.shape[0]) * row_bytes
+        return self._all_to_all(recv, out_rows, send_counts.tolist(), requested_counts.tolist())
+
+    def fetch(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """The rows of ``ids`` (int64, grouped by owner, ``counts[k]`` owned by rank k), synchronously."""
+        recv_counts = self.counts(counts).wait()
+        requested = self.ids(ids, counts, recv_counts).wait()
+        return self.rows(requested, recv_counts, counts).wait()

@@ -1,0 +1,136 @@
+"""The feature rows one rank can reach without asking anyone: its own and its cache.
+
+Tiers (DESIGN.md "Tiers"):
+
+* owned rows, reordered by descending VIP (``local_order`` of the cache plan); the first
+  ``num_device_local`` live on the training device, the rest in (pinned) CPU memory;
+* the remote cache, slot ``s < G`` in the device tier and ``G + j`` in the CPU tier, filled once
+  at start-up by an all-to-all from the owners;
+* everything else is fetched per batch through :class:`~salientpp.dist.exchange.RowExchange`.
+
+On a CPU-only run the "device" tiers are CPU tensors too; the split is kept so that the
+counters mean the same thing everywhere.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..partition.book import PartitionBook
+from .exchange import CommStats, RowExchange
+from .group import DistContext
+
+
+def _inverse(perm: torch.Tensor) -> torch.Tensor:
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.shape[0], dtype=perm.dtype)
+    return inv
+
+
+class FeatureStore:
+    """Owned and cached feature rows of one rank.
+
+    Args:
+        ctx: the process group context (rank = partition).
+        book: the partition book.
+        local_x: ``[n_k, F]`` owned rows in local id order (row i = global id ``offsets[rank] + i``).
+        local_order: int64 ``[n_k]`` local rows by descending VIP (``None``: identity).
+        num_device_local: how many of the first rows of ``local_order`` live on ``ctx.device``.
+        cache_slot: int64 ``[N]``: -1 not cached, ``[0, G)`` device tier, ``[G, G + C)`` CPU tier
+            (``None``: no cache).
+        num_device_slots: G.
+    """
+
+    def __init__(self, ctx: DistContext, book: PartitionBook, local_x: np.ndarray | torch.Tensor,
+                 local_order: np.ndarray | None = None, num_device_local: int = 0,
+                 cache_slot: np.ndarray | None = None, num_device_slots: int = 0):
+        self.ctx = ctx
+        self.book = book
+        self.offset = int(book.offsets[ctx.rank])
+        x = torch.as_tensor(np.asarray(local_x))
+        n_k = x.shape[0]
+        order = torch.arange(n_k) if local_order is None else torch.as_tensor(np.asarray(local_order), dtype=torch.int64)
+        self.local_row = _inverse(order)  # local index -> storage row
+        storage = x[order].contiguous()
+        self.num_device_local = min(int(num_device_local), n_k)
+        pin = ctx.device.type == "cuda"
+        self.owned_device = storage[:self.num_device_local].to(ctx.device)
+        self.owned_host = storage[self.num_device_local:]
+        if pin:
+            self.owned_host = self.owned_host.pin_memory()
+        # The sampler threads slice owned rows from one CPU tensor; that is all of them on CPU.
+        self.slice_source = storage if ctx.device.type == "cpu" else None
+        self.num_features = int(x.shape[1])
+        self.dtype = x.dtype
+        if cache_slot is None:
+            cache_slot = np.full(book.num_nodes, -1, dtype=np.int64)
+        self.cache_slot = torch.as_tensor(np.asarray(cache_slot), dtype=torch.int64)
+        self.num_device_slots = int(num_device_slots)
+        self.cache_device = torch.empty((0, self.num_features), dtype=self.dtype, device=ctx.device)
+        self.cache_host = torch.empty((0, self.num_features), dtype=self.dtype)
+
+    @property
+    def num_cached(self) -> int:
+        return int(self.cache_device.shape[0] + self.cache_host.shape[0])
+
+    def serve(self, ids: torch.Tensor) -> torch.Tensor:
+        """``[n, F]`` rows of owned global ids (int64 ``[n]``), on ``ctx.comm_device``."""
+        rows = self.local_row[ids.cpu() - self.offset]
+        return self.gather_owned(rows, self.ctx.comm_device)
+
+    def gather_owned(self, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``[n, F]`` owned rows by storage row (int64 ``[n]``, CPU), on ``device``."""
+        if self.slice_source is not None:
+            return self.slice_source[rows].to(device)
+        out = torch.empty((rows.shape[0], self.num_features), dtype=self.dtype, device=device)
+        on_device = rows < self.num_device_local
+        dev_idx = on_device.nonzero().flatten()
+        host_idx = (~on_device).nonzero().flatten()
+        out[dev_idx.to(device)] = self.owned_device[rows[dev_idx].to(self.ctx.device)].to(device)
+        host_rows = self.owned_host[rows[host_idx] - self.num_device_local]
+        out[host_idx.to(device)] = host_rows.to(device, non_blocking=True)
+        return out
+
+    def fill_cache(self, exchange: RowExchange) -> None:
+        """Fetch every cached row from its owner (a collective: all ranks call it together)."""
+        cached = (self.cache_slot >= 0).nonzero().flatten()
+        slots = self.cache_slot[cached]
+        by_slot = torch.empty(cached.shape[0], dtype=torch.int64)
+        by_slot[slots] = cached
+        # Ids sorted ascending are grouped by owner, since owners hold contiguous id ranges.
+        ids, order = torch.sort(by_slot)
+        counts = torch.bincount(self.book.owner(ids), minlength=self.book.num_parts)
+        fetched = exchange.fetch(ids, counts).cpu()
+        rows = torch.empty_like(fetched)
+        rows[order] = fetched
+        g = self.num_device_slots
+        self.cache_device = rows[:g].to(self.ctx.device)
+        self.cache_host = rows[g:].pin_memory() if self.ctx.device.type == "cuda" else rows[g:]
+        # A rank never caches rows it sends: fetching the cache is not per-epoch traffic.
+        exchange.stats = CommStats()
+
+    def fetch_context_args(self) -> dict[str, Any]:
+        """Keyword arguments of the sampler's fetch context for this rank."""
+        return dict(offsets=torch.as_tensor(np.asarray(self.book.offsets)), rank=self.ctx.rank,
+                    cache_slot=self.cache_slot, num_gpu_slots=self.num_device_slots,
+                    local_x=self.slice_source, local_row=self.local_row)
+
+    def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats) -> torch.Tensor:
+        """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``.
+
+        ``plan`` is the batch's fetch plan (positions and rows of each source), ``received``
+        the rows fetched for ``plan.remote_id``.
+        """
+        dev = self.ctx.device
+        out = torch.empty((num_nodes, self.num_features), dtype=self.dtype, device=dev)
+        owned = plan.owned_x if plan.owned_x is not None else self.gather_owned(plan.owned_row, dev)
+        out[plan.owned_pos.to(dev)] = owned.to(dev, non_blocking=True)
+        out[plan.remote_pos.to(dev)] = received.to(dev, non_blocking=True)
+        out[plan.gpu_pos.to(dev)] = self.cache_device[plan.gpu_slot.to(dev)]
+        out[plan.cpu_pos.to(dev)] = self.cache_host[plan.cpu_slot].to(dev, non_blocking=True)
+        stats.owned += int(plan.owned_pos.shape[0])
+        stats.gpu_hits += int(plan.gpu_pos.shape[0])
+        stats.cpu_hits += int(plan.cpu_pos.shape[0])
+        return out

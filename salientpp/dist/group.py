@@ -1,0 +1,91 @@
+"""Joining the process group: one rank per partition, gloo on CPU, NCCL on CUDA.
+
+The rank and world come from the environment that :func:`salientpp.dist.launch` or ``torchrun``
+set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``). Every
+collective of the group times out after ``timeout_s``, so a dead peer turns into an error, not
+a hang.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ..errors import InputError
+
+ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands in the job.
+
+    Attributes:
+        rank, world_size: this process's rank and the number of ranks (= partitions).
+        local_rank: index among the ranks of this machine (selects the CUDA device).
+        device: where the model and the device tiers of the feature store live.
+        comm_device: where tensors handed to collectives must live (CPU for gloo, the GPU for NCCL).
+        backend: ``"gloo"`` or ``"nccl"``; ``None`` for a single process without a group.
+        exchange_group: a second group for the feature exchange, so its all-to-alls never
+            interleave with DDP's all-reduces in one sequence of collectives.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    comm_device: torch.device
+    backend: str | None
+    exchange_group: Any = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def env_is_distributed() -> bool:
+    """True when a launcher (ours or torchrun) has set the rendezvous variables."""
+    return all(key in os.environ for key in ENV_KEYS)
+
+
+def resolve_device(device: str, local_rank: int) -> torch.device:
+    """``"cpu"`` or ``"cuda"`` -> the torch device of this rank; InputError when CUDA is absent."""
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda was asked for but torch sees no CUDA GPU; use --device cpu")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    raise InputError(f"unknown device {device!r}; choose cpu or cuda")
+
+
+def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str | None = None) -> DistContext:
+    """Join the process group described by the environment, or run alone without one.
+
+    ``backend`` defaults to NCCL for ``device="cuda"`` and gloo otherwise; gloo also works with
+    CUDA models (rows then cross through CPU memory).
+    """
+    if not env_is_distributed():
+        dev = resolve_device(device, 0)
+        return DistContext(0, 1, 0, dev, torch.device("cpu"), None)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    dev = resolve_device(device, local_rank)
+    backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
+                                **({"device_id": dev} if backend == "nccl" else {}))
+    comm = dev if backend == "nccl" else torch.device("cpu")
+    exchange_group = dist.new_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group)
+
+
+def shutdown_distributed(ctx: DistContext) -> None:
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,133 @@
+"""Start K local ranks (like ``torchrun --standalone``) and make them fail together.
+
+Each rank is a fresh (spawned) process that joins a loopback-only process group. The parent
+watches them: when one raises or dies, the others are terminated at once and the parent raises,
+so a failure on one rank never leaves the rest waiting in a collective.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+import torch
+
+from ..errors import InputError
+
+# Seconds a terminated rank gets to exit before it is killed.
+_GRACE_S = 5.0
+# After a first failure, seconds to wait for the other ranks' reports: a peer of the failing
+# rank often fails too ("connection closed"), and the report raised first is the cause.
+_REPORT_S = 2.0
+
+
+class WorkerError(RuntimeError):
+    """A rank raised or died; ``rank`` is the first one that failed, ``details`` its traceback."""
+
+    def __init__(self, rank: int, message: str, details: str = ""):
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank = rank
+        self.details = details
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, threads: int, conn) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(threads)
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # everything must reach the parent, which stops the other ranks
+        kind = "input" if isinstance(exc, InputError) else "error"
+        message = f"{type(exc).__name__}: {exc}" if kind == "error" else str(exc)
+        conn.send((kind, message, traceback.format_exc(), time.time()))
+        conn.close()
+        os._exit(1)
+    conn.send(("ok", result, "", time.time()))
+    conn.close()
+
+
+def _stop(procs: list[mp.Process]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + _GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s: float | None = None) -> list[Any]:
+    """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results, rank order.
+
+    ``fn`` and ``args`` must be picklable (a module-level function). Every rank sees ``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``, so
+    :func:`salientpp.dist.init_distributed` joins the group. Raises :class:`InputError` when a
+    rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else, died,
+    or the job ran past ``timeout_s``; the other ranks are terminated first.
+    """
+    if nprocs < 1:
+        raise InputError(f"the number of processes must be at least 1, got {nprocs}")
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    threads = max(1, (os.cpu_count() or 1) // nprocs)
+    procs, conns = [], []
+    for rank in range(nprocs):
+        parent_conn, child_conn = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_worker, args=(fn, args, rank, nprocs, port, threads, child_conn), daemon=True,
+                        name=f"salientpp-rank{rank}")
+        p.start()
+        child_conn.close()
+        procs.append(p)
+        conns.append(parent_conn)
+    results: dict[int, Any] = {}
+    failures: list[tuple[float, WorkerError | InputError]] = []  # (when it was raised, error)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pending = set(range(nprocs))
+    try:
+        while pending:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if not failures:
+                    failures.append((time.time(), WorkerError(min(pending), f"the job ran past its {timeout_s:.0f} s "
+                                                                            "time limit")))
+                break
+            ready = wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending], remaining)
+            for rank in sorted(pending):
+                if conns[rank] in ready or conns[rank].poll():
+                    try:
+                        kind, value, details, when = conns[rank].recv()
+                    except EOFError:
+                        kind, value, details, when = "error", "the process exited without a result", "", time.time()
+                elif procs[rank].sentinel in ready:
+                    kind, value, details = "error", f"the process died with exit code {procs[rank].exitcode}", ""
+                    when = time.time()
+                else:
+                    continue
+                pending.discard(rank)
+                if kind == "ok":
+                    results[rank] = value
+                else:
+                    error = InputError(value) if kind == "input" else WorkerError(rank, value, details)
+                    failures.append((when, error))
+            if failures and (deadline is None or deadline > time.monotonic() + _REPORT_S):
+                deadline = time.monotonic() + _REPORT_S
+    except BaseException:
+        _stop(procs)
+        raise
+    _stop(procs)
+    if failures:
+        raise min(failures, key=lambda f: f[0])[1]
+    return [results[r] for r in range(nprocs)]

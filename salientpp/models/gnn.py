@@ -1,0 +1,91 @@
+"""SAGE, GAT and GIN built from PyG convolutions, applied layer by layer to sampled MFGs.
+
+Layer i reads the MFG ``mfgs[i]`` (model order: ``mfgs[0]`` is the input layer): its sources
+are the first ``num_src`` rows of the current hidden state and its destinations the first
+``num_dst`` (destinations are a prefix of sources), edges ``edge_index[0]`` source-local to
+``edge_index[1]`` destination-local, so each layer is ``conv((h, h[:num_dst]), edge_index)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+from torch import nn
+from torch_geometric.nn import GATConv, GINConv, SAGEConv
+
+from ..errors import InputError
+
+MODELS = ("sage", "gat", "gin")
+
+
+class Block(Protocol):
+    """What a layer needs from an MFG."""
+
+    num_dst: int
+    edge_index: torch.Tensor
+
+
+@dataclass(frozen=True)
+class EmptyBlock:
+    """An MFG with no nodes: the input of an empty training step, which still runs forward and
+    backward so that the DDP all-reduce of every rank has a partner."""
+
+    num_src: int = 0
+    num_dst: int = 0
+    edge_index: torch.Tensor = field(default_factory=lambda: torch.empty((2, 0), dtype=torch.int64))
+
+
+def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.Module:
+    if model == "sage":
+        return SAGEConv(in_dim, out_dim)
+    if model == "gat":
+        # Hidden layers concatenate heads (out_dim must split evenly); the last one averages them.
+        if last:
+            return GATConv(in_dim, out_dim, heads=heads, concat=False)
+        return GATConv(in_dim, out_dim // heads, heads=heads)
+    mlp = nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim))
+    return GINConv(mlp, train_eps=True)
+
+
+class MFGModel(nn.Module):
+    """A stack of ``num_layers`` convolutions with ReLU and dropout between them.
+
+    ``forward(x, mfgs)``: ``x`` ``[mfgs[0].num_src, in_dim]`` features of the batch nodes in
+    ``n_id`` order; returns ``[mfgs[-1].num_dst, out_dim]`` logits of the seeds.
+    """
+
+    def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
+                 dropout: float = 0.5, heads: int = 4):
+        super().__init__()
+        if model not in MODELS:
+            raise InputError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+        if num_layers < 1:
+            raise InputError(f"the number of layers must be at least 1, got {num_layers}")
+        if model == "gat" and hidden % heads:
+            raise InputError(f"GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        self.convs = nn.ModuleList(_conv(model, dims[i], dims[i + 1], i == num_layers - 1, heads)
+                                   for i in range(num_layers))
+        self.dropout = nn.Dropout(dropout)
+        self.model = model
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def forward(self, x: torch.Tensor, mfgs: Sequence[Block]) -> torch.Tensor:
+        if len(mfgs) != self.num_layers:
+            raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
+        h = x
+        for i, (conv, mfg) in enumerate(zip(self.convs, mfgs)):
+            h = conv((h, h[:mfg.num_dst]), mfg.edge_index)
+            if i < self.num_layers - 1:
+                h = self.dropout(torch.relu(h))
+        return h
+
+    def layer(self, i: int, h_src: torch.Tensor, h_dst: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` alone (with its activation), for layer-wise full-neighbour inference."""
+        h = self.convs[i]((h_src, h_dst), edge_index)
+        return torch.relu(h) if i < self.num_layers - 1 else h
+

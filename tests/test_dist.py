@@ -1,0 +1,78 @@
+"""Launcher failure semantics and the all-to-all row exchange (gloo, loopback, CPU)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from salientpp.dist import FeatureStore, RowExchange, WorkerError, init_distributed, launch, shutdown_distributed
+from salientpp.errors import InputError
+from salientpp.partition import PartitionBook
+
+
+def _fail_on_rank_one(kind: str) -> int:
+    ctx = init_distributed("cpu", timeout_s=60)
+    if ctx.rank == 1:
+        if kind == "input":
+            raise InputError("bad option on rank one")
+        raise RuntimeError("boom")
+    # Rank 0 waits in a collective that rank 1 never joins: only the launcher can end it.
+    dist.barrier()
+    shutdown_distributed(ctx)
+    return ctx.rank
+
+
+def test_failing_rank_stops_every_rank_quickly():
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="rank 1 failed: RuntimeError: boom") as info:
+        launch(_fail_on_rank_one, ("error",), nprocs=2)
+    # The collective timeout is 60 s; the launcher must not wait for it.
+    assert time.monotonic() - start < 45
+    assert "Traceback" in info.value.details
+
+
+def test_input_error_on_a_rank_reaches_the_caller_as_input_error():
+    with pytest.raises(InputError, match="bad option on rank one"):
+        launch(_fail_on_rank_one, ("input",), nprocs=2)
+
+
+def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:
+    """Each rank owns a slice of a global feature matrix, caches some remote rows, and fetches
+    random remote ids; everything must equal the global matrix."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    rng = np.random.default_rng(seed)  # same on every rank: the global data
+    x = rng.standard_normal((num_nodes, num_features)).astype(np.float32)
+    cuts = np.sort(rng.choice(np.arange(1, num_nodes), ctx.world_size - 1, replace=False))
+    book = PartitionBook(np.concatenate([[0], cuts, [num_nodes]]).astype(np.int64))
+    lo, hi = book.offsets[ctx.rank], book.offsets[ctx.rank + 1]
+    local_rng = np.random.default_rng(seed + 1 + ctx.rank)
+    order = local_rng.permutation(hi - lo)
+    remote = np.setdiff1d(np.arange(num_nodes), np.arange(lo, hi))
+    cached = local_rng.choice(remote, remote.size // 3, replace=False)
+    slot = np.full(num_nodes, -1, dtype=np.int64)
+    slot[cached] = local_rng.permutation(cached.size)
+    store = FeatureStore(ctx, book, x[lo:hi], order, num_device_local=(hi - lo) // 2, cache_slot=slot,
+                         num_device_slots=cached.size // 2)
+    exchange = RowExchange(ctx, store.serve, num_features, torch.float32)
+    store.fill_cache(exchange)
+    ok = bool(torch.equal(torch.cat([store.cache_device, store.cache_host])[torch.from_numpy(slot[cached])],
+                          torch.from_numpy(x[cached])))
+    ok &= exchange.stats.received == 0  # filling the cache is not counted as epoch traffic
+    for _ in range(3):
+        want = np.sort(local_rng.choice(remote, min(remote.size, 50), replace=False))
+        counts = torch.from_numpy(np.bincount(book.owner(want), minlength=ctx.world_size))
+        rows = exchange.fetch(torch.from_numpy(want), counts)
+        ok &= bool(torch.equal(rows, torch.from_numpy(x[want])))
+    totals = torch.tensor([exchange.stats.sent, exchange.stats.received], dtype=torch.int64)
+    dist.all_reduce(totals)
+    ok &= int(totals[0]) == int(totals[1]) > 0  # every row sent is received by someone
+    shutdown_distributed(ctx)
+    return ok
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_exchange_and_cache_fill_return_exact_rows(nprocs):
+    assert all(launch(_exchange_worker, (97, 5, nprocs), nprocs=nprocs))
