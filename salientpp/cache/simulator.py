@@ -156,8 +156,8 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
                             steps=steps, row_bytes=row_bytes_of(dataset), epochs=ctx.epochs, meta=meta)
 
 
-def plot_volume(result: SimulationResult, path: str) -> None:
-    """Write a log-scale plot of rows fetched per epoch vs α, one line per policy (needs matplotlib)."""
+def require_pyplot():
+    """``matplotlib.pyplot`` with a file-only backend; :class:`InputError` when matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -165,6 +165,12 @@ def plot_volume(result: SimulationResult, path: str) -> None:
     except ImportError:
         raise InputError("matplotlib is not installed, so the plot cannot be drawn; "
                          "`pip install matplotlib` or leave out --plot") from None
+    return plt
+
+
+def plot_volume(result: SimulationResult, path: str) -> None:
+    """Write a log-scale plot of rows fetched per epoch vs α, one line per policy (needs matplotlib)."""
+    plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     total = result.total_rows()
     for i, name in enumerate(result.policies):

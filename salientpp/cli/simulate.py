@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..cache.policies import available_policies, get_policy
-from ..cache.simulator import check_replication, parse_floats, plot_volume, simulate
+from ..cache.simulator import check_replication, parse_floats, plot_volume, require_pyplot, simulate
 from ..errors import InputError
 from ..partition.format import load_partitioned
 from .cache_options import add_workload_options, context_from
@@ -47,11 +47,7 @@ def run(args: argparse.Namespace) -> int:
     _check_output_file(args.json)
     _check_output_file(args.plot)
     if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise InputError("matplotlib is not installed, so --plot cannot draw; `pip install matplotlib` "
-                             "or leave out --plot") from None
+        require_pyplot()
     replication = parse_floats(args.replication, "--replication")
     dataset = load_partitioned(args.part_dir)
     ctx = context_from(args, dataset, args.epochs)
