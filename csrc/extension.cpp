@@ -1,14 +1,122 @@
 // Python bindings of the salientpp C++ extension (module salientpp._C).
 #include <torch/extension.h>
 
+#include <memory>
+#include <optional>
+
+#include "fetch.h"
+#include "loader.h"
 #include "ops.h"
+#include "sampler.h"
+
+namespace py = pybind11;
+using namespace salientpp;
+
+namespace {
+
+py::object tensor_or_none(const torch::Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
+
+py::dict fetch_to_python(const FetchPlan& p) {
+  py::dict d;
+  d["owned_pos"] = p.owned_pos;
+  d["owned_row"] = p.owned_row;
+  d["owned_x"] = tensor_or_none(p.owned_x);
+  d["remote_id"] = p.remote_id;
+  d["remote_pos"] = p.remote_pos;
+  d["remote_counts"] = p.remote_counts;
+  d["gpu_pos"] = p.gpu_pos;
+  d["gpu_slot"] = p.gpu_slot;
+  d["cpu_pos"] = p.cpu_pos;
+  d["cpu_slot"] = p.cpu_slot;
+  d["perm"] = p.perm;
+  return d;
+}
+
+// (n_id, [(num_src, num_dst, rowptr, edge_index) per hop, hop order], y | None, fetch dict | None)
+py::tuple batch_to_python(const Batch& b) {
+  py::list hops;
+  for (const Layer& l : b.hops) hops.append(py::make_tuple(l.num_src, l.num_dst, l.rowptr, l.edge_index));
+  py::object fetch = b.fetch.has_value() ? py::object(fetch_to_python(*b.fetch)) : py::none();
+  return py::make_tuple(b.n_id, hops, tensor_or_none(b.y), fetch);
+}
+
+Labels make_labels(std::optional<torch::Tensor> values, int64_t offset) {
+  Labels labels;
+  if (values.has_value()) labels.values = *values;
+  labels.offset = offset;
+  return labels;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "salientpp C++ kernels";
-  m.def("gather_rows", &salientpp::gather_rows,
-        "out[i] = src[index[i]] for a 2-D tensor, parallel over rows",
-        py::arg("src"), py::arg("index"), py::arg("out") = py::none(),
-        py::call_guard<py::gil_scoped_release>());
+  m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row slicing";
+  m.def("gather_rows", &gather_rows, "out[i] = src[index[i]] for a 2-D tensor, parallel over rows",
+        py::arg("src"), py::arg("index"), py::arg("out") = py::none(), py::call_guard<py::gil_scoped_release>());
+
+  py::class_<FetchContext>(m, "FetchContext")
+      .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
+                       int64_t num_gpu_slots, std::optional<torch::Tensor> local_x,
+                       std::optional<torch::Tensor> local_row, bool pin) {
+             FetchContext c;
+             c.offsets = offsets;
+             c.rank = rank;
+             if (cache_slot.has_value()) c.cache_slot = *cache_slot;
+             c.num_gpu_slots = num_gpu_slots;
+             if (local_x.has_value()) c.local_x = *local_x;
+             if (local_row.has_value()) c.local_row = *local_row;
+             c.pin = pin;
+             return c;
+           }),
+           py::arg("offsets"), py::arg("rank"), py::arg("cache_slot"), py::arg("num_gpu_slots"), py::arg("local_x"),
+           py::arg("local_row"), py::arg("pin"));
+
+  py::class_<Sampler, std::shared_ptr<Sampler>>(m, "Sampler")
+      .def(py::init<torch::Tensor, torch::Tensor, std::vector<int64_t>, bool>(), py::arg("rowptr"), py::arg("col"),
+           py::arg("fanouts"), py::arg("replace"))
+      .def_property_readonly("num_nodes", &Sampler::num_nodes)
+      .def(
+          "sample",
+          [](const Sampler& s, torch::Tensor seeds, uint64_t seed, uint64_t batch_index,
+             std::optional<torch::Tensor> labels, int64_t label_offset, std::optional<FetchContext> fetch) {
+            TORCH_CHECK(seeds.dim() == 1 && seeds.scalar_type() == torch::kInt64 && seeds.is_contiguous(),
+                        "seeds must be a contiguous 1-D int64 tensor");
+            Batch b;
+            {
+              py::gil_scoped_release release;
+              Workspace ws;
+              b = s.sample(seeds.data_ptr<int64_t>(), seeds.size(0), seed, batch_index,
+                           make_labels(labels, label_offset), fetch, ws);
+            }
+            return batch_to_python(b);
+          },
+          py::arg("seeds"), py::arg("seed"), py::arg("batch_index"), py::arg("labels"), py::arg("label_offset"),
+          py::arg("fetch"));
+
+  py::class_<BatchLoader>(m, "BatchLoader")
+      .def(py::init([](std::shared_ptr<Sampler> sampler, torch::Tensor order, int64_t batch_size, bool drop_last,
+                       uint64_t seed, std::optional<torch::Tensor> labels, int64_t label_offset,
+                       std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth) {
+             return std::make_unique<BatchLoader>(std::move(sampler), order, batch_size, drop_last, seed,
+                                                  make_labels(labels, label_offset), std::move(fetch), num_threads,
+                                                  queue_depth);
+           }),
+           py::arg("sampler"), py::arg("order"), py::arg("batch_size"), py::arg("drop_last"), py::arg("seed"),
+           py::arg("labels"), py::arg("label_offset"), py::arg("fetch"), py::arg("num_threads"),
+           py::arg("queue_depth"))
+      .def("__len__", &BatchLoader::num_batches)
+      .def("next",
+           [](BatchLoader& l) -> py::object {
+             std::optional<Batch> b;
+             {
+               py::gil_scoped_release release;
+               b = l.next();
+             }
+             if (!b.has_value()) return py::none();
+             return batch_to_python(*b);
+           })
+      .def("close", &BatchLoader::close, py::call_guard<py::gil_scoped_release>());
+
   m.attr("with_cuda") =
 #ifdef SALIENTPP_WITH_CUDA
       true;

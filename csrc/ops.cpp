@@ -6,6 +6,12 @@
 
 namespace salientpp {
 
+void copy_rows(const char* src, int64_t row_bytes, const int64_t* index, int64_t n, char* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(out + i * row_bytes, src + index[i] * row_bytes, row_bytes);
+  }
+}
+
 torch::Tensor gather_rows(const torch::Tensor& src, const torch::Tensor& index,
                           std::optional<torch::Tensor> out) {
   TORCH_CHECK(src.dim() == 2 && src.is_contiguous() && src.device().is_cpu(),
@@ -26,9 +32,7 @@ torch::Tensor gather_rows(const torch::Tensor& src, const torch::Tensor& index,
     TORCH_CHECK(idx[i] >= 0 && idx[i] < rows, "gather_rows: index ", idx[i], " out of range [0, ", rows, ")");
   }
   at::parallel_for(0, n, 1024, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      std::memcpy(out_ptr + i * row_bytes, src_ptr + idx[i] * row_bytes, row_bytes);
-    }
+    copy_rows(src_ptr, row_bytes, idx + begin, end - begin, out_ptr + begin * row_bytes);
   });
   return out.has_value() ? result.narrow(0, 0, n) : result;
 }

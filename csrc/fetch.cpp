@@ -1,0 +1,112 @@
+#include "fetch.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops.h"
+
+namespace salientpp {
+
+FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes) {
+  const int64_t* offsets = ctx.offsets.data_ptr<int64_t>();
+  const int64_t num_parts = ctx.offsets.size(0) - 1;
+  const int64_t rank = ctx.rank;
+  const int64_t* cache_slot = ctx.cache_slot.defined() ? ctx.cache_slot.data_ptr<int64_t>() : nullptr;
+  const int64_t num_gpu = ctx.num_gpu_slots;
+
+  // Category of each position: an owner k in [0, K) for remote ids, then owned, GPU, CPU.
+  const int64_t kOwned = num_parts, kGpu = num_parts + 1, kCpu = num_parts + 2;
+  std::vector<int64_t> category(num_nodes);
+  std::vector<int64_t> count(num_parts + 3, 0);
+  for (int64_t i = 0; i < num_nodes; ++i) {
+    const int64_t id = n_id[i];
+    const int64_t owner = std::upper_bound(offsets + 1, offsets + num_parts + 1, id) - (offsets + 1);
+    int64_t c = owner;
+    if (owner == rank) {
+      c = kOwned;
+    } else if (cache_slot != nullptr && cache_slot[id] >= 0) {
+      c = cache_slot[id] < num_gpu ? kGpu : kCpu;
+    }
+    category[i] = c;
+    ++count[c];
+  }
+
+  const int64_t n_owned = count[kOwned], n_gpu = count[kGpu], n_cpu = count[kCpu];
+  const int64_t n_remote = num_nodes - n_owned - n_gpu - n_cpu;
+  // next[c]: the next index in the concatenated row order [owned, remote by owner, GPU, CPU].
+  std::vector<int64_t> next(num_parts + 3);
+  next[kOwned] = 0;
+  int64_t base = n_owned;
+  for (int64_t k = 0; k < num_parts; ++k) {
+    next[k] = base;
+    base += count[k];
+  }
+  next[kGpu] = base;
+  next[kCpu] = base + n_gpu;
+
+  auto make = [](int64_t n) { return torch::empty({n}, torch::kInt64); };
+  FetchPlan plan;
+  plan.owned_pos = make(n_owned);
+  plan.owned_row = make(n_owned);
+  plan.remote_id = make(n_remote);
+  plan.remote_pos = make(n_remote);
+  plan.remote_counts = make(num_parts);
+  plan.gpu_pos = make(n_gpu);
+  plan.gpu_slot = make(n_gpu);
+  plan.cpu_pos = make(n_cpu);
+  plan.cpu_slot = make(n_cpu);
+  plan.perm = make(num_nodes);
+  std::copy(count.begin(), count.begin() + num_parts, plan.remote_counts.data_ptr<int64_t>());
+
+  const int64_t* local_row = ctx.local_row.defined() ? ctx.local_row.data_ptr<int64_t>() : nullptr;
+  const int64_t num_local = offsets[rank + 1] - offsets[rank];
+  const int64_t num_rows = ctx.local_x.defined() ? ctx.local_x.size(0) : num_local;
+  int64_t* owned_pos = plan.owned_pos.data_ptr<int64_t>();
+  int64_t* owned_row = plan.owned_row.data_ptr<int64_t>();
+  int64_t* remote_id = plan.remote_id.data_ptr<int64_t>();
+  int64_t* remote_pos = plan.remote_pos.data_ptr<int64_t>();
+  int64_t* gpu_pos = plan.gpu_pos.data_ptr<int64_t>();
+  int64_t* gpu_slot = plan.gpu_slot.data_ptr<int64_t>();
+  int64_t* cpu_pos = plan.cpu_pos.data_ptr<int64_t>();
+  int64_t* cpu_slot = plan.cpu_slot.data_ptr<int64_t>();
+  int64_t* perm = plan.perm.data_ptr<int64_t>();
+  const int64_t gpu_base = next[kGpu], cpu_base = next[kCpu];
+  for (int64_t i = 0; i < num_nodes; ++i) {
+    const int64_t id = n_id[i];
+    const int64_t c = category[i];
+    const int64_t j = next[c]++;
+    perm[i] = j;
+    if (c == kOwned) {
+      const int64_t local = id - offsets[rank];
+      const int64_t row = local_row != nullptr ? local_row[local] : local;
+      if (row < 0 || row >= num_rows) {
+        throw std::invalid_argument("local_row maps id " + std::to_string(id) + " to row " + std::to_string(row) +
+                                    " outside local_x's " + std::to_string(num_rows) + " rows; fix local_row");
+      }
+      owned_pos[j] = i;
+      owned_row[j] = row;
+    } else if (c == kGpu) {
+      gpu_pos[j - gpu_base] = i;
+      gpu_slot[j - gpu_base] = cache_slot[id];
+    } else if (c == kCpu) {
+      cpu_pos[j - cpu_base] = i;
+      cpu_slot[j - cpu_base] = cache_slot[id] - num_gpu;
+    } else {
+      remote_id[j - n_owned] = id;
+      remote_pos[j - n_owned] = i;
+    }
+  }
+
+  if (ctx.local_x.defined()) {
+    const torch::Tensor& x = ctx.local_x;
+    plan.owned_x = torch::empty({n_owned, x.size(1)}, x.options().pinned_memory(ctx.pin));
+    const int64_t row_bytes = x.size(1) * x.element_size();
+    copy_rows(static_cast<const char*>(x.data_ptr()), row_bytes, owned_row, n_owned,
+              static_cast<char*>(plan.owned_x.data_ptr()));
+  }
+  return plan;
+}
+
+}  // namespace salientpp

@@ -1,0 +1,34 @@
+// Where each feature row of a sampled batch comes from in the distributed trainer.
+#pragma once
+#include <torch/extension.h>
+
+#include <cstdint>
+
+namespace salientpp {
+
+struct FetchContext {
+  torch::Tensor offsets;     // int64 [K + 1] partition book: partition k owns [offsets[k], offsets[k+1])
+  int64_t rank = 0;          // the partition this process owns
+  torch::Tensor cache_slot;  // int64 [N]: -1 not cached, [0, G) GPU tier slot, G + j CPU tier slot j; may be undefined
+  int64_t num_gpu_slots = 0;  // G
+  torch::Tensor local_x;     // [n_rank, F] owned feature rows (CPU); may be undefined (no slicing)
+  torch::Tensor local_row;   // int64 [n_rank]: storage row in local_x of local index id - offsets[rank]; may be undefined (identity)
+  bool pin = false;          // allocate owned_x in pinned memory
+};
+
+// Positions index the batch's n_id. With rows = cat([owned_x, received rows in remote_id order,
+// GPU cache rows at gpu_slot, CPU cache rows at cpu_slot]), rows[perm] == x[n_id].
+struct FetchPlan {
+  torch::Tensor owned_pos, owned_row;  // int64 [n_o]: positions owned by rank, their rows in local_x
+  torch::Tensor owned_x;               // [n_o, F] local_x[owned_row] (undefined without local_x)
+  torch::Tensor remote_id, remote_pos; // int64 [n_r]: ids to request, grouped by owner (n_id order within)
+  torch::Tensor remote_counts;         // int64 [K]: number of remote ids per owner (0 at rank)
+  torch::Tensor gpu_pos, gpu_slot;     // int64 [n_g]: positions cached in the GPU tier, slot in that tier
+  torch::Tensor cpu_pos, cpu_slot;     // int64 [n_c]: positions cached in the CPU tier, slot in that tier
+  torch::Tensor perm;                  // int64 [num_nodes]
+};
+
+// Splits n_id (int64 [num_nodes]) by owner and cache tier and slices the owned rows.
+FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes);
+
+}  // namespace salientpp

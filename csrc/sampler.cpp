@@ -1,0 +1,153 @@
+#include "sampler.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace salientpp {
+namespace {
+
+// Up to this fanout Floyd's algorithm checks membership by a linear scan of the picks; above it
+// a partial Fisher-Yates shuffle of the neighbour positions avoids the quadratic scan.
+constexpr int64_t kFloydMaxFanout = 64;
+
+const int64_t* int64_data(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.dim() == 1 && t.scalar_type() == torch::kInt64 && t.is_contiguous() && t.device().is_cpu(),
+              name, " must be a contiguous 1-D int64 CPU tensor");
+  return t.data_ptr<int64_t>();
+}
+
+}  // namespace
+
+Sampler::Sampler(torch::Tensor rowptr, torch::Tensor col, std::vector<int64_t> fanouts, bool replace)
+    : rowptr_t_(std::move(rowptr)), col_t_(std::move(col)), fanouts_(std::move(fanouts)), replace_(replace) {
+  rowptr_ = int64_data(rowptr_t_, "rowptr");
+  col_ = int64_data(col_t_, "col");
+  TORCH_CHECK(rowptr_t_.size(0) >= 2, "rowptr must have N + 1 >= 2 entries");
+  num_nodes_ = rowptr_t_.size(0) - 1;
+  num_edges_ = col_t_.size(0);
+  TORCH_CHECK(!fanouts_.empty(), "fanouts must not be empty");
+  for (int64_t f : fanouts_) TORCH_CHECK(f == -1 || f >= 1, "each fanout must be >= 1 or -1, got ", f);
+}
+
+Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) const {
+  Layer layer;
+  layer.num_dst = num_dst;
+  layer.rowptr = torch::empty({num_dst + 1}, torch::kInt64);
+  int64_t* out_ptr = layer.rowptr.data_ptr<int64_t>();
+  out_ptr[0] = 0;
+  std::vector<int64_t>& n_id = ws.n_id;
+  std::vector<int64_t>& src = ws.src;
+  src.clear();
+
+  auto add = [&](int64_t u) {
+    if (u < 0 || u >= num_nodes_) {
+      throw std::invalid_argument("col holds neighbour id " + std::to_string(u) + " outside [0, " +
+                                  std::to_string(num_nodes_) + "); the CSR is corrupt");
+    }
+    const int64_t fresh = static_cast<int64_t>(n_id.size());
+    const int64_t local = ws.map.get_or_insert(u, fresh);
+    if (local == fresh) n_id.push_back(u);
+    src.push_back(local);
+  };
+
+  for (int64_t d = 0; d < num_dst; ++d) {
+    const int64_t v = n_id[d];
+    const int64_t begin = rowptr_[v];
+    const int64_t end = rowptr_[v + 1];
+    if (begin < 0 || begin > end || end > num_edges_) {
+      throw std::invalid_argument("rowptr is not monotone within [0, len(col)] at node " + std::to_string(v) +
+                                  "; the CSR is corrupt");
+    }
+    const int64_t deg = end - begin;
+    if (fanout < 0 || (!replace_ && deg <= fanout)) {
+      for (int64_t k = begin; k < end; ++k) add(col_[k]);
+    } else if (replace_) {
+      if (deg > 0) {
+        for (int64_t k = 0; k < fanout; ++k) add(col_[begin + static_cast<int64_t>(rng.below(deg))]);
+      }
+    } else if (fanout <= kFloydMaxFanout) {
+      // Floyd: for j = deg-f .. deg-1 draw t uniform in [0, j] (inclusive); take t, or j if t
+      // is already taken. Every f-subset of the deg positions is equally likely.
+      std::vector<int64_t>& picks = ws.picks;
+      picks.clear();
+      for (int64_t j = deg - fanout; j < deg; ++j) {
+        int64_t t = static_cast<int64_t>(rng.below(static_cast<uint64_t>(j) + 1));
+        if (std::find(picks.begin(), picks.end(), t) != picks.end()) t = j;
+        picks.push_back(t);
+      }
+      for (int64_t t : picks) add(col_[begin + t]);
+    } else {
+      std::vector<int64_t>& picks = ws.picks;
+      picks.resize(deg);
+      std::iota(picks.begin(), picks.end(), int64_t{0});
+      for (int64_t k = 0; k < fanout; ++k) {
+        const int64_t j = k + static_cast<int64_t>(rng.below(static_cast<uint64_t>(deg - k)));
+        std::swap(picks[k], picks[j]);
+        add(col_[begin + picks[k]]);
+      }
+    }
+    out_ptr[d + 1] = static_cast<int64_t>(src.size());
+  }
+
+  const int64_t num_edges = static_cast<int64_t>(src.size());
+  layer.num_src = static_cast<int64_t>(n_id.size());
+  layer.edge_index = torch::empty({2, num_edges}, torch::kInt64);
+  int64_t* e = layer.edge_index.data_ptr<int64_t>();
+  std::memcpy(e, src.data(), num_edges * sizeof(int64_t));
+  int64_t* dst = e + num_edges;
+  for (int64_t d = 0; d < num_dst; ++d) {
+    std::fill(dst + out_ptr[d], dst + out_ptr[d + 1], d);
+  }
+  return layer;
+}
+
+Batch Sampler::sample(const int64_t* seeds, int64_t num_seeds, uint64_t seed, uint64_t batch_index,
+                      const Labels& labels, const std::optional<FetchContext>& fetch, Workspace& ws) const {
+  ws.map.clear(std::max(ws.peak_nodes, num_seeds));
+  ws.n_id.clear();
+  for (int64_t i = 0; i < num_seeds; ++i) {
+    const int64_t s = seeds[i];
+    if (s < 0 || s >= num_nodes_) {
+      throw std::invalid_argument("seed " + std::to_string(s) + " is outside [0, " + std::to_string(num_nodes_) +
+                                  "); pass node ids of this graph");
+    }
+    if (ws.map.get_or_insert(s, i) != i) {
+      throw std::invalid_argument("seed " + std::to_string(s) + " appears twice in one batch; pass distinct seeds");
+    }
+    ws.n_id.push_back(s);
+  }
+
+  Rng rng = Rng::stream(seed, batch_index);
+  Batch batch;
+  batch.hops.reserve(fanouts_.size());
+  for (int64_t fanout : fanouts_) {
+    batch.hops.push_back(expand(static_cast<int64_t>(ws.n_id.size()), fanout, rng, ws));
+  }
+  const int64_t num_nodes = static_cast<int64_t>(ws.n_id.size());
+  ws.peak_nodes = std::max(ws.peak_nodes, num_nodes);
+  batch.n_id = torch::empty({num_nodes}, torch::kInt64);
+  std::memcpy(batch.n_id.data_ptr<int64_t>(), ws.n_id.data(), num_nodes * sizeof(int64_t));
+
+  if (labels.values.defined()) {
+    const int64_t* values = int64_data(labels.values, "labels");
+    const int64_t size = labels.values.size(0);
+    batch.y = torch::empty({num_seeds}, torch::kInt64);
+    int64_t* y = batch.y.data_ptr<int64_t>();
+    for (int64_t i = 0; i < num_seeds; ++i) {
+      const int64_t row = seeds[i] - labels.offset;
+      if (row < 0 || row >= size) {
+        throw std::invalid_argument("seed " + std::to_string(seeds[i]) + " has no label (labels cover ids [" +
+                                    std::to_string(labels.offset) + ", " + std::to_string(labels.offset + size) +
+                                    ")); pass labels for every seed");
+      }
+      y[i] = values[row];
+    }
+  }
+  if (fetch.has_value()) batch.fetch = plan_fetch(*fetch, ws.n_id.data(), num_nodes);
+  return batch;
+}
+
+}  // namespace salientpp

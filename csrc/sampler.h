@@ -1,0 +1,70 @@
+// Node-wise neighbour sampling that builds one message-flow graph per hop.
+#pragma once
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "fetch.h"
+#include "id_map.h"
+#include "rng.h"
+
+namespace salientpp {
+
+// The sampled edges of one hop: destinations are the first `num_dst` batch nodes, sources the
+// first `num_src` (destinations are a prefix of the sources).
+struct Layer {
+  int64_t num_src = 0;
+  int64_t num_dst = 0;
+  torch::Tensor rowptr;      // int64 [num_dst + 1]: edges of destination d are rowptr[d]..rowptr[d+1]
+  torch::Tensor edge_index;  // int64 [2, E]: row 0 source local index, row 1 destination local index
+};
+
+struct Batch {
+  torch::Tensor n_id;               // int64 [num_nodes]; the first entries are the seeds, in order
+  std::vector<Layer> hops;          // hops[0] expands the seeds (fanouts[0]), hops[L-1] is the last hop
+  torch::Tensor y;                  // int64 [num_seeds], undefined without labels
+  std::optional<FetchPlan> fetch;   // set when the batch is sampled with a fetch context
+};
+
+// Labels gathered for the seeds: y[i] = values[seeds[i] - offset].
+struct Labels {
+  torch::Tensor values;  // int64 [M] or undefined
+  int64_t offset = 0;
+};
+
+// Per-thread scratch reused across batches; its size follows the largest batch seen.
+struct Workspace {
+  IdMap map;
+  std::vector<int64_t> n_id;
+  std::vector<int64_t> src;
+  std::vector<int64_t> picks;
+  int64_t peak_nodes = 0;
+};
+
+class Sampler {
+ public:
+  // rowptr int64 [N + 1], col int64 [nnz]: CSR of a symmetric graph. fanouts[h] >= 1 or -1 (all).
+  Sampler(torch::Tensor rowptr, torch::Tensor col, std::vector<int64_t> fanouts, bool replace);
+
+  // Samples the MFGs of one batch of distinct seeds with the random stream (seed, batch_index),
+  // then gathers labels and plans the feature fetch when asked. Thread-safe (const).
+  Batch sample(const int64_t* seeds, int64_t num_seeds, uint64_t seed, uint64_t batch_index,
+               const Labels& labels, const std::optional<FetchContext>& fetch, Workspace& ws) const;
+
+  int64_t num_nodes() const { return num_nodes_; }
+
+ private:
+  Layer expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) const;
+
+  torch::Tensor rowptr_t_, col_t_;  // keep the (possibly memory-mapped) arrays alive
+  const int64_t* rowptr_;
+  const int64_t* col_;
+  int64_t num_nodes_;
+  int64_t num_edges_;
+  std::vector<int64_t> fanouts_;
+  bool replace_;
+};
+
+}  // namespace salientpp

@@ -1,0 +1,36 @@
+"""Zero-copy conversion of user arrays (numpy, memory maps, tensors) to CPU tensors."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+
+
+def as_int64_tensor(array: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
+    """A contiguous 1-D int64 CPU tensor over ``array``, without a copy when possible."""
+    tensor = as_tensor(array, name)
+    if tensor.dim() != 1 or tensor.dtype != torch.int64:
+        raise InputError(f"{name} must be a 1-D int64 array, got {tensor.dtype} of shape {list(tensor.shape)}; "
+                         "convert it with astype(np.int64) / .long()")
+    return tensor
+
+
+def as_tensor(array: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
+    """A contiguous CPU tensor sharing memory with ``array`` when it is a contiguous ndarray
+    (read-only memory maps included: the sampler never writes into it)."""
+    if isinstance(array, torch.Tensor):
+        if array.device.type != "cpu":
+            raise InputError(f"{name} must live in CPU memory, got a tensor on {array.device}; call .cpu() first")
+        return array.contiguous()
+    if not isinstance(array, np.ndarray):
+        raise InputError(f"{name} must be a numpy array or a torch tensor, got {type(array).__name__}")
+    array = np.ascontiguousarray(array)
+    if not array.flags.writeable:
+        # torch warns on read-only arrays because writes would be undefined; nothing writes here.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(array)
+    return torch.from_numpy(array)
