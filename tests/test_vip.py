@@ -1,0 +1,137 @@
+"""VIP analysis: hand-computed cases, the Taylor form, clamping, vectorisation, and agreement
+with the Monte-Carlo inclusion frequencies of the real sampler."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cache_support import hop_counts, line_graph
+from salientpp.cache import Workload, expected_accesses, inclusion_probabilities, neighbour_sum, pick_weights
+from salientpp.data.synthetic import synthetic_dataset
+from salientpp.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def graph():
+    ds = synthetic_dataset("tiny,num_nodes=3000,avg_degree=16,seed=1")
+    return ds.rowptr, ds.col, ds.train_idx
+
+
+def test_path_graph_matches_the_sampling_process():
+    # Path 0-1-2-3, seed 0, fanout 1 at every hop. By hand: hop 1: 0 (degree 1) picks 1. Hop 2:
+    # 1 picks 0 or 2, so P(2) = 1/2. Hop 3: 2 (if present) picks 3 with 1/2 -> 1/4; 2 is present
+    # unless it was absent and 1 picked 0 again -> 1 - 1/2 * 1/2 = 3/4.
+    rowptr, col = line_graph(4)
+    hops = inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1, 1], 1, return_hops=True)
+    np.testing.assert_allclose(np.stack(hops)[:, :, 0], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, .5, 0], [1, 1, .75, .25]])
+    # With replacement, 1 draws twice among 2 neighbours: P(2 drawn) = 1 - (1/2)^2.
+    p = inclusion_probabilities(rowptr, col, [np.array([0])], [1, 2], 1, replace=True)
+    np.testing.assert_allclose(p[:, 0], [1, 1, .75, 0])
+
+
+def test_pick_weights():
+    degree = np.array([0, 1, 4, 20])
+    np.testing.assert_allclose(pick_weights(degree, 5, False), [0, 1, 1, .25])
+    np.testing.assert_allclose(pick_weights(degree, 2, True), [0, 1, 1 - .75**2, 1 - .95**2])
+    np.testing.assert_allclose(pick_weights(degree, -1, False), [0, 1, 1, 1])
+
+
+def test_batch_larger_than_training_set_gives_probability_one_without_nan():
+    rowptr, col = line_graph(6)
+    rowptr = np.append(rowptr, rowptr[-1])  # vertex 6 is isolated
+    seeds = [np.array([0, 1]), np.array([], dtype=np.int64), np.array([6])]
+    for method in ("exact", "taylor", "cavity"):
+        hops = inclusion_probabilities(rowptr, col, seeds, [3, -1], 1024, method=method, return_hops=True)
+        for p in hops:
+            assert np.all(np.isfinite(p)) and p.min() >= 0 and p.max() <= 1
+        assert np.all(hops[0][[0, 1], 0] == 1) and np.all(hops[-1][[0, 1], 0] == 1)
+        if method != "taylor":  # 1 picks 2 for sure: exact forms give 1, the first-order one 1 - e^-2
+            assert hops[-1][2, 0] == 1
+        assert np.all(hops[-1][:, 1] == 0)  # an empty seed set reaches nothing
+        assert hops[-1][6, 2] == 1 and hops[-1][:6, 2].sum() == 0
+
+
+def test_exact_and_taylor_differ_where_they_should(graph):
+    rowptr, col, train = graph
+    # Where single terms w(u) p(u) are small, 1 - prod(1 - x) and 1 - exp(-sum x) agree to second
+    # order: 0 <= exact - taylor = (1 - p0) (exp(-sum x) - prod(1 - x)) <= (1 - p0) sum x^2 / 2.
+    exact = inclusion_probabilities(rowptr, col, [train], [10], 4, return_hops=True)
+    taylor = inclusion_probabilities(rowptr, col, [train], [10], 4, method="taylor", return_hops=True)
+    p0 = exact[0]
+    x2 = neighbour_sum(rowptr, col, (pick_weights(np.diff(rowptr), 10, False)[:, None] * p0) ** 2)
+    gap = exact[1] - taylor[1]
+    assert gap.min() >= -1e-12
+    assert np.all(gap <= (1 - p0) * x2 / 2 + 1e-12)
+    assert gap.max() < 1e-3
+    # Where one term is large (whole training set in one batch, a neighbour that takes all its
+    # neighbours), the exact form gives 1 and the first-order form 1 - e^-1.
+    rowptr, col = line_graph(3)
+    big = [inclusion_probabilities(rowptr, col, [np.array([0])], [-1], 8, method=m)[1, 0] for m in ("exact", "taylor")]
+    np.testing.assert_allclose(big, [1.0, 1 - np.exp(-1)])
+    # And the Taylor form is never above the exact one, at any hop.
+    exact = inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1], 1)
+    taylor = inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1], 1, method="taylor")
+    assert np.all(taylor <= exact + 1e-12)
+
+
+def test_partitions_are_computed_together_exactly_as_alone(graph):
+    rowptr, col, train = graph
+    sets = np.array_split(train, 3)
+    together = inclusion_probabilities(rowptr, col, sets, [15, 10, 5], 16)
+    for k, seeds in enumerate(sets):
+        alone = inclusion_probabilities(rowptr, col, [seeds], [15, 10, 5], 16)
+        np.testing.assert_array_equal(together[:, k], alone[:, 0])
+
+
+def test_thread_count_does_not_change_the_result(graph):
+    rowptr, col, train = graph
+    one = inclusion_probabilities(rowptr, col, [train], [15, 10, 5], 16, num_threads=1)
+    two = inclusion_probabilities(rowptr, col, [train], [15, 10, 5], 16, num_threads=2)
+    np.testing.assert_array_equal(one, two)
+
+
+def test_cavity_correction_only_lowers_hops_two_and_up(graph):
+    rowptr, col, train = graph
+    exact = inclusion_probabilities(rowptr, col, [train], [15, 10, 5], 16, return_hops=True)
+    cavity = inclusion_probabilities(rowptr, col, [train], [15, 10, 5], 16, method="cavity", return_hops=True)
+    for h in (0, 1):
+        np.testing.assert_array_equal(exact[h], cavity[h])
+    for h in (2, 3):
+        assert np.all(cavity[h] <= exact[h] + 1e-12)
+        assert cavity[h].sum() < exact[h].sum()
+
+
+def test_expected_accesses_adds_workloads_by_weight(tmp_path):
+    from cache_support import make_partitioned
+
+    dataset = make_partitioned(tmp_path / "parts", parts=2)
+    train = Workload((10, 5), 16)
+    infer = Workload((20, 20), 64, splits=("valid", "test"), weight=0.25)
+    both = expected_accesses(dataset, [train, infer])
+    alone = [expected_accesses(dataset, [w]) for w in (train, infer)]
+    np.testing.assert_allclose(both, alone[0] + alone[1])
+    for k in range(2):
+        seeds = dataset.part(k).train_idx
+        # Every training seed is in exactly one batch per epoch, plus the batches that reach it.
+        assert np.all(alone[0][seeds, k] >= 1 - 1e-9)
+        steps = seeds.size / 16
+        vip = inclusion_probabilities(dataset.rowptr, dataset.col, [seeds], (10, 5), 16)[:, 0]
+        np.testing.assert_allclose(alone[0][:, k], steps * vip)
+        test_seeds = np.union1d(dataset.part(k).valid_idx, dataset.part(k).test_idx)
+        vip = inclusion_probabilities(dataset.rowptr, dataset.col, [test_seeds], (20, 20), 64)[:, 0]
+        np.testing.assert_allclose(alone[1][:, k], 0.25 * test_seeds.size / 64 * vip)
+
+
+@pytest.mark.parametrize("fanouts", [[], [15, 0], [-2], ["a"]])
+def test_bad_fanouts_are_one_sentence(fanouts):
+    rowptr, col = line_graph(3)
+    with pytest.raises(InputError, match="fanout"):
+        inclusion_probabilities(rowptr, col, [np.array([0])], fanouts, 1)
+
+
+def test_bad_batch_size_and_method():
+    rowptr, col = line_graph(3)
+    with pytest.raises(InputError, match="batch size"):
+        inclusion_probabilities(rowptr, col, [np.array([0])], [2], 0)
+    with pytest.raises(InputError, match="method"):
+        inclusion_probabilities(rowptr, col, [np.array([0])], [2], 1, method="magic")
