@@ -37,6 +37,8 @@ class NeighborLoader:
         fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
     """
 
+    _core = None  # the C++ BatchLoader of the running iteration
+
     def __init__(self, sampler: NeighborSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
                  queue_depth: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
@@ -58,7 +60,6 @@ class NeighborLoader:
         self.labels_offset = int(labels_offset)
         self._fetch = None if fetch is None else fetch_to_extension(fetch, sampler.num_nodes)
         self.epoch = 0
-        self._core = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)

@@ -1,0 +1,229 @@
+"""The C++ neighbour sampler: exact uniformity, MFG structure, determinism, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from salientpp.data.csr import build_csr
+from salientpp.errors import InputError
+from salientpp.sampling import NeighborSampler
+
+# Significance level of the uniformity tests. Under an exactly uniform sampler the p-value is
+# Uniform(0, 1), so a fixed seed has a 0.1% chance of being an unlucky one (and the tests are
+# deterministic for that seed). The defects they guard against (Floyd's `rand % j`, which
+# never draws the last neighbour with f = 1; modulo bias) give p-values below 1e-30 here.
+ALPHA = 1e-3
+
+
+def stars(num_stars: int, degree: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint stars: centre c * (degree + 1) with leaves c * (degree + 1) + 1 .. + degree."""
+    centres = np.arange(num_stars, dtype=np.int64) * (degree + 1)
+    leaves = centres[:, None] + 1 + np.arange(degree)
+    edges = np.stack([np.repeat(centres, degree), leaves.ravel()])
+    rowptr, col = build_csr(edges, num_stars * (degree + 1))
+    return rowptr, col, centres
+
+
+def random_graph(num_nodes: int, num_edges: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return build_csr(rng.integers(0, num_nodes, size=(2, num_edges)), num_nodes)
+
+
+def edge_counts(rowptr: np.ndarray, col: np.ndarray, batch) -> np.ndarray:
+    """int64 [nnz]: how often each CSR edge (v, u) was sampled as (dst v, src u) in any hop."""
+    n = rowptr.shape[0] - 1
+    keys = np.repeat(np.arange(n), np.diff(rowptr)) * n + col  # sorted: rows ascend, cols sorted per row
+    counts = np.zeros(col.shape[0], dtype=np.int64)
+    n_id = batch.n_id.numpy()
+    for mfg in batch.mfgs:
+        src, dst = mfg.edge_index.numpy()
+        edge = np.searchsorted(keys, n_id[dst] * n + n_id[src])
+        np.add.at(counts, edge, 1)
+    return counts
+
+
+def without_replacement_pvalue(counts: np.ndarray, degrees: np.ndarray, fanout: int, draws: int) -> float:
+    """p-value that per-position inclusion counts come from uniform f-subsets.
+
+    ``counts[v]`` [d_v] holds how often each neighbour position of node v was picked over
+    ``draws`` independent draws of ``min(f, d_v)`` of ``d_v`` positions. Each draw's inclusion
+    vector has mean p = f/d and covariance p(1-p) d/(d-1) (I - J/d) (rank d-1), so
+    sum_i (O_i - R p)^2 / (R p (1-p) d/(d-1)) is asymptotically chi-square with d-1 degrees of
+    freedom; independent nodes add up. For f = 1 this is Pearson's statistic.
+    """
+    statistic, dof = 0.0, 0
+    for c, d in zip(counts, degrees):
+        if d <= fanout:
+            continue
+        p = fanout / d
+        statistic += float(((c - draws * p) ** 2).sum()) / (draws * p * (1 - p) * d / (d - 1))
+        dof += d - 1
+    return float(stats.chi2.sf(statistic, dof))
+
+
+@pytest.mark.parametrize("fanout", [1, 5])
+def test_statistic_rejects_the_reference_floyd_bug(fanout):
+    """The uniformity statistic has power: Floyd with t in [0, j) instead of [0, j] fails it."""
+    rng = np.random.default_rng(0)
+    degree, draws = 10, 2000
+    counts = np.zeros(degree)
+    for _ in range(draws):
+        picks: list[int] = []
+        for j in range(degree - fanout, degree):
+            t = int(rng.integers(0, j))  # the bug: j itself is never drawn
+            picks.append(j if t in picks else t)
+        np.add.at(counts, picks, 1)
+    assert without_replacement_pvalue([counts], [degree], fanout, draws) < 1e-20
+
+
+@pytest.mark.parametrize("fanout,degree", [(1, 10), (5, 10), (70, 100)])  # 70 > 64 takes the Fisher-Yates path
+def test_star_positions_uniform(fanout, degree):
+    num_stars = 4000 if degree == 10 else 300  # >= 140 expected picks per position
+    rowptr, col, centres = stars(num_stars, degree)
+    batch = NeighborSampler(rowptr, col, [fanout]).sample(torch.from_numpy(centres), seed=11)
+    src, dst = batch.mfgs[0].edge_index.numpy()
+    n_id = batch.n_id.numpy()
+    position = n_id[src] - n_id[dst] - 1  # leaf position 0..degree-1 within its star
+    assert np.bincount(dst, minlength=num_stars).tolist() == [fanout] * num_stars
+    counts = np.bincount(position, minlength=degree)
+    assert counts[-1] > 0, "the last neighbour must be drawable"
+    # Stars are independent and identical, so pooling positions over stars is `num_stars` draws.
+    assert without_replacement_pvalue([counts], [degree], fanout, num_stars) > ALPHA
+
+
+def test_star_subsets_uniform():
+    """All C(8, 5) = 56 subsets equally likely (a joint test, stronger than marginals)."""
+    num_stars, degree, fanout = 11200, 8, 5  # 200 expected per subset
+    rowptr, col, centres = stars(num_stars, degree)
+    batch = NeighborSampler(rowptr, col, [fanout]).sample(torch.from_numpy(centres), seed=5)
+    src, dst = batch.mfgs[0].edge_index.numpy()
+    position = batch.n_id.numpy()[src] - batch.n_id.numpy()[dst] - 1
+    mask = np.zeros(num_stars, dtype=np.int64)
+    np.add.at(mask, dst, 1 << position)
+    _, per_subset = np.unique(mask, return_counts=True)
+    assert per_subset.shape[0] == 56
+    assert stats.chisquare(per_subset).pvalue > ALPHA
+
+
+def test_star_with_replacement_uniform():
+    num_stars, degree, fanout = 2000, 10, 5
+    rowptr, col, centres = stars(num_stars, degree)
+    batch = NeighborSampler(rowptr, col, [fanout], replace=True).sample(torch.from_numpy(centres), seed=3)
+    src, dst = batch.mfgs[0].edge_index.numpy()
+    assert np.bincount(dst, minlength=num_stars).tolist() == [fanout] * num_stars
+    counts = np.bincount(batch.n_id.numpy()[src] - batch.n_id.numpy()[dst] - 1, minlength=degree)
+    # With replacement every draw is an independent categorical: Pearson's test is exact.
+    assert stats.chisquare(counts).pvalue > ALPHA
+    pairs = np.unique(np.stack([dst, src]), axis=1).shape[1]
+    assert pairs < src.shape[0], "duplicates are kept as parallel edges"
+
+
+@pytest.mark.parametrize("fanout", [1, 5])
+def test_random_graph_neighbours_uniform(fanout):
+    rowptr, col = random_graph(200, 1500, seed=1)  # degrees ~ 5..30
+    degrees = np.diff(rowptr)
+    seeds = torch.from_numpy(np.flatnonzero(degrees > fanout))
+    sampler = NeighborSampler(rowptr, col, [fanout])
+    draws = 40 * int(degrees.max()) // fanout  # >= 40 expected picks per neighbour
+    counts = sum(edge_counts(rowptr, col, sampler.sample(seeds, seed=9, batch_index=i)) for i in range(draws))
+    per_node = [counts[rowptr[v]:rowptr[v + 1]] for v in seeds.tolist()]
+    assert all(c[-1] > 0 for c in per_node), "the last neighbour of every node must be drawn"
+    assert without_replacement_pvalue(per_node, degrees[seeds.numpy()], fanout, draws) > ALPHA
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_mfg_structure(replace):
+    rowptr, col = random_graph(3000, 12000, seed=2)
+    fanouts = [6, 4, -1] if not replace else [6, 4, 3]
+    seeds = torch.tensor([5, 17, 2999, 0, 1234], dtype=torch.int64)
+    batch = NeighborSampler(rowptr, col, fanouts, replace=replace).sample(seeds, seed=1)
+    n_id = batch.n_id.numpy()
+    degrees = np.diff(rowptr)
+    adjacency = set(zip(np.repeat(np.arange(3000), degrees).tolist(), col.tolist()))
+
+    assert batch.batch_size == 5 and np.array_equal(n_id[:5], seeds.numpy())
+    assert np.unique(n_id).shape[0] == n_id.shape[0]
+    assert batch.mfgs[0].num_src == n_id.shape[0] and batch.mfgs[-1].num_dst == 5
+    for outer, inner in zip(batch.mfgs[:-1], batch.mfgs[1:]):
+        assert outer.num_dst == inner.num_src  # every node reached before a hop is expanded by it
+    for mfg, fanout in zip(batch.mfgs, reversed(fanouts)):
+        src, dst = mfg.edge_index.numpy()
+        assert mfg.edge_index.dtype == torch.int64 and mfg.rowptr.shape == (mfg.num_dst + 1,)
+        assert src.max() < mfg.num_src and dst.max() < mfg.num_dst
+        assert np.array_equal(np.repeat(np.arange(mfg.num_dst), np.diff(mfg.rowptr.numpy())), dst)
+        deg = degrees[n_id[:mfg.num_dst]]
+        expected = deg if fanout == -1 else (np.where(deg > 0, fanout, 0) if replace else np.minimum(deg, fanout))
+        assert np.array_equal(np.diff(mfg.rowptr.numpy()), expected)
+        assert all(pair in adjacency for pair in zip(n_id[dst].tolist(), n_id[src].tolist()))
+        if not replace:
+            assert np.unique(np.stack([dst, src]), axis=1).shape[1] == src.shape[0], "duplicate neighbour in a hop"
+
+
+def test_same_seed_same_batch_and_different_seeds_differ():
+    rowptr, col = random_graph(2000, 10000, seed=3)
+    sampler = NeighborSampler(rowptr, col, [5, 5])
+    seeds = torch.arange(0, 2000, 7)
+    a, b = sampler.sample(seeds, seed=4), sampler.sample(seeds, seed=4)
+    assert torch.equal(a.n_id, b.n_id)
+    assert all(torch.equal(x.edge_index, y.edge_index) for x, y in zip(a.mfgs, b.mfgs))
+    assert not torch.equal(a.n_id, sampler.sample(seeds, seed=5).n_id)
+    assert not torch.equal(a.n_id, sampler.sample(seeds, seed=4, batch_index=1).n_id)
+
+
+def test_memory_mapped_csr(tmp_path):
+    rowptr, col = random_graph(500, 2000, seed=4)
+    np.save(tmp_path / "rowptr.npy", rowptr)
+    np.save(tmp_path / "col.npy", col)
+    mapped = NeighborSampler(np.load(tmp_path / "rowptr.npy", mmap_mode="r"),
+                             np.load(tmp_path / "col.npy", mmap_mode="r"), [3, 2])
+    seeds = torch.arange(20)
+    assert torch.equal(mapped.sample(seeds).n_id, NeighborSampler(rowptr, col, [3, 2]).sample(seeds).n_id)
+
+
+def test_sage_conv_on_mfg_matches_dense_reference():
+    from torch_geometric.nn import SAGEConv
+
+    rowptr, col = random_graph(400, 2000, seed=5)
+    x = torch.randn(400, 8, generator=torch.Generator().manual_seed(0))
+    batch = NeighborSampler(rowptr, col, [4, 3]).sample(torch.arange(0, 400, 13), seed=2)
+    torch.manual_seed(0)
+    conv = SAGEConv(8, 6, aggr="mean")
+    for mfg in batch.mfgs:
+        x_src = x[batch.n_id[:mfg.num_src]]
+        out = conv((x_src, x_src[:mfg.num_dst]), mfg.edge_index)
+        adjacency = torch.zeros(mfg.num_dst, mfg.num_src)
+        adjacency.index_put_((mfg.edge_index[1], mfg.edge_index[0]), torch.ones(mfg.num_edges), accumulate=True)
+        mean = adjacency / adjacency.sum(1, keepdim=True).clamp(min=1)
+        reference = conv.lin_l(mean @ x_src) + conv.lin_r(x_src[:mfg.num_dst])
+        assert out.shape == (mfg.num_dst, 6)
+        torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(fanouts=[]), "fanouts"),
+    (dict(fanouts=[5, 0]), "fanouts"),
+    (dict(fanouts=[5], rowptr=np.array([0, 1, 3])), "rowptr must run"),
+    (dict(fanouts=[5], col=np.zeros(4, dtype=np.int32)), "int64"),
+])
+def test_bad_sampler_arguments(kwargs, match):
+    rowptr, col = random_graph(50, 100, seed=6)
+    args = dict(rowptr=rowptr, col=col) | kwargs
+    with pytest.raises(InputError, match=match):
+        NeighborSampler(args["rowptr"], args["col"], args["fanouts"])
+
+
+@pytest.mark.parametrize("seeds,match", [([1, 2, 1], "duplicate"), ([0, 50], "outside"), ([], "empty")])
+def test_bad_seeds(seeds, match):
+    rowptr, col = random_graph(50, 100, seed=6)
+    with pytest.raises(InputError, match=match):
+        NeighborSampler(rowptr, col, [2]).sample(seeds)
+
+
+def test_corrupt_csr_is_reported_not_crashing():
+    rowptr, col = random_graph(50, 100, seed=6)
+    col = col.copy()
+    col[rowptr[3]] = 10**9
+    with pytest.raises(InputError, match="corrupt"):
+        NeighborSampler(rowptr, col, [-1]).sample([3])

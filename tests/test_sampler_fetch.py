@@ -1,0 +1,109 @@
+"""Fetch plans: owner split, cache resolution, permutation back to n_id order, sliced rows."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from salientpp.data.csr import build_csr
+from salientpp.errors import InputError
+from salientpp.partition.book import PartitionBook
+from salientpp.sampling import FetchContext, NeighborLoader, NeighborSampler
+
+N, F, RANK = 900, 6, 1
+OFFSETS = np.array([0, 250, 600, 700, 900], dtype=np.int64)  # 4 partitions of unequal size
+
+
+@pytest.fixture(scope="module")
+def setup():
+    rng = np.random.default_rng(0)
+    rowptr, col = build_csr(rng.integers(0, N, size=(2, 4000)), N)
+    x = torch.randn(N, F, generator=torch.Generator().manual_seed(1))
+    book = PartitionBook(OFFSETS)
+    owned = book.owned(RANK)
+    # Cache a random half of the remote ids: the first 120 in the GPU tier, the rest in the CPU tier.
+    remote = np.setdiff1d(np.arange(N), owned)
+    cached = rng.permutation(remote)[:remote.shape[0] // 2]
+    num_gpu = 120
+    cache_slot = np.full(N, -1, dtype=np.int64)
+    cache_slot[cached] = np.arange(cached.shape[0])
+    gpu_cache, cpu_cache = x[cached[:num_gpu]], x[cached[num_gpu:]]
+    # Owned rows stored in a shuffled order (as the trainer stores them by VIP).
+    storage = rng.permutation(owned.shape[0])  # storage[r] = local index stored in row r
+    local_row = np.empty_like(storage)
+    local_row[storage] = np.arange(storage.shape[0])
+    local_x = x[owned[storage]]
+    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_gpu_slots=num_gpu, local_x=local_x,
+                       local_row=local_row, pin=False)
+    return NeighborSampler(rowptr, col, [4, 3]), x, ctx, gpu_cache, cpu_cache
+
+
+def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
+    plan, n_id = batch.fetch, batch.n_id
+    owner = torch.from_numpy(ctx.book.owner(n_id.numpy()))
+    cache_slot = torch.from_numpy(ctx.cache_slot)
+    # Every position lands in exactly one group, and the groups are what they claim.
+    positions = torch.cat([plan.owned_pos, plan.remote_pos, plan.gpu_pos, plan.cpu_pos])
+    assert torch.equal(torch.sort(positions).values, torch.arange(n_id.shape[0]))
+    assert (owner[plan.owned_pos] == RANK).all()
+    assert torch.equal(n_id[plan.remote_pos], plan.remote_id)
+    assert (owner[plan.remote_pos] != RANK).all() and (cache_slot[plan.remote_id] == -1).all()
+    assert torch.equal(cache_slot[n_id[plan.gpu_pos]], plan.gpu_slot) and (plan.gpu_slot < ctx.num_gpu_slots).all()
+    assert torch.equal(cache_slot[n_id[plan.cpu_pos]] - ctx.num_gpu_slots, plan.cpu_slot)
+    # Remote ids grouped by owner, ascending, with the right counts, n_id order within an owner.
+    remote_owner = owner[plan.remote_pos]
+    assert torch.equal(remote_owner, torch.sort(remote_owner, stable=True).values)
+    assert torch.equal(plan.remote_counts, torch.bincount(remote_owner, minlength=4))
+    assert plan.remote_counts[RANK] == 0
+    for k in range(4):
+        assert (plan.remote_pos[remote_owner == k].diff() > 0).all()
+    # The sliced owned rows are x[n_id] for owned ids, and the permutation rebuilds x[n_id].
+    assert torch.equal(plan.owned_x, x[n_id[plan.owned_pos]])
+    assert torch.equal(plan.owned_x, ctx.local_x[plan.owned_row])
+    received = x[plan.remote_id]  # what the owners send back, in request order
+    rows = torch.cat([plan.owned_x, received, gpu_cache[plan.gpu_slot], cpu_cache[plan.cpu_slot]])
+    assert torch.equal(rows[plan.perm], x[n_id])
+    assert plan.owned_pos.numel() and plan.remote_id.numel() and plan.gpu_pos.numel() and plan.cpu_pos.numel()
+
+
+def test_plan_reconstructs_features(setup):
+    sampler, x, ctx, gpu_cache, cpu_cache = setup
+    batch = sampler.sample(torch.arange(260, 600, 4), seed=3, fetch=ctx)
+    check_plan(batch, x, ctx, gpu_cache, cpu_cache)
+
+
+def test_plan_through_loader_with_two_threads(setup):
+    sampler, x, ctx, gpu_cache, cpu_cache = setup
+    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, num_threads=2, fetch=ctx)
+    batches = list(loader)
+    assert len(batches) == 6
+    for batch in batches:
+        check_plan(batch, x, ctx, gpu_cache, cpu_cache)
+
+
+def test_plan_without_cache_or_rows(setup):
+    sampler, x, ctx, _, _ = setup
+    batch = sampler.sample(torch.arange(600, 700, 2), seed=1, fetch=FetchContext(ctx.book, 2, pin=False))
+    plan = batch.fetch
+    assert plan.owned_x is None and plan.gpu_pos.numel() == 0 and plan.cpu_pos.numel() == 0
+    assert torch.equal(plan.owned_row, batch.n_id[plan.owned_pos] - OFFSETS[2])  # identity row map
+    assert plan.remote_counts.sum() == plan.remote_id.numel() == batch.num_nodes - plan.owned_pos.numel()
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(rank=4), "rank 4"),
+    (dict(cache_slot=np.full(10, -1, dtype=np.int64)), "one entry per node"),
+    (dict(cache_slot=np.full(N, -2, dtype=np.int64)), "below -1"),
+    (dict(book=PartitionBook(np.array([0, 500], dtype=np.int64))), "cover ids"),
+    (dict(local_row=None, local_x=torch.zeros(300, F)), "local_x has"),
+    (dict(local_row=np.zeros(5, dtype=np.int64)), "one entry per owned id"),
+    (dict(pin=True), "pinned memory"),
+])
+def test_bad_fetch_context(setup, change, match):
+    sampler, _, ctx, _, _ = setup
+    if change.get("pin") and torch.cuda.is_available():
+        pytest.skip("pinning is valid where CUDA exists")
+    fields = dict(book=ctx.book, rank=ctx.rank, cache_slot=ctx.cache_slot, num_gpu_slots=ctx.num_gpu_slots,
+                  local_x=ctx.local_x, local_row=ctx.local_row, pin=False) | change
+    with pytest.raises(InputError, match=match):
+        sampler.sample([300], fetch=FetchContext(**fields))
