@@ -43,17 +43,16 @@ class FeatureStore:
         num_device_slots: G.
     """
 
-    def __init__(self, ctx: DistContext, book: PartitionBook, local_x: np.ndarray | torch.Tensor,
+    def __init__(self, ctx: DistContext, book: PartitionBook, local_x: np.ndarray,
                  local_order: np.ndarray | None = None, num_device_local: int = 0,
                  cache_slot: np.ndarray | None = None, num_device_slots: int = 0):
         self.ctx = ctx
         self.book = book
         self.offset = int(book.offsets[ctx.rank])
-        x = torch.as_tensor(np.asarray(local_x))
-        n_k = x.shape[0]
-        order = torch.arange(n_k) if local_order is None else torch.as_tensor(np.asarray(local_order), dtype=torch.int64)
-        self.local_row = _inverse(order)  # local index -> storage row
-        storage = x[order].contiguous()
+        n_k = local_x.shape[0]
+        order = np.arange(n_k) if local_order is None else np.array(local_order, dtype=np.int64)
+        self.local_row = _inverse(torch.from_numpy(order))  # local index -> storage row
+        storage = torch.as_tensor(np.asarray(local_x)[order])  # a fresh, writable copy in storage order
         self.num_device_local = min(int(num_device_local), n_k)
         pin = ctx.device.type == "cuda"
         self.owned_device = storage[:self.num_device_local].to(ctx.device)
@@ -62,8 +61,8 @@ class FeatureStore:
             self.owned_host = self.owned_host.pin_memory()
         # The sampler threads slice owned rows from one CPU tensor; that is all of them on CPU.
         self.slice_source = storage if ctx.device.type == "cpu" else None
-        self.num_features = int(x.shape[1])
-        self.dtype = x.dtype
+        self.num_features = int(storage.shape[1])
+        self.dtype = storage.dtype
         if cache_slot is None:
             cache_slot = np.full(book.num_nodes, -1, dtype=np.int64)
         self.cache_slot = torch.as_tensor(np.asarray(cache_slot), dtype=torch.int64)
@@ -113,9 +112,9 @@ class FeatureStore:
 
     def fetch_context_args(self) -> dict[str, Any]:
         """Keyword arguments of the sampler's fetch context for this rank."""
-        return dict(offsets=torch.as_tensor(np.asarray(self.book.offsets)), rank=self.ctx.rank,
-                    cache_slot=self.cache_slot, num_gpu_slots=self.num_device_slots,
-                    local_x=self.slice_source, local_row=self.local_row)
+        return dict(book=self.book, rank=self.ctx.rank, cache_slot=self.cache_slot,
+                    num_gpu_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
+                    pin=self.ctx.device.type == "cuda")
 
     def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats) -> torch.Tensor:
         """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``.

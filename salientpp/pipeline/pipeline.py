@@ -1,0 +1,66 @@
+"""Runs records through the stages with up to ``depth`` of them in flight.
+
+At every tick the oldest record moves first, each in-flight record moves one stage, and a new
+one is drawn from the source while fewer than ``depth`` are in flight; a record that has passed
+every stage is handed to the consumer. Every rank ticks the same way, so all ranks start their
+collectives in the same order. ``depth=1`` runs the stages of one batch one after another
+(no overlap), for comparison.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from typing import Callable, Iterator, Sequence
+
+from .stages import InFlight
+
+
+class StageTimes(defaultdict):
+    """Seconds spent in each named stage (a ``defaultdict(float)``)."""
+
+    def __init__(self):
+        super().__init__(float)
+
+
+class Pipeline:
+    """``Pipeline(source, stages, depth)``: iterate to get fully processed records, in order.
+
+    Args:
+        source: called once per new record; returns an :class:`InFlight` or ``None`` when done.
+        stages: callables ``InFlight -> InFlight``, each with a ``name``.
+        depth: most records in flight (>= 1).
+        times: where to add the seconds spent in each stage (``source.name`` included).
+    """
+
+    def __init__(self, source: Callable[[], InFlight | None], stages: Sequence[Callable[[InFlight], InFlight]],
+                 depth: int, times: StageTimes | None = None):
+        if depth < 1:
+            raise ValueError("the pipeline depth must be at least 1")
+        self.source = source
+        self.stages = list(stages)
+        self.depth = depth
+        self.times = StageTimes() if times is None else times
+
+    def _timed(self, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        self.times[getattr(fn, "name", type(fn).__name__)] += time.perf_counter() - start
+        return out
+
+    def __iter__(self) -> Iterator[InFlight]:
+        flight: deque[list] = deque()  # [record, index of its next stage]
+        exhausted = False
+        while flight or not exhausted:
+            for entry in flight:
+                entry[0] = self._timed(self.stages[entry[1]], entry[0])
+                entry[1] += 1
+            if not exhausted and len(flight) < self.depth:
+                item = self._timed(self.source)
+                if item is None:
+                    exhausted = True
+                else:
+                    flight.append([item, 0])
+            if flight and flight[0][1] == len(self.stages):
+                yield flight.popleft()[0]
+            elif not flight and exhausted:
+                return

@@ -1,0 +1,129 @@
+"""The training configuration: every option of ``salientpp train`` as one dataclass."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..models import MODELS
+
+DEVICES = ("cpu", "cuda")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _fanouts(name: str, values: Any, layers: int) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in values)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be integers like 15,10,5, got {values!r}") from None
+    if len(out) != layers:
+        raise InputError(f"{name} gives {len(out)} hops but the model has {layers} layers; "
+                         f"pass one fanout per layer")
+    if any(f < 1 and f != -1 for f in out):
+        raise InputError(f"{name} must be positive integers or -1 (all neighbours), got {list(out)}")
+    return out
+
+
+@dataclass
+class TrainConfig:
+    """What to train, where, and how.
+
+    Attributes:
+        part_dir: a partitioned directory (``salientpp partition``); one partition per rank.
+        epochs: total number of epochs (a resumed run continues up to this number).
+        model: ``sage``, ``gat`` or ``gin``; hidden: hidden width; layers: number of layers.
+        fanouts: neighbours sampled per hop, ``fanouts[0]`` at the seeds, one per layer.
+        batch_size: seeds per minibatch per rank; lr: Adam learning rate; dropout: between layers.
+        cache: cache policy name (``vip``, ``degree``, ...) or ``none``.
+        replication: alpha, cached remote rows per rank = floor(alpha * N / K), in [0, K - 1].
+        gpu_fraction: fraction of the owned rows and of the cached rows kept on the device.
+        device: ``cpu`` or ``cuda``.
+        nprocs: number of local ranks to start (default: one per partition).
+        pipeline_depth: batches in flight (1 = the stages of a batch one after another).
+        eval_fanouts: fanouts of sampled inference (default 20 per layer).
+        eval_every: evaluate every this many epochs (and after the last one).
+        full_inference: evaluate with layer-wise full-neighbour inference instead of sampling.
+        checkpoint_dir: where ``last.pt`` and ``best.pt`` go; resume: continue from ``last.pt``.
+        json_path: append one JSON line per epoch to this file.
+        seed: seeds the model, dropout and the loaders (see ``salientpp.cache.accesses.loader_seed``).
+        num_threads: sampler threads per rank.
+        timeout_s: every collective fails after this many seconds instead of hanging.
+        progress: show a tqdm bar on rank 0.
+    """
+
+    part_dir: str
+    epochs: int = 10
+    model: str = "sage"
+    hidden: int = 256
+    layers: int = 3
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    lr: float = 0.003
+    dropout: float = 0.5
+    cache: str = "vip"
+    replication: float = 0.1
+    gpu_fraction: float = 0.15
+    device: str = "cpu"
+    nprocs: int | None = None
+    pipeline_depth: int = 4
+    eval_fanouts: tuple[int, ...] | None = None
+    eval_batch_size: int | None = None
+    eval_every: int = 1
+    full_inference: bool = False
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    json_path: str | None = None
+    seed: int = 0
+    num_threads: int = 1
+    timeout_s: float = 300.0
+    progress: bool = True
+
+    def validate(self) -> "TrainConfig":
+        """Check every option; raise :class:`InputError` with one sentence on the first bad one.
+        Returns ``self`` with the defaults that depend on other options filled in."""
+        if not Path(self.part_dir).is_dir():
+            raise InputError(f"{self.part_dir} is not a directory; pass a partitioned directory "
+                             "written by `salientpp partition`")
+        _positive_int("the number of epochs", self.epochs)
+        if self.model not in MODELS:
+            raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
+        _positive_int("the hidden size", self.hidden)
+        _positive_int("the number of layers", self.layers)
+        self.fanouts = _fanouts("fanouts", self.fanouts, self.layers)
+        self.eval_fanouts = _fanouts("eval fanouts", self.eval_fanouts or (20,) * self.layers, self.layers)
+        _positive_int("the batch size", self.batch_size)
+        self.eval_batch_size = _positive_int("the evaluation batch size", self.eval_batch_size or self.batch_size)
+        if not self.lr > 0:
+            raise InputError(f"the learning rate must be positive, got {self.lr}")
+        if not 0 <= self.dropout < 1:
+            raise InputError(f"dropout must lie in [0, 1), got {self.dropout}")
+        if not self.replication >= 0:
+            raise InputError(f"replication (alpha) must be at least 0, got {self.replication}")
+        if not 0 <= self.gpu_fraction <= 1:
+            raise InputError(f"the GPU fraction must lie in [0, 1], got {self.gpu_fraction}")
+        if self.device not in DEVICES:
+            raise InputError(f"unknown device {self.device!r}; choose cpu or cuda")
+        if self.nprocs is not None:
+            _positive_int("the number of processes", self.nprocs)
+        _positive_int("the pipeline depth", self.pipeline_depth)
+        _positive_int("eval-every", self.eval_every)
+        _positive_int("the number of sampler threads", self.num_threads)
+        if not self.timeout_s > 0:
+            raise InputError(f"the timeout must be positive, got {self.timeout_s}")
+        if self.resume and not self.checkpoint_dir:
+            raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
+        if self.checkpoint_dir and not Path(self.checkpoint_dir).parent.exists():
+            raise InputError(f"the parent of the checkpoint directory {self.checkpoint_dir} does not exist; create it")
+        if self.json_path and not Path(self.json_path).parent.exists():
+            raise InputError(f"the parent directory of {self.json_path} does not exist; create it")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
