@@ -31,8 +31,7 @@ def make_sampler(rowptr: np.ndarray, col: np.ndarray, workload: Workload):
     """The trainer's ``NeighborSampler`` for a workload's fanouts and replacement mode."""
     from ..sampling import NeighborSampler
 
-    return NeighborSampler(torch.as_tensor(np.asarray(rowptr)), torch.as_tensor(np.asarray(col)),
-                           fanouts=list(workload.fanouts), replace=workload.replace)
+    return NeighborSampler(rowptr, col, fanouts=list(workload.fanouts), replace=workload.replace)
 
 
 def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k: int, *, epochs: int,

@@ -1,0 +1,185 @@
+"""Cache plans: budgets filled exactly, tiers and slot maps, local order, disk round trip,
+compatibility checks, custom policies, and one-sentence errors from `salientpp analyze`."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cache_support import make_partitioned
+from salientpp.cache import (Budget, PolicyContext, Workload, build_plans, load_plan, load_plans, parse_bytes,
+                             policy_scores, register_policy, save_plans)
+from salientpp.cli import main
+from salientpp.errors import InputError
+
+FANOUTS = (10, 5)
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partitioned(tmp_path_factory.mktemp("plan") / "parts", parts=4)
+
+
+@pytest.fixture
+def ctx(parts):
+    return PolicyContext(parts, (Workload(FANOUTS, 16),))
+
+
+def _row_bytes(parts):
+    return parts.num_features * parts.feature_dtype.itemsize
+
+
+@pytest.mark.parametrize("policy", ["vip", "degree", "num-paths"])
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 3.0])
+def test_replication_caches_the_top_remote_rows(parts, ctx, policy, alpha):
+    plans = build_plans(ctx, policy, Budget(replication=alpha))
+    for plan in plans:
+        k = plan.part
+        owned = parts.book.owned(k)
+        remote = np.setdiff1d(np.arange(parts.num_nodes), owned)
+        assert plan.gpu_ids.size == min(math.floor(alpha * parts.num_nodes / 4 + 1e-9), remote.size)
+        assert plan.cpu_ids.size == 0
+        assert np.unique(plan.gpu_ids).size == plan.gpu_ids.size
+        assert not np.isin(plan.gpu_ids, owned).any()
+        scores = policy_scores(ctx, policy, k)
+        assert np.all(np.diff(scores[plan.gpu_ids]) <= 0)  # best first
+        uncached = np.setdiff1d(remote, plan.gpu_ids)
+        if plan.gpu_ids.size and uncached.size:
+            assert scores[plan.gpu_ids].min() >= scores[uncached].max()
+
+
+def test_byte_budgets_are_filled_exactly_gpu_tier_first(parts, ctx):
+    row = _row_bytes(parts)
+    budget = Budget(gpu_bytes=10 * row + row // 2, cpu_bytes=20 * row + 3)
+    for plan in build_plans(ctx, "vip", budget):
+        assert plan.gpu_ids.size == 10 and plan.cpu_ids.size == 20
+        assert plan.gpu_ids.size * row <= budget.gpu_bytes < (plan.gpu_ids.size + 1) * row
+        scores = policy_scores(ctx, "vip", plan.part)
+        assert scores[plan.gpu_ids].min() >= scores[plan.cpu_ids].max()
+        assert np.intersect1d(plan.gpu_ids, plan.cpu_ids).size == 0
+    # A budget larger than the remote rows caches every remote row once, GPU tier first.
+    huge = build_plans(ctx, "degree", Budget(gpu_bytes=100 * row, cpu_bytes=10**9))
+    for plan in huge:
+        assert plan.gpu_ids.size == 100
+        assert plan.num_cached == parts.num_nodes - parts.book.part_size(plan.part)
+
+
+def test_slot_map_and_local_order(parts, ctx):
+    row = _row_bytes(parts)
+    plans = build_plans(ctx, "vip", Budget(gpu_bytes=7 * row, cpu_bytes=9 * row), gpu_fraction=0.3)
+    for plan in plans:
+        slots = plan.slot_map()
+        assert slots.shape == (parts.num_nodes,) and slots.dtype == np.int64
+        np.testing.assert_array_equal(slots[plan.gpu_ids], np.arange(7))
+        np.testing.assert_array_equal(slots[plan.cpu_ids], np.arange(7, 16))
+        assert (slots >= 0).sum() == 16
+        assert np.all(slots[parts.book.owned(plan.part)] == -1)
+        n_k = parts.book.part_size(plan.part)
+        np.testing.assert_array_equal(np.sort(plan.local_order), np.arange(n_k))
+        scores = policy_scores(ctx, "vip", plan.part)[parts.book.offsets[plan.part]:][:n_k]
+        assert np.all(np.diff(scores[plan.local_order]) <= 0)
+        assert plan.num_gpu_local == math.floor(0.3 * n_k)
+
+
+def test_plan_round_trips_through_disk(parts, ctx, tmp_path):
+    row = _row_bytes(parts)
+    plans = build_plans(ctx, "vip", Budget(gpu_bytes=5 * row, cpu_bytes=8 * row), gpu_fraction=0.15)
+    save_plans(plans, tmp_path / "plan")
+    loaded = load_plans(tmp_path / "plan")
+    assert len(loaded) == len(plans)
+    for a, b in zip(plans, loaded):
+        for name in ("gpu_ids", "cpu_ids", "local_order"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+            assert getattr(b, name).dtype == np.int64
+        assert (a.part, a.gpu_fraction, a.num_gpu_local, a.meta) == (b.part, b.gpu_fraction, b.num_gpu_local, b.meta)
+        np.testing.assert_array_equal(a.slot_map(), b.slot_map())
+    with pytest.raises(InputError, match="already exists"):
+        save_plans(plans, tmp_path / "plan")
+    with pytest.raises(InputError, match="partitions 0..3"):
+        load_plan(tmp_path / "plan", 4)
+
+
+def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
+    plan = build_plans(ctx, "degree", Budget(replication=0.1))[0]
+    plan.check_compatible(parts.path, FANOUTS, 16)  # the right setup passes
+    with pytest.raises(InputError, match="fanouts 10,5 but training uses 15,10,5"):
+        plan.check_compatible(parts.path, (15, 10, 5), 16)
+    with pytest.raises(InputError, match="batch size 16 but training uses 32"):
+        plan.check_compatible(parts.path, FANOUTS, 32)
+    other = make_partitioned(tmp_path / "other", parts=4, method="random")
+    with pytest.raises(InputError, match="another partitioning"):
+        plan.check_compatible(other.path, FANOUTS, 16)
+
+
+def test_custom_policy_in_a_few_lines(parts, ctx):
+    @register_policy("test-low-degree")
+    def low_degree(ctx, k):
+        return -ctx.degree().astype(float)
+
+    for plan in build_plans(ctx, "test-low-degree", Budget(replication=0.2)):
+        degree = np.diff(parts.rowptr)
+        remote = np.setdiff1d(np.arange(parts.num_nodes), parts.book.owned(plan.part))
+        assert degree[plan.gpu_ids].max() <= degree[np.setdiff1d(remote, plan.gpu_ids)].min()
+
+    @register_policy("test-broken")
+    def broken(ctx, k):
+        return np.ones(3)
+
+    with pytest.raises(InputError, match="one score per vertex"):
+        build_plans(ctx, "test-broken", Budget(replication=0.2))
+    with pytest.raises(InputError, match="unknown cache policy"):
+        build_plans(ctx, "no-such-policy", Budget(replication=0.2))
+
+
+def test_parse_bytes():
+    assert parse_bytes("512MiB") == 512 * 2**20
+    assert parse_bytes("2GB") == 2 * 10**9
+    assert parse_bytes("1000") == 1000
+    for bad in ("lots", "-5", "3 parsecs"):
+        with pytest.raises(InputError):
+            parse_bytes(bad)
+
+
+def _analyze(parts, *extra):
+    return main(["analyze", str(parts.path), "--fanouts", "10,5", "--batch-size", "16", *extra])
+
+
+def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
+    assert _analyze(parts, "--replication", "0.1", "--out", str(tmp_path / "p")) == 0
+    plan = load_plan(tmp_path / "p", 2)
+    plan.check_compatible(parts.path, FANOUTS, 16)
+    assert plan.gpu_ids.size == math.floor(0.1 * parts.num_nodes / 4)
+    assert "predicted remote rows per epoch" in capsys.readouterr().out
+    assert _analyze(parts, "--policy", "degree", "--gpu-cache-bytes", "1KiB", "--cpu-cache-bytes", "0",
+                    "--name", "deg") == 0
+    plan = load_plan(parts.path / "cache" / "deg", 0)
+    assert plan.gpu_ids.size == 1024 // _row_bytes(parts) and plan.cpu_ids.size == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fanouts", "", "--replication", "0.1"], "fanout list is empty"),
+    (["--fanouts", "10,0", "--replication", "0.1"], "fanout 0 is invalid"),
+    (["--fanouts", "10,-3", "--replication", "0.1"], "fanout -3 is invalid"),
+    (["--replication", "-0.1"], "outside [0, 3]"),
+    (["--replication", "3.5"], "outside [0, 3]"),
+    (["--gpu-cache-bytes", "10"], "smaller than one feature row"),
+    (["--cpu-cache-bytes", "1"], "smaller than one feature row"),
+    (["--replication", "0.1", "--gpu-cache-bytes", "1MiB"], "not both"),
+    ([], "say how much to cache"),
+    (["--replication", "0.1", "--policy", "magic"], "unknown cache policy"),
+    (["--replication", "0.1", "--gpu-fraction", "1.5"], "gpu fraction"),
+    (["--replication", "0.1", "--batch-size", "0"], "batch size"),
+])
+def test_analyze_bad_input_is_one_sentence_and_exit_2(parts, capsys, args, message):
+    before = sorted(p.name for p in parts.path.rglob("*"))
+    assert main(["analyze", str(parts.path), "--fanouts", "10,5", "--batch-size", "16", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+    assert sorted(p.name for p in parts.path.rglob("*")) == before  # nothing left behind
+
+
+def test_analyze_refuses_a_missing_partitioned_dir(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "nope"), "--fanouts", "10,5", "--batch-size", "16",
+                 "--replication", "0.1"]) == 2
+    assert "not a directory" in capsys.readouterr().err
