@@ -1,0 +1,124 @@
+"""The communication simulator: its counts equal a direct recount of the sampled batches, the
+oracle is a lower bound at every α, and `salientpp simulate` writes its table, JSON and plot."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from cache_support import make_partitioned
+from salientpp.cache import Budget, PolicyContext, Workload, build_plans, loader_seed, simulate
+from salientpp.cache.simulator import require_pyplot
+from salientpp.cli import main
+from salientpp.errors import InputError
+from salientpp.sampling import NeighborLoader, NeighborSampler
+
+POLICIES = ("vip", "vip-cavity", "vip-simulation", "degree", "halo", "num-paths", "random", "oracle")
+ALPHAS = (0.0, 0.01, 0.1, 0.5, 1.0, 3.0)
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partitioned(tmp_path_factory.mktemp("sim") / "parts", parts=4)
+
+
+@pytest.fixture(scope="module")
+def result(parts):
+    ctx = PolicyContext(parts, (Workload((10, 5), 8),), seed=3, epochs=3, simulation_epochs=2)
+    return simulate(ctx, POLICIES, ALPHAS)
+
+
+def test_oracle_fetches_no_more_than_any_policy_at_every_alpha(result, parts):
+    oracle = result.rows[POLICIES.index("oracle")]
+    for i, name in enumerate(POLICIES):
+        assert np.all(oracle <= result.rows[i] + 1e-9), name  # per partition, hence in total too
+    # No cache fetches every remote row touched; caching every remote row fetches nothing. (α = K-1
+    # caches (K-1) N/K rows: every remote row of the partitions of at least average size.)
+    np.testing.assert_allclose(result.rows[:, 0, :], np.broadcast_to(result.accessed, result.rows[:, 0, :].shape))
+    remote = parts.num_nodes - np.diff(parts.book.offsets)
+    full = result.cached[-1] == remote
+    assert full.any() and np.all(result.rows[:, -1, full] == 0)
+    assert np.all(result.cached[-1] == np.minimum(remote, 3 * parts.num_nodes // 4))
+    # More cache never fetches more (each policy's order is fixed; α only moves the cut).
+    assert np.all(np.diff(result.rows, axis=1) <= 1e-9)
+    eff = result.efficiency()
+    assert np.all(np.isnan(eff[:, 0])) and np.allclose(eff[POLICIES.index("oracle"), 1:], 1.0)
+    assert np.all(eff[:, 1:] <= 1 + 1e-12)
+
+
+def _recount(parts, k, seed, epochs, slots=None):
+    """Remote rows the batches of partition k fetch (uncached ones only, when ``slots`` is given)."""
+    sampler = NeighborSampler(parts.rowptr, parts.col, [10, 5])
+    loader = NeighborLoader(sampler, torch.from_numpy(np.asarray(parts.part(k).train_idx)), 8, shuffle=True,
+                            seed=loader_seed(seed, k))
+    lo, hi = parts.book.offsets[k], parts.book.offsets[k + 1]
+    fetched = 0
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            n_id = batch.n_id.numpy()
+            assert np.unique(n_id).size == n_id.size
+            remote = n_id[(n_id < lo) | (n_id >= hi)]
+            fetched += remote.size if slots is None else int((slots[remote] < 0).sum())
+    return fetched / epochs
+
+
+def test_counts_equal_a_direct_recount_of_the_batches(result, parts):
+    for k in range(parts.num_parts):
+        assert result.accessed[k] == _recount(parts, k, seed=3, epochs=3)
+        assert result.steps[k] == math.ceil(parts.part(k).train_idx.size / 8)
+    # A saved plan's slot map gives the same misses as the simulator's count for that policy and α.
+    ctx = PolicyContext(parts, (Workload((10, 5), 8),), seed=3, epochs=3)
+    for plan in build_plans(ctx, "degree", Budget(replication=0.1)):
+        expected = result.rows[POLICIES.index("degree"), ALPHAS.index(0.1), plan.part]
+        assert _recount(parts, plan.part, seed=3, epochs=3, slots=plan.slot_map()) == expected
+
+
+def test_vip_beats_random_and_halo_on_average(result):
+    # Not a law, but with 4 partitions and α in (0, 1] a sound VIP ranking must save clearly more
+    # than random caching and than the 1-hop halo (the two ignore hops 2-3 and the fanouts).
+    eff = result.efficiency()[:, 1:-1]
+    vip, rnd, halo = (eff[POLICIES.index(p)].mean() for p in ("vip", "random", "halo"))
+    assert vip > rnd + 0.1 and vip > halo
+
+
+def test_json_table_and_plot(parts, tmp_path, capsys):
+    out, png = tmp_path / "sim.json", tmp_path / "sim.png"
+    code = main(["simulate", str(parts.path), "--fanouts", "10,5", "--batch-size", "8", "--epochs", "2",
+                 "--policies", "vip,degree,oracle", "--replication", "0,0.1,1", "--json", str(out), "--plot", str(png)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "| vip |" in text and "Saving efficiency" in text
+    data = json.loads(out.read_text())
+    assert data["policies"] == ["vip", "degree", "oracle"] and data["replication"] == [0.0, 0.1, 1.0]
+    assert data["rows_per_epoch"]["oracle"][0] == data["no_cache_rows_per_epoch"]
+    assert data["bytes_per_epoch"]["vip"][1] == data["rows_per_epoch"]["vip"][1] * data["row_bytes"]
+    assert data["efficiency"]["oracle"][1:] == [1.0, 1.0]
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--replication", "0,4"], "outside [0, 3]"),
+    (["--replication", "0,x"], "comma-separated numbers"),
+    (["--policies", "vip,nope"], "unknown cache policy"),
+    (["--fanouts", "5,0"], "fanout 0 is invalid"),
+    (["--epochs", "0"], "epochs must be a positive integer"),
+    (["--plot", "/nonexistent/dir/x.png"], "does not exist"),
+])
+def test_simulate_bad_input_is_one_sentence_and_exit_2(parts, capsys, args, message):
+    base = {"--fanouts": "10,5", "--batch-size": "8", "--epochs": "1", "--policies": "vip", "--replication": "0,1"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    assert main(["simulate", str(parts.path), *[x for kv in base.items() for x in kv]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    with pytest.raises(InputError, match="pip install matplotlib"):
+        require_pyplot()
