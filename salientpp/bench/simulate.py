@@ -1,0 +1,75 @@
+"""Communication volume of the cache policies over several sampling settings.
+
+For each ``--setting FANOUTS:BATCH`` (e.g. ``15,10,5:1024`` and ``10,5:64``) it runs the
+simulator (:func:`salientpp.cache.simulate`) on the same partitioned directory and prints the
+rows fetched per epoch per policy and α and the saving efficiency
+``(no cache - policy) / (no cache - oracle)``; the oracle is scored on the evaluated epochs
+(use at least 10: with fewer it fits the sampling noise of those epochs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..cache.policies import PolicyContext, get_policy
+from ..cache.simulator import check_replication, parse_floats, simulate
+from ..cache.workload import Workload, parse_fanouts
+from ..errors import InputError
+from ..partition.format import load_partitioned
+
+DEFAULT_POLICIES = "vip,vip-cavity,vip-simulation,degree,halo,num-paths,random,oracle"
+
+
+def parse_setting(text: str) -> tuple[tuple[int, ...], int]:
+    """``"15,10,5:1024"`` -> ``((15, 10, 5), 1024)``."""
+    fanouts, sep, batch = text.partition(":")
+    if not sep or not batch.strip().isdigit():
+        raise InputError(f"a setting is FANOUTS:BATCH like 15,10,5:1024, got {text!r}")
+    return parse_fanouts(fanouts), int(batch)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("part_dir", metavar="PART_DIR", help="a partitioned directory")
+    p.add_argument("--setting", action="append", metavar="FANOUTS:BATCH",
+                   help="a sampling setting, repeatable (default: 15,10,5:1024 and 10,5:64)")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"policies (default {DEFAULT_POLICIES})")
+    p.add_argument("--replication", default="0.01,0.05,0.1,0.2,0.5,1.0", help="replication factors alpha")
+    p.add_argument("--epochs", type=int, default=10, help="evaluated epochs (default 10)")
+    p.add_argument("--simulation-epochs", type=int, default=5, help="epochs sampled by vip-simulation (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the evaluated epochs (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="sampler threads (default 1)")
+    p.add_argument("--json", help="also write the results to this JSON file")
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = [parse_setting(s) for s in (args.setting or ["15,10,5:1024", "10,5:64"])]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for name in policies:
+        get_policy(name)
+    if args.json and Path(args.json).exists():
+        raise InputError(f"{args.json} already exists; remove it or choose another path")
+    dataset = load_partitioned(args.part_dir)
+    replication = check_replication(parse_floats(args.replication, "--replication"), dataset.num_parts)
+    reports = []
+    for fanouts, batch_size in settings:
+        ctx = PolicyContext(dataset, (Workload(fanouts, batch_size),), seed=args.seed, epochs=args.epochs,
+                            simulation_epochs=args.simulation_epochs, num_threads=args.threads, progress=True)
+        start = time.perf_counter()
+        result = simulate(ctx, policies, replication)
+        seconds = time.perf_counter() - start
+        print(f"\n### {dataset.path.name}: {dataset.num_parts} partitions, fanouts {','.join(map(str, fanouts))}, "
+              f"batch {batch_size}, {args.epochs} evaluated epochs ({seconds:.0f} s)\n")
+        print(result.table())
+        print("\nseconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.meta["seconds"].items()))
+        eff = result.efficiency()
+        if eff is not None:
+            print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
+        reports.append({"fanouts": list(fanouts), "batch_size": batch_size, "seconds": seconds, **result.to_json()})
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
+        print(f"results written to {args.json}")
+    return 0

@@ -1,0 +1,145 @@
+"""VIP analysis: wall time and peak memory for every partition at once, and (with
+``--mc-batches``) accuracy against the inclusion frequencies of the real sampler.
+
+Time excludes numba's one-off compilation (a warm-up on a 3-vertex graph runs first). Peak
+memory is the largest total of the numpy arrays allocated during the analysis (tracemalloc),
+plus the process's peak resident size, which also counts the memory-mapped graph pages read.
+The Monte-Carlo check draws independent uniform b-subsets of each partition's training set and
+reports, per hop, the relative error of the predicted vertices per minibatch and the per-vertex
+mean absolute error (with the part of it expected from Monte-Carlo noise alone).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+import tracemalloc
+from pathlib import Path
+
+import numba
+import numpy as np
+import torch
+
+from ..cache.vip import METHODS, inclusion_probabilities
+from ..cache.workload import check_batch_size, parse_fanouts
+from ..errors import InputError
+from ..partition.format import load_partitioned
+from ..sampling import NeighborSampler
+
+
+def _warm_up(methods) -> None:
+    rowptr, col = np.array([0, 1, 3, 4]), np.array([1, 0, 2, 1])
+    for method in methods:
+        inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1], 1, method=method)
+
+
+def time_analysis(dataset, fanouts, batch_size: int, method: str, replace: bool = False) -> dict:
+    """Seconds and peak allocated bytes of the VIP of all partitions at once."""
+    seed_sets = [np.asarray(dataset.part(k).train_idx) for k in range(dataset.num_parts)]
+    tracemalloc.start()
+    start = time.perf_counter()
+    inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
+                                   method=method)
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"method": method, "seconds": seconds, "peak_alloc_bytes": int(peak)}
+
+
+def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, replace: bool = False):
+    """Per partition: float64 ``[L+1, N]`` inclusion frequencies and ``[batches, L+1]`` set sizes."""
+    sampler = NeighborSampler(dataset.rowptr, dataset.col, list(fanouts), replace=replace)
+    rng = np.random.default_rng(seed)
+    results = []
+    for k in range(dataset.num_parts):
+        train = np.asarray(dataset.part(k).train_idx)
+        freq = np.zeros((len(fanouts) + 1, dataset.num_nodes))
+        sizes = np.zeros((batches, len(fanouts) + 1))
+        for i in range(batches):
+            seeds = rng.choice(train, min(batch_size, train.size), replace=False)
+            batch = sampler.sample(torch.from_numpy(seeds), seed=seed, batch_index=k * batches + i)
+            counts = [batch.batch_size] + [m.num_src for m in reversed(batch.mfgs)]
+            n_id = batch.n_id.numpy()
+            for h, count in enumerate(counts):
+                freq[h, n_id[:count]] += 1
+            sizes[i] = counts
+        results.append((freq / batches, sizes))
+    return results
+
+
+def accuracy(dataset, fanouts, batch_size: int, methods, mc, replace: bool = False) -> dict:
+    """Relative error of vertices per minibatch and per-vertex MAE, per method and hop (all partitions)."""
+    seed_sets = [np.asarray(dataset.part(k).train_idx) for k in range(dataset.num_parts)]
+    batches = mc[0][1].shape[0]
+    out = {}
+    for method in methods:
+        inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
+                                       method=method, return_hops=True)
+        rows = []
+        for h in range(len(fanouts) + 1):
+            predicted = sum(hops[h][:, k].sum() for k in range(dataset.num_parts))
+            measured = sum(sizes[:, h].mean() for _, sizes in mc)
+            mae = np.mean([np.abs(freq[h] - hops[h][:, k]).mean() for k, (freq, _) in enumerate(mc)])
+            # Mean absolute deviation of a binomial proportion, sqrt(2 p (1-p) / (pi B)), averaged.
+            noise = np.mean([np.sqrt(2 * f * (1 - f) / (np.pi * batches)).mean() for f in (fr[h] for fr, _ in mc)])
+            rows.append({"hop": h, "relative_error": predicted / measured - 1, "mae": float(mae),
+                         "mae_noise": float(noise)})
+        out[method] = rows
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("part_dir", metavar="PART_DIR", help="a partitioned directory")
+    p.add_argument("--fanouts", default="15,10,5", help="fanouts per hop (default 15,10,5)")
+    p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
+    p.add_argument("--methods", default="exact,cavity", help=f"VIP estimates, from {','.join(METHODS)}")
+    p.add_argument("--replace", action="store_true", help="model sampling with replacement")
+    p.add_argument("--mc-batches", type=int, default=0, metavar="B",
+                   help="also compare with B sampled minibatches per partition (default 0: skip)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo batches")
+    p.add_argument("--json", help="also write the results to this JSON file")
+
+
+def main(args: argparse.Namespace) -> int:
+    fanouts = parse_fanouts(args.fanouts)
+    batch_size = check_batch_size(args.batch_size)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or any(m not in METHODS for m in methods):
+        raise InputError(f"--methods must list some of {', '.join(METHODS)}, got {args.methods!r}")
+    if args.mc_batches < 0:
+        raise InputError(f"--mc-batches must be >= 0, got {args.mc_batches}")
+    if args.json and Path(args.json).exists():
+        raise InputError(f"{args.json} already exists; remove it or choose another path")
+    dataset = load_partitioned(args.part_dir)
+    _warm_up(methods)
+    timings = []
+    for method in methods:
+        timings.append(time_analysis(dataset, fanouts, batch_size, method, args.replace))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"VIP of {dataset.num_parts} partitions, N={dataset.num_nodes:,}, nnz={dataset.col.shape[0]:,}, "
+          f"fanouts {','.join(map(str, fanouts))}, batch {batch_size}, {numba.get_num_threads()} numba threads")
+    print("| method | seconds | peak allocated MiB |\n|---|---:|---:|")
+    for t in timings:
+        print(f"| {t['method']} | {t['seconds']:.2f} | {t['peak_alloc_bytes'] / 2**20:.0f} |")
+    print(f"process peak RSS so far: {rss / 2**20:.0f} MiB (includes the memory-mapped graph)")
+    report = {"dataset": str(dataset.path), "num_nodes": dataset.num_nodes, "num_edges": int(dataset.col.shape[0]),
+              "num_parts": dataset.num_parts, "fanouts": list(fanouts), "batch_size": batch_size,
+              "replace": args.replace, "threads": numba.get_num_threads(), "timings": timings, "peak_rss_bytes": rss}
+    if args.mc_batches:
+        start = time.perf_counter()
+        mc = monte_carlo(dataset, fanouts, batch_size, args.mc_batches, args.seed, args.replace)
+        acc = accuracy(dataset, fanouts, batch_size, methods, mc, args.replace)
+        print(f"\nagainst {args.mc_batches} sampled minibatches per partition ({time.perf_counter() - start:.0f} s): "
+              "relative error of vertices per minibatch / per-vertex MAE (MAE from MC noise alone)")
+        print("| method | " + " | ".join(f"hop {h}" for h in range(len(fanouts) + 1)) + " |")
+        print("|---|" + "---:|" * (len(fanouts) + 1))
+        for method, rows in acc.items():
+            print(f"| {method} | " + " | ".join(f"{r['relative_error']:+.2%} / {r['mae']:.4f} ({r['mae_noise']:.4f})"
+                                                 for r in rows) + " |")
+        report["accuracy"] = acc
+        report["mc_batches"] = args.mc_batches
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"results written to {args.json}")
+    return 0
