@@ -180,6 +180,7 @@ def test_spec_overrides_and_dataset_metadata_round_trip(tmp_path):
     ("tiny,train_fraction=0.5,test_fraction=0.9", "sum"),
     ("tiny,train_fraction=0", "training node"),
     ("tiny,degree_exponent=1", "degree_exponent"),
+    ("products,num_nodes=1e10", "memory"),
 ])
 def test_bad_specs_raise_one_sentence(spec, words):
     with pytest.raises(InputError) as info:

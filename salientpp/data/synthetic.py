@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass
 
@@ -34,6 +35,10 @@ from .format import Dataset
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
 _DEGREE_TOLERANCE = 0.01
 _MAX_ROUNDS = 4
+# Peak memory per directed edge (edge list, CSR build, result; ~40 B measured on `products`)
+# and per node (weights, ids, labels, splits), for the memory check.
+_BYTES_PER_EDGE = 48
+_BYTES_PER_NODE = 96
 # Rows of features generated per step (bounds the temporary memory of the noise).
 _FEATURE_CHUNK = 1 << 16
 
@@ -191,6 +196,7 @@ def synthetic_dataset(spec: str) -> Dataset:
 def generate(config: SyntheticConfig) -> SyntheticGraph:
     """Generate a graph from a config (deterministic for ``config.seed``)."""
     config.validate()
+    _check_memory(config)
     n = config.num_nodes
     seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split = \
         np.random.SeedSequence(config.seed).spawn(7)
@@ -230,6 +236,17 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
                       extra_meta={"synthetic": dataclasses.asdict(config)})
     dataset.validate()
     return SyntheticGraph(dataset=dataset, community=community)
+
+
+def _check_memory(config: SyntheticConfig) -> None:
+    """Refuse a config whose estimated peak memory exceeds this machine's physical memory."""
+    n = config.num_nodes
+    need = (_BYTES_PER_EDGE * n * config.avg_degree + _BYTES_PER_NODE * n
+            + n * config.num_features * np.dtype(config.feature_dtype).itemsize)
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have:
+        raise InputError(f"this synthetic graph needs about {need / 2**30:.1f} GiB of memory but the machine has "
+                         f"{have / 2**30:.1f} GiB; lower num_nodes, avg_degree or num_features")
 
 
 def _community_sizes(n: int, k: int, spread: float, rng: np.random.Generator) -> np.ndarray:
