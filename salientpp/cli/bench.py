@@ -1,0 +1,31 @@
+"""``salientpp bench NAME ...``: performance benchmarks.
+
+Each NAME is a module ``salientpp.bench.NAME`` with ``add_arguments(parser)`` and
+``main(args) -> int``; to add a benchmark, write the module and list it in BENCHMARKS.
+Listed modules that do not exist (yet) are skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "sampler": "sampled edges/s of the C++ neighbour loader vs PyG's NeighborLoader",
+    "vip": "VIP analysis time, peak memory and accuracy against the sampler",
+    "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="performance benchmarks", description="Run a performance benchmark.")
+    benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for name, summary in BENCHMARKS.items():
+        try:
+            module = importlib.import_module(f"...bench.{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name == f"salientpp.bench.{name}":
+                continue
+            raise
+        parser = benches.add_parser(name, help=summary, description=module.__doc__)
+        module.add_arguments(parser)
+        parser.set_defaults(func=module.main)
