@@ -6,6 +6,8 @@ import functools
 from .errors import InputError
 
 REBUILD = "rebuild it with `pip install --no-build-isolation -e .` in the salientpp source tree"
+# Entry points this version of the Python code calls; an older build lacks some of them.
+REQUIRED = ("gather_rows", "Sampler", "BatchLoader", "FetchContext")
 
 
 @functools.lru_cache(maxsize=1)
@@ -15,4 +17,8 @@ def extension():
         from . import _C
     except ImportError as exc:
         raise InputError(f"the salientpp C++ extension could not be loaded ({exc}); {REBUILD}") from None
+    missing = [name for name in REQUIRED if not hasattr(_C, name)]
+    if missing:
+        raise InputError(f"the salientpp C++ extension is older than the Python code (it lacks "
+                         f"{', '.join(missing)}); {REBUILD}")
     return _C

@@ -227,3 +227,21 @@ def test_corrupt_csr_is_reported_not_crashing():
     col[rowptr[3]] = 10**9
     with pytest.raises(InputError, match="corrupt"):
         NeighborSampler(rowptr, col, [-1]).sample([3])
+
+
+def test_stale_extension_build_gives_rebuild_message(monkeypatch):
+    import types
+
+    import salientpp
+    from salientpp import _ext
+
+    stale = types.ModuleType("salientpp._C")
+    stale.gather_rows = None  # an old build: no sampler entry points
+    monkeypatch.setattr(salientpp, "_C", stale, raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "salientpp._C", stale)
+    _ext.extension.cache_clear()
+    try:
+        with pytest.raises(InputError, match="lacks Sampler.*pip install --no-build-isolation"):
+            _ext.extension()
+    finally:
+        _ext.extension.cache_clear()

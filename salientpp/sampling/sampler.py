@@ -27,10 +27,9 @@ class NeighborSampler:
       estimate of the neighbour mean.
 
     Newly reached nodes are appended to ``n_id``, so ``n_id`` is nested: the nodes after hop
-    ``h`` are a prefix of those after hop ``h + 1``. A neighbour ``u`` of ``v`` is therefore
-    in the batch after hop ``h`` with probability
-    ``p^h(u) = 1 - (1 - p^{h-1}(u)) * prod_{v in N(u)} (1 - min(1, f_h / d(v)) p^{h-1}(v))``
-    under the independence assumption (without replacement).
+    ``h`` are a prefix of those after hop ``h + 1``. Without replacement, and assuming
+    independence across nodes, a node ``u`` is in the batch after hop ``h`` with probability
+    ``p^h(u) = 1 - (1 - p^{h-1}(u)) * prod_{v in N(u)} (1 - min(1, f_h / d(v)) p^{h-1}(v))``.
 
     Randomness comes only from ``(seed, batch_index)`` (a SplitMix64 stream per batch).
 
