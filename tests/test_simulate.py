@@ -50,11 +50,11 @@ def test_oracle_fetches_no_more_than_any_policy_at_every_alpha(result, parts):
     assert np.all(eff[:, 1:] <= 1 + 1e-12)
 
 
-def _recount(parts, k, seed, epochs, slots=None):
+def _recount(parts, k, seed, epochs, slots=None, workload=Workload((10, 5), 8), index=0):
     """Remote rows the batches of partition k fetch (uncached ones only, when ``slots`` is given)."""
-    sampler = NeighborSampler(parts.rowptr, parts.col, [10, 5])
-    loader = NeighborLoader(sampler, torch.from_numpy(np.asarray(parts.part(k).train_idx)), 8, shuffle=True,
-                            seed=loader_seed(seed, k))
+    sampler = NeighborSampler(parts.rowptr, parts.col, list(workload.fanouts))
+    loader = NeighborLoader(sampler, torch.from_numpy(workload.seeds(parts, k)), workload.batch_size, shuffle=True,
+                            seed=loader_seed(seed, k, 0, index))
     lo, hi = parts.book.offsets[k], parts.book.offsets[k + 1]
     fetched = 0
     for epoch in range(epochs):
@@ -76,6 +76,16 @@ def test_counts_equal_a_direct_recount_of_the_batches(result, parts):
     for plan in build_plans(ctx, "degree", Budget(replication=0.1)):
         expected = result.rows[POLICIES.index("degree"), ALPHAS.index(0.1), plan.part]
         assert _recount(parts, plan.part, seed=3, epochs=3, slots=plan.slot_map()) == expected
+
+
+def test_mixed_workload_adds_inference_fetches_by_weight(parts):
+    train, infer = Workload((10, 5), 8), Workload((5, 5), 32, splits=("valid",), weight=0.5)
+    ctx = PolicyContext(parts, (train, infer), seed=1, epochs=2)
+    mixed = simulate(ctx, ("vip", "oracle"), (0.0, 0.2))
+    for k in range(parts.num_parts):
+        expected = _recount(parts, k, 1, 2, workload=train) + 0.5 * _recount(parts, k, 1, 2, workload=infer, index=1)
+        assert mixed.accessed[k] == pytest.approx(expected, rel=1e-12)
+    assert np.all(mixed.rows[1] <= mixed.rows[0] + 1e-9)
 
 
 def test_vip_beats_random_and_halo_on_average(result):

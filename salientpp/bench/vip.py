@@ -74,7 +74,7 @@ def accuracy(dataset, fanouts, batch_size: int, methods, mc, replace: bool = Fal
     batches = mc[0][1].shape[0]
     out = {}
     for method in methods:
-        inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
+        hops = inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
                                        method=method, return_hops=True)
         rows = []
         for h in range(len(fanouts) + 1):

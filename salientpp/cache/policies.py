@@ -161,9 +161,8 @@ def policy_scores(ctx: PolicyContext, name: str, k: int) -> np.ndarray:
 
 def rank_vertices(scores: np.ndarray, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``ids`` sorted by descending ``scores[ids]``, ties in a random order drawn from ``rng``."""
-    ids = np.asarray(ids, dtype=np.int64)
-    tiebreak = rng.random(ids.size)
-    return ids[np.lexsort((tiebreak, -scores[ids]))]
+    shuffled = rng.permutation(np.asarray(ids, dtype=np.int64))
+    return shuffled[np.argsort(-scores[shuffled], kind="stable")]
 
 
 def _train_indicator(ctx: PolicyContext, k: int) -> np.ndarray:
