@@ -219,9 +219,10 @@ def expected_accesses(dataset, workloads: Sequence[Workload], *, method: str = "
     cached, so caching the highest scores minimises it; with one workload the score is VIP
     times a per-partition constant and ranks exactly as VIP does.
 
-    Every rank runs the same number of steps per epoch (collectives are in lockstep); a rank
-    with fewer seeds idles or repeats batches, which scales its whole column by a constant and
-    does not change its ranking, so the score models each partition's own loader.
+    Every rank runs the same number of steps per epoch (collectives are in lockstep): the
+    trainer pads a rank that has fewer batches with empty steps, which fetch nothing, so the
+    score models each partition's own loader and nothing else. (Were the padding to repeat
+    batches instead, it would scale a partition's whole column and leave its ranking unchanged.)
 
     Args:
         dataset: a ``PartitionedDataset``.
