@@ -73,6 +73,6 @@ def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:
     return ok
 
 
-@pytest.mark.parametrize("nprocs", [2, 4])
-def test_exchange_and_cache_fill_return_exact_rows(nprocs):
-    assert all(launch(_exchange_worker, (97, 5, nprocs), nprocs=nprocs))
+def test_exchange_and_cache_fill_return_exact_rows():
+    # Two ranks here; tests/test_feature_store.py runs the same path on four through the pipeline.
+    assert all(launch(_exchange_worker, (97, 5, 2), nprocs=2))

@@ -100,7 +100,7 @@ class FeatureStore:
         by_slot[slots] = cached
         # Ids sorted ascending are grouped by owner, since owners hold contiguous id ranges.
         ids, order = torch.sort(by_slot)
-        counts = torch.bincount(self.book.owner(ids), minlength=self.book.num_parts)
+        counts = torch.from_numpy(np.bincount(self.book.owner(ids.numpy()), minlength=self.book.num_parts))
         fetched = exchange.fetch(ids, counts).cpu()
         rows = torch.empty_like(fetched)
         rows[order] = fetched
