@@ -128,6 +128,9 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
         return np.zeros(n, dtype=np.int64), 0
     lib = _library()
     idx = lib.idx_dtype
+    if max(col.shape[0], int(weights.sum(axis=0).max())) > np.iinfo(idx).max:
+        raise InputError(f"the graph is too large for the {idx.itemsize * 8}-bit METIS inside pymetis; "
+                         "install a pymetis build with 64-bit indices")
     xadj = np.ascontiguousarray(rowptr, dtype=idx)
     adjncy = np.ascontiguousarray(col, dtype=idx)
     vwgt = np.ascontiguousarray(weights, dtype=idx)
