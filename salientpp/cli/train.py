@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     depth.add_argument("--pipeline-depth", type=int, default=4, help="batches in flight (default 4)")
     depth.add_argument("--no-pipeline", action="store_true", help="run the stages of each batch one after another")
     p.add_argument("--eval-fanouts", default=None, help="fanouts of sampled inference (default 20 per layer)")
-    p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (default 1)")
+    p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs and after the last (0: never; default 1)")
     p.add_argument("--checkpoint-dir", default=None, help="write last.pt and best.pt here")
     p.add_argument("--resume", action="store_true", help="continue from last.pt in --checkpoint-dir")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="append one JSON line per epoch")

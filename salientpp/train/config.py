@@ -48,7 +48,7 @@ class TrainConfig:
         nprocs: number of local ranks to start (default: one per partition).
         pipeline_depth: batches in flight (1 = the stages of a batch one after another).
         eval_fanouts: fanouts of sampled inference (default 20 per layer).
-        eval_every: evaluate every this many epochs (and after the last one).
+        eval_every: evaluate every this many epochs and after the last one (0: never).
         full_inference: evaluate with layer-wise full-neighbour inference instead of sampling.
         checkpoint_dir: where ``last.pt`` and ``best.pt`` go; resume: continue from ``last.pt``.
         json_path: append one JSON line per epoch to this file.
@@ -113,7 +113,8 @@ class TrainConfig:
         if self.nprocs is not None:
             _positive_int("the number of processes", self.nprocs)
         _positive_int("the pipeline depth", self.pipeline_depth)
-        _positive_int("eval-every", self.eval_every)
+        if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise InputError(f"eval-every must be a non-negative integer, got {self.eval_every!r}")
         _positive_int("the number of sampler threads", self.num_threads)
         if not self.timeout_s > 0:
             raise InputError(f"the timeout must be positive, got {self.timeout_s}")

@@ -223,7 +223,7 @@ class Trainer:
             result.test_at_best = next((h["test_acc"] for h in history if h["epoch"] == ckpt.best_epoch), -1.0)
         for epoch in range(start_epoch, config.epochs):
             metrics = {"epoch": epoch, **self.train_epoch(epoch)}
-            if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+            if config.eval_every and ((epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1):
                 metrics.update(self.evaluate(epoch))
             history.append(metrics)
             result.history.append(metrics)

@@ -1,0 +1,90 @@
+"""Epoch time of distributed training and its breakdown, per cache setting, pipeline on and off.
+
+For each setting (no cache, VIP at each alpha) the trainer runs ``--epochs`` epochs without
+evaluation, once pipelined (``--pipeline-depth``) and once with the stages of each batch one
+after another (depth 1). Reported per run: median epoch time over the epochs after the first,
+seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
+with the pipeline this is time spent waiting) and compute (forward, backward, step), rows
+fetched per epoch against the simulator's prediction for the same seeds, and
+``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,
+fetch and compute in the run without pipeline. The PyG NeighborLoader + DDP baseline is not
+part of this benchmark (see the README).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from ..cache import PolicyContext, Workload, parse_fanouts, simulate
+from ..errors import InputError
+from ..partition import load_partitioned
+from ..train import TrainConfig, train
+
+FETCH_STAGES = ("counts", "ids", "rows", "assemble")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("part_dir", metavar="PART_DIR", help="partitioned directory, e.g. the small preset in 2 parts")
+    p.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up (default 3)")
+    p.add_argument("--alphas", default="0.1,0.5", help="VIP replication factors (default 0.1,0.5)")
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--pipeline-depth", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
+
+
+def _run(args, cache: str, alpha: float, depth: int) -> dict:
+    fanouts = parse_fanouts(args.fanouts)
+    result = train(TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts),
+                               fanouts=fanouts, batch_size=args.batch_size, cache=cache, replication=alpha,
+                               pipeline_depth=depth, eval_every=0, num_threads=args.threads, device=args.device,
+                               progress=False))
+    timed = result.history[1:] or result.history
+    stage = lambda names: statistics.mean(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
+    return {"cache": cache, "alpha": alpha, "depth": depth,
+            "epoch_s": statistics.median(h["epoch_s"] for h in timed),
+            "sample_s": stage(("sample",)), "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)),
+            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history),
+            "steps": result.history[0]["steps"]}
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.epochs < 1:
+        raise InputError(f"--epochs must be at least 1, got {args.epochs}")
+    try:
+        alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
+    except ValueError:
+        raise InputError(f"--alphas must be comma-separated numbers like 0.1,0.5, got {args.alphas!r}") from None
+    data = load_partitioned(args.part_dir)
+    workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
+    sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
+    predicted = {0.0: float(sim.accessed.sum())}
+    predicted.update({a: float(sim.rows[0, i + 1].sum()) for i, a in enumerate(alphas)})
+    rows = []
+    for cache, alpha in [("none", 0.0)] + [("vip", a) for a in alphas]:
+        off = _run(args, cache, alpha, 1)
+        on = _run(args, cache, alpha, args.pipeline_depth)
+        slowest = max(off["sample_s"], off["fetch_s"], off["compute_s"])
+        for row in (off, on):
+            row["predicted_rows"] = predicted[alpha]
+            row["rows_vs_sim"] = row["rows_per_epoch"] / max(predicted[alpha], 1.0) - 1.0
+            row["vs_slowest_stage"] = row["epoch_s"] / slowest
+            rows.append(row)
+    print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
+          f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
+    print("| cache | alpha | pipeline | epoch s | sampling s | fetch s | compute s | rows/epoch | vs simulator "
+          "| epoch / slowest stage |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
+        print(f"| {r['cache']} | {r['alpha']:g} | {pipe} | {r['epoch_s']:.3f} | {r['sample_s']:.3f} | "
+              f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} | {r['rows_vs_sim']:+.2%} "
+              f"| {r['vs_slowest_stage']:.2f} |")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
