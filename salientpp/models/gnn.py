@@ -83,9 +83,3 @@ class MFGModel(nn.Module):
             if i < self.num_layers - 1:
                 h = self.dropout(torch.relu(h))
         return h
-
-    def layer(self, i: int, h_src: torch.Tensor, h_dst: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """Layer ``i`` alone (with its activation), for layer-wise full-neighbour inference."""
-        h = self.convs[i]((h_src, h_dst), edge_index)
-        return torch.relu(h) if i < self.num_layers - 1 else h
-

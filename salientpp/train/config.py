@@ -49,7 +49,6 @@ class TrainConfig:
         pipeline_depth: batches in flight (1 = the stages of a batch one after another).
         eval_fanouts: fanouts of sampled inference (default 20 per layer).
         eval_every: evaluate every this many epochs and after the last one (0: never).
-        full_inference: evaluate with layer-wise full-neighbour inference instead of sampling.
         checkpoint_dir: where ``last.pt`` and ``best.pt`` go; resume: continue from ``last.pt``.
         json_path: append one JSON line per epoch to this file.
         seed: seeds the model, dropout and the loaders (see ``salientpp.cache.accesses.loader_seed``).
@@ -76,7 +75,6 @@ class TrainConfig:
     eval_fanouts: tuple[int, ...] | None = None
     eval_batch_size: int | None = None
     eval_every: int = 1
-    full_inference: bool = False
     checkpoint_dir: str | None = None
     resume: bool = False
     json_path: str | None = None

@@ -184,9 +184,6 @@ class Trainer:
     def evaluate(self, epoch: int) -> dict[str, Any]:
         """Sampled inference over this rank's validation and test nodes (one pass over both);
         returns accuracies over all ranks and the exchange counters of the pass."""
-        if self.config.full_inference:
-            from .inference import full_neighbour_logits
-            return full_neighbour_logits(self)
         self.model.eval()
         is_valid = torch.zeros(self.part.y.shape[0], dtype=torch.bool)
         is_valid[torch.from_numpy(np.asarray(self.part.valid_idx) - self.offset)] = True
