@@ -1,0 +1,62 @@
+"""``salientpp demo``: the main job end to end on a built-in synthetic graph.
+
+prepare (synthetic) -> partition (METIS) -> analyze (VIP cache plan) -> simulate (policies)
+-> train (one local rank per partition). Each step is the real subcommand, so the demo shows
+exactly what a user would type.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+from ..io import check_output_dir
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run prepare -> partition -> analyze -> simulate -> train on a synthetic graph",
+                       description="Run the whole pipeline on a built-in synthetic graph and print each command.")
+    p.add_argument("--preset", default="tiny", help="synthetic preset (default tiny, ~2k nodes)")
+    p.add_argument("--parts", type=int, default=2, help="partitions = training ranks (default 2)")
+    p.add_argument("--epochs", type=int, default=5, help="training epochs (default 5)")
+    p.add_argument("--out", help="keep the demo's files in this new directory (default: a temporary one, removed)")
+    p.set_defaults(func=run)
+
+
+def steps(work: Path, preset: str, parts: int, epochs: int) -> list[list[str]]:
+    """The demo's subcommands, in order, as argument lists for :func:`salientpp.cli.main`."""
+    data, part = str(work / "dataset"), str(work / f"partitioned-{parts}")
+    workload = ["--fanouts", "10,5", "--batch-size", "64"]
+    return [
+        ["prepare", f"synthetic:{preset}", data],
+        ["partition", data, part, "--parts", str(parts)],
+        ["analyze", part, *workload, "--policy", "vip", "--replication", "0.1"],
+        ["simulate", part, *workload, "--policies", "vip,degree,halo,random,oracle",
+         "--replication", "0,0.05,0.1,0.2", "--epochs", "2"],
+        ["train", part, *workload, "--epochs", str(epochs), "--hidden", "64", "--layers", "2",
+         "--cache", "vip", "--replication", "0.1", "--json", str(work / "metrics.jsonl")],
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import main
+
+    if args.parts < 1:
+        raise InputError(f"--parts must be at least 1, got {args.parts}")
+    work = check_output_dir(args.out) if args.out else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
+    work.mkdir(exist_ok=True)
+    try:
+        for argv in steps(work, args.preset, args.parts, args.epochs):
+            print(f"\n$ salientpp {shlex.join(argv)}", flush=True)
+            code = main(argv)
+            if code:
+                return code
+        print(f"\ndemo finished; per-epoch metrics in {work / 'metrics.jsonl'}"
+              + ("" if args.out else " (temporary directory, now removed: use --out DIR to keep it)"))
+    finally:
+        if not args.out:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
