@@ -13,6 +13,9 @@ namespace {
 // a partial Fisher-Yates shuffle of the neighbour positions avoids the quadratic scan.
 constexpr int64_t kFloydMaxFanout = 64;
 
+// Destinations per chunk of the prefetching loop in Sampler::expand.
+constexpr int64_t kChunk = 32;
+
 const int64_t* int64_data(const torch::Tensor& t, const char* name) {
   TORCH_CHECK(t.dim() == 1 && t.scalar_type() == torch::kInt64 && t.is_contiguous() && t.device().is_cpu(),
               name, " must be a contiguous 1-D int64 CPU tensor");
@@ -42,54 +45,69 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) 
   std::vector<int64_t>& src = ws.src;
   src.clear();
 
-  auto add = [&](int64_t u) {
+  // Destinations are processed in chunks: draw the neighbours of the whole chunk, prefetch their
+  // id-map buckets, then look them up in draw order. The lookups' cache misses then overlap
+  // instead of following one another; the result is the same as one-by-one processing.
+  std::vector<int64_t>& drawn = ws.drawn;
+  auto draw = [&](int64_t u) {
     if (u < 0 || u >= num_nodes_) {
       throw std::invalid_argument("col holds neighbour id " + std::to_string(u) + " outside [0, " +
                                   std::to_string(num_nodes_) + "); the CSR is corrupt");
     }
-    const int64_t fresh = static_cast<int64_t>(n_id.size());
-    const int64_t local = ws.map.get_or_insert(u, fresh);
-    if (local == fresh) n_id.push_back(u);
-    src.push_back(local);
+    drawn.push_back(u);
   };
 
-  for (int64_t d = 0; d < num_dst; ++d) {
-    const int64_t v = n_id[d];
-    const int64_t begin = rowptr_[v];
-    const int64_t end = rowptr_[v + 1];
-    if (begin < 0 || begin > end || end > num_edges_) {
-      throw std::invalid_argument("rowptr is not monotone within [0, len(col)] at node " + std::to_string(v) +
-                                  "; the CSR is corrupt");
+  for (int64_t chunk = 0; chunk < num_dst; chunk += kChunk) {
+    const int64_t chunk_end = std::min(num_dst, chunk + kChunk);
+    for (int64_t d = chunk_end; d < std::min(num_dst, chunk_end + kChunk); ++d) __builtin_prefetch(rowptr_ + n_id[d]);
+    for (int64_t d = chunk; d < chunk_end; ++d) __builtin_prefetch(col_ + rowptr_[n_id[d]]);
+    drawn.clear();
+    const int64_t base = static_cast<int64_t>(src.size());
+    for (int64_t d = chunk; d < chunk_end; ++d) {
+      const int64_t v = n_id[d];
+      const int64_t begin = rowptr_[v];
+      const int64_t end = rowptr_[v + 1];
+      if (begin < 0 || begin > end || end > num_edges_) {
+        throw std::invalid_argument("rowptr is not monotone within [0, len(col)] at node " + std::to_string(v) +
+                                    "; the CSR is corrupt");
+      }
+      const int64_t deg = end - begin;
+      if (fanout < 0 || (!replace_ && deg <= fanout)) {
+        for (int64_t k = begin; k < end; ++k) draw(col_[k]);
+      } else if (replace_) {
+        if (deg > 0) {
+          for (int64_t k = 0; k < fanout; ++k) draw(col_[begin + static_cast<int64_t>(rng.below(deg))]);
+        }
+      } else if (fanout <= kFloydMaxFanout) {
+        // Floyd: for j = deg-f .. deg-1 draw t uniform in [0, j] (inclusive); take t, or j if t
+        // is already taken. Every f-subset of the deg positions is equally likely.
+        std::vector<int64_t>& picks = ws.picks;
+        picks.clear();
+        for (int64_t j = deg - fanout; j < deg; ++j) {
+          int64_t t = static_cast<int64_t>(rng.below(static_cast<uint64_t>(j) + 1));
+          if (std::find(picks.begin(), picks.end(), t) != picks.end()) t = j;
+          picks.push_back(t);
+        }
+        for (int64_t t : picks) draw(col_[begin + t]);
+      } else {
+        std::vector<int64_t>& picks = ws.picks;
+        picks.resize(deg);
+        std::iota(picks.begin(), picks.end(), int64_t{0});
+        for (int64_t k = 0; k < fanout; ++k) {
+          const int64_t j = k + static_cast<int64_t>(rng.below(static_cast<uint64_t>(deg - k)));
+          std::swap(picks[k], picks[j]);
+          draw(col_[begin + picks[k]]);
+        }
+      }
+      out_ptr[d + 1] = base + static_cast<int64_t>(drawn.size());
     }
-    const int64_t deg = end - begin;
-    if (fanout < 0 || (!replace_ && deg <= fanout)) {
-      for (int64_t k = begin; k < end; ++k) add(col_[k]);
-    } else if (replace_) {
-      if (deg > 0) {
-        for (int64_t k = 0; k < fanout; ++k) add(col_[begin + static_cast<int64_t>(rng.below(deg))]);
-      }
-    } else if (fanout <= kFloydMaxFanout) {
-      // Floyd: for j = deg-f .. deg-1 draw t uniform in [0, j] (inclusive); take t, or j if t
-      // is already taken. Every f-subset of the deg positions is equally likely.
-      std::vector<int64_t>& picks = ws.picks;
-      picks.clear();
-      for (int64_t j = deg - fanout; j < deg; ++j) {
-        int64_t t = static_cast<int64_t>(rng.below(static_cast<uint64_t>(j) + 1));
-        if (std::find(picks.begin(), picks.end(), t) != picks.end()) t = j;
-        picks.push_back(t);
-      }
-      for (int64_t t : picks) add(col_[begin + t]);
-    } else {
-      std::vector<int64_t>& picks = ws.picks;
-      picks.resize(deg);
-      std::iota(picks.begin(), picks.end(), int64_t{0});
-      for (int64_t k = 0; k < fanout; ++k) {
-        const int64_t j = k + static_cast<int64_t>(rng.below(static_cast<uint64_t>(deg - k)));
-        std::swap(picks[k], picks[j]);
-        add(col_[begin + picks[k]]);
-      }
+    for (int64_t u : drawn) ws.map.prefetch(u);
+    for (int64_t u : drawn) {
+      const int64_t fresh = static_cast<int64_t>(n_id.size());
+      const int64_t local = ws.map.get_or_insert(u, fresh);
+      if (local == fresh) n_id.push_back(u);
+      src.push_back(local);
     }
-    out_ptr[d + 1] = static_cast<int64_t>(src.size());
   }
 
   const int64_t num_edges = static_cast<int64_t>(src.size());
