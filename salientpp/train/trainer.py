@@ -75,10 +75,10 @@ class Trainer:
                                   plan.cache_slot, plan.num_device_slots)
         self.exchange = RowExchange(ctx, self.store.serve, self.store.num_features, self.store.dtype)
         self.store.fill_cache(self.exchange)
-        rowptr, col = torch.from_numpy(np.asarray(data.rowptr)), torch.from_numpy(np.asarray(data.col))
+        rowptr, col = np.asarray(data.rowptr), np.asarray(data.col)
         self.sampler = NeighborSampler(rowptr, col, fanouts=list(config.fanouts))
         self.eval_sampler = NeighborSampler(rowptr, col, fanouts=list(config.eval_fanouts))
-        self.labels = torch.from_numpy(np.asarray(self.part.y))
+        self.labels = np.asarray(self.part.y)
         torch.manual_seed(config.seed)
         self.model = MFGModel(config.model, data.num_features, config.hidden, data.num_classes, config.layers,
                               config.dropout).to(ctx.device)
