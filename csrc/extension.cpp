@@ -84,9 +84,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             Batch b;
             {
               py::gil_scoped_release release;
-              Workspace ws;
+              Sampler::Lease lease(s);
               b = s.sample(seeds.data_ptr<int64_t>(), seeds.size(0), seed, batch_index,
-                           make_labels(labels, label_offset), fetch, ws);
+                           make_labels(labels, label_offset), fetch, lease.get());
             }
             return batch_to_python(b);
           },

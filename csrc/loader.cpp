@@ -28,7 +28,7 @@ BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor o
 BatchLoader::~BatchLoader() { close(); }
 
 void BatchLoader::work() {
-  Workspace ws;
+  Sampler::Lease lease(*sampler_);
   const int64_t depth = static_cast<int64_t>(slots_.size());
   const int64_t* order = order_.data_ptr<int64_t>();
   const int64_t n = order_.size(0);
@@ -45,7 +45,7 @@ void BatchLoader::work() {
     try {
       const int64_t begin = i * batch_size_;
       const int64_t size = std::min(batch_size_, n - begin);
-      batch = sampler_->sample(order + begin, size, seed_, static_cast<uint64_t>(i), labels_, fetch_, ws);
+      batch = sampler_->sample(order + begin, size, seed_, static_cast<uint64_t>(i), labels_, fetch_, lease.get());
     } catch (...) {
       error = std::current_exception();
     }

@@ -3,6 +3,8 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -44,6 +46,27 @@ struct Workspace {
   int64_t peak_nodes = 0;
 };
 
+// Workspaces kept between batches, epochs and sample() calls, so a worker does not start
+// with an empty id map. Holds at most as many as were ever in use at once.
+class WorkspacePool {
+ public:
+  std::unique_ptr<Workspace> acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) return std::make_unique<Workspace>();
+    std::unique_ptr<Workspace> ws = std::move(free_.back());
+    free_.pop_back();
+    return ws;
+  }
+  void release(std::unique_ptr<Workspace> ws) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(std::move(ws));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Workspace>> free_;
+};
+
 class Sampler {
  public:
   // rowptr int64 [N + 1], col int64 [nnz]: CSR of a symmetric graph. fanouts[h] >= 1 or -1 (all).
@@ -56,6 +79,20 @@ class Sampler {
 
   int64_t num_nodes() const { return num_nodes_; }
 
+  // A workspace from this sampler's pool, returned to it when the lease ends.
+  class Lease {
+   public:
+    explicit Lease(const Sampler& s) : pool_(*s.pool_), ws_(pool_.acquire()) {}
+    ~Lease() { pool_.release(std::move(ws_)); }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Workspace& get() { return *ws_; }
+
+   private:
+    WorkspacePool& pool_;
+    std::unique_ptr<Workspace> ws_;
+  };
+
  private:
   Layer expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) const;
 
@@ -66,6 +103,7 @@ class Sampler {
   int64_t num_edges_;
   std::vector<int64_t> fanouts_;
   bool replace_;
+  std::unique_ptr<WorkspacePool> pool_ = std::make_unique<WorkspacePool>();
 };
 
 }  // namespace salientpp
