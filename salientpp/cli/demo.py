@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run the whole pipeline on a built-in synthetic graph and print each command.")
     p.add_argument("--preset", default="tiny", help="synthetic preset (default tiny, ~2k nodes)")
     p.add_argument("--parts", type=int, default=2, help="partitions = training ranks (default 2)")
-    p.add_argument("--epochs", type=int, default=5, help="training epochs (default 5)")
+    p.add_argument("--epochs", type=int, default=15, help="training epochs (default 15)")
     p.add_argument("--out", help="keep the demo's files in this new directory (default: a temporary one, removed)")
     p.set_defaults(func=run)
 
@@ -29,14 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def steps(work: Path, preset: str, parts: int, epochs: int) -> list[list[str]]:
     """The demo's subcommands, in order, as argument lists for :func:`salientpp.cli.main`."""
     data, part = str(work / "dataset"), str(work / f"partitioned-{parts}")
-    workload = ["--fanouts", "10,5", "--batch-size", "64"]
+    workload = ["--fanouts", "10,5", "--batch-size", "32"]
     return [
         ["prepare", f"synthetic:{preset}", data],
         ["partition", data, part, "--parts", str(parts)],
         ["analyze", part, *workload, "--policy", "vip", "--replication", "0.1"],
         ["simulate", part, *workload, "--policies", "vip,degree,halo,random,oracle",
          "--replication", "0,0.05,0.1,0.2", "--epochs", "2"],
-        ["train", part, *workload, "--epochs", str(epochs), "--hidden", "64", "--layers", "2",
+        ["train", part, *workload, "--epochs", str(epochs), "--hidden", "64", "--layers", "2", "--lr", "0.01",
          "--cache", "vip", "--replication", "0.1", "--json", str(work / "metrics.jsonl")],
     ]
 
