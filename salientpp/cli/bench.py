@@ -14,6 +14,7 @@ BENCHMARKS = {
     "vip": "VIP analysis time, peak memory and accuracy against the sampler",
     "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
+    "report": "Markdown tables and PNG plots from the --json outputs of the other benchmarks",
 }
 
 

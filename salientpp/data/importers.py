@@ -6,10 +6,12 @@ Schemes:
     ``edgelist:PATH``   text lines ``u v`` (whitespace or comma separated, ``#`` comments), with
                         optional ``.npy`` features, labels and split files
     ``ogb:NAME``        an ``ogbn-*`` node-property dataset already on disk under ``--root``
+    ``ogb-lsc:mag240m`` MAG240M's paper citation graph (papers only) already on disk under ``--root``
 """
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from ..errors import InputError
 from .csr import build_csr
 from .format import Dataset
 
-SCHEMES = ("synthetic", "npz", "edgelist", "ogb")
+SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc")
 
 
 @dataclass
@@ -68,8 +70,10 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
         dataset = _from_npz(Path(arg), options)
     elif scheme == "edgelist":
         dataset = _from_edgelist(Path(arg), options)
-    else:
+    elif scheme == "ogb":
         dataset = _from_ogb(arg, options)
+    else:
+        dataset = _from_mag240m(arg, options)
     dataset.x = np.asarray(dataset.x).astype(options.feature_dtype, copy=False)
     dataset.validate()
     return dataset
@@ -254,3 +258,55 @@ def _from_ogb(name: str, options: ImportOptions) -> Dataset:
                    y=_as_labels(labels, num_nodes, "node labels"),
                    train_idx=_as_ids(splits[0], "train split"), valid_idx=_as_ids(splits[1], "valid split"),
                    test_idx=_as_ids(splits[2], "test split"), source=f"ogb:{name}")
+
+
+def _numpy_pickle_globals() -> list:
+    """What a ``torch.save``-d dict of numpy arrays references, under numpy 2's and numpy 1's names."""
+    reconstruct = np._core.multiarray._reconstruct
+    return [reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
+            *{type(np.dtype(t)) for t in ("i8", "i4", "f4", "f8", "f2")}]
+
+
+def _from_mag240m(name: str, options: ImportOptions) -> Dataset:
+    """MAG240M's paper-cites-paper graph, papers only (as SALIENT++ trains on it), read with
+    ``ogb.lsc.MAG240MDataset`` from files already on disk.
+
+    Features are float16 ``[num_papers, 768]`` (memory-mapped); labels are NaN except on the
+    arXiv papers. The test labels are hidden by OGB-LSC, so the test split is empty and accuracy
+    is measured on the validation split. The split file is read with torch's restricted
+    (weights-only) unpickler, allowing only numpy arrays.
+    """
+    if name != "mag240m":
+        raise InputError(f"ogb-lsc:{name} is not supported; the only OGB-LSC source is ogb-lsc:mag240m")
+    try:
+        import torch
+        from ogb.lsc import MAG240MDataset
+    except ImportError:
+        raise InputError("the ogb package is not installed; run `pip install ogb` (or `pip install salientpp[ogb]`)") from None
+    if not options.root:
+        raise InputError("ogb-lsc:mag240m needs --root DIR, the directory that holds mag240m_kddcup2021/")
+    folder = Path(options.root) / "mag240m_kddcup2021"
+    needed = [folder / f"RELEASE_v{MAG240MDataset.version}.txt", folder / "meta.pt", folder / "split_dict.pt",
+              folder / "processed" / "paper" / "node_feat.npy", folder / "processed" / "paper" / "node_label.npy",
+              folder / "processed" / "paper___cites___paper" / "edge_index.npy"]
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        raise InputError(f"mag240m is not on disk under {options.root}: {missing[0]} is missing; download "
+                         f"{MAG240MDataset.url} and unzip it in {options.root}")
+    try:
+        # Checked above, so MAG240MDataset neither asks on stdin nor downloads.
+        with torch.serialization.safe_globals(_numpy_pickle_globals()):
+            lsc = MAG240MDataset(str(options.root))
+        edge_index = lsc.edge_index("paper", "cites", "paper")
+        x, labels = lsc.paper_feat, lsc.paper_label
+        train, valid = lsc.get_idx_split("train"), lsc.get_idx_split("valid")
+        num_nodes = int(lsc.num_papers)
+    except (OSError, ValueError, KeyError, RuntimeError, AssertionError, EOFError, pickle.UnpicklingError) as exc:
+        raise InputError(f"the MAG240M files under {folder} could not be read ({str(exc).splitlines()[0]}); "
+                         "re-extract them") from None
+    rowptr, col = build_csr(np.asarray(edge_index), num_nodes, options.keep_self_loops)
+    return Dataset(rowptr=rowptr, col=col, x=_as_features(x, num_nodes, "paper features"),
+                   y=_as_labels(labels, num_nodes, "paper labels"),
+                   train_idx=_as_ids(np.asarray(train), "train split"), valid_idx=_as_ids(np.asarray(valid), "valid split"),
+                   test_idx=np.empty(0, dtype=np.int64), source="ogb-lsc:mag240m",
+                   extra_meta={"test_split": "empty: the MAG240M test labels are hidden; use the validation accuracy"})

@@ -1,0 +1,303 @@
+"""Report: Markdown tables and PNG plots from the ``--json`` outputs of ``salientpp bench
+sampler|vip|simulate|train`` and ``salientpp simulate``, and from the ``results.json`` of the
+OGB experiment scripts (``experiments/ogb``).
+
+Tables: sampler throughput, VIP analysis time, remote rows per epoch per policy and alpha, epoch
+time and its breakdown. Plots (``--out``, needs matplotlib): communication volume vs alpha per
+policy (one plot per simulation), the epoch-time breakdown per variant (stacked bars), and epoch
+time vs the number of ranks per variant (when the inputs cover at least two rank counts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..io import atomic_output_dir, check_output_dir
+
+EXPERIMENT_KIND = "salientpp-experiment"
+STAGES = (("sample_s", "sampling"), ("fetch_s", "fetch (wait)"), ("compute_s", "compute"))
+
+
+@dataclass
+class TrainRow:
+    """One measured training setting. ``row`` is in the schema of ``bench train --json``;
+    ``num_parts`` is None when the input did not record it."""
+
+    source: str
+    variant: str
+    num_parts: int | None
+    row: dict[str, Any]
+
+
+@dataclass
+class Results:
+    """Everything read from the inputs, by kind; ``source`` labels are the input file names."""
+
+    sampler: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    vip: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    simulate: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    train: list[TrainRow] = field(default_factory=list)
+
+
+def variant_name(row: dict[str, Any], num_parts: int | None) -> str:
+    """A rank-independent name of a training setting (full replication is alpha = K - 1 at any K)."""
+    pipe = f"pipeline depth {row['depth']}" if row.get("depth", 1) > 1 else "no pipeline"
+    if row.get("alpha") is None and row.get("cache", "none") != "none":  # a baseline named by its cache field
+        name = str(row["cache"])
+    elif row.get("cache", "none") == "none" or not row.get("alpha"):
+        name = f"no cache, {pipe}"
+    elif num_parts is not None and row["alpha"] >= num_parts - 1:
+        name = f"full replication, {pipe}"
+    else:
+        name = f"{row['cache']} α={row['alpha']:g}, {pipe}"
+    return name
+
+
+def _is_simulation(entry: Any) -> bool:
+    return isinstance(entry, dict) and "policies" in entry and "rows_per_epoch" in entry
+
+
+def _add(results: Results, label: str, data: Any, path: Path) -> None:
+    if isinstance(data, dict) and data.get("kind") == EXPERIMENT_KIND:
+        # The system variants only (the sweeps have their own tables in results.md), named without
+        # their alpha so that the same variant lines up across rank counts.
+        name = data["setup"]["name"] if data["source"] == data["setup"]["source"] else data["source"]
+        label = f"{name}, {data['num_parts']} ranks ({label})"
+        for row in data["train"]:
+            if row["experiment"] == "variants" and row.get("epochs"):
+                results.train.append(TrainRow(label, row["label"].split(" (")[0], row["num_parts"], row))
+        if data.get("simulate"):
+            results.simulate.append((label, data["simulate"]))
+    elif isinstance(data, dict) and "config" in data and "rows" in data:
+        results.sampler.append((label, data))
+    elif isinstance(data, dict) and "timings" in data:
+        results.vip.append((label, data))
+    elif _is_simulation(data):
+        results.simulate.append((label, data))
+    elif isinstance(data, list) and data and all(_is_simulation(e) for e in data):
+        results.simulate += [(label, e) for e in data]
+    elif isinstance(data, list) and data and all(isinstance(r, dict) and "epoch_s" in r for r in data):
+        for row in data:
+            results.train.append(TrainRow(label, variant_name(row, row.get("num_parts")), row.get("num_parts"), row))
+    else:
+        raise InputError(f"{path} is not the --json output of salientpp bench sampler|vip|simulate|train, "
+                         "salientpp simulate, or an experiment's results.json")
+
+
+def load_results(paths: list[str | Path]) -> Results:
+    """Read and classify the input files (raises :class:`InputError` on a missing or foreign file)."""
+    if not paths:
+        raise InputError("give at least one results file (the --json output of a salientpp benchmark)")
+    results = Results()
+    labels = [Path(p).name for p in paths]
+    for path, label in zip(map(Path, paths), labels):
+        if labels.count(label) > 1:
+            label = str(path)
+        if not path.is_file():
+            raise InputError(f"results file {path} does not exist; check the path")
+        try:
+            data = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{path} is not valid JSON ({exc}); pass the file a benchmark wrote with --json") from None
+        try:
+            _add(results, label, data, path)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"{path} lacks the field {exc} that its kind of results should have; "
+                             "re-run the benchmark that wrote it") from None
+    return results
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+
+def _table(header: list[str], rows: list[list[str]], numeric_from: int = 1) -> list[str]:
+    rule = ["---" if i < numeric_from else "---:" for i in range(len(header))]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _simulation_title(label: str, sim: dict[str, Any]) -> str:
+    parts = len(sim["per_partition"]["no_cache_rows_per_epoch"]) if "per_partition" in sim else sim.get("num_parts")
+    fanouts = sim.get("fanouts") or (sim.get("meta", {}).get("workloads") or [{}])[0].get("fanouts")
+    batch = sim.get("batch_size") or (sim.get("meta", {}).get("workloads") or [{}])[0].get("batch_size")
+    text = f"{label}: {parts} partitions"
+    if fanouts:
+        text += f", fanouts {','.join(map(str, fanouts))}"
+    if batch:
+        text += f", batch {batch}"
+    return text + f", {sim['epochs']} epochs"
+
+
+def render_markdown(results: Results, plots: list[Path] | None = None) -> str:
+    lines = ["# salientpp benchmark report"]
+    if results.sampler:
+        rows = [[label, r["impl"], str(r["threads"]), f"{r['edges_per_batch']:,.0f}", f"{r['edges_per_s'] / 1e6:.2f}",
+                 f"{r['edges_per_cpu_s'] / 1e6:.2f}"] for label, data in results.sampler for r in data["rows"]]
+        lines += ["", "## Sampler throughput", "",
+                  *_table(["file", "sampler", "threads", "edges/batch", "M edges/s", "M edges/CPU-s"], rows, 2)]
+    if results.vip:
+        rows = [[label, f"{d['num_nodes']:,}", str(d["num_parts"]), ",".join(map(str, d["fanouts"])), str(d["batch_size"]),
+                 t["method"], f"{t['seconds']:.2f}", f"{t['peak_alloc_bytes'] / 2**20:.0f}"]
+                for label, d in results.vip for t in d["timings"]]
+        lines += ["", "## VIP analysis", "",
+                  *_table(["file", "nodes", "partitions", "fanouts", "batch", "method", "seconds", "peak MiB"], rows, 1)]
+    if results.simulate:
+        lines += ["", "## Communication volume (remote rows fetched per epoch)"]
+        for label, sim in results.simulate:
+            header = ["policy"] + [f"α={a:g}" for a in sim["replication"]]
+            rows = [[p] + [f"{v:.4g}" for v in sim["rows_per_epoch"][p]] for p in sim["policies"]]
+            rows += [[f"{p} (efficiency)"] + ["n/a" if e is None else f"{e:.3f}" for e in eff]
+                     for p, eff in sim.get("efficiency", {}).items() if p != "oracle"]
+            lines += ["", f"### {_simulation_title(label, sim)}", "",
+                      f"No cache: {sim['no_cache_rows_per_epoch']:.4g} rows per epoch.", "", *_table(header, rows)]
+    if results.train:
+        rows = []
+        for t in sorted(results.train, key=lambda t: (t.num_parts or 0, t.source)):
+            r = t.row
+            acc = r.get("test_at_best")
+            rows.append([t.source, "?" if t.num_parts is None else str(t.num_parts), t.variant, f"{r['epoch_s']:.3f}",
+                         f"{r['sample_s']:.3f}", f"{r['fetch_s']:.3f}", f"{r['compute_s']:.3f}",
+                         f"{r['rows_per_epoch']:,.0f}", "" if acc is None else f"{acc:.4f}"])
+        lines += ["", "## Epoch time and its breakdown (seconds per epoch)", "",
+                  *_table(["file", "ranks", "variant", "epoch s", "sampling s", "fetch s", "compute s", "rows/epoch",
+                           "test acc"], rows, 3)]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+# -- plots -------------------------------------------------------------------------------------
+
+def have_pyplot() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot():
+    from ..cache.simulator import require_pyplot
+    return require_pyplot()
+
+
+def plot_communication(label: str, sim: dict[str, Any]):
+    """Remote rows per epoch vs alpha, one line per policy (log scale); returns the figure."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy in sim["policies"]:
+        ax.plot(sim["replication"], sim["rows_per_epoch"][policy], marker="o", label=policy)
+    ax.set_yscale("log")
+    ax.set_xlabel("replication factor α")
+    ax.set_ylabel("remote rows fetched per epoch")
+    ax.set_title(_simulation_title(label, sim), fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_breakdown(rows: list[TrainRow]):
+    """Stacked bars per variant: sampling, fetch, compute and the rest of the epoch; returns the figure."""
+    plt = _pyplot()
+    names = [f"{t.variant} ({t.source})" if t.num_parts is None or str(t.num_parts) in t.source
+             else f"{t.variant} ({t.num_parts} ranks, {t.source})" for t in rows]
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.45 * len(rows)))
+    left = [0.0] * len(rows)
+    segments = [(key, label, [t.row[key] for t in rows]) for key, label in STAGES]
+    rest = [max(0.0, t.row["epoch_s"] - sum(t.row[k] for k, _ in STAGES)) for t in rows]
+    for _, label, values in segments + [("", "other / overlap", rest)]:
+        ax.barh(range(len(rows)), values, left=left, label=label)
+        left = [a + b for a, b in zip(left, values)]
+    ax.set_yticks(range(len(rows)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per epoch")
+    ax.set_title("epoch time breakdown per variant", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def scaling_series(rows: list[TrainRow]) -> dict[str, list[tuple[int, float]]]:
+    """Per variant, (ranks, median epoch seconds) for every rank count; only variants measured at
+    two or more rank counts."""
+    points: dict[str, dict[int, list[float]]] = {}
+    for t in rows:
+        if t.num_parts is not None:
+            points.setdefault(t.variant, {}).setdefault(t.num_parts, []).append(t.row["epoch_s"])
+    return {v: sorted((k, statistics.median(s)) for k, s in by_k.items())
+            for v, by_k in points.items() if len(by_k) >= 2}
+
+
+def plot_scaling(series: dict[str, list[tuple[int, float]]]):
+    """Epoch time vs the number of ranks, one line per variant; returns the figure."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant, pts in series.items():
+        ax.plot([k for k, _ in pts], [s for _, s in pts], marker="o", label=variant)
+    ax.set_xticks(sorted({k for pts in series.values() for k, _ in pts}))
+    ax.set_xlabel("ranks (partitions)")
+    ax.set_ylabel("seconds per epoch")
+    ax.set_title("scaling with the number of ranks", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text).strip("-")[:60]
+
+
+def figures(results: Results) -> list[tuple[str, Any]]:
+    """(file name, figure) of every plot the results allow."""
+    out = [(f"comm-volume-{i + 1}-{_safe(label)}.png", plot_communication(label, sim))
+           for i, (label, sim) in enumerate(results.simulate)]
+    if results.train:
+        out.append(("epoch-breakdown.png", plot_breakdown(results.train)))
+    series = scaling_series(results.train)
+    if series:
+        out.append(("scaling.png", plot_scaling(series)))
+    return out
+
+
+def write_plots(results: Results, out_dir: Path) -> list[Path]:
+    plt = _pyplot()
+    paths = []
+    for name, fig in figures(results):
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        paths.append(out_dir / name)
+    return paths
+
+
+# -- command -----------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help="JSON files written by bench sampler|vip|simulate|train --json, simulate --json, or an "
+                        "experiment's results.json")
+    p.add_argument("--out", metavar="DIR", help="write report.md and the PNG plots into this new directory "
+                                                "(plots need matplotlib)")
+    p.add_argument("--no-plots", action="store_true", help="with --out, write only report.md")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output_dir(args.out)
+        if not args.no_plots:
+            _pyplot()
+    results = load_results(args.results)
+    if not args.out:
+        print(render_markdown(results))
+        return 0
+    with atomic_output_dir(args.out) as tmp:
+        plots = [] if args.no_plots else write_plots(results, tmp)
+        markdown = render_markdown(results, plots)
+        (tmp / "report.md").write_text(markdown)
+    print(markdown)
+    print(f"report written to {args.out}" + (f" with {len(plots)} plots" if plots else ""))
+    return 0
