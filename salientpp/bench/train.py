@@ -7,8 +7,12 @@ seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows
 with the pipeline this is time spent waiting) and compute (forward, backward, step), rows
 fetched per epoch against the simulator's prediction for the same seeds, and
 ``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,
-fetch and compute in the run without pipeline. The PyG NeighborLoader + DDP baseline is not
-part of this benchmark (see the README).
+fetch and compute in the run without pipeline.
+
+The last row is the baseline (``salientpp.bench.pyg_baseline``): PyG's NeighborLoader + DDP
+with every rank holding all features, same model, fanouts, batch size and ranks; its sampling
+time includes PyG's ``x[n_id]`` gather. It is skipped, with a message, when PyG has neither
+pyg-lib nor torch_sparse to sample with.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from ..cache import PolicyContext, Workload, parse_fanouts, simulate
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
+from .pyg_baseline import BaselineConfig, run_baseline, unavailable_reason
 
 FETCH_STAGES = ("counts", "ids", "rows", "assemble")
 
@@ -35,7 +40,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-depth", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--no-baseline", action="store_true", help="skip the PyG NeighborLoader + DDP baseline")
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
+
+
+def _median_row(history: list[dict]) -> dict:
+    """Median epoch time and mean stage seconds over the epochs after the first (the warm-up)."""
+    timed = history[1:] or history
+    stage = lambda names: statistics.mean(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
+    return {"epoch_s": statistics.median(h["epoch_s"] for h in timed), "sample_s": stage(("sample",)),
+            "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)), "steps": history[0]["steps"]}
+
+
+def _baseline(args) -> dict | None:
+    reason = unavailable_reason()
+    if reason is not None:
+        print(f"baseline skipped: {reason} (pip install pyg-lib or torch_sparse to include it)")
+        return None
+    fanouts = parse_fanouts(args.fanouts)
+    history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
+                                          device=args.device))
+    layers = "per-hop MFGs" if history[0]["trimmed"] else "whole subgraph per layer"
+    return {"cache": f"PyG NeighborLoader, full replication ({layers})", "alpha": None, "depth": 1,
+            **_median_row(history), "rows_per_epoch": 0.0}
 
 
 def _run(args, cache: str, alpha: float, depth: int) -> dict:
@@ -44,13 +71,8 @@ def _run(args, cache: str, alpha: float, depth: int) -> dict:
                                fanouts=fanouts, batch_size=args.batch_size, cache=cache, replication=alpha,
                                pipeline_depth=depth, eval_every=0, num_threads=args.threads, device=args.device,
                                progress=False))
-    timed = result.history[1:] or result.history
-    stage = lambda names: statistics.mean(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
-    return {"cache": cache, "alpha": alpha, "depth": depth,
-            "epoch_s": statistics.median(h["epoch_s"] for h in timed),
-            "sample_s": stage(("sample",)), "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)),
-            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history),
-            "steps": result.history[0]["steps"]}
+    return {"cache": cache, "alpha": alpha, "depth": depth, **_median_row(result.history),
+            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -75,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
             row["rows_vs_sim"] = row["rows_per_epoch"] / max(predicted[alpha], 1.0) - 1.0
             row["vs_slowest_stage"] = row["epoch_s"] / slowest
             rows.append(row)
+    baseline = None if args.no_baseline else _baseline(args)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
     print("| cache | alpha | pipeline | epoch s | sampling s | fetch s | compute s | rows/epoch | vs simulator "
@@ -85,6 +108,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"| {r['cache']} | {r['alpha']:g} | {pipe} | {r['epoch_s']:.3f} | {r['sample_s']:.3f} | "
               f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} | {r['rows_vs_sim']:+.2%} "
               f"| {r['vs_slowest_stage']:.2f} |")
+    if baseline is not None:
+        b = baseline
+        print(f"| {b['cache']} | all | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | {b['compute_s']:.3f} "
+              f"| 0 | - | - |")
+        rows.append(baseline)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     depth = p.add_mutually_exclusive_group()
     depth.add_argument("--pipeline-depth", type=int, default=4, help="batches in flight (default 4)")
     depth.add_argument("--no-pipeline", action="store_true", help="run the stages of each batch one after another")
+    p.add_argument("--inference", choices=("sampled", "layerwise"), default="sampled",
+                   help="validation/test inference: sampled minibatches, or exact layer-wise over all neighbours "
+                        "(default sampled)")
     p.add_argument("--eval-fanouts", default=None, help="fanouts of sampled inference (default 20 per layer)")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs and after the last (0: never; default 1)")
     p.add_argument("--checkpoint-dir", default=None, help="write last.pt and best.pt here")
@@ -52,7 +55,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         part_dir=args.part_dir, epochs=args.epochs, model=args.model, hidden=args.hidden, layers=args.layers,
         fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size, lr=args.lr, dropout=args.dropout,
         cache=args.cache, replication=args.replication, gpu_fraction=args.gpu_fraction, device=args.device,
-        nprocs=args.nprocs, pipeline_depth=1 if args.no_pipeline else args.pipeline_depth,
+        nprocs=args.nprocs, pipeline_depth=1 if args.no_pipeline else args.pipeline_depth, inference=args.inference,
         eval_fanouts=parse_fanouts(args.eval_fanouts) if args.eval_fanouts else None, eval_every=args.eval_every,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, json_path=args.json_path, seed=args.seed,
         num_threads=args.threads, timeout_s=args.timeout, progress=not args.quiet)

@@ -74,12 +74,16 @@ class MFGModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
+    def layer(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
+        """Layer ``i`` alone: ``h`` ``[num_src, d_i]`` source rows (destinations first) ->
+        ``[block.num_dst, d_{i+1}]``, with ReLU and dropout after every layer but the last."""
+        out = self.convs[i]((h, h[:block.num_dst]), block.edge_index)
+        return self.dropout(torch.relu(out)) if i < self.num_layers - 1 else out
+
     def forward(self, x: torch.Tensor, mfgs: Sequence[Block]) -> torch.Tensor:
         if len(mfgs) != self.num_layers:
             raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
         h = x
-        for i, (conv, mfg) in enumerate(zip(self.convs, mfgs)):
-            h = conv((h, h[:mfg.num_dst]), mfg.edge_index)
-            if i < self.num_layers - 1:
-                h = self.dropout(torch.relu(h))
+        for i, mfg in enumerate(mfgs):
+            h = self.layer(i, h, mfg)
         return h

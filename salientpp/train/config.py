@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..models import MODELS
 
 DEVICES = ("cpu", "cuda")
+INFERENCE = ("sampled", "layerwise")
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -47,7 +48,11 @@ class TrainConfig:
         device: ``cpu`` or ``cuda``.
         nprocs: number of local ranks to start (default: one per partition).
         pipeline_depth: batches in flight (1 = the stages of a batch one after another).
+        inference: ``sampled`` (minibatches with ``eval_fanouts``, through the cache) or
+            ``layerwise`` (exact: every layer over all neighbours, halo rows exchanged per layer).
         eval_fanouts: fanouts of sampled inference (default 20 per layer).
+        eval_batch_size: seeds per batch of sampled inference, destinations per chunk of
+            layer-wise inference (default: batch_size).
         eval_every: evaluate every this many epochs and after the last one (0: never).
         checkpoint_dir: where ``last.pt`` and ``best.pt`` go; resume: continue from ``last.pt``.
         json_path: append one JSON line per epoch to this file.
@@ -72,6 +77,7 @@ class TrainConfig:
     device: str = "cpu"
     nprocs: int | None = None
     pipeline_depth: int = 4
+    inference: str = "sampled"
     eval_fanouts: tuple[int, ...] | None = None
     eval_batch_size: int | None = None
     eval_every: int = 1
@@ -111,6 +117,8 @@ class TrainConfig:
         if self.nprocs is not None:
             _positive_int("the number of processes", self.nprocs)
         _positive_int("the pipeline depth", self.pipeline_depth)
+        if self.inference not in INFERENCE:
+            raise InputError(f"unknown inference {self.inference!r}; choose sampled or layerwise")
         if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
             raise InputError(f"eval-every must be a non-negative integer, got {self.eval_every!r}")
         _positive_int("the number of sampler threads", self.num_threads)

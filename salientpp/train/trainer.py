@@ -3,8 +3,12 @@
 ``train(config)`` starts the ranks (or joins ``torchrun``'s), each rank builds a
 :class:`Trainer` and runs :meth:`Trainer.fit`. Per epoch every rank runs the same number of
 steps (the largest number of batches of any rank; the others add empty steps), evaluates by
-sampled inference through the same cache and exchange, and rank 0 writes the checkpoint, the
-JSON line and the progress bar.
+sampled inference through the same cache and exchange (or by layer-wise full-neighbour
+inference), and rank 0 writes the checkpoint, the JSON line and the progress bar.
+
+On a step where only ``r`` of the ``K`` ranks have a batch, the real ranks scale their loss by
+``K / r``: DDP divides the summed gradient by ``K``, so the update is the mean over the ranks
+with data, as on a full step, instead of shrinking by ``r / K``.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
 from .cache_setup import resolve_cache
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .layerwise import LayerwiseInference
 
 # Loader workload index of sampled inference (training is 0), as in salientpp.cache.
 EVAL_WORKLOAD = 1
@@ -89,6 +94,7 @@ class Trainer:
                            for _ in range(config.layers)]
         self.cache_info = {"policy": plan.policy, "source": plan.source, "cached_rows": self.store.num_cached,
                            "device_cached_rows": int(plan.num_device_slots)}
+        self._layerwise: LayerwiseInference | None = None
 
     # -- collectives on the default group --------------------------------------------------------
     def _reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
@@ -111,21 +117,23 @@ class Trainer:
         return loader
 
     def batches(self, epoch: int, training: bool, stats: CommStats,
-                times: StageTimes) -> tuple[int, Iterator[InFlight]]:
+                times: StageTimes) -> tuple[list[int], Iterator[InFlight]]:
         """The steps of one epoch (``training``) or of one evaluation pass over the validation and
-        test nodes, through the pipeline: ``(number of steps, records with assembled features)``.
+        test nodes, through the pipeline: ``(batches of each rank, records with assembled features)``.
 
-        The number of steps is the same on every rank (a collective); records past this rank's
-        last batch are empty steps (``batch is None``).
+        The number of steps, ``max`` of the batches of each rank, is the same on every rank (a
+        collective); records past this rank's last batch are empty steps (``batch is None``).
         """
         if training:
             loader = self._loader(self.sampler, self.part.train_idx, self.config.batch_size, 0, epoch)
         else:
             seeds = np.concatenate([np.asarray(self.part.valid_idx), np.asarray(self.part.test_idx)])
             loader = self._loader(self.eval_sampler, seeds, self.config.eval_batch_size, EVAL_WORKLOAD, epoch)
-        steps = int(self._reduce([len(loader)], dist.ReduceOp.MAX)[0])
+        mine = [0.0] * self.ctx.world_size
+        mine[self.ctx.rank] = len(loader)
+        per_rank = [int(n) for n in self._reduce(mine)]
         self.exchange.stats = stats
-        pipeline = Pipeline(SampleStage(iter(loader), steps), fetch_stages(self.exchange, self.store, stats),
+        pipeline = Pipeline(SampleStage(iter(loader), max(per_rank)), fetch_stages(self.exchange, self.store, stats),
                             self.config.pipeline_depth, times)
 
         def run() -> Iterator[InFlight]:
@@ -133,7 +141,7 @@ class Trainer:
                 yield from pipeline
             finally:
                 loader.close()
-        return steps, run()
+        return per_rank, run()
 
     def _bar(self, total: int, desc: str):
         if self.ctx.rank != 0 or not self.config.progress:
@@ -142,6 +150,22 @@ class Trainer:
         return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True)
 
     # -- one epoch ---------------------------------------------------------------------------------
+    def backward_step(self, item: InFlight, per_rank: list[int]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Forward and backward of one step; DDP all-reduces the gradients (every rank calls it).
+
+        ``per_rank`` are the batches of each rank this epoch. Returns the batch's loss and
+        ``[batch_size, C]`` logits, both detached, or ``(None, None)`` on an empty step.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        if item.batch is None:
+            (self.ddp(self.empty_x, self.empty_mfgs).sum() * 0.0).backward()
+            return None, None
+        out = self.ddp(item.x.float(), item.mfgs)
+        loss = F.cross_entropy(out, item.y)
+        ranks_with_data = sum(n > item.step for n in per_rank)
+        (loss * (len(per_rank) / ranks_with_data)).backward()
+        return loss.detach(), out.detach()
+
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         """Train one epoch; returns the rank-summed loss/accuracy, the exchange counters and
         the stage times of this rank."""
@@ -149,22 +173,18 @@ class Trainer:
         self.ddp.train()
         stats, times = CommStats(), StageTimes()
         start = time.perf_counter()
-        steps, pipeline = self.batches(epoch, True, stats, times)
+        per_rank, pipeline = self.batches(epoch, True, stats, times)
+        steps = max(per_rank)
         bar = self._bar(steps, f"epoch {epoch}")
         loss_sum = correct = count = 0.0
         for item in pipeline:
             t0 = time.perf_counter()
-            if item.batch is None:
-                loss = self.ddp(self.empty_x, self.empty_mfgs).sum() * 0.0
-            else:
-                out = self.ddp(item.x.float(), item.mfgs)
-                loss = F.cross_entropy(out, item.y)
+            loss, out = self.backward_step(item, per_rank)
+            if loss is not None:
                 n = int(item.y.shape[0])
-                loss_sum += float(loss.detach()) * n
-                correct += int((out.detach().argmax(-1) == item.y).sum())
+                loss_sum += float(loss) * n
+                correct += int((out.argmax(-1) == item.y).sum())
                 count += n
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             self.optimizer.step()
             times["train"] += time.perf_counter() - t0
             if bar is not None:
@@ -180,21 +200,37 @@ class Trainer:
                 "epoch_s": self._reduce([epoch_s], dist.ReduceOp.MAX)[0],
                 "stage_s": dict(times), "comm": total.as_dict()}
 
+    def layerwise_logits(self, local_ids: np.ndarray, stats: CommStats | None = None) -> torch.Tensor:
+        """``[len(local_ids), C]`` full-neighbour outputs of the model for owned local ids (a
+        collective: the halo is set up on the first call, then each layer exchanges rows)."""
+        if self._layerwise is None:
+            self._layerwise = LayerwiseInference(self.ctx, self.data, self.part.x, self.config.eval_batch_size)
+        return self._layerwise(self.model, local_ids, CommStats() if stats is None else stats)
+
+    def _predictions(self, epoch: int, stats: CommStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(correct, local id)`` bool/int64 ``[n]`` pairs over this rank's validation and test nodes."""
+        if self.config.inference == "layerwise":
+            local = np.concatenate([np.asarray(self.part.valid_idx), np.asarray(self.part.test_idx)]) - self.offset
+            pred = self.layerwise_logits(local, stats).argmax(-1)
+            yield pred == torch.from_numpy(self.labels[local]), torch.from_numpy(local)
+            return
+        _, pipeline = self.batches(epoch, False, stats, StageTimes())
+        for item in pipeline:
+            if item.batch is not None:
+                right = (self.model(item.x.float(), item.mfgs).argmax(-1) == item.y).cpu()
+                yield right, item.batch.n_id[:item.batch.batch_size].cpu() - self.offset
+
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict[str, Any]:
-        """Sampled inference over this rank's validation and test nodes (one pass over both);
-        returns accuracies over all ranks and the exchange counters of the pass."""
+        """Inference over this rank's validation and test nodes (one pass over both), sampled
+        or layer-wise as configured; returns accuracies over all ranks and the exchange counters."""
         self.model.eval()
         is_valid = torch.zeros(self.part.y.shape[0], dtype=torch.bool)
         is_valid[torch.from_numpy(np.asarray(self.part.valid_idx) - self.offset)] = True
-        stats, times = CommStats(), StageTimes()
-        _, pipeline = self.batches(epoch, False, stats, times)
+        stats = CommStats()
         hits = [0, 0, 0, 0]  # valid correct, valid total, test correct, test total
-        for item in pipeline:
-            if item.batch is None:
-                continue
-            right = (self.model(item.x.float(), item.mfgs).argmax(-1) == item.y).cpu()
-            in_valid = is_valid[item.batch.n_id[:item.batch.batch_size].cpu() - self.offset]
+        for right, local in self._predictions(epoch, stats):
+            in_valid = is_valid[local]
             hits[0] += int(right[in_valid].sum())
             hits[1] += int(in_valid.sum())
             hits[2] += int(right[~in_valid].sum())
