@@ -296,11 +296,11 @@ def prepare_step(plan: Plan) -> float | None:
         print(f"reusing {plan.dataset_dir}")
         return None
     start = _step(f"prepare {plan.source}")
-    plan.work.mkdir(exist_ok=True)
     dataset = load_source(plan.source, ImportOptions(root=plan.args.root, feature_dtype=plan.setup.feature_dtype))
     if plan.num_parts > dataset.num_nodes:
         raise InputError(f"{plan.num_parts} partitions is more than the {dataset.num_nodes} nodes of "
                          f"{plan.source}; use fewer ranks")
+    plan.work.mkdir(exist_ok=True)
     save_dataset(dataset, plan.dataset_dir)
     marker.write_text(plan.source + "\n")
     print(f"{dataset.num_nodes:,} nodes, {dataset.num_edges:,} directed edges, {dataset.num_features} features")
