@@ -1,0 +1,152 @@
+"""``salientpp bench report`` on JSON files that the real benchmarks write in the test (tiny
+graph): the Markdown tables carry the measured numbers, and the plots have one line per policy,
+one stacked bar per variant and one scaling line per variant measured at two rank counts."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from salientpp.bench import report
+from salientpp.bench import train as bench_train
+from salientpp.cli import main as cli
+
+pytest.importorskip("matplotlib")
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _train_flags() -> list[str]:
+    """Skip the PyG baseline where bench train has it (it needs a PyG sampling backend and is slow)."""
+    parser = argparse.ArgumentParser()
+    bench_train.add_arguments(parser)
+    return ["--no-baseline"] if "--no-baseline" in parser.format_help() else []
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> dict[str, Path]:
+    """The --json outputs of every benchmark on a 600-node graph, 1 and 2 partitions."""
+    d = tmp_path_factory.mktemp("bench")
+    assert cli(["prepare", "synthetic:tiny,num_nodes=600", str(d / "ds")]) == 0
+    for k in (1, 2):
+        assert cli(["partition", str(d / "ds"), str(d / f"p{k}"), "--parts", str(k)]) == 0
+    small = ["--fanouts", "5,5", "--batch-size", "64"]
+    runs = {
+        "sampler": ["bench", "sampler", str(d / "ds"), *small, "--threads", "1", "--batches", "2", "--repeats", "1",
+                    "--no-pyg"],
+        "vip": ["bench", "vip", str(d / "p2"), *small, "--methods", "exact"],
+        "bench-simulate": ["bench", "simulate", str(d / "p2"), "--setting", "5,5:64", "--policies", "vip,degree,oracle",
+                           "--replication", "0,0.1,0.5,1", "--epochs", "1"],
+        "simulate": ["simulate", str(d / "p2"), *small, "--policies", "vip,random", "--replication", "0,0.2",
+                     "--epochs", "1"],
+        "train-1": ["bench", "train", str(d / "p1"), *small, "--epochs", "1", "--alphas", "", "--hidden", "8",
+                    *_train_flags()],
+        "train-2": ["bench", "train", str(d / "p2"), *small, "--epochs", "1", "--alphas", "", "--hidden", "8",
+                    *_train_flags()],
+    }
+    paths = {}
+    for name, argv in runs.items():
+        paths[name] = d / f"{name}.json"
+        assert cli([*argv, "--json", str(paths[name])]) == 0, name
+    return paths
+
+
+def test_classifies_and_tabulates_every_benchmark(outputs):
+    results = report.load_results(list(outputs.values()))
+    assert len(results.sampler) == 1 and len(results.vip) == 1
+    assert len(results.simulate) == 2  # bench simulate (one setting) and plain simulate
+    train_1 = json.loads(outputs["train-1"].read_text())
+    train_2 = json.loads(outputs["train-2"].read_text())
+    assert len(results.train) == len(train_1) + len(train_2)
+    markdown = report.render_markdown(results)
+    sampler = json.loads(outputs["sampler"].read_text())["rows"][0]
+    assert f"| sampler.json | salientpp | 1 | {sampler['edges_per_batch']:,.0f} | {sampler['edges_per_s'] / 1e6:.2f} |" \
+        in markdown
+    vip = json.loads(outputs["vip"].read_text())["timings"][0]
+    assert f"| exact | {vip['seconds']:.2f} |" in markdown
+    sim = json.loads(outputs["bench-simulate"].read_text())[0]
+    assert "| vip | " + " | ".join(f"{v:.4g}" for v in sim["rows_per_epoch"]["vip"]) + " |" in markdown
+    assert "### bench-simulate.json: 2 partitions, fanouts 5,5, batch 64, 1 epochs" in markdown
+    for row in train_2:
+        pipe = "pipeline depth 4" if row["depth"] > 1 else "no pipeline"
+        assert f"| train-2.json | ? | no cache, {pipe} | {row['epoch_s']:.3f} |" in markdown
+    assert markdown.count("| train-") == len(train_1) + len(train_2)
+
+
+def test_plots_have_one_line_per_policy_and_one_bar_per_variant(outputs):
+    results = report.load_results([outputs["bench-simulate"], outputs["simulate"], outputs["train-2"]])
+    figs = dict(report.figures(results))
+    comm = [f for name, f in figs.items() if name.startswith("comm-volume")]
+    assert [len(f.axes[0].get_lines()) for f in comm] == [3, 2]  # vip,degree,oracle / vip,random
+    sim = json.loads(outputs["simulate"].read_text())
+    line = comm[1].axes[0].get_lines()[1]
+    assert list(line.get_xdata()) == sim["replication"] and list(line.get_ydata()) == sim["rows_per_epoch"]["random"]
+    bars = figs["epoch-breakdown.png"].axes[0].patches
+    rows = [t.row for t in results.train]
+    assert len(bars) == 4 * len(rows)  # sampling, fetch, compute, rest per variant
+    for i, row in enumerate(rows):
+        # The segments of one bar end at the epoch time, or at the sum of the stages when the
+        # pipeline overlaps them (sum > epoch time).
+        segments = bars[i::len(rows)]
+        end = max(s.get_x() + s.get_width() for s in segments)
+        assert end == pytest.approx(max(row["epoch_s"], row["sample_s"] + row["fetch_s"] + row["compute_s"]))
+    assert "scaling.png" not in figs  # bench train's rows do not say how many ranks ran them
+
+
+def test_scaling_with_rank_counts(outputs, tmp_path):
+    # bench train does not record the rank count, an experiment's results.json does: give the
+    # two real bench train outputs theirs (1 and 2 partitions) as the experiments would.
+    tagged = []
+    for k in (1, 2):
+        rows = json.loads(outputs[f"train-{k}"].read_text())
+        path = tmp_path / f"ranks-{k}.json"
+        path.write_text(json.dumps([{**r, "num_parts": k} for r in rows]))
+        tagged.append((path, rows))
+    results = report.load_results([p for p, _ in tagged])
+    series = report.scaling_series(results.train)
+    assert set(series) == {"no cache, no pipeline", "no cache, pipeline depth 4"}
+    for variant, points in series.items():
+        depth = 1 if variant.endswith("no pipeline") else 4
+        expected = [(k, next(r["epoch_s"] for r in rows if r["depth"] == depth)) for k, (_, rows) in
+                    zip((1, 2), tagged)]
+        assert points == expected
+    fig = report.plot_scaling(series)
+    assert len(fig.axes[0].get_lines()) == 2
+    assert "| ranks-2.json | 2 | no cache, no pipeline |" in report.render_markdown(results)
+
+
+def test_cli_writes_report_and_valid_pngs(outputs, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "report"
+    assert cli(["bench", "report", *map(str, outputs.values()), "--out", str(out)]) == 0
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 3  # two communication plots and the breakdown
+    markdown = (out / "report.md").read_text()
+    for png in pngs:
+        assert png.read_bytes()[:8] == PNG_SIGNATURE and f"]({png.name})" in markdown
+        with Image.open(png) as image:
+            assert image.format == "PNG" and min(image.size) > 100
+
+
+def test_bad_input(outputs, tmp_path, capsys, monkeypatch):
+    def fails(argv, needle):
+        assert cli(["bench", "report", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, err
+
+    fails([str(tmp_path / "missing.json")], "does not exist")
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    fails([str(tmp_path / "other.json")], "is not the --json output")
+    (tmp_path / "broken.json").write_text("{")
+    fails([str(tmp_path / "broken.json")], "is not valid JSON")
+    (tmp_path / "exists").mkdir()
+    fails([str(outputs["vip"]), "--out", str(tmp_path / "exists")], "already exists")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    fails([str(outputs["vip"]), "--out", str(tmp_path / "new")], "matplotlib is not installed")
+    assert not (tmp_path / "new").exists()
+    assert cli(["bench", "report", str(outputs["vip"]), "--out", str(tmp_path / "new"), "--no-plots"]) == 0
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["report.md"]
