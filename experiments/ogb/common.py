@@ -446,18 +446,14 @@ def train_step(plan: Plan) -> list[Run]:
 def summarize(run: Run, history: list[dict[str, Any]], num_parts: int) -> dict[str, Any]:
     """One row in the schema of ``salientpp bench train --json`` (plus accuracy and settings).
 
-    Epoch and stage times are over the epochs after the first (the first pays for warm-up),
-    or the only epoch when there is one.
+    Epoch and stage times are those of bench train: over the epochs after the first (the first
+    pays for warm-up), or the only epoch when there is one.
     """
-    timed = history[1:] or history
-    stage = lambda names: statistics.mean(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
+    from salientpp.bench.train import _median_row
+
     row = {"cache": run.cache, "alpha": run.alpha, "depth": run.depth, "gpu_fraction": run.gpu_fraction,
-           "num_parts": num_parts, "epochs": len(history),
-           "epoch_s": statistics.median(h["epoch_s"] for h in timed),
-           "sample_s": stage(("sample",)), "fetch_s": stage(("counts", "ids", "rows", "assemble")),
-           "compute_s": stage(("train",)),
-           "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in history),
-           "steps": history[0]["steps"]}
+           "num_parts": num_parts, "epochs": len(history), **_median_row(history),
+           "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in history)}
     evaluated = [h for h in history if "valid_acc" in h]
     if evaluated:
         best = max(evaluated, key=lambda h: h["valid_acc"])
