@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.dist import CommStats, init_distributed, launch, shutdown_distributed
+from salientpp.errors import InputError
 from salientpp.partition import save_partitioned
 from salientpp.partition.partitioner import partition, partition_dataset
 from salientpp.pipeline import StageTimes
@@ -114,3 +115,13 @@ def test_padded_steps_do_not_shrink_the_gradient(tiny, tmp_path):
     save_partitioned(tmp_path / "uneven", result.rowptr, result.col, result.renumbering.offsets,
                      result.renumbering.orig_id, parts, {"num_classes": ds.num_classes, "source": "test"})
     assert all(launch(_padded_step_worker, (str(tmp_path / "uneven"),), nprocs=2))
+
+
+def test_unknown_inference_is_one_sentence(tiny, capsys):
+    from salientpp.cli import main as cli_main
+    root, _ = tiny
+    with pytest.raises(InputError, match="unknown inference 'full'; choose sampled or layerwise"):
+        TrainConfig(str(root / "p1"), inference="full", **SMALL).validate()
+    with pytest.raises(SystemExit) as info:  # argparse refuses it before any rank starts
+        cli_main(["train", str(root / "p1"), "--inference", "full"])
+    assert info.value.code == 2 and "invalid choice: 'full'" in capsys.readouterr().err

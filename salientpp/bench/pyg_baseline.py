@@ -3,10 +3,10 @@
 Every rank holds all of ``x`` (no fetch, no cache) and samples its partition's training vertices
 with PyG's ``NeighborLoader`` (sampling and the ``x[n_id]`` gather in the training process, as
 in PyG's examples). The model is the trainer's :class:`~salientpp.models.MFGModel`, same
-layers and widths. With pyg-lib, PyG reports the nodes and edges of each hop and each layer
-runs on its own hop's MFG, as ours do; with torch_sparse alone it does not, and every layer
-runs on the whole sampled subgraph (PyG's usual ``model(x, edge_index)[:batch_size]``).
-Ranks with fewer batches run empty steps so that DDP's all-reduces stay in lockstep.
+layers and widths, and like ours each layer runs on its own hop's MFG (PyG's "hierarchical"
+trimming; the seeds' outputs equal those of ``model(x, edge_index)[:batch_size]`` over the whole
+subgraph, at a fraction of the compute). Ranks with fewer batches run empty steps so that
+DDP's all-reduces stay in lockstep, as in the trainer.
 """
 from __future__ import annotations
 
@@ -54,13 +54,32 @@ class _Block:
     edge_index: torch.Tensor
 
 
+def _hop_ends(edge_index: torch.Tensor, batch_size: int, num_hops: int) -> tuple[list[int], list[int]]:
+    """Where each hop ends in PyG's node and edge lists, from the edges alone (torch_sparse's
+    sampler does not report it): ``node_ends[h]`` = nodes reached within ``h`` hops (``[0]`` =
+    the seeds), ``edge_ends[h]`` = edges of hops ``1..h+1``.
+
+    PyG appends nodes in discovery order and the edges of hop ``h`` target the nodes found at
+    hop ``h - 1``, in order (so edge targets ascend): hop ``h``'s edges are those whose target
+    lies below the end of hop ``h - 1``'s nodes, and its new nodes end after the largest source.
+    """
+    src, tgt = edge_index
+    node_ends, edge_ends = [batch_size], []
+    for _ in range(num_hops):
+        e = int(torch.searchsorted(tgt, node_ends[-1]))
+        edge_ends.append(e)
+        node_ends.append(max(node_ends[-1], int(src[:e].max()) + 1 if e else 0))
+    return node_ends, edge_ends
+
+
 def _blocks(batch, num_layers: int) -> list[_Block]:
-    """The MFG of each layer (model order) of a PyG subgraph batch."""
+    """The MFG of each layer (model order) of a PyG subgraph batch: layer ``i`` drops the last
+    ``i`` hops."""
     nodes, edges = getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
     if nodes is None or edges is None:
-        return [_Block(int(batch.num_nodes), batch.edge_index)] * num_layers
-    # PyG lists nodes and edges hop by hop; layer i drops the last i hops.
-    node_ends, edge_ends = np.cumsum(nodes), np.cumsum(edges)
+        node_ends, edge_ends = _hop_ends(batch.edge_index, int(batch.batch_size), num_layers)
+    else:
+        node_ends, edge_ends = np.cumsum(nodes).tolist(), np.cumsum(edges).tolist()
     return [_Block(int(node_ends[num_layers - 1 - i]), batch.edge_index[:, :int(edge_ends[num_layers - 1 - i])])
             for i in range(num_layers)]
 
@@ -94,7 +113,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         if ctx.distributed:
             dist.all_reduce(mine)
         per_rank = [int(n) for n in mine.tolist()]
-        history, trimmed = [], False
+        history = []
         for _ in range(config.epochs):
             times = {"sample": 0.0, "train": 0.0}
             start = time.perf_counter()
@@ -108,7 +127,6 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
                     loss = ddp(empty_x, empty).sum() * 0.0
                 else:
                     batch = batch.to(ctx.device)
-                    trimmed = getattr(batch, "num_sampled_nodes", None) is not None
                     out = ddp(batch.x, _blocks(batch, model.num_layers))[:batch.batch_size]
                     ranks_with_data = sum(n > step for n in per_rank)
                     loss = F.cross_entropy(out, batch.y[:batch.batch_size]) * (len(per_rank) / ranks_with_data)
@@ -119,7 +137,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
             epoch_s = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
             if ctx.distributed:
                 dist.all_reduce(epoch_s, op=dist.ReduceOp.MAX)
-            history.append({"epoch_s": float(epoch_s), "stage_s": times, "steps": max(per_rank), "trimmed": trimmed})
+            history.append({"epoch_s": float(epoch_s), "stage_s": times, "steps": max(per_rank)})
         return history
     finally:
         shutdown_distributed(ctx)

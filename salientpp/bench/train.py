@@ -60,8 +60,7 @@ def _baseline(args) -> dict | None:
     fanouts = parse_fanouts(args.fanouts)
     history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                           device=args.device))
-    layers = "per-hop MFGs" if history[0]["trimmed"] else "whole subgraph per layer"
-    return {"cache": f"PyG NeighborLoader, full replication ({layers})", "alpha": None, "depth": 1,
+    return {"cache": "PyG NeighborLoader + DDP, full replication", "alpha": None, "depth": 1,
             **_median_row(history), "rows_per_epoch": 0.0}
 
 
