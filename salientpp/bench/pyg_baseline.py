@@ -11,6 +11,7 @@ DDP's all-reduces stay in lockstep, as in the trainer.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,12 +25,19 @@ from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
 
 
+def sampling_backend() -> str | None:
+    """What PyG's NeighborLoader samples with here (``pyg-lib`` or ``torch_sparse``), or ``None``."""
+    import torch_geometric.typing as pyg_typing
+    if pyg_typing.WITH_PYG_LIB:
+        return "pyg-lib"
+    return "torch_sparse" if pyg_typing.WITH_TORCH_SPARSE else None
+
+
 def unavailable_reason() -> str | None:
     """``None`` when PyG's NeighborLoader can sample here, else why not (one sentence)."""
-    import torch_geometric.typing as pyg_typing
-    if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
-        return None
-    return "PyG's NeighborLoader needs pyg-lib or torch_sparse, and neither is importable here"
+    if sampling_backend() is None:
+        return "PyG's NeighborLoader needs pyg-lib or torch_sparse, and neither is importable here"
+    return None
 
 
 @dataclass(frozen=True)
@@ -94,13 +102,15 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         parts = [data.part(k) for k in range(data.num_parts)]
         x = torch.from_numpy(np.concatenate([np.asarray(p.x) for p in parts])).float()
         y = torch.from_numpy(np.concatenate([np.asarray(p.y) for p in parts]))
-        rowptr, col = torch.from_numpy(np.asarray(data.rowptr)), torch.from_numpy(np.asarray(data.col))
+        rowptr, col = torch.from_numpy(np.array(data.rowptr)), torch.from_numpy(np.array(data.col))
         dst = torch.repeat_interleave(torch.arange(data.num_nodes), rowptr[1:] - rowptr[:-1])
         graph = Data(x=x, y=y, edge_index=torch.stack([col, dst]), num_nodes=data.num_nodes)
         seeds = torch.from_numpy(np.asarray(parts[ctx.rank].train_idx))
         torch.manual_seed(config.seed + ctx.rank)
-        loader = NeighborLoader(graph, num_neighbors=list(config.fanouts), input_nodes=seeds,
-                                batch_size=config.batch_size, shuffle=True)
+        with warnings.catch_warnings():  # PyG deprecates sampling without pyg-lib; the bench names the backend
+            warnings.simplefilter("ignore", UserWarning)
+            loader = NeighborLoader(graph, num_neighbors=list(config.fanouts), input_nodes=seeds,
+                                    batch_size=config.batch_size, shuffle=True)
         torch.manual_seed(config.seed)
         model = MFGModel("sage", data.num_features, config.hidden, data.num_classes, len(config.fanouts),
                          config.dropout).to(ctx.device)
@@ -115,13 +125,13 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         per_rank = [int(n) for n in mine.tolist()]
         history = []
         for _ in range(config.epochs):
-            times = {"sample": 0.0, "train": 0.0}
+            times = {"sample": 0.0, "train": 0.0, "train_cpu": 0.0}
             start = time.perf_counter()
             batches = iter(loader)
             for step in range(max(per_rank)):
                 t0 = time.perf_counter()
                 batch = next(batches, None)
-                t1 = time.perf_counter()
+                t1, c1 = time.perf_counter(), time.thread_time()
                 optimizer.zero_grad(set_to_none=True)
                 if batch is None:
                     loss = ddp(empty_x, empty).sum() * 0.0
@@ -134,6 +144,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
                 optimizer.step()
                 times["sample"] += t1 - t0
                 times["train"] += time.perf_counter() - t1
+                times["train_cpu"] += time.thread_time() - c1
             epoch_s = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
             if ctx.distributed:
                 dist.all_reduce(epoch_s, op=dist.ReduceOp.MAX)

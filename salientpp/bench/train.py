@@ -3,9 +3,11 @@
 For each setting (no cache, VIP at each alpha) the trainer runs ``--epochs`` epochs without
 evaluation, once pipelined (``--pipeline-depth``) and once with the stages of each batch one
 after another (depth 1). Reported per run: median epoch time over the epochs after the first,
-seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
-with the pipeline this is time spent waiting) and compute (forward, backward, step), rows
-fetched per epoch against the simulator's prediction for the same seeds, and
+median seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
+with the pipeline this is time spent waiting) and compute (forward, backward, step), the CPU
+seconds of that compute (the training thread's CPU time: unlike wall time it does not grow
+when other jobs share the cores, so it tells work from contention), rows fetched per epoch
+against the simulator's prediction for the same seeds, and
 ``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,
 fetch and compute in the run without pipeline.
 
@@ -25,7 +27,7 @@ from ..cache import PolicyContext, Workload, parse_fanouts, simulate
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
-from .pyg_baseline import BaselineConfig, run_baseline, unavailable_reason
+from .pyg_baseline import BaselineConfig, run_baseline, sampling_backend, unavailable_reason
 
 FETCH_STAGES = ("counts", "ids", "rows", "assemble")
 
@@ -45,11 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _median_row(history: list[dict]) -> dict:
-    """Median epoch time and mean stage seconds over the epochs after the first (the warm-up)."""
+    """Medians of the epoch time and of the stage seconds over the epochs after the first (the warm-up)."""
     timed = history[1:] or history
-    stage = lambda names: statistics.mean(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
+    stage = lambda names: statistics.median(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
     return {"epoch_s": statistics.median(h["epoch_s"] for h in timed), "sample_s": stage(("sample",)),
-            "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)), "steps": history[0]["steps"]}
+            "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)),
+            "compute_cpu_s": stage(("train_cpu",)), "steps": history[0]["steps"]}
 
 
 def _baseline(args) -> dict | None:
@@ -60,7 +63,7 @@ def _baseline(args) -> dict | None:
     fanouts = parse_fanouts(args.fanouts)
     history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                           device=args.device))
-    return {"cache": "PyG NeighborLoader + DDP, full replication", "alpha": None, "depth": 1,
+    return {"cache": f"PyG NeighborLoader ({sampling_backend()}) + DDP, full replication", "alpha": None, "depth": 1,
             **_median_row(history), "rows_per_epoch": 0.0}
 
 
@@ -99,18 +102,18 @@ def main(args: argparse.Namespace) -> int:
     baseline = None if args.no_baseline else _baseline(args)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
-    print("| cache | alpha | pipeline | epoch s | sampling s | fetch s | compute s | rows/epoch | vs simulator "
-          "| epoch / slowest stage |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| cache | alpha | pipeline | epoch s | sampling s | fetch s | compute s | compute CPU s | rows/epoch "
+          "| vs simulator | epoch / slowest stage |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
         print(f"| {r['cache']} | {r['alpha']:g} | {pipe} | {r['epoch_s']:.3f} | {r['sample_s']:.3f} | "
-              f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} | {r['rows_vs_sim']:+.2%} "
-              f"| {r['vs_slowest_stage']:.2f} |")
+              f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['compute_cpu_s']:.3f} | {r['rows_per_epoch']:,.0f} "
+              f"| {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |")
     if baseline is not None:
         b = baseline
-        print(f"| {b['cache']} | all | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | {b['compute_s']:.3f} "
-              f"| 0 | - | - |")
+        print(f"| {b['cache']} | all rows | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | {b['compute_s']:.3f} "
+              f"| {b['compute_cpu_s']:.3f} | 0 | - | - |")
         rows.append(baseline)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")

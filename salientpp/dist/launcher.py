@@ -82,7 +82,10 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
         raise InputError(f"the number of processes must be at least 1, got {nprocs}")
     ctx = mp.get_context("spawn")
     port = free_port()
-    threads = max(1, (os.cpu_count() or 1) // nprocs)
+    # Intra-op threads per rank: the cores this process may use, shared out, so ranks never
+    # oversubscribe them (os.cpu_count() counts the machine's cores, not this job's).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // nprocs)
     procs, conns = [], []
     for rank in range(nprocs):
         parent_conn, child_conn = ctx.Pipe(duplex=False)

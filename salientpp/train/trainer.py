@@ -172,13 +172,13 @@ class Trainer:
         torch.manual_seed(loader_seed(self.config.seed, self.ctx.rank, stream=7, workload=epoch))
         self.ddp.train()
         stats, times = CommStats(), StageTimes()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         per_rank, pipeline = self.batches(epoch, True, stats, times)
         steps = max(per_rank)
         bar = self._bar(steps, f"epoch {epoch}")
         loss_sum = correct = count = 0.0
         for item in pipeline:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             loss, out = self.backward_step(item, per_rank)
             if loss is not None:
                 n = int(item.y.shape[0])
@@ -187,17 +187,19 @@ class Trainer:
                 count += n
             self.optimizer.step()
             times["train"] += time.perf_counter() - t0
+            # CPU seconds of this thread: what the model cost, whatever else shares the cores.
+            times["train_cpu"] += time.thread_time() - c0
             if bar is not None:
                 bar.update(1)
                 elapsed = max(time.perf_counter() - start, 1e-9)
                 bar.set_postfix(fetched_MBps=f"{stats.bytes_received / elapsed / 1e6:.1f}")
         if bar is not None:
             bar.close()
-        epoch_s = time.perf_counter() - start
+        epoch_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
         loss_sum, correct, count, *comm = self._reduce([loss_sum, correct, count, *stats.to_tensor().tolist()])
         total = CommStats.from_tensor(torch.tensor(comm))
         return {"train_loss": loss_sum / max(count, 1), "train_acc": correct / max(count, 1), "steps": steps,
-                "epoch_s": self._reduce([epoch_s], dist.ReduceOp.MAX)[0],
+                "epoch_s": self._reduce([epoch_s], dist.ReduceOp.MAX)[0], "cpu_s": cpu_s,
                 "stage_s": dict(times), "comm": total.as_dict()}
 
     def layerwise_logits(self, local_ids: np.ndarray, stats: CommStats | None = None) -> torch.Tensor:
