@@ -512,7 +512,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         return out
 
     sections = [("variants", "Per-epoch time by system variant", "variant"),
-                ("alpha", "Epoch time vs replication factor α (pipelined, VIP cache)", "α"),
+                ("alpha", "Epoch time vs replication factor α (pipelined, VIP cache)", "setting"),
                 ("gpu-fraction", "Epoch time vs GPU fraction (pipelined, VIP cache)", "setting")]
     for experiment, title, first in sections:
         if experiment in results["experiments"]:
