@@ -36,13 +36,13 @@ def test_oracle_fetches_no_more_than_any_policy_at_every_alpha(result, parts):
     oracle = result.rows[POLICIES.index("oracle")]
     for i, name in enumerate(POLICIES):
         assert np.all(oracle <= result.rows[i] + 1e-9), name  # per partition, hence in total too
-    # No cache fetches every remote row touched; caching every remote row fetches nothing. (α = K-1
-    # caches (K-1) N/K rows: every remote row of the partitions of at least average size.)
+    # No cache fetches every remote row touched; α = K-1 (full replication) caches every remote row,
+    # also on partitions smaller than N/K, and fetches nothing.
     np.testing.assert_allclose(result.rows[:, 0, :], np.broadcast_to(result.accessed, result.rows[:, 0, :].shape))
     remote = parts.num_nodes - np.diff(parts.book.offsets)
-    full = result.cached[-1] == remote
-    assert full.any() and np.all(result.rows[:, -1, full] == 0)
-    assert np.all(result.cached[-1] == np.minimum(remote, 3 * parts.num_nodes // 4))
+    assert (remote > 3 * parts.num_nodes // 4).any(), "the fixture should have a partition smaller than N/K"
+    assert np.all(result.cached[-1] == remote)
+    assert np.all(result.rows[:, -1, :] == 0)
     # More cache never fetches more (each policy's order is fixed; α only moves the cut).
     assert np.all(np.diff(result.rows, axis=1) <= 1e-9)
     eff = result.efficiency()

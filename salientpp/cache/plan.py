@@ -66,7 +66,7 @@ class Budget:
 
     Attributes:
         replication: alpha in ``[0, K-1]``: cache the top ``floor(alpha * N / K)`` remote rows,
-            all in the GPU tier (``None`` when byte budgets are used).
+            all in the GPU tier; ``K-1`` caches every remote row (``None`` when byte budgets are used).
         gpu_bytes, cpu_bytes: tier budgets in bytes; the GPU tier is filled first, each tier
             holds ``budget // row_bytes`` rows (0 = no such tier).
     """
@@ -92,6 +92,8 @@ class Budget:
     def rows(self, num_remote: int, num_nodes: int, num_parts: int, row_bytes: int) -> tuple[int, int]:
         """(GPU rows, CPU rows) for a partition with ``num_remote`` remote vertices."""
         if self.replication is not None:
+            if self.replication >= num_parts - 1:  # full replication, also for partitions smaller than N/K
+                return num_remote, 0
             return min(num_remote, int(math.floor(self.replication * num_nodes / num_parts + 1e-9))), 0
         n_gpu = min(num_remote, self.gpu_bytes // row_bytes)
         return n_gpu, min(num_remote - n_gpu, self.cpu_bytes // row_bytes)
