@@ -105,7 +105,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         rowptr, col = torch.from_numpy(np.array(data.rowptr)), torch.from_numpy(np.array(data.col))
         dst = torch.repeat_interleave(torch.arange(data.num_nodes), rowptr[1:] - rowptr[:-1])
         graph = Data(x=x, y=y, edge_index=torch.stack([col, dst]), num_nodes=data.num_nodes)
-        seeds = torch.from_numpy(np.asarray(parts[ctx.rank].train_idx))
+        seeds = torch.from_numpy(np.array(parts[ctx.rank].train_idx))
         torch.manual_seed(config.seed + ctx.rank)
         with warnings.catch_warnings():  # PyG deprecates sampling without pyg-lib; the bench names the backend
             warnings.simplefilter("ignore", UserWarning)

@@ -225,7 +225,9 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict[str, Any]:
         """Inference over this rank's validation and test nodes (one pass over both), sampled
-        or layer-wise as configured; returns accuracies over all ranks and the exchange counters."""
+        or layer-wise as configured; returns accuracies over all ranks, the exchange counters and
+        this rank's seconds (``eval_s``)."""
+        start = time.perf_counter()
         self.model.eval()
         is_valid = torch.zeros(self.part.y.shape[0], dtype=torch.bool)
         is_valid[torch.from_numpy(np.asarray(self.part.valid_idx) - self.offset)] = True
@@ -239,7 +241,7 @@ class Trainer:
             hits[3] += int((~in_valid).sum())
         vc, vt, tc, tt, *comm = self._reduce([*hits, *stats.to_tensor().tolist()])
         return {"valid_acc": vc / vt if vt else float("nan"), "test_acc": tc / tt if tt else float("nan"),
-                "eval_comm": CommStats.from_tensor(torch.tensor(comm)).as_dict()}
+                "eval_comm": CommStats.from_tensor(torch.tensor(comm)).as_dict(), "eval_s": time.perf_counter() - start}
 
     # -- the run -------------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
