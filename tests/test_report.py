@@ -72,7 +72,7 @@ def test_classifies_and_tabulates_every_benchmark(outputs):
     assert "### bench-simulate.json: 2 partitions, fanouts 5,5, batch 64, 1 epochs" in markdown
     for row in train_2:
         pipe = "pipeline depth 4" if row["depth"] > 1 else "no pipeline"
-        assert f"| train-2.json | ? | no cache, {pipe} | {row['epoch_s']:.3f} |" in markdown
+        assert f"| train-2.json | 2 | no cache, {pipe} | {row['epoch_s']:.3f} |" in markdown
     assert markdown.count("| train-") == len(train_1) + len(train_2)
 
 
@@ -93,17 +93,17 @@ def test_plots_have_one_line_per_policy_and_one_bar_per_variant(outputs):
         segments = bars[i::len(rows)]
         end = max(s.get_x() + s.get_width() for s in segments)
         assert end == pytest.approx(max(row["epoch_s"], row["sample_s"] + row["fetch_s"] + row["compute_s"]))
-    assert "scaling.png" not in figs  # bench train's rows do not say how many ranks ran them
+    assert "scaling.png" not in figs  # one rank count only: nothing to scale over
 
 
 def test_scaling_with_rank_counts(outputs, tmp_path):
-    # bench train does not record the rank count, an experiment's results.json does: give the
-    # two real bench train outputs theirs (1 and 2 partitions) as the experiments would.
+    # bench train records its rank count (1 and 2 partitions here) in every row.
     tagged = []
     for k in (1, 2):
         rows = json.loads(outputs[f"train-{k}"].read_text())
+        assert all(r["num_parts"] == k for r in rows)
         path = tmp_path / f"ranks-{k}.json"
-        path.write_text(json.dumps([{**r, "num_parts": k} for r in rows]))
+        path.write_text(json.dumps(rows))
         tagged.append((path, rows))
     results = report.load_results([p for p, _ in tagged])
     series = report.scaling_series(results.train)
@@ -124,7 +124,7 @@ def test_cli_writes_report_and_valid_pngs(outputs, tmp_path):
     out = tmp_path / "report"
     assert cli(["bench", "report", *map(str, outputs.values()), "--out", str(out)]) == 0
     pngs = sorted(out.glob("*.png"))
-    assert len(pngs) == 3  # two communication plots and the breakdown
+    assert len(pngs) == 4  # two communication plots, the breakdown, and scaling (train-1 and train-2: 1 and 2 ranks)
     markdown = (out / "report.md").read_text()
     for png in pngs:
         assert png.read_bytes()[:8] == PNG_SIGNATURE and f"]({png.name})" in markdown

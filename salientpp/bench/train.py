@@ -116,5 +116,7 @@ def main(args: argparse.Namespace) -> int:
               f"| {b['compute_cpu_s']:.3f} | 0 | - | - |")
         rows.append(baseline)
     if args.json_path:
+        for r in rows:
+            r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
         Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
     return 0
