@@ -449,10 +449,10 @@ def summarize(run: Run, history: list[dict[str, Any]], num_parts: int) -> dict[s
     Epoch and stage times are those of bench train: over the epochs after the first (the first
     pays for warm-up), or the only epoch when there is one.
     """
-    from salientpp.bench.train import _median_row
+    from salientpp.bench.train import median_row
 
     row = {"cache": run.cache, "alpha": run.alpha, "depth": run.depth, "gpu_fraction": run.gpu_fraction,
-           "num_parts": num_parts, "epochs": len(history), **_median_row(history),
+           "num_parts": num_parts, "epochs": len(history), **median_row(history),
            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in history)}
     evaluated = [h for h in history if "valid_acc" in h]
     if evaluated:

@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
 
 
-def _median_row(history: list[dict]) -> dict:
+def median_row(history: list[dict]) -> dict:
     """Medians of the epoch time and of the stage seconds over the epochs after the first (the warm-up)."""
     timed = history[1:] or history
     stage = lambda names: statistics.median(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
@@ -64,7 +64,7 @@ def _baseline(args) -> dict | None:
     history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                           device=args.device))
     return {"cache": f"PyG NeighborLoader ({sampling_backend()}) + DDP, full replication", "alpha": None, "depth": 1,
-            **_median_row(history), "rows_per_epoch": 0.0}
+            **median_row(history), "rows_per_epoch": 0.0}
 
 
 def _run(args, cache: str, alpha: float, depth: int) -> dict:
@@ -73,7 +73,7 @@ def _run(args, cache: str, alpha: float, depth: int) -> dict:
                                fanouts=fanouts, batch_size=args.batch_size, cache=cache, replication=alpha,
                                pipeline_depth=depth, eval_every=0, num_threads=args.threads, device=args.device,
                                progress=False))
-    return {"cache": cache, "alpha": alpha, "depth": depth, **_median_row(result.history),
+    return {"cache": cache, "alpha": alpha, "depth": depth, **median_row(result.history),
             "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
 
