@@ -62,3 +62,19 @@ def write_ogb_raw(root: Path, name: str, edge_index: np.ndarray, x: np.ndarray, 
 def ogb_raw_writer():
     """The :func:`write_ogb_raw` function, for tests that need OGB files on disk."""
     return write_ogb_raw
+
+
+@pytest.fixture(scope="session")
+def tiny_partitions(tmp_path_factory):
+    """The ``tiny`` synthetic dataset partitioned with METIS into 1 and 2 parts.
+
+    Returns ``(root, dataset)``: ``root / "p1"`` and ``root / "p2"`` are partitioned directories.
+    """
+    from salientpp.data.synthetic import synthetic_dataset
+    from salientpp.partition.partitioner import partition_dataset
+
+    root = tmp_path_factory.mktemp("tiny-partitions")
+    dataset = synthetic_dataset("tiny")
+    for k in (1, 2):
+        partition_dataset(dataset, root / f"p{k}", k)
+    return root, dataset

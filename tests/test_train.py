@@ -11,7 +11,6 @@ import torch
 from salientpp.cache import PolicyContext, Workload, simulate
 from salientpp.cli import main as cli_main
 from salientpp.data.importers import load_source
-from salientpp.data.synthetic import synthetic_dataset
 from salientpp.dist import WorkerError, init_distributed, launch
 from salientpp.partition import load_partitioned, save_partitioned
 from salientpp.partition.partitioner import partition, partition_dataset
@@ -21,12 +20,8 @@ TINY = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=32, lr=0.01, eval_fa
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train")
-    ds = synthetic_dataset("tiny")
-    for k in (1, 2):
-        partition_dataset(ds, root / f"p{k}", k)
-    return root, ds
+def tiny(tiny_partitions):
+    return tiny_partitions
 
 
 def _mlp_test_accuracy(ds, epochs: int = 200) -> float:

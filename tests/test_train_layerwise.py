@@ -6,11 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from salientpp.data.synthetic import synthetic_dataset
 from salientpp.dist import CommStats, init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
 from salientpp.partition import save_partitioned
-from salientpp.partition.partitioner import partition, partition_dataset
+from salientpp.partition.partitioner import partition
 from salientpp.pipeline import StageTimes
 from salientpp.sampling.types import MFG
 from salientpp.train import TrainConfig, Trainer
@@ -19,12 +18,8 @@ SMALL = dict(hidden=16, layers=2, fanouts=(4, 4), batch_size=32, eval_batch_size
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("layerwise")
-    ds = synthetic_dataset("tiny")
-    for k in (1, 2):
-        partition_dataset(ds, root / f"p{k}", k)
-    return root, ds
+def tiny(tiny_partitions):
+    return tiny_partitions
 
 
 def _dense_logits(trainer: Trainer) -> torch.Tensor:
