@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from ..cache.policies import PolicyContext, get_policy
-from ..cache.simulator import check_replication, parse_floats, simulate
+from ..cache.simulator import check_replication, simulate
 from ..cache.workload import Workload, parse_fanouts
 from ..errors import InputError
 from ..partition.format import load_partitioned
+from ..parsing import number_list
 
 DEFAULT_POLICIES = "vip,vip-cavity,vip-simulation,degree,halo,num-paths,random,oracle"
 
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json and Path(args.json).exists():
         raise InputError(f"{args.json} already exists; remove it or choose another path")
     dataset = load_partitioned(args.part_dir)
-    replication = check_replication(parse_floats(args.replication, "--replication"), dataset.num_parts)
+    replication = check_replication(number_list(args.replication, float, "--replication", "0,0.1,0.5"), dataset.num_parts)
     reports = []
     for fanouts, batch_size in settings:
         ctx = PolicyContext(dataset, (Workload(fanouts, batch_size),), seed=args.seed, epochs=args.epochs,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
 from ..errors import InputError
+from ..parsing import number_list
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
 from .pyg_baseline import BaselineConfig, run_baseline, sampling_backend, unavailable_reason
@@ -80,10 +81,7 @@ def _run(args, cache: str, alpha: float, depth: int) -> dict:
 def main(args: argparse.Namespace) -> int:
     if args.epochs < 1:
         raise InputError(f"--epochs must be at least 1, got {args.epochs}")
-    try:
-        alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
-    except ValueError:
-        raise InputError(f"--alphas must be comma-separated numbers like 0.1,0.5, got {args.alphas!r}") from None
+    alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
     data = load_partitioned(args.part_dir)
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)

@@ -111,13 +111,6 @@ def check_replication(replication: Sequence[float], num_parts: int) -> tuple[flo
     return values
 
 
-def parse_floats(text: str, what: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(p) for p in str(text).split(",") if p.strip())
-    except ValueError:
-        raise InputError(f"{what} must be comma-separated numbers like 0,0.1,0.5, got {text!r}") from None
-
-
 def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[float]) -> SimulationResult:
     """Rows fetched per epoch for every policy and α, on ``ctx.epochs`` sampled epochs (seed ``ctx.seed``)."""
     policies = tuple(policies)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..parsing import number_list
 
 SPLITS = ("train", "valid", "test")
 
@@ -31,12 +32,7 @@ def check_fanouts(fanouts) -> tuple[int, ...]:
 
 def parse_fanouts(text: str) -> tuple[int, ...]:
     """``"15,10,5"`` -> ``(15, 10, 5)``, validated by :func:`check_fanouts`."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise InputError(f"fanouts must be comma-separated integers like 15,10,5, got {text!r}") from None
-    return check_fanouts(values)
+    return check_fanouts(number_list(text, int, "fanouts", "15,10,5"))
 
 
 def check_batch_size(batch_size) -> int:

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from ..cache.policies import available_policies, get_policy
-from ..cache.simulator import check_replication, parse_floats, plot_volume, require_pyplot, simulate
+from ..cache.simulator import check_replication, plot_volume, require_pyplot, simulate
 from ..errors import InputError
 from ..partition.format import load_partitioned
+from ..parsing import number_list
 from .cache_options import add_workload_options, context_from
 
 DEFAULT_POLICIES = "vip,vip-simulation,degree,halo,num-paths,random,oracle"
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     _check_output_file(args.plot)
     if args.plot is not None:
         require_pyplot()
-    replication = parse_floats(args.replication, "--replication")
+    replication = number_list(args.replication, float, "--replication", "0,0.1,0.5")
     dataset = load_partitioned(args.part_dir)
     ctx = context_from(args, dataset, args.epochs)
     replication = check_replication(replication, dataset.num_parts)

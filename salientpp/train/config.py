@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cache.workload import check_fanouts
 from ..errors import InputError
 from ..models import MODELS
 
@@ -20,15 +21,10 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 def _fanouts(name: str, values: Any, layers: int) -> tuple[int, ...]:
-    try:
-        out = tuple(int(v) for v in values)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be integers like 15,10,5, got {values!r}") from None
+    out = check_fanouts(values)
     if len(out) != layers:
         raise InputError(f"{name} gives {len(out)} hops but the model has {layers} layers; "
                          f"pass one fanout per layer")
-    if any(f < 1 and f != -1 for f in out):
-        raise InputError(f"{name} must be positive integers or -1 (all neighbours), got {list(out)}")
     return out
 
 
