@@ -10,7 +10,7 @@ import pytest
 SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cora_npz() -> Path:
     path = SHARED_DATASETS / "cora.npz"
     if not path.is_file():

@@ -60,13 +60,9 @@ def test_tiny_learns_above_mlp_and_fetches_what_the_simulator_predicts(tiny, tmp
 
 
 @pytest.fixture(scope="module")
-def cora_dirs(tmp_path_factory):
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "cora.npz"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
+def cora_dirs(tmp_path_factory, cora_npz):
     root = tmp_path_factory.mktemp("cora")
-    ds = load_source(f"npz:{path}")
+    ds = load_source(f"npz:{cora_npz}")
     ds.x = (ds.x / ds.x.sum(1, keepdims=True).clip(min=1)).astype(np.float32)  # the usual row normalisation
     for k in (1, 2):
         partition_dataset(ds, root / f"p{k}", k)
