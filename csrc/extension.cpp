@@ -96,14 +96,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<BatchLoader>(m, "BatchLoader")
       .def(py::init([](std::shared_ptr<Sampler> sampler, torch::Tensor order, int64_t batch_size, bool drop_last,
                        uint64_t seed, std::optional<torch::Tensor> labels, int64_t label_offset,
-                       std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth) {
+                       std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
+                       int64_t first_batch) {
              return std::make_unique<BatchLoader>(std::move(sampler), order, batch_size, drop_last, seed,
                                                   make_labels(labels, label_offset), std::move(fetch), num_threads,
-                                                  queue_depth);
+                                                  queue_depth, first_batch);
            }),
            py::arg("sampler"), py::arg("order"), py::arg("batch_size"), py::arg("drop_last"), py::arg("seed"),
            py::arg("labels"), py::arg("label_offset"), py::arg("fetch"), py::arg("num_threads"),
-           py::arg("queue_depth"))
+           py::arg("queue_depth"), py::arg("first_batch") = 0)
       .def("__len__", &BatchLoader::num_batches)
       .def("next",
            [](BatchLoader& l) -> py::object {

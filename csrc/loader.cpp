@@ -6,7 +6,7 @@ namespace salientpp {
 
 BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, int64_t batch_size,
                          bool drop_last, uint64_t seed, Labels labels, std::optional<FetchContext> fetch,
-                         int64_t num_threads, int64_t queue_depth)
+                         int64_t num_threads, int64_t queue_depth, int64_t first_batch)
     : sampler_(std::move(sampler)),
       order_(std::move(order)),
       batch_size_(batch_size),
@@ -19,8 +19,10 @@ BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor o
               "batch_size, num_threads and queue_depth must be >= 1");
   const int64_t n = order_.size(0);
   num_batches_ = drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+  TORCH_CHECK(first_batch >= 0 && first_batch <= num_batches_, "first_batch must lie in [0, ", num_batches_, "]");
+  next_claim_ = consumed_ = first_batch;
   slots_.resize(queue_depth);
-  const int64_t workers = std::max<int64_t>(1, std::min(num_threads, num_batches_));
+  const int64_t workers = std::max<int64_t>(1, std::min(num_threads, num_batches_ - first_batch));
   threads_.reserve(workers);
   for (int64_t t = 0; t < workers; ++t) threads_.emplace_back(&BatchLoader::work, this);
 }

@@ -13,6 +13,8 @@ REQUIRED = ("gather_rows", "Sampler", "BatchLoader", "FetchContext")
 @functools.lru_cache(maxsize=1)
 def extension():
     """The ``salientpp._C`` module; raises :class:`InputError` saying how to rebuild it."""
+    import torch  # noqa: F401  (loads libc10 and libtorch, which _C links against)
+
     try:
         from . import _C
     except ImportError as exc:

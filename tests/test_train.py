@@ -117,7 +117,7 @@ def test_resume_continues_to_the_same_total(tiny, tmp_path):
     resumed = train(TrainConfig(epochs=4, checkpoint_dir=str(tmp_path / "ck"), resume=True, **config))
     assert resumed.epochs_done == 4 and [h["epoch"] for h in resumed.history] == [2, 3]
     ckpt = torch.load(tmp_path / "ck" / "last.pt", weights_only=True)
-    assert ckpt["epoch"] == 3 and len(ckpt["history"]) == 4
+    assert (ckpt["epoch"], ckpt["step"]) == (4, 0) and len(ckpt["history"]) == 4
     # Epoch seeds depend on (seed, epoch) only, so the resumed run matches up to float noise.
     assert abs(resumed.final_test - straight.final_test) <= 0.02
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..cache import parse_fanouts
 from ..dist import WorkerError
+from ..dist.health import StageError
 from ..models import MODELS
 from ..train import TrainConfig, train
 
@@ -41,7 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-fanouts", default=None, help="fanouts of sampled inference (default 20 per layer)")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs and after the last (0: never; default 1)")
     p.add_argument("--checkpoint-dir", default=None, help="write last.pt and best.pt here")
+    p.add_argument("--checkpoint-every", default="1epoch", metavar="N[steps|epochs]",
+                   help="checkpoint after every N steps (and at each epoch's end) or every N epochs (default 1epoch)")
     p.add_argument("--resume", action="store_true", help="continue from last.pt in --checkpoint-dir")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="when a rank fails, restart all ranks from the last checkpoint up to N times, like "
+                        "torchrun --max-restarts (default 0)")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="append one JSON line per epoch")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, dropout and loaders (default 0)")
     p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
@@ -57,7 +64,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         cache=args.cache, replication=args.replication, gpu_fraction=args.gpu_fraction, device=args.device,
         nprocs=args.nprocs, pipeline_depth=1 if args.no_pipeline else args.pipeline_depth, inference=args.inference,
         eval_fanouts=parse_fanouts(args.eval_fanouts) if args.eval_fanouts else None, eval_every=args.eval_every,
-        checkpoint_dir=args.checkpoint_dir, resume=args.resume, json_path=args.json_path, seed=args.seed,
+        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
+        max_restarts=args.max_restarts, json_path=args.json_path, seed=args.seed,
         num_threads=args.threads, timeout_s=args.timeout, progress=not args.quiet)
 
 
@@ -66,9 +74,19 @@ def run(args: argparse.Namespace) -> int:
         result = train(config_from_args(args))
     except WorkerError as exc:
         print(f"salientpp train: error: {exc}", file=sys.stderr)
+        for rank, message in exc.others:
+            print(f"  then rank {rank} failed: {message}", file=sys.stderr)
         if exc.details:
             print(exc.details, file=sys.stderr)
         return 1
+    except StageError as exc:  # this process is one rank of a torchrun job
+        print(f"salientpp train: error: {exc}", file=sys.stderr)
+        return 1
+    if int(os.environ.get("RANK", 0)) != 0:  # one summary per job under torchrun
+        return 0
+    if result.resumed_from is not None or result.restarts:
+        epoch, step = result.resumed_from or (0, 0)
+        print(f"resumed from epoch {epoch}, step {step} after {result.restarts} restart(s)")
     print(f"trained {result.epochs_done} epochs: best valid {result.best_valid:.4f} (epoch {result.best_epoch}), "
           f"test at best valid {result.test_at_best:.4f}, final test {result.final_test:.4f}")
     return 0

@@ -3,7 +3,8 @@
 The rank and world come from the environment that :func:`salientpp.dist.launch` or ``torchrun``
 set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``). Every
 collective of the group times out after ``timeout_s``, so a dead peer turns into an error, not
-a hang.
+a hang. The rendezvous store stays reachable through :attr:`DistContext.store`, where the ranks
+post where they are (:mod:`salientpp.dist.health`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from ..errors import InputError
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+RESTART_ENV = "SALIENTPP_RESTART_COUNT"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class DistContext:
         backend: ``"gloo"`` or ``"nccl"``; ``None`` for a single process without a group.
         exchange_group: a second group for the feature exchange, so its all-to-alls never
             interleave with DDP's all-reduces in one sequence of collectives.
+        store: the rendezvous key-value store (a ``PrefixStore`` for salientpp's own keys).
+        timeout_s: the timeout of every collective and store wait.
+        attempt: how many times the job has been restarted (0 on the first run).
     """
 
     rank: int
@@ -41,6 +46,9 @@ class DistContext:
     comm_device: torch.device
     backend: str | None
     exchange_group: Any = None
+    store: Any = None
+    timeout_s: float = 120.0
+    attempt: int = 0
 
     @property
     def distributed(self) -> bool:
@@ -50,6 +58,12 @@ class DistContext:
 def env_is_distributed() -> bool:
     """True when a launcher (ours or torchrun) has set the rendezvous variables."""
     return all(key in os.environ for key in ENV_KEYS)
+
+
+def restart_count() -> int:
+    """How many times this job has been restarted: torchrun's ``TORCHELASTIC_RESTART_COUNT`` or
+    the local launcher's ``SALIENTPP_RESTART_COUNT`` (0 when neither is set)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get(RESTART_ENV) or 0)
 
 
 def resolve_device(device: str, local_rank: int) -> torch.device:
@@ -69,21 +83,34 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     ``backend`` defaults to NCCL for ``device="cuda"`` and gloo otherwise; gloo also works with
     CUDA models (rows then cross through CPU memory).
     """
+    attempt = restart_count()
     if not env_is_distributed():
         dev = resolve_device(device, 0)
-        return DistContext(0, 1, 0, dev, torch.device("cpu"), None)
+        return DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s, attempt=attempt)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
     backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    if not dist.is_initialized():
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
-                                **({"device_id": dev} if backend == "nccl" else {}))
+    timeout = timedelta(seconds=timeout_s)
+    if dist.is_initialized():
+        raise RuntimeError("init_distributed was called twice in one process; call shutdown_distributed first")
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+    except (RuntimeError, ValueError) as exc:
+        raise InputError(f"rank {rank} could not reach the rendezvous at {os.environ['MASTER_ADDR']}:"
+                         f"{os.environ['MASTER_PORT']} within {timeout_s:.0f} s ({exc}); check MASTER_ADDR, "
+                         "MASTER_PORT and that every rank was started") from None
+    # torchrun's agent keeps one store across restarts: keys of an earlier attempt (the dead
+    # ranks' addresses) must not be read by this one.
+    store = dist.PrefixStore(f"attempt-{attempt}", store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout,
+                            **({"device_id": dev} if backend == "nccl" else {}))
     comm = dev if backend == "nccl" else torch.device("cpu")
-    exchange_group = dist.new_group(backend=backend, timeout=timedelta(seconds=timeout_s))
-    return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group)
+    exchange_group = dist.new_group(backend=backend, timeout=timeout)
+    return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group,
+                       dist.PrefixStore("salientpp", store), timeout_s, attempt)
 
 
 def shutdown_distributed(ctx: DistContext) -> None:

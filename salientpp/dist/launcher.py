@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import socket
 import time
 import traceback
@@ -26,12 +27,16 @@ _REPORT_S = 2.0
 
 
 class WorkerError(RuntimeError):
-    """A rank raised or died; ``rank`` is the first one that failed, ``details`` its traceback."""
+    """A rank raised or died; ``rank`` is the first one that failed, ``details`` its traceback,
+    ``others`` the ``(rank, message)`` reports of ranks that failed after it (most often because
+    of it: they name the stage where they lost it)."""
 
     def __init__(self, rank: int, message: str, details: str = ""):
         super().__init__(f"rank {rank} failed: {message}")
         self.rank = rank
+        self.message = message
         self.details = details
+        self.others: list[tuple[int, str]] = []
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -40,7 +45,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, threads: int, conn) -> None:
+def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, threads: int,
+            env: dict[str, str], conn) -> None:
+    os.environ.update(env)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -69,11 +76,22 @@ def _stop(procs: list[mp.Process]) -> None:
             p.join()
 
 
-def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s: float | None = None) -> list[Any]:
+def _death(exitcode: int | None) -> str:
+    """Why a rank's process ended without a result, from its exit code."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"the process was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"the process died with exit code {exitcode}"
+
+
+def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s: float | None = None,
+           env: dict[str, str] | None = None) -> list[Any]:
     """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results, rank order.
 
-    ``fn`` and ``args`` must be picklable (a module-level function). Every rank sees ``RANK``,
-    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``, so
+    ``fn`` and ``args`` must be picklable (a module-level function). Every rank sees ``env``,
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``, so
     :func:`salientpp.dist.init_distributed` joins the group. Raises :class:`InputError` when a
     rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else, died,
     or the job ran past ``timeout_s``; the other ranks are terminated first.
@@ -89,7 +107,7 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     procs, conns = [], []
     for rank in range(nprocs):
         parent_conn, child_conn = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(fn, args, rank, nprocs, port, threads, child_conn), daemon=True,
+        p = ctx.Process(target=_worker, args=(fn, args, rank, nprocs, port, threads, env or {}, child_conn), daemon=True,
                         name=f"salientpp-rank{rank}")
         p.start()
         child_conn.close()
@@ -112,10 +130,12 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
                 if conns[rank] in ready or conns[rank].poll():
                     try:
                         kind, value, details, when = conns[rank].recv()
-                    except EOFError:
-                        kind, value, details, when = "error", "the process exited without a result", "", time.time()
+                    except EOFError:  # it died before it could report
+                        procs[rank].join(_GRACE_S)
+                        kind, value, details, when = "error", _death(procs[rank].exitcode), "", time.time()
                 elif procs[rank].sentinel in ready:
-                    kind, value, details = "error", f"the process died with exit code {procs[rank].exitcode}", ""
+                    procs[rank].join(_GRACE_S)
+                    kind, value, details = "error", _death(procs[rank].exitcode), ""
                     when = time.time()
                 else:
                     continue
@@ -132,5 +152,9 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
         raise
     _stop(procs)
     if failures:
-        raise min(failures, key=lambda f: f[0])[1]
+        failures.sort(key=lambda f: f[0])
+        first = failures[0][1]
+        if isinstance(first, WorkerError):
+            first.others = [(e.rank, e.message) for _, e in failures[1:] if isinstance(e, WorkerError)]
+        raise first
     return [results[r] for r in range(nprocs)]

@@ -30,21 +30,27 @@ class Pipeline:
         stages: callables ``InFlight -> InFlight``, each with a ``name``.
         depth: most records in flight (>= 1).
         times: where to add the seconds spent in each stage (``source.name`` included).
+        on_stage: called as ``on_stage(name, step)`` before a stage runs on the record of
+            ``step`` (the source: before it draws record ``source.step``).
     """
 
     def __init__(self, source: Callable[[], InFlight | None], stages: Sequence[Callable[[InFlight], InFlight]],
-                 depth: int, times: StageTimes | None = None):
+                 depth: int, times: StageTimes | None = None, on_stage: Callable[[str, int], None] | None = None):
         if depth < 1:
             raise ValueError("the pipeline depth must be at least 1")
         self.source = source
         self.stages = list(stages)
         self.depth = depth
         self.times = StageTimes() if times is None else times
+        self.on_stage = on_stage
 
-    def _timed(self, fn, *args):
+    def _timed(self, fn, step: int, *args):
+        name = getattr(fn, "name", type(fn).__name__)
+        if self.on_stage is not None:
+            self.on_stage(name, step)
         start = time.perf_counter()
         out = fn(*args)
-        self.times[getattr(fn, "name", type(fn).__name__)] += time.perf_counter() - start
+        self.times[name] += time.perf_counter() - start
         return out
 
     def __iter__(self) -> Iterator[InFlight]:
@@ -52,10 +58,10 @@ class Pipeline:
         exhausted = False
         while flight or not exhausted:
             for entry in flight:
-                entry[0] = self._timed(self.stages[entry[1]], entry[0])
+                entry[0] = self._timed(self.stages[entry[1]], entry[0].step, entry[0])
                 entry[1] += 1
             if not exhausted and len(flight) < self.depth:
-                item = self._timed(self.source)
+                item = self._timed(self.source, getattr(self.source, "step", -1))
                 if item is None:
                     exhausted = True
                 else:

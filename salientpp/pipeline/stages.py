@@ -40,14 +40,15 @@ class InFlight:
 
 
 class SampleStage:
-    """The source: ``num_steps`` records, the loader's batches first, then empty steps."""
+    """The source: records ``first_step .. num_steps - 1``, the loader's batches first, then
+    empty steps (a resumed epoch starts at ``first_step`` with a loader positioned there)."""
 
     name = "sample"
 
-    def __init__(self, batches: Iterator[Any], num_steps: int):
+    def __init__(self, batches: Iterator[Any], num_steps: int, first_step: int = 0):
         self.batches = batches
         self.num_steps = num_steps
-        self.step = 0
+        self.step = first_step
 
     def __call__(self) -> InFlight | None:
         if self.step >= self.num_steps:

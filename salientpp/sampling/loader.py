@@ -24,6 +24,10 @@ class NeighborLoader:
     Starting a new iteration (or :meth:`close`, or garbage collection) stops the workers of
     the previous one; each finishes at most the batch in hand.
 
+    Like torchdata's ``StatefulDataLoader``, :meth:`state_dict` says where the running epoch
+    stands and :meth:`load_state_dict` makes the next iteration continue from there, with the
+    same batches an uninterrupted epoch would have yielded.
+
     Args:
         sampler: the :class:`NeighborSampler`.
         seeds: int64 ``[n]`` distinct node ids (e.g. the training split).
@@ -38,6 +42,7 @@ class NeighborLoader:
     """
 
     _core = None  # the C++ BatchLoader of the running iteration
+    _next_batch = 0  # batches the running iteration has yielded (or where the next one starts)
 
     def __init__(self, sampler: NeighborSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
@@ -63,6 +68,20 @@ class NeighborLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
+        self._next_batch = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "next_batch"}``: the epoch and the index of the next batch to yield."""
+        return {"epoch": self.epoch, "next_batch": self._next_batch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration yield batches ``state["next_batch"]:`` of ``state["epoch"]``."""
+        next_batch = int(state["next_batch"])
+        if not 0 <= next_batch <= len(self):
+            raise InputError(f"the loader state starts at batch {next_batch} but an epoch has {len(self)} batches; "
+                             "resume with the same seeds and batch size")
+        self.epoch = int(state["epoch"])
+        self._next_batch = next_batch
 
     def __len__(self) -> int:
         n = int(self.seeds.shape[0])
@@ -87,15 +106,16 @@ class NeighborLoader:
     def __iter__(self) -> Iterator[SampledBatch]:
         self.close()
         order = self.epoch_order().contiguous()
+        first = self._next_batch
         core = extension().BatchLoader(self.sampler._core, order, self.batch_size, self.drop_last, self.epoch_seed(),
                                        self.labels, self.labels_offset, self._fetch, self.num_threads,
-                                       self.queue_depth)
+                                       self.queue_depth, first)
         self._core = core
-        return self._batches(core, order.shape[0])
+        return self._batches(core, order.shape[0], first)
 
-    def _batches(self, core, num_seeds: int) -> Iterator[SampledBatch]:
+    def _batches(self, core, num_seeds: int, first: int) -> Iterator[SampledBatch]:
         try:
-            for i in range(len(core)):
+            for i in range(first, len(core)):
                 try:
                     raw = core.next()
                 except ValueError as exc:
@@ -103,7 +123,9 @@ class NeighborLoader:
                 if raw is None:
                     raise RuntimeError("this epoch's iteration was stopped by close() or by a newer iteration "
                                        "over the same loader")
+                self._next_batch = i + 1
                 yield batch_from_extension(raw, min(self.batch_size, num_seeds - i * self.batch_size))
+            self._next_batch = 0
         finally:
             core.close()
             if self._core is core:

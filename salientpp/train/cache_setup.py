@@ -8,14 +8,15 @@ not writable every rank builds the plans itself (same seed, same result).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch.distributed as dist
 
 from ..cache import Budget, CachePlan, PolicyContext, Workload, build_plans, load_plan, save_plans
-from ..cache.plan import default_plan_name
+from ..cache.plan import KIND as PLAN_KIND, default_plan_name
+from ..io import read_meta
 from ..partition import PartitionedDataset
 from .config import TrainConfig
 
@@ -31,6 +32,8 @@ class ResolvedCache:
         cache_slot: int64 ``[N]`` cache slot of each id (-1: not cached), or ``None``.
         num_device_slots: size of the device tier of the remote cache.
         source: where the plan came from (``loaded <dir>``, ``built``, ``none``).
+        identity: what every rank's plan must agree on: the plan set's meta (policy, budget,
+            workloads, partitioning) and, for a loaded plan, its files' checksums.
     """
 
     policy: str
@@ -39,12 +42,14 @@ class ResolvedCache:
     cache_slot: np.ndarray | None
     num_device_slots: int
     source: str
+    identity: dict = field(default_factory=dict)
 
 
-def _from_plan(plan: CachePlan, config: TrainConfig, n_k: int, source: str) -> ResolvedCache:
+def _from_plan(plan: CachePlan, config: TrainConfig, n_k: int, source: str, files: dict | None = None) -> ResolvedCache:
+    identity = {"meta": plan.meta.to_json(), "files": files or {}}
     return ResolvedCache(plan.meta.policy, np.asarray(plan.local_order),
                          int(math.floor(config.gpu_fraction * n_k + 1e-9)), plan.slot_map(),
-                         int(plan.gpu_ids.shape[0]), source)
+                         int(plan.gpu_ids.shape[0]), source, identity)
 
 
 def plan_dir(config: TrainConfig) -> Path:
@@ -77,6 +82,6 @@ def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int) -> R
     if path.exists():
         plan = load_plan(path, rank)
         plan.check_compatible(config.part_dir, config.fanouts, config.batch_size)
-        return _from_plan(plan, config, n_k, f"loaded {path}")
+        return _from_plan(plan, config, n_k, f"loaded {path}", read_meta(path, PLAN_KIND).get("files"))
     ctx = PolicyContext(data, (Workload(config.fanouts, config.batch_size),), seed=config.seed)
     return _from_plan(build_plans(ctx, config.cache, budget, config.gpu_fraction)[rank], config, n_k, "built")

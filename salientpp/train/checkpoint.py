@@ -1,8 +1,13 @@
-"""Checkpoints: ``last.pt`` after every epoch, ``best.pt`` when the validation accuracy improves.
+"""Checkpoints: ``last.pt`` at every checkpoint, ``best.pt`` when the validation accuracy improves.
 
-A checkpoint holds only tensors, numbers and strings (state dicts, the epoch, the history and
-the options that must match on resume), so it loads with ``torch.load(weights_only=True)``.
-Files are written to a temporary name and renamed, so a run killed mid-write leaves the
+A checkpoint is a point a run can continue from, between two steps: ``step`` steps of epoch
+``epoch`` are done (``step = 0``: the epoch has not started). Besides the model and the
+optimizer it holds what makes the continuation identical to an uninterrupted run: each rank's
+torch RNG state (dropout) and its running sums of the epoch in progress; the sampler's position
+is ``(epoch, step)`` itself, since batch ``i`` of an epoch is a function of the seeds only.
+
+It holds only tensors, numbers and strings, so it loads with ``torch.load(weights_only=True)``.
+Rank 0 writes it to a temporary name and renames it, so a run killed mid-write leaves the
 previous checkpoint intact.
 """
 from __future__ import annotations
@@ -17,17 +22,32 @@ import torch
 from ..errors import InputError
 
 LAST, BEST = "last.pt", "best.pt"
-# Options that must be equal for a checkpoint to be resumed.
-MATCHING = ("model", "hidden", "layers", "fanouts", "batch_size", "seed")
+# Options that must be equal for a checkpoint to be resumed ("dataset" is the partitioning's identity).
+MATCHING = ("dataset", "model", "hidden", "layers", "fanouts", "batch_size", "seed")
 
 
 @dataclass
 class Checkpoint:
-    """Training state after ``epoch`` completed epochs (0-based index of the last one)."""
+    """Training state after ``step`` steps of epoch ``epoch``.
+
+    Attributes:
+        epoch, step: where to continue (0-based epoch, steps of it already done).
+        model, optimizer: state dicts.
+        rng: uint8 ``[K, S]`` each rank's RNG state (CPU generator, then the CUDA one if any);
+            ``[0, 0]`` at an epoch boundary, where every epoch reseeds.
+        partial: float64 ``[K, M]`` each rank's running sums of the epoch in progress
+            (see :class:`~salientpp.train.trainer.EpochSums`); ``[0, 0]`` at a boundary.
+        best_valid, best_epoch: the best validation accuracy so far and its epoch.
+        history: the metrics of every completed epoch.
+        options: the training options (``TrainConfig.to_dict()`` plus ``dataset``).
+    """
 
     epoch: int
+    step: int
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
+    rng: torch.Tensor = field(default_factory=lambda: torch.empty((0, 0), dtype=torch.uint8))
+    partial: torch.Tensor = field(default_factory=lambda: torch.empty((0, 0), dtype=torch.float64))
     best_valid: float = -1.0
     best_epoch: int = -1
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -35,18 +55,21 @@ class Checkpoint:
 
 
 def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) -> None:
+    """Write ``last.pt`` (and ``best.pt`` when ``best``) atomically."""
     directory = Path(directory)
     directory.mkdir(exist_ok=True)
-    state = ckpt.__dict__
-    names = (LAST, BEST) if best else (LAST,)
-    for name in names:
-        tmp = directory / f".{name}.tmp-{os.getpid()}"
-        torch.save(state, tmp)
+    for name in (LAST, BEST) if best else (LAST,):
+        tmp = directory / f".{name}.tmp"
+        torch.save(ckpt.__dict__, tmp)
         os.replace(tmp, directory / name)
 
 
+def has_checkpoint(directory: str | os.PathLike | None) -> bool:
+    return directory is not None and (Path(directory) / LAST).is_file()
+
+
 def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name: str = LAST) -> Checkpoint:
-    """Load ``directory/name`` and check that it was written with the same model options."""
+    """Load ``directory/name`` and check that it was written with the same model and data."""
     path = Path(directory) / name
     if not path.is_file():
         raise InputError(f"there is no checkpoint {path} to resume from; run without --resume first")
@@ -58,6 +81,8 @@ def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name:
                          "another --checkpoint-dir") from None
     for key in MATCHING:
         if ckpt.options.get(key) != options.get(key):
-            raise InputError(f"the checkpoint in {directory} was trained with {key}={ckpt.options.get(key)!r}, "
-                             f"not {options.get(key)!r}; resume with the same options or use a new --checkpoint-dir")
+            what = ("on another partitioned dataset" if key == "dataset"
+                    else f"with {key}={ckpt.options.get(key)!r}, not {options.get(key)!r}")
+            raise InputError(f"the checkpoint in {directory} was trained {what}; resume with the same data and "
+                             "options or use a new --checkpoint-dir")
     return ckpt

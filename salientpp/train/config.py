@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,16 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+def parse_interval(text: str) -> tuple[int, str]:
+    """``"500"`` or ``"500steps"`` -> ``(500, "steps")``; ``"1epoch"``/``"2epochs"`` -> ``(n, "epochs")``."""
+    match = re.fullmatch(r"\s*(\d+)\s*(steps?|epochs?)?\s*", str(text))
+    if not match or int(match.group(1)) < 1:
+        raise InputError(f"--checkpoint-every must be a positive number of steps or epochs such as 500, 500steps "
+                         f"or 1epoch, got {text!r}")
+    unit = match.group(2) or "steps"
+    return int(match.group(1)), "epochs" if unit.startswith("epoch") else "steps"
 
 
 def _fanouts(name: str, values: Any, layers: int) -> tuple[int, ...]:
@@ -51,6 +62,12 @@ class TrainConfig:
             layer-wise inference (default: batch_size).
         eval_every: evaluate every this many epochs and after the last one (0: never).
         checkpoint_dir: where ``last.pt`` and ``best.pt`` go; resume: continue from ``last.pt``.
+        checkpoint_every: ``"N"``/``"Nsteps"`` (after every N-th step of an epoch and at its end)
+            or ``"Nepochs"`` (after every N-th epoch and the last).
+        max_restarts: restart every rank from the last checkpoint up to this many times after a
+            rank fails (the local launcher's counterpart of ``torchrun --max-restarts``).
+        memory_limit: refuse to start when the estimated memory of this machine's ranks exceeds
+            this many bytes (or the available memory, when smaller).
         json_path: append one JSON line per epoch to this file.
         seed: seeds the model, dropout and the loaders (see ``salientpp.cache.accesses.loader_seed``).
         num_threads: sampler threads per rank.
@@ -79,6 +96,9 @@ class TrainConfig:
     eval_every: int = 1
     checkpoint_dir: str | None = None
     resume: bool = False
+    checkpoint_every: str = "1epoch"
+    max_restarts: int = 0
+    memory_limit: int | None = None
     json_path: str | None = None
     seed: int = 0
     num_threads: int = 1
@@ -120,6 +140,11 @@ class TrainConfig:
         _positive_int("the number of sampler threads", self.num_threads)
         if not self.timeout_s > 0:
             raise InputError(f"the timeout must be positive, got {self.timeout_s}")
+        parse_interval(self.checkpoint_every)
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise InputError(f"--max-restarts must be a non-negative integer, got {self.max_restarts!r}")
+        if self.memory_limit is not None and not self.memory_limit > 0:
+            raise InputError(f"--memory-limit must be positive, got {self.memory_limit}")
         if self.resume and not self.checkpoint_dir:
             raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
         if self.checkpoint_dir and not Path(self.checkpoint_dir).parent.exists():
@@ -127,6 +152,11 @@ class TrainConfig:
         if self.json_path and not Path(self.json_path).parent.exists():
             raise InputError(f"the parent directory of {self.json_path} does not exist; create it")
         return self
+
+    @property
+    def checkpoint_interval(self) -> tuple[int, str]:
+        """``(count, "steps" | "epochs")`` from :attr:`checkpoint_every`."""
+        return parse_interval(self.checkpoint_every)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

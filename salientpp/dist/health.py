@@ -1,0 +1,133 @@
+"""Knowing where every rank is, so that a failure names the rank and the stage.
+
+Each rank posts its position (stage, epoch, step, time) to the rendezvous store as it enters a
+stage. When a collective fails on a rank (a peer died, raised or stalled past the timeout), the
+rank reads its peers' positions and raises a :class:`StageError` that says where it stopped and
+which peer is behind. :func:`agree` compares facts every rank must share (options, versions,
+data, cache plans) once at start-up, instead of letting a mismatch hang a collective later.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from ..errors import InputError
+from .group import DistContext
+
+# What a rank is doing in each stage, for messages.
+STAGE_TEXT = {
+    "startup": "start-up", "sample": "sampling", "counts": "all-to-all of row counts",
+    "ids": "all-to-all of row ids", "rows": "all-to-all of feature rows", "assemble": "feature assembly",
+    "train": "forward/backward and gradient all-reduce", "checkpoint": "checkpoint", "eval": "evaluation",
+}
+
+
+class StageError(RuntimeError):
+    """A rank stopped: ``rank`` is the one raising, ``stage`` where it was."""
+
+    def __init__(self, message: str, rank: int, stage: str):
+        super().__init__(message)
+        self.rank = rank
+        self.stage = stage
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a rank was last: a stage of :data:`STAGE_TEXT`, the epoch and step (-1: none), when."""
+
+    stage: str
+    epoch: int = -1
+    step: int = -1
+    time: float = 0.0
+
+    def describe(self) -> str:
+        phase, _, stage = self.stage.rpartition(":")  # "eval:rows": a stage of an evaluation pass
+        text = STAGE_TEXT.get(stage, stage) + (" (evaluation)" if phase else "")
+        if self.step >= 0:
+            return f"the {text} of epoch {self.epoch}, step {self.step}"
+        return f"the {text}" + (f" of epoch {self.epoch}" if self.epoch >= 0 else "")
+
+
+class Health:
+    """This rank's position, posted to the store, and the fault injector called at each stage.
+
+    Args:
+        ctx: the process group context (``ctx.store`` is ``None`` on a single process).
+        inject: called as ``inject(stage, epoch, step)`` on entering a stage (fault injection).
+    """
+
+    def __init__(self, ctx: DistContext, inject: Callable[[str, int, int], None] | None = None):
+        self.ctx = ctx
+        self.inject = inject
+        self.position = Position("startup", time=time.time())
+
+    def enter(self, stage: str, epoch: int = -1, step: int = -1) -> None:
+        self.position = Position(stage, epoch, step, time.time())
+        if self.ctx.store is not None:
+            self.ctx.store.set(f"position/{self.ctx.rank}", json.dumps(asdict(self.position)))
+        if self.inject is not None:
+            self.inject(stage, epoch, step)
+
+    def peers(self) -> dict[int, Position | None]:
+        """The last posted position of every other rank (``None``: never posted). Raises
+        ``RuntimeError`` when the store is unreachable."""
+        out: dict[int, Position | None] = {}
+        for rank in range(self.ctx.world_size):
+            if rank == self.ctx.rank:
+                continue
+            key = f"position/{rank}"
+            out[rank] = Position(**json.loads(self.ctx.store.get(key))) if self.ctx.store.check([key]) else None
+        return out
+
+    def failure(self, exc: BaseException) -> StageError:
+        """The error to raise instead of ``exc``: this rank, its stage, the cause, and its peers."""
+        pos, now = self.position, time.time()
+        # The first line of the cause, without the "[/path/to/source.cc:123] " that gloo puts first.
+        cause = re.sub(r"^\[[^\]]*:\d+\]\s*", "", (str(exc).strip().splitlines() or [""])[0])[:300]
+        message = (f"rank {self.ctx.rank} stopped in {pos.describe()} after {now - pos.time:.1f} s "
+                   f"({type(exc).__name__}: {cause})")
+        if self.ctx.store is not None:
+            message += "; " + self._peer_report(now)
+        return StageError(message, self.ctx.rank, pos.stage)
+
+    def _peer_report(self, now: float) -> str:
+        try:
+            peers = self.peers()
+        except Exception:  # the store lives in rank 0's process (or torchrun's agent)
+            return "the rendezvous store is unreachable, so rank 0 (which hosts it) has most likely died"
+        if not peers:
+            return "it has no peers"
+        stalest = min(peers, key=lambda r: -1.0 if peers[r] is None else peers[r].time)
+        parts = [f"rank {r} was last in " + (p.describe() + f" {now - p.time:.1f} s ago" if p else "start-up")
+                 for r, p in sorted(peers.items())]
+        return (f"{'; '.join(parts)} (rank {stalest} reported least recently: it has likely died or stalled; "
+                f"the collective timeout is {self.ctx.timeout_s:g} s)")
+
+
+def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:
+    """Check that every rank holds the same ``facts`` (JSON-serialisable); a collective.
+
+    Raises :class:`InputError` naming the first fact on which a rank differs from rank 0, or the
+    ranks that did not post their facts within the timeout.
+    """
+    if ctx.store is None or ctx.world_size == 1:
+        return
+    ctx.store.set(f"agree/{topic}/{ctx.rank}", json.dumps(facts, sort_keys=True, default=str))
+    keys = [f"agree/{topic}/{r}" for r in range(ctx.world_size)]
+    start = time.monotonic()
+    while not ctx.store.check(keys):
+        if time.monotonic() - start > ctx.timeout_s:
+            missing = [r for r, key in enumerate(keys) if not ctx.store.check([key])]
+            raise InputError(f"rank {ctx.rank} waited {ctx.timeout_s:g} s at the {topic} check for rank(s) "
+                             f"{', '.join(map(str, missing))}; start every rank of the job (or raise --timeout)")
+        time.sleep(0.05)
+    reference = json.loads(ctx.store.get(keys[0]))
+    for rank in range(1, ctx.world_size):
+        theirs = json.loads(ctx.store.get(keys[rank]))
+        for key in sorted(set(reference) | set(theirs)):
+            if reference.get(key) != theirs.get(key):
+                raise InputError(f"rank {rank} has {key} = {theirs.get(key)!r} but rank 0 has "
+                                 f"{reference.get(key)!r}; start every rank with the same {topic}")

@@ -1,0 +1,197 @@
+"""A dead, failing or stalled rank: restarts from step checkpoints, messages that name the rank and
+the stage, start-up mismatch checks, and the fault-injection spec itself."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
+from salientpp.dist import WorkerError, launch
+from salientpp.dist.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
+from salientpp.dist.launcher import free_port
+from salientpp.errors import InputError
+from salientpp.partition import load_partitioned
+from salientpp.train import TrainConfig, run_rank, train
+from salientpp.train.cache_setup import plan_dir
+
+TINY = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=16, lr=0.01, eval_fanouts=(10, 10), progress=False)
+
+
+@pytest.fixture(scope="module")
+def p2(tiny_partitions):
+    return str(tiny_partitions[0] / "p2")
+
+
+def _steps_per_epoch(part_dir: str) -> int:
+    data = load_partitioned(part_dir)
+    return max(-(-data.part(k).train_idx.shape[0] // TINY["batch_size"]) for k in range(data.num_parts))
+
+
+# -- the fault-injection spec ---------------------------------------------------------------------------
+
+
+def test_fault_spec_parses_and_fires_once_where_it_matches():
+    faults = parse_faults("raise@rows:rank=1,epoch=0,step=2; delay@ids:seconds=0.01,attempt=1")
+    assert faults == (Fault("raise", "rows", rank=1, epoch=0, step=2), Fault("delay", "ids", seconds=0.01, attempt=1))
+    injector = FaultInjector(faults, rank=1, attempt=0)
+    injector("rows", 0, 1)  # wrong step: nothing happens
+    injector("ids", 0, 2)  # the delay is meant for the first restart only
+    with pytest.raises(InjectedFault, match="rows of epoch 0, step 2 on rank 1"):
+        injector("rows", 0, 2)
+    injector("rows", 0, 2)  # fired once: a resumed run is not stopped again
+    assert FaultInjector(faults, rank=0, attempt=0).pending == []
+
+
+@pytest.mark.parametrize("spec", ["explode@rows", "kill@nowhere", "kill@rows:rank=one", "kill@rows:colour=1"])
+def test_bad_fault_specs_are_refused_with_one_sentence(spec):
+    with pytest.raises(InputError, match=ENV):
+        parse_faults(spec)
+
+
+# -- kill, restart, resume ---------------------------------------------------------------------------------
+
+
+def test_killed_rank_restarts_from_the_last_step_checkpoint_and_ends_like_an_uninterrupted_run(p2, tmp_path,
+                                                                                                 monkeypatch):
+    steps = _steps_per_epoch(p2)
+    assert steps >= 4
+    kill_step = int(np.random.default_rng().integers(1, steps))  # a random step of epoch 1, not its first
+    common = dict(TINY, part_dir=p2, epochs=3, eval_every=3, checkpoint_every="2steps", timeout_s=60)
+    straight = train(TrainConfig(checkpoint_dir=str(tmp_path / "a"), json_path=str(tmp_path / "a.jsonl"), **common))
+
+    monkeypatch.setenv(ENV, f"kill@train:rank=1,epoch=1,step={kill_step}")
+    restarted = train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), json_path=str(tmp_path / "b.jsonl"),
+                                  max_restarts=1, **common))
+    where = f"(killed at epoch 1, step {kill_step} of {steps})"
+    assert restarted.restarts == 1, where
+    # Checkpoints follow every 2nd step and each epoch's end, so the run lost at most one step.
+    epoch, step = restarted.resumed_from
+    assert (epoch, step) == (1, kill_step - kill_step % 2), where
+    assert kill_step - step <= 1
+    assert restarted.epochs_done == 3 and [h["epoch"] for h in restarted.history] == [1, 2], where
+    lines = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [0, 1, 2], where  # no epoch written twice or lost
+    # Same batches, RNG states, model and optimizer state: the resumed run is the same run.
+    for a, b in zip(straight.history, [lines[0]] + restarted.history):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5), where
+        assert b["steps"] == a["steps"]
+    assert restarted.final_test == pytest.approx(straight.final_test, abs=1e-9), where
+    ckpt_a = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
+    ckpt_b = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
+    for name, value in ckpt_a["model"].items():
+        torch.testing.assert_close(ckpt_b["model"][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_without_restarts_a_killed_rank_fails_the_job_and_the_peer_names_it(p2, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, "kill@train:rank=1,epoch=0,step=2")
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        train(TrainConfig(part_dir=p2, epochs=2, timeout_s=60, **TINY))
+    assert time.monotonic() - start < 50  # not the 60 s timeout: the dead peer is noticed at once
+    assert "rank 1 failed: the process was killed by SIGKILL" in str(info.value)
+    # Rank 0 lost its peer mid-collective and says where rank 1 was.
+    reports = dict(info.value.others)
+    assert 0 in reports, info.value.others
+    assert "rank 1 was last in the forward/backward and gradient all-reduce of epoch 0, step 2" in reports[0]
+
+
+def test_torchrun_max_restarts_resumes_from_the_checkpoint(p2, tmp_path):
+    port = free_port()
+    env = dict(os.environ, **{ENV: "kill@train:rank=0,epoch=0,step=3"}, GLOO_SOCKET_IFNAME="lo")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1",
+           "-m", "salientpp", "train", p2, "--epochs", "2", "--layers", "2", "--fanouts", "5,5", "--hidden", "32",
+           "--batch-size", "16", "--eval-every", "2", "--checkpoint-dir", str(tmp_path / "ck"),
+           "--checkpoint-every", "2steps", "--quiet", "--timeout", "60"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed from epoch 0, step 2" in proc.stdout, proc.stdout
+    assert proc.stdout.count("trained 2 epochs") == 1  # one summary, from rank 0
+    ckpt = torch.load(tmp_path / "ck" / "last.pt", weights_only=True)
+    assert (ckpt["epoch"], ckpt["step"]) == (2, 0) and [h["epoch"] for h in ckpt["history"]] == [0, 1]
+
+
+# -- failures name the rank and the stage, within the timeout ----------------------------------------------
+
+
+@pytest.mark.parametrize("spec, stage_text", [
+    ("raise@rows:rank=1,epoch=0,step=2", "rank 1 stopped in the all-to-all of feature rows of epoch 0, step 2"),
+    ("raise@eval:rank=1,epoch=0", "rank 1 stopped in the evaluation of epoch 0"),
+])
+def test_a_raising_rank_names_itself_and_its_stage(p2, monkeypatch, spec, stage_text):
+    monkeypatch.setenv(ENV, spec)
+    with pytest.raises(WorkerError) as info:
+        train(TrainConfig(part_dir=p2, epochs=1, timeout_s=60, **TINY))
+    assert info.value.rank == 1 and stage_text in str(info.value)
+    assert "InjectedFault" in str(info.value)
+
+
+def test_a_stalled_rank_is_named_by_its_peer_within_the_timeout(p2, monkeypatch):
+    monkeypatch.setenv(ENV, "delay@train:rank=1,epoch=0,step=1,seconds=120")
+    timeout = 4.0
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        train(TrainConfig(part_dir=p2, epochs=1, timeout_s=timeout, **TINY))
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert info.value.rank == 0, message  # the stalled rank never fails by itself: its peer times out
+    assert "rank 1 was last in the forward/backward and gradient all-reduce of epoch 0, step 1" in message
+    assert "rank 1 reported least recently" in message
+    assert elapsed < 60, elapsed  # start-up (~10 s on 2 busy cores) + the 4 s timeout, far below the 120 s stall
+
+
+# -- start-up mismatches -----------------------------------------------------------------------------------
+
+
+def _per_rank(configs: list[TrainConfig], patch_version: bool = False):
+    """One rank of a job whose ranks were started with different options (or package versions)."""
+    rank = int(os.environ["RANK"])
+    if patch_version and rank == 1:
+        import salientpp
+        import salientpp.train.trainer as trainer
+        salientpp.__version__ = trainer.__version__ = "0.0.0-other"
+    return run_rank(configs[rank])
+
+
+def _mismatch(configs, patch_version=False) -> str:
+    with pytest.raises(InputError) as info:
+        launch(_per_rank, (configs, patch_version), nprocs=2, timeout_s=120)
+    return str(info.value)
+
+
+def test_startup_refuses_ranks_with_different_options(p2):
+    a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, **TINY).validate()
+    b = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, **dict(TINY, fanouts=(4, 4))).validate()
+    assert "rank 1 has fanouts = [4, 4] but rank 0 has [5, 5]" in _mismatch([a, b])
+
+
+def test_startup_refuses_ranks_with_different_package_versions(p2):
+    a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, **TINY).validate()
+    assert "rank 1 has salientpp = '0.0.0-other' but rank 0 has" in _mismatch([a, a], patch_version=True)
+
+
+def test_startup_refuses_ranks_with_different_cache_plans(p2, tmp_path):
+    a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, cache="vip", replication=0.2, **TINY).validate()
+    other = tmp_path / "p2-copy"
+    shutil.copytree(p2, other, ignore=shutil.ignore_patterns("cache"))
+    b = TrainConfig(**{**a.to_dict(), "part_dir": str(other)}).validate()
+    # The same plan name in both copies, but rank 1's copy holds a plan scored by degree.
+    data = load_partitioned(other)
+    plans = build_plans(PolicyContext(data, (Workload((5, 5), 16),), seed=0), "degree", Budget(replication=0.2))
+    (other / "cache").mkdir()
+    save_plans(plans, plan_dir(b))
+    assert "start every rank with the same cache plan" in _mismatch([a, b])
+
+
+def test_startup_refuses_more_ranks_than_partitions(tiny_partitions):
+    p1 = str(tiny_partitions[0] / "p1")
+    a = TrainConfig(part_dir=p1, epochs=1, timeout_s=30, **TINY).validate()
+    assert "has 1 partitions but the job has 2 ranks" in _mismatch([a, a])
