@@ -1,0 +1,95 @@
+"""Checkpoints that do not belong to the run: another dataset, another model, not a checkpoint at
+all, or a pickle that would run code. Each is refused with one sentence and exit code 2, and the
+checkpoint directory is left as it was."""
+from __future__ import annotations
+
+import pickle
+import shutil
+
+import pytest
+import torch
+
+from salientpp.cli import main as cli_main
+from salientpp.train import TrainConfig, train
+
+TINY = ["--layers", "2", "--fanouts", "5,5", "--hidden", "32", "--batch-size", "32", "--eval-every", "0",
+        "--cache", "none", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_partitions, tmp_path_factory):
+    """``(root, checkpoint dir)`` of one epoch of SAGE on the 1-partition tiny graph."""
+    root, _ = tiny_partitions
+    ckpt = tmp_path_factory.mktemp("ckpt") / "sage"
+    train(TrainConfig(str(root / "p1"), epochs=1, hidden=32, layers=2, fanouts=(5, 5), batch_size=32, eval_every=0,
+                      cache="none", checkpoint_dir=str(ckpt), progress=False))
+    return root, ckpt
+
+
+def _resume(part_dir, ckpt, *extra) -> int:
+    return cli_main(["train", str(part_dir), "--epochs", "2", "--checkpoint-dir", str(ckpt), "--resume", *TINY,
+                     *extra])
+
+
+def _unchanged(ckpt, before: bytes) -> bool:
+    return (ckpt / "last.pt").read_bytes() == before
+
+
+def test_a_checkpoint_of_another_dataset_is_refused(trained, capsys):
+    root, ckpt = trained
+    before = (ckpt / "last.pt").read_bytes()
+    # The 2-partition directory is the same graph partitioned differently: another dataset to resume on.
+    assert _resume(root / "p2", ckpt) == 2
+    err = capsys.readouterr().err
+    assert "was trained on another partitioned dataset" in err and err.count("\n") == 1
+    assert _unchanged(ckpt, before)
+
+
+@pytest.mark.parametrize("option, expected", [(["--model", "gat"], "model='sage', not 'gat'"),
+                                              (["--seed", "3"], "seed=0, not 3")])
+def test_a_checkpoint_of_another_model_is_refused(trained, capsys, option, expected):
+    root, ckpt = trained
+    before = (ckpt / "last.pt").read_bytes()
+    assert _resume(root / "p1", ckpt, *option) == 2
+    assert expected in capsys.readouterr().err
+    assert _unchanged(ckpt, before)
+
+
+def test_a_checkpoint_whose_weights_do_not_fit_is_refused(trained, tmp_path, capsys):
+    root, ckpt = trained
+    state = torch.load(ckpt / "last.pt", weights_only=True)
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.zeros(3, 3)  # a tensor of the wrong shape under a matching name
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    torch.save(state, bad / "last.pt")
+    assert _resume(root / "p1", bad) == 2
+    assert "does not fit this model" in capsys.readouterr().err
+
+
+def test_a_truncated_checkpoint_is_refused(trained, tmp_path, capsys):
+    root, ckpt = trained
+    bad = tmp_path / "cut"
+    shutil.copytree(ckpt, bad)
+    data = (bad / "last.pt").read_bytes()
+    (bad / "last.pt").write_bytes(data[:len(data) // 2])
+    assert _resume(root / "p1", bad) == 2
+    assert "is not a salientpp checkpoint" in capsys.readouterr().err
+
+
+class _Payload:
+    def __reduce__(self):
+        return (shutil.rmtree, ("/definitely/not/there",))  # what a hostile pickle would run
+
+
+def test_a_pickle_that_would_run_code_is_never_unpickled(trained, tmp_path, capsys, monkeypatch):
+    root, _ = trained
+    bad = tmp_path / "evil"
+    bad.mkdir()
+    torch.save({"epoch": 0, "step": 0, "model": {}, "optimizer": {}, "payload": _Payload()}, bad / "last.pt",
+               pickle_module=pickle)
+    called = []
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: called.append(a))
+    assert _resume(root / "p1", bad) == 2
+    assert "is not a salientpp checkpoint (UnpicklingError)" in capsys.readouterr().err
+    assert called == []
