@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError
-from ..io import atomic_output_dir, load_array, read_meta, save_array, write_meta
+from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from ..partition.format import KIND as PART_KIND
 from . import accesses
 from .policies import PolicyContext, policy_scores, rank_vertices
@@ -32,6 +32,7 @@ from .workload import Workload, check_batch_size, check_fanouts
 
 KIND = "salientpp-cache-plan"
 PLAN_ARRAYS = ("gpu_ids", "cpu_ids", "local_order")
+FIX = "re-run `salientpp analyze`"
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
@@ -265,33 +266,58 @@ def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
     return Path(out_dir)
 
 
-def _plan_meta(plan_dir: str | os.PathLike) -> tuple[dict, PlanMeta]:
+def _plan_meta(plan_dir: str | os.PathLike) -> tuple[dict, PlanMeta, float, list[tuple[int, int]]]:
+    """meta.json of a plan directory, its :class:`PlanMeta`, the GPU fraction and
+    ``(num_local, num_gpu_local)`` of each partition."""
     raw = read_meta(plan_dir, KIND)
     try:
-        return raw, PlanMeta.from_json(raw)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"meta.json in {plan_dir} is incomplete ({exc}); re-run salientpp analyze") from None
+        meta = PlanMeta.from_json(raw)
+        gpu_fraction = float(raw["gpu_fraction"])
+        parts = [(int(entry["num_local"]), int(entry["num_gpu_local"])) for entry in raw["parts"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"meta.json in {plan_dir} is incomplete ({shown(str(exc))}); {FIX}") from None
+    if len(parts) != meta.num_parts:
+        raise InputError(f"meta.json in {plan_dir} describes {len(parts)} partitions but says num_parts is "
+                         f"{meta.num_parts}; {FIX}")
+    return raw, meta, gpu_fraction, parts
 
 
 def load_plan(plan_dir: str | os.PathLike, k: int) -> CachePlan:
-    """Load partition ``k``'s plan (arrays memory-mapped)."""
-    raw, meta = _plan_meta(plan_dir)
+    """Load partition ``k``'s plan (arrays memory-mapped and compared with their checksums).
+
+    Raises :class:`InputError` unless the files match meta.json, ``gpu_ids`` and ``cpu_ids``
+    are distinct ids in ``[0, N)``, ``local_order`` is a permutation of ``0..n_k-1`` and
+    ``num_gpu_local <= n_k``: ids that would index out of bounds never leave here.
+    """
+    raw, meta, gpu_fraction, parts = _plan_meta(plan_dir)
     if not 0 <= k < meta.num_parts:
         raise InputError(f"the cache plan in {plan_dir} has partitions 0..{meta.num_parts - 1}, not {k}")
-    arrays = {}
-    for name in PLAN_ARRAYS:
-        key = f"part_{k}/{name}"
-        if key not in raw.get("files", {}):
-            raise InputError(f"meta.json in {plan_dir} does not list {key}.npy; re-run salientpp analyze")
-        arrays[name] = load_array(Path(plan_dir) / f"part_{k}", name, raw["files"][key])
-    entry = raw["parts"][k]
-    return CachePlan(part=k, gpu_fraction=float(raw["gpu_fraction"]), num_gpu_local=int(entry["num_gpu_local"]),
-                     meta=meta, **arrays)
+    arrays = {name: load_listed(Path(plan_dir), f"part_{k}/{name}", raw, FIX, ("int64",), 1)
+              for name in PLAN_ARRAYS}
+    num_local, num_gpu_local = parts[k]
+    folder = Path(plan_dir) / f"part_{k}"
+    order = arrays["local_order"]
+    if order.shape[0] != num_local or not 0 <= num_gpu_local <= num_local:
+        raise InputError(f"meta.json in {plan_dir} gives partition {k} {num_local} local rows, {num_gpu_local} of "
+                         f"them on the GPU, but local_order.npy has {order.shape[0]}; {FIX}")
+    if num_local and (order.min() < 0 or order.max() >= num_local):
+        raise InputError(f"{folder / 'local_order.npy'} holds rows outside [0, {num_local}); {FIX}")
+    seen = np.zeros(num_local, dtype=bool)
+    seen[order] = True
+    if not seen.all():
+        raise InputError(f"{folder / 'local_order.npy'} repeats rows, so it is not a permutation; {FIX}")
+    cached = np.concatenate([arrays["gpu_ids"], arrays["cpu_ids"]])
+    if cached.size and (cached.min() < 0 or cached.max() >= meta.num_nodes):
+        raise InputError(f"the cached ids in {folder} lie outside [0, {meta.num_nodes}); {FIX}")
+    cached.sort()
+    if np.any(cached[1:] == cached[:-1]):
+        raise InputError(f"the cached ids in {folder} repeat an id; {FIX}")
+    return CachePlan(part=k, gpu_fraction=gpu_fraction, num_gpu_local=num_gpu_local, meta=meta, **arrays)
 
 
 def load_plans(plan_dir: str | os.PathLike) -> list[CachePlan]:
     """Load the plans of every partition."""
-    _, meta = _plan_meta(plan_dir)
+    meta = _plan_meta(plan_dir)[1]
     return [load_plan(plan_dir, k) for k in range(meta.num_parts)]
 
 

@@ -10,8 +10,9 @@ from ..cache.plan import (Budget, build_plans, default_plan_name, describe, pars
                           row_bytes_of, save_plans)
 from ..cache.policies import available_policies, get_policy
 from ..errors import InputError
-from ..io import check_output_dir
-from ..partition.format import load_partitioned
+from ..io import check_output_dir, read_meta
+from ..partition.format import KIND as PART_KIND, load_partitioned
+from ..resources import check_memory, estimate_analyze, parse_memory_limit
 from .cache_options import add_workload_options, context_from, workloads_from
 
 
@@ -36,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="epochs counted by the oracle policy (default 10)")
     parser.add_argument("--name", help="plan name under PART_DIR/cache/ (default: from policy, fanouts and budget)")
     parser.add_argument("--out", metavar="DIR", help="write the plan here instead of PART_DIR/cache/NAME")
+    parser.add_argument("--memory-limit", metavar="SIZE",
+                        help="refuse to start when the memory estimate exceeds SIZE, e.g. 12GiB "
+                             "(default: the memory available to this process)")
     parser.set_defaults(func=run)
 
 
@@ -54,9 +58,15 @@ def run(args: argparse.Namespace) -> int:
     get_policy(args.policy)
     budget = budget_from(args)
     workloads = workloads_from(args)
+    limit = parse_memory_limit(args.memory_limit)
+    estimate = estimate_analyze(read_meta(args.part_dir, PART_KIND), workloads, budget, args.policy,
+                                vip_method=args.vip_method, threads=args.threads)
+    memory = check_memory(estimate, limit)
     dataset = load_partitioned(args.part_dir)
+    dataset.check_parts()  # before PART_DIR/cache is created
     ctx = context_from(args, dataset, args.epochs)
     budget.check(dataset.num_parts, row_bytes_of(dataset))
+    print(memory, flush=True)
     if args.out is not None:
         out = check_output_dir(args.out)
     else:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..data.format import load_dataset
-from ..io import check_output_dir
-from ..partition.partitioner import METHODS, partition_dataset
+from ..data.format import KIND, load_dataset
+from ..io import check_output_dir, read_meta
+from ..partition.partitioner import METHODS, check_options, partition_dataset
+from ..resources import check_memory, estimate_partition, parse_memory_limit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,11 +22,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", choices=METHODS, default="metis",
                         help="metis (default): small edge cut, balanced; random: balanced random assignment")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--memory-limit", metavar="SIZE",
+                        help="refuse to start when the memory estimate exceeds SIZE, e.g. 12GiB "
+                             "(default: the memory available to this process)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    limit = parse_memory_limit(args.memory_limit)
     check_output_dir(args.out)
+    meta = read_meta(args.dataset, KIND)
+    estimate = estimate_partition(meta, args.parts, args.method)  # also checks meta.json's counts
+    check_options(meta["num_nodes"], args.parts, args.method, args.seed)
+    memory = check_memory(estimate, limit)
     start = time.perf_counter()
     dataset = load_dataset(args.dataset, verify=True, validate=True)
     loaded = time.perf_counter() - start
@@ -35,5 +44,6 @@ def run(args: argparse.Namespace) -> int:
           f"(seed {args.seed}) in {elapsed:.1f} s -> {args.out}")
     print("time: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in
                                {"load+check": loaded, **result.timings}.items()))
+    print(f"memory: {memory}")
     print(result.quality.summary())
     return 0

@@ -6,6 +6,7 @@ import time
 
 from ..data.format import save_dataset
 from ..data.importers import ImportOptions, load_source
+from ..io import check_output_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out_dir)  # before a long import, not after it
     options = ImportOptions(root=args.root, features=args.features, labels=args.labels, train_idx=args.train_idx,
                             valid_idx=args.valid_idx, test_idx=args.test_idx, num_nodes=args.num_nodes,
                             feature_dtype=args.feature_dtype, keep_self_loops=args.self_loops, seed=args.seed,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from ..cache.policies import available_policies, get_policy
 from ..cache.simulator import check_replication, plot_volume, require_pyplot, simulate
-from ..errors import InputError
+from ..io import atomic_output_file, check_output_dir
 from ..partition.format import load_partitioned
 from ..parsing import number_list
 from .cache_options import add_workload_options, context_from
@@ -31,26 +30,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"replication factors alpha in [0, K-1] (default {DEFAULT_REPLICATION})")
     parser.add_argument("--epochs", type=int, default=5, metavar="E",
                         help="evaluated epochs (default 5; the oracle needs >= 10 to stop fitting sampling noise)")
-    parser.add_argument("--json", metavar="OUT", help="write the results as JSON here")
-    parser.add_argument("--plot", metavar="OUT.png", help="write a log-scale plot of rows fetched vs alpha (matplotlib)")
+    parser.add_argument("--json", metavar="OUT", help="write the results as JSON here (must not exist)")
+    parser.add_argument("--plot", metavar="OUT.png",
+                        help="write a log-scale plot of rows fetched vs alpha here (matplotlib; must not exist)")
     parser.set_defaults(func=run)
-
-
-def _check_output_file(path: str | None) -> None:
-    if path is not None and not Path(path).resolve().parent.is_dir():
-        raise InputError(f"the directory of {path} does not exist; create it first or choose another path")
 
 
 def run(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for name in policies:
         get_policy(name)
-    _check_output_file(args.json)
-    _check_output_file(args.plot)
+    for path in (args.json, args.plot):
+        if path is not None:
+            check_output_dir(path, "output file")
     if args.plot is not None:
         require_pyplot()
     replication = number_list(args.replication, float, "--replication", "0,0.1,0.5")
     dataset = load_partitioned(args.part_dir)
+    dataset.check_parts()  # a corrupt partition fails now, not after minutes of sampling
     ctx = context_from(args, dataset, args.epochs)
     replication = check_replication(replication, dataset.num_parts)
     result = simulate(ctx, policies, replication)
@@ -58,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
     seconds = result.meta["seconds"]
     print("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()))
     if args.json is not None:
-        with open(args.json, "w") as f:
-            json.dump(result.to_json(), f, indent=2)
-            f.write("\n")
+        with atomic_output_file(args.json) as tmp:
+            tmp.write_text(json.dumps(result.to_json(), indent=2) + "\n")
         print(f"results written to {args.json}")
     if args.plot is not None:
-        plot_volume(result, args.plot)
+        with atomic_output_file(args.plot) as tmp:
+            plot_volume(result, str(tmp))
         print(f"plot written to {args.plot}")
     return 0

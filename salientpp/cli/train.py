@@ -9,6 +9,7 @@ from ..cache import parse_fanouts
 from ..dist import WorkerError
 from ..dist.health import StageError
 from ..models import MODELS
+from ..resources import parse_memory_limit
 from ..train import TrainConfig, train
 
 
@@ -53,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the model, dropout and loaders (default 0)")
     p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck collective fails (300)")
+    p.add_argument("--memory-limit", default=None, metavar="SIZE",
+                   help="refuse to start when this machine's ranks are estimated to need more, e.g. 16GiB "
+                        "(default: the available memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.set_defaults(func=run)
 
@@ -66,7 +70,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         eval_fanouts=parse_fanouts(args.eval_fanouts) if args.eval_fanouts else None, eval_every=args.eval_every,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
         max_restarts=args.max_restarts, json_path=args.json_path, seed=args.seed,
-        num_threads=args.threads, timeout_s=args.timeout, progress=not args.quiet)
+        num_threads=args.threads, timeout_s=args.timeout, memory_limit=parse_memory_limit(args.memory_limit),
+        progress=not args.quiet)
 
 
 def run(args: argparse.Namespace) -> int:

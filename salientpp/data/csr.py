@@ -51,18 +51,27 @@ def build_csr(edge_index: np.ndarray, num_nodes: int, keep_self_loops: bool = Fa
     return rowptr, col.astype(np.int64, copy=False)
 
 
-def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = "the graph") -> None:
+def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = "the graph",
+              fix: str = "re-create it") -> None:
     """Raise :class:`InputError` unless ``(rowptr, col)`` is a well-formed CSR over N nodes.
 
-    Checks shape, monotone ``rowptr`` that ends at ``len(col)``, and ids in range. Sortedness
-    and symmetry are guaranteed by :func:`build_csr` and checked by the tests, not here: they
-    cost a full pass over the edges.
+    Checks that ``rowptr`` is 1-D with N + 1 entries, starts at 0, never decreases and ends at
+    ``len(col)``, and that ``col`` is 1-D with every id in ``[0, N)``: what the sampler and
+    numpy indexing rely on. Costs one pass over ``col`` and an N-byte temporary. Sortedness and
+    symmetry are guaranteed by :func:`build_csr` and checked by the tests, not here: they cost
+    a sort of the edges. ``where`` names the graph and ``fix`` the repair in the message.
     """
     if rowptr.ndim != 1 or rowptr.shape[0] != num_nodes + 1:
-        raise InputError(f"rowptr of {where} must have N + 1 = {num_nodes + 1} entries, has {rowptr.shape[0]}; re-create it")
+        raise InputError(f"rowptr of {where} must have N + 1 = {num_nodes + 1} entries, has shape "
+                         f"{list(rowptr.shape)}; {fix}")
+    if col.ndim != 1:
+        raise InputError(f"col of {where} must be 1-D, has shape {list(col.shape)}; {fix}")
     if rowptr[0] != 0 or rowptr[-1] != col.shape[0]:
-        raise InputError(f"rowptr of {where} must run from 0 to len(col) = {col.shape[0]}; re-create it")
-    if num_nodes and np.any(np.diff(rowptr) < 0):
-        raise InputError(f"rowptr of {where} decreases somewhere; re-create it")
+        raise InputError(f"rowptr of {where} must run from 0 to len(col) = {col.shape[0]}, runs from "
+                         f"{rowptr[0]} to {rowptr[-1]}; {fix}")
+    decreasing = rowptr[1:] < rowptr[:-1]
+    if decreasing.any():
+        node = int(decreasing.argmax())
+        raise InputError(f"rowptr of {where} decreases at node {node} (rowptr[{node + 1}] < rowptr[{node}]); {fix}")
     if col.shape[0] and (col.min() < 0 or col.max() >= num_nodes):
-        raise InputError(f"col of {where} holds ids outside [0, {num_nodes}); re-create it")
+        raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {col.min()} to {col.max()}); {fix}")

@@ -22,12 +22,57 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError
-from ..io import atomic_output_dir, load_array, read_meta, save_array, write_meta
+from ..io import atomic_output_dir, load_listed, read_meta, save_array, write_meta
 from .csr import check_csr
 
 KIND = "salientpp-dataset"
 SPLITS = ("train_idx", "valid_idx", "test_idx")
 FEATURE_DTYPES = (np.float32, np.float16)
+# (allowed dtypes, number of dimensions) of each array of a dataset directory.
+FILE_FORMATS = {"rowptr": (("int64",), 1), "col": (("int64",), 1), "x": (("float32", "float16"), 2),
+                "y": (("int64",), 1), **{name: (("int64",), 1) for name in SPLITS}}
+_FINITE_CHUNK_BYTES = 1 << 25
+
+
+def first_nonfinite_row(x: np.ndarray) -> int:
+    """Index of the first row of ``x`` (float ``[n, F]``) holding a NaN or an infinity, or -1.
+
+    Reads ``x`` once in chunks of about 32 MiB, so a memory-mapped 100M-row array needs no
+    full-size temporary.
+    """
+    rows = max(1, _FINITE_CHUNK_BYTES // max(1, x.shape[1] * x.itemsize))
+    for start in range(0, x.shape[0], rows):
+        finite = np.isfinite(x[start:start + rows]).all(axis=1)
+        if not finite.all():
+            return start + int(finite.argmin())
+    return -1
+
+
+def check_ids(ids: np.ndarray, y: np.ndarray, start: int, stop: int, where: str, fix: str,
+              strictly_increasing: bool = False) -> None:
+    """Raise :class:`InputError` unless ``ids`` is a 1-D int64 array of labelled node ids in
+    ``[start, stop)``.
+
+    Args:
+        y: int64 ``[stop - start]`` labels of the ids ``start..stop-1`` (-1 = unlabelled).
+        where: names the array in the message; fix: how to repair it.
+        strictly_increasing: also require sorted ids without duplicates.
+    """
+    if ids.ndim != 1 or ids.dtype != np.int64:
+        raise InputError(f"{where} must be a 1-D int64 array, got {ids.dtype} {list(ids.shape)}; {fix}")
+    if not ids.shape[0]:
+        return
+    if strictly_increasing:
+        unsorted = ids[1:] <= ids[:-1]
+        if unsorted.any():
+            i = int(unsorted.argmax())
+            raise InputError(f"{where} is not sorted without duplicates (id {ids[i + 1]} follows {ids[i]}); {fix}")
+    outside = (ids < start) | (ids >= stop)
+    if outside.any():
+        raise InputError(f"{where} holds node ids outside [{start}, {stop}) such as {ids[outside.argmax()]}; {fix}")
+    unlabelled = y[ids - start] < 0
+    if unlabelled.any():
+        raise InputError(f"{where} holds unlabelled nodes (label -1) such as {ids[unlabelled.argmax()]}; {fix}")
 
 
 @dataclass
@@ -74,36 +119,42 @@ class Dataset:
         """int64 ``[N]`` number of neighbours of each node."""
         return np.diff(self.rowptr)
 
-    def validate(self) -> None:
-        """Raise :class:`InputError` on any inconsistency a user can cause."""
+    def validate(self, where: str | None = None) -> None:
+        """Raise :class:`InputError` on any inconsistency a user can cause: a malformed CSR, ids
+        out of range, wrong shapes or dtypes, NaN/Inf features, unlabelled split nodes, an empty
+        training split. One pass over every array (features in 32 MiB chunks).
+
+        Args:
+            where: names the dataset in the messages (default: its ``source``).
+        """
+        name = where or self.source
         n = self.num_nodes
         if n < 1:
-            raise InputError("the graph has no nodes; check the input")
-        check_csr(self.rowptr, self.col, n)
+            raise InputError(f"{name} has no nodes; check the input")
+        check_csr(self.rowptr, self.col, n, where=name)
         if self.x.ndim != 2 or self.x.shape[0] != n:
-            raise InputError(f"features must have shape [N={n}, F], got {list(self.x.shape)}; "
+            raise InputError(f"the features (x) of {name} must have shape [N={n}, F], got {list(self.x.shape)}; "
                              "pass one feature row per node")
         if self.x.dtype not in FEATURE_DTYPES:
-            raise InputError(f"features must be float32 or float16, got {self.x.dtype}; convert them with astype")
-        if not np.isfinite(self.x).all():
-            raise InputError("features contain NaN or infinite values; clean or impute them first")
+            raise InputError(f"the features (x) of {name} must be float32 or float16, got {self.x.dtype}; "
+                             "convert them with astype")
+        bad_row = first_nonfinite_row(self.x)
+        if bad_row >= 0:
+            raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
+                             f"{bad_row}); clean or impute them first")
         if self.y.ndim != 1 or self.y.shape[0] != n:
-            raise InputError(f"labels must have shape [N={n}], got {list(self.y.shape)}; "
+            raise InputError(f"the labels (y) of {name} must have shape [N={n}], got {list(self.y.shape)}; "
                              "pass one label per node (-1 for unlabelled)")
         if self.y.dtype != np.int64:
-            raise InputError(f"labels must be int64, got {self.y.dtype}; convert them with astype(np.int64)")
+            raise InputError(f"the labels (y) of {name} must be int64, got {self.y.dtype}; convert them with "
+                             "astype(np.int64)")
         if n and self.y.min() < -1:
-            raise InputError("labels must be class ids >= 0 or -1 for unlabelled; found smaller values")
-        for name in SPLITS:
-            idx = getattr(self, name)
-            if idx.ndim != 1 or idx.dtype != np.int64:
-                raise InputError(f"{name} must be a 1-D int64 array, got {idx.dtype} {list(idx.shape)}")
-            if idx.shape[0] and (idx.min() < 0 or idx.max() >= n):
-                raise InputError(f"{name} holds node ids outside [0, {n}); fix the split")
-            if idx.shape[0] and (self.y[idx] < 0).any():
-                raise InputError(f"{name} holds unlabelled nodes (label -1); every split node needs a label")
+            raise InputError(f"the labels (y) of {name} must be class ids >= 0 or -1 for unlabelled; "
+                             "found smaller values")
+        for split in SPLITS:
+            check_ids(getattr(self, split), self.y, 0, n, f"{split} of {name}", "fix the split")
         if self.train_idx.shape[0] == 0:
-            raise InputError("the training split is empty; give at least one training node")
+            raise InputError(f"the training split of {name} is empty; give at least one training node")
 
 
 def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
@@ -130,27 +181,27 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
     return Path(out_dir)
 
 
-def load_dataset(path: str | os.PathLike, verify: bool = False, validate: bool = False) -> Dataset:
+def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = True) -> Dataset:
     """Memory-map a dataset directory written by :func:`save_dataset`.
 
     Args:
-        verify: recompute every file's checksum (reads all bytes once).
-        validate: run :meth:`Dataset.validate` (a full pass over the arrays).
+        verify: recompute every file's checksum (reads all bytes once); pass ``False`` only
+            when the same directory was verified earlier in this process.
+        validate: run :meth:`Dataset.validate` (one more pass over the arrays).
+
+    Raises :class:`InputError` naming the file at fault when the directory is corrupt.
     """
     meta = read_meta(path, KIND)
-    files = meta.get("files", {})
-    arrays = {}
-    for name in ("rowptr", "col", "x", "y") + SPLITS:
-        if name not in files:
-            raise InputError(f"meta.json in {path} does not list {name}.npy; re-create the directory")
-        arrays[name] = load_array(Path(path), name, files[name], verify=verify)
+    arrays = {name: load_listed(Path(path), name, meta, "re-create the dataset directory", *FILE_FORMATS[name],
+                                verify=verify)
+              for name in ("rowptr", "col", "x", "y") + SPLITS}
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
                 "num_classes", "feature_dtype", "num_train", "num_valid", "num_test"}
     dataset = Dataset(**arrays, source=meta.get("source", "unknown"),
                       extra_meta={k: v for k, v in meta.items() if k not in reserved})
     if meta.get("num_nodes") != dataset.num_nodes or meta.get("num_edges") != dataset.num_edges:
         raise InputError(f"meta.json in {path} disagrees with the arrays on the number of nodes or edges; "
-                         "re-create the directory")
+                         "re-create the dataset directory")
     if validate:
-        dataset.validate()
+        dataset.validate(where=f"the dataset directory {path}")
     return dataset

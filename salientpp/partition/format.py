@@ -24,12 +24,18 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from ..data.csr import check_csr
+from ..data.format import FILE_FORMATS, SPLITS, check_ids, first_nonfinite_row
 from ..errors import InputError
-from ..io import atomic_output_dir, load_array, read_meta, save_array, write_meta
+from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .book import PartitionBook
 
 KIND = "salientpp-partitioned"
-PART_ARRAYS = ("x", "y", "train_idx", "valid_idx", "test_idx")
+PART_ARRAYS = ("x", "y") + SPLITS
+GRAPH_ARRAYS = ("rowptr", "col", "offsets", "orig_id")
+# (allowed dtypes, number of dimensions) of each array; per-partition arrays as in a dataset.
+GRAPH_FORMAT = (("int64",), 1)
+FIX = "re-partition the dataset"
 
 
 @dataclass
@@ -51,7 +57,16 @@ class PartData:
 
 @dataclass
 class PartitionedDataset:
-    """A partitioned dataset; per-partition arrays are memory-mapped on first access."""
+    """A partitioned dataset; per-partition arrays are memory-mapped on first access.
+
+    Attributes:
+        path: the directory; meta: its meta.json.
+        rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]``: the global CSR (new numbering).
+        book: the partition book (offsets int64 ``[K + 1]``).
+        orig_id: int64 ``[N]`` original id of each new id.
+        verify: :meth:`part` compares each partition's files with their checksums on first load.
+        check: :meth:`part` runs :meth:`check_part` on first load.
+    """
 
     path: Path
     meta: dict[str, Any]
@@ -59,7 +74,8 @@ class PartitionedDataset:
     col: np.ndarray
     book: PartitionBook
     orig_id: np.ndarray
-    verify: bool = False
+    verify: bool = True
+    check: bool = True
     _parts: dict[int, PartData] = field(default_factory=dict, repr=False)
 
     @property
@@ -86,22 +102,86 @@ class PartitionedDataset:
         return np.diff(self.rowptr)
 
     def part(self, k: int) -> PartData:
+        """Partition ``k``'s arrays, memory-mapped, verified and checked on first access (as
+        ``verify`` and ``check`` say); raises :class:`InputError` on a corrupt partition."""
         if not 0 <= k < self.num_parts:
             raise InputError(f"partition {k} does not exist; {self.path} has partitions 0..{self.num_parts - 1}")
         if k not in self._parts:
-            files = self.meta["files"]
-            arrays = {}
-            for name in PART_ARRAYS:
-                key = f"part_{k}/{name}"
-                if key not in files:
-                    raise InputError(f"meta.json in {self.path} does not list {key}.npy; re-partition")
-                arrays[name] = load_array(self.path / f"part_{k}", name, files[key], verify=self.verify)
-            self._parts[k] = PartData(**arrays)
+            part = PartData(**{name: load_listed(self.path, f"part_{k}/{name}", self.meta, FIX, *FILE_FORMATS[name],
+                                                 verify=self.verify) for name in PART_ARRAYS})
+            if self.check:
+                self._check_part(k, part)
+            self._parts[k] = part
         return self._parts[k]
 
     def train_idx(self) -> np.ndarray:
         """int64 all training ids (new numbering), partition by partition."""
         return np.concatenate([self.part(k).train_idx for k in range(self.num_parts)])
+
+    def check_graph(self) -> None:
+        """Raise :class:`InputError` unless the replicated topology is sound.
+
+        ``rowptr`` (int64 ``[N + 1]``) and ``col`` (int64 ``[nnz]``) must form a CSR over N
+        nodes (:func:`check_csr`: starts at 0, never decreases, ends at nnz, every id in
+        ``[0, N)``) and ``orig_id`` (int64 ``[N]``) a permutation of ``0..N-1``. The partition
+        book was checked against N by :func:`load_partitioned`, which also runs this method
+        (``check=True``). Cost: one pass over ``col`` and ``orig_id``, 2N bytes of temporaries.
+        """
+        n = self.num_nodes
+        check_csr(self.rowptr, self.col, n, where=f"the partitioned directory {self.path}", fix=FIX)
+        orig_id = self.orig_id
+        if orig_id.shape[0] != n:
+            raise InputError(f"orig_id.npy in {self.path} has {orig_id.shape[0]} entries, not one per node ({n}); "
+                             f"{FIX}")
+        if n and (orig_id.min() < 0 or orig_id.max() >= n):
+            raise InputError(f"orig_id.npy in {self.path} holds ids outside [0, {n}); {FIX}")
+        seen = np.zeros(n, dtype=bool)
+        seen[orig_id] = True
+        if not seen.all():
+            raise InputError(f"orig_id.npy in {self.path} repeats ids, so it is not a permutation of 0..{n - 1}; {FIX}")
+
+    def check_part(self, k: int) -> None:
+        """Raise :class:`InputError` unless partition ``k``'s arrays are sound.
+
+        With ``n_k = offsets[k + 1] - offsets[k]``: ``x`` is ``[n_k, F]`` of the feature dtype
+        and F of meta.json and holds no NaN or infinity (the message names the first bad row by
+        its global id); ``y`` is int64 ``[n_k]`` with values in ``[-1, num_classes)``; the
+        train/valid/test ids are int64, sorted without duplicates, owned by ``k`` (inside
+        ``[offsets[k], offsets[k + 1])``) and labelled. An empty training split is accepted (the
+        trainer decides about it). Cost: one pass over ``x`` in 32 MiB chunks and over ``y``
+        and the splits. Free when :meth:`part` already checked ``k`` (``check=True``).
+        """
+        part = self.part(k)
+        if not self.check:
+            self._check_part(k, part)
+
+    def check_parts(self) -> None:
+        """:meth:`check_part` of every partition: for commands that use all of them, so a corrupt
+        partition fails before the work starts rather than midway."""
+        for k in range(self.num_parts):
+            self.check_part(k)
+
+    def _check_part(self, k: int, part: PartData) -> None:
+        start, stop = (int(v) for v in self.book.offsets[k:k + 2])
+        folder = self.path / f"part_{k}"
+        if part.x.shape != (stop - start, self.num_features) or part.x.dtype != self.feature_dtype:
+            raise InputError(f"{folder / 'x.npy'} is {part.x.dtype} {list(part.x.shape)} but partition {k} owns "
+                             f"{stop - start} ids and meta.json gives {self.num_features} {self.feature_dtype} "
+                             f"features; {FIX}")
+        bad_row = first_nonfinite_row(part.x)
+        if bad_row >= 0:
+            raise InputError(f"{folder / 'x.npy'} holds NaN or infinite features in the row of global id "
+                             f"{start + bad_row} (partition {k}); clean the features, re-create the dataset "
+                             "and re-partition it")
+        if part.y.shape != (stop - start,):
+            raise InputError(f"{folder / 'y.npy'} has shape {list(part.y.shape)} but partition {k} owns "
+                             f"{stop - start} ids; {FIX}")
+        if part.y.shape[0] and (part.y.min() < -1 or part.y.max() >= self.num_classes):
+            raise InputError(f"{folder / 'y.npy'} holds labels outside [-1, {self.num_classes}) "
+                             f"(from {part.y.min()} to {part.y.max()}); {FIX}")
+        for name in SPLITS:
+            check_ids(getattr(part, name), part.y, start, stop, str(folder / f"{name}.npy"), FIX,
+                      strictly_increasing=True)
 
 
 def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray,
@@ -131,18 +211,40 @@ def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.nda
     return Path(out_dir)
 
 
-def load_partitioned(path: str | os.PathLike, verify: bool = False) -> PartitionedDataset:
-    """Memory-map a partitioned directory written by :func:`save_partitioned`."""
+def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool = True) -> PartitionedDataset:
+    """Memory-map a partitioned directory written by :func:`save_partitioned`.
+
+    Args:
+        verify: compare every file with its checksum in meta.json (one sha256 pass): the
+            topology now, partition k's files when :meth:`PartitionedDataset.part` first loads
+            them. Pass ``False`` only when this process already verified the same directory.
+        check: run :meth:`PartitionedDataset.check_graph` now and
+            :meth:`PartitionedDataset.check_part` as each partition is first loaded.
+
+    Raises :class:`InputError` with one sentence naming the file at fault and the fix.
+    """
     path = Path(path)
     meta = read_meta(path, KIND)
-    files = meta.get("files", {})
-    arrays = {}
-    for name in ("rowptr", "col", "offsets", "orig_id"):
-        if name not in files:
-            raise InputError(f"meta.json in {path} does not list {name}.npy; re-partition")
-        arrays[name] = load_array(path, name, files[name], verify=verify)
-    offsets = np.asarray(arrays["offsets"])
-    if offsets[0] != 0 or offsets[-1] != arrays["rowptr"].shape[0] - 1 or np.any(np.diff(offsets) < 0):
-        raise InputError(f"offsets.npy in {path} is not a valid partition book; re-partition")
-    return PartitionedDataset(path=path, meta=meta, rowptr=arrays["rowptr"], col=arrays["col"],
-                              book=PartitionBook(offsets), orig_id=arrays["orig_id"], verify=verify)
+    arrays = {name: load_listed(path, name, meta, FIX, *GRAPH_FORMAT, verify=verify) for name in GRAPH_ARRAYS}
+    rowptr, col, offsets = arrays["rowptr"], arrays["col"], np.asarray(arrays["offsets"])
+    if (offsets.shape[0] < 2 or offsets[0] != 0 or offsets[-1] != rowptr.shape[0] - 1
+            or np.any(offsets[1:] < offsets[:-1])):
+        raise InputError(f"offsets.npy in {path} is not a partition book of the {rowptr.shape[0] - 1} nodes "
+                         f"(it must rise from 0 to N); {FIX}")
+    for key, value in (("num_parts", offsets.shape[0] - 1), ("num_nodes", rowptr.shape[0] - 1),
+                       ("num_edges", col.shape[0])):
+        if meta.get(key) != value:
+            raise InputError(f"meta.json in {path} says {key} is {shown(meta.get(key))} but the arrays hold {value}; "
+                             f"{FIX}")
+    for key in ("num_features", "num_classes"):
+        if not isinstance(meta.get(key), int) or isinstance(meta[key], bool) or meta[key] < 1:
+            raise InputError(f"meta.json in {path} gives {key} as {shown(meta.get(key))}, not a positive integer; "
+                             f"{FIX}")
+    if meta.get("feature_dtype") not in FILE_FORMATS["x"][0]:
+        raise InputError(f"meta.json in {path} gives the feature dtype as {shown(meta.get('feature_dtype'))}, "
+                         f"not float32 or float16; {FIX}")
+    dataset = PartitionedDataset(path=path, meta=meta, rowptr=rowptr, col=col, book=PartitionBook(offsets),
+                                 orig_id=arrays["orig_id"], verify=verify, check=check)
+    if check:
+        dataset.check_graph()
+    return dataset

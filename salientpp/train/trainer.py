@@ -13,6 +13,7 @@ with data, as on a full step, instead of shrinking by ``r / K``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from ..errors import InputError
 from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
 from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
+from ..resources import check_memory, estimate_train
 from .cache_setup import resolve_cache
 from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
@@ -447,6 +449,20 @@ def run_rank(config: TrainConfig) -> TrainResult:
         shutdown_distributed(ctx)
 
 
+def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
+    """Refuse (InputError) when ``local_ranks`` ranks of this run would not fit in this machine's
+    memory or ``config.memory_limit``; print the estimate on a run with progress output."""
+    sampled_eval = config.eval_every > 0 and config.inference == "sampled"
+    estimate = estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
+                              layers=config.layers, replication=config.replication,
+                              pipeline_depth=config.pipeline_depth, cache=config.cache, local_ranks=local_ranks,
+                              model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
+                              eval_batch_size=config.eval_batch_size if sampled_eval else None)
+    summary = check_memory(estimate, config.memory_limit)
+    if config.progress:
+        print(summary, flush=True)
+
+
 def train(config: TrainConfig) -> TrainResult:
     """Train as configured and return rank 0's :class:`TrainResult`.
 
@@ -459,12 +475,17 @@ def train(config: TrainConfig) -> TrainResult:
     """
     config.validate()
     if env_is_distributed():
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # one check per machine, for its ranks
+            check_train_memory(config, load_partitioned(config.part_dir, verify=False, check=False),
+                               int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
         return run_rank(config)
-    num_parts = load_partitioned(config.part_dir).num_parts
+    data = load_partitioned(config.part_dir, verify=False, check=False)  # the ranks verify and check it
+    num_parts = data.num_parts
     nprocs = config.nprocs or num_parts
     if nprocs != num_parts:
         raise InputError(f"{config.part_dir} has {num_parts} partitions but --nprocs is {nprocs}; "
                          f"run one rank per partition (--nprocs {num_parts})")
+    check_train_memory(config, data, nprocs)
     if nprocs == 1 and config.max_restarts == 0:
         return run_rank(config)
     attempt = 0

@@ -1,0 +1,469 @@
+"""Memory estimates: what ``partition``, ``analyze`` and ``train`` hold at their peak, checked
+against this machine's available memory and ``--memory-limit`` before any work starts.
+
+An estimate itemises, in bytes, the peak resident set size (RSS) of a command summed over its
+processes, and errs high: the coefficients below were fitted to measured peaks (``VmHWM``) of
+the synthetic presets and the products preset (README, "Memory estimates and --memory-limit")
+and rounded up, and the measured peaks lie between 1/2 and 1 times the estimates.
+
+Memory-mapped input files are counted in full: on current kernels a touched ``.npy`` that is in
+the page cache is mapped in large folios, so it shows up in the RSS whole. Such pages can be
+reclaimed, which makes the estimate err on the safe side.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .cache.plan import Budget, parse_bytes
+from .cache.workload import Workload, check_fanouts
+from .errors import InputError
+from .partition.format import PartitionedDataset
+
+MiB = 2**20
+GiB = 2**30
+
+# One Python process with numpy, torch, torch_geometric, numba (LLVM) and the extension
+# imported; measured 465-508 MiB for `partition`, `analyze` and a training rank on `tiny`.
+PROCESS_BYTES = 512 * MiB
+# METIS 5 (64-bit indices, 4 balance constraints): edge weights, coarsened graphs and refinement
+# state. The products preset (2.4M nodes, 119.8M edges) peaks at 13.8 GiB in total.
+METIS_BYTES_PER_EDGE = 100
+METIS_BYTES_PER_NODE = 400
+# int64 words per vertex that `partition` holds besides METIS: balance weights and their copies
+# (4 columns each), degree, parts, both renumbering permutations, sort and quality temporaries.
+PARTITION_VERTEX_WORDS = 26
+# int64/float64 words per vertex that the analysis holds besides the [N, K] arrays: degree,
+# masks, ranking permutations and their keys (plus one pick-weight array per hop).
+ANALYSIS_VERTEX_WORDS = 16
+# float64 [N, K] arrays alive while the VIP recurrence runs: two hops, the output, the memo.
+VIP_ARRAYS = 4
+# Policies that run the sampler over whole epochs (salientpp.cache.policies).
+SAMPLING_POLICIES = ("oracle", "vip-simulation")
+# Sampled batches a NeighborLoader keeps ready (its default queue depth).
+LOADER_QUEUE = 4
+# Bytes per batch node besides its feature rows: n_id and the fetch plan's int64 arrays.
+BATCH_NODE_BYTES = 48
+# Per model: float32 tensors of width d_out per destination node, and tensors per sampled edge
+# (width d_in for SAGE and GIN, whose messages are gathered inputs; d_out for GAT's projected
+# messages and attention). Fitted to forward + backward peaks of a 3-layer model.
+ACTIVATION_TENSORS = {"sage": (4, 1), "gin": (6, 1), "gat": (4, 5)}
+# Bytes per parameter: weight, gradient, Adam's two moments, DDP's gradient bucket (float32).
+PARAMETER_BYTES = 20
+# A cgroup limit at or above this is "no limit" (v1 reports 2**63 - 4096).
+_NO_LIMIT = 1 << 60
+
+MEMINFO = Path("/proc/meminfo")
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass
+class MemoryEstimate:
+    """The estimated peak memory of one command.
+
+    Attributes:
+        what: what needs the memory, e.g. ``"partitioning 2,400,000 nodes into 8 parts with metis"``.
+        items: bytes per named component (``"METIS work space"``, ``"Python + torch"``...).
+        advice: how to need less, completing "...; " in the refusal, e.g. ``"use fewer local ranks"``.
+    """
+
+    what: str
+    items: dict[str, int] = field(default_factory=dict)
+    advice: str = "use a machine with more memory"
+
+    @property
+    def total(self) -> int:
+        """Bytes of all items together."""
+        return sum(self.items.values())
+
+    def describe(self) -> str:
+        """``"about 13.4 GiB (METIS work space 12.1 GiB, features 0.9 GiB, ...)"``, largest first,
+        items under 1 MiB left out."""
+        shown = [f"{name} {format_bytes(size)}"
+                 for name, size in sorted(self.items.items(), key=lambda item: -item[1]) if size >= MiB]
+        return f"about {format_bytes(self.total)} ({', '.join(shown)})"
+
+
+def format_bytes(size: int) -> str:
+    """``"13.4 GiB"`` from 1 GiB on, ``"512 MiB"`` below."""
+    return f"{size / GiB:.1f} GiB" if size >= GiB else f"{size / MiB:.0f} MiB"
+
+
+# ---- what this process may allocate -------------------------------------------------------------
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: the smaller of the kernel's ``MemAvailable`` and
+    the headroom of its memory cgroup (cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``,
+    minus the usage without the inactive file cache the kernel reclaims first); a cgroup without
+    a limit does not count. Without /proc/meminfo, the free physical pages."""
+    available = _meminfo_available()
+    headroom = _cgroup_headroom()
+    return available if headroom is None else min(available, headroom)
+
+
+def _meminfo_available() -> int:
+    try:
+        with open(MEMINFO) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the value is in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _read_int(path: Path) -> int | None:
+    """The integer in a cgroup file, or ``None`` when absent, unreadable or ``max``."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _stat_value(path: Path, key: str) -> int:
+    """``key``'s value in a cgroup ``memory.stat`` file (0 when absent)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
+    """``(directory, limit file, usage file, inactive-file key)`` of this process's memory cgroup,
+    v2 first, then v1; each directory falls back to the hierarchy's root (inside a container the
+    namespace root is the container's cgroup)."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        lines = []
+    found = []
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        relative = path.strip().lstrip("/")
+        if number == "0" and controllers == "":
+            root, files = CGROUP_ROOT, ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            root, files = CGROUP_ROOT / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes",
+                                                   "total_inactive_file")
+        else:
+            continue
+        directory = root / relative if (root / relative / files[0]).exists() else root
+        found.append((directory, *files))
+    return found
+
+
+def _cgroup_headroom() -> int | None:
+    """Limit minus working-set usage of the tightest memory cgroup, or ``None`` without a limit."""
+    headrooms = []
+    for directory, limit_file, usage_file, inactive_key in _cgroup_dirs():
+        limit = _read_int(directory / limit_file)
+        if limit is None or limit >= _NO_LIMIT:
+            continue
+        usage = _read_int(directory / usage_file) or 0
+        working_set = max(0, usage - _stat_value(directory / "memory.stat", inactive_key))
+        headrooms.append(max(0, limit - working_set))
+    return min(headrooms) if headrooms else None
+
+
+# ---- the check ----------------------------------------------------------------------------------
+
+def parse_memory_limit(text: str | None) -> int | None:
+    """``--memory-limit`` in bytes (``"12GiB"``, ``"16GB"``, plain bytes), or ``None`` when not given."""
+    if text is None:
+        return None
+    try:
+        limit = parse_bytes(text)
+    except InputError:
+        raise InputError(f"--memory-limit {text!r} is not a size; write e.g. 12GiB, 16GB or 16000000000") from None
+    if limit <= 0:
+        raise InputError(f"--memory-limit must be a positive size such as 12GiB, got {text!r}")
+    return limit
+
+
+def memory_budget(limit: int | None) -> tuple[int, str]:
+    """``(bytes, where that number comes from)``: ``limit`` when given and smaller than
+    :func:`available_memory` (``"--memory-limit"``), else the available memory."""
+    available = available_memory()
+    if limit is not None and limit <= available:
+        return limit, "--memory-limit"
+    return available, "available memory"
+
+
+def check_memory(estimate: MemoryEstimate, limit: int | None) -> str:
+    """Raise :class:`InputError` when ``estimate`` exceeds the budget (``limit`` bytes, at most the
+    available memory); otherwise return the one-line summary to print,
+    ``"<what> needs about X GiB (<items>) of memory (available Y GiB)"`` (or ``(limit Y GiB)``)."""
+    budget, source = memory_budget(limit)
+    if estimate.total > budget:
+        if source == "--memory-limit":
+            reason = f"--memory-limit allows only {format_bytes(budget)}; {estimate.advice}, or raise --memory-limit"
+        else:
+            reason = (f"only {format_bytes(budget)} is available (MemAvailable and the cgroup limit); "
+                     f"free memory or {estimate.advice}")
+        raise InputError(f"{estimate.what} needs about {format_bytes(estimate.total)} of memory but {reason}")
+    label = "limit" if source == "--memory-limit" else "available"
+    return f"{estimate.what} needs {estimate.describe()} of memory ({label} {format_bytes(budget)})"
+
+
+# ---- reading meta.json --------------------------------------------------------------------------
+
+def _count(meta: dict[str, Any], key: str, minimum: int = 1) -> int:
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"meta.json has no valid {key} (found {value!r}); re-create the directory "
+                         "with the command that wrote it")
+    return value
+
+
+def _row_bytes(meta: dict[str, Any]) -> int:
+    """Bytes of one feature row, ``num_features * itemsize``."""
+    try:
+        if not isinstance(meta.get("feature_dtype"), str):
+            raise TypeError
+        itemsize = np.dtype(meta["feature_dtype"]).itemsize
+    except TypeError:
+        raise InputError(f"meta.json has no valid feature_dtype (found {meta.get('feature_dtype')!r}); "
+                         "re-create the directory with the command that wrote it") from None
+    return _count(meta, "num_features") * itemsize
+
+
+def _csr_bytes(num_nodes: int, num_edges: int) -> int:
+    """int64 ``rowptr`` [N + 1] and ``col`` [nnz]."""
+    return 8 * (num_nodes + 1 + num_edges)
+
+
+def _node_files_bytes(num_nodes: int, row_bytes: int) -> int:
+    """Features [N, F], labels [N] and the split ids (at most N) of a directory."""
+    return num_nodes * (row_bytes + 16)
+
+
+# ---- sampled batches ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchSize:
+    """Estimated size of one sampled batch (:class:`salientpp.sampling.NeighborSampler`).
+
+    Attributes:
+        nodes: distinct nodes after each hop, ``[n_0, ..., n_L]`` (``n_0`` = the seeds).
+        edges: edges drawn at each hop, ``[E_1, ..., E_L]``.
+    """
+
+    nodes: tuple[int, ...]
+    edges: tuple[int, ...]
+
+
+def batch_size_estimate(num_nodes: int, num_edges: int, fanouts: Sequence[int], batch_size: int) -> BatchSize:
+    """Nodes and edges of one sampled batch, erring high.
+
+    Every node reached so far draws ``f_h`` neighbours at hop h, so ``E_h = n_{h-1} f_h`` (at most
+    nnz; a fanout of -1 takes every edge). The new nodes are the distinct ones among these draws:
+    ``n_h = n_{h-1} + (N - n_{h-1}) (1 - exp(-E_h / N))``, their expected number were the draws
+    uniform over the N nodes. Uniform draws spread the most, so the batches of real graphs, whose
+    neighbourhoods overlap, are smaller: on the products preset 485,000 nodes against 847,000
+    estimated for fanouts 15,10,5 and 1,024 seeds.
+    """
+    n = num_nodes
+    nodes, edges = [min(batch_size, n)], []
+    for fanout in check_fanouts(fanouts):
+        drawn = num_edges if fanout == -1 else min(nodes[-1] * fanout, num_edges)
+        reached = nodes[-1] + (n - nodes[-1]) * -np.expm1(-drawn / n)
+        edges.append(drawn)
+        nodes.append(min(n, int(np.ceil(reached))))
+    return BatchSize(tuple(nodes), tuple(edges))
+
+
+def _sampled_graph_bytes(size: BatchSize) -> int:
+    """One sampled batch without features: n_id and counts (int64 per node), int64 edge pairs."""
+    return 16 * size.nodes[-1] + 16 * sum(size.edges)
+
+
+# ---- partition ----------------------------------------------------------------------------------
+
+def estimate_partition(meta: dict[str, Any], parts: int, method: str) -> MemoryEstimate:
+    """Peak memory of ``salientpp partition`` on the dataset directory described by ``meta``
+    (its meta.json: ``num_nodes``, ``num_edges``, ``num_features``, ``feature_dtype``).
+
+    The peak lies inside METIS; the estimate adds what partitioning holds before and after it
+    (:mod:`salientpp.partition.partitioner`), so it is an upper bound: the mapped dataset
+    files (the check reads them all), the renumbered CSR, the per-partition copies of the
+    features and labels, ``np.isfinite``'s N x F booleans, the per-vertex arrays, and METIS.
+    ``parts`` only names the work: METIS's per-part state is tiny.
+    """
+    n, e, f = _count(meta, "num_nodes"), _count(meta, "num_edges", 0), _count(meta, "num_features")
+    row = _row_bytes(meta)
+    items = {
+        "Python + torch": PROCESS_BYTES,
+        "dataset files (memory-mapped)": _csr_bytes(n, e) + _node_files_bytes(n, row),
+        "renumbered graph": _csr_bytes(n, e),
+        "per-partition features and labels": n * (row + 8),
+        "feature check": n * f,
+        "vertex arrays": PARTITION_VERTEX_WORDS * 8 * n,
+    }
+    advice = "use a machine with more memory"
+    if method == "metis":
+        items["METIS work space"] = METIS_BYTES_PER_EDGE * e + METIS_BYTES_PER_NODE * n
+        advice = "use --method random, which needs no METIS work space, or a machine with more memory"
+    return MemoryEstimate(f"partitioning {n:,} nodes and {e:,} edges into {parts} parts with {method}", items, advice)
+
+
+# ---- analyze ------------------------------------------------------------------------------------
+
+def _analysis_items(num_nodes: int, num_edges: int, num_parts: int, row_bytes: int,
+                    workloads: Sequence[Workload], budget: Budget, policy: str, vip_method: str,
+                    threads: int) -> dict[str, int]:
+    """What building the cache plans holds (:func:`salientpp.cache.plan.build_plans`), besides the
+    process and the mapped files."""
+    n, k = num_nodes, num_parts
+    vip_arrays = (VIP_ARRAYS + 2 * (len(workloads) > 1)  # a second workload adds its own VIP and the sum
+                  + (policy == "vip-cavity" and vip_method != "cavity"))  # two memoised methods
+    hops = max(len(w.fanouts) for w in workloads)
+    budget.check(k, row_bytes)  # also refuses a NaN or negative budget before it is used
+    gpu_rows, cpu_rows = budget.rows(n, n, k, row_bytes)
+    items = {
+        "VIP arrays": vip_arrays * 8 * n * k,
+        "vertex work arrays": (ANALYSIS_VERTEX_WORDS + hops) * 8 * n,
+        "cache plans": 8 * n + 8 * k * (gpu_rows + cpu_rows),
+    }
+    if policy in SAMPLING_POLICIES:
+        batch = max(_sampled_graph_bytes(batch_size_estimate(n, num_edges, w.fanouts, w.batch_size))
+                    for w in workloads)
+        items["sampled batches"] = 8 * n + (LOADER_QUEUE + threads) * batch
+    return items
+
+
+def estimate_analyze(meta: dict[str, Any], workloads: Sequence[Workload], budget: Budget, policy: str, *,
+                     vip_method: str = "exact", threads: int = 1) -> MemoryEstimate:
+    """Peak memory of ``salientpp analyze`` on the partitioned directory described by ``meta``
+    (its meta.json: ``num_nodes``, ``num_edges``, ``num_parts``, ``num_features``, ``feature_dtype``).
+
+    Items: the mapped partitioned files (the analysis reads the graph and every partition's
+    seeds); the float64 [N, K] arrays of the VIP recurrence (:func:`salientpp.cache.vip.
+    inclusion_probabilities`, computed for every policy: the predicted traffic uses it); the
+    per-vertex work arrays of the ranking; the plans; and for the oracle and vip-simulation
+    policies the access counts and the sampled batches of ``threads`` sampler threads.
+    """
+    n, e, k = _count(meta, "num_nodes"), _count(meta, "num_edges", 0), _count(meta, "num_parts")
+    row = _row_bytes(meta)
+    items = {
+        "Python + torch": PROCESS_BYTES,
+        "partitioned files (memory-mapped)": _csr_bytes(n, e) + 8 * (n + k + 1) + _node_files_bytes(n, row),
+        **_analysis_items(n, e, k, row, workloads, budget, policy, vip_method, threads),
+    }
+    return MemoryEstimate(f"the {policy} analysis of {k} partitions of {n:,} nodes", items,
+                          "use a partitioning with fewer parts (the VIP arrays hold N x K numbers) "
+                          "or a machine with more memory")
+
+
+# ---- train --------------------------------------------------------------------------------------
+
+def _feature_batch_bytes(size: BatchSize, row_bytes: int) -> int:
+    """One batch in flight: its sampled graph and fetch plan, and its feature rows (sliced and
+    received, then assembled)."""
+    return size.nodes[-1] * (row_bytes + BATCH_NODE_BYTES) + 16 * sum(size.edges)
+
+
+def _activation_bytes(model: str, size: BatchSize, dims: Sequence[int], training: bool) -> int:
+    """float32 activations of one batch. Model layer i reads hop L - i: ``n_src`` rows of width
+    ``d_in`` into ``n_dst`` rows of width ``d_out`` over ``E`` sampled edges. A training step keeps
+    every layer's tensors for the backward pass (the widest per-edge tensor is transient, so only
+    the largest counts); inference without gradients holds one layer at a time."""
+    node_tensors, edge_tensors = ACTIVATION_TENSORS[model]
+    hops = len(size.edges)
+    layers = []
+    for i in range(hops):
+        n_src, n_dst, e = size.nodes[hops - i], size.nodes[hops - i - 1], size.edges[hops - i - 1]
+        d_in, d_out = dims[i], dims[i + 1]
+        per_node = n_src * d_in + node_tensors * n_dst * d_out
+        layers.append((per_node, edge_tensors * e * (d_out if model == "gat" else d_in)))
+    if training:
+        return 4 * (sum(per_node for per_node, _ in layers) + max(per_edge for _, per_edge in layers))
+    return 4 * max(per_node + per_edge for per_node, per_edge in layers)
+
+
+def _parameter_count(dims: Sequence[int]) -> int:
+    """An upper bound of the parameters of any of the models: two input projections, an MLP
+    layer and biases/attention vectors per layer."""
+    return sum(2 * d_in * d_out + d_out * d_out + 4 * d_out for d_in, d_out in zip(dims, dims[1:]))
+
+
+def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_size: int, hidden: int, layers: int,
+                   replication: float, pipeline_depth: int, cache: str, local_ranks: int,
+                   model: str = "sage", eval_fanouts: Sequence[int] | None = None,
+                   eval_batch_size: int | None = None) -> MemoryEstimate:
+    """Peak memory of ``salientpp train`` on one machine: ``local_ranks`` ranks of the partitioned
+    dataset ``data`` together.
+
+    Items (``R = local_ranks``; the ranks are assumed to hold the R largest partitions):
+
+    * ``Python + torch``: :data:`PROCESS_BYTES` per rank, and once more for the launcher when R > 1;
+    * ``graph``: the global CSR and ``orig_id``, memory-mapped and shared by the ranks;
+    * ``owned feature rows``: each rank's mapped ``part_k/x.npy`` plus the feature store's
+      reordered copy, and its labels;
+    * with a cache (``cache != "none"`` and K > 1): ``floor(replication * N / K)`` cached rows per
+      rank, three times (the start-up all-to-all sends, receives and reorders them), and the
+      int64 [N] cache-slot map with its start-up temporaries;
+    * then the larger of two phases. Training: ``per-rank batch buffers``, ``pipeline_depth``
+      batches in flight plus the one being assembled (:func:`batch_size_estimate`, rows once),
+      and ``activations`` of one training step or one inference batch, whichever is larger.
+      Start-up, when no plan exists yet: ``cache plan analysis (rank 0)`` (the analysis of
+      :func:`estimate_analyze`, and every partition's features mapped) while the others wait;
+    * ``model and optimizer``: :data:`PARAMETER_BYTES` per parameter.
+
+    Args:
+        fanouts, batch_size, hidden, layers, replication, pipeline_depth, cache, model: as in
+            :class:`~salientpp.train.TrainConfig`.
+        local_ranks: ranks started on this machine (1 <= R <= K).
+        eval_fanouts, eval_batch_size: sampled inference (default batch size: ``batch_size``);
+            ``None`` when the run does not evaluate or evaluates layer-wise.
+    """
+    n, k, e = data.num_nodes, data.num_parts, int(data.col.shape[0])
+    row = data.num_features * data.feature_dtype.itemsize
+    if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
+        raise InputError(f"{local_ranks!r} local ranks cannot train {k} partitions; start 1 to {k} ranks per machine")
+    if model not in ACTIVATION_TENSORS:
+        raise InputError(f"unknown model {model!r}; choose one of {', '.join(ACTIVATION_TENSORS)}")
+    if len(check_fanouts(fanouts)) != layers:
+        raise InputError(f"{len(fanouts)} fanouts for {layers} layers; pass one fanout per layer")
+    sizes = sorted((data.book.part_size(p) for p in range(k)), reverse=True)[:local_ranks]
+    ranks = local_ranks
+    items = {
+        "Python + torch": (ranks + (ranks > 1)) * PROCESS_BYTES,
+        "graph (memory-mapped, shared)": _csr_bytes(n, e) + 8 * (n + k + 1),
+        "owned feature rows": sum(sizes) * (2 * row + 16),
+    }
+    analysis = 0
+    if cache != "none" and k > 1:
+        budget = Budget(replication=replication)
+        workload = (Workload(tuple(fanouts), batch_size),)
+        analysis = (sum(_analysis_items(n, e, k, row, workload, budget, cache, "exact", 1).values())
+                    + _node_files_bytes(n, row))
+        cached_rows, _ = budget.rows(n, n, k, row)
+        items["cache rows"] = ranks * 3 * cached_rows * row
+        items["cache-slot maps"] = ranks * 16 * n
+    dims = [data.num_features] + [hidden] * (layers - 1) + [data.num_classes]
+    size = batch_size_estimate(n, e, fanouts, batch_size)
+    batch_bytes = _feature_batch_bytes(size, row)
+    activations = _activation_bytes(model, size, dims, training=True)
+    if eval_fanouts is not None:
+        size = batch_size_estimate(n, e, eval_fanouts, eval_batch_size or batch_size)
+        batch_bytes = max(batch_bytes, _feature_batch_bytes(size, row))
+        activations = max(activations, _activation_bytes(model, size, dims, training=False))
+    running = {"per-rank batch buffers": ranks * (pipeline_depth + 1) * batch_bytes,
+               "activations": ranks * activations}
+    if analysis > sum(running.values()):  # the start-up phase is the peak
+        items["cache plan analysis (rank 0)"] = analysis
+    else:
+        items.update(running)
+    items["model and optimizer"] = ranks * PARAMETER_BYTES * _parameter_count(dims)
+    return MemoryEstimate(f"training {ranks} of {k} partitions of {n:,} nodes on this machine", items,
+                          "use fewer local ranks, a smaller --batch-size, --pipeline-depth or --replication, "
+                          "or a machine with more memory")
