@@ -498,5 +498,5 @@ def train(config: TrainConfig) -> TrainResult:
             attempt += 1
             where = ("from the last checkpoint in " + config.checkpoint_dir if has_checkpoint(config.checkpoint_dir)
                      else "from the start (no checkpoint yet)")
-            print(f"salientpp: {exc}; restarting all {nprocs} ranks {where} "
+            print(f"\nsalientpp: {exc}; restarting all {nprocs} ranks {where} "
                   f"(restart {attempt} of {config.max_restarts})", file=sys.stderr, flush=True)
