@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import __version__
+from ..data.format import check_permutation
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from ..partition.format import KIND as PART_KIND
@@ -300,12 +301,7 @@ def load_plan(plan_dir: str | os.PathLike, k: int) -> CachePlan:
     if order.shape[0] != num_local or not 0 <= num_gpu_local <= num_local:
         raise InputError(f"meta.json in {plan_dir} gives partition {k} {num_local} local rows, {num_gpu_local} of "
                          f"them on the GPU, but local_order.npy has {order.shape[0]}; {FIX}")
-    if num_local and (order.min() < 0 or order.max() >= num_local):
-        raise InputError(f"{folder / 'local_order.npy'} holds rows outside [0, {num_local}); {FIX}")
-    seen = np.zeros(num_local, dtype=bool)
-    seen[order] = True
-    if not seen.all():
-        raise InputError(f"{folder / 'local_order.npy'} repeats rows, so it is not a permutation; {FIX}")
+    check_permutation(order, num_local, str(folder / "local_order.npy"), FIX, what="rows")
     cached = np.concatenate([arrays["gpu_ids"], arrays["cpu_ids"]])
     if cached.size and (cached.min() < 0 or cached.max() >= meta.num_nodes):
         raise InputError(f"the cached ids in {folder} lie outside [0, {meta.num_nodes}); {FIX}")

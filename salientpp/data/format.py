@@ -75,6 +75,17 @@ def check_ids(ids: np.ndarray, y: np.ndarray, start: int, stop: int, where: str,
         raise InputError(f"{where} holds unlabelled nodes (label -1) such as {ids[unlabelled.argmax()]}; {fix}")
 
 
+def check_permutation(values: np.ndarray, n: int, where: str, fix: str, what: str = "ids") -> None:
+    """Raise :class:`InputError` unless the int64 ``[n]`` array ``values`` holds every one of
+    ``0..n-1`` once. ``where`` names the array in the message, ``what`` its entries."""
+    if n and (values.min() < 0 or values.max() >= n):
+        raise InputError(f"{where} holds {what} outside [0, {n}); {fix}")
+    seen = np.zeros(n, dtype=bool)
+    seen[values] = True
+    if not seen.all():
+        raise InputError(f"{where} repeats {what}, so it is not a permutation of 0..{n - 1}; {fix}")
+
+
 @dataclass
 class Dataset:
     """A graph dataset in memory (arrays may be read-only memory maps).

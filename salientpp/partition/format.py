@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import __version__
 from ..data.csr import check_csr
-from ..data.format import FILE_FORMATS, SPLITS, check_ids, first_nonfinite_row
+from ..data.format import FILE_FORMATS, SPLITS, check_ids, check_permutation, first_nonfinite_row
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .book import PartitionBook
@@ -133,12 +133,7 @@ class PartitionedDataset:
         if orig_id.shape[0] != n:
             raise InputError(f"orig_id.npy in {self.path} has {orig_id.shape[0]} entries, not one per node ({n}); "
                              f"{FIX}")
-        if n and (orig_id.min() < 0 or orig_id.max() >= n):
-            raise InputError(f"orig_id.npy in {self.path} holds ids outside [0, {n}); {FIX}")
-        seen = np.zeros(n, dtype=bool)
-        seen[orig_id] = True
-        if not seen.all():
-            raise InputError(f"orig_id.npy in {self.path} repeats ids, so it is not a permutation of 0..{n - 1}; {FIX}")
+        check_permutation(orig_id, n, f"orig_id.npy in {self.path}", FIX)
 
     def check_part(self, k: int) -> None:
         """Raise :class:`InputError` unless partition ``k``'s arrays are sound.
