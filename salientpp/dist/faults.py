@@ -42,10 +42,11 @@ class Fault:
     attempt: int = 0
     seconds: float = 0.0
 
-    def matches(self, stage: str, rank: int, epoch: int, step: int, attempt: int) -> bool:
-        return (stage == self.stage and attempt == self.attempt
-                and all(want is None or want == got
-                        for want, got in ((self.rank, rank), (self.epoch, epoch), (self.step, step))))
+    def matches(self, stage: str, epoch: int, step: int) -> bool:
+        """Whether it fires at this stage, epoch and step (the rank and attempt are chosen by
+        :class:`FaultInjector`, which keeps only the faults of its own)."""
+        return stage == self.stage and all(want is None or want == got
+                                           for want, got in ((self.epoch, epoch), (self.step, step)))
 
 
 def parse_faults(text: str) -> tuple[Fault, ...]:
@@ -77,11 +78,10 @@ class FaultInjector:
     def __init__(self, faults: tuple[Fault, ...], rank: int, attempt: int):
         self.pending = [f for f in faults if f.rank in (None, rank) and f.attempt == attempt]
         self.rank = rank
-        self.attempt = attempt
 
     def __call__(self, stage: str, epoch: int, step: int) -> None:
         for fault in self.pending:
-            if fault.matches(stage, self.rank, epoch, step, self.attempt):
+            if fault.matches(stage, epoch, step):
                 if fault.step is not None:
                     self.pending.remove(fault)
                 self._fire(fault, epoch, step)

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -250,9 +250,7 @@ class Trainer:
                 bar.set_postfix(fetched_MBps=f"{sums.comm.bytes_received / elapsed / 1e6:.1f}")
             done = item.step + 1
             if state is not None and unit == "steps" and done % every == 0 and done < steps:
-                partial = EpochSums(sums.loss, sums.correct, sums.count, sums.seconds + time.perf_counter() - start,
-                                    sums.comm)
-                self.checkpoint(state, epoch, done, partial)
+                self.checkpoint(state, epoch, done, replace(sums, seconds=sums.seconds + time.perf_counter() - start))
         if bar is not None:
             bar.close()
         epoch_s = sums.seconds + time.perf_counter() - start
