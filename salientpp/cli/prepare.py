@@ -21,9 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-idx", help="edgelist: training ids .npy")
     p.add_argument("--valid-idx", help="edgelist: validation ids .npy")
     p.add_argument("--test-idx", help="edgelist: test ids .npy (default without split files: random 8/2/90)")
-    p.add_argument("--num-nodes", type=int, help="edgelist: number of nodes (default: largest id + 1)")
-    p.add_argument("--num-features", type=int, default=128, help="edgelist: width of random features")
-    p.add_argument("--num-classes", type=int, default=2, help="edgelist: number of random classes")
+    p.add_argument("--num-nodes", type=int,
+                   help="edgelist: number of nodes (default: rows of --features, else labels, else largest id + 1; "
+                        "sparse ids are compacted when no .npy file is given)")
+    p.add_argument("--num-features", type=int, default=128, help="edgelist: width of random features (>= 1)")
+    p.add_argument("--num-classes", type=int, default=2, help="edgelist: number of random classes (>= 1)")
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--self-loops", action="store_true", help="keep (v, v) edges (dropped by default)")
     p.add_argument("--seed", type=int, default=0, help="seed of anything generated for an edge list")
@@ -43,4 +45,8 @@ def run(args: argparse.Namespace) -> int:
           f"{dataset.num_features} {dataset.x.dtype} features, {dataset.num_classes} classes, "
           f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
           f"({time.perf_counter() - start:.1f} s)")
+    if dataset.input_id is not None:
+        print(f"the edge list's ids (up to {int(dataset.input_id[-1]):,}) were sparse, so its {dataset.num_nodes:,} "
+              f"distinct ids were compacted to 0..{dataset.num_nodes - 1:,}; input_id.npy holds the original id "
+              "of each node")
     return 0

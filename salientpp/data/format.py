@@ -9,6 +9,8 @@ Layout (all arrays are plain ``.npy`` files, memory-mapped on load; nothing is p
     train_idx.npy  int64   [n_train]
     valid_idx.npy  int64   [n_valid]
     test_idx.npy   int64   [n_test]
+    input_id.npy   int64   [N]       optional: the id of each node in the input, ascending (written
+                                     when ``prepare`` compacted the sparse ids of an edge list)
     meta.json      kind, counts, dtypes, source, one entry (dtype, shape, checksum) per file
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ SPLITS = ("train_idx", "valid_idx", "test_idx")
 FEATURE_DTYPES = (np.float32, np.float16)
 # (allowed dtypes, number of dimensions) of each array of a dataset directory.
 FILE_FORMATS = {"rowptr": (("int64",), 1), "col": (("int64",), 1), "x": (("float32", "float16"), 2),
-                "y": (("int64",), 1), **{name: (("int64",), 1) for name in SPLITS}}
+                "y": (("int64",), 1), **{name: (("int64",), 1) for name in SPLITS}, "input_id": (("int64",), 1)}
 _FINITE_CHUNK_BYTES = 1 << 25
 
 
@@ -75,6 +77,38 @@ def check_ids(ids: np.ndarray, y: np.ndarray, start: int, stop: int, where: str,
         raise InputError(f"{where} holds unlabelled nodes (label -1) such as {ids[unlabelled.argmax()]}; {fix}")
 
 
+def check_unique(ids: np.ndarray, where: str) -> None:
+    """Raise :class:`InputError` when the 1-D ``ids`` hold a value more than once (``where``
+    names the array). One O(n) pass when the ids are sorted, a sorted copy otherwise."""
+    if ids.shape[0] < 2 or bool(np.all(ids[1:] > ids[:-1])):
+        return
+    ordered = np.sort(ids)
+    repeated = ordered[1:] == ordered[:-1]
+    if repeated.any():
+        count = int(repeated.sum())
+        raise InputError(f"{where} holds node {ordered[1:][repeated][0]} more than once ({count} repeated "
+                         f"entr{'y' if count == 1 else 'ies'}); a node may appear once per split, so drop the repeats "
+                         "(e.g. with numpy.unique)")
+
+
+def check_disjoint_splits(splits: dict[str, np.ndarray], num_nodes: int, where: str) -> None:
+    """Raise :class:`InputError` when two of the splits (name -> ids in ``[0, num_nodes)``, each
+    without repeats) share a node: one sentence naming both splits, how many ids and an example."""
+    owner = np.zeros(num_nodes, dtype=np.int8)
+    names = list(splits)
+    for i, name in enumerate(names, start=1):
+        ids = splits[name]
+        taken = owner[ids]
+        clash = taken != 0
+        if clash.any():
+            other = names[int(taken[clash.argmax()]) - 1]
+            shared = ids[clash]
+            raise InputError(f"the {other} and {name} splits of {where} share {shared.shape[0]} node id(s) such as "
+                             f"{shared[0]}; a node may be in one split only, so remove the shared ids from all "
+                             "but one split")
+        owner[ids] = i
+
+
 def check_permutation(values: np.ndarray, n: int, where: str, fix: str, what: str = "ids") -> None:
     """Raise :class:`InputError` unless the int64 ``[n]`` array ``values`` holds every one of
     ``0..n-1`` once. ``where`` names the array in the message, ``what`` its entries."""
@@ -97,6 +131,8 @@ class Dataset:
         train_idx, valid_idx, test_idx: int64 node ids of each split.
         source: where the data came from (for meta.json).
         extra_meta: further meta.json entries (e.g. generator parameters).
+        input_id: optional int64 ``[N]``, ascending: the id each node had in the input (an edge
+            list whose sparse ids were compacted to ``0..N-1``); ``None`` when the ids are the input's.
     """
 
     rowptr: np.ndarray
@@ -108,6 +144,7 @@ class Dataset:
     test_idx: np.ndarray
     source: str = "unknown"
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    input_id: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -132,8 +169,9 @@ class Dataset:
 
     def validate(self, where: str | None = None) -> None:
         """Raise :class:`InputError` on any inconsistency a user can cause: a malformed CSR, ids
-        out of range, wrong shapes or dtypes, NaN/Inf features, unlabelled split nodes, an empty
-        training split. One pass over every array (features in 32 MiB chunks).
+        out of range, wrong shapes or dtypes, no feature columns, NaN/Inf features, unlabelled or
+        repeated split nodes, an empty training split, a malformed ``input_id``. One pass over
+        every array (features in 32 MiB chunks; an unsorted split is sorted once).
 
         Args:
             where: names the dataset in the messages (default: its ``source``).
@@ -149,6 +187,10 @@ class Dataset:
         if self.x.dtype not in FEATURE_DTYPES:
             raise InputError(f"the features (x) of {name} must be float32 or float16, got {self.x.dtype}; "
                              "convert them with astype")
+        if self.x.shape[1] == 0:
+            raise InputError(f"the features (x) of {name} have no columns (shape {list(self.x.shape)}); at least one "
+                             "feature column is needed (learnable node embeddings are not supported yet), so pass "
+                             "features with F >= 1")
         bad_row = first_nonfinite_row(self.x)
         if bad_row >= 0:
             raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
@@ -164,8 +206,17 @@ class Dataset:
                              "found smaller values")
         for split in SPLITS:
             check_ids(getattr(self, split), self.y, 0, n, f"{split} of {name}", "fix the split")
+            check_unique(getattr(self, split), f"{split} of {name}")
         if self.train_idx.shape[0] == 0:
             raise InputError(f"the training split of {name} is empty; give at least one training node")
+        if self.input_id is not None:
+            ids = self.input_id
+            if ids.ndim != 1 or ids.dtype != np.int64 or ids.shape[0] != n:
+                raise InputError(f"input_id of {name} must be int64 [N={n}], got {ids.dtype} {list(ids.shape)}; "
+                                 "re-create the dataset")
+            if n and (ids[0] < 0 or not bool(np.all(ids[1:] > ids[:-1]))):
+                raise InputError(f"input_id of {name} must hold distinct non-negative ids in ascending order; "
+                                 "re-create the dataset")
 
 
 def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
@@ -174,6 +225,8 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
     with atomic_output_dir(out_dir) as tmp:
         files = {name: save_array(tmp, name, np.asarray(getattr(dataset, name)))
                  for name in ("rowptr", "col", "x", "y") + SPLITS}
+        if dataset.input_id is not None:
+            files["input_id"] = save_array(tmp, "input_id", np.asarray(dataset.input_id))
         write_meta(tmp, {
             "kind": KIND,
             "salientpp_version": __version__,
@@ -206,6 +259,9 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
     arrays = {name: load_listed(Path(path), name, meta, "re-create the dataset directory", *FILE_FORMATS[name],
                                 verify=verify)
               for name in ("rowptr", "col", "x", "y") + SPLITS}
+    if "input_id" in meta["files"]:
+        arrays["input_id"] = load_listed(Path(path), "input_id", meta, "re-create the dataset directory",
+                                         *FILE_FORMATS["input_id"], verify=verify)
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
                 "num_classes", "feature_dtype", "num_train", "num_valid", "num_test"}
     dataset = Dataset(**arrays, source=meta.get("source", "unknown"),
