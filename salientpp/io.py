@@ -1,14 +1,21 @@
 """Plain on-disk storage: ``.npy`` arrays plus one ``meta.json``, written atomically.
 
-Every writer in salientpp goes through :func:`atomic_output_dir`, so an interrupted or failed
-run never leaves a directory that looks complete.
+Every writer in salientpp goes through :func:`atomic_output_dir` (or :func:`atomic_output_file`),
+so an interrupted or failed run never leaves a directory that looks complete, and the temporaries
+of killed runs are removed by the next one. Output paths are checked before the work
+(:func:`check_output_dir`, :func:`check_writable_dir`, :func:`check_writable_file`), and an
+``OSError`` of writing (full disk, read-only file system, no permission, a path through a file)
+becomes one sentence (:func:`write_error`, :func:`output_errors`).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -38,35 +45,262 @@ def file_checksum(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+# ---- output paths: checked before the work, written atomically, errors as one sentence ------
+
+# errno -> (what went wrong, how to fix it), for the messages of :func:`write_error`.
+_WRITE_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on device", "free space or choose another output path"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free space or choose another output path"),
+    errno.EFBIG: ("the file grew larger than the file system allows", "choose another output path"),
+    errno.EROFS: ("the file system is read-only", "choose an output path on a writable file system"),
+    errno.EACCES: ("permission denied", "choose a writable output path or fix the permissions"),
+    errno.EPERM: ("operation not permitted", "choose a writable output path or fix the permissions"),
+    errno.ENOTDIR: ("a component of the path is a file, not a directory", "choose another output path"),
+    errno.EISDIR: ("it is a directory", "choose another output path"),
+    errno.EEXIST: ("it already exists", "remove it or choose another path"),
+    errno.ENOTEMPTY: ("it already exists", "remove it or choose another path"),
+    errno.ENAMETOOLONG: ("the name is too long", "choose a shorter output path"),
+    errno.ELOOP: ("the path has a loop of symbolic links", "choose another output path"),
+    errno.ENOENT: ("a directory on the path does not exist or was removed while writing",
+                   "create it or choose another output path"),
+    errno.EIO: ("an input/output error occurred", "check the device or choose another output path"),
+}
+WRITE_ERRNOS = frozenset(_WRITE_ERRORS)
+"""The ``errno`` values that :func:`write_error` turns into a sentence: a full disk or quota, a
+read-only file system, missing permissions, a path through a file, an existing target, ..."""
+
+_STALE_SUFFIX = re.compile(r"\.tmp-(\d+)")
+
+
+def write_error(path: str | os.PathLike, exc: OSError) -> InputError:
+    """The one-sentence :class:`InputError` for ``exc``, an ``OSError`` met while writing ``path``:
+    ``"cannot write PATH: no space left on device; free space or choose another output path"``.
+    ``path`` is the output the user named (not a temporary). The caller raises it ``from None``."""
+    reason, fix = _WRITE_ERRORS.get(exc.errno, (None, "check the path or choose another output path"))
+    if reason is None:
+        reason = (exc.strerror or type(exc).__name__).lower()
+    return InputError(f"cannot write {path}: {reason}; {fix}")
+
+
+def os_error_sentence(exc: OSError) -> str:
+    """One sentence for an ``OSError`` that escaped the commands' own checks: ``"cannot write
+    PATH: no space left on device; free space ..."`` for the errors only writing causes (full
+    disk or quota, read-only file system), else ``"PATH: permission denied; ..."``."""
+    name = exc.filename if isinstance(exc.filename, (str, bytes, os.PathLike)) else None
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+        return str(write_error(os.fsdecode(name) if name is not None else "the output", exc))
+    reason = (exc.strerror or os.strerror(exc.errno or 0) or type(exc).__name__).lower()
+    where = f"{shown(os.fsdecode(name))}: " if name is not None else ""
+    return f"{where}{reason}; check the path, its permissions and the free space, then run again"
+
+
+@contextmanager
+def output_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Turn an ``OSError`` with an errno of :data:`WRITE_ERRNOS` raised in the block into
+    :func:`write_error` of ``path``, unless it names a file outside ``path``'s directory (an
+    input that failed); other exceptions pass unchanged. For writers outside
+    :func:`atomic_output_dir` and :func:`atomic_output_file` (e.g. a metrics file appended to)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS or not _concerns(exc, Path(path)):
+            raise
+        raise write_error(path, exc) from None
+
+
+def _concerns(exc: OSError, out: Path) -> bool:
+    """Whether ``exc`` may come from writing ``out`` or a sibling temporary: it names no file
+    (a failed ``write``), or a file in ``out``'s directory or below."""
+    names = [n for n in (exc.filename, exc.filename2) if isinstance(n, (str, bytes, os.PathLike))]
+    if not names:
+        return True
+    parent = os.path.abspath(out.parent)
+    return any(os.path.abspath(os.fsdecode(n)) == parent or os.path.abspath(os.fsdecode(n)).startswith(
+        parent.rstrip(os.sep) + os.sep) for n in names)
+
+
+def _probe(directory: Path, target: Path) -> None:
+    """Create and remove an empty file in ``directory``; :func:`write_error` of ``target`` when it fails."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".salientpp-probe-", dir=directory)
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def _exists(path: Path, target: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError as exc:  # e.g. EACCES on a directory without search permission
+        raise write_error(target, exc) from None
+
+
+def _check_parent(out: Path, parents: bool) -> None:
+    """``out`` is absent: its parent (``parents``: its nearest existing ancestor) must be a
+    writable directory."""
+    if not _exists(out.parent, out):
+        ancestor = out.parent
+        while not _exists(ancestor, out) and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if _exists(ancestor, out) and not ancestor.is_dir():
+            raise InputError(f"cannot write {out}: {ancestor} is a file, not a directory; choose another path")
+        if not parents:
+            raise InputError(f"the parent directory of {out} does not exist; create it first")
+        _probe(ancestor, out)
+        return
+    if not out.parent.is_dir():
+        raise InputError(f"cannot write {out}: {out.parent} is a file, not a directory; choose another path")
+    _probe(out.parent, out)
+
+
+def check_writable_dir(path: str | os.PathLike, what: str = "output directory", exist_ok: bool = False,
+                       parents: bool = False) -> Path:
+    """Check, before any long work, that the directory ``path`` can be created or written; return it.
+
+    Raises :class:`InputError` (one sentence naming ``path``, ``what`` names it: e.g.
+    ``"--checkpoint-dir"``) when:
+
+    - ``path`` exists and is not a directory (a file, or a symbolic link to one);
+    - ``path`` exists and ``exist_ok`` is false (``"... already exists; remove it or choose another path"``);
+    - ``path`` exists, ``exist_ok`` is true, and a file cannot be created in it (read-only, no permission);
+    - ``path`` is absent and its parent is missing (unless ``parents``: then the nearest existing
+      ancestor counts), is a file, or does not let a file be created in it.
+
+    Writability is probed by creating and removing an empty temporary file, so it also holds for
+    root and on read-only mounts. Nothing else is created: the caller makes the directory
+    (``mkdir(parents=parents, exist_ok=exist_ok)``). A full disk is not detected here (an empty
+    file still fits); writes inside :func:`output_errors` report it.
+    """
+    out = Path(path)
+    if _exists(out, out):
+        if not out.is_dir():
+            kind = "a file" if out.is_file() else "a broken link" if out.is_symlink() else "a special file"
+            raise InputError(f"{what} {out} is {kind}, not a directory; choose another path")
+        if not exist_ok:
+            raise InputError(f"{what} {out} already exists; remove it or choose another path")
+        _probe(out, out)
+        return out
+    _check_parent(out, parents)
+    return out
+
+
+def check_writable_file(path: str | os.PathLike, what: str = "output file", exist_ok: bool = False,
+                        parents: bool = False) -> Path:
+    """Check, before any long work, that the file ``path`` can be created (or, with ``exist_ok``,
+    appended to); return it.
+
+    Raises :class:`InputError` (one sentence naming ``path``; ``what`` names it, e.g. ``"--json"``)
+    when ``path`` is a directory; when it exists and ``exist_ok`` is false; when it exists and
+    cannot be opened for appending (nothing is written and its bytes and times stay as they
+    were); or when it is absent and its parent (with ``parents``, the nearest existing
+    ancestor) is missing, is a file, or does not let a file be created in it.
+    """
+    out = Path(path)
+    if _exists(out, out):
+        if out.is_dir():
+            raise InputError(f"{what} {out} is a directory, not a file; choose a file path")
+        if not exist_ok:
+            raise InputError(f"{what} {out} already exists; remove it or choose another path")
+        try:
+            with open(out, "ab"):
+                pass
+        except OSError as exc:
+            raise write_error(out, exc) from None
+        return out
+    _check_parent(out, parents)
+    return out
+
+
 def check_output_dir(out_dir: str | os.PathLike, what: str = "output directory") -> Path:
-    """Raise :class:`InputError` unless ``out_dir`` is absent and its parent exists.
+    """Raise :class:`InputError` unless ``out_dir`` is absent and its parent is an existing
+    directory in which a file can be created.
 
     Long-running commands call it before they start, so a bad path fails at once. ``what``
-    names the output in the message (``"output file"`` for a single file).
+    names the output in the message (``"output file"`` for a single file). The output itself may
+    become a file or a directory: any existing entry is refused.
     """
     out = Path(out_dir)
-    if out.exists() or out.is_symlink():
+    if _exists(out, out):
         raise InputError(f"{what} {out} already exists; remove it or choose another path")
-    if not out.parent.exists():
-        raise InputError(f"the parent directory of {out} does not exist; create it first")
+    _check_parent(out, parents=False)
     return out
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process id we can ask about: keep the entry
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def remove_stale_temporaries(out: str | os.PathLike, suffix: str = "") -> list[Path]:
+    """Remove the temporaries ``.NAME.tmp-PID`` (+ ``suffix``) next to ``out`` that a killed run
+    left behind: those whose PID is no live process on this machine. Temporaries of live
+    processes (another run writing the same output now) are kept, and so is this process's own.
+    Returns the removed paths; entries that cannot be removed are left alone."""
+    out = Path(out)
+    pattern = re.compile(re.escape(f".{out.name}") + _STALE_SUFFIX.pattern + re.escape(suffix))
+    removed = []
+    try:
+        entries = list(os.scandir(out.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if not match or int(match.group(1)) == os.getpid() or _pid_alive(int(match.group(1))):
+            continue
+        path = Path(entry.path)
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _renamed(tmp: Path, out: Path) -> None:
+    if _exists(out, out):  # appeared while this command ran; os.rename would replace an empty directory
+        raise InputError(f"{out} was created by someone else while this command ran; remove it or choose "
+                         "another path")
+    os.rename(tmp, out)
 
 
 @contextmanager
 def atomic_output_dir(out_dir: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of ``out_dir`` and rename it to ``out_dir`` on success.
+    """Yield a temporary sibling ``.NAME.tmp-PID`` of ``out_dir`` and rename it to ``out_dir`` on success.
 
-    Refuses an ``out_dir`` that already exists. On any exception the temporary directory is
-    removed, so nothing that looks complete is left behind.
+    Refuses an ``out_dir`` that already exists or cannot be written (:func:`check_output_dir`).
+    Removes the temporaries of killed earlier runs first (:func:`remove_stale_temporaries`). On
+    any exception (KeyboardInterrupt and SIGTERM under the CLI included) the temporary
+    directory is removed, so nothing that looks complete is left behind; an ``OSError`` of
+    writing (:data:`WRITE_ERRNOS`: full disk, read-only, ...) raised in the block or by the
+    final rename becomes :func:`write_error` of ``out_dir``.
     """
     out = check_output_dir(out_dir)
+    remove_stale_temporaries(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     try:
-        yield tmp
-        os.rename(tmp, out)
+        if _exists(tmp, out):
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    try:
+        with output_errors(out):
+            yield tmp
+            _renamed(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -74,19 +308,33 @@ def atomic_output_dir(out_dir: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_output_file(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` (same suffix) and rename it to ``path`` on success.
+    """Yield a temporary sibling ``.NAME.tmp-PID.SUFFIX`` of ``path`` and rename it to ``path`` on success.
 
-    Refuses a ``path`` that already exists; on any exception the temporary file is removed, so a
-    failed run leaves neither a truncated file nor a changed old one.
+    Refuses a ``path`` that already exists or cannot be written; removes the temporaries of killed
+    earlier runs first; on any exception the temporary file is removed, so a failed run leaves
+    neither a truncated file nor a changed old one. An ``OSError`` of writing raised in the block
+    becomes :func:`write_error` of ``path``, as in :func:`atomic_output_dir`.
     """
     out = check_output_dir(path, "output file")
+    remove_stale_temporaries(out, out.suffix)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}{out.suffix}"
     try:
-        yield tmp
-        os.rename(tmp, out)
+        with output_errors(out):
+            yield tmp
+            _renamed(tmp, out)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to the new file ``path`` through :func:`atomic_output_file`; return the path."""
+    with atomic_output_file(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
 
 
 def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:

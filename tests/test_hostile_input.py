@@ -387,7 +387,7 @@ def test_an_existing_output_is_refused_and_left_byte_identical(command, tiny_par
     assert snapshot(tmp_path) == before
 
 
-def test_partition_failing_midway_leaves_no_output_and_no_temporary(dataset_dir, tmp_path, monkeypatch):
+def test_partition_failing_midway_leaves_no_output_and_no_temporary(dataset_dir, tmp_path, monkeypatch, capsys):
     from salientpp.partition import format as part_format
     real_save = part_format.save_array
 
@@ -397,12 +397,12 @@ def test_partition_failing_midway_leaves_no_output_and_no_temporary(dataset_dir,
         return real_save(directory, name, array)
 
     monkeypatch.setattr(part_format, "save_array", disk_full_at_partition_1)
-    with pytest.raises(OSError, match="No space left"):
-        main(["partition", str(dataset_dir), str(tmp_path / "parts"), "--parts", "2"])
+    assert main(["partition", str(dataset_dir), str(tmp_path / "parts"), "--parts", "2"]) == 2
+    assert_refused(capsys, "partition", [str(tmp_path / "parts"), "no space left on device"])
     assert not list(tmp_path.iterdir())  # neither parts/ nor .parts.tmp-*
 
 
-def test_simulate_failing_while_writing_the_plot_leaves_no_plot(parts_copy, tmp_path, monkeypatch):
+def test_simulate_failing_while_writing_the_plot_leaves_no_plot(parts_copy, tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     from salientpp.cli import simulate as cli_simulate
 
@@ -411,9 +411,10 @@ def test_simulate_failing_while_writing_the_plot_leaves_no_plot(parts_copy, tmp_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cli_simulate, "plot_volume", half_a_plot)
-    with pytest.raises(OSError):
-        main(["simulate", str(parts_copy), *SIMULATE, "--json", str(tmp_path / "sim.json"),
-              "--plot", str(tmp_path / "sim.png")])
+    assert main(["simulate", str(parts_copy), *SIMULATE, "--json", str(tmp_path / "sim.json"),
+                 "--plot", str(tmp_path / "sim.png")]) == 2
+    last = capsys.readouterr().err.split("\r")[-1]  # after the progress bars
+    assert last.startswith("salientpp simulate: error: cannot write ") and "no space left on device" in last
     assert (tmp_path / "sim.json").is_file()  # complete before the plot started
     assert not (tmp_path / "sim.png").exists() and not list(tmp_path.glob(".sim.png.tmp-*"))
 

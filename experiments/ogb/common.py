@@ -147,6 +147,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def build_parser(setup: PaperSetup) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # `--epoch 3` must not silently mean --epochs (nor --accuracy-epochs)
         description=f"Reproduce the SALIENT++ experiments on {setup.name}: prepare -> partition -> analyze -> "
                     "simulate -> train, then write results.md and results.json.")
     p.add_argument("--root", help=f"directory that holds the downloaded dataset (for {setup.source})")

@@ -19,8 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..cache.workload import parse_fanouts
 from ..data.format import load_dataset
 from ..errors import InputError
+from ..io import check_output_dir, write_text_atomic
+from ..parsing import number_list
 from ..sampling import NeighborLoader, NeighborSampler
 
 PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
@@ -158,34 +161,29 @@ def format_table(config: SamplerBenchConfig, rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset_dir", help="dataset directory (salientpp prepare)")
-    p.add_argument("--fanouts", type=_int_list, default=[15, 10, 5], help="per-hop fanouts, seeds first (15,10,5)")
+    p.add_argument("--fanouts", default="15,10,5", help="per-hop fanouts, seeds first (15,10,5)")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--threads", type=_int_list, default=[1, 2], help="thread counts to measure (1,2)")
+    p.add_argument("--threads", default="1,2", help="thread counts to measure (1,2)")
     p.add_argument("--batches", type=int, default=30, help="batches per repeat (default 30)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (median reported)")
     p.add_argument("--no-pyg", action="store_true", help="skip the PyG NeighborLoader column")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 
 
 def main(args: argparse.Namespace) -> int:
+    fanouts = list(parse_fanouts(args.fanouts))
+    threads = list(number_list(args.threads, int, "--threads", "1,2"))
     with_pyg = not args.no_pyg and pyg_available()
-    if args.json and Path(args.json).exists():
-        raise InputError(f"{args.json} already exists; remove it or choose another path")
-    config, rows = run_sampler_bench(args.dataset_dir, args.fanouts, args.batch_size, args.threads, args.batches,
+    if args.json:
+        check_output_dir(args.json, "output file")
+    config, rows = run_sampler_bench(args.dataset_dir, fanouts, args.batch_size, threads, args.batches,
                                      args.repeats, with_pyg)
     print(format_table(config, rows))
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": asdict(config), "rows": [asdict(r) for r in rows]},
-                                              indent=2) + "\n")
+        write_text_atomic(args.json, json.dumps({"config": asdict(config), "rows": [asdict(r) for r in rows]},
+                                                indent=2) + "\n")
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -20,7 +19,8 @@ from ..cache.simulator import check_replication, simulate
 from ..cache.workload import Workload, parse_fanouts
 from ..errors import InputError
 from ..partition.format import load_partitioned
-from ..parsing import number_list
+from ..io import check_output_dir, write_text_atomic
+from ..parsing import name_list, number_list
 
 DEFAULT_POLICIES = "vip,vip-cavity,vip-simulation,degree,halo,num-paths,random,oracle"
 
@@ -43,16 +43,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulation-epochs", type=int, default=5, help="epochs sampled by vip-simulation (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluated epochs (default 0)")
     p.add_argument("--threads", type=int, default=1, help="sampler threads (default 1)")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 
 
 def main(args: argparse.Namespace) -> int:
     settings = [parse_setting(s) for s in (args.setting or ["15,10,5:1024", "10,5:64"])]
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = name_list(args.policies, "--policies", "vip,degree")
     for name in policies:
         get_policy(name)
-    if args.json and Path(args.json).exists():
-        raise InputError(f"{args.json} already exists; remove it or choose another path")
+    if args.json:
+        check_output_dir(args.json, "output file")
     dataset = load_partitioned(args.part_dir)
     replication = check_replication(number_list(args.replication, float, "--replication", "0,0.1,0.5"), dataset.num_parts)
     reports = []
@@ -71,6 +71,6 @@ def main(args: argparse.Namespace) -> int:
             print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
         reports.append({"fanouts": list(fanouts), "batch_size": batch_size, "seconds": seconds, **result.to_json()})
     if args.json:
-        Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
+        write_text_atomic(args.json, json.dumps(reports, indent=2) + "\n")
         print(f"results written to {args.json}")
     return 0

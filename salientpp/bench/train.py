@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from pathlib import Path
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
 from ..errors import InputError
+from ..io import check_output_dir, write_text_atomic
 from ..parsing import number_list
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--no-baseline", action="store_true", help="skip the PyG NeighborLoader + DDP baseline")
-    p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
+    p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here (must not exist)")
 
 
 def median_row(history: list[dict]) -> dict:
@@ -82,6 +82,9 @@ def main(args: argparse.Namespace) -> int:
     if args.epochs < 1:
         raise InputError(f"--epochs must be at least 1, got {args.epochs}")
     alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
+    parse_fanouts(args.fanouts)
+    if args.json_path:
+        check_output_dir(args.json_path, "output file")
     data = load_partitioned(args.part_dir)
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
@@ -116,5 +119,5 @@ def main(args: argparse.Namespace) -> int:
     if args.json_path:
         for r in rows:
             r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
-        Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
+        write_text_atomic(args.json_path, json.dumps(rows, indent=2) + "\n")
     return 0

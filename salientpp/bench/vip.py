@@ -15,7 +15,6 @@ import json
 import resource
 import time
 import tracemalloc
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -24,6 +23,8 @@ import torch
 from ..cache.vip import METHODS, inclusion_probabilities
 from ..cache.workload import check_batch_size, parse_fanouts
 from ..errors import InputError
+from ..io import check_output_dir, write_text_atomic
+from ..parsing import name_list
 from ..partition.format import load_partitioned
 from ..sampling import NeighborSampler
 
@@ -98,19 +99,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mc-batches", type=int, default=0, metavar="B",
                    help="also compare with B sampled minibatches per partition (default 0: skip)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo batches")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 
 
 def main(args: argparse.Namespace) -> int:
     fanouts = parse_fanouts(args.fanouts)
     batch_size = check_batch_size(args.batch_size)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = name_list(args.methods, "--methods", "exact,cavity")
     if not methods or any(m not in METHODS for m in methods):
         raise InputError(f"--methods must list some of {', '.join(METHODS)}, got {args.methods!r}")
     if args.mc_batches < 0:
         raise InputError(f"--mc-batches must be >= 0, got {args.mc_batches}")
-    if args.json and Path(args.json).exists():
-        raise InputError(f"{args.json} already exists; remove it or choose another path")
+    if args.json:
+        check_output_dir(args.json, "output file")
     dataset = load_partitioned(args.part_dir)
     _warm_up(methods)
     timings = []
@@ -140,6 +141,6 @@ def main(args: argparse.Namespace) -> int:
         report["accuracy"] = acc
         report["mc_batches"] = args.mc_batches
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
         print(f"results written to {args.json}")
     return 0

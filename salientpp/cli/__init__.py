@@ -1,21 +1,51 @@
 """The ``salientpp`` command line. Each subcommand lives in its own module of this package
-and exposes ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``."""
+and exposes ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``.
+
+:func:`main` is where bad input and a bad environment become one sentence and exit code 2
+(:class:`~salientpp.errors.InputError`, and an ``OSError`` of a full disk, a read-only file
+system, missing permissions... that escaped the commands' own checks), Ctrl-C exit code 130
+and SIGTERM exit code 143, both after the commands' cleanup has run.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from .. import __version__
 from ..errors import InputError
+from ..io import WRITE_ERRNOS, os_error_sentence
 
 # Order of the subcommands in ``salientpp --help``; each name is a module of this package.
 COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "bench")
 
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM arrives during :func:`main`. A subclass of
+    ``KeyboardInterrupt``, so every ``finally`` and ``except BaseException`` cleanup that runs
+    for Ctrl-C (temporary output directories, local ranks) runs for SIGTERM too."""
+
+
+def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``parser`` and every subparser below it, depth first."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                yield from parsers(sub)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="salientpp",
+        prog="salientpp", allow_abbrev=False,
         description="Distributed GNN training with VIP-driven caching of remote vertex features.")
     parser.add_argument("--version", action="version", version=f"salientpp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -27,20 +57,60 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # subcommand not built yet
             raise
         module.register(sub)
+    # No option prefixes anywhere (`train --mode x` must not be read as --model): argparse reads
+    # allow_abbrev when it parses, so setting it on the finished tree covers every subcommand.
+    for p in parsers(parser):
+        p.allow_abbrev = False
     return parser
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread (once: a
+    second SIGTERM during the cleanup is ignored, so the cleanup finishes). The previous handler
+    is restored afterwards. Outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    terminating = False
+
+    def handler(signum, frame):
+        nonlocal terminating
+        if not terminating:
+            terminating = True
+            raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # no signals here (e.g. an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with sigterm_as_interrupt():
+            return int(args.func(args) or 0)
     except InputError as exc:
         print(f"salientpp {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
+    except Terminated:
+        print(f"salientpp {args.command}: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print(f"salientpp {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        print(f"salientpp {args.command}: error: {os_error_sentence(exc)}", file=sys.stderr)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from ..cache.plan import (Budget, build_plans, default_plan_name, describe, pars
                           row_bytes_of, save_plans)
 from ..cache.policies import available_policies, get_policy
 from ..errors import InputError
-from ..io import check_output_dir, read_meta
+from ..io import check_output_dir, check_writable_dir, output_errors, read_meta
 from ..partition.format import KIND as PART_KIND, load_partitioned
 from ..resources import check_memory, estimate_analyze, parse_memory_limit
 from .cache_options import add_workload_options, context_from, workloads_from
@@ -62,17 +62,23 @@ def run(args: argparse.Namespace) -> int:
     estimate = estimate_analyze(read_meta(args.part_dir, PART_KIND), workloads, budget, args.policy,
                                 vip_method=args.vip_method, threads=args.threads)
     memory = check_memory(estimate, limit)
+    # The output is checked before the long work; PART_DIR/cache is created only once the data passed.
+    if args.out is not None:
+        out = check_output_dir(args.out)
+    else:
+        name = args.name or default_plan_name(args.policy, workloads, budget)
+        cache = check_writable_dir(Path(args.part_dir) / "cache", "plan directory", exist_ok=True)
+        if cache.is_dir():
+            check_output_dir(cache / name)
     dataset = load_partitioned(args.part_dir)
     dataset.check_parts()  # before PART_DIR/cache is created
     ctx = context_from(args, dataset, args.epochs)
     budget.check(dataset.num_parts, row_bytes_of(dataset))
     print(memory, flush=True)
-    if args.out is not None:
-        out = check_output_dir(args.out)
-    else:
-        name = args.name or default_plan_name(args.policy, workloads, budget)
-        (Path(args.part_dir) / "cache").mkdir(exist_ok=True)
-        out = check_output_dir(Path(args.part_dir) / "cache" / name)
+    if args.out is None:
+        with output_errors(cache):
+            cache.mkdir(exist_ok=True)
+        out = check_output_dir(cache / name)
     start = time.perf_counter()
     plans = build_plans(ctx, args.policy, budget, args.gpu_fraction)
     scored = time.perf_counter() - start

@@ -8,6 +8,7 @@ from ..cache.policies import PolicyContext
 from ..cache.vip import METHODS
 from ..cache.workload import SPLITS, Workload, parse_fanouts
 from ..errors import InputError
+from ..parsing import name_list
 from ..partition.format import PartitionedDataset
 
 
@@ -37,7 +38,7 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
     train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace)
     if args.inference_fanouts is None:
         return (train,)
-    splits = tuple(s.strip() for s in args.inference_splits.split(",") if s.strip())
+    splits = tuple(name_list(args.inference_splits, "--inference-splits", "valid,test"))
     inference = Workload(parse_fanouts(args.inference_fanouts), args.inference_batch_size or args.batch_size,
                          replace=args.replace, splits=splits, weight=args.inference_weight)
     return train, inference

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-from ..io import check_output_dir
+from ..io import check_output_dir, output_errors
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if args.parts < 1:
         raise InputError(f"--parts must be at least 1, got {args.parts}")
     work = check_output_dir(args.out) if args.out else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
-    work.mkdir(exist_ok=True)
+    with output_errors(work):
+        work.mkdir(exist_ok=True)
     try:
         for argv in steps(work, args.preset, args.parts, args.epochs):
             print(f"\n$ salientpp {shlex.join(argv)}", flush=True)

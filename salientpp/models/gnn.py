@@ -4,11 +4,21 @@ Layer i reads the MFG ``mfgs[i]`` (model order: ``mfgs[0]`` is the input layer):
 are the first ``num_src`` rows of the current hidden state and its destinations the first
 ``num_dst`` (destinations are a prefix of sources), edges ``edge_index[0]`` source-local to
 ``edge_index[1]`` destination-local, so each layer is ``conv((h, h[:num_dst]), edge_index)``.
+
+PyG writes the ``propagate`` (and ``edge_updater``) code it generates for each convolution class
+to a file in the temporary directory, once per class and process, and never removes it:
+:func:`no_pyg_tempfiles` and :func:`remove_pyg_tempfiles` do, and :class:`MFGModel` uses them.
 """
 from __future__ import annotations
 
+import atexit
+import linecache
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Iterator, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -17,6 +27,69 @@ from torch_geometric.nn import GATConv, GINConv, SAGEConv
 from ..errors import InputError
 
 MODELS = ("sage", "gat", "gin")
+
+# The modules PyG generates from its jinja templates (torch_geometric.template.module_from_template)
+# are named ``<conv module>_<conv class>_propagate`` or ``..._edge_updater`` and loaded from
+# ``tempfile.NamedTemporaryFile(prefix=f"{name}_", suffix=".py")``: ``<tmp>/<name>_XXXXXXXX.py``.
+_GENERATED_SUFFIXES = ("_propagate", "_edge_updater")
+_RANDOM_CHARS = 8  # tempfile's random part of a name
+
+
+def _generated_file(name: str, module: object) -> str | None:
+    """The temporary source file of ``module`` when PyG generated it in this process and the file
+    is still there, else ``None``."""
+    path = getattr(module, "__file__", None)
+    if not name.endswith(_GENERATED_SUFFIXES) or not isinstance(path, str):
+        return None
+    base = os.path.basename(path)
+    if not (base.startswith(name + "_") and base.endswith(".py")
+            and len(base) == len(name) + 1 + _RANDOM_CHARS + len(".py")):
+        return None
+    if os.path.realpath(os.path.dirname(path)) != os.path.realpath(tempfile.gettempdir()):
+        return None
+    return path if os.path.isfile(path) else None
+
+
+def remove_pyg_tempfiles() -> list[str]:
+    """Delete the ``*_propagate_*.py`` / ``*_edge_updater_*.py`` files that PyG wrote to the
+    temporary directory for the modules it generated in this process; return their paths.
+
+    Safe at any time and idempotent: the generated modules are already imported (PyG caches
+    them in ``sys.modules`` and never reads the file again), and their source is kept in
+    :mod:`linecache`, so tracebacks, :func:`inspect.getsource` and ``torch.jit.script`` still
+    see it. Only files of modules in this process's ``sys.modules`` whose names follow PyG's
+    pattern are touched, never another process's.
+    """
+    removed = []
+    for name, module in list(sys.modules.items()):
+        path = _generated_file(name, module)
+        if path is None:
+            continue
+        lines = linecache.getlines(path)
+        if lines:  # keep the source for tracebacks and inspect after the file is gone
+            linecache.cache[path] = (sum(map(len, lines)), None, lines, path)
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+@contextmanager
+def no_pyg_tempfiles() -> Iterator[None]:
+    """Build PyG convolutions (``MessagePassing`` subclasses: PyG's own or a user's) inside this
+    block: the source files PyG writes to the temporary directory are removed when it ends
+    (see :func:`remove_pyg_tempfiles`), also when the block raises."""
+    try:
+        yield
+    finally:
+        remove_pyg_tempfiles()
+
+
+# A model built elsewhere (unpickled in a fresh process, say) regenerates the modules; this
+# process removes their files at exit at the latest. A killed process cannot.
+atexit.register(remove_pyg_tempfiles)
 
 
 class Block(Protocol):
@@ -65,8 +138,9 @@ class MFGModel(nn.Module):
         if model == "gat" and hidden % heads:
             raise InputError(f"GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.convs = nn.ModuleList(_conv(model, dims[i], dims[i + 1], i == num_layers - 1, heads)
-                                   for i in range(num_layers))
+        with no_pyg_tempfiles():
+            self.convs = nn.ModuleList(_conv(model, dims[i], dims[i + 1], i == num_layers - 1, heads)
+                                       for i in range(num_layers))
         self.dropout = nn.Dropout(dropout)
         self.model = model
 
