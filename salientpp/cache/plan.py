@@ -137,19 +137,24 @@ class PlanMeta:
     def batch_size(self) -> int:
         return self.workloads[0].batch_size
 
-    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int) -> None:
-        """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup."""
+    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
+                         plan_dir: str | os.PathLike = "the cache plan") -> None:
+        """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup.
+
+        ``plan_dir`` names the plan in the message, which tells the user to remove it (an
+        existing plan directory is never overwritten) and how to build a fitting one.
+        """
         fanouts = check_fanouts(fanouts)
         batch_size = check_batch_size(batch_size)
+        rebuild = f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}`"
         if partition_identity(read_meta(part_dir, PART_KIND)) != self.partition_id:
-            raise InputError(f"the cache plan was built for another partitioning than {part_dir}; "
-                             f"re-run `salientpp analyze {part_dir}` to build a plan for it")
+            raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; {rebuild}")
         if fanouts != self.fanouts:
-            raise InputError(f"the cache plan was built for fanouts {_join(self.fanouts)} but training uses "
-                             f"{_join(fanouts)}; re-run `salientpp analyze` with --fanouts {_join(fanouts)}")
+            raise InputError(f"{plan_dir} was built for fanouts {_join(self.fanouts)} but training uses "
+                             f"{_join(fanouts)}; {rebuild} --fanouts {_join(fanouts)}")
         if batch_size != self.batch_size:
-            raise InputError(f"the cache plan was built for batch size {self.batch_size} but training uses "
-                             f"{batch_size}; re-run `salientpp analyze` with --batch-size {batch_size}")
+            raise InputError(f"{plan_dir} was built for batch size {self.batch_size} but training uses "
+                             f"{batch_size}; {rebuild} --batch-size {batch_size}")
 
     def to_json(self) -> dict:
         return {"policy": self.policy, "workloads": [w.to_json() for w in self.workloads],
@@ -205,8 +210,9 @@ class CachePlan:
         slots[self.cpu_ids] = np.arange(n_gpu, n_gpu + self.cpu_ids.shape[0], dtype=np.int64)
         return slots
 
-    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int) -> None:
-        self.meta.check_compatible(part_dir, fanouts, batch_size)
+    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
+                         plan_dir: str | os.PathLike = "the cache plan") -> None:
+        self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir)
 
 
 def _check_gpu_fraction(gpu_fraction: float) -> float:

@@ -10,7 +10,7 @@ from ..dist import WorkerError
 from ..dist.health import StageError
 from ..models import MODELS
 from ..resources import parse_memory_limit
-from ..train import TrainConfig, train
+from ..train import TrainConfig, TrainResult, train
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if result.resumed_from is not None or result.restarts:
         epoch, step = result.resumed_from or (0, 0)
         print(f"resumed from epoch {epoch}, step {step} after {result.restarts} restart(s)")
-    print(f"trained {result.epochs_done} epochs: best valid {result.best_valid:.4f} (epoch {result.best_epoch}), "
-          f"test at best valid {result.test_at_best:.4f}, final test {result.final_test:.4f}")
+    print(summary(result))
     return 0
+
+
+def summary(result: TrainResult) -> str:
+    """The closing line of a run: epochs, and the accuracies where the run evaluated."""
+    line = f"trained {result.epochs_done} epoch{'' if result.epochs_done == 1 else 's'}"
+    if result.best_epoch < 0:
+        return line + " (no validation accuracy: evaluation was off or there are no validation nodes)"
+    return (f"{line}: best valid {result.best_valid:.4f} (epoch {result.best_epoch}), "
+            f"test at best valid {result.test_at_best:.4f}, final test {result.final_test:.4f}")

@@ -23,7 +23,7 @@ ENV = "SALIENTPP_FAULT"
 ACTIONS = ("kill", "raise", "delay")
 # Where a rank can be stopped: start-up, the pipeline's stages, the model step, a checkpoint,
 # an evaluation pass.
-STAGES = ("startup", "sample", "counts", "ids", "rows", "assemble", "train", "checkpoint", "eval")
+STAGES = ("startup", "sample", "counts", "ids", "rows", "assemble", "train", "checkpoint", "eval", "report")
 
 
 class InjectedFault(RuntimeError):

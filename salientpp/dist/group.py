@@ -9,6 +9,7 @@ post where they are (:mod:`salientpp.dist.health`).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 from datetime import timedelta
@@ -77,6 +78,20 @@ def resolve_device(device: str, local_rank: int) -> torch.device:
     raise InputError(f"unknown device {device!r}; choose cpu or cuda")
 
 
+def rendezvous_error(rank: int, world: int, timeout_s: float, cause: str) -> InputError:
+    """The sentence for a rendezvous that failed with ``cause``. Rank 0 hosts the store: when it
+    times out, the other ranks did not all arrive (its address was fine); another rank that
+    times out could not reach rank 0's address."""
+    address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    joined = re.search(r"(\d+)/(\d+) clients joined", cause)
+    if joined:
+        return InputError(f"only {joined.group(1)} of {world} ranks reached the rendezvous at {address} within "
+                          f"{timeout_s:.0f} s; start all {world} ranks (WORLD_SIZE={world}) or raise --timeout")
+    return InputError(f"rank {rank} could not reach the rendezvous at {address} within {timeout_s:.0f} s "
+                      f"({cause.splitlines()[0] if cause else 'no reason given'}); check MASTER_ADDR and "
+                      "MASTER_PORT, and that rank 0 was started")
+
+
 def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str | None = None) -> DistContext:
     """Join the process group described by the environment, or run alone without one.
 
@@ -99,9 +114,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     try:
         store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
     except (RuntimeError, ValueError) as exc:
-        raise InputError(f"rank {rank} could not reach the rendezvous at {os.environ['MASTER_ADDR']}:"
-                         f"{os.environ['MASTER_PORT']} within {timeout_s:.0f} s ({exc}); check MASTER_ADDR, "
-                         "MASTER_PORT and that every rank was started") from None
+        raise rendezvous_error(rank, world, timeout_s, str(exc)) from None
     # torchrun's agent keeps one store across restarts: keys of an earlier attempt (the dead
     # ranks' addresses) must not be read by this one.
     store = dist.PrefixStore(f"attempt-{attempt}", store)

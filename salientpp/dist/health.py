@@ -22,6 +22,7 @@ STAGE_TEXT = {
     "startup": "start-up", "sample": "sampling", "counts": "all-to-all of row counts",
     "ids": "all-to-all of row ids", "rows": "all-to-all of feature rows", "assemble": "feature assembly",
     "train": "forward/backward and gradient all-reduce", "checkpoint": "checkpoint", "eval": "evaluation",
+    "report": "writing the epoch's metrics",
 }
 
 
@@ -87,7 +88,7 @@ class Health:
         pos, now = self.position, time.time()
         # The first line of the cause, without the "[/path/to/source.cc:123] " that gloo puts first.
         cause = re.sub(r"^\[[^\]]*:\d+\]\s*", "", (str(exc).strip().splitlines() or [""])[0])[:300]
-        message = (f"rank {self.ctx.rank} stopped in {pos.describe()} after {now - pos.time:.1f} s "
+        message = (f"rank {self.ctx.rank} stopped in {pos.describe()} after {max(now - pos.time, 0.0):.1f} s "
                    f"({type(exc).__name__}: {cause})")
         if self.ctx.store is not None:
             message += "; " + self._peer_report(now)
@@ -101,7 +102,8 @@ class Health:
         if not peers:
             return "it has no peers"
         stalest = min(peers, key=lambda r: -1.0 if peers[r] is None else peers[r].time)
-        parts = [f"rank {r} was last in " + (p.describe() + f" {now - p.time:.1f} s ago" if p else "start-up")
+        parts = [f"rank {r} was last in "
+                 + (p.describe() + f" {max(now - p.time, 0.0):.1f} s ago" if p else "start-up")
                  for r, p in sorted(peers.items())]
         return (f"{'; '.join(parts)} (rank {stalest} reported least recently: it has likely died or stalled; "
                 f"the collective timeout is {self.ctx.timeout_s:g} s)")

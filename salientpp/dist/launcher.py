@@ -2,14 +2,19 @@
 
 Each rank is a fresh (spawned) process that joins a loopback-only process group. The parent
 watches them: when one raises or dies, the others are terminated at once and the parent raises,
-so a failure on one rank never leaves the rest waiting in a collective.
+so a failure on one rank never leaves the rest waiting in a collective. The ranks also die with
+the parent: the kernel sends them SIGKILL when it dies (``PR_SET_PDEATHSIG``; a watchdog thread
+where that is unavailable), so a launcher killed by ``scancel``, ``docker stop`` or the OOM killer
+leaves no rank running. A parent stopped by SIGTERM or Ctrl-C terminates its ranks itself.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import signal
 import socket
+import threading
 import time
 import traceback
 from multiprocessing.connection import wait
@@ -24,6 +29,14 @@ _GRACE_S = 5.0
 # After a first failure, seconds to wait for the other ranks' reports: a peer of the failing
 # rank often fails too ("connection closed"), and the report raised first is the cause.
 _REPORT_S = 2.0
+# prctl(2) option: the signal this process gets when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
+# Seconds between two looks at the parent where the kernel cannot signal its death.
+_WATCHDOG_S = 0.5
+# torch's C++ log level in the ranks unless the user set one: when a rank fails, its peers' c10d
+# logs (store retries, C++ stack frames) would bury the one-line report of the cause. torch
+# reads the level once, at import, so it is set in the environment the ranks start with.
+_CPP_LOG_ENV = ("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 
 class WorkerError(RuntimeError):
@@ -45,8 +58,30 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process end when ``parent_pid``, its parent, ends.
+
+    On Linux the kernel sends SIGKILL at the parent's death (``PR_SET_PDEATHSIG``); elsewhere a
+    daemon thread checks the parent every half second. A parent that died before this call (the
+    process was already re-parented) ends this process at once.
+    """
+    try:
+        armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        armed = False
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(_WATCHDOG_S)
+            os._exit(1)
+        threading.Thread(target=watch, name="salientpp-parent-watchdog", daemon=True).start()
+
+
 def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, threads: int,
-            env: dict[str, str], conn) -> None:
+            env: dict[str, str], conn, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     os.environ.update(env)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -105,14 +140,21 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = max(1, cores // nprocs)
     procs, conns = [], []
-    for rank in range(nprocs):
-        parent_conn, child_conn = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(fn, args, rank, nprocs, port, threads, env or {}, child_conn), daemon=True,
-                        name=f"salientpp-rank{rank}")
-        p.start()
-        child_conn.close()
-        procs.append(p)
-        conns.append(parent_conn)
+    key, level = _CPP_LOG_ENV
+    chosen = key in os.environ
+    os.environ.setdefault(key, level)
+    try:
+        for rank in range(nprocs):
+            parent_conn, child_conn = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker, name=f"salientpp-rank{rank}", daemon=True,
+                            args=(fn, args, rank, nprocs, port, threads, env or {}, child_conn, os.getpid()))
+            p.start()
+            child_conn.close()
+            procs.append(p)
+            conns.append(parent_conn)
+    finally:
+        if not chosen:
+            del os.environ[key]
     results: dict[int, Any] = {}
     failures: list[tuple[float, WorkerError | InputError]] = []  # (when it was raised, error)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import InputError
+from ..io import check_writable_dir, output_errors
 
 LAST, BEST = "last.pt", "best.pt"
 # Options that must be equal for a checkpoint to be resumed ("dataset" is the partitioning's identity).
@@ -55,17 +56,42 @@ class Checkpoint:
 
 
 def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) -> None:
-    """Write ``last.pt`` (and ``best.pt`` when ``best``) atomically."""
+    """Write ``last.pt`` (and ``best.pt`` when ``best``) atomically; a failed write (a full disk)
+    raises :class:`InputError` and leaves the previous checkpoint as it was."""
     directory = Path(directory)
-    directory.mkdir(exist_ok=True)
-    for name in (LAST, BEST) if best else (LAST,):
-        tmp = directory / f".{name}.tmp"
-        torch.save(ckpt.__dict__, tmp)
-        os.replace(tmp, directory / name)
+    with output_errors(directory):
+        directory.mkdir(exist_ok=True)
+        for name in (LAST, BEST) if best else (LAST,):
+            tmp = directory / f".{name}.tmp"
+            try:
+                torch.save(ckpt.__dict__, tmp)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            os.replace(tmp, directory / name)
 
 
 def has_checkpoint(directory: str | os.PathLike | None) -> bool:
     return directory is not None and (Path(directory) / LAST).is_file()
+
+
+def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: bool = False) -> Path:
+    """Refuse, before any rank starts, a ``--checkpoint-dir`` the run could not use.
+
+    The directory (or, when absent, its parent) must be writable. With ``resume`` it must hold
+    ``last.pt``. Without it, it must be absent or empty: a fresh run never overwrites another
+    run's checkpoints. A ``restarted`` job (torchrun's or the local launcher's restart) continues
+    in the directory its first attempt wrote, whatever it holds.
+    """
+    path = check_writable_dir(directory, "--checkpoint-dir", exist_ok=True)
+    if restarted:
+        return path
+    if resume and not has_checkpoint(path):
+        raise InputError(f"there is no checkpoint {path / LAST} to resume from; run without --resume first")
+    if not resume and path.is_dir() and any(path.iterdir()):
+        raise InputError(f"the checkpoint directory {path} already holds another run's files; continue that run "
+                         "with --resume, or choose another --checkpoint-dir")
+    return path
 
 
 def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name: str = LAST) -> Checkpoint:

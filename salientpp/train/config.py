@@ -7,9 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cache.policies import get_policy
 from ..cache.workload import check_fanouts
+from ..dist.group import restart_count
 from ..errors import InputError
+from ..io import check_writable_file
 from ..models import MODELS
+from .checkpoint import check_checkpoint_dir
 
 DEVICES = ("cpu", "cuda")
 INFERENCE = ("sampled", "layerwise")
@@ -124,6 +128,8 @@ class TrainConfig:
             raise InputError(f"the learning rate must be positive, got {self.lr}")
         if not 0 <= self.dropout < 1:
             raise InputError(f"dropout must lie in [0, 1), got {self.dropout}")
+        if self.cache != "none":
+            get_policy(self.cache)
         if not self.replication >= 0:
             raise InputError(f"replication (alpha) must be at least 0, got {self.replication}")
         if not 0 <= self.gpu_fraction <= 1:
@@ -137,6 +143,8 @@ class TrainConfig:
             raise InputError(f"unknown inference {self.inference!r}; choose sampled or layerwise")
         if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
             raise InputError(f"eval-every must be a non-negative integer, got {self.eval_every!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise InputError(f"the seed must be an integer in [0, 2^63), got {self.seed!r}")
         _positive_int("the number of sampler threads", self.num_threads)
         if not self.timeout_s > 0:
             raise InputError(f"the timeout must be positive, got {self.timeout_s}")
@@ -147,10 +155,10 @@ class TrainConfig:
             raise InputError(f"--memory-limit must be positive, got {self.memory_limit}")
         if self.resume and not self.checkpoint_dir:
             raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
-        if self.checkpoint_dir and not Path(self.checkpoint_dir).parent.exists():
-            raise InputError(f"the parent of the checkpoint directory {self.checkpoint_dir} does not exist; create it")
-        if self.json_path and not Path(self.json_path).parent.exists():
-            raise InputError(f"the parent directory of {self.json_path} does not exist; create it")
+        if self.checkpoint_dir:
+            check_checkpoint_dir(self.checkpoint_dir, self.resume, restarted=restart_count() > 0)
+        if self.json_path:
+            check_writable_file(self.json_path, "--json", exist_ok=True)
         return self
 
     @property

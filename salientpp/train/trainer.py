@@ -34,6 +34,7 @@ from ..dist.faults import injector_from_env
 from ..dist.group import RESTART_ENV, env_is_distributed
 from ..dist.health import Health, agree
 from ..errors import InputError
+from ..io import output_errors
 from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
 from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
@@ -361,7 +362,7 @@ class Trainer:
                                          -1.0)
         state.result.resumed_from = (ckpt.epoch, ckpt.step)
         if self.ctx.rank == 0 and config.json_path:  # the lines of the epochs the checkpoint holds, no more
-            with open(config.json_path, "w") as f:
+            with output_errors(config.json_path), open(config.json_path, "w") as f:
                 f.writelines(json.dumps(h) + "\n" for h in state.history)
         if ckpt.step == 0:
             return ckpt.epoch, 0, None
@@ -394,6 +395,7 @@ class Trainer:
             if "test_acc" in metrics:
                 result.final_test = metrics["test_acc"]
             if self.ctx.rank == 0:
+                self.health.enter("report", epoch)
                 self._report(metrics)
             if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
                 self.checkpoint(state, epoch + 1, 0, best=improved)
@@ -405,7 +407,7 @@ class Trainer:
     def _report(self, metrics: dict[str, Any]) -> None:
         config = self.config
         if config.json_path:
-            with open(config.json_path, "a") as f:
+            with output_errors(config.json_path), open(config.json_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
         if config.progress:
             line = (f"epoch {metrics['epoch']}: loss {metrics['train_loss']:.4f} train {metrics['train_acc']:.4f} "

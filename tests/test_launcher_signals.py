@@ -1,0 +1,110 @@
+"""The ranks of `salientpp train` die with their launcher, however the launcher ends.
+
+Slurm's ``scancel``, ``docker stop`` and Kubernetes send SIGTERM, then SIGKILL. Either way no
+rank may go on training (re-parented to init) and no output may keep growing.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from salientpp.dist.launcher import die_with_parent
+from salientpp.train.checkpoint import LAST
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for a parent that never reaps it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+@pytest.fixture
+def running_job(tiny_partitions, tmp_path):
+    """A 2-rank `salientpp train` run long enough to be killed mid-way: ``(launcher, ranks, json, ckpt)``
+    once both ranks train and the first epoch's line is written."""
+    json_path, ckpt = tmp_path / "run.jsonl", tmp_path / "ckpt"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs", "10000",
+         "--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-every", "0",
+         "--cache", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    ranks: list[int] = []
+    try:
+        assert _wait_until(lambda: json_path.exists() and json_path.stat().st_size > 0, 120), \
+            launcher.stderr.read().decode() if launcher.poll() is not None else "no epoch finished in 120 s"
+        ranks = _children(launcher.pid)
+        assert len(ranks) >= 2 and all(map(_alive, ranks))  # the ranks (and a resource tracker)
+        yield launcher, ranks, json_path, ckpt
+    finally:
+        for pid in [launcher.pid, *ranks]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        launcher.wait()
+
+
+def _assert_stopped(ranks: list[int], json_path: Path) -> None:
+    assert _wait_until(lambda: not any(map(_alive, ranks)), 10), "a rank outlived its launcher by 10 s"
+    size = json_path.stat().st_size
+    time.sleep(1.5)
+    assert json_path.stat().st_size == size
+
+
+def test_ranks_die_within_seconds_when_the_launcher_is_sigkilled(running_job):
+    launcher, ranks, json_path, _ = running_job
+    os.kill(launcher.pid, signal.SIGKILL)
+    assert launcher.wait(10) == -signal.SIGKILL
+    _assert_stopped(ranks, json_path)
+
+
+def test_sigterm_stops_the_launcher_and_its_ranks_like_ctrl_c_and_keeps_the_last_checkpoint(running_job):
+    launcher, ranks, json_path, ckpt = running_job
+    os.kill(launcher.pid, signal.SIGTERM)
+    assert launcher.wait(15) == 128 + signal.SIGTERM
+    assert "terminated" in launcher.stderr.read().decode()
+    _assert_stopped(ranks, json_path)
+    epochs = len(json_path.read_text().splitlines())
+    ckpt_epoch = torch.load(ckpt / LAST, weights_only=True)["epoch"] if (ckpt / LAST).exists() else 0
+    # Every completed epoch was checkpointed before its line was written, or after: never more than one apart.
+    assert epochs - 1 <= ckpt_epoch <= epochs
+
+
+def test_a_process_armed_by_die_with_parent_ends_when_its_parent_is_killed():
+    code = ("import os, sys, time; from salientpp.dist.launcher import die_with_parent\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    die_with_parent(os.getppid()); time.sleep(60); os._exit(0)\n"
+            "print(pid, flush=True); time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(0.5)  # let the child arm itself
+        assert _alive(child)
+        parent.kill()
+        parent.wait()
+        assert _wait_until(lambda: not _alive(child), 5)
+    finally:
+        parent.kill()

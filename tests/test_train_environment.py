@@ -1,0 +1,228 @@
+"""`salientpp train` against bad options and a bad environment: refused in one sentence before any
+rank starts, runtime write failures named as such, prior outputs left byte-identical, plans built
+by two jobs at once, and messages that say what really happened."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from salientpp.cli import main as cli_main
+from salientpp.cli.train import summary
+from salientpp.dist import DistContext
+from salientpp.dist.group import init_distributed, rendezvous_error
+from salientpp.dist.health import Health, Position
+from salientpp.dist.launcher import free_port
+from salientpp.errors import InputError
+from salientpp.partition import load_partitioned
+from salientpp.train import TrainConfig, TrainResult, train
+from salientpp.train import cache_setup
+from salientpp.train.checkpoint import LAST
+
+SMALL = ["--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-fanouts", "5,5"]
+
+
+@pytest.fixture(scope="module")
+def p1(tiny_partitions):
+    return str(tiny_partitions[0] / "p1")
+
+
+@pytest.fixture(scope="module")
+def p2(tiny_partitions):
+    return str(tiny_partitions[0] / "p2")
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """Fail the test if any rank would start: options must be refused before."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr("salientpp.train.trainer.launch", refuse)
+    monkeypatch.setattr("salientpp.train.trainer.run_rank", refuse)
+
+
+def _one_sentence(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# -- options and paths, refused before any rank starts ------------------------------------------------
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--seed", "-1"], "seed must be an integer in [0, 2^63)"),
+    (["--seed", str(2**63)], "seed must be an integer"),
+    (["--cache", "bogus"], "unknown cache policy 'bogus'"),
+    (["--fanouts", "5,,5", "--layers", "3"], "empty"),
+])
+def test_bad_training_options_are_refused_before_any_rank_starts(p2, args, expected, capsys, no_ranks):
+    assert cli_main(["train", p2, *SMALL, *args]) == 2
+    assert expected in _one_sentence(capsys)
+
+
+def test_an_existing_checkpoint_dir_without_resume_is_refused_and_left_byte_identical(p2, tmp_path, capsys, no_ranks):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / LAST).write_bytes(b"another run's checkpoint")
+    (ckpt / "best.pt").write_bytes(b"another run's best")
+    before = _snapshot(ckpt)
+    assert cli_main(["train", p2, *SMALL, "--checkpoint-dir", str(ckpt)]) == 2
+    err = _one_sentence(capsys)
+    assert "already holds another run's files" in err and "--resume" in err
+    assert _snapshot(ckpt) == before
+
+
+def test_an_empty_existing_checkpoint_dir_is_accepted(p1, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    TrainConfig(part_dir=p1, checkpoint_dir=str(ckpt)).validate()
+
+
+@pytest.mark.parametrize("option", ["--checkpoint-dir", "--json"])
+@pytest.mark.parametrize("where", ["under a file", "is the other kind"])
+def test_unusable_output_paths_are_refused_before_any_rank_starts(p2, tmp_path, capsys, no_ranks, option, where):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    if where == "under a file":
+        path = blocker / "out"
+    elif option == "--checkpoint-dir":
+        path = blocker  # a file where a directory is needed
+    else:
+        path = tmp_path  # a directory where a file is needed
+    assert cli_main(["train", p2, *SMALL, option, str(path)]) == 2
+    assert str(path) in _one_sentence(capsys)
+    assert blocker.read_text() == "not a directory\n"
+
+
+def test_resume_without_a_checkpoint_is_refused_before_any_rank_starts(p2, tmp_path, capsys, no_ranks):
+    assert cli_main(["train", p2, *SMALL, "--checkpoint-dir", str(tmp_path / "none"), "--resume"]) == 2
+    assert "no checkpoint" in _one_sentence(capsys)
+
+
+# -- write failures while training ----------------------------------------------------------------------
+
+
+def _tiny(part_dir: str, **kwargs) -> TrainConfig:
+    return TrainConfig(part_dir=part_dir, hidden=16, layers=2, fanouts=(5, 5), batch_size=64, eval_fanouts=(5, 5),
+                       progress=False, **kwargs)
+
+
+def test_a_full_disk_while_writing_metrics_is_named_as_such(p1):
+    with pytest.raises(InputError, match="cannot write /dev/full: no space left on device"):
+        train(_tiny(p1, epochs=1, eval_every=0, json_path="/dev/full"))
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(p1, tmp_path, monkeypatch):
+    ckpt = tmp_path / "ckpt"
+    train(_tiny(p1, epochs=1, eval_every=0, checkpoint_dir=str(ckpt)))
+    before = _snapshot(ckpt)
+
+    def full(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"partial")  # what a disk that fills up mid-write leaves
+        raise OSError(errno.ENOSPC, "No space left on device", str(f))
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(InputError, match=f"cannot write {ckpt}: no space left on device"):
+        train(_tiny(p1, epochs=2, eval_every=0, checkpoint_dir=str(ckpt), resume=True))
+    assert _snapshot(ckpt) == before  # last.pt intact, no temporary left
+
+
+# -- two jobs building the same plan at once ----------------------------------------------------------
+
+
+def test_a_job_that_loses_the_race_to_save_a_plan_uses_the_winners(tiny_partitions, tmp_path, monkeypatch):
+    import shutil
+
+    part_dir = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part_dir)
+    config = _tiny(str(part_dir)).validate()
+    path = cache_setup.plan_dir(config)
+    real_build = cache_setup.build_plans
+
+    def build_while_another_job_saves(*args, **kwargs):
+        plans = real_build(*args, **kwargs)
+        path.parent.mkdir(exist_ok=True)
+        cache_setup.save_plans(plans, path)  # the other job renames its identical plan into place first
+        return plans
+    monkeypatch.setattr(cache_setup, "build_plans", build_while_another_job_saves)
+    resolved = cache_setup.resolve_cache(config, load_partitioned(part_dir), 0)
+    assert resolved.source == f"loaded {path}"
+    assert not list(path.parent.glob(".*tmp*"))  # the loser's temporary is gone
+
+
+def test_two_trainings_started_at_once_without_a_plan_both_finish(tiny_partitions, tmp_path):
+    import shutil
+
+    part_dir = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part_dir)
+    command = [sys.executable, "-m", "salientpp", "train", str(part_dir), *SMALL, "--epochs", "1", "--eval-every",
+               "0", "--quiet"]
+    jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outputs
+    assert len(list((part_dir / "cache").iterdir())) == 1  # one plan, no temporaries
+
+
+# -- messages --------------------------------------------------------------------------------------------
+
+
+def test_a_rank_that_never_arrives_is_not_reported_as_an_address_problem(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    with pytest.raises(InputError, match=r"only 1 of 2 ranks reached the rendezvous .* start all 2 ranks"):
+        init_distributed("cpu", timeout_s=2)
+    assert "MASTER_ADDR" in str(rendezvous_error(1, 2, 2, "The client socket has timed out"))
+
+
+def test_peer_reports_never_show_negative_ages():
+    store = torch.distributed.HashStore()
+    ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), "gloo", store=store, timeout_s=5)
+    future = Position("rows", 0, 3, time.time() + 0.04)  # a peer's clock a little ahead of ours
+    store.set("position/1", json.dumps(future.__dict__))
+    health = Health(ctx)
+    health.position = Position("ids", 0, 3, time.time() + 0.04)
+    message = str(health.failure(RuntimeError("connection closed")))
+    assert "-0.0" not in message and "0.0 s ago" in message and "after 0.0 s" in message
+
+
+@pytest.mark.parametrize("result, expected", [
+    (TrainResult(epochs_done=1), "trained 1 epoch (no validation accuracy"),
+    (TrainResult(epochs_done=3, best_valid=0.5, best_epoch=2, test_at_best=0.4, final_test=0.4),
+     "trained 3 epochs: best valid 0.5000 (epoch 2)"),
+])
+def test_the_closing_line_counts_epochs_and_omits_accuracies_never_measured(result, expected):
+    line = summary(result)
+    assert line.startswith(expected) and "-1" not in line
+
+
+def test_bad_input_on_the_rank_that_hosts_the_store_is_one_sentence_without_cpp_log_noise(tiny_partitions,
+                                                                                            tmp_path):
+    import shutil
+
+    import numpy as np
+
+    part_dir = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part_dir)
+    x = np.load(part_dir / "part_0" / "x.npy")
+    x[0, 0] += 1.0
+    np.save(part_dir / "part_0" / "x.npy", x)  # rank 0 refuses it while rank 1 waits on rank 0's store
+    env = dict(os.environ)
+    env.pop("TORCH_CPP_LOG_LEVEL", None)
+    done = subprocess.run([sys.executable, "-m", "salientpp", "train", str(part_dir), *SMALL, "--epochs", "1",
+                           "--quiet", "--cache", "none"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"salientpp train: error: {part_dir}/part_0/x.npy does not match its checksum "
+                                        "in meta.json, so the file is corrupt; re-partition the dataset"]
