@@ -51,9 +51,6 @@ Labels make_labels(std::optional<torch::Tensor> values, int64_t offset) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row slicing";
-  m.def("gather_rows", &gather_rows, "out[i] = src[index[i]] for a 2-D tensor, parallel over rows",
-        py::arg("src"), py::arg("index"), py::arg("out") = py::none(), py::call_guard<py::gil_scoped_release>());
-
   py::class_<FetchContext>(m, "FetchContext")
       .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
                        int64_t num_gpu_slots, std::optional<torch::Tensor> local_x,
@@ -94,15 +91,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("fetch"));
 
   py::class_<BatchLoader>(m, "BatchLoader")
-      .def(py::init([](std::shared_ptr<Sampler> sampler, torch::Tensor order, int64_t batch_size, bool drop_last,
-                       uint64_t seed, std::optional<torch::Tensor> labels, int64_t label_offset,
+      .def(py::init([](std::shared_ptr<Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,
+                       std::optional<torch::Tensor> labels, int64_t label_offset,
                        std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
                        int64_t first_batch) {
-             return std::make_unique<BatchLoader>(std::move(sampler), order, batch_size, drop_last, seed,
+             return std::make_unique<BatchLoader>(std::move(sampler), order, bounds, seed,
                                                   make_labels(labels, label_offset), std::move(fetch), num_threads,
                                                   queue_depth, first_batch);
            }),
-           py::arg("sampler"), py::arg("order"), py::arg("batch_size"), py::arg("drop_last"), py::arg("seed"),
+           py::arg("sampler"), py::arg("order"), py::arg("bounds"), py::arg("seed"),
            py::arg("labels"), py::arg("label_offset"), py::arg("fetch"), py::arg("num_threads"),
            py::arg("queue_depth"), py::arg("first_batch") = 0)
       .def("__len__", &BatchLoader::num_batches)

@@ -4,21 +4,26 @@
 
 namespace salientpp {
 
-BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, int64_t batch_size,
-                         bool drop_last, uint64_t seed, Labels labels, std::optional<FetchContext> fetch,
-                         int64_t num_threads, int64_t queue_depth, int64_t first_batch)
+BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds,
+                         uint64_t seed, Labels labels, std::optional<FetchContext> fetch, int64_t num_threads,
+                         int64_t queue_depth, int64_t first_batch)
     : sampler_(std::move(sampler)),
       order_(std::move(order)),
-      batch_size_(batch_size),
+      bounds_(std::move(bounds)),
       seed_(seed),
       labels_(std::move(labels)),
       fetch_(std::move(fetch)) {
   TORCH_CHECK(order_.dim() == 1 && order_.scalar_type() == torch::kInt64 && order_.is_contiguous(),
               "order must be a contiguous 1-D int64 tensor");
-  TORCH_CHECK(batch_size >= 1 && num_threads >= 1 && queue_depth >= 1,
-              "batch_size, num_threads and queue_depth must be >= 1");
+  TORCH_CHECK(bounds_.dim() == 1 && bounds_.scalar_type() == torch::kInt64 && bounds_.is_contiguous() &&
+                  bounds_.device().is_cpu() && bounds_.size(0) >= 1,
+              "bounds must be a contiguous 1-D int64 CPU tensor with num_batches + 1 >= 1 entries");
+  TORCH_CHECK(num_threads >= 1 && queue_depth >= 1, "num_threads and queue_depth must be >= 1");
   const int64_t n = order_.size(0);
-  num_batches_ = drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+  const int64_t* b = bounds_.data_ptr<int64_t>();
+  num_batches_ = bounds_.size(0) - 1;
+  TORCH_CHECK(b[0] >= 0 && b[num_batches_] <= n, "bounds must lie within [0, ", n, "]");
+  for (int64_t i = 0; i < num_batches_; ++i) TORCH_CHECK(b[i] <= b[i + 1], "bounds must be non-decreasing");
   TORCH_CHECK(first_batch >= 0 && first_batch <= num_batches_, "first_batch must lie in [0, ", num_batches_, "]");
   next_claim_ = consumed_ = first_batch;
   slots_.resize(queue_depth);
@@ -33,7 +38,7 @@ void BatchLoader::work() {
   Sampler::Lease lease(*sampler_);
   const int64_t depth = static_cast<int64_t>(slots_.size());
   const int64_t* order = order_.data_ptr<int64_t>();
-  const int64_t n = order_.size(0);
+  const int64_t* bounds = bounds_.data_ptr<int64_t>();
   while (true) {
     int64_t i;
     {
@@ -45,9 +50,9 @@ void BatchLoader::work() {
     std::optional<Batch> batch;
     std::exception_ptr error;
     try {
-      const int64_t begin = i * batch_size_;
-      const int64_t size = std::min(batch_size_, n - begin);
-      batch = sampler_->sample(order + begin, size, seed_, static_cast<uint64_t>(i), labels_, fetch_, lease.get());
+      const int64_t begin = bounds[i];
+      batch = sampler_->sample(order + begin, bounds[i + 1] - begin, seed_, static_cast<uint64_t>(i), labels_, fetch_,
+                               lease.get());
     } catch (...) {
       error = std::current_exception();
     }

@@ -15,16 +15,18 @@
 
 namespace salientpp {
 
-// Batch i holds order[i * batch_size, (i + 1) * batch_size) and is sampled with the random
-// stream (seed, i), so its content depends neither on the number of threads nor on timing.
+// Batch i holds order[bounds[i], bounds[i + 1]) and is sampled with the random stream (seed, i),
+// so its content depends neither on the number of threads nor on timing. `bounds` (int64
+// [num_batches + 1], non-decreasing, within [0, len(order)]) is chosen by the caller: fixed-size
+// batches, or S balanced ones for ranks in lockstep; a batch may be empty (0 seeds, 0 nodes).
 // Iteration starts at batch `first_batch` (a resumed epoch), with the same batches after it.
 // Workers start batch i only once batch i - queue_depth has been taken, so at most
 // `queue_depth` batches are in flight or waiting. Waits block on condition variables.
 class BatchLoader {
  public:
-  BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, int64_t batch_size, bool drop_last,
-              uint64_t seed, Labels labels, std::optional<FetchContext> fetch, int64_t num_threads,
-              int64_t queue_depth, int64_t first_batch = 0);
+  BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,
+              Labels labels, std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
+              int64_t first_batch = 0);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -49,7 +51,7 @@ class BatchLoader {
 
   std::shared_ptr<const Sampler> sampler_;
   torch::Tensor order_;
-  int64_t batch_size_;
+  torch::Tensor bounds_;
   int64_t num_batches_;
   uint64_t seed_;
   Labels labels_;

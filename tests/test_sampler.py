@@ -236,7 +236,7 @@ def test_stale_extension_build_gives_rebuild_message(monkeypatch):
     from salientpp import _ext
 
     stale = types.ModuleType("salientpp._C")
-    stale.gather_rows = None  # an old build: no sampler entry points
+    stale.__doc__ = "an old build: no sampler entry points"
     monkeypatch.setattr(salientpp, "_C", stale, raising=False)
     monkeypatch.setitem(__import__("sys").modules, "salientpp._C", stale)
     _ext.extension.cache_clear()

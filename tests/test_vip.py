@@ -76,11 +76,16 @@ def test_exact_and_taylor_differ_where_they_should(graph):
 
 def test_partitions_are_computed_together_exactly_as_alone(graph):
     rowptr, col, train = graph
-    sets = np.array_split(train, 3)
-    together = inclusion_probabilities(rowptr, col, sets, [15, 10, 5], 16)
+    sets = [train[:100], train[100:130], train[130:]]
+    # In lockstep every partition runs S = max_k ceil(|T_k| / b) = ceil(100 / 16) = 7 batches, so
+    # p0 = 1/7 on every partition, also on the one of 30 seeds that alone would run 2.
+    together = inclusion_probabilities(rowptr, col, sets, [15, 10, 5], 16, return_hops=True)
+    assert np.all(together[0][np.concatenate(sets)].sum(1) == 1 / 7)
     for k, seeds in enumerate(sets):
-        alone = inclusion_probabilities(rowptr, col, [seeds], [15, 10, 5], 16)
-        np.testing.assert_array_equal(together[:, k], alone[:, 0])
+        alone = inclusion_probabilities(rowptr, col, [seeds], [15, 10, 5], 16, num_batches=7)
+        np.testing.assert_array_equal(together[-1][:, k], alone[:, 0])
+    alone = inclusion_probabilities(rowptr, col, [sets[1]], [15, 10, 5], 16, return_hops=True)
+    assert np.all(alone[0][sets[1], 0] == 1 / 2)
 
 
 def test_thread_count_does_not_change_the_result(graph):
@@ -110,16 +115,22 @@ def test_expected_accesses_adds_workloads_by_weight(tmp_path):
     both = expected_accesses(dataset, [train, infer])
     alone = [expected_accesses(dataset, [w]) for w in (train, infer)]
     np.testing.assert_allclose(both, alone[0] + alone[1])
+    # Every partition runs S = max_k ceil(|T_k| / b) batches per epoch (lockstep), for each workload.
+    sizes = [dataset.part(k).train_idx.size for k in range(2)]
+    assert train.lockstep_steps(dataset) == max(-(-n // 16) for n in sizes)
+    for w, name in ((train, "train"), (infer, "infer")):
+        assert w.lockstep_steps(dataset) >= 1, name
     for k in range(2):
         seeds = dataset.part(k).train_idx
-        # Every training seed is in exactly one batch per epoch, plus the batches that reach it.
+        # Every training seed is in exactly one batch per epoch (S * p0 = 1), plus the batches that reach it.
         assert np.all(alone[0][seeds, k] >= 1 - 1e-9)
-        steps = seeds.size / 16
-        vip = inclusion_probabilities(dataset.rowptr, dataset.col, [seeds], (10, 5), 16)[:, 0]
+        steps = train.lockstep_steps(dataset)
+        vip = inclusion_probabilities(dataset.rowptr, dataset.col, [seeds], (10, 5), 16, num_batches=steps)[:, 0]
         np.testing.assert_allclose(alone[0][:, k], steps * vip)
         test_seeds = np.union1d(dataset.part(k).valid_idx, dataset.part(k).test_idx)
-        vip = inclusion_probabilities(dataset.rowptr, dataset.col, [test_seeds], (20, 20), 64)[:, 0]
-        np.testing.assert_allclose(alone[1][:, k], 0.25 * test_seeds.size / 64 * vip)
+        steps = infer.lockstep_steps(dataset)
+        vip = inclusion_probabilities(dataset.rowptr, dataset.col, [test_seeds], (20, 20), 64, num_batches=steps)[:, 0]
+        np.testing.assert_allclose(alone[1][:, k], 0.25 * steps * vip)
 
 
 @pytest.mark.parametrize("fanouts", [[], [15, 0], [-2], ["a"]])
@@ -139,22 +150,62 @@ def test_bad_batch_size_and_method():
 
 def _monte_carlo(rowptr, col, train, fanouts, batch_size, batches, replace=False):
     """Inclusion counts per hop (float64 [L+1, N]) and hop set sizes ([batches, L+1]) of the real
-    sampler, each batch an independent uniform ``batch_size``-subset of ``train``."""
+    loader as the trainer runs it (S = ceil(|train| / b) balanced batches per epoch). Draw j is
+    batch ``j % S`` of epoch j: independent draws (each epoch has its own shuffle and streams)
+    that visit every batch position equally often, as the batches of an epoch do."""
     import torch
 
-    from salientpp.sampling import NeighborSampler
+    from salientpp.sampling import NeighborLoader, NeighborSampler
 
     sampler = NeighborSampler(rowptr, col, fanouts, replace=replace)
-    rng = np.random.default_rng(12345)
+    steps = -(-len(train) // batch_size)
+    loader = NeighborLoader(sampler, torch.from_numpy(np.asarray(train)), batch_size, seed=12345, num_batches=steps)
     counts = np.zeros((len(fanouts) + 1, rowptr.shape[0] - 1))
     sizes = np.zeros((batches, len(fanouts) + 1))
     for i in range(batches):
-        batch = sampler.sample(torch.from_numpy(rng.choice(train, batch_size, replace=False)), seed=i)
+        loader.load_state_dict({"epoch": i, "next_batch": i % steps})
+        batch = next(iter(loader))
         n_id = batch.n_id.numpy()
         sizes[i] = hop_counts(batch)
         for h, count in enumerate(sizes[i].astype(np.int64)):
             counts[h, n_id[:count]] += 1
     return counts, sizes
+
+
+def test_seed_probability_is_one_over_lockstep_steps_as_the_loader_samples(graph):
+    """p0 = 1/S on T_k with S = max_k ceil(|T_k| / b), checked against the loader's own batches."""
+    import torch
+    from scipy.stats import binom
+
+    from salientpp.sampling import NeighborLoader, NeighborSampler
+
+    rowptr, col, train = graph
+    # Partition sizes 100 and 73, b = 16: S = max(7, 5) = 7, so the smaller one runs 7 batches of 10-11.
+    sets, b, steps, epochs = [train[:100], train[100:173]], 16, 7, 300
+    p0 = inclusion_probabilities(rowptr, col, sets, [1], b, return_hops=True)[0]
+    sampler = NeighborSampler(rowptr, col, [1])
+    for k, seeds in enumerate(sets):
+        assert np.all(p0[seeds, k] == 1 / steps) and p0[:, k].sum() == pytest.approx(seeds.size / steps)
+        loader = NeighborLoader(sampler, torch.from_numpy(seeds), b, seed=k, num_batches=steps)
+        sizes = np.diff(loader.batch_bounds().numpy())
+        assert len(loader) == steps and sizes.max() - sizes.min() <= 1 and sizes.max() <= b
+        counts = np.zeros((steps, rowptr.shape[0] - 1))  # [batch position, vertex]
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for i, batch in enumerate(loader):
+                counts[i, batch.n_id[:batch.batch_size].numpy()] += 1
+        # Over all batches the frequency is exactly 1/S (tolerance 0): the S batches of an epoch
+        # partition the seeds, so each seed is in exactly `epochs` of the S * epochs batches.
+        assert np.all(counts.sum(0)[seeds] == epochs) and counts.sum() == epochs * seeds.size
+        # Per batch position i the count over independent epochs (own shuffle each) is
+        # Binomial(epochs, n_i / n), and n_i / n is within 1/n of 1/S (sizes differ by at most one).
+        # Two-sided exact binomial p-values, Bonferroni over all (position, seed) pairs: a correct
+        # loader fails with probability <= 1e-4.
+        q = (sizes / seeds.size)[:, None]
+        assert np.abs(q - 1 / steps).max() <= 1 / seeds.size
+        c = counts[:, seeds]
+        pvalues = np.minimum(1.0, 2 * np.minimum(binom.cdf(c, epochs, q), binom.sf(c - 1, epochs, q)))
+        assert pvalues.min() > 1e-4 / c.size
 
 
 @pytest.mark.parametrize("replace", [False, True])
@@ -170,11 +221,13 @@ def test_hops_0_and_1_match_the_sampler_within_monte_carlo_error(graph, replace)
         # Unreachable within h hops means never sampled; certain means always.
         assert np.all(counts[h][p == 0] == 0) and np.all(counts[h][p == 1] == batches)
         inner = (p > 0) & (p < 1)
-        # Each vertex's count over independent batches is Binomial(batches, p_true). Two-sided exact
+        # Each vertex's count over independent batches is Binomial(batches, p_true) (240 seeds, b = 8:
+        # S = 30 batches of exactly 8, so every batch position has the same p_true). Two-sided exact
         # binomial p-values with a Bonferroni bound: a correct formula fails this with probability
         # <= 1e-4. (Hop 1 is exact up to the correlation of the seed draw, a b-subset of T: a
         # relative error ~ p0 m^2 / (2|T|) <= 0.01 on P(v absent) for the hubs here (m <= 12
-        # training neighbours, p0 = 8/240), about one binomial standard deviation at most.)
+        # training neighbours, p0 = 1/S = 8/240), about one binomial standard deviation at most.)
+        assert train.size % b == 0
         c, q = counts[h][inner], p[inner]
         pvalues = np.minimum(1.0, 2 * np.minimum(binom.cdf(c, batches, q), binom.sf(c - 1, batches, q)))
         assert pvalues.min() > 1e-4 / inner.sum(), f"hop {h}: a vertex is off by more than Monte-Carlo error"
@@ -193,8 +246,9 @@ def dense_graph():
 
 @pytest.mark.parametrize("method, batch_size, batches", [("exact", 512, 100), ("cavity", 64, 500), ("cavity", 512, 100)])
 def test_vertices_per_minibatch_within_two_percent(dense_graph, method, batch_size, batches):
-    # Average degree 20, fanouts 15,10,5, 800 training vertices. The exact recurrence meets 2%
-    # once a batch reaches most of the graph (b = 512: sets saturate and errors shrink); with
+    # Average degree 20, fanouts 15,10,5, 800 training vertices, batches as the lockstep loader cuts
+    # them (b = 512: S = 2 batches of 400; b = 64: S = 13 batches of 61-62). The exact recurrence
+    # meets 2% once a batch reaches most of the graph (b = 512: sets saturate and errors shrink); with
     # sparse sets it over-estimates (next test). The cavity estimate meets 2% from b = 64 on.
     # Monte-Carlo error of the mean set size is < 0.3% here (std of |S^h| / sqrt(batches)).
     ds = dense_graph

@@ -49,16 +49,22 @@ def time_analysis(dataset, fanouts, batch_size: int, method: str, replace: bool 
 
 
 def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, replace: bool = False):
-    """Per partition: float64 ``[L+1, N]`` inclusion frequencies and ``[batches, L+1]`` set sizes."""
+    """Per partition: float64 ``[L+1, N]`` inclusion frequencies and ``[batches, L+1]`` set sizes.
+
+    Draw i is batch ``i % S`` of an independent lockstep epoch (S balanced batches per rank, as
+    the trainer's loader cuts them): a uniform subset of the partition's training nodes of that
+    batch's size."""
     sampler = NeighborSampler(dataset.rowptr, dataset.col, list(fanouts), replace=replace)
     rng = np.random.default_rng(seed)
+    steps = lockstep_steps([dataset.part(k).train_idx.size for k in range(dataset.num_parts)], batch_size)
     results = []
     for k in range(dataset.num_parts):
         train = np.asarray(dataset.part(k).train_idx)
+        bounds = np.arange(steps + 1) * train.size // steps
         freq = np.zeros((len(fanouts) + 1, dataset.num_nodes))
         sizes = np.zeros((batches, len(fanouts) + 1))
         for i in range(batches):
-            seeds = rng.choice(train, min(batch_size, train.size), replace=False)
+            seeds = rng.choice(train, int(bounds[i % steps + 1] - bounds[i % steps]), replace=False)
             batch = sampler.sample(torch.from_numpy(seeds), seed=seed, batch_index=k * batches + i)
             counts = [batch.batch_size] + [m.num_src for m in reversed(batch.mfgs)]
             n_id = batch.n_id.numpy()

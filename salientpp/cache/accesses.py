@@ -38,9 +38,11 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
                   seed: int, stream: int, num_threads: int = 1, progress: bool = False) -> np.ndarray:
     """Weighted number of minibatches of partition ``k`` that contain each vertex, over ``epochs`` epochs.
 
-    Every workload runs ``epochs`` epochs of its loader (shuffled, ``drop_last=False``) over
-    partition k's seeds; a minibatch adds the workload's weight to each vertex of its ``n_id``
-    (the ids are unique within a minibatch, so this is the number of rows it would fetch).
+    Every workload runs ``epochs`` epochs of the trainer's loader over partition k's seeds:
+    shuffled, cut into ``S = workload.lockstep_steps(dataset)`` balanced batches (the batches
+    per epoch of every rank in lockstep; ``NeighborLoader(..., num_batches=S)``). A minibatch adds
+    the workload's weight to each vertex of its ``n_id`` (the ids are unique within a minibatch,
+    so this is the number of rows it would fetch); a batch without seeds adds nothing.
 
     Args:
         samplers: one ``NeighborSampler`` per workload (:func:`make_sampler`).
@@ -62,8 +64,8 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
                 bar.update(epochs)
             continue
         loader = NeighborLoader(sampler, seeds=torch.from_numpy(seeds), batch_size=workload.batch_size,
-                                shuffle=True, drop_last=False, seed=loader_seed(seed, k, stream, i),
-                                num_threads=num_threads)
+                                shuffle=True, seed=loader_seed(seed, k, stream, i), num_threads=num_threads,
+                                num_batches=workload.lockstep_steps(dataset))
         for epoch in range(epochs):
             loader.set_epoch(epoch)
             for batch in loader:

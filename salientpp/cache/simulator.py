@@ -1,7 +1,9 @@
 """The communication simulator: rows each partition fetches per epoch under each policy and α.
 
-Every evaluated epoch is sampled once per partition with the trainer's sampler (stream 0 of
-:func:`salientpp.cache.accesses.loader_seed`). A minibatch fetches the unique remote ids of its
+Every evaluated epoch is sampled once per partition with the trainer's sampler and loader
+(stream 0 of :func:`salientpp.cache.accesses.loader_seed`; every partition cuts its seeds into
+the same number of balanced batches, :meth:`~salientpp.cache.workload.Workload.lockstep_steps`).
+A minibatch fetches the unique remote ids of its
 ``n_id`` that are not cached, so the rows fetched over the run are
 ``sum_v count(v) * [v remote and not cached]``, where ``count(v)`` is the number of minibatches
 containing v. The simulator therefore keeps one count vector per partition and evaluates every
@@ -33,7 +35,10 @@ class SimulationResult:
         rows: float64 ``[P, A, K]`` rows fetched per epoch by partition k.
         accessed: float64 ``[K]`` remote rows touched per epoch (the rows fetched with no cache).
         cached: int64 ``[A, K]`` rows each partition caches at each α.
-        steps: float64 ``[K]`` minibatches per epoch of each partition (weighted over workloads).
+        steps: float64 ``[K]`` minibatches per epoch of each partition, weighted over the workloads:
+            ``sum_w weight_w * S_w`` with ``S_w`` = :meth:`Workload.lockstep_steps`, the same for every
+            partition (the ranks run in lockstep; a partition with fewer seeds than ``S_w`` runs
+            batches without seeds, which fetch nothing).
         row_bytes: bytes per feature row.
         epochs: evaluated epochs.
         meta: run description (dataset, workloads, seed, timings).
@@ -126,13 +131,14 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
     cached = np.zeros((len(replication), num_parts), dtype=np.int64)
     steps = np.zeros(num_parts)
     seconds = {"sampling": 0.0, **{name: 0.0 for name in policies}}
+    lockstep = [w.lockstep_steps(dataset) for w in ctx.workloads]  # S_w: every partition's batches per epoch
     for k in range(num_parts):
         start = time.perf_counter()
         counts = ctx.access_counts(k, ctx.epochs, accesses.EVAL_STREAM)
         seconds["sampling"] += time.perf_counter() - start
         remote = np.flatnonzero(ctx.remote_mask(k))
         accessed[k] = counts[remote].sum() / ctx.epochs
-        steps[k] = sum(w.weight * math.ceil(w.seeds(dataset, k).size / w.batch_size) for w in ctx.workloads)
+        steps[k] = sum(w.weight * lockstep[i] for i, w in enumerate(ctx.workloads))
         cached[:, k] = [Budget(replication=a).rows(remote.size, num_nodes, num_parts, 1)[0] for a in replication]
         for i, name in enumerate(policies):
             start = time.perf_counter()

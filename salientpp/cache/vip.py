@@ -6,9 +6,16 @@ uniformly (with ``replace=True``: ``f_h`` uniform draws, duplicates merged), and
 ``n_id[:count after hop h]`` is the node set :math:`S^h` after hop h, so
 :math:`S^0 \subseteq S^1 \subseteq \dots \subseteq S^L`.
 
-Let :math:`T_k` be partition k's seed set and b the batch size. A minibatch is a uniform
-b-subset of :math:`T_k`, so :math:`p^0(v) = \min(1, b/|T_k|)` on :math:`T_k` and 0 elsewhere.
-A neighbour u that is in :math:`S^{h-1}` picks v with probability
+Let :math:`T_k` be partition k's seed set and b the batch size. The ranks run in lockstep, so
+every partition runs the same number of minibatches per epoch,
+:math:`S = \max_j \lceil |T_j| / b \rceil`: partition k shuffles :math:`T_k` and cuts it into S
+balanced batches (``NeighborLoader(..., num_batches=S)``; sizes :math:`\lfloor |T_k|/S \rfloor`
+or :math:`\lceil |T_k|/S \rceil`, at most b). Batch i is a uniform random subset of
+:math:`T_k` of its size, and every seed lies in exactly one batch of the epoch, so per
+minibatch (averaged over the S batches) :math:`p^0(v) = 1/S` on :math:`T_k` and 0 elsewhere.
+Batch i's own seed probability :math:`n_i/|T_k|` is within :math:`1/|T_k|` of it, since sizes
+differ by at most one; a partition with fewer than S seeds has batches without seeds, and the
+average is still exactly 1/S. A neighbour u that is in :math:`S^{h-1}` picks v with probability
 
 * without replacement: :math:`w_h(u) = \min(1, f_h / d(u))`,
 * with replacement:    :math:`w_h(u) = 1 - (1 - 1/d(u))^{f_h}`,
@@ -24,9 +31,9 @@ Because the sets are nested, "v is in the minibatch" is the event :math:`v \in S
 that some formulations use would count the same event several times; with nested sets it is
 simply :math:`p^L`.)
 
-Accuracy. Hop 1 is exact up to the correlation of the seed draw (a b-subset, not independent
-coins): the relative error of the product is about :math:`p^0 m^2 / (2|T_k|)` for a vertex with
-m seed neighbours, negligible when :math:`|T_k| \gg m^2`. From hop 2 on, the neighbours'
+Accuracy. Hop 1 is exact up to the correlation of the seed draw (a fixed-size subset, not
+independent coins): the relative error of the product is about :math:`p^0 m^2 / (2|T_k|)` for
+a vertex with m seed neighbours, negligible when :math:`|T_k| \gg m^2`. From hop 2 on, the neighbours'
 inclusion events are positively correlated (shared ancestors) and they are not independent of
 v's own absence, so the product over-estimates: a few per cent per hop on sparse graphs.
 
@@ -51,7 +58,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..errors import InputError
-from .workload import Workload, check_batch_size, check_fanouts
+from .workload import Workload, check_batch_size, check_fanouts, lockstep_steps
 
 METHODS = ("exact", "taylor", "cavity")
 
@@ -135,16 +142,29 @@ def pick_weights(degree: np.ndarray, fanout: int, replace: bool) -> np.ndarray:
     return w
 
 
-def seed_probabilities(num_nodes: int, seed_sets: Sequence[np.ndarray], batch_size: int) -> np.ndarray:
-    """float64 ``[N, K]``: :math:`p^0`, ``min(1, b/|T_k|)`` on partition k's seeds, 0 elsewhere."""
-    p0 = np.zeros((num_nodes, len(seed_sets)), dtype=np.float64)
-    for k, seeds in enumerate(seed_sets):
-        seeds = np.unique(np.asarray(seeds, dtype=np.int64))
+def seed_probabilities(num_nodes: int, seed_sets: Sequence[np.ndarray], batch_size: int, *,
+                       num_batches: int | None = None) -> np.ndarray:
+    """float64 ``[N, K]``: :math:`p^0`, ``1/S`` on partition k's seeds, 0 elsewhere.
+
+    ``S = num_batches``, by default :func:`lockstep_steps` of the seed sets, ``max_k ceil(|T_k| / b)``:
+    the batches per epoch that every partition runs, each seed in exactly one of them.
+    """
+    batch_size = check_batch_size(batch_size)
+    sets = [np.unique(np.asarray(seeds, dtype=np.int64)) for seeds in seed_sets]
+    steps = lockstep_steps([s.size for s in sets], batch_size) if num_batches is None else _check_steps(num_batches)
+    p0 = np.zeros((num_nodes, len(sets)), dtype=np.float64)
+    for k, seeds in enumerate(sets):
         if seeds.size:
             if seeds[0] < 0 or seeds[-1] >= num_nodes:
                 raise InputError(f"seed ids of partition {k} lie outside [0, {num_nodes}); re-partition the dataset")
-            p0[seeds, k] = min(1.0, batch_size / seeds.size)
+            p0[seeds, k] = 1.0 / steps
     return p0
+
+
+def _check_steps(num_batches) -> int:
+    if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
+        raise InputError(f"num_batches must be a positive integer (batches per epoch), got {num_batches!r}")
+    return int(num_batches)
 
 
 def _as_csr(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,16 +172,23 @@ def _as_csr(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequence[np.ndarray],
-                            fanouts: Sequence[int], batch_size: int, *, replace: bool = False,
-                            method: str = "exact", return_hops: bool = False,
+                            fanouts: Sequence[int], batch_size: int, *, num_batches: int | None = None,
+                            replace: bool = False, method: str = "exact", return_hops: bool = False,
                             num_threads: int | None = None) -> np.ndarray | list[np.ndarray]:
     """Per-minibatch inclusion probability of every vertex, for every partition at once.
+
+    The seed sets are the K partitions of one job whose ranks run in lockstep: each runs
+    ``S = max_k ceil(|T_k| / b)`` balanced batches per epoch, so :math:`p^0 = 1/S` on
+    :math:`T_k` (see the module docstring).
 
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the symmetric global CSR.
         seed_sets: K int64 arrays, partition k's seed ids :math:`T_k` (may be empty).
         fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours.
-        batch_size: b; ``b >= |T_k|`` gives probability 1 on :math:`T_k` (one batch holds all).
+        batch_size: b, the most seeds per batch; ``b >= |T_k|`` for every k gives S = 1 and
+            probability 1 on the seeds (one batch holds all), never NaN.
+        num_batches: S, overriding ``max_k ceil(|T_k| / b)`` (e.g. to model one partition of a
+            larger job, or a loader run alone).
         replace: model sampling with replacement.
         method: ``"exact"``, ``"taylor"`` or ``"cavity"`` (see the module docstring).
         return_hops: return ``[p^0, ..., p^L]`` instead of ``p^L``.
@@ -180,7 +207,7 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     degree = np.diff(rowptr)
     if num_threads is not None:
         numba.set_num_threads(max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS)))
-    hops = [seed_probabilities(num_nodes, seed_sets, batch_size)]
+    hops = [seed_probabilities(num_nodes, seed_sets, batch_size, num_batches=num_batches)]
     weights = [None]
     for fanout in fanouts:
         w = pick_weights(degree, fanout, replace)
@@ -212,17 +239,15 @@ def expected_accesses(dataset, workloads: Sequence[Workload], *, method: str = "
                       num_threads: int | None = None) -> np.ndarray:
     """Expected number of minibatches per training epoch in which partition k touches vertex v.
 
-    For each workload w with seed set :math:`S_{w,k}` this is
-    ``weight_w * steps_w(|S_{w,k}|) * VIP_{w,k}(v)``, summed over the workloads, where
-    ``steps`` counts a partial last batch by its size (:meth:`Workload.steps`). For a static
-    cache the expected number of fetched rows is the sum of this score over the vertices not
-    cached, so caching the highest scores minimises it; with one workload the score is VIP
-    times a per-partition constant and ranks exactly as VIP does.
-
-    Every rank runs the same number of steps per epoch (collectives are in lockstep): the
-    trainer pads a rank that has fewer batches with empty steps, which fetch nothing, so the
-    score models each partition's own loader and nothing else. (Were the padding to repeat
-    batches instead, it would scale a partition's whole column and leave its ranking unchanged.)
+    Every rank runs the same number of steps per epoch (collectives are in lockstep): for
+    workload w each partition runs ``S_w = workload.lockstep_steps(dataset)`` balanced batches
+    (:meth:`Workload.lockstep_steps`), with no padding, so the score is
+    ``weight_w * S_w * VIP_{w,k}(v)`` summed over the workloads, where ``VIP`` uses
+    :math:`p^0 = 1/S_w` (each seed is in exactly one batch: its own score from hop 0 is 1). For a
+    static cache the expected number of fetched rows is the sum of this score over the vertices
+    not cached, so caching the highest scores minimises it; with one workload the score is VIP
+    times a constant and ranks exactly as VIP does. A partition with fewer seeds than ``S_w``
+    runs some batches with no seeds, which fetch nothing.
 
     Args:
         dataset: a ``PartitionedDataset``.
@@ -233,13 +258,15 @@ def expected_accesses(dataset, workloads: Sequence[Workload], *, method: str = "
     """
     if not workloads:
         raise InputError("at least one workload (the training fanouts and batch size) is needed")
-    total = None
+    total = np.zeros((dataset.num_nodes, dataset.num_parts), dtype=np.float64)
     for workload in workloads:
         seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
+        steps = lockstep_steps([s.size for s in seed_sets], workload.batch_size)
+        if steps == 0:  # no partition has seeds for this workload: it never runs
+            continue
         vip = inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanouts,
-                                      workload.batch_size, replace=workload.replace, method=method,
-                                      num_threads=num_threads)
-        steps = np.array([workload.steps(s.size) for s in seed_sets], dtype=np.float64)
-        vip *= workload.weight * steps[None, :]
-        total = vip if total is None else total + vip
+                                      workload.batch_size, num_batches=steps, replace=workload.replace,
+                                      method=method, num_threads=num_threads)
+        vip *= workload.weight * steps
+        total += vip
     return total

@@ -41,13 +41,22 @@ def check_batch_size(batch_size) -> int:
     return int(batch_size)
 
 
+def lockstep_steps(num_seeds, batch_size: int) -> int:
+    """``max_k ceil(num_seeds[k] / batch_size)``: the batches per epoch that K ranks with
+    ``num_seeds[k]`` seeds each run in lockstep (0 when every count is 0)."""
+    batch_size = check_batch_size(batch_size)
+    return max((-(-int(n) // batch_size) for n in num_seeds), default=0)
+
+
 @dataclass(frozen=True)
 class Workload:
     """One stream of sampled minibatches whose remote feature rows a rank must fetch.
 
     Attributes:
         fanouts: neighbours drawn per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours.
-        batch_size: seeds per minibatch.
+        batch_size: the most seeds per minibatch: every partition runs :meth:`lockstep_steps`
+            batches per epoch, ``S = max_k ceil(|seeds_k| / batch_size)``, balanced within
+            the partition.
         replace: sampling with replacement (``f`` draws, duplicates merged) instead of without.
         splits: the seed sets of each partition it runs over, e.g. ``("train",)`` or ``("valid", "test")``.
         weight: passes of this workload per training epoch (1 for training itself; e.g. 0.2 for
@@ -80,14 +89,15 @@ class Workload:
         arrays = [np.asarray(getattr(part, f"{s}_idx"), dtype=np.int64) for s in self.splits]
         return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
 
-    def steps(self, num_seeds: int) -> float:
-        """Minibatches per pass over ``num_seeds`` seeds, counting a partial last batch by its size.
+    def lockstep_steps(self, dataset) -> int:
+        """S: the minibatches per epoch of every partition when the ranks run in lockstep.
 
-        With ``num_seeds <= batch_size`` this is one (a single batch holding every seed).
+        ``S = max_k ceil(|seeds_k| / batch_size)`` over the partitions of a PartitionedDataset
+        (0 when no partition has seeds). Each partition cuts its shuffled seeds into S balanced
+        batches (``NeighborLoader(..., num_batches=S)``), so every seed is in exactly one batch
+        per epoch and a batch holds at most ``batch_size`` seeds.
         """
-        if num_seeds == 0:
-            return 0.0
-        return max(num_seeds / self.batch_size, 1.0)
+        return lockstep_steps([self.seeds(dataset, k).size for k in range(dataset.num_parts)], self.batch_size)
 
     def to_json(self) -> dict:
         return {"fanouts": list(self.fanouts), "batch_size": self.batch_size, "replace": self.replace,

@@ -1,9 +1,11 @@
 """The stages a batch goes through before the model sees it, each a small callable object.
 
 A stage takes an :class:`InFlight` record, waits for what the previous stage started (if
-anything), starts its own asynchronous work and returns the record. An *empty step*
-(``batch is None``) still takes part in every collective with zero rows, so a rank whose
-partition has fewer batches keeps its peers in lockstep.
+anything), starts its own asynchronous work and returns the record. Every rank runs the same
+number of steps (its loader yields the same number of balanced batches on every rank). A batch
+without seeds, which a rank with fewer seeds than steps gets in sampled evaluation, becomes an
+*empty step* (``batch is None``): it still takes part in every collective with zero rows, so
+its peers stay in lockstep.
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from typing import Any, Iterator
 
 import torch
 
-from ..dist.exchange import CommStats, Pending, RowExchange
-from ..dist.feature_store import FeatureStore
+from ..distributed.exchange import CommStats, Pending, RowExchange
+from ..distributed.feature_store import FeatureStore
 
 
 @dataclass
@@ -23,7 +25,7 @@ class InFlight:
     Attributes:
         step: index of the step in the epoch.
         batch: the sampled batch (``n_id``, ``batch_size``, ``mfgs``, ``y``, ``fetch``) or ``None``
-            for an empty step.
+            for an empty step (a batch without seeds).
         x: ``[num_nodes, F]`` assembled features in ``n_id`` order, on the device (set last).
         mfgs, y: the batch's MFGs and int64 ``[batch_size]`` seed labels, on the device (set last).
     """
@@ -40,8 +42,10 @@ class InFlight:
 
 
 class SampleStage:
-    """The source: records ``first_step .. num_steps - 1``, the loader's batches first, then
-    empty steps (a resumed epoch starts at ``first_step`` with a loader positioned there)."""
+    """The source: records ``first_step .. num_steps - 1``, one per batch of the loader (a
+    resumed epoch starts at ``first_step`` with a loader positioned there). A batch without
+    seeds (``batch_size == 0``) becomes an empty step (``batch is None``), and so does every
+    step after the loader ends early."""
 
     name = "sample"
 
@@ -53,7 +57,8 @@ class SampleStage:
     def __call__(self) -> InFlight | None:
         if self.step >= self.num_steps:
             return None
-        item = InFlight(self.step, next(self.batches, None))
+        batch = next(self.batches, None)
+        item = InFlight(self.step, None if batch is None or batch.batch_size == 0 else batch)
         self.step += 1
         return item
 
@@ -123,7 +128,7 @@ class AssembleStage:
         dev = self.store.ctx.device
         item.x = self.store.assemble(batch.fetch, received, int(batch.n_id.shape[0]), self.stats)
         item.mfgs = [mfg.to(dev) for mfg in batch.mfgs]
-        item.y = batch.y.to(dev, non_blocking=True)
+        item.y = None if batch.y is None else batch.y.to(dev, non_blocking=True)
         return item
 
 

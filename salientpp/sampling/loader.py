@@ -8,6 +8,7 @@ import torch
 
 from .._ext import extension
 from ..errors import InputError
+from .convert import as_int64_tensor
 from .fetch import fetch_to_extension
 from .sampler import NeighborSampler, check_labels, check_seeds
 from .types import FetchContext, SampledBatch, batch_from_extension
@@ -16,10 +17,22 @@ from .types import FetchContext, SampledBatch, batch_from_extension
 class NeighborLoader:
     """Iterates over minibatches of ``seeds`` sampled by ``sampler`` in C++ worker threads.
 
-    Batch ``i`` of epoch ``e`` holds ``epoch_order()[i * batch_size:(i + 1) * batch_size]`` and
-    is sampled with the stream ``(epoch_seed(), i)``: the same ``seed`` and epoch give the same
-    batches for any ``num_threads``, and batches always come out in order. At most
-    ``queue_depth`` batches are sampled ahead of the consumer.
+    Batch ``i`` of epoch ``e`` holds ``epoch_order()[bounds[i]:bounds[i + 1]]`` with
+    ``bounds = batch_bounds()``, and is sampled with the stream ``(epoch_seed(), i)``: the same
+    ``seed`` and epoch give the same batches for any ``num_threads``, and batches always come
+    out in order. At most ``queue_depth`` batches are sampled ahead of the consumer.
+
+    Two ways to cut an epoch into batches:
+
+    * ``num_batches=None`` (default): fixed-size batches of ``batch_size`` seeds, the last one
+      smaller (or dropped with ``drop_last``); ``len(loader) == ceil(n / batch_size)``.
+    * ``num_batches=S``: exactly ``S`` balanced batches, batch ``i`` holding
+      ``order[i * n // S:(i + 1) * n // S]`` (sizes differ by at most one, each at most
+      ``batch_size``). Distributed ranks pass the same ``S`` (the largest
+      ``ceil(n_k / batch_size)`` of any rank) so that they run the same number of steps without
+      padding. With ``n < S`` some batches have no seeds: they come out as a valid
+      :class:`SampledBatch` with ``batch_size == 0``, an empty ``n_id`` and MFGs without nodes or
+      edges (and a fetch plan that requests nothing). ``seeds`` may then even be empty.
 
     Starting a new iteration (or :meth:`close`, or garbage collection) stops the workers of
     the previous one; each finishes at most the batch in hand.
@@ -30,15 +43,19 @@ class NeighborLoader:
 
     Args:
         sampler: the :class:`NeighborSampler`.
-        seeds: int64 ``[n]`` distinct node ids (e.g. the training split).
-        batch_size: seeds per batch.
+        seeds: int64 ``[n]`` distinct node ids (e.g. the training split); ``n >= 1`` unless
+            ``num_batches`` is given.
+        batch_size: seeds per batch (with ``num_batches``: the most seeds a batch may hold, so
+            ``num_batches >= ceil(n / batch_size)``).
         shuffle: permute the seeds every epoch (seeded by ``(seed, epoch)``).
-        drop_last: drop the last batch when it has fewer than ``batch_size`` seeds.
+        drop_last: drop the last batch when it has fewer than ``batch_size`` seeds (fixed-size
+            batches only).
         seed: base random seed.
         num_threads: C++ sampling threads.
         queue_depth: batches sampled ahead.
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
         fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
+        num_batches: ``None`` for fixed-size batches, or ``S >= 1`` balanced batches per epoch.
     """
 
     _core = None  # the C++ BatchLoader of the running iteration
@@ -47,24 +64,41 @@ class NeighborLoader:
     def __init__(self, sampler: NeighborSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
                  queue_depth: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
-                 fetch: FetchContext | None = None):
+                 fetch: FetchContext | None = None, num_batches: int | None = None):
         if not isinstance(sampler, NeighborSampler):
             raise InputError(f"sampler must be a NeighborSampler, got {type(sampler).__name__}")
         for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("queue_depth", queue_depth)):
             if int(value) < 1:
                 raise InputError(f"{name} must be >= 1, got {value}")
         self.sampler = sampler
-        self.seeds = check_seeds(seeds, sampler.num_nodes, "seeds")
+        if num_batches is not None and _is_empty(seeds):  # a rank without seeds still runs its S steps
+            self.seeds = torch.empty(0, dtype=torch.int64)
+            self.labels = None if labels is None else as_int64_tensor(labels, "labels")
+        else:
+            self.seeds = check_seeds(seeds, sampler.num_nodes, "seeds")
+            self.labels = check_labels(labels, labels_offset, self.seeds)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
+        self.num_batches = None if num_batches is None else self._check_num_batches(num_batches)
         self.seed = int(seed)
         self.num_threads = int(num_threads)
         self.queue_depth = int(queue_depth)
-        self.labels = check_labels(labels, labels_offset, self.seeds)
         self.labels_offset = int(labels_offset)
         self._fetch = None if fetch is None else fetch_to_extension(fetch, sampler.num_nodes)
         self.epoch = 0
+
+    def _check_num_batches(self, num_batches) -> int:
+        if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
+            raise InputError(f"num_batches must be a positive integer or None, got {num_batches!r}")
+        if self.drop_last:
+            raise InputError("drop_last applies to fixed-size batches only; leave it False with num_batches "
+                             "(balanced batches use every seed)")
+        n = int(self.seeds.shape[0])
+        if int(num_batches) < -(-n // self.batch_size):
+            raise InputError(f"num_batches={num_batches} would put more than batch_size={self.batch_size} of the "
+                             f"{n} seeds in a batch; pass num_batches >= {-(-n // self.batch_size)}")
+        return int(num_batches)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -79,13 +113,23 @@ class NeighborLoader:
         next_batch = int(state["next_batch"])
         if not 0 <= next_batch <= len(self):
             raise InputError(f"the loader state starts at batch {next_batch} but an epoch has {len(self)} batches; "
-                             "resume with the same seeds and batch size")
+                             "resume with the same seeds, batch size and num_batches")
         self.epoch = int(state["epoch"])
         self._next_batch = next_batch
 
     def __len__(self) -> int:
+        if self.num_batches is not None:
+            return self.num_batches
         n = int(self.seeds.shape[0])
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def batch_bounds(self) -> torch.Tensor:
+        """int64 ``[len(self) + 1]``: batch ``i`` holds ``epoch_order()[bounds[i]:bounds[i + 1]]``
+        (the same in every epoch; only the order is reshuffled)."""
+        n, i = int(self.seeds.shape[0]), torch.arange(len(self) + 1, dtype=torch.int64)
+        if self.num_batches is not None:
+            return i * n // self.num_batches
+        return torch.clamp(i * self.batch_size, max=n)
 
     def _epoch_keys(self) -> tuple[int, int]:
         shuffle_key, sample_key = np.random.SeedSequence([self.seed % (1 << 64), self.epoch % (1 << 64)]
@@ -106,14 +150,14 @@ class NeighborLoader:
     def __iter__(self) -> Iterator[SampledBatch]:
         self.close()
         order = self.epoch_order().contiguous()
+        bounds = self.batch_bounds()
         first = self._next_batch
-        core = extension().BatchLoader(self.sampler._core, order, self.batch_size, self.drop_last, self.epoch_seed(),
-                                       self.labels, self.labels_offset, self._fetch, self.num_threads,
-                                       self.queue_depth, first)
+        core = extension().BatchLoader(self.sampler._core, order, bounds, self.epoch_seed(), self.labels,
+                                       self.labels_offset, self._fetch, self.num_threads, self.queue_depth, first)
         self._core = core
-        return self._batches(core, order.shape[0], first)
+        return self._batches(core, bounds.tolist(), first)
 
-    def _batches(self, core, num_seeds: int, first: int) -> Iterator[SampledBatch]:
+    def _batches(self, core, bounds: list[int], first: int) -> Iterator[SampledBatch]:
         try:
             for i in range(first, len(core)):
                 try:
@@ -124,7 +168,7 @@ class NeighborLoader:
                     raise RuntimeError("this epoch's iteration was stopped by close() or by a newer iteration "
                                        "over the same loader")
                 self._next_batch = i + 1
-                yield batch_from_extension(raw, min(self.batch_size, num_seeds - i * self.batch_size))
+                yield batch_from_extension(raw, bounds[i + 1] - bounds[i])
             self._next_batch = 0
         finally:
             core.close()
@@ -139,3 +183,10 @@ class NeighborLoader:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _is_empty(seeds) -> bool:
+    """Whether ``seeds`` is an empty 1-D array, tensor or sequence."""
+    if isinstance(seeds, (torch.Tensor, np.ndarray)):
+        return seeds.ndim == 1 and seeds.shape[0] == 0
+    return isinstance(seeds, (list, tuple)) and len(seeds) == 0
