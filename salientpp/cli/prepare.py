@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..data.format import save_dataset
+from ..data.format import MULTICLASS, Dataset, save_dataset
 from ..data.importers import ImportOptions, load_source
 from ..io import check_output_dir
 
@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("out_dir", help="dataset directory to create (must not exist)")
     p.add_argument("--root", help="ogb: directory that holds the OGB dataset folder")
     p.add_argument("--features", help="edgelist: features .npy [N, F] (default: random normal)")
-    p.add_argument("--labels", help="edgelist: labels .npy [N] (default: random)")
+    p.add_argument("--labels", help="edgelist: labels .npy: int class ids [N] (-1 = unlabelled) or multi-label "
+                                    "targets [N, T], float (0/1, NaN = unknown) or bool (default: random classes)")
     p.add_argument("--train-idx", help="edgelist: training ids .npy")
     p.add_argument("--valid-idx", help="edgelist: validation ids .npy")
     p.add_argument("--test-idx", help="edgelist: test ids .npy (default without split files: random 8/2/90)")
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = load_source(args.source, options)
     save_dataset(dataset, args.out_dir)
     print(f"wrote {args.out_dir}: {dataset.num_nodes:,} nodes, {dataset.num_edges:,} directed edges, "
-          f"{dataset.num_features} {dataset.x.dtype} features, {dataset.num_classes} classes, "
+          f"{dataset.num_features} {dataset.x.dtype} features, {_labels(dataset)}, "
           f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
           f"({time.perf_counter() - start:.1f} s)")
     if dataset.input_id is not None:
@@ -50,3 +51,10 @@ def run(args: argparse.Namespace) -> int:
               f"distinct ids were compacted to 0..{dataset.num_nodes - 1:,}; input_id.npy holds the original id "
               "of each node")
     return 0
+
+
+def _labels(dataset: Dataset) -> str:
+    """``"7 classes"`` or ``"112 binary targets (multi-label, float32)"`` for the summary line."""
+    if dataset.label_kind == MULTICLASS:
+        return f"{dataset.num_classes} classes"
+    return f"{dataset.num_tasks} binary target{'s' if dataset.num_tasks != 1 else ''} (multi-label, {dataset.y.dtype})"

@@ -5,13 +5,20 @@ Layout (all arrays are plain ``.npy`` files, memory-mapped on load; nothing is p
     rowptr.npy     int64   [N + 1]   CSR row pointers of the symmetric graph
     col.npy        int64   [nnz]     neighbours, sorted per row, no duplicates
     x.npy          float32 | float16 [N, F]
-    y.npy          int64   [N]       class id, -1 = unlabelled
+    y.npy          int64   [N]       multi-class: class id, -1 = unlabelled
+               or float32 [N, T] multi-label / binary: 0 or 1 per target, NaN = unknown target
+               or bool    [N, T] multi-label / binary: every target known
     train_idx.npy  int64   [n_train]
     valid_idx.npy  int64   [n_valid]
     test_idx.npy   int64   [n_test]
     input_id.npy   int64   [N]       optional: the id of each node in the input, ascending (written
                                      when ``prepare`` compacted the sparse ids of an edge list)
-    meta.json      kind, counts, dtypes, source, one entry (dtype, shape, checksum) per file
+    meta.json      kind, counts, dtypes, source, one entry (dtype, shape, checksum) per file;
+                   label_kind ("multiclass" | "multilabel"), label_dtype, and num_classes
+                   (multiclass) or num_tasks (multilabel)
+
+A node is *labelled* when it has a class (``y >= 0``) or at least one known target (a row that
+is not all NaN; every bool row). Split ids must be labelled.
 """
 from __future__ import annotations
 
@@ -24,15 +31,23 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError
-from ..io import atomic_output_dir, load_listed, read_meta, save_array, write_meta
+from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .csr import check_csr
 
 KIND = "salientpp-dataset"
 SPLITS = ("train_idx", "valid_idx", "test_idx")
 FEATURE_DTYPES = (np.float32, np.float16)
-# (allowed dtypes, number of dimensions) of each array of a dataset directory.
+# Label kinds (meta.json "label_kind"): int64 [N] class ids, or float32/bool [N, T] targets.
+MULTICLASS = "multiclass"
+MULTILABEL = "multilabel"
+LABEL_KINDS = (MULTICLASS, MULTILABEL)
+MULTICLASS_DTYPE = "int64"
+MULTILABEL_DTYPES = ("float32", "bool")
+# (allowed dtypes, number of dimensions) of each array of a dataset directory; None: y's number of
+# dimensions follows its dtype (int64 1-D, float32/bool 2-D), checked by check_label_array.
 FILE_FORMATS = {"rowptr": (("int64",), 1), "col": (("int64",), 1), "x": (("float32", "float16"), 2),
-                "y": (("int64",), 1), **{name: (("int64",), 1) for name in SPLITS}, "input_id": (("int64",), 1)}
+                "y": ((MULTICLASS_DTYPE,) + MULTILABEL_DTYPES, None), **{name: (("int64",), 1) for name in SPLITS},
+                "input_id": (("int64",), 1)}
 _FINITE_CHUNK_BYTES = 1 << 25
 
 
@@ -56,7 +71,8 @@ def check_ids(ids: np.ndarray, y: np.ndarray, start: int, stop: int, where: str,
     ``[start, stop)``.
 
     Args:
-        y: int64 ``[stop - start]`` labels of the ids ``start..stop-1`` (-1 = unlabelled).
+        y: labels of the ids ``start..stop-1``: int64 ``[stop - start]`` (-1 = unlabelled) or
+            float32/bool ``[stop - start, T]`` (a row of NaN only = unlabelled); see :func:`labelled`.
         where: names the array in the message; fix: how to repair it.
         strictly_increasing: also require sorted ids without duplicates.
     """
@@ -72,9 +88,107 @@ def check_ids(ids: np.ndarray, y: np.ndarray, start: int, stop: int, where: str,
     outside = (ids < start) | (ids >= stop)
     if outside.any():
         raise InputError(f"{where} holds node ids outside [{start}, {stop}) such as {ids[outside.argmax()]}; {fix}")
-    unlabelled = y[ids - start] < 0
+    unlabelled = ~labelled(y[ids - start])
     if unlabelled.any():
-        raise InputError(f"{where} holds unlabelled nodes (label -1) such as {ids[unlabelled.argmax()]}; {fix}")
+        what = "label -1" if y.ndim == 1 else "every target NaN"
+        raise InputError(f"{where} holds unlabelled nodes ({what}) such as {ids[unlabelled.argmax()]}; {fix}")
+
+
+def label_kind(y: np.ndarray) -> str:
+    """:data:`MULTICLASS` for 1-D labels (int64 class ids), :data:`MULTILABEL` for 2-D ones
+    (float32/bool ``[N, T]`` targets). Looks at the shape only; :func:`check_label_array`
+    checks the rest."""
+    return MULTICLASS if y.ndim == 1 else MULTILABEL
+
+
+def labelled(y: np.ndarray) -> np.ndarray:
+    """bool ``[n]``: which rows of the labels ``y`` are labelled.
+
+    int64 ``[n]``: ``y >= 0``; float32 ``[n, T]``: at least one target is not NaN; bool
+    ``[n, T]``: every row.
+    """
+    if y.ndim == 1:
+        return np.asarray(y) >= 0
+    if y.dtype == np.bool_:
+        return np.ones(y.shape[0], dtype=bool)
+    return ~np.isnan(y).all(axis=1)
+
+
+def label_meta(y: np.ndarray) -> dict[str, Any]:
+    """The meta.json entries that describe labels ``y`` (checked by :func:`check_label_array`):
+    ``label_kind``, ``label_dtype`` and ``num_classes`` (multi-class: largest class id + 1) or
+    ``num_tasks`` (multi-label: T)."""
+    if y.ndim == 1:
+        return {"label_kind": MULTICLASS, "label_dtype": str(y.dtype),
+                "num_classes": int(y.max()) + 1 if y.shape[0] else 0}
+    return {"label_kind": MULTILABEL, "label_dtype": str(y.dtype), "num_tasks": int(y.shape[1])}
+
+
+def _first_bad_target(y: np.ndarray) -> int:
+    """Index of the first row of float ``y`` ``[n, T]`` holding a value other than 0, 1 or NaN,
+    or -1. Reads ``y`` once in chunks of about 32 MiB."""
+    rows = max(1, _FINITE_CHUNK_BYTES // max(1, y.shape[1] * y.itemsize))
+    for start in range(0, y.shape[0], rows):
+        chunk = y[start:start + rows]
+        good = ((chunk == 0) | (chunk == 1) | np.isnan(chunk)).all(axis=1)
+        if not good.all():
+            return start + int(good.argmin())
+    return -1
+
+
+def check_label_array(y: np.ndarray, n: int, where: str, fix: str, num_classes: int | None = None,
+                      num_tasks: int | None = None, kind: str | None = None, dtype: str | None = None,
+                      first_id: int = 0) -> None:
+    """Raise :class:`InputError` unless ``y`` holds valid labels for ``n`` nodes.
+
+    Valid labels are int64 ``[n]`` class ids >= -1 (-1 = unlabelled), below ``num_classes`` when
+    it is given; or float32 ``[n, T]`` targets of 0, 1 or NaN (an unknown target), or bool
+    ``[n, T]``, with ``T >= 1`` and ``T == num_tasks`` when it is given.
+
+    Args:
+        where: names the labels in the message (e.g. ``"the labels (y) of DATASET"``).
+        fix: how to repair them, the end of every message.
+        kind, dtype: the label kind and dtype that meta.json promises, when it does.
+        first_id: global id of row 0, to name a bad row.
+
+    Cost: one pass over ``y`` (float targets in 32 MiB chunks).
+    """
+    shape = list(y.shape)
+    if y.ndim == 1 or (y.ndim != 2 and y.dtype == np.int64):
+        if y.ndim != 1 or y.shape[0] != n:
+            raise InputError(f"{where} must have shape [N={n}] (class ids) or [N={n}, T] (multi-label targets), got "
+                             f"{shape}; pass one label per node (-1 for unlabelled)")
+        if y.dtype != np.int64:
+            raise InputError(f"{where} are {y.dtype} {shape} but one-dimensional labels must be int64 class ids "
+                             "(-1 = unlabelled); convert them with astype(np.int64), or give multi-label targets as "
+                             "float32 or bool [N, T]")
+    elif y.ndim != 2 or y.shape[0] != n or y.shape[1] < 1:
+        raise InputError(f"{where} must have shape [N={n}] (class ids) or [N={n}, T] with T >= 1 (multi-label "
+                         f"targets), got {shape}; pass one label or one row of targets per node")
+    elif str(y.dtype) not in MULTILABEL_DTYPES:
+        raise InputError(f"{where} are {y.dtype} {shape} but multi-label targets must be float32 (0, 1, NaN = "
+                         "unknown) or bool; convert them with astype(np.float32) or astype(bool)")
+    actual = label_kind(y)
+    if kind is not None and kind != actual:
+        raise InputError(f"{where} are {actual} labels ({y.dtype} {shape}) but meta.json says {kind}; {fix}")
+    if dtype is not None and dtype != str(y.dtype):
+        raise InputError(f"{where} are {y.dtype} but meta.json says the labels are {dtype}; {fix}")
+    if actual == MULTICLASS:
+        if n and num_classes is not None and (y.min() < -1 or y.max() >= num_classes):
+            raise InputError(f"{where} holds labels outside [-1, {num_classes}) (from {y.min()} to {y.max()}); {fix}")
+        if n and y.min() < -1:
+            raise InputError(f"{where} must be class ids >= 0 or -1 for unlabelled; found smaller values; {fix}")
+        return
+    if num_tasks is not None and y.shape[1] != num_tasks:
+        raise InputError(f"{where} have {y.shape[1]} targets per node but meta.json gives num_tasks {num_tasks}; "
+                         f"{fix}")
+    if y.dtype != np.bool_:
+        bad = _first_bad_target(y)
+        if bad >= 0:
+            row = np.asarray(y[bad])
+            value = row[~((row == 0) | (row == 1) | np.isnan(row))][0]
+            raise InputError(f"{where} hold the target value {value} in the row of node {first_id + bad}, but "
+                             f"multi-label targets must be 0, 1 or NaN (unknown); {fix}")
 
 
 def check_unique(ids: np.ndarray, where: str) -> None:
@@ -127,8 +241,9 @@ class Dataset:
     Attributes:
         rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` (symmetric CSR, sorted rows).
         x: float32 or float16 ``[N, F]`` node features.
-        y: int64 ``[N]`` labels, -1 for unlabelled nodes.
-        train_idx, valid_idx, test_idx: int64 node ids of each split.
+        y: labels, int64 ``[N]`` class ids (-1 = unlabelled; multi-class), or float32 ``[N, T]``
+            targets of 0, 1 or NaN (unknown) or bool ``[N, T]`` (multi-label / binary).
+        train_idx, valid_idx, test_idx: int64 node ids of each split (labelled nodes only).
         source: where the data came from (for meta.json).
         extra_meta: further meta.json entries (e.g. generator parameters).
         input_id: optional int64 ``[N]``, ascending: the id each node had in the input (an edge
@@ -160,8 +275,31 @@ class Dataset:
         return int(self.x.shape[1])
 
     @property
+    def label_kind(self) -> str:
+        """:data:`MULTICLASS` (int64 ``[N]`` labels) or :data:`MULTILABEL` (``[N, T]`` targets)."""
+        return label_kind(self.y)
+
+    @property
     def num_classes(self) -> int:
+        """Largest class id + 1 of multi-class labels; a ``ValueError`` for multi-label ones (use
+        :attr:`num_tasks` or :attr:`num_outputs`)."""
+        if self.y.ndim != 1:
+            raise ValueError("num_classes is defined for multi-class labels only; these are multi-label targets, "
+                             "use num_tasks or num_outputs")
         return int(self.y.max()) + 1 if self.y.shape[0] else 0
+
+    @property
+    def num_tasks(self) -> int:
+        """T, the targets per node of multi-label labels; a ``ValueError`` for multi-class ones."""
+        if self.y.ndim != 2:
+            raise ValueError("num_tasks is defined for multi-label targets only; these are multi-class labels, "
+                             "use num_classes or num_outputs")
+        return int(self.y.shape[1])
+
+    @property
+    def num_outputs(self) -> int:
+        """Outputs a model needs: :attr:`num_classes` (multi-class) or :attr:`num_tasks` (multi-label)."""
+        return self.num_classes if self.y.ndim == 1 else self.num_tasks
 
     def degree(self) -> np.ndarray:
         """int64 ``[N]`` number of neighbours of each node."""
@@ -169,9 +307,11 @@ class Dataset:
 
     def validate(self, where: str | None = None) -> None:
         """Raise :class:`InputError` on any inconsistency a user can cause: a malformed CSR, ids
-        out of range, wrong shapes or dtypes, no feature columns, NaN/Inf features, unlabelled or
-        repeated split nodes, an empty training split, a malformed ``input_id``. One pass over
-        every array (features in 32 MiB chunks; an unsorted split is sorted once).
+        out of range, wrong shapes or dtypes, no feature columns, NaN/Inf features, labels that
+        are neither int64 ``[N]`` class ids nor float32 (0/1/NaN) or bool ``[N, T]`` targets,
+        unlabelled or repeated split nodes, an empty training split, a malformed ``input_id``. One
+        pass over every array (features and float targets in 32 MiB chunks; an unsorted split is
+        sorted once).
 
         Args:
             where: names the dataset in the messages (default: its ``source``).
@@ -195,15 +335,7 @@ class Dataset:
         if bad_row >= 0:
             raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
                              f"{bad_row}); clean or impute them first")
-        if self.y.ndim != 1 or self.y.shape[0] != n:
-            raise InputError(f"the labels (y) of {name} must have shape [N={n}], got {list(self.y.shape)}; "
-                             "pass one label per node (-1 for unlabelled)")
-        if self.y.dtype != np.int64:
-            raise InputError(f"the labels (y) of {name} must be int64, got {self.y.dtype}; convert them with "
-                             "astype(np.int64)")
-        if n and self.y.min() < -1:
-            raise InputError(f"the labels (y) of {name} must be class ids >= 0 or -1 for unlabelled; "
-                             "found smaller values")
+        check_label_array(self.y, n, f"the labels (y) of {name}", "fix the labels")
         for split in SPLITS:
             check_ids(getattr(self, split), self.y, 0, n, f"{split} of {name}", "fix the split")
             check_unique(getattr(self, split), f"{split} of {name}")
@@ -234,7 +366,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
             "num_nodes": dataset.num_nodes,
             "num_edges": dataset.num_edges,
             "num_features": dataset.num_features,
-            "num_classes": dataset.num_classes,
+            **label_meta(dataset.y),
             "feature_dtype": str(dataset.x.dtype),
             "num_train": int(dataset.train_idx.shape[0]),
             "num_valid": int(dataset.valid_idx.shape[0]),
@@ -263,7 +395,8 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
         arrays["input_id"] = load_listed(Path(path), "input_id", meta, "re-create the dataset directory",
                                          *FILE_FORMATS["input_id"], verify=verify)
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
-                "num_classes", "feature_dtype", "num_train", "num_valid", "num_test"}
+                "num_classes", "num_tasks", "label_kind", "label_dtype", "feature_dtype", "num_train", "num_valid",
+                "num_test"}
     dataset = Dataset(**arrays, source=meta.get("source", "unknown"),
                       extra_meta={k: v for k, v in meta.items() if k not in reserved})
     if meta.get("num_nodes") != dataset.num_nodes or meta.get("num_edges") != dataset.num_edges:
@@ -271,4 +404,9 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
                          "re-create the dataset directory")
     if validate:
         dataset.validate(where=f"the dataset directory {path}")
+    kind = meta.get("label_kind", MULTICLASS)  # directories written before multi-label labels lack it
+    if kind != dataset.label_kind:
+        raise InputError(f"meta.json in {path} says the labels are {shown(kind)} but y.npy holds "
+                         f"{dataset.label_kind} labels ({dataset.y.dtype} {list(dataset.y.shape)}); "
+                         "re-create the dataset directory")
     return dataset

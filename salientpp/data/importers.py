@@ -2,7 +2,8 @@
 
 Schemes:
     ``synthetic:PRESET[,key=value...]``  a generated graph (see :mod:`salientpp.data.synthetic`)
-    ``npz:PATH``        keys edge_index [2, E], x [N, F], y [N], train_idx, val_idx, test_idx
+    ``npz:PATH``        keys edge_index [2, E], x [N, F], y [N] (or [N, T] multi-label targets),
+                        train_idx, val_idx, test_idx (id arrays or boolean masks)
     ``edgelist:PATH``   text lines ``u v`` (spaces, tabs or commas, ``#`` comments; plain, gzip, or
                         UTF-16/32 with a byte-order mark), with optional ``.npy`` features, labels
                         and split files indexed by the ids of the edge list. Without such files (or
@@ -29,7 +30,7 @@ import numpy as np
 from ..errors import InputError
 from .csr import build_csr
 from ..io import shown
-from .format import Dataset, check_disjoint_splits
+from .format import Dataset, check_disjoint_splits, labelled
 
 SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc")
 
@@ -40,7 +41,8 @@ class ImportOptions:
 
     Attributes:
         root: directory that holds OGB datasets (``ogb:`` only).
-        features, labels, train_idx, valid_idx, test_idx: ``.npy`` files (``edgelist:`` only).
+        features, labels, train_idx, valid_idx, test_idx: ``.npy`` files (``edgelist:`` only);
+            labels are class ids ``[N]`` or multi-label targets ``[N, T]`` (see :func:`as_labels`).
         num_nodes: number of nodes when the edge list does not mention the last ones.
         feature_dtype: "float32" or "float16"; features are converted to it.
         keep_self_loops: keep (v, v) edges instead of dropping them.
@@ -71,8 +73,7 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
                          + ", ".join(f"{s}:..." for s in SCHEMES))
     if not arg:
         raise InputError(f"source {source!r} names no {scheme} argument; write it as {scheme}:ARG")
-    if options.feature_dtype not in ("float32", "float16"):
-        raise InputError(f"feature dtype must be float32 or float16, got {options.feature_dtype!r}")
+    check_feature_dtype(options.feature_dtype)
     check_counts(options)
     if scheme == "synthetic":
         from .synthetic import synthetic_dataset
@@ -85,11 +86,27 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
         dataset = _from_ogb(arg, options)
     else:
         dataset = _from_mag240m(arg, options)
-    dataset.x = np.asarray(dataset.x).astype(options.feature_dtype, copy=False)
+    return checked(dataset, options.feature_dtype)
+
+
+def checked(dataset: Dataset, feature_dtype: str = "float32") -> Dataset:
+    """``dataset`` with its features converted to ``feature_dtype`` (no copy when they have it),
+    after the checks every imported dataset passes: :meth:`Dataset.validate` (CSR, shapes and
+    dtypes, at least one feature column, finite features, labels, labelled split ids without
+    repeats, a training node) and disjoint train/valid/test splits. Raises :class:`InputError`
+    with one sentence naming ``dataset.source``."""
+    check_feature_dtype(feature_dtype)
+    dataset.x = np.asarray(dataset.x).astype(feature_dtype, copy=False)
     dataset.validate()
     check_disjoint_splits({"train": dataset.train_idx, "valid": dataset.valid_idx, "test": dataset.test_idx},
                           dataset.num_nodes, dataset.source)
     return dataset
+
+
+def check_feature_dtype(name: str) -> None:
+    """Raise :class:`InputError` unless ``name`` is ``"float32"`` or ``"float16"``."""
+    if name not in ("float32", "float16"):
+        raise InputError(f"feature dtype must be float32 or float16, got {name!r}")
 
 
 def check_counts(options: ImportOptions) -> None:
@@ -118,27 +135,58 @@ def _as_ids(array: np.ndarray, what: str) -> np.ndarray:
     array = np.asarray(array)
     if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
         raise InputError(f"{what} must be a 1-D integer array, got {array.dtype} {list(array.shape)}")
-    return array.astype(np.int64)
+    return array.astype(np.int64, copy=False)
 
 
-def _as_labels(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
-    """int64 labels from an integer or float (NaN = unlabelled) array of shape [N] or [N, 1]."""
+def as_labels(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
+    """Labels in the dataset format from an input array with one entry or row per node.
+
+    * ``[N]`` or ``[N, 1]`` integer or float: multi-class class ids, returned as int64 ``[N]``;
+      a float NaN or -1 marks an unlabelled node (OGB's ``[N, 1]`` float labels).
+    * ``[N, T]`` with ``T >= 2``, or bool ``[N, 1]``: multi-label (or binary) targets. Float
+      values stay float32 (0 or 1, NaN = unknown target; other values are refused by
+      :meth:`Dataset.validate`), bool stays bool, and integers of 0 and 1 only (OGB's
+      ``ogbn-proteins``) become bool.
+
+    A 1-D bool array is refused: it could be a binary target or two classes; give int64 class ids
+    or a ``[N, 1]`` bool target. Raises :class:`InputError` naming ``what``.
+    """
     array = np.asarray(array)
-    if array.ndim == 2 and array.shape[1] == 1:
+    if array.ndim == 2 and array.shape[1] == 1 and array.dtype != np.bool_:
         array = array[:, 0]
-    if array.ndim != 1 or array.shape[0] != num_nodes:
-        raise InputError(f"{what} must hold one label per node ({num_nodes}), got shape {list(array.shape)}")
+    if array.ndim not in (1, 2) or array.shape[0] != num_nodes:
+        raise InputError(f"{what} must hold one label per node ({num_nodes}), got shape {list(array.shape)}; "
+                         "give class ids [N] or multi-label targets [N, T]")
+    if array.ndim == 2:
+        if array.shape[1] == 0:
+            raise InputError(f"{what} has shape {list(array.shape)}, no targets per node; give class ids [N] or "
+                             "multi-label targets [N, T] with T >= 1")
+        if array.dtype == np.bool_:
+            return array
+        if np.issubdtype(array.dtype, np.floating):
+            return array.astype(np.float32, copy=False)
+        if np.issubdtype(array.dtype, np.integer):
+            if array.size and (array.min() < 0 or array.max() > 1):
+                raise InputError(f"{what} holds integer multi-label targets other than 0 and 1 (from {array.min()} "
+                                 f"to {array.max()}); give 0/1 targets, or float32 with NaN for unknown targets")
+            return array.astype(bool)
+        raise InputError(f"{what} must hold numbers or booleans, got dtype {array.dtype}")
+    if array.dtype == np.bool_:
+        raise InputError(f"{what} is a 1-D boolean array, which could be one binary target or two classes; give "
+                         "int64 class ids [N] for multi-class labels, or reshape it to [N, 1] for one binary target")
     if np.issubdtype(array.dtype, np.floating):
-        labelled = ~np.isnan(array)
-        if np.any(array[labelled] != np.round(array[labelled])):
+        known = ~np.isnan(array)
+        if np.any(array[known] != np.round(array[known])):
             raise InputError(f"{what} holds non-integer class ids; labels must be integers (NaN or -1 = unlabelled)")
-        return np.where(labelled, array, -1).astype(np.int64)
+        return np.where(known, array, -1).astype(np.int64)
     if not np.issubdtype(array.dtype, np.integer):
         raise InputError(f"{what} must be integer class ids, got dtype {array.dtype}")
-    return array.astype(np.int64)
+    return array.astype(np.int64, copy=False)
 
 
-def _as_features(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
+def as_features(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
+    """``array`` as numeric ``[N, F]`` features (not converted: :func:`checked` does that), or
+    :class:`InputError` naming ``what``."""
     array = np.asarray(array)
     if array.ndim != 2 or array.shape[0] != num_nodes:
         raise InputError(f"{what} must have shape [N={num_nodes}, F], got {list(array.shape)}; "
@@ -150,12 +198,13 @@ def _as_features(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
 
 def random_split(y: np.ndarray, fractions: tuple[float, float, float], rng: np.random.Generator
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Split the labelled nodes (``y >= 0``) at random into train/valid/test by ``fractions``.
+    """Split the labelled nodes (see :func:`~salientpp.data.format.labelled`) of ``y`` at random
+    into train/valid/test by ``fractions``.
 
     Returns three sorted int64 id arrays; fractions may sum to less than 1 (the rest is unused).
     The training set gets at least one node, so a tiny graph stays trainable.
     """
-    ids = rng.permutation(np.flatnonzero(y >= 0))
+    ids = rng.permutation(np.flatnonzero(labelled(y)))
     n_train = min(ids.shape[0], max(1, int(round(fractions[0] * ids.shape[0]))))
     n_valid = int(round(fractions[1] * ids.shape[0]))
     n_test = min(ids.shape[0] - n_train - n_valid, int(round(fractions[2] * ids.shape[0])))
@@ -198,8 +247,9 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
                      "write it again with numpy.savez")
 
 
-def _as_split(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
-    """int64 ids from an id array or a boolean mask with one entry per node."""
+def as_split(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
+    """int64 ids from a 1-D integer id array or a boolean ``[N]`` mask (``what`` names it in
+    messages); repeats and ranges are checked later, by :func:`checked`."""
     array = np.asarray(array)
     if array.dtype == np.bool_:
         if array.shape != (num_nodes,):
@@ -222,11 +272,11 @@ def _from_npz(path: Path, options: ImportOptions) -> Dataset:
     x = arrays["x"]
     num_nodes = int(x.shape[0]) if x.ndim >= 1 else 0
     rowptr, col = build_csr(arrays["edge_index"], num_nodes, options.keep_self_loops)
-    return Dataset(rowptr=rowptr, col=col, x=_as_features(x, num_nodes, f"x in {path}"),
-                   y=_as_labels(arrays["y"], num_nodes, f"y in {path}"),
-                   train_idx=_as_split(arrays["train_idx"], num_nodes, "train_idx"),
-                   valid_idx=_as_split(arrays["val_idx"], num_nodes, "val_idx"),
-                   test_idx=_as_split(arrays["test_idx"], num_nodes, "test_idx"),
+    return Dataset(rowptr=rowptr, col=col, x=as_features(x, num_nodes, f"x in {path}"),
+                   y=as_labels(arrays["y"], num_nodes, f"y in {path}"),
+                   train_idx=as_split(arrays["train_idx"], num_nodes, "train_idx"),
+                   valid_idx=as_split(arrays["val_idx"], num_nodes, "val_idx"),
+                   test_idx=as_split(arrays["test_idx"], num_nodes, "test_idx"),
                    source=f"npz:{path.resolve()}")
 
 
@@ -538,9 +588,9 @@ def _from_edgelist(path: Path, options: ImportOptions) -> Dataset:
         raise InputError(f"edge list {path} mentions node {largest} but the graph has {num_nodes} nodes ({basis}); "
                          f"{fix}")
     if x is not None:
-        x = _as_features(x, num_nodes, "features")
+        x = as_features(x, num_nodes, "features")
     if y is not None:
-        y = _as_labels(y, num_nodes, "labels")
+        y = as_labels(y, num_nodes, "labels")
     if options.num_nodes is not None:
         fix = "pass a smaller --num-nodes"
     elif x is None and y is None and any(split_files):
@@ -613,8 +663,8 @@ def _from_ogb(name: str, options: ImportOptions) -> Dataset:
     if graph.get("node_feat") is None:
         raise InputError(f"{name} has no node features in {raw}; salientpp needs node-feat in the raw files")
     rowptr, col = build_csr(graph["edge_index"], num_nodes, options.keep_self_loops)
-    return Dataset(rowptr=rowptr, col=col, x=_as_features(graph["node_feat"], num_nodes, "node_feat"),
-                   y=_as_labels(labels, num_nodes, "node labels"),
+    return Dataset(rowptr=rowptr, col=col, x=as_features(graph["node_feat"], num_nodes, "node_feat"),
+                   y=as_labels(labels, num_nodes, "node labels"),
                    train_idx=_as_ids(splits[0], "train split"), valid_idx=_as_ids(splits[1], "valid split"),
                    test_idx=_as_ids(splits[2], "test split"), source=f"ogb:{name}")
 
@@ -664,8 +714,8 @@ def _from_mag240m(name: str, options: ImportOptions) -> Dataset:
         raise InputError(f"the MAG240M files under {folder} could not be read ({str(exc).splitlines()[0]}); "
                          "re-extract them") from None
     rowptr, col = build_csr(np.asarray(edge_index), num_nodes, options.keep_self_loops)
-    return Dataset(rowptr=rowptr, col=col, x=_as_features(x, num_nodes, "paper features"),
-                   y=_as_labels(labels, num_nodes, "paper labels"),
+    return Dataset(rowptr=rowptr, col=col, x=as_features(x, num_nodes, "paper features"),
+                   y=as_labels(labels, num_nodes, "paper labels"),
                    train_idx=_as_ids(np.asarray(train), "train split"), valid_idx=_as_ids(np.asarray(valid), "valid split"),
                    test_idx=np.empty(0, dtype=np.int64), source="ogb-lsc:mag240m",
                    extra_meta={"test_split": "empty: the MAG240M test labels are hidden; use the validation accuracy"})

@@ -12,6 +12,12 @@ The model is a degree-corrected stochastic block model:
   ``label_purity``, else a uniformly random one;
 * features are the class centroid plus Gaussian noise, so a feature-only classifier is
   mediocre while averaging neighbours (mostly of the same class) removes much of the noise.
+* with ``num_tasks = T >= 1`` the labels are multi-label instead: bool ``[N, T]`` targets, each
+  class having a fixed random 0/1 pattern over the T tasks (every task has both values); a
+  node takes its class's pattern, each target replaced by a fair coin flip with probability
+  ``1 - label_purity``. The class still drives the features, so the targets follow the
+  communities and the features as the classes do. ``unknown_fraction > 0`` makes them float32
+  with that fraction of targets NaN (unknown), every node keeping at least one known target.
 
 Node ids are shuffled at the end, so they carry no community information. Every random draw is
 a pure function of the seed and of the draw's position, so the arrays do not depend on the
@@ -65,6 +71,9 @@ class SyntheticConfig:
         train_fraction, valid_fraction, test_fraction: split sizes as fractions of N.
         feature_dtype: "float32" or "float16".
         seed: non-negative seed; the same config gives identical arrays.
+        num_tasks: 0 for multi-class labels (int64 ``[N]``); T >= 1 for multi-label targets
+            (bool ``[N, T]``, float32 with ``unknown_fraction``).
+        unknown_fraction: with ``num_tasks``, the fraction of targets made NaN (unknown).
     """
 
     num_nodes: int = 2000
@@ -84,6 +93,8 @@ class SyntheticConfig:
     test_fraction: float = 0.90
     feature_dtype: str = "float32"
     seed: int = 0
+    num_tasks: int = 0
+    unknown_fraction: float = 0.0
 
     def validate(self) -> None:
         """Raise :class:`InputError` naming the first parameter that is out of range."""
@@ -112,6 +123,10 @@ class SyntheticConfig:
             (round(self.train_fraction * n) >= 1, "train_fraction * num_nodes must give at least one training node"),
             (self.feature_dtype in ("float32", "float16"), "feature_dtype must be float32 or float16"),
             (0 <= self.seed < 2**63, "seed must be a non-negative integer below 2^63"),
+            (self.num_tasks >= 0, "num_tasks must be 0 (multi-class labels) or a positive number of targets"),
+            (0 <= self.unknown_fraction < 1, "unknown_fraction must lie in [0, 1)"),
+            (self.unknown_fraction == 0 or self.num_tasks >= 1,
+             "unknown_fraction applies to multi-label targets only; give num_tasks too"),
         ]
         for ok, message in checks:
             if not ok:
@@ -198,8 +213,9 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     config.validate()
     _check_memory(config)
     n = config.num_nodes
-    seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split = \
-        np.random.SeedSequence(config.seed).spawn(7)
+    # The eighth child only feeds multi-label targets: the first seven are those of spawn(7).
+    seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split, seq_tasks = \
+        np.random.SeedSequence(config.seed).spawn(8)
 
     # Internal order: community c owns internal ids [starts[c], starts[c + 1]).
     sizes = _community_sizes(n, config.num_communities, config.community_size_spread,
@@ -231,6 +247,8 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     y = _labels(community, config, np.random.default_rng(seq_label))
     x = _features(y, config, seq_features)
     train_idx, valid_idx, test_idx = _splits(n, config, np.random.default_rng(seq_split))
+    if config.num_tasks:
+        y = _targets(y, config, np.random.default_rng(seq_tasks))
     dataset = Dataset(rowptr=rowptr, col=col, x=x, y=y, train_idx=train_idx, valid_idx=valid_idx,
                       test_idx=test_idx, source="synthetic",
                       extra_meta={"synthetic": dataclasses.asdict(config)})
@@ -283,6 +301,25 @@ def _labels(community: np.ndarray, config: SyntheticConfig, rng: np.random.Gener
     flip = rng.random(y.shape[0]) >= config.label_purity
     y[flip] = rng.integers(0, k, size=int(flip.sum()))
     return y
+
+
+def _targets(y: np.ndarray, config: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
+    """Multi-label targets from the class ids ``y`` (int64 ``[N]``): bool ``[N, T]``, or float32
+    with NaN for unknown targets when ``config.unknown_fraction > 0`` (see the module docstring)."""
+    n, k, t = y.shape[0], config.num_classes, config.num_tasks
+    pattern = rng.random((k, t)) < 0.5
+    constant = pattern.all(axis=0) | ~pattern.any(axis=0)   # a task every class agrees on teaches nothing
+    pattern[rng.integers(0, k, size=t)[constant], np.flatnonzero(constant)] ^= True
+    targets = pattern[y]
+    noisy = rng.random((n, t)) >= config.label_purity
+    targets[noisy] = rng.random(int(noisy.sum())) < 0.5
+    if config.unknown_fraction == 0:
+        return targets
+    out = targets.astype(np.float32)
+    unknown = rng.random((n, t)) < config.unknown_fraction
+    unknown[np.arange(n), rng.integers(0, t, size=n)] = False   # every node keeps a known target
+    out[unknown] = np.nan
+    return out
 
 
 def _features(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedSequence) -> np.ndarray:

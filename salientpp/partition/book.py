@@ -34,10 +34,6 @@ class PartitionBook:
             return torch.searchsorted(torch.from_numpy(np.asarray(self.offsets)), ids, right=True) - 1
         return np.searchsorted(self.offsets, ids, side="right").astype(np.int64) - 1
 
-    def to_local(self, ids: np.ndarray | torch.Tensor, k: int) -> np.ndarray | torch.Tensor:
-        """Row index of each id inside partition ``k`` (ids must be owned by ``k``)."""
-        return ids - int(self.offsets[k])
-
     def owned(self, k: int) -> np.ndarray:
         """int64 ``[part_size(k)]`` the global ids owned by partition ``k``."""
         return np.arange(self.offsets[k], self.offsets[k + 1], dtype=np.int64)

@@ -7,12 +7,15 @@ Layout (``.npy`` arrays + ``meta.json``; partition k owns the new ids ``[offsets
     offsets.npy          int64 [K + 1] the partition book
     orig_id.npy          int64 [N]  original id of each new id (new -> old)
     part_<k>/x.npy       float32|float16 [n_k, F] features of the owned ids, in id order
-    part_<k>/y.npy       int64 [n_k] labels of the owned ids (-1 = unlabelled)
+    part_<k>/y.npy       labels of the owned ids, as in the dataset: int64 [n_k] (-1 = unlabelled)
+                         or float32 / bool [n_k, T] multi-label targets (NaN = unknown)
     part_<k>/train_idx.npy, valid_idx.npy, test_idx.npy
                          int64 sorted NEW global ids of the owned split nodes
 
 ``meta.json["files"]`` maps each relative path without ``.npy`` (``"part_0/x"``) to its dtype,
-shape and checksum.
+shape and checksum. ``meta.json`` also gives ``label_kind`` ("multiclass" | "multilabel";
+absent in directories written before multi-label labels: multiclass), ``label_dtype`` and
+``num_classes`` (multiclass) or ``num_tasks`` (multilabel).
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ import numpy as np
 
 from .. import __version__
 from ..data.csr import check_csr
-from ..data.format import FILE_FORMATS, SPLITS, check_ids, check_permutation, first_nonfinite_row
+from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTYPE, MULTILABEL, MULTILABEL_DTYPES,
+                           SPLITS, check_ids, check_label_array, check_permutation, first_nonfinite_row)
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .book import PartitionBook
@@ -44,7 +48,7 @@ class PartData:
 
     Attributes:
         x: ``[n_k, F]`` rows of the owned ids, row i is global id ``offsets[k] + i``.
-        y: int64 ``[n_k]``.
+        y: int64 ``[n_k]`` class ids or float32/bool ``[n_k, T]`` targets, rows as in ``x``.
         train_idx, valid_idx, test_idx: int64 sorted new global ids owned by k.
     """
 
@@ -91,8 +95,36 @@ class PartitionedDataset:
         return int(self.meta["num_features"])
 
     @property
+    def label_kind(self) -> str:
+        """``"multiclass"`` (int64 ``[n_k]`` labels) or ``"multilabel"`` (float32/bool ``[n_k, T]``)."""
+        return self.meta.get("label_kind", MULTICLASS)
+
+    @property
+    def label_dtype(self) -> np.dtype:
+        """dtype of every ``part_<k>/y.npy``: int64, float32 or bool."""
+        return np.dtype(self.meta.get("label_dtype", MULTICLASS_DTYPE))
+
+    @property
     def num_classes(self) -> int:
+        """Number of classes of multi-class labels; a ``ValueError`` for multi-label ones (use
+        :attr:`num_tasks` or :attr:`num_outputs`)."""
+        if self.label_kind != MULTICLASS:
+            raise ValueError("num_classes is defined for multi-class labels only; these are multi-label targets, "
+                             "use num_tasks or num_outputs")
         return int(self.meta["num_classes"])
+
+    @property
+    def num_tasks(self) -> int:
+        """T, the targets per node of multi-label labels; a ``ValueError`` for multi-class ones."""
+        if self.label_kind != MULTILABEL:
+            raise ValueError("num_tasks is defined for multi-label targets only; these are multi-class labels, "
+                             "use num_classes or num_outputs")
+        return int(self.meta["num_tasks"])
+
+    @property
+    def num_outputs(self) -> int:
+        """Outputs a model needs: :attr:`num_classes` (multi-class) or :attr:`num_tasks` (multi-label)."""
+        return self.num_classes if self.label_kind == MULTICLASS else self.num_tasks
 
     @property
     def feature_dtype(self) -> np.dtype:
@@ -140,7 +172,8 @@ class PartitionedDataset:
 
         With ``n_k = offsets[k + 1] - offsets[k]``: ``x`` is ``[n_k, F]`` of the feature dtype
         and F of meta.json and holds no NaN or infinity (the message names the first bad row by
-        its global id); ``y`` is int64 ``[n_k]`` with values in ``[-1, num_classes)``; the
+        its global id); ``y`` is int64 ``[n_k]`` with values in ``[-1, num_classes)``, or (multi-label)
+        ``[n_k, num_tasks]`` of meta.json's label dtype, float32 targets being 0, 1 or NaN; the
         train/valid/test ids are int64, sorted without duplicates, owned by ``k`` (inside
         ``[offsets[k], offsets[k + 1])``) and labelled. An empty training split is accepted (the
         trainer decides about it). Cost: one pass over ``x`` in 32 MiB chunks and over ``y``
@@ -168,12 +201,14 @@ class PartitionedDataset:
             raise InputError(f"{folder / 'x.npy'} holds NaN or infinite features in the row of global id "
                              f"{start + bad_row} (partition {k}); clean the features, re-create the dataset "
                              "and re-partition it")
-        if part.y.shape != (stop - start,):
+        if part.y.shape[:1] != (stop - start,):
             raise InputError(f"{folder / 'y.npy'} has shape {list(part.y.shape)} but partition {k} owns "
                              f"{stop - start} ids; {FIX}")
-        if part.y.shape[0] and (part.y.min() < -1 or part.y.max() >= self.num_classes):
-            raise InputError(f"{folder / 'y.npy'} holds labels outside [-1, {self.num_classes}) "
-                             f"(from {part.y.min()} to {part.y.max()}); {FIX}")
+        multiclass = self.label_kind == MULTICLASS
+        check_label_array(part.y, stop - start, str(folder / "y.npy"), FIX,
+                          num_classes=self.num_classes if multiclass else None,
+                          num_tasks=None if multiclass else self.num_tasks, kind=self.label_kind,
+                          dtype=str(self.label_dtype), first_id=start)
         for name in SPLITS:
             check_ids(getattr(part, name), part.y, start, stop, str(folder / f"{name}.npy"), FIX,
                       strictly_increasing=True)
@@ -182,7 +217,8 @@ class PartitionedDataset:
 def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray,
                      orig_id: np.ndarray, parts: list[PartData], meta: dict[str, Any]) -> Path:
     """Write a partitioned directory atomically. ``meta`` holds the descriptive entries
-    (num_classes, method, seed, quality, source...); counts and files are filled in here."""
+    (:func:`~salientpp.data.format.label_meta`'s label entries, method, seed, quality, source...);
+    counts and files are filled in here."""
     if len(parts) != offsets.shape[0] - 1:
         raise ValueError("one PartData per partition is required")
     with atomic_output_dir(out_dir) as tmp:
@@ -231,7 +267,15 @@ def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool =
         if meta.get(key) != value:
             raise InputError(f"meta.json in {path} says {key} is {shown(meta.get(key))} but the arrays hold {value}; "
                              f"{FIX}")
-    for key in ("num_features", "num_classes"):
+    kind = meta.get("label_kind", MULTICLASS)
+    if kind not in LABEL_KINDS:
+        raise InputError(f"meta.json in {path} gives the label kind as {shown(kind)}, not {MULTICLASS} or "
+                         f"{MULTILABEL}; {FIX}")
+    dtypes = (MULTICLASS_DTYPE,) if kind == MULTICLASS else MULTILABEL_DTYPES
+    if meta.get("label_dtype", MULTICLASS_DTYPE) not in dtypes:
+        raise InputError(f"meta.json in {path} gives the label dtype of its {kind} labels as "
+                         f"{shown(meta.get('label_dtype'))}, not {' or '.join(dtypes)}; {FIX}")
+    for key in ("num_features", "num_classes" if kind == MULTICLASS else "num_tasks"):
         if not isinstance(meta.get(key), int) or isinstance(meta[key], bool) or meta[key] < 1:
             raise InputError(f"meta.json in {path} gives {key} as {shown(meta.get(key))}, not a positive integer; "
                              f"{FIX}")

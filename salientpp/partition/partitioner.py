@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.format import Dataset
+from ..data.format import Dataset, label_meta
 from ..errors import InputError
 from ..io import check_output_dir
 from .format import PartData, save_partitioned
@@ -102,7 +102,8 @@ def _split_by_part(ids: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> 
 
 def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0) -> Partitioning:
     """Assign, renumber (partition k = new ids ``[offsets[k], offsets[k+1])``, original order
-    kept inside a partition), permute the graph and slice features, labels and splits."""
+    kept inside a partition), permute the graph and slice features, labels (rows of int64 ``[N]``
+    class ids or of ``[N, T]`` multi-label targets) and splits."""
     timings = {}
     clock = time.perf_counter()
 
@@ -148,7 +149,7 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     save_partitioned(Path(out_dir), result.rowptr, result.col, result.renumbering.offsets,
                      result.renumbering.orig_id, result.parts, {
                          "source": dataset.source,
-                         "num_classes": dataset.num_classes,
+                         **label_meta(dataset.y),
                          "method": method,
                          "seed": seed,
                          "constraints": list(CONSTRAINTS),

@@ -104,9 +104,17 @@ def check_seeds(seeds: torch.Tensor | np.ndarray | Sequence[int], num_nodes: int
 
 
 def check_labels(labels: torch.Tensor | np.ndarray | None, offset: int, seeds: torch.Tensor) -> torch.Tensor | None:
-    """``labels`` as an int64 tensor covering ``seeds - offset``, or :class:`InputError`."""
+    """``labels`` as an int64 tensor covering ``seeds - offset``, or :class:`InputError`.
+
+    Only multi-class labels (int64 ``[M]``) are gathered by the sampler; multi-label targets
+    (``[M, T]``) are refused with the way round: gather their rows from the batch's seeds.
+    """
     if labels is None:
         return None
+    if getattr(labels, "ndim", 1) == 2:
+        raise InputError(f"the sampler gathers multi-class labels (int64 [M]) only, got multi-label targets of shape "
+                         f"{list(labels.shape)}; pass labels=None and take the rows of the batch's seeds "
+                         "(labels[batch.n_id[:batch.batch_size] - labels_offset]) yourself")
     labels_t = as_int64_tensor(labels, "labels")
     if int(seeds.min()) - offset < 0 or int(seeds.max()) - offset >= labels_t.shape[0]:
         raise InputError(f"labels cover ids [{offset}, {offset + labels_t.shape[0]}) but the seeds do not all lie "

@@ -1,0 +1,426 @@
+"""The learning task a dataset's labels define: its loss and its evaluation metric.
+
+Two kinds of labels (see :mod:`salientpp.data.format`):
+
+* **multi-class**, int64 ``[N]`` class ids (-1 = unlabelled): one output per class,
+  cross-entropy, metric :data:`ACCURACY` by default;
+* **multi-label / binary**, float32 ``[N, T]`` targets of 0, 1 or NaN (unknown) or bool
+  ``[N, T]``: one output (a logit) per target, binary cross-entropy with logits over the known
+  targets, metric :data:`ROC_AUC` by default (ogbn-proteins style: the mean over the tasks that
+  have both a positive and a negative known target).
+
+Metrics and ranks: :data:`ACCURACY` and :data:`F1_MICRO` are sums (correct/count, TP/FP/FN)
+that add up across batches and ranks (one ``all_reduce``). ROC-AUC does not decompose: every
+rank's scores and targets are gathered (:func:`all_gather_rows`) and the AUC is computed on
+the whole set, identically on every rank. :class:`MetricAccumulator` does either.
+
+Typical use::
+
+    task = task_of(data, metric=None)            # data: Dataset or PartitionedDataset
+    loss = task.loss(logits, task.targets(y_rows))
+    acc = task.accumulator()
+    acc.update(logits, task.targets(y_rows))     # per batch
+    value = acc.compute()                        # a collective when torch.distributed is up
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..data.format import MULTICLASS, MULTILABEL
+from ..errors import InputError
+
+ACCURACY = "accuracy"
+ROC_AUC = "roc-auc"
+F1_MICRO = "f1-micro"
+METRICS = (ACCURACY, ROC_AUC, F1_MICRO)
+"""The metric names ``--metric`` accepts."""
+DEFAULT_METRICS = {MULTICLASS: ACCURACY, MULTILABEL: ROC_AUC}
+DECOMPOSABLE_METRICS = frozenset({ACCURACY, F1_MICRO})
+"""Metrics that are sums over nodes, so ranks combine them with one ``all_reduce``."""
+_ALIASES = {"acc": ACCURACY, "rocauc": ROC_AUC, "auc": ROC_AUC, "f1": F1_MICRO, "micro-f1": F1_MICRO}
+
+CROSS_ENTROPY = "cross-entropy"
+BCE_WITH_LOGITS = "bce-with-logits"
+LOSSES = {MULTICLASS: CROSS_ENTROPY, MULTILABEL: BCE_WITH_LOGITS}
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the model learns and how it is scored.
+
+    Attributes:
+        kind: :data:`~salientpp.data.format.MULTICLASS` or :data:`~salientpp.data.format.MULTILABEL`.
+        num_outputs: outputs of the model: classes C (multi-class) or targets T (multi-label).
+        metric: one of :data:`METRICS`.
+
+    Build it with :func:`task_of`, :func:`task_from_labels` or :func:`make_task`, which check
+    that the metric fits the labels.
+    """
+
+    kind: str
+    num_outputs: int
+    metric: str
+
+    @property
+    def loss_name(self) -> str:
+        """:data:`CROSS_ENTROPY` (multi-class) or :data:`BCE_WITH_LOGITS` (multi-label)."""
+        return LOSSES[self.kind]
+
+    @property
+    def decomposable(self) -> bool:
+        """Whether the metric is a sum over nodes (:meth:`metric_sums`); else (ROC-AUC) it needs
+        every score (:meth:`scores_and_targets`)."""
+        return self.metric in DECOMPOSABLE_METRICS
+
+    def targets(self, y: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """The label rows ``y`` of a batch as the tensor :meth:`loss` and the metrics take.
+
+        Args:
+            y: multi-class: integer ``[b]`` class ids (-1 = unlabelled); multi-label: float
+                ``[b, T]`` (NaN = unknown) or bool ``[b, T]``. numpy or torch; a torch tensor
+                keeps its device.
+
+        Returns:
+            multi-class: int64 ``[b]``; multi-label: float32 ``[b, T]`` of 0., 1. and NaN.
+        """
+        if isinstance(y, np.ndarray) and not y.flags.writeable:
+            y = np.array(y)                      # rows of a read-only memory map: torch wants writable memory
+        t = torch.as_tensor(y)
+        if self.kind == MULTICLASS:
+            return t.long()
+        return t.float()
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean loss of a batch, a scalar tensor with gradient.
+
+        Args:
+            logits: float ``[b, num_outputs]`` model outputs (unnormalised).
+            targets: :meth:`targets` of the batch's labels: int64 ``[b]`` (multi-class; -1 rows
+                are ignored) or float32 ``[b, T]`` (multi-label; NaN targets are ignored, bool
+                is accepted too).
+
+        Multi-class: cross-entropy over the labelled rows. Multi-label: binary cross-entropy with
+        logits averaged over the known targets; a batch without any gives a zero that still
+        reaches every parameter (so DDP's gradient all-reduce sees them all).
+        """
+        if self.kind == MULTICLASS:
+            return F.cross_entropy(logits, targets, ignore_index=-1)
+        targets = targets.float()
+        known = ~torch.isnan(targets)
+        if not bool(known.any()):
+            return logits.sum() * 0.0
+        return F.binary_cross_entropy_with_logits(logits[known], targets[known])
+
+    def metric_sums(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """float64 ``[S]`` CPU sums of a batch that add up across batches and ranks (decomposable
+        metrics only; :meth:`metric_from_sums` turns their total into the metric).
+
+        :data:`ACCURACY`: ``[correct, count]`` (multi-class: argmax equals the class, over the
+        labelled rows; multi-label: ``logit > 0`` equals the target, over the known targets).
+        :data:`F1_MICRO`: ``[true positives, false positives, false negatives]`` over the known
+        targets, predicting ``logit > 0``.
+        """
+        if not self.decomposable:
+            raise ValueError(f"{self.metric} is not a sum over nodes; use scores_and_targets")
+        logits = logits.detach()
+        if self.kind == MULTICLASS:
+            known = targets >= 0
+            correct = (logits.argmax(-1) == targets) & known
+            return torch.tensor([float(correct.sum()), float(known.sum())], dtype=torch.float64)
+        targets = targets.float()
+        known = ~torch.isnan(targets)
+        predicted = logits > 0
+        positive = targets == 1
+        if self.metric == ACCURACY:
+            return torch.tensor([float(((predicted == positive) & known).sum()), float(known.sum())],
+                                dtype=torch.float64)
+        tp = float((predicted & positive & known).sum())
+        fp = float((predicted & ~positive & known).sum())
+        fn = float((~predicted & positive & known).sum())
+        return torch.tensor([tp, fp, fn], dtype=torch.float64)
+
+    def metric_from_sums(self, sums: torch.Tensor | list[float]) -> float:
+        """The metric from :meth:`metric_sums` added over batches and ranks; NaN without any
+        labelled node (or, for F1, without any positive target or prediction)."""
+        s = [float(v) for v in sums]
+        if self.metric == ACCURACY:
+            return s[0] / s[1] if s[1] else float("nan")
+        denominator = 2 * s[0] + s[1] + s[2]
+        return 2 * s[0] / denominator if denominator else float("nan")
+
+    def scores_and_targets(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 CPU ``([b, T'], [b, T'])`` scores and 0/1/NaN targets for :func:`roc_auc`.
+
+        Multi-label: the logits and the targets (``T' = T``). Binary multi-class (two classes):
+        the log-odds ``logits[:, 1] - logits[:, 0]`` and the class as a 0/1 target (-1 = NaN),
+        ``T' = 1``.
+        """
+        logits = logits.detach()
+        if self.kind == MULTILABEL:
+            return logits.float().cpu(), targets.float().cpu()
+        scores = (logits[:, 1] - logits[:, 0]).float().unsqueeze(1)
+        target = torch.where(targets >= 0, targets.float(), torch.full_like(targets, float("nan"), dtype=torch.float))
+        return scores.cpu(), target.unsqueeze(1).cpu()
+
+    def evaluate(self, logits: torch.Tensor, targets: torch.Tensor) -> float:
+        """The metric of one set of rows in this process (no collective)."""
+        acc = self.accumulator()
+        acc.update(logits, targets)
+        return acc.compute(distributed=False)
+
+    def accumulator(self) -> "MetricAccumulator":
+        """An empty :class:`MetricAccumulator` for this task."""
+        return MetricAccumulator(self)
+
+    def describe(self) -> str:
+        """``"multilabel, 5 targets, bce-with-logits, roc-auc"`` for logs."""
+        unit = "classes" if self.kind == MULTICLASS else "targets"
+        return f"{self.kind}, {self.num_outputs} {unit}, {self.loss_name}, {self.metric}"
+
+
+class MetricAccumulator:
+    """Collects a task's metric over batches (and ranks).
+
+    Decomposable metrics keep float64 sums (:attr:`sums`); ROC-AUC keeps every batch's scores
+    and targets on the CPU (``4 * 2 * T'`` bytes per row) until :meth:`compute`.
+    """
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every batch."""
+        self.sums = torch.zeros(3 if self.task.metric == F1_MICRO else 2, dtype=torch.float64)
+        self._scores: list[torch.Tensor] = []
+        self._targets: list[torch.Tensor] = []
+
+    def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        """Add a batch: ``logits`` float ``[b, num_outputs]``, ``targets`` from :meth:`Task.targets`."""
+        if self.task.decomposable:
+            self.sums += self.task.metric_sums(logits, targets)
+        else:
+            scores, target = self.task.scores_and_targets(logits, targets)
+            self._scores.append(scores)
+            self._targets.append(target)
+
+    def compute(self, group: Any = None, device: torch.device | str | None = None,
+                distributed: bool | None = None) -> float:
+        """The metric over every batch of every rank.
+
+        A collective when ``distributed`` (default: ``torch.distributed`` is initialised with more
+        than one rank): every rank of ``group`` must call it. Sums are all-reduced; ROC-AUC's rows
+        are gathered with :func:`all_gather_rows`, so every rank returns the same value.
+
+        Args:
+            group: the process group (default: the world).
+            device: where the collective's tensors live (``"cuda"`` with NCCL; default CPU).
+        """
+        if distributed is None:
+            distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
+        width = self.task.num_outputs if self.task.kind == MULTILABEL else 1
+        if self.task.decomposable:
+            sums = self.sums
+            if distributed:
+                sums = sums.to(device or "cpu")
+                dist.all_reduce(sums, group=group)
+            return self.task.metric_from_sums(sums.cpu())
+        scores = torch.cat(self._scores) if self._scores else torch.empty((0, width))
+        targets = torch.cat(self._targets) if self._targets else torch.empty((0, width))
+        if distributed:
+            both = all_gather_rows(torch.cat([scores, targets], dim=1), group=group, device=device)
+            scores, targets = both[:, :width], both[:, width:]
+        return roc_auc(scores, targets)
+
+
+# ---- construction ------------------------------------------------------------------------------
+
+def check_metric(name: str) -> str:
+    """The canonical metric name for ``name`` (case and ``_``/``-`` ignored; ``rocauc`` and
+    ``auc`` mean :data:`ROC_AUC`, ``acc`` :data:`ACCURACY`, ``f1`` :data:`F1_MICRO`), or
+    :class:`InputError` for an unknown one."""
+    key = str(name).strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in METRICS:
+        raise InputError(f"unknown metric {name!r}; choose one of {', '.join(METRICS)}")
+    return key
+
+
+def make_task(kind: str, num_outputs: int, metric: str | None = None) -> Task:
+    """The task of labels of ``kind`` with ``num_outputs`` classes or targets.
+
+    ``metric`` (see :func:`check_metric`) overrides the default (:data:`ACCURACY` for
+    multi-class, :data:`ROC_AUC` for multi-label). Raises :class:`InputError` with one sentence
+    when it does not fit the labels: ROC-AUC needs binary or multi-label targets (multi-class
+    labels with exactly two classes are scored by their log-odds); F1-micro needs multi-label
+    targets (on one class per node it equals accuracy).
+    """
+    if kind not in DEFAULT_METRICS:
+        raise ValueError(f"unknown label kind {kind!r}; expected {MULTICLASS} or {MULTILABEL}")
+    if num_outputs < 1:
+        raise InputError(f"the labels define {num_outputs} {'classes' if kind == MULTICLASS else 'targets'}; "
+                         "a task needs at least one, so check the labels")
+    chosen = DEFAULT_METRICS[kind] if metric is None else check_metric(metric)
+    if kind == MULTICLASS and chosen == ROC_AUC and num_outputs != 2:
+        raise InputError(f"the metric {ROC_AUC} needs binary or multi-label targets but these labels have "
+                         f"{num_outputs} classes; use {ACCURACY}, or give [N, T] multi-label targets")
+    if kind == MULTICLASS and chosen == F1_MICRO:
+        raise InputError(f"the metric {F1_MICRO} is for multi-label targets and equals {ACCURACY} when every node "
+                         f"has one class, as these multi-class labels do; use {ACCURACY}")
+    return Task(kind=kind, num_outputs=int(num_outputs), metric=chosen)
+
+
+def task_from_labels(y: torch.Tensor | np.ndarray, metric: str | None = None,
+                     num_outputs: int | None = None) -> Task:
+    """The task of the labels ``y``.
+
+    Args:
+        y: integer ``[N]`` class ids (-1 = unlabelled) → multi-class, cross-entropy,
+            :data:`ACCURACY`; float ``[N, T]`` (NaN = unknown) or bool ``[N, T]`` targets →
+            multi-label, BCE with logits, :data:`ROC_AUC`.
+        metric: overrides the default metric (see :func:`make_task`).
+        num_outputs: the number of classes when ``y`` is only part of the labels (a partition
+            may lack the largest class); default: ``y.max() + 1`` or T.
+
+    Raises :class:`InputError` for labels of another shape or dtype, or a metric that does not fit.
+    """
+    t = torch.as_tensor(y) if not isinstance(y, np.ndarray) else None
+    ndim, shape = (t.dim(), tuple(t.shape)) if t is not None else (y.ndim, y.shape)
+    is_float = t.is_floating_point() if t is not None else np.issubdtype(y.dtype, np.floating)
+    is_bool = (t.dtype == torch.bool) if t is not None else y.dtype == np.bool_
+    if ndim == 1 and not is_float and not is_bool:
+        count = num_outputs if num_outputs is not None else (int(y.max()) + 1 if shape[0] else 0)
+        return make_task(MULTICLASS, count, metric)
+    if ndim == 2 and (is_float or is_bool):
+        if num_outputs is not None and num_outputs != shape[1]:
+            raise InputError(f"the labels have {shape[1]} targets per node but {num_outputs} outputs were asked for; "
+                             "check the labels")
+        return make_task(MULTILABEL, int(shape[1]), metric)
+    dtype = t.dtype if t is not None else y.dtype
+    raise InputError(f"labels of dtype {dtype} and shape {list(shape)} define no task; give integer class ids [N] "
+                     "or float/bool multi-label targets [N, T]")
+
+
+def task_of(data: Any, metric: str | None = None) -> Task:
+    """The task of a :class:`~salientpp.data.Dataset` or
+    :class:`~salientpp.partition.PartitionedDataset`, from its ``label_kind`` and
+    ``num_outputs`` (the whole dataset's class count, not one partition's)."""
+    return make_task(data.label_kind, data.num_outputs, metric)
+
+
+# ---- ROC-AUC ------------------------------------------------------------------------------------
+
+def _as_numpy(a: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        return a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """float64 ``[n]`` 1-based ranks of ``values``, tied values sharing their average rank."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.empty(values.shape[0], dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    group = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], values.shape[0])      # positions starts..ends-1 hold ranks starts+1..ends
+    ranks = np.empty(values.shape[0], dtype=np.float64)
+    ranks[order] = ((starts + 1 + ends) / 2.0)[group]
+    return ranks
+
+
+def roc_auc_per_task(scores: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray) -> np.ndarray:
+    """float64 ``[T]`` ROC-AUC of each task; NaN for a task without both a positive and a
+    negative known target.
+
+    Args:
+        scores: float ``[n, T]`` (or ``[n]``) finite scores, higher = more likely positive (logits
+            or probabilities: only their order matters).
+        y: ``[n, T]`` (or ``[n]``) targets: 0/1 floats with NaN = unknown, or bool.
+
+    The AUC of task t is the probability that a random positive scores above a random negative,
+    ties counting one half: the Mann-Whitney U statistic with average ranks for ties,
+    ``(sum of positive ranks - P (P + 1) / 2) / (P N)``. O(n log n) per task.
+    """
+    s = _as_numpy(scores).astype(np.float64, copy=False)
+    t = _as_numpy(y)
+    if s.ndim == 1:
+        s, t = s[:, None], t[:, None]
+    if s.shape != t.shape or s.ndim != 2:
+        raise ValueError(f"scores {list(s.shape)} and targets {list(t.shape)} must both be [n, T]")
+    t = t.astype(np.float64, copy=False)
+    result = np.full(s.shape[1], np.nan)
+    for task in range(s.shape[1]):
+        known = ~np.isnan(t[:, task])
+        target = t[known, task] == 1
+        positives = int(target.sum())
+        negatives = int(target.shape[0]) - positives
+        if not positives or not negatives:
+            continue
+        values = s[known, task]
+        if not np.isfinite(values).all():
+            raise ValueError(f"the scores of task {task} hold NaN or infinite values; ROC-AUC needs finite scores")
+        ranks = _average_ranks(values)
+        result[task] = (ranks[target].sum() - positives * (positives + 1) / 2.0) / (positives * negatives)
+    return result
+
+
+def roc_auc(scores: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray) -> float:
+    """Mean ROC-AUC over the tasks that have both a positive and a negative known target
+    (ogbn-proteins' rocauc), or NaN when no task has both.
+
+    Args:
+        scores: float ``[n, T]`` finite scores (only their order per task matters).
+        y: ``[n, T]`` 0/1 targets, float with NaN = unknown or bool.
+
+    Ties are counted one half (average ranks), as ``sklearn.metrics.roc_auc_score`` does.
+    See :func:`roc_auc_per_task`.
+    """
+    per_task = roc_auc_per_task(scores, y)
+    defined = per_task[~np.isnan(per_task)]
+    return float(defined.mean()) if defined.shape[0] else float("nan")
+
+
+# ---- collectives ----------------------------------------------------------------------------------
+
+def all_gather_rows(rows: torch.Tensor, group: Any = None, device: torch.device | str | None = None) -> torch.Tensor:
+    """Concatenate every rank's ``rows`` (``[n_k, *trailing]``, ``n_k`` may differ, 0 included)
+    in rank order: ``[sum_k n_k, *trailing]`` on every rank, on ``rows``' device.
+
+    A collective over ``group`` (default: the world): every rank calls it with the same trailing
+    shape and dtype. It all-gathers the row counts, then the rows padded to the longest. With
+    one process (or without ``torch.distributed`` initialised) it returns ``rows`` as they are.
+
+    Args:
+        device: where the collective's tensors live: CPU for gloo (the default: ``rows``' own
+            device), ``"cuda"`` for NCCL. bool rows travel as uint8.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return rows
+    home, dtype = rows.device, rows.dtype
+    local = rows.to(torch.device(device) if device is not None else home)
+    if dtype == torch.bool:
+        local = local.to(torch.uint8)
+    local = local.contiguous()
+    world = dist.get_world_size(group)
+    count = torch.tensor([local.shape[0]], dtype=torch.int64, device=local.device)
+    counts = [torch.empty_like(count) for _ in range(world)]
+    dist.all_gather(counts, count, group=group)
+    sizes = [int(c) for c in counts]
+    longest = max(sizes)
+    if longest == 0:
+        return rows
+    padded = local.new_zeros((longest, *local.shape[1:]))
+    padded[:local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded, group=group)
+    gathered = torch.cat([part[:size] for part, size in zip(parts, sizes)])
+    return gathered.to(device=home, dtype=dtype)

@@ -1,0 +1,188 @@
+"""Tasks and metrics from the labels (salientpp.train.tasks): losses, ROC-AUC, metric sums,
+the cross-rank gather (gloo, 2 ranks)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from salientpp.data import MULTICLASS, MULTILABEL
+from salientpp.distributed import init_distributed, launch, shutdown_distributed
+from salientpp.errors import InputError
+from salientpp.train.tasks import (ACCURACY, BCE_WITH_LOGITS, CROSS_ENTROPY, F1_MICRO, METRICS, ROC_AUC, Task,
+                                   all_gather_rows, check_metric, make_task, roc_auc, roc_auc_per_task,
+                                   task_from_labels, task_of)
+
+
+def brute_force_auc(scores: np.ndarray, y: np.ndarray) -> float:
+    """Mean over tasks with both classes of P(score_pos > score_neg) + 0.5 P(tie), pair by pair."""
+    values = []
+    for t in range(y.shape[1]):
+        pos = [scores[i, t] for i in range(y.shape[0]) if y[i, t] == 1]
+        neg = [scores[i, t] for i in range(y.shape[0]) if y[i, t] == 0]
+        if not pos or not neg:
+            continue
+        wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+        values.append(wins / (len(pos) * len(neg)))
+    return float(np.mean(values)) if values else float("nan")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_roc_auc_matches_pairwise_count_with_ties_and_unknown_targets(seed):
+    rng = np.random.default_rng(seed)
+    n, t = int(rng.integers(5, 40)), int(rng.integers(1, 6))
+    scores = rng.integers(-3, 4, size=(n, t)).astype(np.float32)   # few values: many ties
+    scores[:, 0] = rng.standard_normal(n)                            # and one task without ties
+    y = (rng.random((n, t)) < 0.4).astype(np.float32)
+    y[rng.random((n, t)) < 0.3] = np.nan
+    if t > 1:
+        y[:, -1] = np.where(np.isnan(y[:, -1]), np.nan, 1.0)          # one class only: left out of the mean
+    assert roc_auc(scores, y) == pytest.approx(brute_force_auc(scores, y), abs=1e-12)
+    assert roc_auc(torch.from_numpy(scores), torch.from_numpy(y)) == pytest.approx(brute_force_auc(scores, y))
+
+
+def test_roc_auc_edge_cases():
+    assert roc_auc(np.array([[0.1], [0.9]]), np.array([[0.0], [1.0]])) == 1.0
+    assert roc_auc(np.array([[0.9], [0.1]]), np.array([[0.0], [1.0]])) == 0.0
+    assert roc_auc(np.array([[0.5], [0.5]]), np.array([[0.0], [1.0]])) == 0.5
+    assert np.isnan(roc_auc(np.array([[0.5], [0.7]]), np.array([[1.0], [1.0]])))   # no task has both classes
+    assert np.isnan(roc_auc(np.zeros((0, 3)), np.zeros((0, 3))))
+    bools = np.array([[True, True], [False, True], [True, True]])
+    per_task = roc_auc_per_task(np.array([[2.0, 0.0], [1.0, 1.0], [3.0, 5.0]]), bools)
+    np.testing.assert_allclose(per_task, [1.0, np.nan])
+    with pytest.raises(ValueError, match="finite"):
+        roc_auc(np.array([[np.nan], [1.0]]), np.array([[0.0], [1.0]]))
+
+
+def test_roc_auc_agrees_with_sklearn():
+    metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(5)
+    scores = np.round(rng.standard_normal((500, 3)), 1)
+    y = (rng.random((500, 3)) < 0.3).astype(np.float64)
+    for t in range(3):
+        assert roc_auc(scores[:, t:t + 1], y[:, t:t + 1]) == pytest.approx(metrics.roc_auc_score(y[:, t], scores[:, t]))
+
+
+def test_task_from_labels_picks_loss_and_metric():
+    multiclass = task_from_labels(np.array([0, 2, -1, 1]))
+    assert multiclass == Task(MULTICLASS, 3, ACCURACY) and multiclass.loss_name == CROSS_ENTROPY
+    assert multiclass.decomposable
+    multilabel = task_from_labels(np.array([[0, 1, np.nan]], dtype=np.float32))
+    assert multilabel == Task(MULTILABEL, 3, ROC_AUC) and multilabel.loss_name == BCE_WITH_LOGITS
+    assert not multilabel.decomposable
+    assert task_from_labels(torch.ones((4, 2), dtype=torch.bool)) == Task(MULTILABEL, 2, ROC_AUC)
+    assert task_from_labels(torch.tensor([0, 1]), num_outputs=5) == Task(MULTICLASS, 5, ACCURACY)
+    assert task_from_labels(np.zeros((3, 2), np.float32), metric="accuracy").metric == ACCURACY
+    assert task_from_labels(np.zeros((3, 2), np.float32), metric="F1_micro").metric == F1_MICRO
+    assert task_from_labels(np.array([0, 1, 1]), metric="rocauc").metric == ROC_AUC   # binary multi-class
+    assert check_metric("ROC_AUC") == ROC_AUC and set(METRICS) == {ACCURACY, ROC_AUC, F1_MICRO}
+
+
+@pytest.mark.parametrize("labels, metric, message", [
+    (np.array([0, 1, 2]), "roc-auc", "roc-auc needs binary or multi-label targets but these labels have 3 classes"),
+    (np.array([0, 1, 2]), "f1-micro", "f1-micro is for multi-label targets"),
+    (np.array([0, 1]), "precision", "unknown metric 'precision'; choose one of accuracy, roc-auc, f1-micro"),
+    (np.zeros((3, 2), np.int64), None, "define no task"),
+    (np.zeros(3, np.float32), None, "define no task"),
+])
+def test_a_metric_that_does_not_fit_is_one_sentence(labels, metric, message):
+    with pytest.raises(InputError, match=message) as info:
+        task_from_labels(labels, metric)
+    assert str(info.value).count(". ") == 0 and "\n" not in str(info.value)
+
+
+def test_multilabel_loss_ignores_unknown_targets():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3, requires_grad=True)
+    y = torch.tensor([[1, 0, np.nan], [np.nan, np.nan, np.nan], [0, 1, 1], [1, 1, 0], [np.nan, 0, 1], [0, 0, 0]],
+                     dtype=torch.float32)
+    task = task_from_labels(y)
+    loss = task.loss(logits, task.targets(y))
+    known = ~torch.isnan(y)
+    expected = F.binary_cross_entropy_with_logits(logits[known], y[known])
+    assert torch.allclose(loss, expected)
+    loss.backward()
+    assert torch.all(logits.grad[~known] == 0) and torch.all(logits.grad[known] != 0)
+    empty = task.loss(logits, torch.full((6, 3), float("nan")))
+    assert float(empty.detach()) == 0.0 and empty.requires_grad
+    bool_targets = task.targets(np.array([[True, False, True]]))
+    assert bool_targets.dtype == torch.float32 and bool_targets.tolist() == [[1.0, 0.0, 1.0]]
+
+
+def test_multiclass_loss_and_accuracy():
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0], [5.0, 0.0, 0.0]])
+    y = torch.tensor([0, 2, 2, -1])
+    task = make_task(MULTICLASS, 3)
+    assert torch.allclose(task.loss(logits, y), F.cross_entropy(logits[:3], y[:3]))
+    assert task.metric_sums(logits, y).tolist() == [2.0, 3.0]
+    assert task.evaluate(logits, y) == pytest.approx(2 / 3)
+
+
+def test_multilabel_accuracy_f1_and_binary_multiclass_auc():
+    logits = torch.tensor([[1.0, -1.0], [1.0, 1.0], [-1.0, -2.0]])
+    y = torch.tensor([[1.0, 0.0], [0.0, np.nan], [0.0, 1.0]])
+    accuracy = make_task(MULTILABEL, 2, ACCURACY)
+    assert accuracy.metric_sums(logits, y).tolist() == [3.0, 5.0]       # wrong: (1, 0) and (2, 1)
+    f1 = make_task(MULTILABEL, 2, F1_MICRO)
+    assert f1.metric_sums(logits, y).tolist() == [1.0, 1.0, 1.0]        # tp (0, 0); fp (1, 0); fn (2, 1)
+    assert f1.evaluate(logits, y) == pytest.approx(0.5)
+    assert make_task(MULTILABEL, 2).evaluate(logits, y) == pytest.approx(roc_auc(logits.numpy(), y.numpy()))
+    binary = make_task(MULTICLASS, 2, ROC_AUC)
+    two = torch.tensor([[0.0, 2.0], [1.0, 0.0], [0.0, 0.5], [3.0, 0.0]])
+    assert binary.evaluate(two, torch.tensor([1, 0, 0, -1])) == 1.0
+
+
+def test_task_of_a_dataset_uses_its_labels(tmp_path):
+    from salientpp.data.synthetic import synthetic_dataset
+    from salientpp.partition import load_partitioned, partition_dataset
+
+    assert task_of(synthetic_dataset("tiny")) == Task(MULTICLASS, 8, ACCURACY)
+    dataset = synthetic_dataset("tiny,num_tasks=5")
+    assert task_of(dataset) == Task(MULTILABEL, 5, ROC_AUC)
+    partition_dataset(dataset, tmp_path / "p", 2, method="random")
+    assert task_of(load_partitioned(tmp_path / "p"), "accuracy") == Task(MULTILABEL, 5, ACCURACY)
+
+
+# ---- across ranks -------------------------------------------------------------------------------
+
+def _gather_worker(seed: int) -> dict:
+    ctx = init_distributed("cpu", timeout_s=60)
+    rng = np.random.default_rng(seed)
+    sizes = [7, 0]                                   # a rank without rows
+    scores = rng.standard_normal((sum(sizes), 3)).astype(np.float32)
+    y = (rng.random((sum(sizes), 3)) < 0.5).astype(np.float32)
+    y[rng.random(y.shape) < 0.2] = np.nan
+    lo = sum(sizes[:ctx.rank])
+    mine = slice(lo, lo + sizes[ctx.rank])
+    rows = all_gather_rows(torch.arange(sizes[ctx.rank] * 2, dtype=torch.int64).reshape(-1, 2) + 100 * ctx.rank)
+    flags = all_gather_rows(torch.ones((ctx.rank + 1, 1), dtype=torch.bool))
+    task = make_task(MULTILABEL, 3)
+    acc = task.accumulator()
+    half = lo + sizes[ctx.rank] // 2
+    acc.update(torch.from_numpy(scores[lo:half]), torch.from_numpy(y[lo:half]))
+    acc.update(torch.from_numpy(scores[half:mine.stop]), torch.from_numpy(y[half:mine.stop]))
+    auc = acc.compute()
+    accuracy = make_task(MULTILABEL, 3, ACCURACY).accumulator()
+    accuracy.update(torch.from_numpy(scores[mine]), torch.from_numpy(y[mine]))
+    result = {"rows": rows.tolist(), "flags": flags.tolist(), "flags_dtype": str(flags.dtype), "auc": auc,
+              "expected_auc": roc_auc(scores, y), "accuracy": accuracy.compute(),
+              "expected_accuracy": make_task(MULTILABEL, 3, ACCURACY).evaluate(torch.from_numpy(scores),
+                                                                               torch.from_numpy(y))}
+    shutdown_distributed(ctx)
+    return result
+
+
+def test_metrics_combine_across_ranks_with_gloo():
+    results = launch(_gather_worker, (3,), nprocs=2)
+    for r in results:
+        assert r["rows"] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11], [12, 13]]
+        assert r["flags"] == [[True]] * 3 and r["flags_dtype"] == "torch.bool"
+        assert r["auc"] == pytest.approx(r["expected_auc"], abs=1e-12)
+        assert r["accuracy"] == pytest.approx(r["expected_accuracy"])
+    assert results[0]["auc"] == results[1]["auc"]
+
+
+def test_gather_without_a_process_group_returns_the_rows():
+    rows = torch.ones((3, 2))
+    assert all_gather_rows(rows) is rows
