@@ -1,3 +1,29 @@
-"""salientpp: distributed minibatch GNN training with VIP-driven caching of remote features."""
+"""salientpp: distributed minibatch GNN training with VIP-driven caching of remote features.
+
+The layer a training script programs against (imported on first use, so ``import salientpp``
+stays light)::
+
+    ctx = salientpp.init_distributed(device="cpu")          # joins torchrun's group, or runs alone
+    graph = salientpp.DistGraph("cora-2")                   # this rank's partition
+    loader = salientpp.DistNeighborLoader(graph, "train", fanouts=[10, 10], batch_size=64)
+    salientpp.launch(main, nprocs=2)                         # local ranks without torchrun
+"""
+from importlib import import_module
 
 __version__ = "0.1.0"
+
+_API = {
+    "init_distributed": "salientpp.distributed.group",
+    "shutdown_distributed": "salientpp.distributed.group",
+    "DistGraph": "salientpp.distributed.graph",
+    "DistNeighborLoader": "salientpp.distributed.loader",
+    "Batch": "salientpp.distributed.loader",
+    "launch": "salientpp.distributed.launcher",
+}
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(import_module(_API[name]), name)
+    raise AttributeError(f"module 'salientpp' has no attribute {name!r}")

@@ -7,7 +7,7 @@ from .errors import InputError
 
 REBUILD = "rebuild it with `pip install --no-build-isolation -e .` in the salientpp source tree"
 # Entry points this version of the Python code calls; an older build lacks some of them.
-REQUIRED = ("gather_rows", "Sampler", "BatchLoader", "FetchContext")
+REQUIRED = ("Sampler", "BatchLoader", "FetchContext")
 
 
 @functools.lru_cache(maxsize=1)

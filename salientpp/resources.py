@@ -376,7 +376,8 @@ def _activation_bytes(model: str, size: BatchSize, dims: Sequence[int], training
     ``d_in`` into ``n_dst`` rows of width ``d_out`` over ``E`` sampled edges. A training step keeps
     every layer's tensors for the backward pass (the widest per-edge tensor is transient, so only
     the largest counts); inference without gradients holds one layer at a time."""
-    node_tensors, edge_tensors = ACTIVATION_TENSORS[model]
+    # A user's model (PKG.MODULE:FUNCTION) is estimated like SAGE: one message per edge.
+    node_tensors, edge_tensors = ACTIVATION_TENSORS.get(model, ACTIVATION_TENSORS["sage"])
     hops = len(size.edges)
     layers = []
     for i in range(hops):
@@ -396,8 +397,8 @@ def _parameter_count(dims: Sequence[int]) -> int:
 
 
 def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_size: int, hidden: int, layers: int,
-                   replication: float, pipeline_depth: int, cache: str, local_ranks: int,
-                   model: str = "sage", eval_fanouts: Sequence[int] | None = None,
+                   pipeline_depth: int, cache: str, local_ranks: int, replication: float | None = None,
+                   cached_rows: int | None = None, model: str = "sage", eval_fanouts: Sequence[int] | None = None,
                    eval_batch_size: int | None = None) -> MemoryEstimate:
     """Peak memory of ``salientpp train`` on one machine: ``local_ranks`` ranks of the partitioned
     dataset ``data`` together.
@@ -408,19 +409,24 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     * ``graph``: the global CSR and ``orig_id``, memory-mapped and shared by the ranks;
     * ``owned feature rows``: each rank's mapped ``part_k/x.npy`` plus the feature store's
       reordered copy, and its labels;
-    * with a cache (``cache != "none"`` and K > 1): ``floor(replication * N / K)`` cached rows per
-      rank, three times (the start-up all-to-all sends, receives and reorders them), and the
-      int64 [N] cache-slot map with its start-up temporaries;
+    * with a cache (``cache != "none"`` and K > 1): the cached rows per rank (``cached_rows`` of
+      an existing plan, else ``floor(replication * N / K)``), three times (the start-up all-to-all
+      sends, receives and reorders them), and the int64 [N] cache-slot map with its start-up
+      temporaries;
     * then the larger of two phases. Training: ``per-rank batch buffers``, ``pipeline_depth``
       batches in flight plus the one being assembled (:func:`batch_size_estimate`, rows once),
       and ``activations`` of one training step or one inference batch, whichever is larger.
-      Start-up, when no plan exists yet: ``cache plan analysis (rank 0)`` (the analysis of
+      Start-up, when no plan exists yet (no ``cached_rows``): ``cache plan analysis (rank 0)`` (the analysis of
       :func:`estimate_analyze`, and every partition's features mapped) while the others wait;
     * ``model and optimizer``: :data:`PARAMETER_BYTES` per parameter.
 
     Args:
         fanouts, batch_size, hidden, layers, replication, pipeline_depth, cache, model: as in
-            :class:`~salientpp.train.TrainConfig`.
+            :class:`~salientpp.train.TrainConfig`; ``replication`` is needed with a cache unless
+            ``cached_rows`` is given.
+        cached_rows: the most remote rows a partition caches in the plan the run uses, when
+            that plan exists (:attr:`~salientpp.cache.plan.PlanInfo.max_cached_rows`): no
+            analysis at start-up.
         local_ranks: ranks started on this machine (1 <= R <= K).
         eval_fanouts, eval_batch_size: sampled inference (default batch size: ``batch_size``);
             ``None`` when the run does not evaluate or evaluates layer-wise.
@@ -429,8 +435,6 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     row = data.num_features * data.feature_dtype.itemsize
     if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
         raise InputError(f"{local_ranks!r} local ranks cannot train {k} partitions; start 1 to {k} ranks per machine")
-    if model not in ACTIVATION_TENSORS:
-        raise InputError(f"unknown model {model!r}; choose one of {', '.join(ACTIVATION_TENSORS)}")
     if len(check_fanouts(fanouts)) != layers:
         raise InputError(f"{len(fanouts)} fanouts for {layers} layers; pass one fanout per layer")
     sizes = sorted((data.book.part_size(p) for p in range(k)), reverse=True)[:local_ranks]
@@ -442,14 +446,17 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     }
     analysis = 0
     if cache != "none" and k > 1:
-        budget = Budget(replication=replication)
-        workload = (Workload(tuple(fanouts), batch_size),)
-        analysis = (sum(_analysis_items(n, e, k, row, workload, budget, cache, "exact", 1).values())
-                    + _node_files_bytes(n, row))
-        cached_rows, _ = budget.rows(n, n, k, row)
+        if cached_rows is None:
+            if replication is None:
+                raise ValueError("estimate_train needs replication or cached_rows with a cache")
+            budget = Budget(replication=replication)
+            workload = (Workload(tuple(fanouts), batch_size),)
+            analysis = (sum(_analysis_items(n, e, k, row, workload, budget, cache, "exact", 1).values())
+                        + _node_files_bytes(n, row))
+            cached_rows, _ = budget.rows(n, n, k, row)
         items["cache rows"] = ranks * 3 * cached_rows * row
         items["cache-slot maps"] = ranks * 16 * n
-    dims = [data.num_features] + [hidden] * (layers - 1) + [data.num_classes]
+    dims = [data.num_features] + [hidden] * (layers - 1) + [data.num_outputs]
     size = batch_size_estimate(n, e, fanouts, batch_size)
     batch_bytes = _feature_batch_bytes(size, row)
     activations = _activation_bytes(model, size, dims, training=True)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import gzip
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +80,31 @@ def tiny_partitions(tmp_path_factory):
     for k in (1, 2):
         partition_dataset(dataset, root / f"p{k}", k)
     return root, dataset
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """Fail the test if `salientpp train` would start any rank: the input must be refused before."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr("salientpp.train.run.launch", refuse)
+    monkeypatch.setattr("salientpp.train.run.run_rank", refuse)
+
+
+def one_sentence(capsys) -> str:
+    """What the command printed on stderr, checked to be one line and no traceback."""
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def fail_probe_in(monkeypatch, directory: Path, code: int) -> None:
+    """``mkstemp`` in ``directory`` fails with ``code``, as on a read-only mount (root ignores chmod)."""
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == directory:
+            raise OSError(code, os.strerror(code), str(Path(dir) / ".salientpp-probe-x"))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)

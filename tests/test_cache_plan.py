@@ -10,6 +10,7 @@ import pytest
 from cache_support import make_partitioned
 from salientpp.cache import (Budget, PolicyContext, Workload, build_plans, load_plan, load_plans, parse_bytes,
                              policy_scores, register_policy, save_plans)
+from salientpp.cache.plan import build_and_save_plans, read_plan_info
 from salientpp.cli import main
 from salientpp.errors import InputError
 
@@ -102,6 +103,19 @@ def test_plan_round_trips_through_disk(parts, ctx, tmp_path):
         load_plan(tmp_path / "plan", 4)
 
 
+def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
+    row = _row_bytes(parts)
+    plans = build_and_save_plans(ctx, "vip", Budget(gpu_bytes=3 * row, cpu_bytes=5 * row), 0.2, tmp_path / "p")
+    info = read_plan_info(tmp_path / "p")  # meta.json only, no arrays
+    assert info.num_gpu == (3,) * 4 and info.num_cpu == (5,) * 4 and info.max_cached_rows == 8
+    assert info.gpu_fraction == 0.2 and info.num_gpu_local == tuple(p.num_gpu_local for p in plans)
+    half = plans[1].with_gpu_fraction(0.5)
+    assert half.num_gpu_local == plans[1].local_order.size // 2 and half.gpu_fraction == 0.5
+    assert half.gpu_ids is plans[1].gpu_ids and plans[1].gpu_fraction == 0.2  # the same cache, the original kept
+    with pytest.raises(InputError, match="gpu fraction 2 is outside"):
+        plans[1].with_gpu_fraction(2)
+
+
 def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
     plan = build_plans(ctx, "degree", Budget(replication=0.1))[0]
     plan.check_compatible(parts.path, FANOUTS, 16)  # the right setup passes
@@ -109,6 +123,8 @@ def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
         plan.check_compatible(parts.path, (15, 10, 5), 16)
     with pytest.raises(InputError, match="batch size 16 but training uses 32"):
         plan.check_compatible(parts.path, FANOUTS, 32)
+    with pytest.raises(InputError, match=r"uses 32; build a fitting plan with `salientpp analyze .* --batch-size 32 "):
+        plan.check_compatible(parts.path, FANOUTS, 32, "DIR", given=True)  # a plan the user chose is not removed
     other = make_partitioned(tmp_path / "other", parts=4, method="random")
     with pytest.raises(InputError, match="another partitioning"):
         plan.check_compatible(other.path, FANOUTS, 16)

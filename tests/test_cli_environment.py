@@ -24,6 +24,7 @@ from salientpp.cli import Terminated, build_parser, main, parsers
 from salientpp.data.format import save_dataset
 from salientpp.errors import InputError
 from salientpp.parsing import name_list, number_list
+from conftest import fail_probe_in
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATE = ["--fanouts", "5", "--batch-size", "64", "--epochs", "1", "--policies", "degree", "--replication", "0"]
@@ -92,16 +93,6 @@ def test_an_output_under_a_regular_file_is_refused_before_any_work(command, dept
     assert snapshot(tmp_path) == before
 
 
-def _fail_probe_in(monkeypatch, directory: Path, code: int) -> None:
-    """mkstemp in ``directory`` fails with ``code``, as on a read-only mount (root ignores chmod)."""
-    real = tempfile.mkstemp
-
-    def mkstemp(*args, dir=None, **kwargs):
-        if dir is not None and Path(dir) == directory:
-            raise OSError(code, os.strerror(code), str(Path(dir) / ".salientpp-probe-x"))
-        return real(*args, dir=dir, **kwargs)
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -112,7 +103,7 @@ def test_an_unwritable_output_directory_is_refused_before_any_work(command, code
     locked = tmp_path / "locked"
     locked.mkdir()
     out = locked / ("out.png" if command == "simulate-plot" else "out")
-    _fail_probe_in(monkeypatch, locked, code)
+    fail_probe_in(monkeypatch, locked, code)
     before = snapshot(tmp_path)
     argv = _command(command, parts, dataset_dir, out)
     assert main(argv) == 2
@@ -233,7 +224,7 @@ def test_check_writable_file_contract(tmp_path, monkeypatch):
         io.check_writable_file(metrics / "x.json")
     locked = tmp_path / "locked"
     locked.mkdir()
-    _fail_probe_in(monkeypatch, locked, errno.EROFS)
+    fail_probe_in(monkeypatch, locked, errno.EROFS)
     with pytest.raises(InputError, match="cannot write .*x.json: the file system is read-only"):
         io.check_writable_file(locked / "x.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locked", "metrics.jsonl"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from salientpp.dist import FeatureStore, RowExchange, WorkerError, init_distributed, launch, shutdown_distributed
+from salientpp.distributed import FeatureStore, RowExchange, WorkerError, init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
 from salientpp.partition import PartitionBook
 

@@ -111,6 +111,10 @@ def test_synthetic_accuracy_resume_and_multi_machine_collect(tmp_path):
     assert len(runs) == 1 and "--nnodes 2 --nproc-per-node 1" in runs[0] and "--eval-every 1" in runs[0]
     metrics = work / "runs" / "part-2" / "vip-a0.08-g0.15-d4-e1-eval.jsonl"
     assert str(metrics.resolve()) in runs[0]
+    # The cached run is given its plan's path, which the analyze step wrote; the plan decides the cache.
+    plan = work / "plans" / "part-2" / "vip-f5-5-b64-a0.08-g0.15"
+    assert f"--plan {plan.resolve()}" in runs[0] and "--replication" not in runs[0]
+    assert read_meta(plan, "salientpp-cache-plan")["budget"]["replication"] == pytest.approx(0.08)
     # One machine with 2 ranks runs it (same partitions, same run), then the multi-machine
     # invocation finds it complete and collects the same results.
     assert products.main(products.SETUP, [*base, "--out", str(tmp_path / "out-b")]) == 0
@@ -121,6 +125,24 @@ def test_synthetic_accuracy_resume_and_multi_machine_collect(tmp_path):
     assert acc["experiment"] == "accuracy" and acc["epochs"] == 1
     assert 0 <= acc["best_valid"] <= 1 and 0 <= acc["test_at_best"] <= 1
     assert "test accuracy 0.785" in (tmp_path / "out-b" / "results.md").read_text()
+
+
+def test_gpu_fraction_sweep_scores_once_and_writes_one_plan_per_fraction(tmp_path):
+    from common import analyze_step, build_parser, make_plan, partition_step, prepare_step, torchrun_command
+
+    args = build_parser(products.SETUP).parse_args(
+        ["--source", "synthetic:tiny", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "out"),
+         "--experiments", "gpu-fraction", "--gpu-fractions", "0,0.5", "--machines", "2", *SMALL[:-4]])
+    plan = make_plan(products.SETUP, args)
+    prepare_step(plan), partition_step(plan)
+    assert list(analyze_step(plan)) == ["vip α=0.15"]  # scored once for both fractions
+    (zero, half) = plan.runs
+    metas = [read_meta(plan.cache_plan(run), "salientpp-cache-plan") for run in (zero, half)]
+    assert [m["gpu_fraction"] for m in metas] == [0.0, 0.5]
+    assert metas[0]["files"]["part_0/gpu_ids"] == metas[1]["files"]["part_0/gpu_ids"]  # the same cache
+    assert [p["num_gpu_local"] for p in metas[1]["parts"]] == [p["num_local"] // 2 for p in metas[1]["parts"]]
+    assert f"--plan {plan.cache_plan(half).resolve()}" in torchrun_command(plan, half)
+    assert analyze_step(plan) == {}  # reused
 
 
 def test_papers100m_binary_layout_communication(tmp_path, ogb_raw_writer):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -14,13 +13,12 @@ import pytest
 import torch
 
 from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
-from salientpp.dist import WorkerError, launch
-from salientpp.dist.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
-from salientpp.dist.launcher import free_port
+from salientpp.distributed import WorkerError, launch
+from salientpp.distributed.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
+from salientpp.distributed.launcher import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.train import TrainConfig, run_rank, train
-from salientpp.train.cache_setup import plan_dir
 
 TINY = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=16, lr=0.01, eval_fanouts=(10, 10), progress=False)
 
@@ -156,8 +154,8 @@ def _per_rank(configs: list[TrainConfig], patch_version: bool = False):
     rank = int(os.environ["RANK"])
     if patch_version and rank == 1:
         import salientpp
-        import salientpp.train.trainer as trainer
-        salientpp.__version__ = trainer.__version__ = "0.0.0-other"
+        import salientpp.train.loop as loop
+        salientpp.__version__ = loop.__version__ = "0.0.0-other"
     return run_rank(configs[rank])
 
 
@@ -179,15 +177,13 @@ def test_startup_refuses_ranks_with_different_package_versions(p2):
 
 
 def test_startup_refuses_ranks_with_different_cache_plans(p2, tmp_path):
-    a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, cache="vip", replication=0.2, **TINY).validate()
-    other = tmp_path / "p2-copy"
-    shutil.copytree(p2, other, ignore=shutil.ignore_patterns("cache"))
-    b = TrainConfig(**{**a.to_dict(), "part_dir": str(other)}).validate()
-    # The same plan name in both copies, but rank 1's copy holds a plan scored by degree.
-    data = load_partitioned(other)
-    plans = build_plans(PolicyContext(data, (Workload((5, 5), 16),), seed=0), "degree", Budget(replication=0.2))
-    (other / "cache").mkdir()
-    save_plans(plans, plan_dir(b))
+    # Each rank is given its own --plan (as on machines that keep their copy elsewhere): the paths
+    # may differ, the plans may not. Rank 1's plan is scored by degree instead of VIP.
+    ctx = PolicyContext(load_partitioned(p2), (Workload((5, 5), 16),), seed=0)
+    for name, policy in (("a", "vip"), ("b", "degree")):
+        save_plans(build_plans(ctx, policy, Budget(replication=0.2)), tmp_path / name)
+    a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, plan=str(tmp_path / "a"), **TINY).validate()
+    b = TrainConfig(**{**a.to_dict(), "plan": str(tmp_path / "b")}).validate()
     assert "start every rank with the same cache plan" in _mismatch([a, b])
 
 

@@ -7,9 +7,9 @@ import torch
 
 from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.synthetic import synthetic_dataset
-from salientpp.dist import CommStats, init_distributed, launch, shutdown_distributed
+from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
 from salientpp.partition.partitioner import partition_dataset
-from salientpp.pipeline import StageTimes
+from salientpp.distributed.loader import DistNeighborLoader
 from salientpp.train import TrainConfig, Trainer
 
 
@@ -30,14 +30,16 @@ def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float,
                          replication=replication, gpu_fraction=gpu_fraction, pipeline_depth=depth,
                          eval_fanouts=(3, 3), eval_batch_size=200, progress=False).validate()
     trainer = Trainer(config, ctx)
-    x_new = np.asarray(load_dataset(data_dir).x)[np.asarray(trainer.data.orig_id)]
+    x_new = np.asarray(load_dataset(data_dir).x)[np.asarray(trainer.graph.data.orig_id)]
     ok, batches, stats = True, 0, CommStats()
-    for training in (True, False):
-        _, records = trainer.batches(0, training, stats, StageTimes())
-        for item in records:
-            if item.batch is not None:
-                ok &= torch.equal(item.x, torch.from_numpy(x_new[item.batch.n_id.numpy()]))
-                batches += 1
+    evaluation = DistNeighborLoader(trainer.graph, trainer.evaluator.seeds, config.eval_fanouts,
+                                    config.eval_batch_size, plan=trainer.cache_info["plan"],
+                                    gpu_fraction=config.gpu_fraction, pipeline_depth=depth)
+    for loader in (trainer.loader, evaluation):
+        for batch in loader:
+            ok &= torch.equal(batch.x, torch.from_numpy(x_new[batch.n_id.numpy()]))
+            batches += batch.batch_size > 0
+        stats.add(loader.stats)
     shutdown_distributed(ctx)
     return ok, batches, stats.as_dict()
 

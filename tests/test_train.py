@@ -11,7 +11,8 @@ import torch
 from salientpp.cache import PolicyContext, Workload, simulate
 from salientpp.cli import main as cli_main
 from salientpp.data.importers import load_source
-from salientpp.dist import WorkerError, init_distributed, launch
+from salientpp.distributed import WorkerError, init_distributed, launch
+from salientpp.errors import InputError
 from salientpp.partition import load_partitioned, save_partitioned
 from salientpp.partition.partitioner import partition, partition_dataset
 from salientpp.train import TrainConfig, Trainer, train
@@ -79,17 +80,35 @@ def test_sage_on_cora_reaches_published_range_on_one_and_two_ranks(cora_dirs):
     assert abs(one.test_at_best - two.test_at_best) <= 0.02
 
 
-def test_uneven_training_sets_finish(tiny, tmp_path):
-    root, ds = tiny
+def _uneven(ds, path, train_on_rank_1: int) -> int:
+    """A 2-partition copy of ``ds`` whose partition 1 keeps ``train_on_rank_1`` training nodes;
+    returns the lockstep steps ceil(|T_0| / 32)."""
     result = partition(ds, 2, method="random")
     parts = result.parts
-    parts[1].train_idx = parts[1].train_idx[:3]  # 1 batch on rank 1 against 3 on rank 0
-    save_partitioned(tmp_path / "uneven", result.rowptr, result.col, result.renumbering.offsets,
-                     result.renumbering.orig_id, parts, {"num_classes": ds.num_classes, "source": "test"})
+    parts[1].train_idx = parts[1].train_idx[:train_on_rank_1]
+    save_partitioned(path, result.rowptr, result.col, result.renumbering.offsets, result.renumbering.orig_id, parts,
+                     {"num_classes": ds.num_classes, "source": "test"})
+    return -(-parts[0].train_idx.shape[0] // 32)
+
+
+def test_uneven_training_sets_run_the_same_steps_with_data_on_every_rank(tiny, tmp_path):
+    root, ds = tiny
+    steps = _uneven(ds, tmp_path / "uneven", 3)
+    assert steps == 3  # rank 0: 3 batches of about 27 seeds; rank 1: 3 batches of 1 (no empty step)
     start = time.monotonic()
     out = train(TrainConfig(str(tmp_path / "uneven"), epochs=2, model="gat", timeout_s=60, **TINY))
-    assert out.history[0]["steps"] == -(-parts[0].train_idx.shape[0] // 32)
+    assert out.history[0]["steps"] == steps
     assert time.monotonic() - start < 60
+
+
+def test_a_partition_with_fewer_training_nodes_than_steps_is_refused(tiny, tmp_path):
+    root, ds = tiny
+    assert _uneven(ds, tmp_path / "short", 2) == 3
+    start = time.monotonic()
+    with pytest.raises(InputError, match=r"partition 1 of .* has 2 training nodes but every rank runs 3 steps per "
+                                         r"epoch .*; re-partition so that training nodes are balanced"):
+        train(TrainConfig(str(tmp_path / "short"), epochs=1, timeout_s=60, **TINY))
+    assert time.monotonic() - start < 60  # every rank refuses at once: nobody waits in a collective
 
 
 def _raise_on_rank_one(part_dir: str) -> None:

@@ -16,15 +16,17 @@ import torch
 
 from salientpp.cli import main as cli_main
 from salientpp.cli.train import summary
-from salientpp.dist import DistContext
-from salientpp.dist.group import init_distributed, rendezvous_error
-from salientpp.dist.health import Health, Position
-from salientpp.dist.launcher import free_port
+from salientpp.distributed import DistContext
+from salientpp.distributed.group import init_distributed, rendezvous_error
+from salientpp.distributed.health import Health, Position
+from salientpp.distributed.launcher import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.train import TrainConfig, TrainResult, train
+from salientpp.cache import plan as plan_module
 from salientpp.train import cache_setup
 from salientpp.train.checkpoint import LAST
+from conftest import one_sentence
 
 SMALL = ["--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-fanouts", "5,5"]
 
@@ -39,19 +41,8 @@ def p2(tiny_partitions):
     return str(tiny_partitions[0] / "p2")
 
 
-@pytest.fixture
-def no_ranks(monkeypatch):
-    """Fail the test if any rank would start: options must be refused before."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a rank was started")
-    monkeypatch.setattr("salientpp.train.trainer.launch", refuse)
-    monkeypatch.setattr("salientpp.train.trainer.run_rank", refuse)
 
 
-def _one_sentence(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
@@ -69,7 +60,7 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
 ])
 def test_bad_training_options_are_refused_before_any_rank_starts(p2, args, expected, capsys, no_ranks):
     assert cli_main(["train", p2, *SMALL, *args]) == 2
-    assert expected in _one_sentence(capsys)
+    assert expected in one_sentence(capsys)
 
 
 def test_an_existing_checkpoint_dir_without_resume_is_refused_and_left_byte_identical(p2, tmp_path, capsys, no_ranks):
@@ -79,7 +70,7 @@ def test_an_existing_checkpoint_dir_without_resume_is_refused_and_left_byte_iden
     (ckpt / "best.pt").write_bytes(b"another run's best")
     before = _snapshot(ckpt)
     assert cli_main(["train", p2, *SMALL, "--checkpoint-dir", str(ckpt)]) == 2
-    err = _one_sentence(capsys)
+    err = one_sentence(capsys)
     assert "already holds another run's files" in err and "--resume" in err
     assert _snapshot(ckpt) == before
 
@@ -102,13 +93,13 @@ def test_unusable_output_paths_are_refused_before_any_rank_starts(p2, tmp_path, 
     else:
         path = tmp_path  # a directory where a file is needed
     assert cli_main(["train", p2, *SMALL, option, str(path)]) == 2
-    assert str(path) in _one_sentence(capsys)
+    assert str(path) in one_sentence(capsys)
     assert blocker.read_text() == "not a directory\n"
 
 
 def test_resume_without_a_checkpoint_is_refused_before_any_rank_starts(p2, tmp_path, capsys, no_ranks):
     assert cli_main(["train", p2, *SMALL, "--checkpoint-dir", str(tmp_path / "none"), "--resume"]) == 2
-    assert "no checkpoint" in _one_sentence(capsys)
+    assert "no checkpoint" in one_sentence(capsys)
 
 
 # -- write failures while training ----------------------------------------------------------------------
@@ -147,17 +138,17 @@ def test_a_job_that_loses_the_race_to_save_a_plan_uses_the_winners(tiny_partitio
     part_dir = tmp_path / "p2"
     shutil.copytree(tiny_partitions[0] / "p2", part_dir, ignore=shutil.ignore_patterns("cache"))
     config = _tiny(str(part_dir)).validate()
-    path = cache_setup.plan_dir(config)
-    real_build = cache_setup.build_plans
+    path = cache_setup.default_plan_dir(config)
+    real_build = plan_module.build_plans
 
     def build_while_another_job_saves(*args, **kwargs):
         plans = real_build(*args, **kwargs)
-        path.parent.mkdir(exist_ok=True)
-        cache_setup.save_plans(plans, path)  # the other job renames its identical plan into place first
+        plan_module.save_plans(plans, path)  # the other job renames its identical plan into place first
         return plans
-    monkeypatch.setattr(cache_setup, "build_plans", build_while_another_job_saves)
+    # analyze's own build-and-save, as the trainer calls it: the other job wins between build and save
+    monkeypatch.setattr(plan_module, "build_plans", build_while_another_job_saves)
     resolved = cache_setup.resolve_cache(config, load_partitioned(part_dir), 0)
-    assert resolved.source == f"loaded {path}"
+    assert resolved.source == f"using {path}" and resolved.path == path
     assert not list(path.parent.glob(".*tmp*"))  # the loser's temporary is gone
 
 
@@ -200,8 +191,8 @@ def test_peer_reports_never_show_negative_ages():
 
 @pytest.mark.parametrize("result, expected", [
     (TrainResult(epochs_done=1), "trained 1 epoch (no validation accuracy"),
-    (TrainResult(epochs_done=3, best_valid=0.5, best_epoch=2, test_at_best=0.4, final_test=0.4),
-     "trained 3 epochs: best valid 0.5000 (epoch 2)"),
+    (TrainResult(metric="accuracy", epochs_done=3, best_valid=0.5, best_epoch=2, test_at_best=0.4, final_test=0.4),
+     "trained 3 epochs: best valid accuracy 0.5000 (epoch 2)"),
 ])
 def test_the_closing_line_counts_epochs_and_omits_accuracies_never_measured(result, expected):
     line = summary(result)

@@ -1,16 +1,12 @@
-"""Layer-wise full-neighbour inference is exact, and padded DDP steps keep the real gradient."""
+"""Layer-wise full-neighbour inference is exact (lockstep training steps are tested in test_lockstep.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from salientpp.dist import CommStats, init_distributed, launch, shutdown_distributed
+from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
-from salientpp.partition import save_partitioned
-from salientpp.partition.partitioner import partition
-from salientpp.pipeline import StageTimes
 from salientpp.sampling.types import MFG
 from salientpp.train import TrainConfig, Trainer
 
@@ -24,35 +20,35 @@ def tiny(tiny_partitions):
 
 def _dense_logits(trainer: Trainer) -> torch.Tensor:
     """The model over the whole (one-partition) graph at once: every layer sees every edge."""
-    rowptr, col = torch.from_numpy(np.asarray(trainer.data.rowptr)), torch.from_numpy(np.asarray(trainer.data.col))
+    rowptr, col = torch.from_numpy(np.asarray(trainer.graph.data.rowptr)), torch.from_numpy(np.asarray(trainer.graph.data.col))
     n = rowptr.shape[0] - 1
     dst = torch.repeat_interleave(torch.arange(n), rowptr[1:] - rowptr[:-1])
     whole = MFG(n, n, torch.stack([col, dst]), rowptr)
     trainer.model.eval()
     with torch.no_grad():
-        return trainer.model(torch.from_numpy(np.asarray(trainer.part.x)).float(), [whole] * trainer.model.num_layers)
+        return trainer.model(torch.from_numpy(np.asarray(trainer.graph.part.x)).float(), [whole] * trainer.model.num_layers)
 
 
 @pytest.mark.parametrize("model", ["sage", "gat", "gin"])
 def test_one_rank_equals_a_dense_full_graph_forward(tiny, model):
     root, _ = tiny
     trainer = Trainer(TrainConfig(str(root / "p1"), model=model, **SMALL).validate(), init_distributed("cpu"))
-    n = trainer.part.y.shape[0]
+    n = trainer.graph.part.y.shape[0]
     # Chunks of 97 destinations: many chunks, the last one partial.
-    got = trainer.layerwise_logits(np.arange(n))
+    got = trainer.evaluator.layerwise_logits(np.arange(n), CommStats())
     want = _dense_logits(trainer)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # A subset at the last layer gives the same rows (earlier layers still run on every vertex).
     some = np.array([5, 0, n - 1, 17])
-    torch.testing.assert_close(trainer.layerwise_logits(some), want[some], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(trainer.evaluator.layerwise_logits(some, CommStats()), want[some], rtol=1e-5, atol=1e-5)
 
 
 def _layerwise_worker(part_dir: str, model: str) -> tuple[np.ndarray, np.ndarray, dict]:
     ctx = init_distributed("cpu", timeout_s=60)
     trainer = Trainer(TrainConfig(part_dir, model=model, **SMALL).validate(), ctx)
     stats = CommStats()
-    logits = trainer.layerwise_logits(np.arange(trainer.part.y.shape[0]), stats)
-    orig = np.asarray(trainer.data.orig_id)[trainer.offset:trainer.offset + logits.shape[0]]
+    logits = trainer.evaluator.layerwise_logits(np.arange(trainer.graph.part.y.shape[0]), stats)
+    orig = np.asarray(trainer.graph.data.orig_id)[trainer.graph.offset:trainer.graph.offset + logits.shape[0]]
     shutdown_distributed(ctx)
     return orig, logits.numpy(), stats.as_dict()
 
@@ -79,39 +75,10 @@ def test_layerwise_evaluation_reports_the_dense_accuracy(tiny):
     trainer.train_epoch(0)
     metrics = trainer.evaluate(0)
     pred = _dense_logits(trainer).argmax(-1)
-    y = torch.from_numpy(np.asarray(trainer.part.y))
+    y = torch.from_numpy(np.asarray(trainer.graph.part.y))
     for split in ("valid", "test"):
-        idx = torch.from_numpy(np.asarray(getattr(trainer.part, f"{split}_idx")))
-        assert metrics[f"{split}_acc"] == pytest.approx(int((pred[idx] == y[idx]).sum()) / idx.shape[0], abs=1e-12)
-
-
-def _padded_step_worker(part_dir: str) -> bool:
-    """Rank 1 has one batch, rank 0 three: on step 1 only rank 0 trains, and the DDP gradient
-    must equal rank 0's own gradient of that batch (not half of it)."""
-    ctx = init_distributed("cpu", timeout_s=60)
-    trainer = Trainer(TrainConfig(part_dir, dropout=0.0, **SMALL).validate(), ctx)
-    per_rank, records = trainer.batches(0, True, CommStats(), StageTimes())
-    ok = per_rank == [3, 1]
-    for item in records:
-        trainer.backward_step(item, per_rank)
-        if item.step == 1 and ctx.rank == 0:
-            got = [p.grad.clone() for p in trainer.model.parameters()]
-            trainer.model.zero_grad()
-            F.cross_entropy(trainer.model(item.x.float(), item.mfgs), item.y).backward()
-            ok &= all(torch.allclose(g, p.grad, rtol=1e-5, atol=1e-7) for g, p in zip(got, trainer.model.parameters()))
-    shutdown_distributed(ctx)
-    return bool(ok)
-
-
-def test_padded_steps_do_not_shrink_the_gradient(tiny, tmp_path):
-    _, ds = tiny
-    result = partition(ds, 2, method="random")
-    parts = result.parts
-    parts[0].train_idx = parts[0].train_idx[:70]  # 3 batches of 32
-    parts[1].train_idx = parts[1].train_idx[:5]   # 1 batch
-    save_partitioned(tmp_path / "uneven", result.rowptr, result.col, result.renumbering.offsets,
-                     result.renumbering.orig_id, parts, {"num_classes": ds.num_classes, "source": "test"})
-    assert all(launch(_padded_step_worker, (str(tmp_path / "uneven"),), nprocs=2))
+        idx = torch.from_numpy(np.asarray(getattr(trainer.graph.part, f"{split}_idx")))
+        assert metrics[f"{split}_metric"] == pytest.approx(int((pred[idx] == y[idx]).sum()) / idx.shape[0], abs=1e-12)
 
 
 def test_unknown_inference_is_one_sentence(tiny, capsys):

@@ -5,8 +5,10 @@
 What one invocation does, each step through salientpp's own library (the same code as the CLI):
 
     prepare (ogb readers, data on disk) -> partition (METIS, K = machines x GPUs parts)
-    -> analyze (one VIP cache plan per replication factor) -> simulate (communication volume
-    per policy and alpha) -> train (every run of the selected experiments) -> results.md/json
+    -> analyze (one VIP cache plan per replication factor and GPU fraction, into
+    WORK/plans/part-K/) -> simulate (communication volume per policy and alpha)
+    -> train (every run of the selected experiments, each cached run given its plan's
+    path, as `salientpp train --plan DIR`) -> results.md/json
 
 Steps whose output already exists under ``--work`` are reused (a long run can be resumed;
 a training run counts as done when its JSON-lines file holds all its epochs). With one
@@ -33,6 +35,7 @@ import numpy as np
 
 from salientpp.errors import InputError
 from salientpp.io import atomic_output_dir, check_output_dir
+from salientpp.train.state import TEST_METRIC, VALID_METRIC
 
 EXPERIMENTS = ("variants", "alpha", "gpu-fraction", "accuracy", "communication")
 RESULTS_KIND = "salientpp-experiment"
@@ -127,6 +130,14 @@ class Plan:
 
     def metrics_path(self, run: Run) -> Path:
         return self.work / "runs" / f"part-{self.num_parts}" / f"{run.name}.jsonl"
+
+    def cache_plan(self, run: Run) -> Path | None:
+        """The cache plan directory ``run`` trains with (``None``: no cache), written by :func:`analyze_step`."""
+        if run.cache == "none":
+            return None
+        workload = f"f{'-'.join(map(str, self.args.fanouts))}-b{self.args.batch_size}"
+        return (self.work / "plans" / f"part-{self.num_parts}"
+                / f"{run.cache}-{workload}-a{run.alpha:g}-g{run.gpu_fraction:g}")
 
 
 # -- arguments and checks ----------------------------------------------------------------------
@@ -329,39 +340,46 @@ def _train_config(plan: Plan, run: Run, json_path: Path | None = None):
     from salientpp.train import TrainConfig
 
     args = plan.args
+    cache_plan = plan.cache_plan(run)
+    # A cached run trains with its plan (which decides the tiers and the GPU fraction); an
+    # uncached one keeps run.gpu_fraction of its own rows on the device.
+    cache = (dict(plan=str(cache_plan)) if cache_plan is not None
+             else dict(cache="none", gpu_fraction=run.gpu_fraction))
     return TrainConfig(str(plan.part_dir), epochs=run.epochs, hidden=args.hidden, layers=len(args.fanouts),
-                       fanouts=tuple(args.fanouts), batch_size=args.batch_size, lr=plan.setup.lr, cache=run.cache,
-                       replication=run.alpha, gpu_fraction=run.gpu_fraction, device=args.device,
+                       fanouts=tuple(args.fanouts), batch_size=args.batch_size, lr=plan.setup.lr, device=args.device,
                        pipeline_depth=run.depth, eval_every=1 if run.evaluate else 0, num_threads=args.threads,
-                       json_path=str(json_path) if json_path else None, progress=False)
+                       json_path=str(json_path) if json_path else None, progress=False, **cache)
 
 
 def analyze_step(plan: Plan) -> dict[str, float]:
-    """``salientpp analyze``: the VIP cache plan of every alpha the runs use, where the trainer looks
-    for it. Returns seconds per newly built plan."""
-    from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
+    """``salientpp analyze``: the cache plan of every cached run, written to :meth:`Plan.cache_plan`
+    (what `salientpp analyze PART_DIR ... --out DIR` writes). The vertices are scored once per
+    policy and alpha; runs that differ only in their GPU fraction get copies with another
+    fraction. Returns seconds per newly scored policy and alpha."""
+    from salientpp.cache import Budget, PolicyContext, Workload, save_plans
+    from salientpp.cache.plan import build_and_save_plans
     from salientpp.partition import load_partitioned
-    from salientpp.train.cache_setup import plan_dir
 
-    todo = {}
+    todo: dict[tuple[str, float], dict[float, Path]] = {}
     for run in plan.runs:
-        if run.cache != "none":
-            path = plan_dir(_train_config(plan, run))
-            if not path.exists():
-                todo[path] = run
+        path = plan.cache_plan(run)
+        if path is not None and not path.exists():
+            todo.setdefault((run.cache, run.alpha), {})[run.gpu_fraction] = path
     seconds: dict[str, float] = {}
     if not todo:
         return seconds
     data = load_partitioned(plan.part_dir)
     workload = (Workload(tuple(plan.args.fanouts), plan.args.batch_size),)
-    for path, run in todo.items():
-        start = _step(f"analyze: VIP cache plan, α = {run.alpha:g}")
-        ctx = PolicyContext(data, workload, seed=0)
-        plans = build_plans(ctx, run.cache, Budget(replication=run.alpha), run.gpu_fraction)
-        path.parent.mkdir(exist_ok=True)
-        save_plans(plans, path)
-        seconds[f"{run.cache} α={run.alpha:g}"] = time.perf_counter() - start
-        print(f"{path} ({seconds[f'{run.cache} α={run.alpha:g}']:.1f} s)")
+    for (cache, alpha), paths in todo.items():
+        start = _step(f"analyze: {cache} cache plan, α = {alpha:g}")
+        ctx = PolicyContext(data, workload, seed=0, num_threads=plan.args.threads)
+        (fraction, first), *others = paths.items()
+        first.parent.mkdir(parents=True, exist_ok=True)
+        plans = build_and_save_plans(ctx, cache, Budget(replication=alpha), fraction, first)
+        for fraction, path in others:
+            save_plans([p.with_gpu_fraction(fraction) for p in plans], path)
+        seconds[f"{cache} α={alpha:g}"] = time.perf_counter() - start
+        print("\n".join(map(str, paths.values())) + f" ({seconds[f'{cache} α={alpha:g}']:.1f} s)")
     return seconds
 
 
@@ -398,14 +416,21 @@ def read_history(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _cache_options(plan: Plan, run: Run) -> list[str]:
+    """The `salientpp train` options of ``run``'s cache: its plan, or none."""
+    cache_plan = plan.cache_plan(run)
+    if cache_plan is None:
+        return ["--cache", "none", "--gpu-fraction", f"{run.gpu_fraction:g}"]
+    return ["--plan", str(cache_plan.resolve())]
+
+
 def torchrun_command(plan: Plan, run: Run) -> str:
     """The command that runs ``run`` on every machine of a multi-machine job."""
     args = plan.args
     train = ["-m", "salientpp", "train", str(plan.part_dir.resolve()), "--epochs", str(run.epochs),
              "--hidden", str(args.hidden), "--layers", str(len(args.fanouts)),
              "--fanouts", ",".join(map(str, args.fanouts)), "--batch-size", str(args.batch_size),
-             "--lr", str(plan.setup.lr), "--cache", run.cache, "--replication", f"{run.alpha:g}",
-             "--gpu-fraction", f"{run.gpu_fraction:g}", "--device", args.device,
+             "--lr", str(plan.setup.lr), *_cache_options(plan, run), "--device", args.device,
              "--eval-every", "1" if run.evaluate else "0", "--threads", str(args.threads),
              "--json", str(plan.metrics_path(run).resolve()), "--quiet"]
     train += ["--no-pipeline"] if run.depth == 1 else ["--pipeline-depth", str(run.depth)]
@@ -455,11 +480,11 @@ def summarize(run: Run, history: list[dict[str, Any]], num_parts: int) -> dict[s
     row = {"cache": run.cache, "alpha": run.alpha, "depth": run.depth, "gpu_fraction": run.gpu_fraction,
            "num_parts": num_parts, "epochs": len(history), **median_row(history),
            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in history)}
-    evaluated = [h for h in history if "valid_acc" in h]
+    evaluated = [h for h in history if VALID_METRIC in h]
     if evaluated:
-        best = max(evaluated, key=lambda h: h["valid_acc"])
-        row.update(best_valid=best["valid_acc"], test_at_best=best["test_acc"], best_epoch=best["epoch"],
-                   final_test=evaluated[-1]["test_acc"])
+        best = max(evaluated, key=lambda h: h[VALID_METRIC])
+        row.update(best_valid=best[VALID_METRIC], test_at_best=best[TEST_METRIC], best_epoch=best["epoch"],
+                   final_test=evaluated[-1][TEST_METRIC])
     return row
 
 

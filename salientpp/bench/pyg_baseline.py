@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from ..dist import init_distributed, launch, shutdown_distributed
+from ..distributed import init_distributed, launch, shutdown_distributed
 from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
 

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,6 +34,9 @@ from .workload import Workload, check_batch_size, check_fanouts
 KIND = "salientpp-cache-plan"
 PLAN_ARRAYS = ("gpu_ids", "cpu_ids", "local_order")
 FIX = "re-run `salientpp analyze`"
+# The default share of each partition's own rows kept on the GPU, of `salientpp analyze` and of
+# the plan `salientpp train` builds without --plan (TrainConfig.gpu_fraction).
+GPU_FRACTION = 0.15
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
@@ -138,23 +141,33 @@ class PlanMeta:
         return self.workloads[0].batch_size
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
-                         plan_dir: str | os.PathLike = "the cache plan") -> None:
+                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False) -> None:
         """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup.
 
-        ``plan_dir`` names the plan in the message, which tells the user to remove it (an
-        existing plan directory is never overwritten) and how to build a fitting one.
+        ``plan_dir`` names the plan in the message, which tells the user how to build a fitting
+        one: into another directory when the plan was ``given`` by the user (``--plan``), else in
+        its place once it is removed (an existing plan directory is never overwritten).
         """
         fanouts = check_fanouts(fanouts)
         batch_size = check_batch_size(batch_size)
-        rebuild = f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}`"
-        if partition_identity(read_meta(part_dir, PART_KIND)) != self.partition_id:
-            raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; {rebuild}")
+
+        def rebuild(option: str) -> str:
+            if given:
+                return f"build a fitting plan with `salientpp analyze {part_dir} {option} ... --out DIR` and use that"
+            return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}` {option}"
+        self.check_partitioning(part_dir, plan_dir)
         if fanouts != self.fanouts:
             raise InputError(f"{plan_dir} was built for fanouts {_join(self.fanouts)} but training uses "
-                             f"{_join(fanouts)}; {rebuild} --fanouts {_join(fanouts)}")
+                             f"{_join(fanouts)}; {rebuild('--fanouts ' + _join(fanouts))}")
         if batch_size != self.batch_size:
             raise InputError(f"{plan_dir} was built for batch size {self.batch_size} but training uses "
-                             f"{batch_size}; {rebuild} --batch-size {batch_size}")
+                             f"{batch_size}; {rebuild(f'--batch-size {batch_size}')}")
+
+    def check_partitioning(self, part_dir: str | os.PathLike, plan_dir: str | os.PathLike = "the cache plan") -> None:
+        """Raise :class:`InputError` unless the plan was built for the partitioning in ``part_dir``."""
+        if partition_identity(read_meta(part_dir, PART_KIND)) != self.partition_id:
+            raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; build a plan for it "
+                             f"with `salientpp analyze {part_dir} ... --out DIR`")
 
     def to_json(self) -> dict:
         return {"policy": self.policy, "workloads": [w.to_json() for w in self.workloads],
@@ -211,14 +224,26 @@ class CachePlan:
         return slots
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
-                         plan_dir: str | os.PathLike = "the cache plan") -> None:
-        self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir)
+                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False) -> None:
+        self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir, given)
+
+    def with_gpu_fraction(self, gpu_fraction: float) -> "CachePlan":
+        """The same plan with another share of the local rows on the GPU (no re-scoring needed)."""
+        gpu_fraction = _check_gpu_fraction(gpu_fraction)
+        return replace(self, gpu_fraction=gpu_fraction,
+                       num_gpu_local=local_gpu_rows(gpu_fraction, int(self.local_order.shape[0])))
 
 
 def _check_gpu_fraction(gpu_fraction: float) -> float:
     if not (math.isfinite(gpu_fraction) and 0 <= gpu_fraction <= 1):
-        raise InputError(f"gpu fraction {gpu_fraction} is outside [0, 1]; pass e.g. --gpu-fraction 0.15")
+        raise InputError(f"gpu fraction {gpu_fraction} is outside [0, 1]; pass e.g. --gpu-fraction {GPU_FRACTION}")
     return float(gpu_fraction)
+
+
+def local_gpu_rows(gpu_fraction: float, num_local: int) -> int:
+    """``floor(gpu_fraction * num_local)``: how many of a partition's own rows (the first of its
+    local order) live on the GPU."""
+    return int(math.floor(gpu_fraction * num_local + 1e-9))
 
 
 def row_bytes_of(dataset) -> int:
@@ -244,7 +269,7 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
         local = rank_vertices(scores, dataset.book.owned(k), rng) - offsets[k]
         plans.append(CachePlan(part=k, gpu_ids=remote[:n_gpu].copy(), cpu_ids=remote[n_gpu:n_gpu + n_cpu].copy(),
                                local_order=local, gpu_fraction=gpu_fraction,
-                               num_gpu_local=int(math.floor(gpu_fraction * local.size + 1e-9)), meta=meta))
+                               num_gpu_local=local_gpu_rows(gpu_fraction, local.size), meta=meta))
         ctx.forget(k)
     return plans
 
@@ -253,6 +278,26 @@ def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
     return f"{policy}-f{'-'.join(str(f) for f in workloads[0].fanouts)}-b{workloads[0].batch_size}-{size}"
+
+
+def default_plan_dir(part_dir: str | os.PathLike, policy: str, workloads: Sequence[Workload], budget: Budget,
+                     name: str | None = None) -> Path:
+    """Where ``salientpp analyze`` writes a plan without ``--out``: ``PART_DIR/cache/NAME``, NAME
+    by default from the policy, the training workload and the budget (:func:`default_plan_name`)."""
+    return Path(part_dir) / "cache" / (name or default_plan_name(policy, workloads, budget))
+
+
+def build_and_save_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: float,
+                         out_dir: str | os.PathLike) -> list[CachePlan]:
+    """What ``salientpp analyze`` does once its input is checked: score every vertex with
+    ``policy``, fill ``budget`` for every partition (:func:`build_plans`) and write the plans
+    atomically to ``out_dir`` (:func:`save_plans`; an existing ``out_dir`` is refused with
+    :class:`InputError`, so two jobs saving the same plan at once leave exactly one). Returns
+    the plans. ``salientpp train`` without ``--plan`` calls it too, so the plan it builds is the
+    one ``analyze`` writes with the same options."""
+    plans = build_plans(ctx, policy, budget, gpu_fraction)
+    save_plans(plans, out_dir)
+    return plans
 
 
 def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
@@ -287,6 +332,44 @@ def _plan_meta(plan_dir: str | os.PathLike) -> tuple[dict, PlanMeta, float, list
         raise InputError(f"meta.json in {plan_dir} describes {len(parts)} partitions but says num_parts is "
                          f"{meta.num_parts}; {FIX}")
     return raw, meta, gpu_fraction, parts
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What a plan directory's meta.json says, read and checked without loading the arrays.
+
+    Attributes:
+        path: the plan directory.
+        meta: what the plans were built for.
+        gpu_fraction: share of each partition's own rows on the GPU.
+        num_gpu, num_cpu, num_gpu_local: per partition, the rows of the GPU tier, of the CPU
+            tier, and of its own rows on the GPU.
+        raw: meta.json as read (file checksums included): the plan's identity.
+    """
+
+    path: Path
+    meta: PlanMeta
+    gpu_fraction: float
+    num_gpu: tuple[int, ...]
+    num_cpu: tuple[int, ...]
+    num_gpu_local: tuple[int, ...]
+    raw: dict
+
+    @property
+    def max_cached_rows(self) -> int:
+        """The most remote rows any partition caches (both tiers)."""
+        return max(g + c for g, c in zip(self.num_gpu, self.num_cpu))
+
+
+def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
+    """Read a plan directory's meta.json; :class:`InputError` (one sentence) unless it is one."""
+    raw, meta, gpu_fraction, parts = _plan_meta(plan_dir)
+    try:
+        counts = [(int(entry["num_gpu"]), int(entry["num_cpu"])) for entry in raw["parts"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"meta.json in {plan_dir} is incomplete ({shown(str(exc))}); {FIX}") from None
+    return PlanInfo(Path(plan_dir), meta, gpu_fraction, tuple(g for g, _ in counts), tuple(c for _, c in counts),
+                    tuple(n for _, n in parts), raw)
 
 
 def load_plan(plan_dir: str | os.PathLike, k: int) -> CachePlan:

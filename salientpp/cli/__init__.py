@@ -21,7 +21,7 @@ from ..errors import InputError
 from ..io import WRITE_ERRNOS, os_error_sentence
 
 # Order of the subcommands in ``salientpp --help``; each name is a module of this package.
-COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "bench")
+COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "predict", "bench")
 
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from ..cache.plan import (Budget, build_plans, default_plan_name, describe, parse_bytes, predicted_rows,
-                          row_bytes_of, save_plans)
+from ..cache.plan import (GPU_FRACTION, Budget, build_and_save_plans, default_plan_dir, describe, parse_bytes,
+                          predicted_rows, row_bytes_of)
 from ..cache.policies import available_policies, get_policy
 from ..errors import InputError
 from ..io import check_output_dir, check_writable_dir, output_errors, read_meta
@@ -22,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Score every vertex with a cache policy (default: the analytic vertex inclusion "
                     "probability of the sampler), cache the best remote rows of each partition within "
                     "a replication factor or byte budgets, and write the plans next to the data "
-                    "(PART_DIR/cache/NAME unless --out is given).")
+                    "(PART_DIR/cache/NAME unless --out is given). Train with any plan it wrote by "
+                    "`salientpp train PART_DIR --plan DIR`.")
     add_workload_options(parser)
     parser.add_argument("--policy", default="vip", metavar="NAME",
                         help=f"cache policy, one of {', '.join(available_policies())} (default vip)")
@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gpu-cache-bytes", metavar="BYTES",
                         help="GPU tier budget per partition, e.g. 2GiB (filled first); with --cpu-cache-bytes")
     parser.add_argument("--cpu-cache-bytes", metavar="BYTES", help="CPU tier budget per partition, e.g. 8GiB")
-    parser.add_argument("--gpu-fraction", type=float, default=0.15, metavar="FRAC",
-                        help="fraction of each partition's own rows kept on the GPU, by score (default 0.15)")
+    parser.add_argument("--gpu-fraction", type=float, default=GPU_FRACTION, metavar="FRAC",
+                        help=f"fraction of each partition's own rows kept on the GPU, by score (default {GPU_FRACTION})")
     parser.add_argument("--epochs", type=int, default=10, metavar="E",
                         help="epochs counted by the oracle policy (default 10)")
     parser.add_argument("--name", help="plan name under PART_DIR/cache/ (default: from policy, fanouts and budget)")
@@ -66,10 +66,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         out = check_output_dir(args.out)
     else:
-        name = args.name or default_plan_name(args.policy, workloads, budget)
-        cache = check_writable_dir(Path(args.part_dir) / "cache", "plan directory", exist_ok=True)
+        default = default_plan_dir(args.part_dir, args.policy, workloads, budget, args.name)
+        cache = check_writable_dir(default.parent, "plan directory", exist_ok=True)
         if cache.is_dir():
-            check_output_dir(cache / name)
+            check_output_dir(default)
     dataset = load_partitioned(args.part_dir)
     dataset.check_parts()  # before PART_DIR/cache is created
     ctx = context_from(args, dataset, args.epochs)
@@ -78,13 +78,12 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         with output_errors(cache):
             cache.mkdir(exist_ok=True)
-        out = check_output_dir(cache / name)
+        out = check_output_dir(default)
     start = time.perf_counter()
-    plans = build_plans(ctx, args.policy, budget, args.gpu_fraction)
+    plans = build_and_save_plans(ctx, args.policy, budget, args.gpu_fraction, out)
     scored = time.perf_counter() - start
-    no_cache, with_cache = predicted_rows(ctx, plans)
-    save_plans(plans, out)
     print(f"cache plans for {dataset.num_parts} partitions written to {out} (scoring took {scored:.1f} s)")
+    no_cache, with_cache = predicted_rows(ctx, plans)
     print(describe(plans))
     saved = 1 - with_cache.sum() / no_cache.sum() if no_cache.sum() else 0.0
     print(f"predicted remote rows per epoch (analytic VIP): {no_cache.sum():.4g} without a cache, "

@@ -6,72 +6,105 @@ import os
 import sys
 
 from ..cache import parse_fanouts
-from ..dist import WorkerError
-from ..dist.health import StageError
-from ..models import MODELS
+from ..distributed import WorkerError
+from ..distributed.health import StageError
+from ..train.tasks import METRICS
 from ..resources import parse_memory_limit
 from ..train import TrainConfig, TrainResult, train
+from ..train.config import PLAN_DECIDES, plan_conflict
+
+
+def _default(name: str) -> str:
+    """The default of ``TrainConfig.name`` as the help shows it (the dataclass is its one source)."""
+    value = TrainConfig.__dataclass_fields__[name].default
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    # Options left out stay out of the namespace, so TrainConfig's own defaults apply and --plan
+    # can tell the cache options that were given from those that were not.
     p = subparsers.add_parser(
         "train", help="train a GNN on a partitioned dataset, one rank per partition",
+        argument_default=argparse.SUPPRESS,
         description="Train SAGE, GAT or GIN with DDP on a partitioned dataset: one rank per partition, remote "
                     "feature rows from a VIP cache or fetched with all-to-all, batches pipelined. Alone it "
                     "starts one local rank per partition; under torchrun it joins torchrun's job.")
     p.add_argument("part_dir", metavar="PART_DIR", help="a partitioned directory (salientpp partition)")
-    p.add_argument("--epochs", type=int, default=10, help="total epochs (default 10)")
-    p.add_argument("--model", choices=MODELS, default="sage", help="model (default sage)")
-    p.add_argument("--hidden", type=int, default=256, help="hidden width (default 256)")
-    p.add_argument("--layers", type=int, default=3, help="number of layers (default 3)")
-    p.add_argument("--fanouts", default="15,10,5", help="neighbours per hop, seeds first (default 15,10,5)")
-    p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per rank (default 1024)")
-    p.add_argument("--lr", type=float, default=0.003, help="Adam learning rate (default 0.003)")
-    p.add_argument("--dropout", type=float, default=0.5, help="dropout between layers (default 0.5)")
-    p.add_argument("--cache", default="vip", help="cache policy (vip, degree, halo, ...) or none (default vip)")
-    p.add_argument("--replication", type=float, default=0.1,
-                   help="alpha: each rank caches floor(alpha*N/K) remote rows (default 0.1)")
-    p.add_argument("--gpu-fraction", type=float, default=0.15,
-                   help="fraction of the owned rows kept on the device, by VIP order (default 0.15)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="training device (default cpu)")
-    p.add_argument("--nprocs", type=int, default=None, help="local ranks to start (default: one per partition)")
+    p.add_argument("--epochs", type=int, help=f"total epochs (default {_default('epochs')})")
+    p.add_argument("--model", metavar="sage|gat|gin|PKG.MODULE:FUNCTION",
+                   help=f"a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
+                        f"torch.nn.Module (default {_default('model')})")
+    p.add_argument("--metric", choices=METRICS,
+                   help="validation/test metric (default: accuracy for class labels, roc-auc for multi-label)")
+    p.add_argument("--hidden", type=int, help=f"hidden width (default {_default('hidden')})")
+    p.add_argument("--layers", type=int, help=f"number of layers (default {_default('layers')})")
+    p.add_argument("--fanouts", help=f"neighbours per hop, seeds first (default {_default('fanouts')})")
+    p.add_argument("--batch-size", type=int, help=f"seeds per batch per rank (default {_default('batch_size')})")
+    p.add_argument("--lr", type=float, help=f"Adam learning rate (default {_default('lr')})")
+    p.add_argument("--dropout", type=float, help=f"dropout between layers (default {_default('dropout')})")
+    p.add_argument("--plan", metavar="DIR",
+                   help="a cache plan directory written by `salientpp analyze` (a replication factor or byte "
+                        "budgets, any --name or --out): its GPU and CPU tiers and its owned rows on the device are "
+                        "used as they are, so --cache, --replication and --gpu-fraction cannot be given with it")
+    p.add_argument("--cache", help="without --plan: the cache policy (vip, degree, halo, ...) or none; the plan "
+                                   "`salientpp analyze` writes for it is used from PART_DIR/cache, or built there "
+                                   f"(default {_default('cache')})")
+    p.add_argument("--replication", type=float,
+                   help=f"without --plan: alpha, each rank caches floor(alpha*N/K) remote rows "
+                        f"(default {_default('replication')})")
+    p.add_argument("--gpu-fraction", type=float,
+                   help=f"without --plan: fraction of the owned rows kept on the device, by VIP order "
+                        f"(default {_default('gpu_fraction')})")
+    p.add_argument("--device", choices=("cpu", "cuda"), help=f"training device (default {_default('device')})")
+    p.add_argument("--nprocs", type=int, help="local ranks to start (default: one per partition)")
     depth = p.add_mutually_exclusive_group()
-    depth.add_argument("--pipeline-depth", type=int, default=4, help="batches in flight (default 4)")
+    depth.add_argument("--pipeline-depth", type=int, help=f"batches in flight (default {_default('pipeline_depth')})")
     depth.add_argument("--no-pipeline", action="store_true", help="run the stages of each batch one after another")
-    p.add_argument("--inference", choices=("sampled", "layerwise"), default="sampled",
+    p.add_argument("--inference", choices=("sampled", "layerwise"),
                    help="validation/test inference: sampled minibatches, or exact layer-wise over all neighbours "
-                        "(default sampled)")
-    p.add_argument("--eval-fanouts", default=None, help="fanouts of sampled inference (default 20 per layer)")
-    p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs and after the last (0: never; default 1)")
-    p.add_argument("--checkpoint-dir", default=None, help="write last.pt and best.pt here")
-    p.add_argument("--checkpoint-every", default="1epoch", metavar="N[steps|epochs]",
-                   help="checkpoint after every N steps (and at each epoch's end) or every N epochs (default 1epoch)")
+                        f"(default {_default('inference')})")
+    p.add_argument("--eval-fanouts", help="fanouts of sampled inference (default 20 per layer)")
+    p.add_argument("--eval-every", type=int,
+                   help=f"evaluate every N epochs and after the last (0: never; default {_default('eval_every')})")
+    p.add_argument("--checkpoint-dir", help="write last.pt and best.pt here")
+    p.add_argument("--checkpoint-every", metavar="N[steps|epochs]",
+                   help="checkpoint after every N steps (and at each epoch's end) or every N epochs "
+                        f"(default {_default('checkpoint_every')})")
     p.add_argument("--resume", action="store_true", help="continue from last.pt in --checkpoint-dir")
-    p.add_argument("--max-restarts", type=int, default=0,
+    p.add_argument("--max-restarts", type=int,
                    help="when a rank fails, restart all ranks from the last checkpoint up to N times, like "
-                        "torchrun --max-restarts (default 0)")
-    p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="append one JSON line per epoch")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model, dropout and loaders (default 0)")
-    p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck collective fails (300)")
-    p.add_argument("--memory-limit", default=None, metavar="SIZE",
+                        f"torchrun --max-restarts (default {_default('max_restarts')})")
+    p.add_argument("--json", dest="json_path", metavar="FILE", help="append one JSON line per epoch")
+    p.add_argument("--seed", type=int, help=f"seed of the model, dropout and loaders (default {_default('seed')})")
+    p.add_argument("--threads", dest="num_threads", type=int, metavar="T",
+                   help=f"sampler threads per rank (default {_default('num_threads')})")
+    p.add_argument("--timeout", dest="timeout_s", type=float, metavar="S",
+                   help=f"seconds before a stuck collective fails (default {_default('timeout_s')})")
+    p.add_argument("--memory-limit", metavar="SIZE",
                    help="refuse to start when this machine's ranks are estimated to need more, e.g. 16GiB "
                         "(default: the available memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.set_defaults(func=run)
 
 
+# How an option given on the command line becomes a TrainConfig field (the rest are taken as they are).
+_CONVERT = {"fanouts": parse_fanouts, "eval_fanouts": parse_fanouts, "memory_limit": parse_memory_limit}
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(
-        part_dir=args.part_dir, epochs=args.epochs, model=args.model, hidden=args.hidden, layers=args.layers,
-        fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size, lr=args.lr, dropout=args.dropout,
-        cache=args.cache, replication=args.replication, gpu_fraction=args.gpu_fraction, device=args.device,
-        nprocs=args.nprocs, pipeline_depth=1 if args.no_pipeline else args.pipeline_depth, inference=args.inference,
-        eval_fanouts=parse_fanouts(args.eval_fanouts) if args.eval_fanouts else None, eval_every=args.eval_every,
-        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
-        max_restarts=args.max_restarts, json_path=args.json_path, seed=args.seed,
-        num_threads=args.threads, timeout_s=args.timeout, memory_limit=parse_memory_limit(args.memory_limit),
-        progress=not args.quiet)
+    """The TrainConfig of the options given; those left out keep TrainConfig's defaults."""
+    given = vars(args)
+    if "plan" in given:
+        decided = [f"--{name.replace('_', '-')}" for name in PLAN_DECIDES if name in given]
+        if decided:
+            raise plan_conflict(given["plan"], decided)
+    fields = TrainConfig.__dataclass_fields__
+    options = {name: _CONVERT.get(name, lambda v: v)(value) for name, value in given.items() if name in fields}
+    if given.get("no_pipeline"):
+        options["pipeline_depth"] = 1
+    if given.get("quiet"):
+        options["progress"] = False
+    return TrainConfig(**options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,5 +134,5 @@ def summary(result: TrainResult) -> str:
     line = f"trained {result.epochs_done} epoch{'' if result.epochs_done == 1 else 's'}"
     if result.best_epoch < 0:
         return line + " (no validation accuracy: evaluation was off or there are no validation nodes)"
-    return (f"{line}: best valid {result.best_valid:.4f} (epoch {result.best_epoch}), "
+    return (f"{line}: best valid {result.metric} {result.best_valid:.4f} (epoch {result.best_epoch}), "
             f"test at best valid {result.test_at_best:.4f}, final test {result.final_test:.4f}")

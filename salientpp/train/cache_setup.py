@@ -1,26 +1,37 @@
-"""The cache plan a rank trains with: an existing one under ``PART_DIR/cache``, or one built now.
+"""The cache plan a rank trains with, and where it comes from.
 
-Rank 0 builds missing plans (for all partitions, with the policy's own seed) and saves them
-under ``PART_DIR/cache/<default name>`` so the next run and ``salientpp simulate`` find them;
-the other ranks wait at a barrier and load partition ``rank``'s plan. Two jobs that build the
-same plan at once both succeed: the plan is renamed into place atomically, and the job that
-loses the race uses the winner's. Where the directory is not writable every rank builds the
-plans itself (same seed, same result).
+* ``--plan DIR`` (:attr:`TrainConfig.plan`): any plan ``salientpp analyze`` wrote, with a
+  replication factor or byte budgets, under any ``--name`` or ``--out``. Its GPU and CPU tiers,
+  its order of the owned rows and its number of owned rows on the device (``num_gpu_local``)
+  are used as they are; nothing is recomputed from the training options.
+* Otherwise, with a cache policy and more than one partition: the plan ``salientpp analyze``
+  writes for ``--cache``, ``--replication`` and ``--gpu-fraction``, at analyze's default location
+  ``PART_DIR/cache/<default name>`` (:func:`default_plan_dir`). When it is there, it is used;
+  else rank 0 builds it with analyze's own function
+  (:func:`~salientpp.cache.plan.build_and_save_plans`) and saves it there while the other ranks
+  wait at a barrier. Two jobs that build the same plan at once both succeed: the plan is renamed
+  into place atomically and the job that loses the race uses the winner's. A rank whose machine
+  does not share rank 0's file system finds no plan after the barrier: the first rank of that
+  machine builds and saves it there too (same options and seed, so the same files). Any other
+  failed save stops the job with one sentence; an unwritable ``PART_DIR`` is refused before any
+  rank starts (:func:`plan_source`), so a plan never silently lives only in memory.
+* ``--cache none`` or one partition: no remote cache; the owned rows stay in id order and the
+  first ``floor(gpu_fraction * n_k)`` of them live on the device.
 """
 from __future__ import annotations
 
-import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch.distributed as dist
 
-from ..cache import Budget, CachePlan, PolicyContext, Workload, build_plans, load_plan, save_plans
-from ..cache.plan import KIND as PLAN_KIND, default_plan_name
+from ..cache import plan as plans
+from ..cache.plan import Budget, PlanInfo, build_and_save_plans, load_plan, local_gpu_rows, read_plan_info
+from ..cache.policies import PolicyContext
+from ..cache.workload import Workload
 from ..errors import InputError
-from ..io import read_meta
+from ..io import check_writable_dir, output_errors
 from ..partition import PartitionedDataset
 from .config import TrainConfig
 
@@ -32,12 +43,14 @@ class ResolvedCache:
     Attributes:
         policy: the policy name (``none`` without a cache).
         local_order: int64 ``[n_k]`` local rows by descending score, or ``None`` (id order).
-        num_device_local: owned rows kept on the device (``floor(gpu_fraction * n_k)``).
+        num_device_local: owned rows kept on the device: the plan's ``num_gpu_local`` of this
+            partition, or ``floor(gpu_fraction * n_k)`` without a plan.
         cache_slot: int64 ``[N]`` cache slot of each id (-1: not cached), or ``None``.
-        num_device_slots: size of the device tier of the remote cache.
-        source: where the plan came from (``loaded <dir>``, ``built``, ``none``).
-        identity: what every rank's plan must agree on: the plan set's meta (policy, budget,
-            workloads, partitioning) and, for a loaded plan, its files' checksums.
+        num_device_slots: size of the device tier of the remote cache (the plan's ``gpu_ids``).
+        source: what rank 0 reports: ``built PATH``, ``using PATH`` or ``none``.
+        path: the plan directory, or ``None`` without a plan.
+        identity: what every rank's plan must agree on: its meta.json (policy, budget, workloads,
+            partitioning, GPU fraction, counts and file checksums), or the absence of a plan.
     """
 
     policy: str
@@ -46,61 +59,139 @@ class ResolvedCache:
     cache_slot: np.ndarray | None
     num_device_slots: int
     source: str
+    path: Path | None = None
     identity: dict = field(default_factory=dict)
 
 
-def _from_plan(plan: CachePlan, config: TrainConfig, n_k: int, source: str, files: dict | None = None) -> ResolvedCache:
-    identity = {"meta": plan.meta.to_json(), "files": files or {}}
-    return ResolvedCache(plan.meta.policy, np.asarray(plan.local_order),
-                         int(math.floor(config.gpu_fraction * n_k + 1e-9)), plan.slot_map(),
-                         int(plan.gpu_ids.shape[0]), source, identity)
+@dataclass(frozen=True)
+class PlanSource:
+    """Where a run's cache plan comes from, worked out and checked before any rank starts.
 
-
-def plan_dir(config: TrainConfig) -> Path:
-    """Where the plan matching the configuration lives (or will be saved)."""
-    workloads = (Workload(config.fanouts, config.batch_size),)
-    return Path(config.part_dir) / "cache" / default_plan_name(config.cache, workloads,
-                                                               Budget(replication=config.replication))
-
-
-def _save_shared(plans: list[CachePlan], path: Path) -> bool:
-    """Save ``plans`` at ``path``, where other jobs on the same partitioned directory look for them.
-
-    Returns True when ``path`` holds a complete plan afterwards: this job's, or that of another
-    job that built the same plan at the same time and renamed it into place first (the loser's
-    temporary directory is removed and it uses the winner's). Returns False, after saying why,
-    when the directory cannot be written: every rank then builds the plans itself.
+    Attributes:
+        path: the plan directory; ``None`` when the run has no plan (``--cache none`` or one
+            partition).
+        given: the user passed it with ``--plan``.
+        info: its meta.json when the plan exists; ``None`` when rank 0 is to build it at ``path``.
     """
+
+    path: Path | None
+    given: bool = False
+    info: PlanInfo | None = None
+
+
+def _workloads(config: TrainConfig) -> tuple[Workload, ...]:
+    return (Workload(tuple(config.fanouts), config.batch_size),)
+
+
+def default_plan_dir(config: TrainConfig) -> Path:
+    """Where ``salientpp analyze`` writes, by default, the plan of ``config``'s cache options (and
+    where ``salientpp train`` without ``--plan`` looks for it or saves it)."""
+    return plans.default_plan_dir(config.part_dir, config.cache, _workloads(config),
+                                  Budget(replication=config.replication))
+
+
+def analyze_command(config: TrainConfig) -> str:
+    """The ``salientpp analyze`` command that writes the plan of ``config``'s cache options to DIR."""
+    return (f"salientpp analyze {config.part_dir} --fanouts {','.join(map(str, config.fanouts))} --batch-size "
+            f"{config.batch_size} --policy {config.cache} --replication {config.replication:g} --gpu-fraction "
+            f"{config.gpu_fraction:g} --out DIR")
+
+
+def check_default_plan(info: PlanInfo, config: TrainConfig) -> None:
+    """Raise :class:`InputError` unless the plan at the default location is the one ``salientpp
+    analyze`` writes for ``config``: for its partitioning, fanouts and batch size, with its
+    policy, replication factor and GPU fraction."""
+    info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, info.path)
+    wanted = Budget(replication=config.replication)
+    for what, theirs, ours in (("policy", info.meta.policy, config.cache),
+                               ("budget", info.meta.budget.to_json(), wanted.to_json()),
+                               ("GPU fraction", info.gpu_fraction, config.gpu_fraction)):
+        if theirs != ours:
+            raise InputError(f"{info.path} was built with {what} {theirs} but this run asks for {ours}; train with "
+                             f"--plan {info.path} to use that plan as it is, or remove it so that this run builds "
+                             "the plan of its options")
+
+
+def plan_source(config: TrainConfig, num_parts: int) -> PlanSource:
+    """Where the cache plan of ``config`` (validated) comes from; :class:`InputError` (one
+    sentence) when the plan cannot be used or, when it is to be built, cannot be saved."""
+    if config.plan is not None:
+        return PlanSource(Path(config.plan), True, read_plan_info(config.plan))
+    if config.cache == "none" or num_parts == 1:
+        return PlanSource(None)
+    Budget(replication=config.replication).check(num_parts, 1)
+    path = default_plan_dir(config)
+    if path.exists() or path.is_symlink():
+        info = read_plan_info(path)
+        check_default_plan(info, config)
+        return PlanSource(path, False, info)
     try:
-        path.parent.mkdir(exist_ok=True)
-        save_plans(plans, path)
-    except (OSError, InputError) as exc:
-        if path.exists():  # another job won the race
-            return True
-        print(f"salientpp: could not save the cache plan to {path} ({exc}); every rank builds it in memory",
-              file=sys.stderr, flush=True)
+        check_writable_dir(path.parent, "cache plan directory", exist_ok=True)
+    except InputError as exc:
+        reason = str(exc).split("; ")[0]
+        raise InputError(f"there is no cache plan at {path} and this run could not save the one it builds there "
+                         f"({reason}); write it elsewhere with `{analyze_command(config)}` and train with "
+                         "--plan DIR") from None
+    return PlanSource(path)
+
+
+def _there(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _build_unless_there(config: TrainConfig, data: PartitionedDataset, path: Path) -> bool:
+    """Build the plans of every partition with analyze's own function and save them at ``path``.
+
+    Returns True when this job saved them, False when ``path`` already held a plan, or another
+    job that built the same plan at the same time renamed it into place first (its temporary
+    directory is then removed, and this job uses the winner's plan). Any other failure raises.
+    """
+    if _there(path):
         return False
+    ctx = PolicyContext(data, _workloads(config), seed=config.seed, num_threads=config.num_threads)
+    try:
+        with output_errors(path.parent):
+            path.parent.mkdir(exist_ok=True)
+        build_and_save_plans(ctx, config.cache, Budget(replication=config.replication), config.gpu_fraction, path)
+    except InputError:
+        if _there(path):  # another job won the race to rename the same plan into place
+            return False
+        raise
     return True
 
 
-def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int) -> ResolvedCache:
-    """The cache of partition ``rank`` (a collective when distributed: every rank calls it)."""
-    n_k = data.book.part_size(rank)
+def _load(path: Path, config: TrainConfig, rank: int, verb: str, given: bool) -> ResolvedCache:
+    info = read_plan_info(path)
+    if given:
+        info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, path, given=True)
+    else:
+        check_default_plan(info, config)
+    plan = load_plan(path, rank)
+    return ResolvedCache(plan.meta.policy, np.asarray(plan.local_order), plan.num_gpu_local, plan.slot_map(),
+                         int(plan.gpu_ids.shape[0]), f"{verb} {path}", path, {"meta": info.raw})
+
+
+def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int,
+                  local_rank: int | None = None) -> ResolvedCache:
+    """The cache of partition ``rank`` (a collective when distributed: every rank calls it).
+
+    ``local_rank`` (default ``rank``) is the rank's index on its machine: where a machine does
+    not see the plan rank 0 saved, its local rank 0 builds and saves it there.
+    """
+    if config.plan is not None:
+        return _load(Path(config.plan), config, rank, "using", given=True)
     if config.cache == "none" or data.num_parts == 1:  # one partition has no remote rows
-        return ResolvedCache("none", None, int(math.floor(config.gpu_fraction * n_k + 1e-9)), None, 0, "none")
-    budget = Budget(replication=config.replication)
-    budget.check(data.num_parts, 1)
-    path = plan_dir(config)
-    if not path.exists() and rank == 0:
-        ctx = PolicyContext(data, (Workload(config.fanouts, config.batch_size),), seed=config.seed)
-        plans = build_plans(ctx, config.cache, budget, config.gpu_fraction)
-        if not _save_shared(plans, path) and not dist.is_initialized():
-            return _from_plan(plans[rank], config, n_k, "built")
+        return ResolvedCache("none", None, local_gpu_rows(config.gpu_fraction, data.book.part_size(rank)), None, 0,
+                             "none", None, {"policy": "none"})
+    path = default_plan_dir(config)
+    built = rank == 0 and _build_unless_there(config, data, path)
     if dist.is_initialized():
         dist.barrier()
-    if path.exists():
-        plan = load_plan(path, rank)
-        plan.check_compatible(config.part_dir, config.fanouts, config.batch_size, path)
-        return _from_plan(plan, config, n_k, f"loaded {path}", read_meta(path, PLAN_KIND).get("files"))
-    ctx = PolicyContext(data, (Workload(config.fanouts, config.batch_size),), seed=config.seed)
-    return _from_plan(build_plans(ctx, config.cache, budget, config.gpu_fraction)[rank], config, n_k, "built")
+        if (rank if local_rank is None else local_rank) == 0 and not _there(path):  # not rank 0's file system
+            built = _build_unless_there(config, data, path)
+        dist.barrier()
+    if not _there(path):
+        raise InputError(f"rank {rank} finds no cache plan at {path}, which the first rank of its machine should "
+                         f"have built; write one with `{analyze_command(config)}`, copy it to every machine and "
+                         "train with --plan DIR")
+    return _load(path, config, rank, "built" if built else "using", given=False)

@@ -37,7 +37,7 @@ class Checkpoint:
         rng: uint8 ``[K, S]`` each rank's RNG state (CPU generator, then the CUDA one if any);
             ``[0, 0]`` at an epoch boundary, where every epoch reseeds.
         partial: float64 ``[K, M]`` each rank's running sums of the epoch in progress
-            (see :class:`~salientpp.train.trainer.EpochSums`); ``[0, 0]`` at a boundary.
+            (see :class:`~salientpp.train.state.EpochSums`); ``[0, 0]`` at a boundary.
         best_valid, best_epoch: the best validation accuracy so far and its epoch.
         history: the metrics of every completed epoch.
         options: the training options (``TrainConfig.to_dict()`` plus ``dataset``).

@@ -2,21 +2,34 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cache.plan import GPU_FRACTION, read_plan_info
 from ..cache.policies import get_policy
 from ..cache.workload import check_fanouts
-from ..dist.group import restart_count
+from ..distributed.group import restart_count
 from ..errors import InputError
 from ..io import check_writable_file
 from ..models import MODELS
+from ..models.factory import check_model
+from .tasks import check_metric
 from .checkpoint import check_checkpoint_dir
 
 DEVICES = ("cpu", "cuda")
 INFERENCE = ("sampled", "layerwise")
+# What a cache plan decides, so these options cannot be combined with one (``plan``).
+PLAN_DECIDES = ("cache", "replication", "gpu_fraction")
+
+
+def plan_conflict(plan: str, options: list[str]) -> InputError:
+    """The error for ``options`` (``["--cache", ...]``) given together with ``--plan plan``."""
+    return InputError(f"{' and '.join(options)} cannot be combined with --plan {plan}: the plan decides what is "
+                      f"cached and where (it was written by `salientpp analyze`); drop "
+                      f"{'it' if len(options) == 1 else 'them'}, or train without --plan")
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -50,12 +63,22 @@ class TrainConfig:
     Attributes:
         part_dir: a partitioned directory (``salientpp partition``); one partition per rank.
         epochs: total number of epochs (a resumed run continues up to this number).
-        model: ``sage``, ``gat`` or ``gin``; hidden: hidden width; layers: number of layers.
+        model: ``sage``, ``gat``, ``gin`` or a factory ``PKG.MODULE:FUNCTION`` called as
+            ``FUNCTION(in_dim, hidden, out_dim, num_layers)`` (see :mod:`salientpp.models.factory`);
+            hidden: hidden width; layers: number of layers.
+        metric: the validation/test metric (``accuracy``, ``roc-auc``, ``f1-micro``); default:
+            accuracy for class labels, ROC-AUC for multi-label ones.
         fanouts: neighbours sampled per hop, ``fanouts[0]`` at the seeds, one per layer.
         batch_size: seeds per minibatch per rank; lr: Adam learning rate; dropout: between layers.
-        cache: cache policy name (``vip``, ``degree``, ...) or ``none``.
+        cache: cache policy name (``vip``, ``degree``, ...) or ``none``; without ``plan``, the
+            plan ``salientpp analyze`` writes for this policy, ``replication`` and
+            ``gpu_fraction`` is used from ``PART_DIR/cache/<default name>``, or built there.
         replication: alpha, cached remote rows per rank = floor(alpha * N / K), in [0, K - 1].
-        gpu_fraction: fraction of the owned rows and of the cached rows kept on the device.
+        gpu_fraction: fraction of the owned rows kept on the device, first by the plan's order.
+        plan: a cache plan directory written by ``salientpp analyze`` (replication or byte
+            budgets, any name or ``--out``): its tiers and the device share of the owned rows
+            are used as they are, so ``cache``, ``replication`` and ``gpu_fraction`` keep their
+            defaults.
         device: ``cpu`` or ``cuda``.
         nprocs: number of local ranks to start (default: one per partition).
         pipeline_depth: batches in flight (1 = the stages of a batch one after another).
@@ -82,6 +105,7 @@ class TrainConfig:
     part_dir: str
     epochs: int = 10
     model: str = "sage"
+    metric: str | None = None
     hidden: int = 256
     layers: int = 3
     fanouts: tuple[int, ...] = (15, 10, 5)
@@ -90,7 +114,8 @@ class TrainConfig:
     dropout: float = 0.5
     cache: str = "vip"
     replication: float = 0.1
-    gpu_fraction: float = 0.15
+    gpu_fraction: float = GPU_FRACTION
+    plan: str | None = None
     device: str = "cpu"
     nprocs: int | None = None
     pipeline_depth: int = 4
@@ -116,8 +141,8 @@ class TrainConfig:
             raise InputError(f"{self.part_dir} is not a directory; pass a partitioned directory "
                              "written by `salientpp partition`")
         _positive_int("the number of epochs", self.epochs)
-        if self.model not in MODELS:
-            raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
+        check_model(self.model)
+        self.metric = None if self.metric is None else check_metric(self.metric)
         _positive_int("the hidden size", self.hidden)
         _positive_int("the number of layers", self.layers)
         self.fanouts = _fanouts("fanouts", self.fanouts, self.layers)
@@ -134,6 +159,15 @@ class TrainConfig:
             raise InputError(f"replication (alpha) must be at least 0, got {self.replication}")
         if not 0 <= self.gpu_fraction <= 1:
             raise InputError(f"the GPU fraction must lie in [0, 1], got {self.gpu_fraction}")
+        if self.plan is not None:
+            self.plan = str(self.plan)
+            fields = self.__dataclass_fields__
+            given = [f"--{name.replace('_', '-')}" for name in PLAN_DECIDES
+                     if getattr(self, name) != fields[name].default]
+            if given:
+                raise plan_conflict(self.plan, given)
+            read_plan_info(self.plan).meta.check_compatible(self.part_dir, self.fanouts, self.batch_size, self.plan,
+                                                            given=True)
         if self.device not in DEVICES:
             raise InputError(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.nprocs is not None:
@@ -141,6 +175,9 @@ class TrainConfig:
         _positive_int("the pipeline depth", self.pipeline_depth)
         if self.inference not in INFERENCE:
             raise InputError(f"unknown inference {self.inference!r}; choose sampled or layerwise")
+        if self.inference == "layerwise" and self.model not in MODELS:
+            raise InputError(f"layer-wise inference runs the built-in models layer by layer, not {self.model}; "
+                             "use --inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
         if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
             raise InputError(f"eval-every must be a non-negative integer, got {self.eval_every!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
@@ -156,7 +193,10 @@ class TrainConfig:
         if self.resume and not self.checkpoint_dir:
             raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
         if self.checkpoint_dir:
-            check_checkpoint_dir(self.checkpoint_dir, self.resume, restarted=restart_count() > 0)
+            # Under torchrun a rank of a restarted job can see TORCHELASTIC_RESTART_COUNT=0 (its
+            # agent did not count the restart): run_rank checks again once the ranks agree on it.
+            check_checkpoint_dir(self.checkpoint_dir, self.resume,
+                                 restarted=restart_count() > 0 or "TORCHELASTIC_RUN_ID" in os.environ)
         if self.json_path:
             check_writable_file(self.json_path, "--json", exist_ok=True)
         return self

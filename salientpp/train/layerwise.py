@@ -4,7 +4,7 @@ Layer ``l`` computes the layer-``l`` embeddings of every owned vertex from ALL i
 layer-``(l-1)`` embeddings, so the result equals a forward pass over the whole graph, whatever
 the partitioning. Neighbours owned by other ranks form the *halo*; it is the same at every
 layer, so its ids are exchanged once (counts, then ids) and each layer exchanges only rows,
-with the all-to-all of :class:`~salientpp.dist.exchange.RowExchange`. Destinations are
+with the all-to-all of :class:`~salientpp.distributed.exchange.RowExchange`. Destinations are
 processed in chunks of ``chunk_size``: a chunk holds one source row per edge of its
 destinations, so memory stays bounded by the chunk, not the graph.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..dist import CommStats, DistContext, RowExchange
+from ..distributed import CommStats, DistContext, RowExchange
 from ..models import MFGModel
 from ..partition import PartitionedDataset
 from ..sampling.types import MFG

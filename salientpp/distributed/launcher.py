@@ -127,7 +127,7 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
 
     ``fn`` and ``args`` must be picklable (a module-level function). Every rank sees ``env``,
     ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``, so
-    :func:`salientpp.dist.init_distributed` joins the group. Raises :class:`InputError` when a
+    :func:`salientpp.distributed.init_distributed` joins the group. Raises :class:`InputError` when a
     rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else, died,
     or the job ran past ``timeout_s``; the other ranks are terminated first.
     """

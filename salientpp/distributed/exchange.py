@@ -68,6 +68,14 @@ class CommStats:
     def from_tensor(cls, values: torch.Tensor) -> "CommStats":
         return cls(*(int(v) for v in values.tolist()))
 
+    def summed(self, ctx: DistContext) -> "CommStats":
+        """These counters summed over every rank (a collective when distributed)."""
+        values = self.to_tensor()
+        if ctx.distributed:
+            values = values.to(ctx.comm_device)
+            dist.all_reduce(values)
+        return CommStats.from_tensor(values.cpu())
+
 
 class RowExchange:
     """Moves feature rows between ranks with ``all_to_all_single``.

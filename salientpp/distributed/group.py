@@ -1,15 +1,18 @@
 """Joining the process group: one rank per partition, gloo on CPU, NCCL on CUDA.
 
-The rank and world come from the environment that :func:`salientpp.dist.launch` or ``torchrun``
+The rank and world come from the environment that :func:`salientpp.distributed.launch` or ``torchrun``
 set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``). Every
 collective of the group times out after ``timeout_s``, so a dead peer turns into an error, not
 a hang. The rendezvous store stays reachable through :attr:`DistContext.store`, where the ranks
-post where they are (:mod:`salientpp.dist.health`).
+post where they are (:mod:`salientpp.distributed.health`).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 from datetime import timedelta
@@ -67,6 +70,44 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get(RESTART_ENV) or 0)
 
 
+def _join_start(store, rank: int, world: int, timeout_s: float) -> tuple[str, int]:
+    """Agree with every rank of this start of the job on a store prefix of its own, and on how
+    many times the job was restarted before it.
+
+    torchrun's agents keep one store across restarts, so keys of an earlier start (the dead ranks'
+    addresses) must not be read by this one. ``TORCHELASTIC_RESTART_COUNT`` cannot name the start:
+    it counts the restarts of this machine's agent only, and an agent whose workers were still
+    healthy restarts them without counting when another machine's agent comes back to the
+    rendezvous, so two ranks of one start can see different counts. Instead each rank posts a
+    fresh random token, and the ranks read all tokens until every rank's view agrees (a rank's own
+    entry in its view is always fresh, so agreeing views hold only fresh tokens). The restart
+    count is the largest any rank sees or, in torchrun's lasting store, the number of earlier starts.
+    """
+    hello = [f"salientpp-start/hello/{r}" for r in range(world)]
+    views = [f"salientpp-start/view/{r}" for r in range(world)]
+    store.set(hello[rank], uuid.uuid4().hex)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if store.check(hello):
+            view = ",".join(store.get(key).decode() for key in hello)
+            store.set(views[rank], view)
+            if store.check(views) and all(store.get(key).decode() == view for key in views):
+                break
+        if time.monotonic() > deadline:
+            raise InputError(f"rank {rank} waited {timeout_s:g} s at the rendezvous for the other ranks of this "
+                             "start of the job; start every rank (or raise --timeout)")
+        time.sleep(0.05)
+    prefix = "start-" + hashlib.sha256(view.encode()).hexdigest()[:16]
+    counts = [f"{prefix}/restarts/{r}" for r in range(world)]
+    store.set(counts[rank], str(restart_count()))
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        if rank == 0:
+            store.set(f"{prefix}/earlier-starts", str(int(store.add("salientpp-start/starts", 1)) - 1))
+        counts.append(f"{prefix}/earlier-starts")
+    store.wait(counts, timedelta(seconds=timeout_s))
+    return prefix, max(int(store.get(key)) for key in counts)
+
+
 def resolve_device(device: str, local_rank: int) -> torch.device:
     """``"cpu"`` or ``"cuda"`` -> the torch device of this rank; InputError when CUDA is absent."""
     if device == "cpu":
@@ -101,7 +142,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     attempt = restart_count()
     if not env_is_distributed():
         dev = resolve_device(device, 0)
-        return DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s, attempt=attempt)
+        return _remember(DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s,
+                                     attempt=attempt))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
@@ -115,17 +157,41 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
         store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
     except (RuntimeError, ValueError) as exc:
         raise rendezvous_error(rank, world, timeout_s, str(exc)) from None
-    # torchrun's agent keeps one store across restarts: keys of an earlier attempt (the dead
-    # ranks' addresses) must not be read by this one.
-    store = dist.PrefixStore(f"attempt-{attempt}", store)
+    prefix, attempt = _join_start(store, rank, world, timeout_s)
+    store = dist.PrefixStore(prefix, store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout,
                             **({"device_id": dev} if backend == "nccl" else {}))
     comm = dev if backend == "nccl" else torch.device("cpu")
     exchange_group = dist.new_group(backend=backend, timeout=timeout)
-    return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group,
-                       dist.PrefixStore("salientpp", store), timeout_s, attempt)
+    return _remember(DistContext(rank, world, local_rank, dev, comm, backend, exchange_group,
+                                 dist.PrefixStore("salientpp", store), timeout_s, attempt))
 
 
-def shutdown_distributed(ctx: DistContext) -> None:
-    if ctx.distributed and dist.is_initialized():
+_current: DistContext | None = None
+
+
+def _remember(ctx: DistContext) -> DistContext:
+    global _current
+    _current = ctx
+    return ctx
+
+
+def current_context() -> DistContext:
+    """The context :func:`init_distributed` returned last in this process; without one, a single
+    process on the CPU (what ``init_distributed()`` returns outside a launcher)."""
+    if _current is not None:
+        return _current
+    if env_is_distributed():
+        raise InputError("this process was started as one rank of a job (RANK and WORLD_SIZE are set) but "
+                         "salientpp.init_distributed() was not called; call it first")
+    return init_distributed()
+
+
+def shutdown_distributed(ctx: DistContext | None = None) -> None:
+    """Leave the process group (of ``ctx``, default the current one)."""
+    global _current
+    ctx = _current if ctx is None else ctx
+    if ctx is not None and ctx.distributed and dist.is_initialized():
         dist.destroy_process_group()
+    if ctx is _current:
+        _current = None

@@ -1,12 +1,12 @@
 """The feature rows one rank can reach without asking anyone: its own and its cache.
 
-Tiers (DESIGN.md "Tiers"):
+Tiers:
 
 * owned rows, reordered by descending VIP (``local_order`` of the cache plan); the first
   ``num_device_local`` live on the training device, the rest in (pinned) CPU memory;
 * the remote cache, slot ``s < G`` in the device tier and ``G + j`` in the CPU tier, filled once
   at start-up by an all-to-all from the owners;
-* everything else is fetched per batch through :class:`~salientpp.dist.exchange.RowExchange`.
+* everything else is fetched per batch through :class:`~salientpp.distributed.exchange.RowExchange`.
 
 On a CPU-only run the "device" tiers are CPU tensors too; the split is kept so that the
 counters mean the same thing everywhere.
@@ -37,7 +37,8 @@ class FeatureStore:
         book: the partition book.
         local_x: ``[n_k, F]`` owned rows in local id order (row i = global id ``offsets[rank] + i``).
         local_order: int64 ``[n_k]`` local rows by descending VIP (``None``: identity).
-        num_device_local: how many of the first rows of ``local_order`` live on ``ctx.device``.
+        num_device_local: how many of the first rows of ``local_order`` live on ``ctx.device``
+            (the cache plan's ``num_gpu_local`` of this partition).
         cache_slot: int64 ``[N]``: -1 not cached, ``[0, G)`` device tier, ``[G, G + C)`` CPU tier
             (``None``: no cache).
         num_device_slots: G.

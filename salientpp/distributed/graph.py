@@ -1,0 +1,155 @@
+"""One rank's view of a partitioned graph: :class:`DistGraph`.
+
+The topology (CSR) and the partition book are replicated on every rank; the feature rows and
+labels are not: rank ``r`` holds partition ``r``. Remote rows reach a batch through the
+:class:`~salientpp.distributed.feature_store.FeatureStore` (owned rows and the cache a plan chose)
+and the :class:`~salientpp.distributed.exchange.RowExchange` (all-to-all of the rest).
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cache.plan import load_plan, partition_identity
+from ..errors import InputError
+from ..partition import load_partitioned
+from .exchange import RowExchange
+from .feature_store import FeatureStore
+from .group import DistContext, current_context
+from .health import agree
+
+SPLITS = ("train", "valid", "test")
+
+
+class DistGraph:
+    """This rank's partition of a partitioned directory (``salientpp partition``).
+
+    Opening it is a collective when distributed: every rank checks that it opened the same
+    partitioning (checksums of the topology and partition book), and the job must have one
+    rank per partition.
+
+    Args:
+        path: the partitioned directory.
+        ctx: the process-group context; default: the one :func:`salientpp.init_distributed`
+            returned last (a single process without a group when it was never called).
+
+    Attributes:
+        path: the directory; ctx: the context; rank, num_parts.
+        rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the global CSR (memory-mapped).
+        offset: the first global id this rank owns (it owns ``[offset, offset + num_owned)``).
+        x: ``[num_owned, F]`` owned feature rows (memory-mapped); y: owned labels.
+    """
+
+    def __init__(self, path: str | os.PathLike, ctx: DistContext | None = None):
+        self.ctx = current_context() if ctx is None else ctx
+        self.path = Path(path)
+        data = load_partitioned(self.path)
+        if data.num_parts != self.ctx.world_size:
+            raise InputError(f"{self.path} has {data.num_parts} partitions but the job has {self.ctx.world_size} "
+                             f"ranks; run one rank per partition (--nprocs {data.num_parts}, or "
+                             f"torchrun --nproc-per-node {data.num_parts})")
+        self.identity = partition_identity(data.meta)
+        agree(self.ctx, "partitioned dataset", {"partitioned dataset": self.identity})
+        self.data = data
+        self.rank = self.ctx.rank
+        self.num_parts = data.num_parts
+        self.part = data.part(self.rank)
+        self.offset = int(data.book.offsets[self.rank])
+        self.rowptr, self.col = np.asarray(data.rowptr), np.asarray(data.col)
+        self._stores: dict[str | None, tuple[FeatureStore, RowExchange]] = {}
+
+    # -- sizes ------------------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return self.data.num_nodes
+
+    @property
+    def num_owned(self) -> int:
+        return int(self.part.x.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return self.data.num_features
+
+    @property
+    def num_classes(self) -> int:
+        """The number of classes of single-label (int64 ``[N]``) labels; a ``ValueError`` for
+        multi-label ones, whose width is :attr:`num_outputs`."""
+        return self.data.num_classes
+
+    @property
+    def num_outputs(self) -> int:
+        """The width of a model's output: the number of classes, or of binary targets."""
+        return self.data.num_outputs
+
+    @property
+    def book(self):
+        return self.data.book
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.part.x
+
+    @property
+    def y(self) -> np.ndarray:
+        return self.part.y
+
+    # -- ids ----------------------------------------------------------------------------------------
+    def split(self, split: str | torch.Tensor | np.ndarray) -> np.ndarray:
+        """int64 ``[n]`` global ids of this rank's seeds: its ``"train"``, ``"valid"`` or ``"test"``
+        split, or the given ids (which must be distinct ids this rank owns)."""
+        if isinstance(split, str):
+            if split not in SPLITS:
+                raise InputError(f"unknown split {split!r}; choose train, valid or test, or pass an id tensor")
+            return np.asarray(getattr(self.part, f"{split}_idx"), dtype=np.int64)
+        ids = np.asarray(split.cpu() if isinstance(split, torch.Tensor) else split)
+        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+            raise InputError(f"seed ids must be a 1-D integer tensor, got shape {list(ids.shape)} of {ids.dtype}")
+        ids = ids.astype(np.int64)
+        outside = (ids < self.offset) | (ids >= self.offset + self.num_owned)
+        if outside.any():
+            raise InputError(f"seed id {int(ids[outside][0])} is not owned by rank {self.rank} (it owns "
+                             f"{self.offset}..{self.offset + self.num_owned - 1}); give each rank its own ids "
+                             "(graph.split(...) or ids in [graph.offset, graph.offset + graph.num_owned))")
+        if np.unique(ids).shape[0] != ids.shape[0]:
+            raise InputError("seed ids repeat; pass distinct ids")
+        return ids
+
+    def labels(self, ids: torch.Tensor) -> torch.Tensor:
+        """The labels of owned global ids (int64 ``[n]``): ``[n]`` or ``[n, T]``, CPU."""
+        return torch.from_numpy(np.asarray(self.part.y[ids.numpy() - self.offset]))
+
+    def original_ids(self, ids: np.ndarray | torch.Tensor) -> np.ndarray:
+        """The ids of the dataset before partitioning (``orig_id``) of global ids."""
+        return np.asarray(self.data.orig_id)[np.asarray(ids)]
+
+    # -- features -----------------------------------------------------------------------------------
+    def feature_store(self, plan: str | os.PathLike | None, gpu_fraction: float = 0.0
+                      ) -> tuple[FeatureStore, RowExchange]:
+        """The feature store and row exchange of this rank with the cache of ``plan`` (a directory
+        ``salientpp analyze`` wrote for this partitioning, or ``None``: no cache); one per plan,
+        shared by every loader of this graph. Opening one is a collective (the cache is filled
+        from the owners). A plan scored for other fanouts or batches still serves any loader:
+        its rows are cached, only chosen for another workload. The plan says how many owned rows
+        live on the device; without one, the first ``floor(gpu_fraction * num_owned)`` do."""
+        key = None if plan is None else str(Path(plan).resolve())
+        if key not in self._stores:
+            local_order, cache_slot, num_device_slots, identity = None, None, 0, {}
+            num_device_local = int(math.floor(gpu_fraction * self.num_owned + 1e-9))
+            if plan is not None:
+                loaded = load_plan(plan, self.rank)
+                loaded.meta.check_partitioning(self.path, plan)
+                local_order, num_device_local = np.asarray(loaded.local_order), loaded.num_gpu_local
+                cache_slot, num_device_slots = loaded.slot_map(), int(loaded.gpu_ids.shape[0])
+                identity = loaded.meta.to_json()
+            agree(self.ctx, "cache plan", {"cache plan": identity})
+            store = FeatureStore(self.ctx, self.book, self.part.x, local_order, num_device_local, cache_slot,
+                                 num_device_slots)
+            exchange = RowExchange(self.ctx, store.serve, store.num_features, store.dtype)
+            store.fill_cache(exchange)
+            self._stores[key] = (store, exchange)
+        return self._stores[key]

@@ -1,0 +1,227 @@
+"""The distributed loader a user's own training loop iterates: :class:`DistNeighborLoader`.
+
+It owns everything between a seed split and a model's input: C++ sampling threads, the fetch
+plan of each batch (owned rows, cache tiers, rows to request), the three all-to-alls, the
+assembly of ``x[n_id]`` on the device, and the pipeline that overlaps them::
+
+    Pipeline(SampleStage(loader), [counts, ids, rows, assemble], depth)   # one visible line below
+
+**Lockstep.** The exchange is a collective, so every rank must run the same number of steps.
+The loader gives every rank exactly ``S = max_k ceil(|seeds_k| / batch_size)`` batches per epoch,
+and rank k cuts its shuffled seeds into ``S`` batches whose sizes differ by at most one (at most
+``batch_size``). A user's loop therefore never sees an empty batch on a split every rank has at
+least ``S`` seeds of (always the case for the training split of a METIS partitioning, which
+balances training vertices; the loader refuses the training split otherwise), and needs no loss
+scaling. On an uneven evaluation split a rank may get batches with ``batch_size == 0``; they
+still take part in the collectives. The VIP analysis and the simulator model these batches.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..cache.accesses import loader_seed
+from ..errors import InputError
+from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
+from ..sampling import FetchContext, NeighborLoader, NeighborSampler
+from ..sampling.types import MFG
+from .exchange import CommStats
+from .graph import DistGraph
+
+# Loader workload (random stream) of the training split and of everything else: the training
+# loader draws the batches `salientpp simulate` scores for workload 0.
+TRAIN_WORKLOAD, OTHER_WORKLOAD = 0, 1
+
+
+def hop_layout(mfgs: list[MFG], batch_size: int) -> tuple[list[int], list[int], list[tuple[int, int, int]]]:
+    """The PyG layout of a sample from its MFGs (model order, CPU): ``(num_sampled_nodes [L + 1],
+    num_sampled_edges [L], blocks)``, where block ``h - 1`` = ``(layer, first, last)`` says that
+    the edges of hop ``h`` are columns ``first:last`` of ``mfgs[layer].edge_index``: those whose
+    destinations were first reached at hop ``h - 1`` (edges are grouped by destination)."""
+    hops = len(mfgs)
+    reached = [batch_size] + [mfgs[hops - h].num_src for h in range(1, hops + 1)]  # nodes after hop h
+    nodes = [reached[0]] + [reached[h] - reached[h - 1] for h in range(1, hops + 1)]
+    starts = [0] + reached[:-1]
+    blocks = []
+    for h in range(1, hops + 1):
+        rowptr = mfgs[hops - h].rowptr
+        blocks.append((hops - h, int(rowptr[starts[h - 1]]), int(rowptr[reached[h - 1]])))
+    return nodes, [last - first for _, first, last in blocks], blocks
+
+
+@dataclass
+class Batch:
+    """One minibatch, ready for a model.
+
+    Attributes:
+        x: ``[num_nodes, F]`` features of ``n_id`` on the device (owned rows, cache tiers and
+            fetched rows, assembled); float16 datasets stay float16.
+        y: the seeds' labels on the device: int64 ``[batch_size]`` or ``[batch_size, T]``.
+        n_id: int64 ``[num_nodes]`` global ids (partitioned numbering) on the device; the first
+            ``batch_size`` are the seeds.
+        batch_size: number of seeds (the model's outputs for them are its first rows).
+        mfgs: one :class:`~salientpp.sampling.types.MFG` per layer, model order (``mfgs[0]`` is
+            the input layer), on the device.
+        num_sampled_nodes: ``[L + 1]`` nodes first reached at hop 0 (the seeds), 1, ..., L, as in
+            PyG: ``n_id`` lists them hop by hop.
+        num_sampled_edges: ``[L]`` edges of :attr:`edge_index` per hop.
+
+    :attr:`edge_index` is the PyG view of the same sample: int64 ``[2, E]`` (row 0 source, row 1
+    destination, both indices into ``n_id``) holding, hop by hop, the edges drawn for the nodes
+    first reached at the previous hop. A PyG model's ``forward(x, edge_index)`` over it computes
+    what PyG's ``NeighborLoader`` semantics give, and ``torch_geometric.utils.trim_to_layer``
+    works with ``num_sampled_nodes`` and ``num_sampled_edges``. :attr:`mfgs` give SALIENT's
+    semantics (every layer re-sampled for every node reached so far).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    n_id: torch.Tensor
+    batch_size: int
+    mfgs: list[MFG]
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+    blocks: list[tuple[int, int, int]] = field(repr=False)
+
+    @cached_property
+    def edge_index(self) -> torch.Tensor:
+        parts = [self.mfgs[layer].edge_index[:, first:last] for layer, first, last in self.blocks]
+        return torch.cat(parts, dim=1) if parts else torch.empty((2, 0), dtype=torch.int64, device=self.x.device)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.n_id.shape[0])
+
+    def to_pyg(self):
+        """This batch as a ``torch_geometric.data.Data`` (x, y, edge_index, n_id, batch_size,
+        num_sampled_nodes, num_sampled_edges), the attributes PyG's ``NeighborLoader`` sets."""
+        from torch_geometric.data import Data
+
+        return Data(x=self.x, y=self.y, edge_index=self.edge_index, n_id=self.n_id, batch_size=self.batch_size,
+                    num_sampled_nodes=self.num_sampled_nodes, num_sampled_edges=self.num_sampled_edges)
+
+
+class DistNeighborLoader:
+    """Minibatches of this rank's seeds with their features, in lockstep with the other ranks.
+
+    Constructing it is a collective (the ranks agree on the number of batches, and the first
+    loader of a plan fills the cache): build the loaders in the same order on every rank, and
+    iterate them in the same order.
+
+    Args:
+        graph: the :class:`DistGraph`.
+        split: ``"train"``, ``"valid"``, ``"test"``, or int64 ids this rank owns.
+        fanouts: neighbours per hop, ``fanouts[0]`` at the seeds (-1: all); one per model layer.
+        batch_size: at most this many seeds per batch (see the module docstring).
+        shuffle: reshuffle the seeds every epoch (from ``seed`` and the epoch).
+        plan: a cache plan directory (``salientpp analyze``) built for this partitioning, or
+            ``None``: no cache, every remote row is fetched. Loaders of one graph and plan share
+            its cache (evaluation loaders too); it is best for the fanouts and batch size it was
+            scored for.
+        seed: seeds the shuffle and the sampling (with the rank and the split's stream).
+        replace: sample with replacement.
+        num_threads: C++ sampling threads; pipeline_depth: batches in flight (1: no overlap).
+        on_stage: called as ``on_stage(stage, step)`` before each pipeline stage (health reports).
+        allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
+            to allow them except on the training split.
+        gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
+            decides it itself).
+
+    After each epoch, :attr:`stats` holds its exchange counters (rows owned, cache hits, rows
+    fetched and bytes) and :attr:`times` the seconds spent in each stage.
+    """
+
+    def __init__(self, graph: DistGraph, split: str | torch.Tensor | np.ndarray, fanouts, batch_size: int,
+                 shuffle: bool = True, plan: str | os.PathLike | None = None, seed: int = 0, replace: bool = False,
+                 num_threads: int = 1, pipeline_depth: int = 4,
+                 on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
+                 gpu_fraction: float = 0.0):
+        from ..cache.workload import check_batch_size, check_fanouts
+
+        self.graph = graph
+        self.fanouts = check_fanouts(fanouts)
+        self.batch_size = check_batch_size(batch_size)
+        if int(pipeline_depth) < 1:
+            raise InputError(f"the pipeline depth must be at least 1, got {pipeline_depth}")
+        self.pipeline_depth = int(pipeline_depth)
+        self.seeds = graph.split(split)
+        workload = TRAIN_WORKLOAD if isinstance(split, str) and split == "train" else OTHER_WORKLOAD
+        self.store, self.exchange = graph.feature_store(plan, gpu_fraction)
+        counts = self._seed_counts()
+        self.num_batches = max(-(-n // self.batch_size) for n in counts)
+        if allow_empty is None:
+            allow_empty = not (isinstance(split, str) and split == "train")
+        if not allow_empty and min(counts) < self.num_batches:  # every rank raises the same error
+            k, big = counts.index(min(counts)), counts.index(max(counts))
+            raise InputError(f"partition {k} of {graph.path} has {counts[k]} training nodes but every rank runs "
+                             f"{self.num_batches} steps per epoch (partition {big} has {counts[big]} at batch size "
+                             f"{self.batch_size}), so rank {k} would have steps without data; re-partition so that "
+                             "training nodes are balanced (METIS balances them within 3%) or raise --batch-size")
+        self.on_stage = on_stage
+        self.stats = CommStats()
+        self.times = StageTimes()
+        self._loader = NeighborLoader(NeighborSampler(graph.rowptr, graph.col, list(self.fanouts), replace=replace),
+                                      seeds=torch.from_numpy(self.seeds), batch_size=self.batch_size,
+                                      shuffle=shuffle, num_batches=self.num_batches,
+                                      seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads,
+                                      queue_depth=self.pipeline_depth,
+                                      fetch=FetchContext(**self.store.fetch_context_args()))
+        self._empty_x = torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
+
+    def _seed_counts(self) -> list[int]:
+        """The number of seeds of every rank (a collective)."""
+        ctx = self.graph.ctx
+        counts = torch.zeros(ctx.world_size, dtype=torch.int64)
+        counts[ctx.rank] = int(self.seeds.shape[0])
+        if ctx.distributed:
+            counts = counts.to(ctx.comm_device)
+            dist.all_reduce(counts)
+        return counts.cpu().tolist()
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle and reseed for ``epoch`` (call it on every rank before iterating)."""
+        self._loader.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "next_batch"}``: where the running epoch stands."""
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration continue at ``state["next_batch"]`` of ``state["epoch"]``,
+        with the batches an uninterrupted epoch would have yielded."""
+        self._loader.load_state_dict(state)
+
+    def __iter__(self) -> Iterator[Batch]:
+        first = self._loader.state_dict()["next_batch"]
+        self.stats, self.times = CommStats(), StageTimes()
+        self.exchange.stats = self.stats
+        pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
+                            fetch_stages(self.exchange, self.store, self.stats), self.pipeline_depth, self.times,
+                            on_stage=self.on_stage)
+        try:
+            for item in pipeline:
+                yield self._batch(item)
+        finally:
+            self._loader.close()
+
+    def _batch(self, item: InFlight) -> Batch:
+        device = self.graph.ctx.device
+        batch = item.batch
+        if batch is None:  # no seeds on this rank for this step
+            seeds = torch.empty(0, dtype=torch.int64)
+            mfgs = [MFG(0, 0, torch.empty((2, 0), dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+                    for _ in self.fanouts]
+            return Batch(self._empty_x, self.graph.labels(seeds).to(device), seeds.to(device), 0,
+                         [m.to(device) for m in mfgs], *hop_layout(mfgs, 0))
+        y = self.graph.labels(batch.n_id[:batch.batch_size]).to(device, non_blocking=True)
+        return Batch(item.x, y, batch.n_id.to(device, non_blocking=True), batch.batch_size, item.mfgs,
+                     *hop_layout(batch.mfgs, batch.batch_size))

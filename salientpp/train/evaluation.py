@@ -1,0 +1,90 @@
+"""Validation and test metrics over every rank's nodes: sampled through the distributed loader,
+or exact by layer-wise full-neighbour inference."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..distributed import CommStats
+from ..distributed.graph import DistGraph
+from ..distributed.loader import DistNeighborLoader
+from ..models import MFGModel
+from ..models.factory import SeedForward
+from .layerwise import LayerwiseInference
+from .state import TEST_METRIC, VALID_METRIC
+from .tasks import Task
+
+SAMPLED, LAYERWISE = "sampled", "layerwise"
+INFERENCE = (SAMPLED, LAYERWISE)
+
+
+class Evaluator:
+    """Scores the model on this rank's validation and test nodes in one pass over both.
+
+    Every call is a collective: all ranks evaluate at the same epochs. Sampled inference uses a
+    :class:`DistNeighborLoader` over the validation and test nodes with the evaluation fanouts
+    and batch size, through the same cache; layer-wise inference computes every layer over all
+    neighbours (exact; built-in models only).
+
+    Args:
+        graph: this rank's :class:`DistGraph`; model: the (non-DDP) model; task: labels and metric.
+        inference: :data:`SAMPLED` or :data:`LAYERWISE`.
+        loader: a callable building the sampled-inference loader over given seed ids (called
+            once, on the first evaluation).
+        chunk_size: destinations per chunk of layer-wise inference.
+    """
+
+    def __init__(self, graph: DistGraph, model: torch.nn.Module, task: Task, inference: str,
+                 loader: Callable[[np.ndarray], DistNeighborLoader], chunk_size: int):
+        self.graph, self.model, self.task, self.inference = graph, model, task, inference
+        self.seeds = np.concatenate([graph.split("valid"), graph.split("test")])
+        self.is_valid = torch.zeros(graph.num_owned, dtype=torch.bool)
+        self.is_valid[torch.from_numpy(graph.split("valid") - graph.offset)] = True
+        self._make_loader, self._loader = loader, None
+        self._chunk_size, self._layerwise = chunk_size, None
+
+    def layerwise_logits(self, local_ids: np.ndarray, stats: CommStats) -> torch.Tensor:
+        """``[len(local_ids), C]`` full-neighbour outputs for owned local ids (a collective)."""
+        if self._layerwise is None:
+            self._layerwise = LayerwiseInference(self.graph.ctx, self.graph.data, self.graph.x, self._chunk_size)
+        return self._layerwise(self.model, local_ids, stats)
+
+    def _outputs(self, epoch: int, stats: CommStats) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """``(logits [n, C], labels, local ids [n])`` over this rank's validation and test nodes."""
+        if self.inference == LAYERWISE:
+            local = self.seeds - self.graph.offset
+            yield (self.layerwise_logits(local, stats), self.graph.labels(torch.from_numpy(self.seeds)),
+                   torch.from_numpy(local))
+            return
+        if self._loader is None:
+            self._loader = self._make_loader(self.seeds)
+        forward = SeedForward.of(self.model)
+        self._loader.set_epoch(epoch)
+        for batch in self._loader:
+            if batch.batch_size:
+                yield forward(batch), batch.y, batch.n_id[:batch.batch_size].cpu() - self.graph.offset
+        stats.add(self._loader.stats)
+
+    @torch.no_grad()
+    def __call__(self, epoch: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        self.model.eval()
+        stats = CommStats()
+        valid, test = self.task.accumulator(), self.task.accumulator()
+        for logits, labels, local in self._outputs(epoch, stats):
+            in_valid = self.is_valid[local].to(logits.device)
+            targets = self.task.targets(labels).to(logits.device)
+            valid.update(logits[in_valid], targets[in_valid])
+            test.update(logits[~in_valid], targets[~in_valid])
+        ctx = self.graph.ctx
+        scores = {VALID_METRIC: valid.compute(device=ctx.comm_device, distributed=ctx.distributed),
+                  TEST_METRIC: test.compute(device=ctx.comm_device, distributed=ctx.distributed)}
+        return {**scores, "eval_comm": stats.summed(ctx).as_dict(), "eval_s": time.perf_counter() - start}
+
+
+def supports_layerwise(model: torch.nn.Module) -> bool:
+    """Layer-wise inference needs a model made of layers it can run one at a time."""
+    return isinstance(model, MFGModel)

@@ -1,0 +1,269 @@
+"""The built-in trainer: one client of the public API (DistGraph + DistNeighborLoader).
+
+Each rank opens its :class:`~salientpp.distributed.graph.DistGraph`, iterates a
+:class:`~salientpp.distributed.loader.DistNeighborLoader` over its training nodes (every rank the same
+number of batches, so DDP's gradient mean needs no correction), evaluates through
+:class:`~salientpp.train.evaluation.Evaluator`, and rank 0 writes checkpoints, JSON lines and
+the progress bar.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .. import __version__
+from ..distributed import CommStats, DistContext
+from ..distributed.graph import DistGraph
+from ..distributed.health import Health, agree
+from ..distributed.loader import DistNeighborLoader
+from ..errors import InputError
+from ..io import output_errors
+from ..models.factory import SeedForward, build_model
+from .cache_setup import resolve_cache
+from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .evaluation import Evaluator
+from .state import (EPOCH, METRIC, TEST_METRIC, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC, EpochSums, RunState,
+                    TrainResult, rng_state, set_rng_state)
+from .tasks import task_of
+
+# Options every rank must share (the others, such as paths, threads and progress, may differ). The
+# --plan path is not one of them (each machine may keep its copy elsewhere); the plan's contents are
+# compared by the "cache plan" check.
+AGREED_OPTIONS = ("epochs", "model", "hidden", "layers", "fanouts", "batch_size", "lr", "dropout", "cache",
+                  "replication", "gpu_fraction", "device", "pipeline_depth", "inference", "eval_fanouts",
+                  "eval_batch_size", "eval_every", "checkpoint_every", "seed", "timeout_s", "metric")
+# The random stream of the dropout masks of an epoch (see loader_seed).
+DROPOUT_STREAM = 7
+
+
+class Trainer:
+    """Everything one rank needs: its graph, loaders, model, optimizer and evaluator."""
+
+    def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None):
+        from ..cache.accesses import loader_seed
+
+        self.config, self.ctx = config, ctx
+        self.health = Health(ctx) if health is None else health
+        agree(ctx, "options and package versions",
+              {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
+               **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})
+        self.graph = graph = DistGraph(config.part_dir, ctx)
+        if graph.split("train").shape[0] == 0:
+            raise InputError(f"partition {ctx.rank} of {config.part_dir} has no training nodes, so rank {ctx.rank} "
+                             "would never train; re-partition with fewer parts or a balanced training split")
+        plan = resolve_cache(config, graph.data, ctx.rank, ctx.local_rank)
+        if ctx.rank == 0 and plan.path is not None:
+            print(f"cache plan: {plan.source}", flush=True)
+        self.task = task_of(graph.data, config.metric)
+        self._phase, self._epoch = "", -1
+        common = dict(plan=plan.path, seed=config.seed, num_threads=config.num_threads,
+                      pipeline_depth=config.pipeline_depth, gpu_fraction=config.gpu_fraction,
+                      on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
+        self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **common)
+        torch.manual_seed(config.seed)
+        self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
+                                 config.layers, config.dropout).to(ctx.device)
+        self.ddp = DistributedDataParallel(self.model) if ctx.distributed else self.model
+        self.forward = SeedForward.of(self.ddp)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.evaluator = Evaluator(graph, self.model, self.task, config.inference,
+                                   lambda seeds: DistNeighborLoader(graph, seeds, config.eval_fanouts,
+                                                                    config.eval_batch_size, **common),
+                                   config.eval_batch_size)
+        store = self.loader.store
+        self.cache_info = {"policy": plan.policy, "plan": None if plan.path is None else str(plan.path),
+                           "source": plan.source, "cached_rows": store.num_cached,
+                           "device_cached_rows": int(store.num_device_slots),
+                           "device_local_rows": store.num_device_local}
+        self._dropout_seed = lambda epoch: loader_seed(config.seed, ctx.rank, stream=DROPOUT_STREAM, workload=epoch)
+
+    # -- one epoch ---------------------------------------------------------------------------------
+    def _bar(self, total: int, desc: str, initial: int = 0):
+        if self.ctx.rank != 0 or not self.config.progress:
+            return None
+        from tqdm import tqdm
+        return tqdm(total=total, initial=initial, desc=desc, unit="batch", leave=False, dynamic_ncols=True)
+
+    def train_epoch(self, epoch: int, first_step: int = 0, sums: EpochSums | None = None,
+                    state: RunState | None = None) -> dict[str, Any]:
+        """Train one epoch (from ``first_step`` with the running ``sums`` of a resumed epoch);
+        returns the rank-summed loss and metric, the exchange counters and this rank's stage
+        times. With ``state`` it checkpoints mid-epoch as ``checkpoint_every`` asks."""
+        if first_step == 0:  # a resumed epoch has its ranks' RNG states restored instead
+            torch.manual_seed(self._dropout_seed(epoch))
+        self.ddp.train()
+        self._phase, self._epoch = "", epoch
+        sums = EpochSums() if sums is None else sums
+        start, cpu_start = time.perf_counter(), time.process_time()
+        self.loader.load_state_dict({"epoch": epoch, "next_batch": first_step})
+        steps = len(self.loader)
+        every, unit = self.config.checkpoint_interval
+        bar = self._bar(steps, f"epoch {epoch}", first_step)
+        train_s = train_cpu = 0.0
+        for step, batch in enumerate(self.loader, start=first_step):
+            self.health.enter("train", epoch, step)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            out = self.forward(batch)
+            targets = self.task.targets(batch.y)
+            loss = self.task.loss(out, targets)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            sums.loss += float(loss.detach()) * batch.batch_size
+            sums.count += batch.batch_size
+            if self.task.decomposable:
+                sums.add_metric(self.task.metric_sums(out.detach(), targets))
+            train_s += time.perf_counter() - t0
+            train_cpu += time.thread_time() - c0  # what the model cost, whatever else shares the cores
+            if bar is not None:
+                bar.update(1)
+                comm = self.loader.stats
+                bar.set_postfix(fetched_MBps=f"{comm.bytes_received / max(time.perf_counter() - start, 1e-9) / 1e6:.1f}")
+            done = step + 1
+            if state is not None and unit == "steps" and done % every == 0 and done < steps:
+                partial = replace(sums, seconds=sums.seconds + time.perf_counter() - start)
+                partial.comm = CommStats.from_tensor(sums.comm.to_tensor() + self.loader.stats.to_tensor())
+                self.checkpoint(state, epoch, done, partial)
+        if bar is not None:
+            bar.close()
+        sums.comm.add(self.loader.stats)
+        times = {**self.loader.times, "train": train_s, "train_cpu": train_cpu}
+        values = torch.cat([torch.tensor([sums.loss, sums.count], dtype=torch.float64), sums.metric])
+        if self.ctx.distributed:
+            values = values.to(self.ctx.comm_device)
+            dist.all_reduce(values)
+        loss_sum, count, metric_sums = float(values[0]), float(values[1]), values[2:].cpu()
+        record = {TRAIN_LOSS: loss_sum / max(count, 1), "steps": steps,
+                  "epoch_s": self._max(sums.seconds + time.perf_counter() - start),
+                  "cpu_s": time.process_time() - cpu_start, "stage_s": times, "comm": sums.comm.summed(self.ctx).as_dict()}
+        if self.task.decomposable:
+            record[TRAIN_METRIC] = self.task.metric_from_sums(metric_sums[:self.task.accumulator().sums.shape[0]])
+        return record
+
+    def _max(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        if self.ctx.distributed:
+            t = t.to(self.ctx.comm_device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.cpu()[0])
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _gather(self, t: torch.Tensor) -> torch.Tensor:
+        """``[K, *t.shape]``: ``t`` of every rank (a collective)."""
+        if not self.ctx.distributed:
+            return t.unsqueeze(0)
+        parts = [torch.empty_like(t, device=self.ctx.comm_device) for _ in range(self.ctx.world_size)]
+        dist.all_gather(parts, t.to(self.ctx.comm_device))
+        return torch.stack(parts).cpu()
+
+    def checkpoint(self, state: RunState, epoch: int, step: int, sums: EpochSums | None = None,
+                   best: bool = False) -> None:
+        """Write a checkpoint to continue from ``step`` steps into ``epoch`` (a collective: rank 0
+        writes, then every rank waits for it, so a checkpoint any rank has passed is on disk)."""
+        if not self.config.checkpoint_dir:
+            return
+        self.health.enter("checkpoint", epoch, step)
+        mid_epoch = step > 0
+        rng = self._gather(rng_state(self.ctx.device)) if mid_epoch else torch.empty((0, 0), dtype=torch.uint8)
+        partial = self._gather(sums.to_tensor()) if mid_epoch else torch.empty((0, 0), dtype=torch.float64)
+        if self.ctx.rank == 0:
+            save_checkpoint(self.config.checkpoint_dir,
+                            Checkpoint(epoch, step, self.model.state_dict(), self.optimizer.state_dict(), rng,
+                                       partial, state.result.best_valid, state.result.best_epoch, state.history,
+                                       state.options), best=best)
+        if self.ctx.distributed:
+            dist.barrier()
+
+    def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
+        """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
+        config = self.config
+        ckpt = load_checkpoint(config.checkpoint_dir, state.options)
+        try:
+            self.model.load_state_dict(ckpt.model)
+            self.optimizer.load_state_dict(ckpt.optimizer)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({exc}); "
+                             "resume with the options it was trained with or use a new --checkpoint-dir") from None
+        state.history = list(ckpt.history)
+        state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
+        state.result.test_at_best = next((h[TEST_METRIC] for h in state.history if h[EPOCH] == ckpt.best_epoch),
+                                         -1.0)
+        state.result.resumed_from = (ckpt.epoch, ckpt.step)
+        if self.ctx.rank == 0 and config.json_path:  # the lines of the epochs the checkpoint holds, no more
+            with output_errors(config.json_path), open(config.json_path, "w") as f:
+                f.writelines(json.dumps(h) + "\n" for h in state.history)
+        if ckpt.step == 0:
+            return ckpt.epoch, 0, None
+        if ckpt.rng.shape[0] != self.ctx.world_size:
+            raise InputError(f"the checkpoint in {config.checkpoint_dir} was written mid-epoch by {ckpt.rng.shape[0]} "
+                             f"ranks, not {self.ctx.world_size}; resume with as many ranks")
+        set_rng_state(ckpt.rng[self.ctx.rank], self.ctx.device)
+        return ckpt.epoch, ckpt.step, EpochSums.from_tensor(ckpt.partial[self.ctx.rank])
+
+    # -- the run -------------------------------------------------------------------------------------
+    def evaluate(self, epoch: int) -> dict[str, Any]:
+        self.health.enter("eval", epoch)
+        self._phase, self._epoch = "eval:", epoch
+        return self.evaluator(epoch)
+
+    def fit(self) -> TrainResult:
+        config = self.config
+        state = RunState(TrainResult(metric=self.task.metric), [],
+                         {**config.to_dict(), "dataset": self.graph.identity})
+        result = state.result
+        start_epoch, start_step, sums = 0, 0, None
+        if config.resume or (self.ctx.attempt > 0 and has_checkpoint(config.checkpoint_dir)):
+            start_epoch, start_step, sums = self._resume(state)
+        every, unit = config.checkpoint_interval
+        for epoch in range(start_epoch, config.epochs):
+            first = start_step if epoch == start_epoch else 0
+            metrics = {EPOCH: epoch, METRIC: self.task.metric,
+                       **self.train_epoch(epoch, first, sums if first else None, state)}
+            if config.eval_every and ((epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1):
+                metrics.update(self.evaluate(epoch))
+            metrics["cache"] = self.cache_info
+            state.history.append(metrics)
+            result.history.append(metrics)
+            valid = metrics.get(VALID_METRIC, float("nan"))
+            improved = bool(valid > result.best_valid)  # NaN (no validation nodes) never improves
+            if improved:
+                result.best_valid, result.best_epoch = valid, epoch
+                result.test_at_best = metrics[TEST_METRIC]
+            if TEST_METRIC in metrics:
+                result.final_test = metrics[TEST_METRIC]
+            if self.ctx.rank == 0:
+                self.health.enter("report", epoch)
+                self._report(metrics)
+            if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
+                self.checkpoint(state, epoch + 1, 0, best=improved)
+        result.epochs_done = config.epochs
+        if not result.history and state.history:
+            result.final_test = state.history[-1].get(TEST_METRIC, -1.0)
+        return result
+
+    def _report(self, metrics: dict[str, Any]) -> None:
+        config = self.config
+        if config.json_path:
+            with output_errors(config.json_path), open(config.json_path, "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+        if config.progress:
+            name = metrics[METRIC]
+            line = f"epoch {metrics[EPOCH]}: loss {metrics[TRAIN_LOSS]:.4f}"
+            if TRAIN_METRIC in metrics:
+                line += f" train {name} {metrics[TRAIN_METRIC]:.4f}"
+            line += f" {metrics['epoch_s']:.2f} s, fetched {metrics['comm']['received']} rows"
+            if VALID_METRIC in metrics:
+                line += f", valid {metrics[VALID_METRIC]:.4f} test {metrics[TEST_METRIC]:.4f}"
+            print(line, flush=True)
+
+
+def local_ids(ids: np.ndarray, offset: int) -> np.ndarray:
+    return np.asarray(ids) - offset

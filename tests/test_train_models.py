@@ -1,0 +1,100 @@
+"""The built-in trainer with a user's model factory, multi-label labels (ROC-AUC), and
+`salientpp predict`, whose outputs equal the layer-wise evaluation of the same checkpoint."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from salientpp.cli import main as cli_main
+from salientpp.data.format import load_dataset, save_dataset
+from salientpp.data.synthetic import synthetic_dataset
+from salientpp.errors import InputError
+from salientpp.partition.partitioner import partition_dataset
+from salientpp.train import TrainConfig, train
+
+SMALL = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=64, lr=0.01, eval_fanouts=(10, 10), progress=False)
+
+USER_MODULE = '''
+import torch
+from torch_geometric.nn import GraphConv
+
+class TwoHop(torch.nn.Module):
+    def __init__(self, in_dim, hidden, out_dim):
+        super().__init__()
+        self.conv1 = GraphConv(in_dim, hidden, aggr="mean")
+        self.conv2 = GraphConv(hidden, out_dim, aggr="mean")
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+def make(in_dim, hidden, out_dim, num_layers):
+    return TwoHop(in_dim, hidden, out_dim)
+
+not_a_function = 3
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "my_gnn.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # for the spawned ranks
+    return "my_gnn"
+
+
+def test_a_user_model_factory_with_a_pyg_forward_trains_on_two_ranks(tiny_partitions, user_module, tmp_path):
+    result = train(TrainConfig(str(tiny_partitions[0] / "p2"), model=f"{user_module}:make", epochs=4,
+                               json_path=str(tmp_path / "m.jsonl"), **SMALL))
+    assert result.metric == "accuracy" and result.best_valid > 0.4  # 8 classes: chance is about 0.2
+    lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert lines[-1]["train_loss"] < lines[0]["train_loss"]
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("my_gnn:missing", "has no function 'missing'"),
+    ("my_gnn:not_a_function", "has no function 'not_a_function'"),
+    ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz'"),
+    ("transformer", "unknown model 'transformer'"),
+])
+def test_a_bad_model_spec_is_one_sentence_before_any_rank_starts(tiny_partitions, user_module, spec, expected):
+    with pytest.raises(InputError, match=expected):
+        TrainConfig(str(tiny_partitions[0] / "p2"), model=spec, **SMALL).validate()
+
+
+def test_layerwise_inference_is_refused_for_a_user_model(tiny_partitions, user_module):
+    with pytest.raises(InputError, match="layer-wise inference runs the built-in models"):
+        TrainConfig(str(tiny_partitions[0] / "p2"), model=f"{user_module}:make", inference="layerwise",
+                    **SMALL).validate()
+
+
+def test_multi_label_targets_train_with_bce_and_report_roc_auc(tmp_path, tiny_partitions):
+    dataset = synthetic_dataset("tiny,num_tasks=5,unknown_fraction=0.1")
+    partition_dataset(dataset, tmp_path / "p2", 2)
+    result = train(TrainConfig(str(tmp_path / "p2"), epochs=6, **SMALL))
+    assert result.metric == "roc-auc"
+    assert result.best_valid > 0.7 and result.final_test > 0.7  # chance: 0.5
+    with pytest.raises(InputError, match="the metric roc-auc needs binary or multi-label targets"):
+        train(TrainConfig(str(tiny_partitions[0] / "p2"), metric="roc-auc", epochs=1, **SMALL))
+
+
+def test_predict_writes_every_node_in_original_ids_and_equals_the_layerwise_evaluation(tmp_path, capsys):
+    dataset = synthetic_dataset("tiny")
+    save_dataset(dataset, tmp_path / "data")
+    partition_dataset(dataset, tmp_path / "p2", 2)
+    ckpt = tmp_path / "ckpt"
+    result = train(TrainConfig(str(tmp_path / "p2"), epochs=2, inference="layerwise", checkpoint_dir=str(ckpt),
+                               **SMALL))
+    assert cli_main(["predict", str(tmp_path / "p2"), "--checkpoint", str(ckpt), "--out", str(tmp_path / "pred")]) == 0
+    outputs = np.load(tmp_path / "pred" / "outputs.npy")
+    predicted = np.load(tmp_path / "pred" / "predicted.npy")
+    data = load_dataset(tmp_path / "data")
+    assert outputs.shape == (data.num_nodes, data.num_classes) and np.array_equal(predicted, outputs.argmax(1))
+    test = np.asarray(data.test_idx)
+    accuracy = float((predicted[test] == np.asarray(data.y)[test]).mean())
+    assert accuracy == pytest.approx(result.final_test, abs=1e-12)
+    # An existing output is refused, as every output is.
+    assert cli_main(["predict", str(tmp_path / "p2"), "--checkpoint", str(ckpt), "--out", str(tmp_path / "pred")]) == 2
+    assert "already exists" in capsys.readouterr().err

@@ -1,0 +1,215 @@
+"""Explicit cache plans: `salientpp train --plan DIR` takes any plan `salientpp analyze` wrote (byte
+budgets with a CPU tier included, any --out) and uses its tiers and GPU share as they are; bad
+plans are refused before any rank starts; without --plan the trainer builds the plan with
+analyze's own function at analyze's default location, says so, and never swallows a failed save."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from salientpp.cache.plan import read_plan_info
+from salientpp.cli import main as cli_main
+from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
+from salientpp.distributed.loader import DistNeighborLoader
+from salientpp.errors import InputError
+from salientpp.partition import load_partitioned
+from salientpp.resources import estimate_train
+from salientpp.train import TrainConfig, Trainer
+from salientpp.train import cache_setup
+from conftest import fail_probe_in, one_sentence
+
+WORKLOAD = ["--fanouts", "5,5", "--batch-size", "16"]
+SMALL = [*WORKLOAD, "--hidden", "16", "--layers", "2", "--eval-fanouts", "5,5"]
+ROW_BYTES = 32 * 4  # the tiny preset: 32 float32 features
+GPU_ROWS, CPU_ROWS, GPU_FRACTION = 20, 200, 0.3
+
+
+@pytest.fixture(scope="module")
+def p2(tiny_partitions) -> str:
+    return str(tiny_partitions[0] / "p2")
+
+
+@pytest.fixture(scope="module")
+def byte_plan(p2, tmp_path_factory) -> Path:
+    """A byte-budget plan with a small GPU tier and a larger CPU tier, written with --out to a
+    path that no naming rule could guess, with a GPU fraction other than the default."""
+    out = tmp_path_factory.mktemp("plans") / "somewhere" / "my-plan"
+    out.parent.mkdir()
+    assert cli_main(["analyze", p2, *WORKLOAD, "--gpu-cache-bytes", str(GPU_ROWS * ROW_BYTES),
+                     "--cpu-cache-bytes", str(CPU_ROWS * ROW_BYTES), "--gpu-fraction", str(GPU_FRACTION),
+                     "--out", str(out)]) == 0
+    info = read_plan_info(out)
+    assert info.num_gpu == (GPU_ROWS, GPU_ROWS) and info.num_cpu == (CPU_ROWS, CPU_ROWS)  # a non-empty CPU tier
+    return out
+
+
+
+
+
+
+def _copy_without_plans(p2: str, where: Path) -> Path:
+    shutil.copytree(p2, where, ignore=shutil.ignore_patterns("cache"))
+    return where
+
+
+# -- training with a plan analyze wrote ---------------------------------------------------------------
+
+
+def test_a_byte_budget_plan_trains_from_its_own_path_and_its_cpu_tier_is_hit(p2, byte_plan, tmp_path, capfd):
+    metrics = tmp_path / "m.jsonl"
+    assert cli_main(["train", p2, "--plan", str(byte_plan), *SMALL, "--epochs", "2", "--eval-every", "0",
+                     "--json", str(metrics), "--quiet"]) == 0
+    assert f"cache plan: using {byte_plan}" in capfd.readouterr().out
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [0, 1]
+    for line in lines:
+        assert line["comm"]["cpu_hits"] > 0 and line["comm"]["gpu_hits"] > 0
+    # Rank 0's tiers are the plan's, not recomputed from --gpu-fraction's default.
+    info = read_plan_info(byte_plan)
+    assert lines[0]["cache"] == {"policy": "vip", "plan": str(byte_plan), "source": f"using {byte_plan}",
+                                 "cached_rows": GPU_ROWS + CPU_ROWS, "device_cached_rows": GPU_ROWS,
+                                 "device_local_rows": info.num_gpu_local[0]}
+    assert info.num_gpu_local[0] == int(GPU_FRACTION * load_partitioned(p2).book.part_size(0))
+
+
+def _check_features(part_dir: str, plan: str) -> dict:
+    """On one rank: every batch's assembled features, training and evaluation, against x[n_id]."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(5, 5), batch_size=16, plan=plan,
+                         pipeline_depth=2, eval_fanouts=(5, 5), eval_batch_size=64, progress=False).validate()
+    trainer = Trainer(config, ctx)
+    data = trainer.graph.data
+    x = np.concatenate([np.asarray(data.part(k).x) for k in range(data.num_parts)])  # global id order
+    store, info = trainer.loader.store, read_plan_info(plan)
+    tiers = (store.num_device_local, store.cache_device.shape[0], store.cache_host.shape[0])
+    ok, batches, stats = True, 0, CommStats()
+    evaluation = DistNeighborLoader(trainer.graph, trainer.evaluator.seeds, config.eval_fanouts,
+                                    config.eval_batch_size, plan=plan, pipeline_depth=2)
+    for loader in (trainer.loader, evaluation):
+        for batch in loader:
+            ok &= torch.equal(batch.x, torch.from_numpy(x[batch.n_id.numpy()]))
+            batches += batch.batch_size > 0
+        stats.add(loader.stats)
+    shutdown_distributed(ctx)
+    expected = (info.num_gpu_local[ctx.rank], info.num_gpu[ctx.rank], info.num_cpu[ctx.rank])
+    return {"ok": ok, "batches": batches, "tiers": tiers, "expected": expected, **stats.as_dict()}
+
+
+def test_features_assembled_through_a_byte_budget_plan_equal_x_n_id(p2, byte_plan):
+    for rank in launch(_check_features, (p2, str(byte_plan)), nprocs=2):
+        assert rank["ok"] and rank["batches"] > 0
+        assert rank["tiers"] == rank["expected"]
+        assert rank["cpu_hits"] > 0 and rank["gpu_hits"] > 0 and rank["received"] > 0
+
+
+# -- refused before any rank starts ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def foreign_plan(tiny_partitions, tmp_path_factory) -> Path:
+    """A plan of another partitioning of the same graph (one part)."""
+    out = tmp_path_factory.mktemp("foreign") / "plan"
+    assert cli_main(["analyze", str(tiny_partitions[0] / "p1"), *WORKLOAD, "--replication", "0",
+                     "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("foreign", "was built for another partitioning than"),
+    ("fanouts", "was built for fanouts 5,5 but training uses 4,4; build a fitting plan with `salientpp analyze"),
+    ("batch", "was built for batch size 16 but training uses 32"),
+    ("partitioned dir", "not a 'salientpp-cache-plan' one"),
+    ("missing", "is not a directory; pass a salientpp-cache-plan directory"),
+    ("--cache", "--cache cannot be combined with --plan"),
+    ("--replication and --gpu-fraction", "--replication and --gpu-fraction cannot be combined with --plan"),
+])
+def test_an_unusable_plan_is_one_sentence_before_any_rank_starts(p2, byte_plan, foreign_plan, tmp_path, capsys,
+                                                                  no_ranks, case, expected):
+    plan, extra = str(byte_plan), []
+    if case == "foreign":
+        plan = str(foreign_plan)
+    elif case == "fanouts":
+        extra = ["--fanouts", "4,4"]
+    elif case == "batch":
+        extra = ["--batch-size", "32"]
+    elif case == "partitioned dir":
+        plan = p2
+    elif case == "missing":
+        plan = str(tmp_path / "nowhere")
+    elif case == "--cache":
+        extra = ["--cache", "vip"]  # even the default: the plan decides
+    else:
+        extra = ["--replication", "0.2", "--gpu-fraction", "0.5"]
+    assert cli_main(["train", p2, *SMALL, "--plan", plan, *extra]) == 2
+    assert expected in one_sentence(capsys)
+
+
+def test_the_python_api_refuses_cache_options_beside_a_plan(p2, byte_plan):
+    with pytest.raises(InputError, match="--gpu-fraction cannot be combined with --plan"):
+        TrainConfig(p2, fanouts=(5, 5), layers=2, batch_size=16, plan=str(byte_plan), gpu_fraction=0.5).validate()
+
+
+# -- without --plan: analyze's plan at analyze's default location ----------------------------------------
+
+
+def test_without_a_plan_the_trainer_builds_analyzes_plan_says_where_and_then_uses_it(p2, tmp_path, capfd):
+    part_dir = _copy_without_plans(p2, tmp_path / "p2")
+    train = ["train", str(part_dir), *SMALL, "--epochs", "1", "--eval-every", "0", "--quiet"]
+    path = part_dir / "cache" / "vip-f5-5-b16-r0.1"
+    assert cli_main(train) == 0
+    assert f"cache plan: built {path}" in capfd.readouterr().out
+    assert cli_main(train) == 0
+    assert f"cache plan: using {path}" in capfd.readouterr().out
+    # It is exactly the plan `salientpp analyze` writes with the same options.
+    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--out", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "meta.json").read_text() == (path / "meta.json").read_text()
+
+
+def test_an_existing_default_plan_of_other_options_is_refused_before_any_rank_starts(p2, tmp_path, capsys, no_ranks):
+    part_dir = _copy_without_plans(p2, tmp_path / "p2")
+    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--gpu-fraction", "0.5"]) == 0
+    capsys.readouterr()
+    assert cli_main(["train", str(part_dir), *SMALL]) == 2
+    err = one_sentence(capsys)
+    assert "was built with GPU fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
+
+
+
+
+def test_a_read_only_partitioned_dir_without_a_plan_is_refused_before_any_rank_starts(p2, tmp_path, capsys,
+                                                                                      monkeypatch, no_ranks):
+    part_dir = _copy_without_plans(p2, tmp_path / "p2")
+    fail_probe_in(monkeypatch, part_dir, errno.EROFS)
+    assert cli_main(["train", str(part_dir), *SMALL]) == 2
+    err = one_sentence(capsys)
+    assert f"no cache plan at {part_dir / 'cache' / 'vip-f5-5-b16-r0.1'}" in err
+    assert "the file system is read-only" in err and "--out DIR` and train with --plan DIR" in err
+    assert not (part_dir / "cache").exists()
+
+
+def test_a_failed_save_of_the_plan_is_never_swallowed(p2, tmp_path, monkeypatch):
+    part_dir = _copy_without_plans(p2, tmp_path / "p2")
+    config = TrainConfig(str(part_dir), hidden=16, layers=2, fanouts=(5, 5), batch_size=16, progress=False).validate()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr("salientpp.cache.plan.write_meta", disk_full)
+    with pytest.raises(InputError, match=r"cannot write .*vip-f5-5-b16-r0\.1: no space left on device"):
+        cache_setup.resolve_cache(config, load_partitioned(part_dir), 0)
+    assert not list((part_dir / "cache").iterdir())  # no plan, no temporary
+
+
+def test_the_memory_estimate_counts_the_rows_an_existing_plan_caches(p2, byte_plan):
+    data = load_partitioned(p2)
+    common = dict(fanouts=(5, 5), batch_size=16, hidden=16, layers=2, pipeline_depth=4, cache="vip", local_ranks=2)
+    with_plan = estimate_train(data, cached_rows=read_plan_info(byte_plan).max_cached_rows, **common)
+    assert with_plan.items["cache rows"] == 2 * 3 * (GPU_ROWS + CPU_ROWS) * ROW_BYTES
+    assert "cache plan analysis (rank 0)" not in with_plan.items  # the plan exists: nothing to analyze
