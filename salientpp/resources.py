@@ -3,7 +3,7 @@ against this machine's available memory and ``--memory-limit`` before any work s
 
 An estimate itemises, in bytes, the peak resident set size (RSS) of a command summed over its
 processes, and errs high: the coefficients below were fitted to measured peaks (``VmHWM``) of
-the synthetic presets and the products preset (README, "Memory estimates and --memory-limit")
+the synthetic presets and the products preset (docs/input-checks.md, "Memory estimates and --memory-limit")
 and rounded up, and the measured peaks lie between 1/2 and 1 times the estimates.
 
 Memory-mapped input files are counted in full: on current kernels a touched ``.npy`` that is in
