@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass
 
 from ..errors import InputError
+from .health import Stage
 
 ENV = "SALIENTPP_FAULT"
 ACTIONS = ("kill", "raise", "delay")
 # Where a rank can be stopped: start-up, the pipeline's stages, the model step, a checkpoint,
 # an evaluation pass.
-STAGES = ("startup", "sample", "counts", "ids", "rows", "assemble", "train", "checkpoint", "eval", "report")
+STAGES = tuple(stage.value for stage in Stage)
 
 
 class InjectedFault(RuntimeError):

@@ -12,18 +12,43 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any, Callable
 
 from ..errors import InputError
 from .group import DistContext
 
+
+
+class Stage(str, Enum):
+    """Where a rank can be: start-up, the pipeline's stages, the model step, a checkpoint,
+    evaluation, and rank 0 writing an epoch's metrics. The values are what rank positions,
+    stage times and fault specs (``SALIENTPP_FAULT``) name."""
+
+    STARTUP = "startup"
+    SAMPLE = "sample"
+    COUNTS = "counts"
+    IDS = "ids"
+    ROWS = "rows"
+    ASSEMBLE = "assemble"
+    TRAIN = "train"
+    CHECKPOINT = "checkpoint"
+    EVAL = "eval"
+    REPORT = "report"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 # What a rank is doing in each stage, for messages.
 STAGE_TEXT = {
-    "startup": "start-up", "sample": "sampling", "counts": "all-to-all of row counts",
-    "ids": "all-to-all of row ids", "rows": "all-to-all of feature rows", "assemble": "feature assembly",
-    "train": "forward/backward and gradient all-reduce", "checkpoint": "checkpoint", "eval": "evaluation",
-    "report": "writing the epoch's metrics",
+    Stage.STARTUP: "start-up", Stage.SAMPLE: "sampling", Stage.COUNTS: "all-to-all of row counts",
+    Stage.IDS: "all-to-all of row ids", Stage.ROWS: "all-to-all of feature rows", Stage.ASSEMBLE: "feature assembly",
+    Stage.TRAIN: "forward/backward and gradient all-reduce", Stage.CHECKPOINT: "checkpoint",
+    Stage.EVAL: "evaluation", Stage.REPORT: "writing the epoch's metrics",
 }
+# Prefix of a pipeline stage run for evaluation ("eval:rows").
+EVAL_PHASE = Stage.EVAL.value + ":"
 
 
 class StageError(RuntimeError):
@@ -63,9 +88,12 @@ class Health:
     def __init__(self, ctx: DistContext, inject: Callable[[str, int, int], None] | None = None):
         self.ctx = ctx
         self.inject = inject
-        self.position = Position("startup", time=time.time())
+        self.position = Position(Stage.STARTUP.value, time=time.time())
 
     def enter(self, stage: str, epoch: int = -1, step: int = -1) -> None:
+        """Post that this rank enters ``stage`` (a :class:`Stage`, or ``EVAL_PHASE`` + one) of
+        ``epoch``/``step``, and run the fault injector there."""
+        stage = str(stage)
         self.position = Position(stage, epoch, step, time.time())
         if self.ctx.store is not None:
             self.ctx.store.set(f"position/{self.ctx.rank}", json.dumps(asdict(self.position)))

@@ -16,6 +16,7 @@ import torch
 
 from ..distributed.exchange import CommStats, Pending, RowExchange
 from ..distributed.feature_store import FeatureStore
+from ..distributed.health import Stage
 
 
 @dataclass
@@ -47,7 +48,7 @@ class SampleStage:
     seeds (``batch_size == 0``) becomes an empty step (``batch is None``), and so does every
     step after the loader ends early."""
 
-    name = "sample"
+    name = Stage.SAMPLE.value
 
     def __init__(self, batches: Iterator[Any], num_steps: int, first_step: int = 0):
         self.batches = batches
@@ -66,7 +67,7 @@ class SampleStage:
 class CountsStage:
     """Start the all-to-all of how many rows this rank needs from each owner."""
 
-    name = "counts"
+    name = Stage.COUNTS.value
 
     def __init__(self, exchange: RowExchange, num_parts: int):
         self.exchange = exchange
@@ -84,7 +85,7 @@ class CountsStage:
 class IdsStage:
     """Wait for the counts, start the all-to-all of the requested ids."""
 
-    name = "ids"
+    name = Stage.IDS.value
 
     def __init__(self, exchange: RowExchange):
         self.exchange = exchange
@@ -99,7 +100,7 @@ class IdsStage:
 class RowsStage:
     """Wait for the ids others request, slice those rows, start the all-to-all of rows."""
 
-    name = "rows"
+    name = Stage.ROWS.value
 
     def __init__(self, exchange: RowExchange):
         self.exchange = exchange
@@ -114,7 +115,7 @@ class AssembleStage:
     """Wait for the rows, combine owned, received and cached rows into ``x[n_id]`` on the device,
     and move the MFGs and labels there."""
 
-    name = "assemble"
+    name = Stage.ASSEMBLE.value
 
     def __init__(self, store: FeatureStore, stats: CommStats):
         self.store = store

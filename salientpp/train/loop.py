@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import __version__
 from ..distributed import CommStats, DistContext
 from ..distributed.graph import DistGraph
-from ..distributed.health import Health, agree
+from ..distributed.health import EVAL_PHASE, Health, Stage, agree
 from ..distributed.loader import DistNeighborLoader
 from ..errors import InputError
 from ..io import output_errors
@@ -30,8 +30,8 @@ from .cache_setup import resolve_cache
 from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluation import Evaluator
-from .state import (EPOCH, METRIC, TEST_METRIC, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC, EpochSums, RunState,
-                    TrainResult, rng_state, set_rng_state)
+from .state import (EPOCH, METRIC, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC, EpochSums,
+                    RunState, TrainResult, rng_state, set_rng_state)
 from .tasks import task_of
 
 # Options every rank must share (the others, such as paths, threads and progress, may differ). The
@@ -109,7 +109,7 @@ class Trainer:
         bar = self._bar(steps, f"epoch {epoch}", first_step)
         train_s = train_cpu = 0.0
         for step, batch in enumerate(self.loader, start=first_step):
-            self.health.enter("train", epoch, step)
+            self.health.enter(Stage.TRAIN, epoch, step)
             t0, c0 = time.perf_counter(), time.thread_time()
             out = self.forward(batch)
             targets = self.task.targets(batch.y)
@@ -135,7 +135,7 @@ class Trainer:
         if bar is not None:
             bar.close()
         sums.comm.add(self.loader.stats)
-        times = {**self.loader.times, "train": train_s, "train_cpu": train_cpu}
+        times = {**self.loader.times, Stage.TRAIN.value: train_s, TRAIN_CPU: train_cpu}
         values = torch.cat([torch.tensor([sums.loss, sums.count], dtype=torch.float64), sums.metric])
         if self.ctx.distributed:
             values = values.to(self.ctx.comm_device)
@@ -170,7 +170,7 @@ class Trainer:
         writes, then every rank waits for it, so a checkpoint any rank has passed is on disk)."""
         if not self.config.checkpoint_dir:
             return
-        self.health.enter("checkpoint", epoch, step)
+        self.health.enter(Stage.CHECKPOINT, epoch, step)
         mid_epoch = step > 0
         rng = self._gather(rng_state(self.ctx.device)) if mid_epoch else torch.empty((0, 0), dtype=torch.uint8)
         partial = self._gather(sums.to_tensor()) if mid_epoch else torch.empty((0, 0), dtype=torch.float64)
@@ -210,8 +210,8 @@ class Trainer:
 
     # -- the run -------------------------------------------------------------------------------------
     def evaluate(self, epoch: int) -> dict[str, Any]:
-        self.health.enter("eval", epoch)
-        self._phase, self._epoch = "eval:", epoch
+        self.health.enter(Stage.EVAL, epoch)
+        self._phase, self._epoch = EVAL_PHASE, epoch
         return self.evaluator(epoch)
 
     def fit(self) -> TrainResult:
@@ -240,7 +240,7 @@ class Trainer:
             if TEST_METRIC in metrics:
                 result.final_test = metrics[TEST_METRIC]
             if self.ctx.rank == 0:
-                self.health.enter("report", epoch)
+                self.health.enter(Stage.REPORT, epoch)
                 self._report(metrics)
             if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
                 self.checkpoint(state, epoch + 1, 0, best=improved)

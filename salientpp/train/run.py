@@ -13,7 +13,7 @@ import sys
 from ..distributed import WorkerError, init_distributed, launch, shutdown_distributed
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
-from ..distributed.health import Health
+from ..distributed.health import Health, Stage
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..resources import check_memory, estimate_train
@@ -40,7 +40,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
             # torchrun counts restarts per machine, so only the ranks together know whether this is
             # a restart (ctx.attempt): a fresh run must not write into another run's directory.
             check_checkpoint_dir(config.checkpoint_dir, config.resume, restarted=ctx.attempt > 0)
-        health.enter("startup")
+        health.enter(Stage.STARTUP)
         result = Trainer(config, ctx, health).fit()
         result.restarts = ctx.attempt
         return result
