@@ -2,6 +2,8 @@
 with the Monte-Carlo inclusion frequencies of the real sampler."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from cache_support import hop_counts, line_graph
 from salientpp.cache import Workload, expected_accesses, inclusion_probabilities, neighbour_sum, pick_weights
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
+from salientpp.partition import load_partitioned
 
 
 @pytest.fixture(scope="module")
@@ -280,3 +283,18 @@ def test_cavity_estimate_shrinks_the_small_batch_over_estimate(dense_graph):
     for h in (2, 3):
         assert errors["exact"][h] > 0.03  # the known over-estimate is there...
         assert abs(errors["cavity"][h]) < 0.05 and abs(errors["cavity"][h]) < errors["exact"][h] / 2  # ...and shrinks
+
+
+def test_bench_vip_monte_carlo_draws_the_lockstep_batches_whose_seed_count_vip_predicts(tiny_partitions, tmp_path):
+    from salientpp.cli import main as cli_main
+
+    part_dir = tiny_partitions[0] / "p2"
+    data = load_partitioned(part_dir)
+    steps = max(-(-data.part(k).train_idx.size // 64) for k in range(data.num_parts))
+    out = tmp_path / "vip.json"
+    assert cli_main(["bench", "vip", str(part_dir), "--fanouts", "5,5", "--batch-size", "64", "--methods", "exact",
+                     "--mc-batches", str(3 * steps), "--json", str(out)]) == 0
+    hop0 = json.loads(out.read_text())["accuracy"]["exact"][0]
+    # Whole cycles of the S balanced batches hold every seed once per cycle: at hop 0 the drawn
+    # batch sizes average exactly what p0 = 1/S predicts.
+    assert hop0["hop"] == 0 and abs(hop0["relative_error"]) < 1e-12

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..cache.vip import METHODS, inclusion_probabilities
-from ..cache.workload import check_batch_size, parse_fanouts
+from ..cache.workload import check_batch_size, lockstep_steps, parse_fanouts
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import name_list
