@@ -7,14 +7,13 @@ and the :class:`~salientpp.distributed.exchange.RowExchange` (all-to-all of the 
 """
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..cache.plan import load_plan, partition_identity
+from ..cache.plan import load_plan, local_gpu_rows, partition_identity, read_plan_info
 from ..errors import InputError
 from ..partition import load_partitioned
 from .exchange import RowExchange
@@ -139,13 +138,14 @@ class DistGraph:
         key = None if plan is None else str(Path(plan).resolve())
         if key not in self._stores:
             local_order, cache_slot, num_device_slots, identity = None, None, 0, {}
-            num_device_local = int(math.floor(gpu_fraction * self.num_owned + 1e-9))
+            num_device_local = local_gpu_rows(gpu_fraction, self.num_owned)
             if plan is not None:
+                info = read_plan_info(plan)  # meta.json: what the ranks compare, file checksums included
+                info.meta.check_partitioning(self.path, plan)
                 loaded = load_plan(plan, self.rank)
-                loaded.meta.check_partitioning(self.path, plan)
                 local_order, num_device_local = np.asarray(loaded.local_order), loaded.num_gpu_local
                 cache_slot, num_device_slots = loaded.slot_map(), int(loaded.gpu_ids.shape[0])
-                identity = loaded.meta.to_json()
+                identity = info.raw
             agree(self.ctx, "cache plan", {"cache plan": identity})
             store = FeatureStore(self.ctx, self.book, self.part.x, local_order, num_device_local, cache_slot,
                                  num_device_slots)

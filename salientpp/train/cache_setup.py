@@ -20,14 +20,13 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch.distributed as dist
 
 from ..cache import plan as plans
-from ..cache.plan import Budget, PlanInfo, build_and_save_plans, load_plan, local_gpu_rows, read_plan_info
+from ..cache.plan import Budget, PlanInfo, build_and_save_plans, read_plan_info
 from ..cache.policies import PolicyContext
 from ..cache.workload import Workload
 from ..errors import InputError
@@ -36,31 +35,19 @@ from ..partition import PartitionedDataset
 from .config import TrainConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class ResolvedCache:
-    """What the feature store of one rank needs from the plan.
+    """The plan a run trains with, once it is on disk (the feature store loads it from there).
 
     Attributes:
         policy: the policy name (``none`` without a cache).
-        local_order: int64 ``[n_k]`` local rows by descending score, or ``None`` (id order).
-        num_device_local: owned rows kept on the device: the plan's ``num_gpu_local`` of this
-            partition, or ``floor(gpu_fraction * n_k)`` without a plan.
-        cache_slot: int64 ``[N]`` cache slot of each id (-1: not cached), or ``None``.
-        num_device_slots: size of the device tier of the remote cache (the plan's ``gpu_ids``).
         source: what rank 0 reports: ``built PATH``, ``using PATH`` or ``none``.
         path: the plan directory, or ``None`` without a plan.
-        identity: what every rank's plan must agree on: its meta.json (policy, budget, workloads,
-            partitioning, GPU fraction, counts and file checksums), or the absence of a plan.
     """
 
     policy: str
-    local_order: np.ndarray | None
-    num_device_local: int
-    cache_slot: np.ndarray | None
-    num_device_slots: int
     source: str
     path: Path | None = None
-    identity: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -160,29 +147,27 @@ def _build_unless_there(config: TrainConfig, data: PartitionedDataset, path: Pat
     return True
 
 
-def _load(path: Path, config: TrainConfig, rank: int, verb: str, given: bool) -> ResolvedCache:
+def _checked(path: Path, config: TrainConfig, verb: str, given: bool) -> ResolvedCache:
     info = read_plan_info(path)
     if given:
         info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, path, given=True)
     else:
         check_default_plan(info, config)
-    plan = load_plan(path, rank)
-    return ResolvedCache(plan.meta.policy, np.asarray(plan.local_order), plan.num_gpu_local, plan.slot_map(),
-                         int(plan.gpu_ids.shape[0]), f"{verb} {path}", path, {"meta": info.raw})
+    return ResolvedCache(info.meta.policy, f"{verb} {path}", path)
 
 
 def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int,
                   local_rank: int | None = None) -> ResolvedCache:
-    """The cache of partition ``rank`` (a collective when distributed: every rank calls it).
+    """The cache plan of the run, built and saved first when needed (a collective when
+    distributed: every rank calls it).
 
     ``local_rank`` (default ``rank``) is the rank's index on its machine: where a machine does
     not see the plan rank 0 saved, its local rank 0 builds and saves it there.
     """
     if config.plan is not None:
-        return _load(Path(config.plan), config, rank, "using", given=True)
+        return _checked(Path(config.plan), config, "using", given=True)
     if config.cache == "none" or data.num_parts == 1:  # one partition has no remote rows
-        return ResolvedCache("none", None, local_gpu_rows(config.gpu_fraction, data.book.part_size(rank)), None, 0,
-                             "none", None, {"policy": "none"})
+        return ResolvedCache("none", "none")
     path = default_plan_dir(config)
     built = rank == 0 and _build_unless_there(config, data, path)
     if dist.is_initialized():
@@ -194,4 +179,4 @@ def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int,
         raise InputError(f"rank {rank} finds no cache plan at {path}, which the first rank of its machine should "
                          f"have built; write one with `{analyze_command(config)}`, copy it to every machine and "
                          "train with --plan DIR")
-    return _load(path, config, rank, "built" if built else "using", given=False)
+    return _checked(path, config, "built" if built else "using", given=False)
