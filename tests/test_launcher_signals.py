@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from salientpp.distributed.launcher import die_with_parent
 from salientpp.train.checkpoint import LAST
 
 

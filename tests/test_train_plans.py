@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np

@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -263,7 +262,3 @@ class Trainer:
             if VALID_METRIC in metrics:
                 line += f", valid {metrics[VALID_METRIC]:.4f} test {metrics[TEST_METRIC]:.4f}"
             print(line, flush=True)
-
-
-def local_ids(ids: np.ndarray, offset: int) -> np.ndarray:
-    return np.asarray(ids) - offset
