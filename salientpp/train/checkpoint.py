@@ -94,8 +94,10 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
     return path
 
 
-def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name: str = LAST) -> Checkpoint:
-    """Load ``directory/name`` and check that it was written with the same model and data."""
+def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name: str = LAST,
+                    matching: tuple[str, ...] = MATCHING) -> Checkpoint:
+    """Load ``directory/name`` and check that it was written with the same ``matching`` options as
+    ``options`` (by default the model and the data; ``predict`` checks only the data)."""
     path = Path(directory) / name
     if not path.is_file():
         raise InputError(f"there is no checkpoint {path} to resume from; run without --resume first")
@@ -105,7 +107,7 @@ def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name:
     except Exception as exc:  # a truncated or foreign file: tell the user which one
         raise InputError(f"{path} is not a salientpp checkpoint ({type(exc).__name__}); delete it or pick "
                          "another --checkpoint-dir") from None
-    for key in MATCHING:
+    for key in matching:
         if ckpt.options.get(key) != options.get(key):
             what = ("on another partitioned dataset" if key == "dataset"
                     else f"with {key}={ckpt.options.get(key)!r}, not {options.get(key)!r}")

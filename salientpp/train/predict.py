@@ -49,7 +49,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | Non
     ctx = init_distributed()
     try:
         graph = DistGraph(part_dir, ctx)
-        ckpt = load_checkpoint(path.parent, {**_options(path), "dataset": graph.identity}, name=path.name)
+        ckpt = load_checkpoint(path.parent, {"dataset": graph.identity}, name=path.name, matching=("dataset",))
         options = ckpt.options
         task = task_of(graph.data, options.get("metric"))
         model = build_model(options["model"], graph.num_features, options["hidden"], task.num_outputs,
@@ -84,12 +84,6 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | Non
         return {"outputs": out, "kind": task.kind, "metric": task.metric, "epoch": ckpt.epoch}
     finally:
         shutdown_distributed(ctx)
-
-
-def _options(path: Path) -> dict:
-    """The checkpoint's training options (those :func:`load_checkpoint` compares)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return dict(state.get("options", {})) if isinstance(state, dict) else {}
 
 
 def predict(part_dir: str | os.PathLike, checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
