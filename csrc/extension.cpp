@@ -6,6 +6,7 @@
 
 #include "fetch.h"
 #include "loader.h"
+#include "model_ops.h"
 #include "ops.h"
 #include "sampler.h"
 
@@ -50,7 +51,7 @@ Labels make_labels(std::optional<torch::Tensor> values, int64_t offset) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row slicing";
+  m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row slicing, model-step ops";
   py::class_<FetchContext>(m, "FetchContext")
       .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
                        int64_t num_gpu_slots, std::optional<torch::Tensor> local_x,
@@ -94,14 +95,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](std::shared_ptr<Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,
                        std::optional<torch::Tensor> labels, int64_t label_offset,
                        std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
-                       int64_t first_batch) {
+                       int64_t first_batch, bool low_priority) {
              return std::make_unique<BatchLoader>(std::move(sampler), order, bounds, seed,
                                                   make_labels(labels, label_offset), std::move(fetch), num_threads,
-                                                  queue_depth, first_batch);
+                                                  queue_depth, first_batch, low_priority);
            }),
            py::arg("sampler"), py::arg("order"), py::arg("bounds"), py::arg("seed"),
            py::arg("labels"), py::arg("label_offset"), py::arg("fetch"), py::arg("num_threads"),
-           py::arg("queue_depth"), py::arg("first_batch") = 0)
+           py::arg("queue_depth"), py::arg("first_batch") = 0, py::arg("low_priority") = false)
       .def("__len__", &BatchLoader::num_batches)
       .def("next",
            [](BatchLoader& l) -> py::object {
@@ -114,6 +115,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              return batch_to_python(*b);
            })
       .def("close", &BatchLoader::close, py::call_guard<py::gil_scoped_release>());
+
+  m.def("csr_aggregate", &csr_aggregate, py::arg("rowptr"), py::arg("col"), py::arg("x"), py::arg("mean"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("csr_aggregate_backward", &csr_aggregate_backward, py::arg("rowptr"), py::arg("col"), py::arg("grad_out"),
+        py::arg("num_src"), py::arg("mean"), py::call_guard<py::gil_scoped_release>());
+  m.def("dropout_forward", &dropout_forward, py::arg("x"), py::arg("p"), py::arg("seed"), py::arg("relu"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("dropout_backward", &dropout_backward, py::arg("grad_out"), py::arg("out"), py::arg("p"), py::arg("seed"),
+        py::arg("relu"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "dropout_mask", [](std::vector<int64_t> shape, double p, uint64_t seed) { return dropout_mask(shape, p, seed); },
+      py::arg("shape"), py::arg("p"), py::arg("seed"));
 
   m.attr("with_cuda") =
 #ifdef SALIENTPP_WITH_CUDA

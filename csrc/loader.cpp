@@ -1,18 +1,24 @@
 #include "loader.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 
 namespace salientpp {
 
 BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds,
                          uint64_t seed, Labels labels, std::optional<FetchContext> fetch, int64_t num_threads,
-                         int64_t queue_depth, int64_t first_batch)
+                         int64_t queue_depth, int64_t first_batch, bool low_priority)
     : sampler_(std::move(sampler)),
       order_(std::move(order)),
       bounds_(std::move(bounds)),
       seed_(seed),
       labels_(std::move(labels)),
-      fetch_(std::move(fetch)) {
+      fetch_(std::move(fetch)),
+      low_priority_(low_priority) {
   TORCH_CHECK(order_.dim() == 1 && order_.scalar_type() == torch::kInt64 && order_.is_contiguous(),
               "order must be a contiguous 1-D int64 tensor");
   TORCH_CHECK(bounds_.dim() == 1 && bounds_.scalar_type() == torch::kInt64 && bounds_.is_contiguous() &&
@@ -34,11 +40,19 @@ BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor o
 
 BatchLoader::~BatchLoader() { close(); }
 
+Batch BatchLoader::sample(int64_t i, Workspace& ws) const {
+  const int64_t* bounds = bounds_.data_ptr<int64_t>();
+  return sampler_->sample(order_.data_ptr<int64_t>() + bounds[i], bounds[i + 1] - bounds[i], seed_,
+                          static_cast<uint64_t>(i), labels_, fetch_, ws);
+}
+
 void BatchLoader::work() {
+  if (low_priority_) {
+    // Linux: a thread's nice value is per thread. Failing to lower it only costs overlap.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  }
   Sampler::Lease lease(*sampler_);
   const int64_t depth = static_cast<int64_t>(slots_.size());
-  const int64_t* order = order_.data_ptr<int64_t>();
-  const int64_t* bounds = bounds_.data_ptr<int64_t>();
   while (true) {
     int64_t i;
     {
@@ -50,14 +64,13 @@ void BatchLoader::work() {
     std::optional<Batch> batch;
     std::exception_ptr error;
     try {
-      const int64_t begin = bounds[i];
-      batch = sampler_->sample(order + begin, bounds[i + 1] - begin, seed_, static_cast<uint64_t>(i), labels_, fetch_,
-                               lease.get());
+      batch = sample(i, lease.get());
     } catch (...) {
       error = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (i < consumed_) continue;  // the consumer sampled it itself meanwhile
       Slot& slot = slots_[i % depth];
       slot.batch = std::move(batch);
       slot.error = error;
@@ -70,16 +83,43 @@ void BatchLoader::work() {
 std::optional<Batch> BatchLoader::next() {
   std::optional<Batch> batch;
   std::exception_ptr error;
+  int64_t i = -1;  // >= 0: sample batch i here
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (stop_ || consumed_ >= num_batches_) return std::nullopt;
     Slot& slot = slots_[consumed_ % static_cast<int64_t>(slots_.size())];
-    ready_cv_.wait(lock, [&] { return stop_ || slot.ready; });
+    const bool claimed = next_claim_ > consumed_;
+    if (claimed && !slot.ready && low_priority_) {
+      // While this thread waits, the worker has its core: give it about one batch's sampling time.
+      ready_cv_.wait_for(lock, std::chrono::duration<double>(sample_seconds_), [&] { return stop_ || slot.ready; });
+    }
     if (stop_) return std::nullopt;
-    batch = std::move(slot.batch);
-    error = slot.error;
-    slot = Slot{};
+    if (!slot.ready && (!claimed || low_priority_)) {
+      i = consumed_;
+      next_claim_ = std::max(next_claim_, i + 1);  // no worker starts it now
+    } else {
+      ready_cv_.wait(lock, [&] { return stop_ || slot.ready; });
+      if (stop_) return std::nullopt;
+      batch = std::move(slot.batch);
+      error = slot.error;
+      slot = Slot{};
+      ++consumed_;
+    }
+  }
+  if (i >= 0) {
+    if (!inline_lease_) inline_lease_ = std::make_unique<Sampler::Lease>(*sampler_);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      batch = sample(i, inline_lease_->get());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return std::nullopt;
+    slots_[i % static_cast<int64_t>(slots_.size())] = Slot{};  // a worker may have finished it meanwhile
     ++consumed_;
+    sample_seconds_ = took.count();
   }
   space_cv_.notify_all();
   if (error) std::rethrow_exception(error);
@@ -100,6 +140,7 @@ void BatchLoader::close() {
   threads_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   for (Slot& slot : slots_) slot = Slot{};
+  inline_lease_.reset();
 }
 
 }  // namespace salientpp

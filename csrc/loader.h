@@ -22,11 +22,19 @@ namespace salientpp {
 // Iteration starts at batch `first_batch` (a resumed epoch), with the same batches after it.
 // Workers start batch i only once batch i - queue_depth has been taken, so at most
 // `queue_depth` batches are in flight or waiting. Waits block on condition variables.
+//
+// The consumer never waits for a batch no worker has started: it samples that batch itself.
+// With `low_priority`, the workers run at the lowest scheduling priority (nice 19), so they
+// use only the cycles the consumer's thread leaves (while it waits on peers, say). For a batch
+// a worker has started, the consumer waits at most as long as its own last inline sample took
+// (its core is the worker's meanwhile), then samples the batch again itself (the same batch:
+// its content depends only on (seed, i)) and the worker's copy is dropped. So a worker starved
+// by other work costs the consumer at most one extra sampling time per batch.
 class BatchLoader {
  public:
   BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,
               Labels labels, std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
-              int64_t first_batch = 0);
+              int64_t first_batch = 0, bool low_priority = false);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -48,6 +56,8 @@ class BatchLoader {
   };
 
   void work();
+  // Samples batch i on the calling thread.
+  Batch sample(int64_t i, Workspace& ws) const;
 
   std::shared_ptr<const Sampler> sampler_;
   torch::Tensor order_;
@@ -56,6 +66,9 @@ class BatchLoader {
   uint64_t seed_;
   Labels labels_;
   std::optional<FetchContext> fetch_;
+  bool low_priority_;
+  std::unique_ptr<Sampler::Lease> inline_lease_;  // the consumer's workspace, made on first use
+  double sample_seconds_ = 0.0;  // how long the consumer's last inline sample took (guarded by mutex_)
 
   std::mutex mutex_;
   std::condition_variable space_cv_;  // workers wait for a free slot

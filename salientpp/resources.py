@@ -137,12 +137,18 @@ def _stat_value(path: Path, key: str) -> int:
     return 0
 
 
-def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
-    """``(directory, limit file, usage file, inactive-file key)`` of this process's memory cgroup,
-    v2 first, then v1; each directory falls back to the hierarchy's root (inside a container the
-    namespace root is the container's cgroup)."""
+def cgroup_dirs(controller: str, v2_file: str, v1_file: str, proc_cgroup: Path | None = None,
+                cgroup_root: Path | None = None) -> list[tuple[Path, int]]:
+    """``(directory, version)`` of each cgroup of this process that can hold ``controller``'s
+    limits, in the order ``proc_cgroup`` (default :data:`PROC_CGROUP`) lists them: the v2 cgroup
+    (its limit file is ``v2_file``) and the v1 hierarchy that has ``controller`` (``v1_file``), mounted under
+    ``cgroup_root`` (default :data:`CGROUP_ROOT`) as ``controller`` or as the hierarchy's
+    controller list (``cpu,cpuacct``). A directory whose limit file is missing falls back to the
+    hierarchy's root (inside a container the namespace root is the container's cgroup)."""
+    proc_cgroup = PROC_CGROUP if proc_cgroup is None else proc_cgroup
+    cgroup_root = CGROUP_ROOT if cgroup_root is None else cgroup_root
     try:
-        lines = PROC_CGROUP.read_text().splitlines()
+        lines = proc_cgroup.read_text().splitlines()
     except OSError:
         lines = []
     found = []
@@ -150,15 +156,23 @@ def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
         number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         relative = path.strip().lstrip("/")
         if number == "0" and controllers == "":
-            root, files = CGROUP_ROOT, ("memory.max", "memory.current", "inactive_file")
-        elif "memory" in controllers.split(","):
-            root, files = CGROUP_ROOT / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes",
-                                                   "total_inactive_file")
+            mounts, limit_file, version = [cgroup_root], v2_file, 2
+        elif controller in controllers.split(","):
+            mounts, limit_file, version = [cgroup_root / controller, cgroup_root / controllers], v1_file, 1
         else:
             continue
-        directory = root / relative if (root / relative / files[0]).exists() else root
-        found.append((directory, *files))
+        root = next((mount for mount in mounts if mount.is_dir()), mounts[0])
+        found.append((root / relative if (root / relative / limit_file).exists() else root, version))
     return found
+
+
+def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
+    """``(directory, limit file, usage file, inactive-file key)`` of this process's memory cgroups
+    (v2 and v1, :func:`cgroup_dirs`)."""
+    files = {2: ("memory.max", "memory.current", "inactive_file"),
+             1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+    return [(directory, *files[version])
+            for directory, version in cgroup_dirs("memory", files[2][0], files[1][0])]
 
 
 def _cgroup_headroom() -> int | None:

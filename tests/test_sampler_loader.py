@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,6 +79,44 @@ def test_same_batches_for_any_thread_count(graph):
     other = NeighborLoader(sampler, seeds, 128, seed=8)
     other.set_epoch(3)
     assert not torch.equal(next(iter(other)).n_id, one[0].n_id)
+
+
+def _nice_values() -> dict[int, int]:
+    """The nice value of every thread of this process (field 19 of /proc/self/task/TID/stat)."""
+    values = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        values[int(task.name)] = int(fields[16])
+    return values
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_low_priority_workers_run_at_nice_19_and_yield_the_same_batches(graph):
+    """With low_priority the workers run at nice 19 and the consumer samples a batch itself when
+    it is not ready (also one a worker has started, whose copy is then dropped): whichever thread
+    samples batch i, it is the same batch. A consumer that sometimes waits and sometimes does not
+    exercises both paths."""
+    sampler, labels = graph
+    seeds = torch.arange(0, 5000, 2)
+    reference = NeighborLoader(sampler, seeds, 64, seed=3, num_threads=1, queue_depth=1, labels=labels)
+    expected = list(reference)
+    before = _nice_values()
+    for threads, depth in ((1, 1), (2, 4), (3, 2)):
+        loader = NeighborLoader(sampler, seeds, 64, seed=3, num_threads=threads, queue_depth=depth, labels=labels,
+                                low_priority=True)
+        got, niced = [], set()
+        for i, batch in enumerate(loader):
+            if i == 1:
+                niced = {tid for tid, nice in _nice_values().items() if nice == 19 and tid not in before}
+            if i % 3 == 0:
+                time.sleep(0.01)  # let the workers finish some batches first
+            got.append(batch)
+        assert len(got) == len(expected) and all(same_batch(a, b) for a, b in zip(got, expected))
+        assert len(niced) >= 1, (threads, depth)  # the worker threads, not the consumer
+    assert _nice_values()[threading.get_native_id()] == before[threading.get_native_id()]
 
 
 def test_abandoned_epochs_shut_down(graph):

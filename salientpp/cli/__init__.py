@@ -17,8 +17,12 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from .. import __version__
+from .._env import OMP_WAIT, set_defaults
 from ..errors import InputError
 from ..io import WRITE_ERRNOS, os_error_sentence
+
+# Before any command imports torch and its OpenMP runtime (no import above loads torch).
+set_defaults(OMP_WAIT)
 
 # Order of the subcommands in ``salientpp --help``; each name is a module of this package.
 COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "predict", "bench")

@@ -8,10 +8,11 @@ import sys
 from ..cache import parse_fanouts
 from ..distributed import WorkerError
 from ..distributed.health import StageError
+from ..distributed.threads import CORES_PER_SAMPLER
 from ..train.tasks import METRICS
 from ..resources import parse_memory_limit
 from ..train import TrainConfig, TrainResult, train
-from ..train.config import PLAN_DECIDES, plan_conflict
+from ..train.config import PLAN_DECIDES, PRECISIONS, plan_conflict
 
 
 def _default(name: str) -> str:
@@ -56,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"without --plan: fraction of the owned rows kept on the device, by VIP order "
                         f"(default {_default('gpu_fraction')})")
     p.add_argument("--device", choices=("cpu", "cuda"), help=f"training device (default {_default('device')})")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="number format of the training step: bf16 runs the forward under torch.autocast with "
+                        f"bfloat16 (CPUs with AVX512-BF16 or AMX, or GPUs; default {_default('precision')})")
     p.add_argument("--nprocs", type=int, help="local ranks to start (default: one per partition)")
     depth = p.add_mutually_exclusive_group()
     depth.add_argument("--pipeline-depth", type=int, help=f"batches in flight (default {_default('pipeline_depth')})")
@@ -77,7 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", dest="json_path", metavar="FILE", help="append one JSON line per epoch")
     p.add_argument("--seed", type=int, help=f"seed of the model, dropout and loaders (default {_default('seed')})")
     p.add_argument("--threads", dest="num_threads", type=int, metavar="T",
-                   help=f"sampler threads per rank (default {_default('num_threads')})")
+                   help=f"C++ sampler threads per rank (default: from the thread budget, a rank's cores / "
+                        f"{CORES_PER_SAMPLER}, at least 1); they run at low priority unless --threads and "
+                        "--torch-threads together fit in a rank's cores")
+    p.add_argument("--torch-threads", type=int, metavar="T",
+                   help="torch intra-op threads per rank (default: from the thread budget, a rank's cores = the "
+                        "cores of this machine / local ranks)")
     p.add_argument("--timeout", dest="timeout_s", type=float, metavar="S",
                    help=f"seconds before a stuck collective fails (default {_default('timeout_s')})")
     p.add_argument("--memory-limit", metavar="SIZE",

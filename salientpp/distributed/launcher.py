@@ -20,9 +20,9 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
-import torch
-
 from ..errors import InputError
+from .._env import CPP_LOG, OMP_WAIT, set_defaults
+from .threads import ThreadBudget
 
 # Seconds a terminated rank gets to exit before it is killed.
 _GRACE_S = 5.0
@@ -33,10 +33,6 @@ _REPORT_S = 2.0
 _PR_SET_PDEATHSIG = 1
 # Seconds between two looks at the parent where the kernel cannot signal its death.
 _WATCHDOG_S = 0.5
-# torch's C++ log level in the ranks unless the user set one: when a rank fails, its peers' c10d
-# logs (store retries, C++ stack frames) would bury the one-line report of the cause. torch
-# reads the level once, at import, so it is set in the environment the ranks start with.
-_CPP_LOG_ENV = ("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 
 class WorkerError(RuntimeError):
@@ -79,14 +75,16 @@ def die_with_parent(parent_pid: int) -> None:
         threading.Thread(target=watch, name="salientpp-parent-watchdog", daemon=True).start()
 
 
-def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, threads: int,
-            env: dict[str, str], conn, parent_pid: int) -> None:
+def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, env: dict[str, str], conn,
+            parent_pid: int) -> None:
     die_with_parent(parent_pid)
     os.environ.update(env)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(threads)
+    # The default thread budget of one of `world` local ranks; `fn` may apply its own (training
+    # applies one with the --threads and --torch-threads overrides).
+    ThreadBudget.for_rank(world).apply()
     try:
         result = fn(*args)
     except BaseException as exc:  # everything must reach the parent, which stops the other ranks
@@ -126,34 +124,30 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results, rank order.
 
     ``fn`` and ``args`` must be picklable (a module-level function). Every rank sees ``env``,
-    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``, so
-    :func:`salientpp.distributed.init_distributed` joins the group. Raises :class:`InputError` when a
-    rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else, died,
-    or the job ran past ``timeout_s``; the other ranks are terminated first.
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a
+    free ``MASTER_PORT``, so :func:`salientpp.distributed.init_distributed` joins the group, and
+    starts with the default :class:`~salientpp.distributed.threads.ThreadBudget` of one of
+    ``nprocs`` local ranks applied. Raises :class:`InputError` when a rank raised one (same
+    sentence), :class:`WorkerError` when a rank raised anything else, died, or the job ran past
+    ``timeout_s``; the other ranks are terminated first.
     """
     if nprocs < 1:
         raise InputError(f"the number of processes must be at least 1, got {nprocs}")
     ctx = mp.get_context("spawn")
     port = free_port()
-    # Intra-op threads per rank: the cores this process may use, shared out, so ranks never
-    # oversubscribe them (os.cpu_count() counts the machine's cores, not this job's).
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, cores // nprocs)
     procs, conns = [], []
-    key, level = _CPP_LOG_ENV
-    chosen = key in os.environ
-    os.environ.setdefault(key, level)
+    unset = set_defaults(CPP_LOG, OMP_WAIT)  # the ranks inherit them; this process gets its own back
     try:
         for rank in range(nprocs):
             parent_conn, child_conn = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker, name=f"salientpp-rank{rank}", daemon=True,
-                            args=(fn, args, rank, nprocs, port, threads, env or {}, child_conn, os.getpid()))
+                            args=(fn, args, rank, nprocs, port, env or {}, child_conn, os.getpid()))
             p.start()
             child_conn.close()
             procs.append(p)
             conns.append(parent_conn)
     finally:
-        if not chosen:
+        for key in unset:
             del os.environ[key]
     results: dict[int, Any] = {}
     failures: list[tuple[float, WorkerError | InputError]] = []  # (when it was raised, error)

@@ -132,6 +132,11 @@ class DistNeighborLoader:
             to allow them except on the training split.
         gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
             decides it itself).
+        low_priority: run the sampling threads at a lower scheduling priority, so that they fill
+            the time the training thread waits instead of taking its cores; the consumer then
+            samples a batch itself rather than wait for one a starved thread has not finished.
+            The batches are identical either way: batch ``i`` is sampled from the random stream
+            ``(seed, i)`` whichever thread samples it.
 
     After each epoch, :attr:`stats` holds its exchange counters (rows owned, cache hits, rows
     fetched and bytes) and :attr:`times` the seconds spent in each stage.
@@ -141,7 +146,7 @@ class DistNeighborLoader:
                  shuffle: bool = True, plan: str | os.PathLike | None = None, seed: int = 0, replace: bool = False,
                  num_threads: int = 1, pipeline_depth: int = 4,
                  on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
-                 gpu_fraction: float = 0.0):
+                 gpu_fraction: float = 0.0, low_priority: bool = False):
         from ..cache.workload import check_batch_size, check_fanouts
 
         self.graph = graph
@@ -170,7 +175,7 @@ class DistNeighborLoader:
                                       seeds=torch.from_numpy(self.seeds), batch_size=self.batch_size,
                                       shuffle=shuffle, num_batches=self.num_batches,
                                       seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads,
-                                      queue_depth=self.pipeline_depth,
+                                      low_priority=low_priority, queue_depth=self.pipeline_depth,
                                       fetch=FetchContext(**self.store.fetch_context_args()))
         self._empty_x = torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
 

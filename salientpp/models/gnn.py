@@ -5,6 +5,11 @@ are the first ``num_src`` rows of the current hidden state and its destinations 
 ``num_dst`` (destinations are a prefix of sources), edges ``edge_index[0]`` source-local to
 ``edge_index[1]`` destination-local, so each layer is ``conv((h, h[:num_dst]), edge_index)``.
 
+SAGE and GIN aggregate through the MFG's CSR (``rowptr`` and ``edge_index[0]``) with
+:func:`salientpp.models.ops.aggregate` and apply the convolution's own weights, which computes
+what the PyG convolution computes without its ``[E, F]`` message tensor; ReLU and dropout are
+one pass (:func:`salientpp.models.ops.dropout`). A block without ``rowptr`` goes through PyG.
+
 PyG writes the ``propagate`` (and ``edge_updater``) code it generates for each convolution class
 to a file in the temporary directory, once per class and process, and never removes it:
 :func:`no_pyg_tempfiles` and :func:`remove_pyg_tempfiles` do, and :class:`MFGModel` uses them.
@@ -25,6 +30,7 @@ from torch import nn
 from torch_geometric.nn import GATConv, GINConv, SAGEConv
 
 from ..errors import InputError
+from .ops import aggregate, dropout
 
 MODELS = ("sage", "gat", "gin")
 
@@ -93,7 +99,8 @@ atexit.register(remove_pyg_tempfiles)
 
 
 class Block(Protocol):
-    """What a layer needs from an MFG."""
+    """What a layer needs from an MFG (an :class:`~salientpp.sampling.MFG` also has ``rowptr``,
+    int64 ``[num_dst + 1]``, the CSR of ``edge_index`` over destinations)."""
 
     num_dst: int
     edge_index: torch.Tensor
@@ -121,6 +128,22 @@ def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.M
     return GINConv(mlp, train_eps=True)
 
 
+def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
+    """``conv((h, h[:num_dst]), edge_index)`` for a SAGE (mean) or GIN (sum) convolution as the
+    built-in models configure them, aggregated over ``block.rowptr``; ``None`` for any other
+    convolution or a block without ``rowptr``."""
+    rowptr = getattr(block, "rowptr", None)
+    if rowptr is None:
+        return None
+    x_dst = h[:block.num_dst]  # a view: the destinations are the first sources
+    if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
+            conv.project or conv.normalize):
+        return conv.lin_l(aggregate(h, rowptr, block.edge_index[0], mean=True)) + conv.lin_r(x_dst)
+    if isinstance(conv, GINConv) and str(conv.aggr) == "add":
+        return conv.nn(aggregate(h, rowptr, block.edge_index[0], mean=False) + (1 + conv.eps) * x_dst)
+    return None
+
+
 class MFGModel(nn.Module):
     """A stack of ``num_layers`` convolutions with ReLU and dropout between them.
 
@@ -141,7 +164,7 @@ class MFGModel(nn.Module):
         with no_pyg_tempfiles():
             self.convs = nn.ModuleList(_conv(model, dims[i], dims[i + 1], i == num_layers - 1, heads)
                                        for i in range(num_layers))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = float(dropout)
         self.model = model
 
     @property
@@ -151,8 +174,11 @@ class MFGModel(nn.Module):
     def layer(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
         """Layer ``i`` alone: ``h`` ``[num_src, d_i]`` source rows (destinations first) ->
         ``[block.num_dst, d_{i+1}]``, with ReLU and dropout after every layer but the last."""
-        out = self.convs[i]((h, h[:block.num_dst]), block.edge_index)
-        return self.dropout(torch.relu(out)) if i < self.num_layers - 1 else out
+        conv = self.convs[i]
+        out = _csr_conv(conv, h, block)
+        if out is None:
+            out = conv((h, h[:block.num_dst]), block.edge_index)
+        return dropout(out, self.dropout, self.training, relu=True) if i < self.num_layers - 1 else out
 
     def forward(self, x: torch.Tensor, mfgs: Sequence[Block]) -> torch.Tensor:
         if len(mfgs) != self.num_layers:

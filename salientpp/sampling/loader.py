@@ -56,6 +56,11 @@ class NeighborLoader:
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
         fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
         num_batches: ``None`` for fixed-size batches, or ``S >= 1`` balanced batches per epoch.
+        low_priority: run the sampling threads at a lower scheduling priority (nice 19), so that
+            they fill the time the consumer's thread waits instead of taking its cores; the
+            consumer then samples a batch itself rather than wait for one that a starved thread
+            has not finished. The batches are identical either way: batch ``i`` is sampled from
+            the random stream ``(epoch_seed(), i)`` whichever thread samples it.
     """
 
     _core = None  # the C++ BatchLoader of the running iteration
@@ -64,7 +69,7 @@ class NeighborLoader:
     def __init__(self, sampler: NeighborSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
                  queue_depth: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
-                 fetch: FetchContext | None = None, num_batches: int | None = None):
+                 fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False):
         if not isinstance(sampler, NeighborSampler):
             raise InputError(f"sampler must be a NeighborSampler, got {type(sampler).__name__}")
         for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("queue_depth", queue_depth)):
@@ -84,6 +89,7 @@ class NeighborLoader:
         self.seed = int(seed)
         self.num_threads = int(num_threads)
         self.queue_depth = int(queue_depth)
+        self.low_priority = bool(low_priority)
         self.labels_offset = int(labels_offset)
         self._fetch = None if fetch is None else fetch_to_extension(fetch, sampler.num_nodes)
         self.epoch = 0
@@ -153,7 +159,8 @@ class NeighborLoader:
         bounds = self.batch_bounds()
         first = self._next_batch
         core = extension().BatchLoader(self.sampler._core, order, bounds, self.epoch_seed(), self.labels,
-                                       self.labels_offset, self._fetch, self.num_threads, self.queue_depth, first)
+                                       self.labels_offset, self._fetch, self.num_threads, self.queue_depth, first,
+                                       self.low_priority)
         self._core = core
         return self._batches(core, bounds.tolist(), first)
 

@@ -126,8 +126,9 @@ def _there(path: Path) -> bool:
     return path.exists() or path.is_symlink()
 
 
-def _build_unless_there(config: TrainConfig, data: PartitionedDataset, path: Path) -> bool:
-    """Build the plans of every partition with analyze's own function and save them at ``path``.
+def _build_unless_there(config: TrainConfig, data: PartitionedDataset, path: Path, sampler_threads: int) -> bool:
+    """Build the plans of every partition with analyze's own function and save them at ``path``
+    (the policies that sample run ``sampler_threads`` sampler threads).
 
     Returns True when this job saved them, False when ``path`` already held a plan, or another
     job that built the same plan at the same time renamed it into place first (its temporary
@@ -135,7 +136,7 @@ def _build_unless_there(config: TrainConfig, data: PartitionedDataset, path: Pat
     """
     if _there(path):
         return False
-    ctx = PolicyContext(data, _workloads(config), seed=config.seed, num_threads=config.num_threads)
+    ctx = PolicyContext(data, _workloads(config), seed=config.seed, num_threads=sampler_threads)
     try:
         with output_errors(path.parent):
             path.parent.mkdir(exist_ok=True)
@@ -156,24 +157,27 @@ def _checked(path: Path, config: TrainConfig, verb: str, given: bool) -> Resolve
     return ResolvedCache(info.meta.policy, f"{verb} {path}", path)
 
 
-def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int,
-                  local_rank: int | None = None) -> ResolvedCache:
+def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int, local_rank: int | None = None,
+                  sampler_threads: int | None = None) -> ResolvedCache:
     """The cache plan of the run, built and saved first when needed (a collective when
     distributed: every rank calls it).
 
     ``local_rank`` (default ``rank``) is the rank's index on its machine: where a machine does
-    not see the plan rank 0 saved, its local rank 0 builds and saves it there.
+    not see the plan rank 0 saved, its local rank 0 builds and saves it there. A policy that
+    samples to build the plan (``oracle``, ``vip-simulation``) runs ``sampler_threads`` sampler
+    threads (default: ``config.num_threads``, else 1), the rank's thread budget in training.
     """
+    sampler_threads = sampler_threads or config.num_threads or 1
     if config.plan is not None:
         return _checked(Path(config.plan), config, "using", given=True)
     if config.cache == "none" or data.num_parts == 1:  # one partition has no remote rows
         return ResolvedCache("none", "none")
     path = default_plan_dir(config)
-    built = rank == 0 and _build_unless_there(config, data, path)
+    built = rank == 0 and _build_unless_there(config, data, path, sampler_threads)
     if dist.is_initialized():
         dist.barrier()
         if (rank if local_rank is None else local_rank) == 0 and not _there(path):  # not rank 0's file system
-            built = _build_unless_there(config, data, path)
+            built = _build_unless_there(config, data, path, sampler_threads)
         dist.barrier()
     if not _there(path):
         raise InputError(f"rank {rank} finds no cache plan at {path}, which the first rank of its machine should "

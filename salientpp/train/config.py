@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..cache.plan import GPU_FRACTION, read_plan_info
 from ..cache.policies import get_policy
 from ..cache.workload import check_fanouts
@@ -21,6 +23,15 @@ from .checkpoint import check_checkpoint_dir
 
 DEVICES = ("cpu", "cuda")
 INFERENCE = ("sampled", "layerwise")
+# Number formats of the training step: float32, or bfloat16 under torch.autocast.
+FP32, BF16 = "fp32", "bf16"
+PRECISIONS = (FP32, BF16)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX), without which bfloat16
+    matrix products are emulated and slower than float32."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 # What a cache plan decides, so these options cannot be combined with one (``plan``).
 PLAN_DECIDES = ("cache", "replication", "gpu_fraction")
 
@@ -80,6 +91,9 @@ class TrainConfig:
             are used as they are, so ``cache``, ``replication`` and ``gpu_fraction`` keep their
             defaults.
         device: ``cpu`` or ``cuda``.
+        precision: ``fp32``, or ``bf16``: the training step's forward runs under ``torch.autocast``
+            with bfloat16 (weights, gradients and the optimizer stay float32; evaluation runs in
+            float32). On CPU it needs AVX512-BF16 or AMX.
         nprocs: number of local ranks to start (default: one per partition).
         pipeline_depth: batches in flight (1 = the stages of a batch one after another).
         inference: ``sampled`` (minibatches with ``eval_fanouts``, through the cache) or
@@ -97,7 +111,11 @@ class TrainConfig:
             this many bytes (or the available memory, when smaller).
         json_path: append one JSON line per epoch to this file.
         seed: seeds the model, dropout and the loaders (see ``salientpp.cache.accesses.loader_seed``).
-        num_threads: sampler threads per rank.
+        num_threads: C++ sampler threads per rank (``--threads``); torch_threads: torch intra-op
+            threads per rank (``--torch-threads``). ``None``: from the thread budget
+            (:class:`~salientpp.distributed.threads.ThreadBudget`: the cores of this machine
+            shared by its local ranks; the samplers run at low priority unless both counts are
+            given and fit in a rank's share).
         timeout_s: every collective fails after this many seconds instead of hanging.
         progress: show a tqdm bar on rank 0.
     """
@@ -117,6 +135,7 @@ class TrainConfig:
     gpu_fraction: float = GPU_FRACTION
     plan: str | None = None
     device: str = "cpu"
+    precision: str = FP32
     nprocs: int | None = None
     pipeline_depth: int = 4
     inference: str = "sampled"
@@ -130,7 +149,8 @@ class TrainConfig:
     memory_limit: int | None = None
     json_path: str | None = None
     seed: int = 0
-    num_threads: int = 1
+    num_threads: int | None = None
+    torch_threads: int | None = None
     timeout_s: float = 300.0
     progress: bool = True
 
@@ -170,6 +190,11 @@ class TrainConfig:
                                                             given=True)
         if self.device not in DEVICES:
             raise InputError(f"unknown device {self.device!r}; choose cpu or cuda")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"unknown precision {self.precision!r}; choose {' or '.join(PRECISIONS)}")
+        if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
+            raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
+                             "lacks (bfloat16 would be emulated and slower); use --precision fp32")
         if self.nprocs is not None:
             _positive_int("the number of processes", self.nprocs)
         _positive_int("the pipeline depth", self.pipeline_depth)
@@ -182,7 +207,10 @@ class TrainConfig:
             raise InputError(f"eval-every must be a non-negative integer, got {self.eval_every!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise InputError(f"the seed must be an integer in [0, 2^63), got {self.seed!r}")
-        _positive_int("the number of sampler threads", self.num_threads)
+        if self.num_threads is not None:
+            _positive_int("--threads (sampler threads per rank)", self.num_threads)
+        if self.torch_threads is not None:
+            _positive_int("--torch-threads (torch intra-op threads per rank)", self.torch_threads)
         if not self.timeout_s > 0:
             raise InputError(f"the timeout must be positive, got {self.timeout_s}")
         parse_interval(self.checkpoint_every)

@@ -22,12 +22,13 @@ from ..distributed import CommStats, DistContext
 from ..distributed.graph import DistGraph
 from ..distributed.health import EVAL_PHASE, Health, Stage, agree
 from ..distributed.loader import DistNeighborLoader
+from ..distributed.threads import ThreadBudget, local_world_size
 from ..errors import InputError
 from ..io import output_errors
 from ..models.factory import SeedForward, build_model
 from .cache_setup import resolve_cache
 from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
-from .config import TrainConfig
+from .config import BF16, TrainConfig
 from .evaluation import Evaluator
 from .state import (EPOCH, METRIC, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC, EpochSums,
                     RunState, TrainResult, rng_state, set_rng_state)
@@ -37,20 +38,29 @@ from .tasks import task_of
 # --plan path is not one of them (each machine may keep its copy elsewhere); the plan's contents are
 # compared by the "cache plan" check.
 AGREED_OPTIONS = ("epochs", "model", "hidden", "layers", "fanouts", "batch_size", "lr", "dropout", "cache",
-                  "replication", "gpu_fraction", "device", "pipeline_depth", "inference", "eval_fanouts",
+                  "replication", "gpu_fraction", "device", "precision", "pipeline_depth", "inference", "eval_fanouts",
                   "eval_batch_size", "eval_every", "checkpoint_every", "seed", "timeout_s", "metric")
 # The random stream of the dropout masks of an epoch (see loader_seed).
 DROPOUT_STREAM = 7
 
 
 class Trainer:
-    """Everything one rank needs: its graph, loaders, model, optimizer and evaluator."""
+    """Everything one rank needs: its graph, loaders, model, optimizer and evaluator.
 
-    def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None):
+    ``threads`` is the rank's thread budget: its loaders run ``threads.sampler_threads`` sampler
+    threads, at low priority when ``threads.low_priority_sampler``. The default is the budget
+    of one of ``LOCAL_WORLD_SIZE`` ranks with the config's overrides (not applied: applying it
+    to the process is the caller's part, as :func:`~salientpp.train.run.run_rank` does).
+    """
+
+    def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
+                 threads: ThreadBudget | None = None):
         from ..cache.accesses import loader_seed
 
         self.config, self.ctx = config, ctx
         self.health = Health(ctx) if health is None else health
+        self.threads = threads = (ThreadBudget.for_rank(local_world_size(), config.torch_threads, config.num_threads)
+                                  if threads is None else threads)
         agree(ctx, "options and package versions",
               {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
                **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})
@@ -58,12 +68,13 @@ class Trainer:
         if graph.split("train").shape[0] == 0:
             raise InputError(f"partition {ctx.rank} of {config.part_dir} has no training nodes, so rank {ctx.rank} "
                              "would never train; re-partition with fewer parts or a balanced training split")
-        plan = resolve_cache(config, graph.data, ctx.rank, ctx.local_rank)
+        plan = resolve_cache(config, graph.data, ctx.rank, ctx.local_rank, threads.sampler_threads)
         if ctx.rank == 0 and plan.path is not None:
             print(f"cache plan: {plan.source}", flush=True)
         self.task = task_of(graph.data, config.metric)
         self._phase, self._epoch = "", -1
-        common = dict(plan=plan.path, seed=config.seed, num_threads=config.num_threads,
+        common = dict(plan=plan.path, seed=config.seed, num_threads=threads.sampler_threads,
+                      low_priority=threads.low_priority_sampler,
                       pipeline_depth=config.pipeline_depth, gpu_fraction=config.gpu_fraction,
                       on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
         self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **common)
@@ -110,7 +121,9 @@ class Trainer:
         for step, batch in enumerate(self.loader, start=first_step):
             self.health.enter(Stage.TRAIN, epoch, step)
             t0, c0 = time.perf_counter(), time.thread_time()
-            out = self.forward(batch)
+            with torch.autocast(self.ctx.device.type, torch.bfloat16, enabled=self.config.precision == BF16):
+                out = self.forward(batch)
+            out = out.float()
             targets = self.task.targets(batch.y)
             loss = self.task.loss(out, targets)
             self.optimizer.zero_grad(set_to_none=True)

@@ -14,6 +14,7 @@ from ..distributed import WorkerError, init_distributed, launch, shutdown_distri
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
+from ..distributed.threads import ThreadBudget, local_world_size
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..resources import check_memory, estimate_train
@@ -28,12 +29,18 @@ TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
 
 
 def run_rank(config: TrainConfig) -> TrainResult:
-    """The body of one rank: join the group, train, leave the group.
+    """The body of one rank: apply its thread budget, join the group, train, leave the group.
 
-    In a job of several ranks any failure other than bad input is raised as a
+    The budget shares this machine's cores among its ``LOCAL_WORLD_SIZE`` ranks (1 when unset),
+    with ``config.torch_threads`` and ``config.num_threads`` as overrides; rank 0 prints it on a
+    run with progress output. In a job of several ranks any failure other than bad input is raised as a
     :class:`~salientpp.distributed.health.StageError` naming this rank, its stage and its peers' stages.
     """
+    threads = ThreadBudget.for_rank(local_world_size(), config.torch_threads, config.num_threads)
+    threads.apply()
     ctx = init_distributed(config.device, config.timeout_s)
+    if ctx.rank == 0 and config.progress:
+        print(threads.describe(), flush=True)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
@@ -41,7 +48,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
             # a restart (ctx.attempt): a fresh run must not write into another run's directory.
             check_checkpoint_dir(config.checkpoint_dir, config.resume, restarted=ctx.attempt > 0)
         health.enter(Stage.STARTUP)
-        result = Trainer(config, ctx, health).fit()
+        result = Trainer(config, ctx, health, threads).fit()
         result.restarts = ctx.attempt
         return result
     except InputError:

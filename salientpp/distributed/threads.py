@@ -1,0 +1,191 @@
+"""The CPU threads of a rank: how many cores it may use, and how its threads share them.
+
+Every rank runs two kinds of CPU threads: torch's intra-op threads (the model's forward and
+backward, the feature assembly) and the C++ sampler threads of its loaders. :class:`ThreadBudget`
+divides the cores this process may use (:func:`usable_cores`: the affinity mask, capped by the
+cgroup CPU quota) among the local ranks, and within a rank between the two kinds, so that the
+ranks of one machine never run more busy threads than it has cores.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import InputError
+from ..resources import cgroup_dirs
+
+# Where the cgroup CPU quota is read (tests point them at a temporary directory).
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# cgroup v2: "QUOTA PERIOD" or "max PERIOD" (microseconds per period).
+CPU_MAX = "cpu.max"
+# cgroup v1: the quota (-1: none) and the period, in microseconds.
+CFS_QUOTA, CFS_PERIOD = "cpu.cfs_quota_us", "cpu.cfs_period_us"
+# The environment variable torchrun and salientpp's launcher set to the number of ranks on this machine.
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+# Per-rank cores per default sampler thread: the samplers only fill the time the training
+# thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
+CORES_PER_SAMPLER = 8
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _quota_cores(directory: Path, version: int) -> int | None:
+    """``ceil(quota / period)`` of the CPU quota in a cgroup directory, or ``None`` without one
+    (no file, ``max``, a v1 quota of -1, or text that is not a quota)."""
+    try:
+        if version == 2:
+            text = _read(directory / CPU_MAX)
+            if text is None:
+                return None
+            quota, period = (text.split() + [""])[:2]
+            if quota == "max":
+                return None
+            quota_us, period_us = int(quota), int(period)
+        else:
+            quota_text, period_text = _read(directory / CFS_QUOTA), _read(directory / CFS_PERIOD)
+            if quota_text is None or period_text is None:
+                return None
+            quota_us, period_us = int(quota_text), int(period_text)
+    except ValueError:
+        return None
+    if quota_us <= 0 or period_us <= 0:
+        return None
+    return max(1, math.ceil(quota_us / period_us))
+
+
+def cgroup_cpu_limit() -> int | None:
+    """The cores the CPU quota of this process's cgroups allows (the tightest quota of its
+    cgroup and the cgroups above it, rounded up, at least 1), or ``None`` without a quota."""
+    limits = []
+    for directory, version in cgroup_dirs("cpu", CPU_MAX, CFS_QUOTA, PROC_CGROUP, CGROUP_ROOT):
+        for d in [directory, *(p for p in directory.parents if p.is_relative_to(CGROUP_ROOT))]:
+            cores = _quota_cores(d, version)
+            if cores is not None:
+                limits.append(cores)
+    return min(limits) if limits else None
+
+
+def usable_cores() -> tuple[int, str]:
+    """``(cores, where that number comes from)``: the cores in this process's affinity mask
+    (``"affinity mask"``; ``"CPU count"`` where there is none), or the cgroup CPU quota when it
+    allows fewer (``"cgroup CPU quota"``)."""
+    try:
+        cores, source = len(os.sched_getaffinity(0)), "affinity mask"
+    except (AttributeError, OSError):  # not Linux
+        cores, source = os.cpu_count() or 1, "CPU count"
+    limit = cgroup_cpu_limit()
+    if limit is not None and limit < cores:
+        return limit, "cgroup CPU quota"
+    return max(1, cores), source
+
+
+def local_world_size() -> int:
+    """The number of ranks on this machine: ``LOCAL_WORLD_SIZE`` as torchrun and
+    :func:`~salientpp.distributed.launch` set it, 1 when it is absent or not a positive integer."""
+    try:
+        return max(1, int(os.environ.get(LOCAL_WORLD_SIZE, "1")))
+    except ValueError:
+        return 1
+
+
+def _check_threads(name: str, value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class ThreadBudget:
+    """The CPU threads of one rank.
+
+    The rule (:meth:`for_rank`): each of the ``local_ranks`` ranks of a machine gets
+    ``c = max(1, usable // local_ranks)`` cores, ``usable`` from :func:`usable_cores`. It runs
+    ``c`` torch intra-op threads and ``max(1, c // 8)`` C++ sampler threads. The sampler threads
+    run at low priority (nice 19): they fill the time the training thread waits for a collective
+    or for memory, and yield the cores to it otherwise. A loader whose next batch a starved sampler
+    thread has not finished samples it on the consuming thread instead of waiting, so the ranks
+    never oversubscribe the cores and never wait for a sampler. ``torch_threads`` and
+    ``sampler_threads`` given to :meth:`for_rank` (``--torch-threads``, ``--threads``) are used as
+    they are. Only when both are given and together fit in ``c`` (``torch_threads +
+    sampler_threads <= c``) does every thread have a core of its own; the samplers then run at
+    normal priority (:attr:`low_priority_sampler` is False).
+
+    Attributes:
+        cores: the cores this process may use (all local ranks together).
+        local_ranks: ranks on this machine that share them.
+        torch_threads: torch intra-op threads of this rank.
+        sampler_threads: C++ sampler threads of each of this rank's loaders.
+        source: where ``cores`` comes from (``"affinity mask"``, ``"cgroup CPU quota"``).
+        torch_threads_given, sampler_threads_given: whether the counts were overrides.
+    """
+
+    cores: int
+    local_ranks: int
+    torch_threads: int
+    sampler_threads: int
+    source: str
+    torch_threads_given: bool = False
+    sampler_threads_given: bool = False
+
+    @classmethod
+    def for_rank(cls, local_ranks: int, torch_threads: int | None = None,
+                 sampler_threads: int | None = None) -> "ThreadBudget":
+        """The budget of one of ``local_ranks`` ranks on this machine; ``torch_threads`` and
+        ``sampler_threads`` (positive integers) override the defaults."""
+        _check_threads("the number of local ranks", local_ranks)
+        _check_threads("the number of torch threads", torch_threads)
+        _check_threads("the number of sampler threads", sampler_threads)
+        cores, source = usable_cores()
+        per_rank = max(1, cores // local_ranks)
+        return cls(cores, local_ranks,
+                   per_rank if torch_threads is None else torch_threads,
+                   max(1, per_rank // CORES_PER_SAMPLER) if sampler_threads is None else sampler_threads,
+                   source, torch_threads is not None, sampler_threads is not None)
+
+    @property
+    def cores_per_rank(self) -> int:
+        """``max(1, cores // local_ranks)``."""
+        return max(1, self.cores // self.local_ranks)
+
+    @property
+    def low_priority_sampler(self) -> bool:
+        """Whether the sampler threads run at low priority: unless both counts were given and
+        fit in this rank's cores together."""
+        return not (self.torch_threads_given and self.sampler_threads_given
+                    and self.torch_threads + self.sampler_threads <= self.cores_per_rank)
+
+    def describe(self) -> str:
+        """The start-up line, e.g. ``threads: 2 cores (affinity mask) for 2 local ranks: 1 torch
+        intra-op thread and 1 low-priority sampler thread per rank``."""
+        torch_part = _plural(self.torch_threads, "torch intra-op thread")
+        if self.torch_threads_given:
+            torch_part += " (set by --torch-threads)"
+        priority = "low-priority" if self.low_priority_sampler else "normal-priority"
+        sampler_part = _plural(self.sampler_threads, f"{priority} sampler thread")
+        if self.sampler_threads_given:
+            sampler_part += " (set by --threads)"
+        return (f"threads: {_plural(self.cores, 'core')} ({self.source}) for {_plural(self.local_ranks, 'local rank')}: "
+                f"{torch_part} and {sampler_part} per rank")
+
+    def apply(self) -> None:
+        """Set torch's intra-op threads to :attr:`torch_threads` and its inter-op threads to 1
+        (the latter only before this process's first parallel work: torch refuses it later)."""
+        torch.set_num_threads(self.torch_threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # parallel work has started, or it was set before
+            pass

@@ -1,0 +1,95 @@
+"""The CPU model step's kernels as autograd functions: aggregation over an MFG's CSR and a fused
+ReLU + dropout with a counter-based mask.
+
+On CPU tensors they call the extension (``csrc/model_ops.cpp``); on other devices they fall back to
+torch's own operations with the same results in distribution. Measured against the alternatives
+with ``salientpp bench aggregate`` (docs/benchmarks.md, "Model step on CPU").
+
+* :func:`aggregate` ``(x, rowptr, col, mean)``: ``out[d] = mean/sum of x[col[e]]`` over the edges
+  ``rowptr[d]:rowptr[d+1]`` of destination ``d``. It reads each source row in place: no
+  ``[E, F]`` message tensor is built (PyG's scatter path gathers one), and its gradient is only
+  computed when ``x`` needs one (never for the input features).
+* :func:`dropout` ``(x, p, training, relu)``: ``relu(x) * keep / (1 - p)``. The keep mask of each
+  call is a function of a 63-bit seed drawn from torch's default generator and of the element's
+  index, so ``torch.manual_seed`` (and a checkpoint's RNG state) determines it as it does torch's
+  dropout, and the backward pass recomputes it instead of storing it.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._ext import extension
+
+# Draws a dropout call's seed: [0, 2^63), the range torch.randint takes.
+_SEED_RANGE = 2**63 - 1
+
+
+class _Aggregate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool) -> torch.Tensor:
+        ctx.save_for_backward(rowptr, col)
+        ctx.num_src, ctx.mean = x.shape[0], mean
+        return extension().csr_aggregate(rowptr, col, x, mean)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        rowptr, col = ctx.saved_tensors
+        return extension().csr_aggregate_backward(rowptr, col, grad_out, ctx.num_src, ctx.mean), None, None, None
+
+
+def aggregate_reference(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool) -> torch.Tensor:
+    """:func:`aggregate` with torch's ``index_add_`` (any device; the ground truth of the tests)."""
+    num_dst = rowptr.shape[0] - 1
+    degree = rowptr[1:] - rowptr[:-1]
+    dst = torch.repeat_interleave(torch.arange(num_dst, device=x.device), degree)
+    out = torch.zeros((num_dst, x.shape[1]), dtype=x.dtype, device=x.device).index_add_(0, dst, x[col])
+    return out / degree.clamp(min=1).unsqueeze(1).to(x.dtype) if mean else out
+
+
+def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool = True) -> torch.Tensor:
+    """Sum or mean of source rows per destination over a CSR.
+
+    Args:
+        x: ``[num_src, F]`` float source rows (float32, float64, bfloat16 or float16).
+        rowptr: int64 ``[num_dst + 1]``, the edges of destination ``d`` are ``rowptr[d]:rowptr[d+1]``.
+        col: int64 ``[E]`` source index of each edge (an MFG's ``edge_index[0]``).
+        mean: divide by the degree (0 rows for destinations without edges), else sum.
+
+    Returns:
+        ``[num_dst, F]`` in ``x``'s dtype (sums kept in float32 for the 16-bit types).
+    """
+    if x.device.type != "cpu":
+        return aggregate_reference(x, rowptr, col, mean)
+    return _Aggregate.apply(x, rowptr, col.contiguous(), mean)
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, seed: int, relu: bool) -> torch.Tensor:
+        out = extension().dropout_forward(x, p, seed, relu)
+        ctx.save_for_backward(out if relu else torch.empty(0))
+        ctx.p, ctx.seed, ctx.relu = p, seed, relu
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (out,) = ctx.saved_tensors
+        return extension().dropout_backward(grad_out, out, ctx.p, ctx.seed, ctx.relu), None, None, None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True, relu: bool = False) -> torch.Tensor:
+    """``dropout(relu(x))`` when ``relu``, else ``dropout(x)``, in one pass over ``x``.
+
+    In training, each element is kept with probability ``1 - p`` and scaled by ``1 / (1 - p)``
+    (as ``torch.nn.functional.dropout``); the mask comes from the extension's counter-based
+    generator on CPU, from torch's elsewhere. Out of training, or with ``p == 0``, only the ReLU
+    applies.
+    """
+    if not training or p == 0:
+        return torch.relu(x) if relu else x
+    if x.device.type != "cpu":
+        return torch.nn.functional.dropout(torch.relu(x) if relu else x, p, True)
+    seed = int(torch.randint(_SEED_RANGE, (1,)))
+    return _Dropout.apply(x, float(p), seed, relu)

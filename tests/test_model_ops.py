@@ -1,0 +1,187 @@
+"""The CPU model step's kernels: CSR aggregation and the fused counter-based dropout, against torch."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch_geometric.nn import GINConv, SAGEConv
+
+from salientpp._ext import extension
+from salientpp.models.gnn import MFGModel
+from salientpp.models.ops import aggregate, aggregate_reference, dropout
+from salientpp.sampling.types import MFG
+from salientpp.train.config import cpu_has_bf16
+
+
+def random_csr(num_dst: int, num_src: int, max_degree: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A CSR over ``num_dst`` destinations with 0..max_degree random sources each (some empty)."""
+    g = torch.Generator().manual_seed(seed)
+    degree = torch.randint(0, max_degree + 1, (num_dst,), generator=g)
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), degree.cumsum(0)])
+    col = torch.randint(0, num_src, (int(rowptr[-1]),), generator=g)
+    return rowptr, col
+
+
+@pytest.fixture
+def threads():
+    """Restores torch's intra-op thread count after a test that changes it."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("mean", [True, False])
+@pytest.mark.parametrize("num_dst,num_src,max_degree", [(0, 5, 3), (7, 1, 4), (300, 500, 12), (50, 50, 0)])
+def test_aggregate_equals_index_add_and_its_gradient_passes_gradcheck(mean, num_dst, num_src, max_degree):
+    rowptr, col = random_csr(num_dst, num_src, max_degree, seed=num_dst)
+    x = torch.randn(num_src, 9, dtype=torch.float64, requires_grad=True)
+    out = aggregate(x, rowptr, col, mean)
+    assert out.shape == (num_dst, 9)
+    torch.testing.assert_close(out, aggregate_reference(x, rowptr, col, mean), rtol=1e-12, atol=1e-12)
+    if num_dst and col.numel():
+        assert torch.autograd.gradcheck(lambda t: aggregate(t, rowptr, col, mean), (x,))
+    grad = torch.randn(num_dst, 9, dtype=torch.float64)
+    (ours,) = torch.autograd.grad(aggregate(x, rowptr, col, mean), x, grad)
+    (theirs,) = torch.autograd.grad(aggregate_reference(x, rowptr, col, mean), x, grad)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_aggregate_in_16_bit_types_sums_in_float32():
+    rowptr, col = random_csr(200, 300, 30, seed=1)
+    x = torch.randn(300, 16)
+    exact = aggregate_reference(x.double(), rowptr, col, True)
+    for dtype in (torch.bfloat16, torch.float16):
+        out = aggregate(x.to(dtype), rowptr, col, True)
+        assert out.dtype == dtype
+        # Inputs rounded to the type (relative 2^-8 / 2^-11), sums in float32, one final rounding.
+        eps = 2.0 ** (-8 if dtype == torch.bfloat16 else -11)
+        torch.testing.assert_close(out.double(), exact, rtol=2 * eps, atol=2 * eps * x.abs().max().item())
+
+
+def test_aggregate_results_do_not_depend_on_the_thread_count(threads):
+    rowptr, col = random_csr(2000, 3000, 20, seed=2)
+    x = torch.randn(3000, 64, requires_grad=True)
+    grad = torch.randn(2000, 64)
+    runs = []
+    for n in (1, 2, 3):
+        torch.set_num_threads(n)
+        out = aggregate(x, rowptr, col, True)
+        (g,) = torch.autograd.grad(out, x, grad)
+        runs.append((out, g))
+    for out, g in runs[1:]:
+        assert torch.equal(out, runs[0][0]) and torch.equal(g, runs[0][1])
+
+
+def test_aggregate_rejects_a_malformed_csr():
+    x = torch.randn(4, 2)
+    with pytest.raises(RuntimeError, match="col must lie in"):
+        aggregate(x, torch.tensor([0, 2]), torch.tensor([0, 4]))
+    with pytest.raises(RuntimeError, match="non-decreasing"):
+        aggregate(x, torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1]))
+
+
+def test_the_dropout_keep_rate_is_binomial_and_halves_of_one_hash_are_independent():
+    """Over n = 2^20 elements, the number kept is Binomial(n, 1 - p): within 5 standard
+    deviations (a false alarm once in ~3.5 million runs). Elements 2j and 2j + 1 take the two
+    halves of one 64-bit hash: their 2x2 contingency table passes a chi-square independence test
+    at the 1e-4 level (1 degree of freedom: statistic < 15.1)."""
+    n = 1 << 20
+    for p in (0.1, 0.5, 0.9):
+        keep = extension().dropout_mask([n], p, 12345)
+        kept = int(keep.sum())
+        sd = math.sqrt(n * p * (1 - p))
+        assert abs(kept - n * (1 - p)) < 5 * sd, (p, kept)
+        pairs = keep.view(-1, 2).long()
+        table = torch.zeros(2, 2)
+        table.index_put_((pairs[:, 0], pairs[:, 1]), torch.ones(pairs.shape[0]), accumulate=True)
+        expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / table.sum()
+        chi2 = float(((table - expected) ** 2 / expected).sum())
+        assert chi2 < 15.1, (p, chi2)
+
+
+def test_dropout_masks_of_two_seeds_agree_as_independent_draws_would():
+    n = 1 << 18
+    a, b = extension().dropout_mask([n], 0.5, 1), extension().dropout_mask([n], 0.5, 2)
+    agree = int((a == b).sum())
+    assert abs(agree - n / 2) < 5 * math.sqrt(n / 4)  # P(agree) = p^2 + (1-p)^2 = 1/2
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_fused_dropout_forward_and_backward_follow_the_mask(relu):
+    x = torch.randn(333, 77, dtype=torch.float64, requires_grad=True)
+    p, seed = 0.3, 987654321
+    mask = extension().dropout_mask(list(x.shape), p, seed).double()
+    base = torch.relu(x) if relu else x
+    out = extension().dropout_forward(x.detach(), p, seed, relu)
+    torch.testing.assert_close(out, base.detach() * mask / (1 - p), rtol=0, atol=1e-15)
+    grad = torch.randn_like(x)
+    ours = extension().dropout_backward(grad, out, p, seed, relu)
+    (theirs,) = torch.autograd.grad(base * mask / (1 - p), x, grad)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-15)
+
+
+def test_dropout_follows_torch_manual_seed_and_differs_between_calls(threads):
+    x = torch.randn(500, 40)
+    torch.manual_seed(5)
+    first, second = dropout(x, 0.5), dropout(x, 0.5)
+    torch.manual_seed(5)
+    torch.set_num_threads(1)
+    again = dropout(x, 0.5)
+    assert torch.equal(first, again) and not torch.equal(first, second)
+    assert torch.equal(dropout(x, 0.5, training=False, relu=True), torch.relu(x))
+    assert torch.equal(dropout(x, 0.0, relu=False), x)
+
+
+def test_dropout_gradient_reaches_the_input_through_the_autograd_function():
+    x = torch.randn(64, 32, requires_grad=True)
+    torch.manual_seed(0)
+    out = dropout(x, 0.25, relu=True)
+    out.sum().backward()
+    # d out / d x = 1 / (1 - p) exactly where the output is positive, else 0.
+    assert torch.equal(x.grad, (out > 0).float() / 0.75)
+
+
+def _block(num_dst: int, num_src: int, seed: int) -> MFG:
+    rowptr, col = random_csr(num_dst, num_src, 6, seed)
+    dst = torch.repeat_interleave(torch.arange(num_dst), rowptr[1:] - rowptr[:-1])
+    return MFG(num_src, num_dst, torch.stack([col, dst]), rowptr)
+
+
+@pytest.mark.parametrize("model", ["sage", "gin"])
+def test_the_csr_layers_compute_what_the_pyg_convolutions_compute(model):
+    """Without dropout (eval mode) the built-in model through the CSR kernel and through PyG's
+    own convolution give the same outputs and the same parameter gradients."""
+    torch.manual_seed(0)
+    net = MFGModel(model, 12, 16, 5, 2, dropout=0.5).double().eval()
+    assert isinstance(net.convs[0], SAGEConv if model == "sage" else GINConv)
+    blocks = [_block(40, 90, 1), _block(10, 40, 2)]
+    x = torch.randn(90, 12, dtype=torch.float64)
+
+    def run(use_csr: bool):
+        net.zero_grad()
+        h = x
+        for i, b in enumerate(blocks):
+            block = b if use_csr else type("PyGBlock", (), {"num_dst": b.num_dst, "edge_index": b.edge_index})()
+            h = net.layer(i, h, block)
+        h.square().sum().backward()
+        return h.detach(), [p.grad.clone() for p in net.parameters()]
+
+    (out_csr, grads_csr), (out_pyg, grads_pyg) = run(True), run(False)
+    torch.testing.assert_close(out_csr, out_pyg, rtol=1e-10, atol=1e-10)
+    for a, b in zip(grads_csr, grads_pyg):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no bfloat16 instructions")
+def test_the_model_under_bfloat16_autocast_stays_close_to_float32():
+    torch.manual_seed(0)
+    net = MFGModel("sage", 12, 32, 5, 2).eval()
+    blocks = [_block(200, 500, 3), _block(50, 200, 4)]
+    x = torch.randn(500, 12)
+    exact = net(x, blocks)
+    with torch.autocast("cpu", torch.bfloat16):
+        low = net(x, blocks)
+    assert low.dtype == torch.bfloat16
+    # Every product and sum is rounded to 8 significant bits: relative error of a few 2^-8.
+    assert float((low.float() - exact).norm() / exact.norm()) < 0.03

@@ -1,0 +1,276 @@
+"""The thread budget of a rank: usable cores (affinity mask, cgroup CPU quota), their split among
+local ranks and within a rank, the overrides, the start-up line, and its use by launch and train."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from salientpp.cli import main as cli_main
+from salientpp.distributed import init_distributed, launch
+from salientpp.distributed import threads
+from salientpp.distributed.threads import ThreadBudget, local_world_size, usable_cores
+from salientpp.errors import InputError
+from salientpp.train import TrainConfig, Trainer
+from conftest import one_sentence
+
+SMALL = ["--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-fanouts", "5,5"]
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """A fake machine: ``machine(cores, cgroup_lines, {path under /sys/fs/cgroup: text})`` sets
+    the affinity mask to ``cores`` cores and writes /proc/self/cgroup and the cgroup files."""
+    proc, root = tmp_path / "proc-self-cgroup", tmp_path / "sys-fs-cgroup"
+    monkeypatch.setattr(threads, "PROC_CGROUP", proc)
+    monkeypatch.setattr(threads, "CGROUP_ROOT", root)
+    root.mkdir()
+
+    def make(cores: int, cgroup: str | None = None, files: dict[str, str] | None = None) -> None:
+        monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)))
+        if cgroup is not None:
+            proc.write_text(cgroup)
+        for name, text in (files or {}).items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+
+    return make
+
+
+# ---- usable cores ---------------------------------------------------------------------------------
+
+def test_a_v2_quota_of_one_and_a_half_cores_on_four_allowed_cores_gives_two(machine):
+    machine(4, "0::/job.slice/run\n", {"job.slice/run/cpu.max": "150000 100000\n"})
+    assert usable_cores() == (2, "cgroup CPU quota")
+
+
+def test_a_v2_cpu_max_without_a_quota_leaves_the_affinity_mask(machine):
+    machine(4, "0::/job.slice/run\n", {"job.slice/run/cpu.max": "max 100000\n"})
+    assert usable_cores() == (4, "affinity mask")
+
+
+@pytest.mark.parametrize("quota, cores", [("50000 100000", 1), ("100000 100000", 1), ("250000 100000", 3),
+                                          ("1 100000", 1)])
+def test_a_v2_quota_is_rounded_up_to_whole_cores_and_at_least_one(machine, quota, cores):
+    machine(8, "0::/\n", {"cpu.max": quota})
+    assert usable_cores() == (cores, "cgroup CPU quota")
+
+
+def test_a_quota_above_the_affinity_mask_leaves_the_mask(machine):
+    machine(2, "0::/\n", {"cpu.max": "800000 100000"})
+    assert usable_cores() == (2, "affinity mask")
+
+
+def test_a_quota_on_a_parent_cgroup_limits_its_children(machine):
+    machine(8, "0::/outer/inner\n", {"outer/cpu.max": "200000 100000", "outer/inner/cpu.max": "max 100000"})
+    assert usable_cores() == (2, "cgroup CPU quota")
+
+
+def test_a_cgroup_directory_outside_this_namespace_falls_back_to_the_root(machine):
+    # Inside a container /proc/self/cgroup can name a path of the host; the root is the container's.
+    machine(8, "0::/system.slice/docker-1.scope\n", {"cpu.max": "300000 100000"})
+    assert usable_cores() == (3, "cgroup CPU quota")
+
+
+@pytest.mark.parametrize("mount", ["cpu,cpuacct", "cpu"])
+def test_a_v1_cfs_quota_limits_the_cores(machine, mount):
+    machine(16, "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n",
+            {f"{mount}/docker/abc/cpu.cfs_quota_us": "300000\n", f"{mount}/docker/abc/cpu.cfs_period_us": "100000\n"})
+    assert usable_cores() == (3, "cgroup CPU quota")
+
+
+def test_a_v1_quota_of_minus_one_is_no_limit(machine):
+    machine(4, "4:cpu,cpuacct:/\n", {"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us": "100000"})
+    assert usable_cores() == (4, "affinity mask")
+
+
+@pytest.mark.parametrize("cgroup, files", [
+    (None, {}),                                                     # no /proc/self/cgroup
+    ("0::/job\n", {}),                                              # no cpu.max anywhere
+    ("4:cpu:/job\n", {"cpu/job/cpu.cfs_quota_us": "200000"}),       # a v1 quota without its period
+    ("0::/job\n", {"job/cpu.max": "lots 100000"}),                  # not a quota
+    ("0::/job\n", {"job/cpu.max": "200000 0"}),                     # a zero period
+    ("1:cpuset:/job\n", {"cpuset/job/cpu.cfs_quota_us": "100000"}),  # another controller's hierarchy
+], ids=["no-proc-file", "no-cpu-max", "v1-no-period", "junk", "zero-period", "other-controller"])
+def test_missing_or_unreadable_cgroup_files_leave_the_affinity_mask(machine, cgroup, files):
+    machine(6, cgroup, files)
+    assert usable_cores() == (6, "affinity mask")
+
+
+def test_the_memory_check_still_reads_its_cgroup_through_the_shared_parser(tmp_path, monkeypatch):
+    from salientpp import resources
+
+    monkeypatch.setattr(resources, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(resources, "CGROUP_ROOT", tmp_path / "fs")
+    (tmp_path / "cgroup").write_text("4:memory:/job\n0::/job\n")
+    for name, text in {"fs/job/memory.max": "1000", "fs/memory/job/memory.limit_in_bytes": "2000"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert resources._cgroup_dirs() == [
+        (tmp_path / "fs/memory/job", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+        (tmp_path / "fs/job", "memory.max", "memory.current", "inactive_file")]
+
+
+# ---- the budget -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def cores(monkeypatch):
+    """``cores(n)``: make :func:`usable_cores` report ``n`` cores of the affinity mask."""
+    def make(n: int) -> None:
+        monkeypatch.setattr(threads, "usable_cores", lambda: (n, "affinity mask"))
+    return make
+
+
+@pytest.mark.parametrize("usable, ranks, torch_threads, sampler_threads", [
+    (2, 2, 1, 1), (2, 1, 2, 1), (3, 4, 1, 1), (16, 2, 8, 1), (32, 2, 16, 2), (64, 1, 64, 8), (17, 2, 8, 1),
+    (96, 3, 32, 4)])
+def test_the_cores_are_split_among_local_ranks_then_between_torch_and_samplers(cores, usable, ranks, torch_threads,
+                                                                               sampler_threads):
+    cores(usable)
+    budget = ThreadBudget.for_rank(ranks)
+    assert (budget.cores, budget.local_ranks, budget.torch_threads, budget.sampler_threads) == (
+        usable, ranks, torch_threads, sampler_threads)
+    assert budget.source == "affinity mask" and budget.low_priority_sampler
+
+
+def test_overrides_are_used_as_they_are_even_beyond_the_cores(cores):
+    cores(4)
+    budget = ThreadBudget.for_rank(2, torch_threads=5, sampler_threads=3)
+    assert (budget.torch_threads, budget.sampler_threads) == (5, 3)
+    assert ThreadBudget.for_rank(2, torch_threads=7).sampler_threads == 1  # the other keeps its default
+    assert ThreadBudget.for_rank(2, sampler_threads=6).torch_threads == 2
+
+
+@pytest.mark.parametrize("torch_threads, sampler_threads, low", [
+    (None, None, True),   # the defaults share the cores: samplers yield to torch
+    (2, None, True),      # one override: the rule holds even with cores to spare
+    (None, 1, True),
+    (3, 2, True),         # both given, 5 > 4 cores per rank
+    (2, 2, False),        # both given and they fit: each thread has a core
+    (3, 1, False),
+])
+def test_samplers_run_at_low_priority_unless_both_overrides_fit_in_the_ranks_cores(cores, torch_threads,
+                                                                                    sampler_threads, low):
+    cores(8)
+    assert ThreadBudget.for_rank(2, torch_threads, sampler_threads).low_priority_sampler is low
+
+
+@pytest.mark.parametrize("args", [dict(local_ranks=0), dict(local_ranks=1, torch_threads=0),
+                                  dict(local_ranks=1, sampler_threads=-2), dict(local_ranks=1, torch_threads=True),
+                                  dict(local_ranks=1, sampler_threads=1.5)])
+def test_a_thread_count_that_is_not_a_positive_integer_is_refused(cores, args):
+    cores(4)
+    with pytest.raises(InputError, match="must be a positive integer"):
+        ThreadBudget.for_rank(**args)
+
+
+def test_describe_names_the_cores_their_source_and_the_threads(cores):
+    cores(2)
+    assert ThreadBudget.for_rank(2).describe() == (
+        "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread and 1 low-priority sampler "
+        "thread per rank")
+    line = ThreadBudget(6, 1, 4, 2, "cgroup CPU quota", torch_threads_given=True, sampler_threads_given=True).describe()
+    assert line == ("threads: 6 cores (cgroup CPU quota) for 1 local rank: 4 torch intra-op threads (set by "
+                    "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank")
+    line = ThreadBudget.for_rank(1, sampler_threads=3).describe()
+    assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --threads)" in line
+
+
+def test_apply_sets_torch_threads_and_tolerates_interop_threads_already_fixed(monkeypatch):
+    before = torch.get_num_threads()
+    calls = []
+
+    def interop(n):
+        calls.append(n)
+        raise RuntimeError("Error: cannot set number of interop threads after parallel work has started")
+
+    monkeypatch.setattr(torch, "set_num_interop_threads", interop)
+    try:
+        ThreadBudget(8, 1, 3, 1, "affinity mask").apply()
+        assert torch.get_num_threads() == 3 and calls == [1]
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("value, ranks", [(None, 1), ("3", 3), ("0", 1), ("two", 1)])
+def test_local_world_size_comes_from_the_environment(monkeypatch, value, ranks):
+    if value is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    assert local_world_size() == ranks
+
+
+# ---- launch, the trainer and `salientpp train` ------------------------------------------------------
+
+def _rank_threads() -> tuple[int, int, str]:
+    return torch.get_num_threads(), torch.get_num_interop_threads(), os.environ["LOCAL_WORLD_SIZE"]
+
+
+def test_launched_ranks_start_with_the_default_budget_of_their_local_world():
+    per_rank = max(1, usable_cores()[0] // 2)
+    assert launch(_rank_threads, nprocs=2) == [(per_rank, 1, "2")] * 2
+
+
+@pytest.fixture(scope="module")
+def parts(tiny_partitions):
+    return tiny_partitions[0]
+
+
+def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(parts):
+    config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
+                         progress=False).validate()
+    budget = ThreadBudget(8, 1, 5, 3, "affinity mask")
+    trainer = Trainer(config, init_distributed("cpu"), threads=budget)
+    assert trainer.threads is budget
+    assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, True)
+    fitting = ThreadBudget(8, 1, 5, 3, "affinity mask", torch_threads_given=True, sampler_threads_given=True)
+    trainer = Trainer(config, init_distributed("cpu"), threads=fitting)
+    assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, False)
+
+
+@pytest.mark.parametrize("name, value", [("num_threads", 0), ("torch_threads", 0), ("torch_threads", -1),
+                                         ("num_threads", True)])
+def test_the_config_refuses_thread_counts_that_are_not_positive(parts, name, value):
+    with pytest.raises(InputError, match="must be a positive integer"):
+        TrainConfig(str(parts / "p2"), **{name: value}).validate()
+
+
+def test_the_config_leaves_unset_thread_counts_to_the_budget(parts):
+    config = TrainConfig(str(parts / "p2")).validate()
+    assert (config.num_threads, config.torch_threads) == (None, None)
+
+
+@pytest.mark.parametrize("option", ["--threads", "--torch-threads"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_train_refuses_a_thread_count_below_one_before_any_rank_starts(parts, capsys, no_ranks, option, value):
+    assert cli_main(["train", str(parts / "p2"), *SMALL, option, value]) == 2
+    err = one_sentence(capsys)
+    assert option in err and "must be a positive integer" in err and value in err
+
+
+def test_a_two_rank_run_prints_the_budget_once_with_this_machines_numbers(parts, tmp_path, capfd):
+    usable, source = usable_cores()
+    per_rank = max(1, usable // 2)
+    samplers = max(1, per_rank // 8)
+    assert cli_main(["train", str(parts / "p2"), *SMALL, "--epochs", "1", "--eval-every", "0", "--cache", "none"]) == 0
+    out = capfd.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("threads: ")]
+    assert lines == [f"threads: {usable} core{'s' * (usable != 1)} ({source}) for 2 local ranks: "
+                     f"{per_rank} torch intra-op thread{'s' * (per_rank != 1)} and "
+                     f"{samplers} low-priority sampler thread{'s' * (samplers != 1)} per rank"], out
+
+
+def _omp_wait_policy() -> str | None:
+    return os.environ.get("OMP_WAIT_POLICY")
+
+
+def test_launched_ranks_wait_passively_unless_the_user_chose_a_policy(monkeypatch):
+    """Ranks start with OMP_WAIT_POLICY=PASSIVE (spinning OpenMP threads slow a shared machine
+    down); a policy the user set is kept, and the launcher's own environment is left as it was."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert launch(_omp_wait_policy, (), 2) == ["PASSIVE", "PASSIVE"]
+    assert "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert launch(_omp_wait_policy, (), 1) == ["ACTIVE"]
