@@ -2,14 +2,20 @@
 
 Every rank holds all of ``x`` (no fetch, no cache) and samples its partition's training vertices
 with PyG's ``NeighborLoader`` (sampling and the ``x[n_id]`` gather in the training process, as
-in PyG's examples). The model is the trainer's :class:`~salientpp.models.MFGModel`, same
-layers and widths, and like ours each layer runs on its own hop's MFG (PyG's "hierarchical"
-trimming; the seeds' outputs equal those of ``model(x, edge_index)[:batch_size]`` over the whole
-subgraph, at a fraction of the compute). Ranks with fewer batches run empty steps so that
-DDP's all-reduces stay in lockstep, as in the trainer.
+in PyG's examples). The model (``BaselineConfig.model``) is
+either :class:`PyGReferenceModel`, the trainer's SAGE as PyG builds it (PyG's ``SAGEConv``
+and torch's ReLU and dropout), or :data:`OURS`, the trainer's own :class:`~salientpp.models.MFGModel`
+(CSR aggregation, fused dropout) on MFGs built from PyG's batches, so that one row shows what
+the sampling and fetching gain and the other what the model step gains. Like ours, each layer
+runs on its own hop's MFG (PyG's "hierarchical" trimming; the seeds' outputs equal those of
+``model(x, edge_index)[:batch_size]`` over the whole subgraph, at a fraction of the compute).
+Ranks with fewer batches run empty steps so that DDP's all-reduces stay in lockstep, as in the
+trainer. Every rank runs under the same :class:`~salientpp.distributed.threads.ThreadBudget` as
+the trainer's (PyG's loader samples on the training thread).
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -21,8 +27,22 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..distributed import init_distributed, launch, shutdown_distributed
+from ..distributed.threads import ThreadBudget
 from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
+from ..sampling.types import MFG
+
+# BaselineConfig.model: PyG's SAGE (PyGReferenceModel) or salientpp's MFGModel.
+PYG, OURS = "pyg", "salientpp"
+
+
+class PyGReferenceModel(MFGModel):
+    """The built-in SAGE/GAT/GIN as PyG runs them: PyG's convolutions (scatter over a gathered
+    ``[E, F]`` message tensor) with torch's ReLU and dropout, whatever the blocks carry."""
+
+    def layer(self, i: int, h: torch.Tensor, block) -> torch.Tensor:
+        out = self.convs[i]((h, h[:block.num_dst]), block.edge_index)
+        return F.dropout(torch.relu(out), self.dropout, self.training) if i < self.num_layers - 1 else out
 
 
 def sampling_backend() -> str | None:
@@ -54,12 +74,7 @@ class BaselineConfig:
     device: str = "cpu"
     seed: int = 0
     timeout_s: float = 300.0
-
-
-@dataclass(frozen=True)
-class _Block:
-    num_dst: int
-    edge_index: torch.Tensor
+    model: str = PYG
 
 
 def _hop_ends(edge_index: torch.Tensor, batch_size: int, num_hops: int) -> tuple[list[int], list[int]]:
@@ -80,22 +95,30 @@ def _hop_ends(edge_index: torch.Tensor, batch_size: int, num_hops: int) -> tuple
     return node_ends, edge_ends
 
 
-def _blocks(batch, num_layers: int) -> list[_Block]:
+def _blocks(batch, num_layers: int) -> list[MFG]:
     """The MFG of each layer (model order) of a PyG subgraph batch: layer ``i`` drops the last
-    ``i`` hops."""
+    ``i`` hops. PyG's edge targets ascend, so each layer's edges are already grouped by
+    destination and its ``rowptr`` counts them."""
     nodes, edges = getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
     if nodes is None or edges is None:
         node_ends, edge_ends = _hop_ends(batch.edge_index, int(batch.batch_size), num_layers)
     else:
         node_ends, edge_ends = np.cumsum(nodes).tolist(), np.cumsum(edges).tolist()
-    return [_Block(int(node_ends[num_layers - 1 - i]), batch.edge_index[:, :int(edge_ends[num_layers - 1 - i])])
-            for i in range(num_layers)]
+    blocks = []
+    for i in range(num_layers):
+        num_src, num_dst = int(node_ends[num_layers - i]), int(node_ends[num_layers - 1 - i])
+        edge_index = batch.edge_index[:, :int(edge_ends[num_layers - 1 - i])]
+        counts = torch.bincount(edge_index[1], minlength=num_dst)
+        rowptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        blocks.append(MFG(num_src, num_dst, edge_index, rowptr))
+    return blocks
 
 
 def _rank(config: BaselineConfig) -> list[dict[str, float]]:
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
+    ThreadBudget.for_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))).apply()
     ctx = init_distributed(config.device, config.timeout_s)
     try:
         data = load_partitioned(config.part_dir)
@@ -112,7 +135,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
             loader = NeighborLoader(graph, num_neighbors=list(config.fanouts), input_nodes=seeds,
                                     batch_size=config.batch_size, shuffle=True)
         torch.manual_seed(config.seed)
-        model = MFGModel("sage", data.num_features, config.hidden, data.num_classes, len(config.fanouts),
+        model = (PyGReferenceModel if config.model == PYG else MFGModel)("sage", data.num_features, config.hidden, data.num_classes, len(config.fanouts),
                          config.dropout).to(ctx.device)
         ddp = DistributedDataParallel(model) if ctx.distributed else model
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)

@@ -11,24 +11,31 @@ against the simulator's prediction for the same seeds, and
 ``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,
 fetch and compute in the run without pipeline.
 
-The last row is the baseline (``salientpp.bench.pyg_baseline``): PyG's NeighborLoader + DDP
-with every rank holding all features, same model, fanouts, batch size and ranks; its sampling
-time includes PyG's ``x[n_id]`` gather. It is skipped, with a message, when PyG has neither
-pyg-lib nor torch_sparse to sample with.
+The last two rows are the baseline (``salientpp.bench.pyg_baseline``): PyG's NeighborLoader +
+DDP with every rank holding all features, same fanouts, batch size, ranks and thread budget;
+its sampling time includes PyG's ``x[n_id]`` gather. The first runs PyG's own SAGE (``SAGEConv``,
+torch's dropout), the second salientpp's model on MFGs built from PyG's batches, so sampling and
+fetching gains show apart from the model step's. They are skipped, with a message, when PyG has
+neither pyg-lib nor torch_sparse to sample with.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+import subprocess
+import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
+from ..distributed.threads import ThreadBudget
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import number_list
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
-from .pyg_baseline import BaselineConfig, run_baseline, sampling_backend, unavailable_reason
+from .pyg_baseline import OURS, PYG, BaselineConfig, run_baseline, sampling_backend, unavailable_reason
 
 FETCH_STAGES = ("counts", "ids", "rows", "assemble")
 
@@ -41,8 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--pipeline-depth", type=int, default=4)
-    p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="sampler threads per rank (default: the thread budget's, see docs/training.md)")
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch intra-op threads per rank (default: the thread budget's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--outside-load", type=int, default=0, metavar="N",
+                   help="also time the pipelined uncached run on an idle machine and under N busy outside "
+                        "processes, alternating, twice each (default 0: skip)")
     p.add_argument("--no-baseline", action="store_true", help="skip the PyG NeighborLoader + DDP baseline")
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here (must not exist)")
 
@@ -56,36 +69,67 @@ def median_row(history: list[dict]) -> dict:
             "compute_cpu_s": stage(("train_cpu",)), "steps": history[0]["steps"]}
 
 
-def _baseline(args) -> dict | None:
+def _baselines(args) -> list[dict]:
     reason = unavailable_reason()
     if reason is not None:
         print(f"baseline skipped: {reason} (pip install pyg-lib or torch_sparse to include it)")
-        return None
+        return []
     fanouts = parse_fanouts(args.fanouts)
-    history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
-                                          device=args.device))
-    return {"cache": f"PyG NeighborLoader ({sampling_backend()}) + DDP, full replication", "alpha": None, "depth": 1,
-            **median_row(history), "rows_per_epoch": 0.0}
+    rows = []
+    for model, label in ((PYG, "PyG's SAGE"), (OURS, "salientpp's model")):
+        history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
+                                              device=args.device, model=model))
+        rows.append({"cache": f"PyG NeighborLoader ({sampling_backend()}) + DDP, {label}, full replication",
+                     "alpha": None, "depth": 1, **median_row(history), "rows_per_epoch": 0.0})
+    return rows
 
 
 def _run(args, cache: str, alpha: float, depth: int) -> dict:
     fanouts = parse_fanouts(args.fanouts)
     result = train(TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts),
                                fanouts=fanouts, batch_size=args.batch_size, cache=cache, replication=alpha,
-                               pipeline_depth=depth, eval_every=0, num_threads=args.threads, device=args.device,
+                               pipeline_depth=depth, eval_every=0, num_threads=args.threads,
+                               torch_threads=args.torch_threads, device=args.device,
                                progress=False))
     return {"cache": cache, "alpha": alpha, "depth": depth, **median_row(result.history),
             "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
 
+@contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` processes that spin on a core each until the block ends (an outside load)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _load_rows(args) -> list[dict]:
+    """The pipelined uncached run idle and under ``args.outside_load`` busy processes, alternating
+    (idle, loaded, idle, loaded) so that drift of the machine hits both alike."""
+    rows = []
+    for load in (0, args.outside_load) * 2:
+        with busy_processes(load):
+            rows.append({**_run(args, "none", 0.0, args.pipeline_depth), "outside_load": load})
+    return rows
+
+
 def main(args: argparse.Namespace) -> int:
     if args.epochs < 1:
         raise InputError(f"--epochs must be at least 1, got {args.epochs}")
+    if args.outside_load < 0:
+        raise InputError(f"--outside-load must be at least 0, got {args.outside_load}")
     alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
     parse_fanouts(args.fanouts)
     if args.json_path:
         check_output_dir(args.json_path, "output file")
     data = load_partitioned(args.part_dir)
+    if data.num_parts == 1 and alphas:
+        print(f"{args.part_dir} has one partition, so no remote rows to cache: only the uncached runs")
+        alphas = []
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
     predicted = {0.0: float(sim.accessed.sum())}
@@ -97,12 +141,14 @@ def main(args: argparse.Namespace) -> int:
         slowest = max(off["sample_s"], off["fetch_s"], off["compute_s"])
         for row in (off, on):
             row["predicted_rows"] = predicted[alpha]
-            row["rows_vs_sim"] = row["rows_per_epoch"] / max(predicted[alpha], 1.0) - 1.0
+            row["rows_vs_sim"] = (row["rows_per_epoch"] - predicted[alpha]) / max(predicted[alpha], 1.0)
             row["vs_slowest_stage"] = row["epoch_s"] / slowest
             rows.append(row)
-    baseline = None if args.no_baseline else _baseline(args)
+    baselines = [] if args.no_baseline else _baselines(args)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
+    print(ThreadBudget.for_rank(data.num_parts, args.torch_threads, args.threads).describe()
+          + " (the baselines: the same torch threads, PyG sampling on the training thread)")
     print("| cache | alpha | pipeline | epoch s | sampling s | fetch s | compute s | compute CPU s | rows/epoch "
           "| vs simulator | epoch / slowest stage |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -111,11 +157,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"| {r['cache']} | {r['alpha']:g} | {pipe} | {r['epoch_s']:.3f} | {r['sample_s']:.3f} | "
               f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['compute_cpu_s']:.3f} | {r['rows_per_epoch']:,.0f} "
               f"| {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |")
-    if baseline is not None:
-        b = baseline
+    for b in baselines:
         print(f"| {b['cache']} | all rows | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | {b['compute_s']:.3f} "
               f"| {b['compute_cpu_s']:.3f} | 0 | - | - |")
-        rows.append(baseline)
+        rows.append(b)
+    if args.outside_load:
+        loaded = _load_rows(args)
+        idle = statistics.median(r["epoch_s"] for r in loaded if not r["outside_load"])
+        busy = statistics.median(r["epoch_s"] for r in loaded if r["outside_load"])
+        print(f"\noutside load: pipelined, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s under "
+              f"{args.outside_load} busy processes: {busy / idle:.2f}x")
+        rows.extend(loaded)
     if args.json_path:
         for r in rows:
             r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "sampler": "sampled edges/s of the C++ neighbour loader vs PyG's NeighborLoader",
     "vip": "VIP analysis time, peak memory and accuracy against the sampler",
     "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
+    "step": "CPU model step: aggregation kernels, fused dropout, whole training steps vs PyG's",
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
     "report": "Markdown tables and PNG plots from the --json outputs of the other benchmarks",
 }
