@@ -15,7 +15,6 @@ the trainer's (PyG's loader samples on the training thread).
 """
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..distributed import init_distributed, launch, shutdown_distributed
-from ..distributed.threads import ThreadBudget
+from ..distributed.threads import ThreadBudget, local_world_size
 from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
 from ..sampling.types import MFG
@@ -75,6 +74,7 @@ class BaselineConfig:
     seed: int = 0
     timeout_s: float = 300.0
     model: str = PYG
+    torch_threads: int | None = None  # as the compared runs' --torch-threads (None: the budget's)
 
 
 def _hop_ends(edge_index: torch.Tensor, batch_size: int, num_hops: int) -> tuple[list[int], list[int]]:
@@ -118,7 +118,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
-    ThreadBudget.for_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))).apply()
+    ThreadBudget.for_rank(local_world_size(), config.torch_threads).apply()
     ctx = init_distributed(config.device, config.timeout_s)
     try:
         data = load_partitioned(config.part_dir)

@@ -78,7 +78,8 @@ def _baselines(args) -> list[dict]:
     rows = []
     for model, label in ((PYG, "PyG's SAGE"), (OURS, "salientpp's model")):
         history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
-                                              device=args.device, model=model))
+                                              device=args.device, model=model,
+                                              torch_threads=args.torch_threads))
         rows.append({"cache": f"PyG NeighborLoader ({sampling_backend()}) + DDP, {label}, full replication",
                      "alpha": None, "depth": 1, **median_row(history), "rows_per_epoch": 0.0})
     return rows

@@ -14,6 +14,7 @@ from ..cache.plan import GPU_FRACTION, read_plan_info
 from ..cache.policies import get_policy
 from ..cache.workload import check_fanouts
 from ..distributed.group import restart_count
+from ..distributed.threads import ThreadBudget, local_world_size
 from ..errors import InputError
 from ..io import check_writable_file
 from ..models import MODELS
@@ -228,6 +229,11 @@ class TrainConfig:
         if self.json_path:
             check_writable_file(self.json_path, "--json", exist_ok=True)
         return self
+
+    def thread_budget(self) -> ThreadBudget:
+        """This rank's :class:`~salientpp.distributed.threads.ThreadBudget`: the cores shared among
+        the machine's ``LOCAL_WORLD_SIZE`` ranks, with ``torch_threads`` and ``num_threads`` as overrides."""
+        return ThreadBudget.for_rank(local_world_size(), self.torch_threads, self.num_threads)
 
     @property
     def checkpoint_interval(self) -> tuple[int, str]:

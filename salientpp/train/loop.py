@@ -22,7 +22,7 @@ from ..distributed import CommStats, DistContext
 from ..distributed.graph import DistGraph
 from ..distributed.health import EVAL_PHASE, Health, Stage, agree
 from ..distributed.loader import DistNeighborLoader
-from ..distributed.threads import ThreadBudget, local_world_size
+from ..distributed.threads import ThreadBudget
 from ..errors import InputError
 from ..io import output_errors
 from ..models.factory import SeedForward, build_model
@@ -59,8 +59,7 @@ class Trainer:
 
         self.config, self.ctx = config, ctx
         self.health = Health(ctx) if health is None else health
-        self.threads = threads = (ThreadBudget.for_rank(local_world_size(), config.torch_threads, config.num_threads)
-                                  if threads is None else threads)
+        self.threads = threads = config.thread_budget() if threads is None else threads
         agree(ctx, "options and package versions",
               {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
                **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})

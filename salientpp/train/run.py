@@ -14,7 +14,6 @@ from ..distributed import WorkerError, init_distributed, launch, shutdown_distri
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
-from ..distributed.threads import ThreadBudget, local_world_size
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..resources import check_memory, estimate_train
@@ -36,7 +35,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
     run with progress output. In a job of several ranks any failure other than bad input is raised as a
     :class:`~salientpp.distributed.health.StageError` naming this rank, its stage and its peers' stages.
     """
-    threads = ThreadBudget.for_rank(local_world_size(), config.torch_threads, config.num_threads)
+    threads = config.thread_budget()
     threads.apply()
     ctx = init_distributed(config.device, config.timeout_s)
     if ctx.rank == 0 and config.progress:
