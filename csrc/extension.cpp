@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "fetch.h"
+#include "gather_ops.h"
 #include "loader.h"
 #include "model_ops.h"
 #include "ops.h"
@@ -51,7 +52,7 @@ Labels make_labels(std::optional<torch::Tensor> values, int64_t offset) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row slicing, model-step ops";
+  m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row gathers, model-step ops";
   py::class_<FetchContext>(m, "FetchContext")
       .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
                        int64_t num_gpu_slots, std::optional<torch::Tensor> local_x,
@@ -127,6 +128,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "dropout_mask", [](std::vector<int64_t> shape, double p, uint64_t seed) { return dropout_mask(shape, p, seed); },
       py::arg("shape"), py::arg("p"), py::arg("seed"));
+
+  m.def("gather_rows", &gather_rows, py::arg("out"), py::arg("sources"), py::arg("stream") = 0,
+        py::call_guard<py::gil_scoped_release>());
 
   m.attr("with_cuda") =
 #ifdef SALIENTPP_WITH_CUDA

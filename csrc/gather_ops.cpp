@@ -1,0 +1,103 @@
+#include "gather_ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "gather.h"
+
+namespace salientpp {
+
+void gather_rows_cpu(const RowGather& g, char* out) {
+  constexpr int64_t kGrainBytes = 1 << 16;
+  const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(g.row_bytes, 1));
+  for (int s = 0; s < g.num_sources; ++s) {
+    const RowSource src = g.sources[s];
+    at::parallel_for(0, src.n, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t row = src.idx != nullptr ? src.idx[j] : j;
+        const int64_t at = src.pos != nullptr ? src.pos[j] : j;
+        const char* from = row < src.split ? src.low + row * g.row_bytes : src.high + (row - src.split) * g.row_bytes;
+        std::memcpy(out + at * g.row_bytes, from, g.row_bytes);
+      }
+    });
+  }
+}
+
+#ifndef SALIENTPP_WITH_CUDA
+int gather_rows_cuda(const RowGather&, char*, void*) { return -1; }
+const char* cuda_error_name(int) { return "this build of the extension has no CUDA kernels"; }
+#endif
+
+namespace {
+
+const int64_t* index_ptr(const std::optional<torch::Tensor>& t, const char* name, const torch::Device& device) {
+  if (!t.has_value()) return nullptr;
+  TORCH_CHECK(t->dim() == 1 && t->scalar_type() == torch::kInt64 && t->is_contiguous(), name,
+              " must be a contiguous 1-D int64 tensor");
+  TORCH_CHECK(t->device() == device, name, " must be on ", device, ", got ", t->device());
+  return t->data_ptr<int64_t>();
+}
+
+void check_range(const int64_t* index, int64_t n, int64_t limit, const char* name) {
+  for (int64_t j = 0; j < n; ++j) {
+    TORCH_CHECK(index[j] >= 0 && index[j] < limit, name, "[", j, "] = ", index[j], " is outside [0, ", limit, ")");
+  }
+}
+
+}  // namespace
+
+void gather_rows(torch::Tensor out, const std::vector<RowSourceArgs>& sources, int64_t stream) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous(), "out must be a contiguous [rows, F] tensor");
+  TORCH_CHECK(sources.size() <= static_cast<size_t>(kMaxRowSources), "at most ", kMaxRowSources,
+              " row sources per gather, got ", sources.size());
+  const bool cuda = out.is_cuda();
+  TORCH_CHECK(cuda || out.is_cpu(), "out must be a CPU or CUDA tensor, got ", out.device());
+  RowGather g;
+  g.row_bytes = out.size(1) * out.element_size();
+  g.num_sources = static_cast<int>(sources.size());
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const auto& [low, high, idx, pos] = sources[s];
+    int64_t rows = 0;
+    for (const torch::Tensor* table : {&low, high.has_value() ? &*high : nullptr}) {
+      if (table == nullptr) continue;
+      TORCH_CHECK(table->dim() == 2 && table->is_contiguous() && table->size(1) == out.size(1) &&
+                      table->scalar_type() == out.scalar_type(),
+                  "every table must be a contiguous [rows, ", out.size(1), "] ", out.scalar_type(), " tensor like out");
+      TORCH_CHECK(table->device() == out.device() || table->numel() == 0 ||
+                      (cuda && table->is_cpu() && table->is_pinned()),
+                  "a table must be on out's device (", out.device(), ") or, with CUDA, in pinned host memory");
+      rows += table->size(0);
+    }
+    RowSource& src = g.sources[s];
+    src.low = static_cast<const char*>(low.data_ptr());
+    if (high.has_value()) {
+      src.high = static_cast<const char*>(high->data_ptr());
+      src.split = low.size(0);
+    }
+    src.idx = index_ptr(idx, "idx", out.device());
+    src.pos = index_ptr(pos, "pos", out.device());
+    src.n = idx.has_value() ? idx->size(0) : pos.has_value() ? pos->size(0) : rows;
+    TORCH_CHECK(!idx.has_value() || !pos.has_value() || idx->size(0) == pos->size(0),
+                "idx and pos of a source must have the same length, got ", idx->size(0), " and ", pos->size(0));
+    TORCH_CHECK(idx.has_value() || src.n == rows, "a source without idx takes its table's ", rows,
+                " rows in order, but ", src.n, " positions were given");
+    TORCH_CHECK(pos.has_value() || src.n == out.size(0), "a source without pos fills out's ", out.size(0),
+                " rows in order, but it has ", src.n);
+    if (!cuda) {
+      check_range(src.idx, idx.has_value() ? src.n : 0, rows, "idx");
+      check_range(src.pos, pos.has_value() ? src.n : 0, out.size(0), "pos");
+    }
+  }
+  char* dst = static_cast<char*>(out.data_ptr());
+  if (!cuda) {
+    gather_rows_cpu(g, dst);
+    return;
+  }
+  const int error = gather_rows_cuda(g, dst, reinterpret_cast<void*>(stream));
+  TORCH_CHECK(error == 0, "the CUDA row gather failed: ", cuda_error_name(error));
+}
+
+}  // namespace salientpp
