@@ -46,7 +46,8 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   next[kGpu] = base;
   next[kCpu] = base + n_gpu;
 
-  auto make = [](int64_t n) { return torch::empty({n}, torch::kInt64); };
+  // Pinned when the rows go to a GPU, so that their host-to-device copies are asynchronous.
+  auto make = [&](int64_t n) { return torch::empty({n}, torch::TensorOptions(torch::kInt64).pinned_memory(ctx.pin)); };
   FetchPlan plan;
   plan.owned_pos = make(n_owned);
   plan.owned_row = make(n_owned);

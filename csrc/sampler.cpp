@@ -35,10 +35,11 @@ Sampler::Sampler(torch::Tensor rowptr, torch::Tensor col, std::vector<int64_t> f
   for (int64_t f : fanouts_) TORCH_CHECK(f == -1 || f >= 1, "each fanout must be >= 1 or -1, got ", f);
 }
 
-Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) const {
+Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
+                      const torch::TensorOptions& options) const {
   Layer layer;
   layer.num_dst = num_dst;
-  layer.rowptr = torch::empty({num_dst + 1}, torch::kInt64);
+  layer.rowptr = torch::empty({num_dst + 1}, options);
   int64_t* out_ptr = layer.rowptr.data_ptr<int64_t>();
   out_ptr[0] = 0;
   std::vector<int64_t>& n_id = ws.n_id;
@@ -112,7 +113,7 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) 
 
   const int64_t num_edges = static_cast<int64_t>(src.size());
   layer.num_src = static_cast<int64_t>(n_id.size());
-  layer.edge_index = torch::empty({2, num_edges}, torch::kInt64);
+  layer.edge_index = torch::empty({2, num_edges}, options);
   int64_t* e = layer.edge_index.data_ptr<int64_t>();
   std::memcpy(e, src.data(), num_edges * sizeof(int64_t));
   int64_t* dst = e + num_edges;
@@ -139,20 +140,22 @@ Batch Sampler::sample(const int64_t* seeds, int64_t num_seeds, uint64_t seed, ui
   }
 
   Rng rng = Rng::stream(seed, batch_index);
+  // Pinned when the batch goes to a GPU, so that its host-to-device copies are asynchronous.
+  const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(fetch.has_value() && fetch->pin);
   Batch batch;
   batch.hops.reserve(fanouts_.size());
   for (int64_t fanout : fanouts_) {
-    batch.hops.push_back(expand(static_cast<int64_t>(ws.n_id.size()), fanout, rng, ws));
+    batch.hops.push_back(expand(static_cast<int64_t>(ws.n_id.size()), fanout, rng, ws, options));
   }
   const int64_t num_nodes = static_cast<int64_t>(ws.n_id.size());
   ws.peak_nodes = std::max(ws.peak_nodes, num_nodes);
-  batch.n_id = torch::empty({num_nodes}, torch::kInt64);
+  batch.n_id = torch::empty({num_nodes}, options);
   std::memcpy(batch.n_id.data_ptr<int64_t>(), ws.n_id.data(), num_nodes * sizeof(int64_t));
 
   if (labels.values.defined()) {
     const int64_t* values = int64_data(labels.values, "labels");
     const int64_t size = labels.values.size(0);
-    batch.y = torch::empty({num_seeds}, torch::kInt64);
+    batch.y = torch::empty({num_seeds}, options);
     int64_t* y = batch.y.data_ptr<int64_t>();
     for (int64_t i = 0; i < num_seeds; ++i) {
       const int64_t row = seeds[i] - labels.offset;

@@ -94,7 +94,7 @@ class Sampler {
   };
 
  private:
-  Layer expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws) const;
+  Layer expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws, const torch::TensorOptions& options) const;
 
   torch::Tensor rowptr_t_, col_t_;  // keep the (possibly memory-mapped) arrays alive
   const int64_t* rowptr_;

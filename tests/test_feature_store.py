@@ -1,6 +1,8 @@
 """The features the pipeline assembles equal the unpartitioned x[n_id], for every batch."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,10 @@ import torch
 from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
+from salientpp.distributed.feature_store import FeatureStore
+from salientpp.distributed.group import DistContext
+from salientpp.partition.book import PartitionBook
+from salientpp.pipeline.device import DeviceOps, Event, HostOps
 from salientpp.partition.partitioner import partition_dataset
 from salientpp.distributed.loader import DistNeighborLoader
 from salientpp.train import TrainConfig, Trainer
@@ -24,7 +30,7 @@ def tiny_dirs(tmp_path_factory):
 
 
 def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float, gpu_fraction: float,
-                   depth: int) -> tuple[bool, int, dict]:
+                   depth: int, deferred: bool = False) -> tuple[bool, int, dict]:
     ctx = init_distributed("cpu", timeout_s=60)
     config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(4, 3), batch_size=24, cache=cache,
                          replication=replication, gpu_fraction=gpu_fraction, pipeline_depth=depth,
@@ -36,6 +42,8 @@ def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float,
                                     config.eval_batch_size, plan=trainer.cache_info["plan"],
                                     gpu_fraction=config.gpu_fraction, pipeline_depth=depth)
     for loader in (trainer.loader, evaluation):
+        if deferred:  # the side stream's work runs only when the loader waits for it
+            loader.ops = DeferredOps()
         for batch in loader:
             ok &= torch.equal(batch.x, torch.from_numpy(x_new[batch.n_id.numpy()]))
             batches += batch.batch_size > 0
@@ -44,13 +52,15 @@ def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float,
     return ok, batches, stats.as_dict()
 
 
-@pytest.mark.parametrize("nprocs,cache,alpha,gpu_fraction,depth", [
-    (2, "none", 0.0, 0.0, 1),      # everything remote is fetched, stages one after another
-    (4, "vip", 0.5, 0.3, 3),       # owned rows split over two tiers, half the remote rows cached
+@pytest.mark.parametrize("nprocs,cache,alpha,gpu_fraction,depth,deferred", [
+    (2, "none", 0.0, 0.0, 1, False),  # everything remote is fetched, stages one after another
+    (4, "vip", 0.5, 0.3, 3, False),   # owned rows split over two tiers, half the remote rows cached
+    (2, "vip", 0.5, 0.3, 3, True),    # the same with the side stream's work deferred until waited for
 ])
-def test_assembled_features_equal_unpartitioned_rows(tiny_dirs, nprocs, cache, alpha, gpu_fraction, depth):
+def test_assembled_features_equal_unpartitioned_rows(tiny_dirs, nprocs, cache, alpha, gpu_fraction, depth,
+                                                     deferred):
     results = launch(_check_batches, (str(tiny_dirs / f"p{nprocs}"), str(tiny_dirs / "data"), cache, alpha,
-                                      gpu_fraction, depth), nprocs=nprocs)
+                                      gpu_fraction, depth, deferred), nprocs=nprocs)
     for ok, batches, stats in results:
         assert ok and batches > 0
         assert stats["received"] > 0  # the exchange path was exercised, not only local rows
@@ -58,3 +68,65 @@ def test_assembled_features_equal_unpartitioned_rows(tiny_dirs, nprocs, cache, a
             assert stats["gpu_hits"] == 0
         else:
             assert stats["gpu_hits"] > 0
+
+
+class DeferredOps(DeviceOps):
+    """A side stream simulated on the CPU: uploads and launches queue up and run, in order, only
+    when an event recorded after them is waited for; until then uploads and buffers hold garbage.
+    A consumer that used a batch before waiting would see the garbage."""
+
+    def __init__(self):
+        super().__init__(torch.device("cpu"))
+        self.queue, self.done = [], 0
+
+    def empty(self, shape, dtype):
+        return torch.full(shape, float("nan")).to(dtype)
+
+    def upload(self, t):
+        out = torch.full_like(t, -1 if not t.is_floating_point() else float("nan"))
+        self.queue.append(lambda: out.copy_(t))
+        return out
+
+    def launch(self, fn):
+        self.queue.append(lambda: fn(0))
+
+    def receive(self, pending):
+        return pending.wait()
+
+    def record(self):
+        return Event(len(self.queue))
+
+    def wait(self, event):
+        for work in self.queue[self.done:event.handle]:
+            work()
+        self.done = max(self.done, event.handle)
+
+
+def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
+    """All four sources (owned rows in two tiers, received rows, both cache tiers) land at their
+    positions, and the result is there once the event is waited for, not before."""
+    gen = torch.Generator().manual_seed(3)
+    book = PartitionBook(np.array([0, 40, 100], dtype=np.int64))
+    local_x = torch.randn(40, 6, generator=gen).numpy()
+    ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), None)
+    store = FeatureStore(ctx, book, local_x, np.random.default_rng(0).permutation(40), num_device_local=15)
+    store.cache_device, store.cache_host = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
+    received = torch.randn(9, 6, generator=gen)
+    pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
+    owned_local = torch.randint(0, 40, (12,), generator=gen)
+    plan = SimpleNamespace(owned_x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
+                           remote_pos=pos[12:21], gpu_pos=pos[21:25], gpu_slot=torch.tensor([4, 0, 0, 2]),
+                           cpu_pos=pos[25:], cpu_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
+    expected = torch.empty(31, 6)
+    expected[plan.owned_pos] = torch.from_numpy(local_x)[owned_local]
+    expected[plan.remote_pos] = received
+    expected[plan.gpu_pos] = store.cache_device[plan.gpu_slot]
+    expected[plan.cpu_pos] = store.cache_host[plan.cpu_slot]
+
+    assert torch.equal(store.assemble(plan, received, 31, CommStats(), HostOps()), expected)
+    ops = DeferredOps()
+    x = store.assemble(plan, received, 31, CommStats(), ops)
+    ready = ops.record()
+    assert torch.isnan(x).all()  # nothing has run on the simulated side stream yet
+    ops.wait(ready)
+    assert torch.equal(x, expected)

@@ -3,6 +3,10 @@
 Each step is asynchronous: it returns a :class:`Pending` at once and the collective runs while
 the caller does other work (gloo runs it on its own threads, NCCL on its stream). Every rank
 must start the same steps in the same order; the pipeline guarantees that.
+
+Counts always travel through host memory (the context's ``count_group``, gloo even when rows go
+over NCCL): they become the split sizes of the next two all-to-alls, which torch takes as host
+integers, so no step ever copies a count back from the GPU and waits for it.
 """
 from __future__ import annotations
 
@@ -96,23 +100,26 @@ class RowExchange:
         self.stats = CommStats()
 
     def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None,
-                    in_splits: list[int] | None) -> Pending:
+                    in_splits: list[int] | None, group=None) -> Pending:
         if not self.ctx.distributed or self.ctx.world_size == 1:
             out.copy_(inp)
             return Pending(out)
-        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.ctx.exchange_group,
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=group or self.ctx.exchange_group,
                                       async_op=True)
         return Pending(out, work)
 
     def counts(self, send_counts: torch.Tensor) -> Pending:
-        """Start sending how many ids this rank requests from each owner (int64 ``[K]``)."""
-        send = send_counts.to(self.ctx.comm_device, torch.int64)
-        return self._all_to_all(torch.empty_like(send), send, None, None)
+        """Start sending how many ids this rank requests from each owner (int64 ``[K]``, host);
+        the result, how many each peer requests from us, is on the host too."""
+        send = send_counts.to(torch.int64)
+        return self._all_to_all(torch.empty_like(send), send, None, None, self.ctx.count_group)
 
     def ids(self, send_ids: torch.Tensor, send_counts: torch.Tensor, recv_counts: torch.Tensor) -> Pending:
-        """Start sending the requested ids (grouped by owner); the result is the ids others request from us."""
+        """Start sending the requested ids (grouped by owner; pinned host memory or the comm
+        device); the result is the ids others request from us, on the comm device."""
         recv = torch.empty(int(recv_counts.sum()), dtype=torch.int64, device=self.ctx.comm_device)
-        return self._all_to_all(recv, send_ids.to(self.ctx.comm_device), recv_counts.tolist(), send_counts.tolist())
+        return self._all_to_all(recv, send_ids.to(self.ctx.comm_device, non_blocking=True), recv_counts.tolist(),
+                                send_counts.tolist())
 
     def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
         """Slice the rows others requested from us and start the exchange; the result is our

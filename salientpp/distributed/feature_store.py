@@ -13,14 +13,18 @@ counters mean the same thing everywhere.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ..partition.book import PartitionBook
 from .exchange import CommStats, RowExchange
+from .gather import RowSource, gather_rows
 from .group import DistContext
+
+if TYPE_CHECKING:  # the pipeline imports this module
+    from ..pipeline.device import DeviceOps
 
 
 def _inverse(perm: torch.Tensor) -> torch.Tensor:
@@ -58,8 +62,10 @@ class FeatureStore:
         pin = ctx.device.type == "cuda"
         self.owned_device = storage[:self.num_device_local].to(ctx.device)
         self.owned_host = storage[self.num_device_local:]
-        if pin:
+        if pin:  # the CUDA kernels read pinned host rows directly
             self.owned_host = self.owned_host.pin_memory()
+        # Serving peers looks storage rows up where the requested ids arrive (the GPU with NCCL).
+        self.serve_row = self.local_row.to(ctx.comm_device)
         # The sampler threads slice owned rows from one CPU tensor; that is all of them on CPU.
         self.slice_source = storage if ctx.device.type == "cpu" else None
         self.num_features = int(storage.shape[1])
@@ -76,22 +82,13 @@ class FeatureStore:
         return int(self.cache_device.shape[0] + self.cache_host.shape[0])
 
     def serve(self, ids: torch.Tensor) -> torch.Tensor:
-        """``[n, F]`` rows of owned global ids (int64 ``[n]``), on ``ctx.comm_device``."""
-        rows = self.local_row[ids.cpu() - self.offset]
-        return self.gather_owned(rows, self.ctx.comm_device)
-
-    def gather_owned(self, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
-        """``[n, F]`` owned rows by storage row (int64 ``[n]``, CPU), on ``device``."""
-        if self.slice_source is not None:
-            return self.slice_source[rows].to(device)
-        out = torch.empty((rows.shape[0], self.num_features), dtype=self.dtype, device=device)
-        on_device = rows < self.num_device_local
-        dev_idx = on_device.nonzero().flatten()
-        host_idx = (~on_device).nonzero().flatten()
-        out[dev_idx.to(device)] = self.owned_device[rows[dev_idx].to(self.ctx.device)].to(device)
-        host_rows = self.owned_host[rows[host_idx] - self.num_device_local]
-        out[host_idx.to(device)] = host_rows.to(device, non_blocking=True)
-        return out
+        """``[n, F]`` rows of owned global ids (int64 ``[n]``, on ``ctx.comm_device``), on ``ctx.comm_device``.
+        With NCCL this runs on the GPU without waiting for it; with gloo and a GPU the rows
+        cross to host memory, which gloo needs."""
+        rows = self.serve_row[ids - self.offset].to(self.ctx.device)
+        out = torch.empty((rows.shape[0], self.num_features), dtype=self.dtype, device=self.ctx.device)
+        gather_rows(out, [RowSource(self.owned_device, rows, high=self.owned_host)])  # both tiers, one launch
+        return out.to(self.ctx.comm_device)
 
     def fill_cache(self, exchange: RowExchange) -> None:
         """Fetch every cached row from its owner (a collective: all ranks call it together)."""
@@ -117,19 +114,24 @@ class FeatureStore:
                     num_gpu_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
                     pin=self.ctx.device.type == "cuda")
 
-    def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats) -> torch.Tensor:
-        """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``.
+    def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats,
+                 ops: DeviceOps) -> torch.Tensor:
+        """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``: one
+        launch of the row gather on ``ops``'s side stream, after the uploads of the plan's indices.
 
         ``plan`` is the batch's fetch plan (positions and rows of each source), ``received``
-        the rows fetched for ``plan.remote_id``.
+        the rows fetched for ``plan.remote_id`` (on the device, or on the host with gloo).
         """
-        dev = self.ctx.device
-        out = torch.empty((num_nodes, self.num_features), dtype=self.dtype, device=dev)
-        owned = plan.owned_x if plan.owned_x is not None else self.gather_owned(plan.owned_row, dev)
-        out[plan.owned_pos.to(dev)] = owned.to(dev, non_blocking=True)
-        out[plan.remote_pos.to(dev)] = received.to(dev, non_blocking=True)
-        out[plan.gpu_pos.to(dev)] = self.cache_device[plan.gpu_slot.to(dev)]
-        out[plan.cpu_pos.to(dev)] = self.cache_host[plan.cpu_slot].to(dev, non_blocking=True)
+        up = ops.upload
+        if plan.owned_x is not None:  # sliced by the sampler threads (CPU runs)
+            owned = RowSource(up(plan.owned_x), pos=up(plan.owned_pos))
+        else:
+            owned = RowSource(self.owned_device, up(plan.owned_row), up(plan.owned_pos), high=self.owned_host)
+        sources = [owned, RowSource(up(received), pos=up(plan.remote_pos)),
+                   RowSource(self.cache_device, up(plan.gpu_slot), up(plan.gpu_pos)),
+                   RowSource(self.cache_host, up(plan.cpu_slot), up(plan.cpu_pos))]
+        out = ops.empty((num_nodes, self.num_features), self.dtype)
+        ops.launch(lambda stream: gather_rows(out, sources, stream))
         stats.owned += int(plan.owned_pos.shape[0])
         stats.gpu_hits += int(plan.gpu_pos.shape[0])
         stats.cpu_hits += int(plan.cpu_pos.shape[0])

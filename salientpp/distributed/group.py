@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InputError
+from .threads import local_world_size
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 RESTART_ENV = "SALIENTPP_RESTART_COUNT"
@@ -38,6 +40,9 @@ class DistContext:
         backend: ``"gloo"`` or ``"nccl"``; ``None`` for a single process without a group.
         exchange_group: a second group for the feature exchange, so its all-to-alls never
             interleave with DDP's all-reduces in one sequence of collectives.
+        count_group: the group of the exchange's counts, which must reach the host as split sizes:
+            with NCCL a gloo group, so they travel through host memory and no device-to-host
+            copy waits for the GPU; with gloo the exchange group.
         store: the rendezvous key-value store (a ``PrefixStore`` for salientpp's own keys).
         timeout_s: the timeout of every collective and store wait.
         attempt: how many times the job has been restarted (0 on the first run).
@@ -50,6 +55,7 @@ class DistContext:
     comm_device: torch.device
     backend: str | None
     exchange_group: Any = None
+    count_group: Any = None
     store: Any = None
     timeout_s: float = 120.0
     attempt: int = 0
@@ -119,6 +125,20 @@ def resolve_device(device: str, local_rank: int) -> torch.device:
     raise InputError(f"unknown device {device!r}; choose cpu or cuda")
 
 
+def _default_backend(dev: torch.device, local_rank: int) -> str:
+    """NCCL for CUDA, unless this machine runs more ranks than it has GPUs: NCCL cannot put two
+    ranks on one GPU, so the ranks then exchange over gloo (and local rank 0 says so)."""
+    if dev.type != "cuda":
+        return "gloo"
+    local_ranks, gpus = local_world_size(), torch.cuda.device_count()
+    if local_ranks <= gpus:
+        return "nccl"
+    if local_rank == 0:
+        print(f"salientpp: {local_ranks} ranks share {gpus} GPU{'s' if gpus > 1 else ''} on this machine; NCCL cannot "
+              "put two ranks on one GPU, so the ranks exchange over gloo", file=sys.stderr, flush=True)
+    return "gloo"
+
+
 def rendezvous_error(rank: int, world: int, timeout_s: float, cause: str) -> InputError:
     """The sentence for a rendezvous that failed with ``cause``. Rank 0 hosts the store: when it
     times out, the other ranks did not all arrive (its address was fine); another rank that
@@ -147,7 +167,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
-    backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
+    backend = backend or _default_backend(dev, local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     timeout = timedelta(seconds=timeout_s)
@@ -163,7 +183,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
                             **({"device_id": dev} if backend == "nccl" else {}))
     comm = dev if backend == "nccl" else torch.device("cpu")
     exchange_group = dist.new_group(backend=backend, timeout=timeout)
-    return _remember(DistContext(rank, world, local_rank, dev, comm, backend, exchange_group,
+    count_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else exchange_group
+    return _remember(DistContext(rank, world, local_rank, dev, comm, backend, exchange_group, count_group,
                                  dist.PrefixStore("salientpp", store), timeout_s, attempt))
 
 

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from ..cache.accesses import loader_seed
 from ..errors import InputError
 from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
+from ..pipeline.device import device_ops
 from ..sampling import FetchContext, NeighborLoader, NeighborSampler
 from ..sampling.types import MFG
 from .exchange import CommStats
@@ -178,6 +179,7 @@ class DistNeighborLoader:
                                       low_priority=low_priority, queue_depth=self.pipeline_depth,
                                       fetch=FetchContext(**self.store.fetch_context_args()))
         self._empty_x = torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
+        self.ops = device_ops(graph.ctx.device)  # the side stream of this loader's copies and gathers
 
     def _seed_counts(self) -> list[int]:
         """The number of seeds of every rank (a collective)."""
@@ -210,7 +212,8 @@ class DistNeighborLoader:
         self.stats, self.times = CommStats(), StageTimes()
         self.exchange.stats = self.stats
         pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
-                            fetch_stages(self.exchange, self.store, self.stats), self.pipeline_depth, self.times,
+                            fetch_stages(self.exchange, self.store, self.stats, self.ops, self.graph.labels),
+                            self.pipeline_depth, self.times,
                             on_stage=self.on_stage)
         try:
             for item in pipeline:
@@ -227,6 +230,5 @@ class DistNeighborLoader:
                     for _ in self.fanouts]
             return Batch(self._empty_x, self.graph.labels(seeds).to(device), seeds.to(device), 0,
                          [m.to(device) for m in mfgs], *hop_layout(mfgs, 0))
-        y = self.graph.labels(batch.n_id[:batch.batch_size]).to(device, non_blocking=True)
-        return Batch(item.x, y, batch.n_id.to(device, non_blocking=True), batch.batch_size, item.mfgs,
-                     *hop_layout(batch.mfgs, batch.batch_size))
+        self.ops.wait(item.ready)  # the compute stream waits for the side stream; the host does not
+        return Batch(item.x, item.y, item.n_id, batch.batch_size, item.mfgs, *hop_layout(batch.mfgs, batch.batch_size))

@@ -9,14 +9,15 @@ its peers stay in lockstep.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator
 
 import torch
 
 from ..distributed.exchange import CommStats, Pending, RowExchange
 from ..distributed.feature_store import FeatureStore
 from ..distributed.health import Stage
+from .device import DeviceOps, Event
 
 
 @dataclass
@@ -28,7 +29,10 @@ class InFlight:
         batch: the sampled batch (``n_id``, ``batch_size``, ``mfgs``, ``y``, ``fetch``) or ``None``
             for an empty step (a batch without seeds).
         x: ``[num_nodes, F]`` assembled features in ``n_id`` order, on the device (set last).
-        mfgs, y: the batch's MFGs and int64 ``[batch_size]`` seed labels, on the device (set last).
+        mfgs, n_id, y: the batch's MFGs, int64 ``[num_nodes]`` node ids and its seeds' label rows,
+            on the device (set last).
+        ready: the event after which ``x``, ``mfgs``, ``n_id`` and ``y`` are complete on the device; the
+            consumer makes its stream wait for it (:meth:`DeviceOps.wait`) before using them.
     """
 
     step: int
@@ -39,7 +43,9 @@ class InFlight:
     received: Pending | None = None
     x: torch.Tensor | None = None
     mfgs: list | None = None
+    n_id: torch.Tensor | None = None
     y: torch.Tensor | None = None
+    ready: Event | None = None
 
 
 class SampleStage:
@@ -112,28 +118,37 @@ class RowsStage:
 
 
 class AssembleStage:
-    """Wait for the rows, combine owned, received and cached rows into ``x[n_id]`` on the device,
-    and move the MFGs and labels there."""
+    """Wait for the rows, then queue on the side stream the uploads of the batch (fetch plan,
+    received rows, MFGs, ids, labels) and the one gather that writes ``x[n_id]``; record when it
+    is done. ``labels(seeds)`` gives the host label rows of int64 seed ids."""
 
     name = Stage.ASSEMBLE.value
 
-    def __init__(self, store: FeatureStore, stats: CommStats):
+    def __init__(self, store: FeatureStore, stats: CommStats, ops: DeviceOps,
+                 labels: Callable[[torch.Tensor], torch.Tensor]):
         self.store = store
         self.stats = stats
+        self.ops = ops
+        self.labels = labels
 
     def __call__(self, item: InFlight) -> InFlight:
-        received = item.received.wait()
+        received = self.ops.receive(item.received)
         batch = item.batch
         if batch is None:
             return item
-        dev = self.store.ctx.device
-        item.x = self.store.assemble(batch.fetch, received, int(batch.n_id.shape[0]), self.stats)
-        item.mfgs = [mfg.to(dev) for mfg in batch.mfgs]
-        item.y = None if batch.y is None else batch.y.to(dev, non_blocking=True)
+        up = self.ops.upload
+        item.x = self.store.assemble(batch.fetch, received, int(batch.n_id.shape[0]), self.stats, self.ops)
+        item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr)) for mfg in batch.mfgs]
+        item.n_id = up(batch.n_id)
+        item.y = up(self.labels(batch.n_id[:batch.batch_size]))
+        item.ready = self.ops.record()
+        structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr)]
+        self.ops.hand_over([item.x, item.n_id, item.y, *structure])
         return item
 
 
-def fetch_stages(exchange: RowExchange, store: FeatureStore, stats: CommStats) -> list:
+def fetch_stages(exchange: RowExchange, store: FeatureStore, stats: CommStats, ops: DeviceOps,
+                 labels: Callable[[torch.Tensor], torch.Tensor]) -> list:
     """The stages after sampling, in order (the pipeline's visible composition)."""
     return [CountsStage(exchange, store.book.num_parts), IdsStage(exchange), RowsStage(exchange),
-            AssembleStage(store, stats)]
+            AssembleStage(store, stats, ops, labels)]
