@@ -30,8 +30,8 @@ from .cache_setup import resolve_cache
 from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
 from .config import BF16, TrainConfig
 from .evaluation import Evaluator
-from .state import (EPOCH, METRIC, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC, EpochSums,
-                    RunState, TrainResult, rng_state, set_rng_state)
+from .state import (EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC,
+                    EpochSums, RunState, TrainResult, rng_state, set_rng_state)
 from .tasks import task_of
 
 # Options every rank must share (the others, such as paths, threads and progress, may differ). The
@@ -42,6 +42,14 @@ AGREED_OPTIONS = ("epochs", "model", "hidden", "layers", "fanouts", "batch_size"
                   "eval_batch_size", "eval_every", "checkpoint_every", "seed", "timeout_s", "metric")
 # The random stream of the dropout masks of an epoch (see loader_seed).
 DROPOUT_STREAM = 7
+
+
+def _fold(running: torch.Tensor, sums: EpochSums) -> None:
+    """Add the device-side running loss and metric sums (``[1 + METRIC_SUMS]``) to ``sums`` and zero them."""
+    values = running.cpu()
+    running.zero_()
+    sums.loss += float(values[0])
+    sums.add_metric(values[1:])
 
 
 class Trainer:
@@ -117,6 +125,8 @@ class Trainer:
         every, unit = self.config.checkpoint_interval
         bar = self._bar(steps, f"epoch {epoch}", first_step)
         train_s = train_cpu = 0.0
+        # Loss and metric sums stay on the device during the epoch, so a GPU step never waits for them.
+        running = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64, device=self.ctx.device)
         for step, batch in enumerate(self.loader, start=first_step):
             self.health.enter(Stage.TRAIN, epoch, step)
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -128,10 +138,11 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            sums.loss += float(loss.detach()) * batch.batch_size
+            running[0] += loss.detach().double() * batch.batch_size
             sums.count += batch.batch_size
             if self.task.decomposable:
-                sums.add_metric(self.task.metric_sums(out.detach(), targets))
+                metric = self.task.metric_sums(out.detach(), targets)
+                running[1:1 + metric.shape[0]] += metric
             train_s += time.perf_counter() - t0
             train_cpu += time.thread_time() - c0  # what the model cost, whatever else shares the cores
             if bar is not None:
@@ -140,11 +151,13 @@ class Trainer:
                 bar.set_postfix(fetched_MBps=f"{comm.bytes_received / max(time.perf_counter() - start, 1e-9) / 1e6:.1f}")
             done = step + 1
             if state is not None and unit == "steps" and done % every == 0 and done < steps:
+                _fold(running, sums)
                 partial = replace(sums, seconds=sums.seconds + time.perf_counter() - start)
                 partial.comm = CommStats.from_tensor(sums.comm.to_tensor() + self.loader.stats.to_tensor())
                 self.checkpoint(state, epoch, done, partial)
         if bar is not None:
             bar.close()
+        _fold(running, sums)
         sums.comm.add(self.loader.stats)
         times = {**self.loader.times, Stage.TRAIN.value: train_s, TRAIN_CPU: train_cpu}
         values = torch.cat([torch.tensor([sums.loss, sums.count], dtype=torch.float64), sums.metric])

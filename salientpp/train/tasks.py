@@ -50,6 +50,11 @@ BCE_WITH_LOGITS = "bce-with-logits"
 LOSSES = {MULTICLASS: CROSS_ENTROPY, MULTILABEL: BCE_WITH_LOGITS}
 
 
+def _counts(*masks: torch.Tensor) -> torch.Tensor:
+    """float64 ``[len(masks)]`` number of true entries of each mask, on their device."""
+    return torch.stack([m.sum() for m in masks]).double()
+
+
 @dataclass(frozen=True)
 class Task:
     """What the model learns and how it is scored.
@@ -118,8 +123,9 @@ class Task:
         return F.binary_cross_entropy_with_logits(logits[known], targets[known])
 
     def metric_sums(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """float64 ``[S]`` CPU sums of a batch that add up across batches and ranks (decomposable
-        metrics only; :meth:`metric_from_sums` turns their total into the metric).
+        """float64 ``[S]`` sums of a batch that add up across batches and ranks, on the logits'
+        device (so that a GPU step does not wait for them; decomposable metrics only;
+        :meth:`metric_from_sums` turns their total into the metric).
 
         :data:`ACCURACY`: ``[correct, count]`` (multi-class: argmax equals the class, over the
         labelled rows; multi-label: ``logit > 0`` equals the target, over the known targets).
@@ -132,18 +138,14 @@ class Task:
         if self.kind == MULTICLASS:
             known = targets >= 0
             correct = (logits.argmax(-1) == targets) & known
-            return torch.tensor([float(correct.sum()), float(known.sum())], dtype=torch.float64)
+            return _counts(correct, known)
         targets = targets.float()
         known = ~torch.isnan(targets)
         predicted = logits > 0
         positive = targets == 1
         if self.metric == ACCURACY:
-            return torch.tensor([float(((predicted == positive) & known).sum()), float(known.sum())],
-                                dtype=torch.float64)
-        tp = float((predicted & positive & known).sum())
-        fp = float((predicted & ~positive & known).sum())
-        fn = float((~predicted & positive & known).sum())
-        return torch.tensor([tp, fp, fn], dtype=torch.float64)
+            return _counts((predicted == positive) & known, known)
+        return _counts(predicted & positive & known, predicted & ~positive & known, ~predicted & positive & known)
 
     def metric_from_sums(self, sums: torch.Tensor | list[float]) -> float:
         """The metric from :meth:`metric_sums` added over batches and ranks; NaN without any
@@ -204,7 +206,7 @@ class MetricAccumulator:
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         """Add a batch: ``logits`` float ``[b, num_outputs]``, ``targets`` from :meth:`Task.targets`."""
         if self.task.decomposable:
-            self.sums += self.task.metric_sums(logits, targets)
+            self.sums += self.task.metric_sums(logits, targets).cpu()
         else:
             scores, target = self.task.scores_and_targets(logits, targets)
             self._scores.append(scores)
