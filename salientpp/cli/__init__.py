@@ -25,7 +25,7 @@ from ..io import WRITE_ERRNOS, os_error_sentence
 set_defaults(OMP_WAIT)
 
 # Order of the subcommands in ``salientpp --help``; each name is a module of this package.
-COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "predict", "bench")
+COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "predict", "bench", "selfcheck")
 
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT

@@ -1,0 +1,239 @@
+"""``salientpp selfcheck``: what one command can prove about the device path on this machine.
+
+On ``--device cuda`` it is the proof of the GPU path; on ``--device cpu`` the same checks run on
+the CPU path (the tests run them that way). Each check is a :class:`Check` row of the table:
+
+1. the extension: loaded, built with or without CUDA kernels, and the GPUs torch sees;
+2. the row gather: the kernel against torch indexing on random fetch plans (empty parts, two
+   tiers, pinned host tables on CUDA), with and without output positions;
+3. per preset (``tiny``, ``small``), a 1-rank training on the device:
+   * every assembled batch equals ``x[n_id]`` of the unpartitioned dataset;
+   * the training's test accuracy against the same training on the CPU, within noise;
+   * on CUDA, the host waits per step in the training epoch (``torch.cuda.set_sync_debug_mode``);
+4. ``bench train`` on the small preset in 1 part on the device, against PyG's NeighborLoader
+   on the same device (``--bench``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ._ext import extension
+from .errors import InputError
+
+PRESETS = ("tiny", "small")
+# Test accuracies of two trainings that differ only in their random numbers (another device's
+# dropout masks) differ by about sqrt(2 p (1 - p) / n) from the test set alone; training adds its
+# own spread, measured at up to 0.01 between seeds on these presets. The bound allows 4 sigma of
+# the former plus that.
+SEED_SPREAD = 0.01
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the table: ``ok`` is ``None`` for a line that informs rather than checks."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+    @property
+    def status(self) -> str:
+        return {True: "pass", False: "FAIL", None: "info"}[self.ok]
+
+
+def environment(device: str) -> list[Check]:
+    """The extension and the GPUs; raises :class:`InputError` when ``device`` cannot be used."""
+    ext = extension()
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    names = ", ".join(torch.cuda.get_device_name(i) for i in range(count)) or "none"
+    rows = [Check("extension", True, f"loaded; CUDA kernels {'built' if ext.with_cuda else 'not built'}"),
+            Check("GPUs", None, f"{count} ({names})")]
+    if device == "cuda":
+        if count == 0:
+            raise InputError("--device cuda was asked for but torch sees no CUDA GPU; run the self-check on a "
+                             "GPU machine, or with --device cpu")
+        if not ext.with_cuda:
+            raise InputError("the salientpp extension was built without its CUDA kernels (torch had no CUDA when "
+                             "it was built); rebuild it on this machine with `pip install --no-build-isolation -e .`")
+        if count == 1:
+            rows.append(Check("multi-rank on 1 GPU", None, "NCCL cannot put two ranks on one GPU, so local ranks "
+                                                           "beyond the GPU count exchange rows over gloo"))
+    return rows
+
+
+def _random_sources(gen: torch.Generator, device: torch.device, width: int, num_rows: int):
+    """A random fetch plan over ``num_rows`` output rows: an owned source with two tiers and three
+    more sources, some empty, at disjoint positions; tables low on the device, high pinned on CUDA."""
+    from .distributed.gather import RowSource
+
+    pin = device.type == "cuda"
+    positions = torch.randperm(num_rows, generator=gen)
+    sizes = torch.randint(0, 3, (4,), generator=gen) * (num_rows // 8)
+    sources, at = [], 0
+    for n in sizes.tolist():
+        r0, r1 = int(torch.randint(1, 50, (1,), generator=gen)), int(torch.randint(0, 2, (1,), generator=gen)) * 20
+        low = torch.randn(r0, width, generator=gen).to(device)
+        high = torch.randn(r1, width, generator=gen) if r1 else None
+        if high is not None and pin:
+            high = high.pin_memory()
+        idx = torch.randint(0, r0 + r1, (n,), generator=gen).to(device)
+        pos = positions[at:at + n].to(device)
+        sources.append(RowSource(low, idx, pos, high))
+        at += n
+    return sources
+
+
+def check_gather(device: torch.device, plans: int = 200) -> Check:
+    """The row gather on ``device`` against torch indexing on random plans."""
+    from .distributed.gather import RowSource, gather_rows, gather_rows_reference
+
+    gen = torch.Generator().manual_seed(0)
+    failed = 0
+    for i in range(plans):
+        width = (3, 16, 100, 128)[i % 4]  # odd row sizes take the narrow copy path on CUDA
+        num_rows = int(torch.randint(0, 200, (1,), generator=gen))
+        sources = _random_sources(gen, device, width, num_rows)
+        ours = gather_rows(torch.zeros(num_rows, width, device=device), sources)
+        expected = gather_rows_reference(torch.zeros(num_rows, width, device=device), sources)
+        failed += not torch.equal(ours.cpu(), expected.cpu())
+    # Serving peers: one two-tier source without positions.
+    low, high = torch.randn(30, 8, generator=gen).to(device), torch.randn(20, 8, generator=gen)
+    high = high.pin_memory() if device.type == "cuda" else high
+    rows = torch.randint(0, 50, (64,), generator=gen).to(device)
+    served = gather_rows(torch.empty(64, 8, device=device), [RowSource(low, rows, high=high)])
+    failed += not torch.equal(served.cpu(), torch.cat([low.cpu(), high])[rows.cpu()])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return Check("row gather vs torch indexing", failed == 0, f"{plans + 1 - failed} of {plans + 1} random plans equal")
+
+
+def _prepare(preset: str, work: Path) -> tuple[Path, object]:
+    from .data.synthetic import synthetic_dataset
+    from .partition.partitioner import partition_dataset
+
+    dataset = synthetic_dataset(preset)
+    part_dir = work / f"{preset}-1"
+    partition_dataset(dataset, part_dir, 1)
+    return part_dir, dataset
+
+
+def _config(part_dir: Path, device: str, epochs: int):
+    from .train import TrainConfig
+
+    return TrainConfig(str(part_dir), epochs=epochs, hidden=128, layers=2, fanouts=(10, 5), batch_size=256,
+                       cache="none", device=device, seed=0, progress=False).validate()
+
+
+def _features_and_syncs(config, dataset) -> tuple[Check, Check | None]:
+    """Every training batch's features against the dataset, then one epoch with CUDA's sync
+    debug mode counting the host's waits."""
+    from .distributed import init_distributed, shutdown_distributed
+    from .train import Trainer
+
+    ctx = init_distributed(config.device)
+    try:
+        trainer = Trainer(config, ctx)
+        x = torch.as_tensor(np.asarray(dataset.x))[torch.as_tensor(np.asarray(trainer.graph.data.orig_id))]
+        equal = batches = 0
+        for batch in trainer.loader:
+            equal += torch.equal(batch.x.cpu(), x[batch.n_id.cpu()])
+            batches += 1
+        features = Check("assembled x equals x[n_id]", equal == batches > 0, f"{equal} of {batches} batches")
+        syncs = None
+        if ctx.device.type == "cuda":
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    trainer.train_epoch(1)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            waits = [w for w in caught if "synchroniz" in str(w.message)]
+            syncs = Check("host waits for the GPU in a training epoch", None,
+                          f"{len(waits)} in {len(trainer.loader)} steps"
+                          + (f" (first: {waits[0].filename}:{waits[0].lineno})" if waits else ""))
+        return features, syncs
+    finally:
+        shutdown_distributed(ctx)
+
+
+def check_preset(preset: str, device: str, work: Path, epochs: int) -> list[Check]:
+    """Features, accuracy against the CPU, and (CUDA) host waits of a 1-rank training of ``preset``."""
+    from .train import train
+
+    part_dir, dataset = _prepare(preset, work)
+    features, syncs = _features_and_syncs(_config(part_dir, device, epochs), dataset)
+    rows = [Check(f"{preset}: {features.name}", features.ok, features.detail)]
+    if syncs is not None:
+        rows.append(Check(f"{preset}: {syncs.name}", syncs.ok, syncs.detail))
+    acc = train(_config(part_dir, device, epochs)).test_at_best
+    n = int(np.asarray(dataset.test_idx).shape[0])
+    if device == "cpu":
+        rows.append(Check(f"{preset}: test accuracy", None, f"{acc:.3f} on {n:,} test nodes (the CPU is the "
+                                                            "reference of --device cuda)"))
+        return rows
+    ref = train(_config(part_dir, "cpu", epochs)).test_at_best
+    p = min(max((acc + ref) / 2, 1 / n), 1 - 1 / n)
+    bound = 4 * math.sqrt(2 * p * (1 - p) / n) + SEED_SPREAD
+    rows.append(Check(f"{preset}: test accuracy, {device} vs cpu", abs(acc - ref) <= bound,
+                      f"{acc:.3f} vs {ref:.3f} (|diff| {abs(acc - ref):.3f}, bound {bound:.3f}, {n:,} test nodes)"))
+    return rows
+
+
+def check_bench(device: str, work: Path, epochs: int) -> list[Check]:
+    """``bench train`` of the small preset in 1 part on ``device`` against PyG on the same device."""
+    import json
+
+    from .bench.train import add_arguments, main as bench_main
+
+    part_dir, _ = _prepare("small", work / "bench")
+    out = work / "bench.json"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    bench_main(parser.parse_args([str(part_dir), "--epochs", str(epochs), "--device", device, "--json", str(out)]))
+    rows = json.loads(out.read_text())
+    ours = min(r["epoch_s"] for r in rows if r["cache"] == "none")
+    pyg = [r["epoch_s"] for r in rows if r["cache"].startswith("PyG") and "PyG's SAGE" in r["cache"]]
+    if not pyg:
+        return [Check("bench train small-1", None, f"salientpp {ours:.3f} s/epoch; PyG baseline unavailable")]
+    pipelined = next(r for r in rows if r["cache"] == "none" and r["depth"] > 1)
+    return [Check("bench train small-1: epoch vs PyG", None, f"{ours:.3f} s vs {pyg[0]:.3f} s: {pyg[0] / ours:.2f}x "
+                                                             "faster (goal on a GPU: 4x)"),
+            Check("bench train small-1: pipelined / slowest stage", None,
+                  f"{pipelined['vs_slowest_stage']:.2f} (goal on a GPU: 1.15)")]
+
+
+def run(device: str, presets: list[str], epochs: int, bench: bool) -> list[Check]:
+    """Every check, in order, printing each row as it completes."""
+    for preset in presets:
+        if preset not in PRESETS:
+            raise InputError(f"unknown preset {preset!r} for the self-check; choose from {', '.join(PRESETS)}")
+    if epochs < 1:
+        raise InputError(f"--epochs must be at least 1, got {epochs}")
+    rows = environment(device)
+    print(f"salientpp selfcheck --device {device}\n\n| check | result | detail |\n|---|---|---|", flush=True)
+    for row in rows:
+        _print(row)
+    with tempfile.TemporaryDirectory(prefix="salientpp-selfcheck-") as tmp:
+        work = Path(tmp)
+        steps = [lambda: [check_gather(torch.device(device))]]
+        steps += [lambda p=p: check_preset(p, device, work, epochs) for p in presets]
+        if bench:
+            steps.append(lambda: check_bench(device, work, 3))
+        for step in steps:
+            for row in step():
+                _print(row)
+                rows.append(row)
+    return rows
+
+
+def _print(row: Check) -> None:
+    print(f"| {row.name} | {row.status} | {row.detail} |", flush=True)

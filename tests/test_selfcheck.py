@@ -1,0 +1,43 @@
+"""``salientpp selfcheck``: the device path's one-command proof, run here on the CPU path."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from salientpp import selfcheck
+from salientpp.cli import main as cli_main
+from salientpp.distributed import gather
+from conftest import one_sentence
+
+
+def test_the_cpu_selfcheck_passes_its_kernel_and_training_checks_and_prints_a_table(capsys):
+    assert cli_main(["selfcheck", "--device", "cpu", "--presets", "tiny", "--epochs", "2", "--no-bench"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("| check")}
+    assert rows["row gather vs torch indexing"] == "pass"
+    assert rows["tiny: assembled x equals x[n_id]"] == "pass"
+    assert rows["tiny: test accuracy"] == "info" and rows["extension"] == "pass"
+
+
+def test_a_wrong_kernel_result_fails_the_gather_check(monkeypatch):
+    real = gather.gather_rows_reference
+    monkeypatch.setattr(gather, "gather_rows_reference", lambda out, sources: real(out, sources).add_(1))
+    check = selfcheck.check_gather(torch.device("cpu"), plans=20)
+    equal = int(check.detail.split()[0])
+    assert check.ok is False and equal < 21 // 2  # only plans that write no row (and the serve check) stay equal
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_selfcheck_on_cuda_without_a_gpu_is_one_sentence_and_exit_2(capsys):
+    assert cli_main(["selfcheck", "--device", "cuda", "--no-bench"]) == 2
+    assert "sees no CUDA GPU" in one_sentence(capsys)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--presets", "huge"], "unknown preset 'huge'"),
+    (["--epochs", "0"], "--epochs must be at least 1"),
+])
+def test_selfcheck_refuses_bad_options_before_any_work(capsys, argv, message):
+    assert cli_main(["selfcheck", "--device", "cpu", "--no-bench", *argv]) == 2
+    assert message in one_sentence(capsys)
