@@ -170,3 +170,34 @@ def test_bf16_is_refused_on_a_cpu_without_bfloat16_instructions(tiny, monkeypatc
     assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="unknown precision 'fp16'"):
         TrainConfig(str(tiny[0] / "p1"), precision="fp16").validate()
+
+
+def test_the_epoch_loss_and_metric_are_the_seed_weighted_means_of_its_batches(tiny, monkeypatch):
+    """The running sums stay on the device during an epoch; what the epoch reports is still the
+    mean of the batch losses and the accuracy over the batches, weighted by their seeds."""
+    from salientpp.train.tasks import Task
+
+    root, _ = tiny
+    seen = []
+    real_loss, real_sums = Task.loss, Task.metric_sums
+
+    def loss(self, logits, targets):
+        value = real_loss(self, logits, targets)
+        seen.append([float(value), logits.shape[0]])
+        return value
+
+    def metric_sums(self, logits, targets):
+        sums = real_sums(self, logits, targets)
+        seen[-1].extend(sums.tolist())
+        return sums
+
+    monkeypatch.setattr(Task, "loss", loss)
+    monkeypatch.setattr(Task, "metric_sums", metric_sums)
+    ctx = init_distributed("cpu")
+    trainer = Trainer(TrainConfig(str(root / "p1"), epochs=1, cache="none", **TINY).validate(), ctx)
+    record = trainer.train_epoch(0)
+    steps = np.array(seen)
+    assert len(seen) == record["steps"] > 1
+    assert record["train_loss"] == pytest.approx((steps[:, 0] * steps[:, 1]).sum() / steps[:, 1].sum(), rel=1e-9)
+    assert record["train_metric"] == pytest.approx(steps[:, 2].sum() / steps[:, 3].sum(), rel=1e-12)
+    assert 0 < record["train_metric"] < 1

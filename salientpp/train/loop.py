@@ -46,10 +46,10 @@ DROPOUT_STREAM = 7
 
 def _fold(running: torch.Tensor, sums: EpochSums) -> None:
     """Add the device-side running loss and metric sums (``[1 + METRIC_SUMS]``) to ``sums`` and zero them."""
-    values = running.cpu()
+    values = running.tolist()  # a copy (on the CPU, .cpu() would alias what zero_ clears)
     running.zero_()
-    sums.loss += float(values[0])
-    sums.add_metric(values[1:])
+    sums.loss += values[0]
+    sums.add_metric(torch.tensor(values[1:], dtype=torch.float64))
 
 
 class Trainer:
