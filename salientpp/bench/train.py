@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
+from ..distributed.launcher import WorkerError
 from ..distributed.threads import ThreadBudget
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
@@ -69,20 +70,26 @@ def median_row(history: list[dict]) -> dict:
             "compute_cpu_s": stage(("train_cpu",)), "steps": history[0]["steps"]}
 
 
-def _baselines(args) -> list[dict]:
+def _baselines(args) -> Iterator[dict]:
+    """The baseline rows, each as soon as it is measured. A baseline whose ranks fail (PyG holds
+    the whole graph and every feature in each rank, so it is the first to run out of memory) is
+    reported and skipped, so the rows measured before it are kept."""
     reason = unavailable_reason()
     if reason is not None:
         print(f"baseline skipped: {reason} (pip install pyg-lib or torch_sparse to include it)")
-        return []
+        return
     fanouts = parse_fanouts(args.fanouts)
-    rows = []
     for model, label in ((PYG, "PyG's SAGE"), (OURS, "salientpp's model")):
-        history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
-                                              device=args.device, model=model,
-                                              torch_threads=args.torch_threads))
-        rows.append({"cache": f"PyG NeighborLoader ({sampling_backend()}) + DDP, {label}, full replication",
-                     "alpha": None, "depth": 1, **median_row(history), "rows_per_epoch": 0.0})
-    return rows
+        name = f"PyG NeighborLoader ({sampling_backend()}) + DDP, {label}, full replication"
+        try:
+            history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
+                                                  device=args.device, model=model,
+                                                  torch_threads=args.torch_threads))
+        except WorkerError as exc:
+            print(f"| {name} | failed: {exc} (a SIGKILL is most often the kernel's out-of-memory killer: every "
+                  "rank holds the whole graph and all features) |", flush=True)
+            continue
+        yield {"cache": name, "alpha": None, "depth": 1, **median_row(history), "rows_per_epoch": 0.0}
 
 
 def _run(args, cache: str, alpha: float, depth: int) -> dict:
@@ -145,7 +152,6 @@ def main(args: argparse.Namespace) -> int:
             row["rows_vs_sim"] = (row["rows_per_epoch"] - predicted[alpha]) / max(predicted[alpha], 1.0)
             row["vs_slowest_stage"] = row["epoch_s"] / slowest
             rows.append(row)
-    baselines = [] if args.no_baseline else _baselines(args)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
     print(ThreadBudget.for_rank(data.num_parts, args.torch_threads, args.threads).describe()
@@ -157,10 +163,10 @@ def main(args: argparse.Namespace) -> int:
         pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
         print(f"| {r['cache']} | {r['alpha']:g} | {pipe} | {r['epoch_s']:.3f} | {r['sample_s']:.3f} | "
               f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['compute_cpu_s']:.3f} | {r['rows_per_epoch']:,.0f} "
-              f"| {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |")
-    for b in baselines:
+              f"| {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |", flush=True)
+    for b in [] if args.no_baseline else _baselines(args):
         print(f"| {b['cache']} | all rows | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | {b['compute_s']:.3f} "
-              f"| {b['compute_cpu_s']:.3f} | 0 | - | - |")
+              f"| {b['compute_cpu_s']:.3f} | 0 | - | - |", flush=True)
         rows.append(b)
     if args.outside_load:
         loaded = _load_rows(args)
