@@ -19,7 +19,7 @@ import argparse
 import math
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,47 +69,48 @@ def environment(device: str) -> list[Check]:
     return rows
 
 
-def _random_sources(gen: torch.Generator, device: torch.device, width: int, num_rows: int):
-    """A random fetch plan over ``num_rows`` output rows: an owned source with two tiers and three
-    more sources, some empty, at disjoint positions; tables low on the device, high pinned on CUDA."""
+def random_sources(gen: torch.Generator, device: torch.device, num_rows: int, width: int,
+                   sizes: list[tuple[int, int, int]], dtype: torch.dtype = torch.float32) -> list:
+    """Row-gather sources taking ``n`` rows each of tables ``[r0 + r1, width]`` (``r1 > 0``: a
+    second tier, pinned on CUDA), at disjoint random positions of a ``[num_rows, width]`` output;
+    ``sizes`` holds ``(n, r0, r1)`` per source. Tables and indices other than a second tier live
+    on ``device``; values are integers in [-1000, 1000) cast to ``dtype``."""
     from .distributed.gather import RowSource
 
-    pin = device.type == "cuda"
     positions = torch.randperm(num_rows, generator=gen)
-    sizes = torch.randint(0, 3, (4,), generator=gen) * (num_rows // 8)
     sources, at = [], 0
-    for n in sizes.tolist():
-        r0, r1 = int(torch.randint(1, 50, (1,), generator=gen)), int(torch.randint(0, 2, (1,), generator=gen)) * 20
-        low = torch.randn(r0, width, generator=gen).to(device)
-        high = torch.randn(r1, width, generator=gen) if r1 else None
-        if high is not None and pin:
+    for n, r0, r1 in sizes:
+        low = torch.randint(-1000, 1000, (r0, width), generator=gen).to(dtype).to(device)
+        high = torch.randint(-1000, 1000, (r1, width), generator=gen).to(dtype) if r1 else None
+        if high is not None and device.type == "cuda":
             high = high.pin_memory()
-        idx = torch.randint(0, r0 + r1, (n,), generator=gen).to(device)
-        pos = positions[at:at + n].to(device)
-        sources.append(RowSource(low, idx, pos, high))
+        idx = torch.randint(0, r0 + r1, (n,), generator=gen) if r0 + r1 else torch.empty(0, dtype=torch.int64)
+        sources.append(RowSource(low, idx.to(device), positions[at:at + n].to(device), high))
         at += n
     return sources
 
 
 def check_gather(device: torch.device, plans: int = 200) -> Check:
-    """The row gather on ``device`` against torch indexing on random plans."""
-    from .distributed.gather import RowSource, gather_rows, gather_rows_reference
+    """The row gather on ``device`` against torch indexing on random plans: an owned source with
+    two tiers and three more, some empty, then serving peers (one two-tier source without positions)."""
+    from .distributed.gather import gather_rows, gather_rows_reference
 
     gen = torch.Generator().manual_seed(0)
-    failed = 0
+    cases = []
     for i in range(plans):
         width = (3, 16, 100, 128)[i % 4]  # odd row sizes take the narrow copy path on CUDA
         num_rows = int(torch.randint(0, 200, (1,), generator=gen))
-        sources = _random_sources(gen, device, width, num_rows)
+        counts = (torch.randint(0, 3, (4,), generator=gen) * (num_rows // 8)).tolist()
+        sizes = [(n, int(torch.randint(1, 50, (1,), generator=gen)), int(torch.randint(0, 2, (1,), generator=gen)) * 20)
+                 for n in counts]
+        cases.append((num_rows, width, random_sources(gen, device, num_rows, width, sizes)))
+    serve = random_sources(gen, device, 64, 8, [(64, 30, 20)])[0]
+    cases.append((64, 8, [replace(serve, pos=None)]))
+    failed = 0
+    for num_rows, width, sources in cases:
         ours = gather_rows(torch.zeros(num_rows, width, device=device), sources)
         expected = gather_rows_reference(torch.zeros(num_rows, width, device=device), sources)
         failed += not torch.equal(ours.cpu(), expected.cpu())
-    # Serving peers: one two-tier source without positions.
-    low, high = torch.randn(30, 8, generator=gen).to(device), torch.randn(20, 8, generator=gen)
-    high = high.pin_memory() if device.type == "cuda" else high
-    rows = torch.randint(0, 50, (64,), generator=gen).to(device)
-    served = gather_rows(torch.empty(64, 8, device=device), [RowSource(low, rows, high=high)])
-    failed += not torch.equal(served.cpu(), torch.cat([low.cpu(), high])[rows.cpu()])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return Check("row gather vs torch indexing", failed == 0, f"{plans + 1 - failed} of {plans + 1} random plans equal")

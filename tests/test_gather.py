@@ -5,21 +5,9 @@ import pytest
 import torch
 
 from salientpp.distributed.gather import RowSource, gather_rows, gather_rows_reference
+from salientpp.selfcheck import random_sources
 
-
-def _random_plan(gen: torch.Generator, num_rows: int, width: int, dtype: torch.dtype,
-                 sizes: list[tuple[int, int, int]]) -> list[RowSource]:
-    """Sources taking ``n`` rows each of tables ``[r0 + r1, width]`` (``r1 > 0``: a second tier),
-    at disjoint random positions of a ``[num_rows, width]`` output."""
-    positions = torch.randperm(num_rows, generator=gen)
-    sources, at = [], 0
-    for n, r0, r1 in sizes:
-        low = torch.randint(-1000, 1000, (r0, width), generator=gen).to(dtype)
-        high = torch.randint(-1000, 1000, (r1, width), generator=gen).to(dtype) if r1 else None
-        idx = torch.randint(0, r0 + r1, (n,), generator=gen) if r0 + r1 else torch.empty(0, dtype=torch.int64)
-        sources.append(RowSource(low, idx, positions[at:at + n].clone(), high))
-        at += n
-    return sources
+CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -33,7 +21,7 @@ def test_the_row_gather_writes_what_torch_indexing_writes_on_random_plans(seed, 
              (0 if seed == 3 else 10, 12, 0),
              (int(torch.randint(0, 40, (1,), generator=gen)), 0 if seed == 4 else 25, 5)]
     num_rows = sum(n for n, _, _ in sizes) + 3  # three rows no source writes
-    sources = _random_plan(gen, num_rows, width, dtype, sizes)
+    sources = random_sources(gen, CPU, num_rows, width, sizes, dtype)
     fill = torch.full((num_rows, width), 7).to(dtype)
     ours = gather_rows(fill.clone(), sources)
     expected = gather_rows_reference(fill.clone(), sources)
@@ -52,7 +40,7 @@ def test_a_source_without_positions_fills_the_output_in_order_from_both_tiers():
 
 def test_the_row_gather_does_not_depend_on_the_thread_count():
     gen = torch.Generator().manual_seed(9)
-    sources = _random_plan(gen, 5000, 64, torch.float32, [(3000, 800, 400), (2000, 600, 0)])
+    sources = random_sources(gen, CPU, 5000, 64, [(3000, 800, 400), (2000, 600, 0)])
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
