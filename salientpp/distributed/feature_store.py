@@ -59,10 +59,10 @@ class FeatureStore:
         self.local_row = _inverse(torch.from_numpy(order))  # local index -> storage row
         storage = torch.as_tensor(np.asarray(local_x)[order])  # a fresh, writable copy in storage order
         self.num_device_local = min(int(num_device_local), n_k)
-        pin = ctx.device.type == "cuda"
+        self.pin = ctx.device.type == "cuda"  # host tiers in pinned memory: the CUDA kernels read them directly
         self.owned_device = storage[:self.num_device_local].to(ctx.device)
         self.owned_host = storage[self.num_device_local:]
-        if pin:  # the CUDA kernels read pinned host rows directly
+        if self.pin:
             self.owned_host = self.owned_host.pin_memory()
         # Serving peers looks storage rows up where the requested ids arrive (the GPU with NCCL).
         self.serve_row = self.local_row.to(ctx.comm_device)
@@ -104,7 +104,7 @@ class FeatureStore:
         rows[order] = fetched
         g = self.num_device_slots
         self.cache_device = rows[:g].to(self.ctx.device)
-        self.cache_host = rows[g:].pin_memory() if self.ctx.device.type == "cuda" else rows[g:]
+        self.cache_host = rows[g:].pin_memory() if self.pin else rows[g:]
         # A rank never caches rows it sends: fetching the cache is not per-epoch traffic.
         exchange.stats = CommStats()
 
@@ -112,7 +112,7 @@ class FeatureStore:
         """Keyword arguments of the sampler's fetch context for this rank."""
         return dict(book=self.book, rank=self.ctx.rank, cache_slot=self.cache_slot,
                     num_gpu_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
-                    pin=self.ctx.device.type == "cuda")
+                    pin=self.pin)
 
     def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats,
                  ops: DeviceOps) -> torch.Tensor:
