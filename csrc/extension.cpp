@@ -117,6 +117,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            })
       .def("close", &BatchLoader::close, py::call_guard<py::gil_scoped_release>());
 
+  m.def(
+      "plan_fetch",
+      [](const FetchContext& ctx, torch::Tensor n_id) {
+        TORCH_CHECK(n_id.dim() == 1 && n_id.scalar_type() == torch::kInt64 && n_id.is_contiguous() &&
+                        n_id.device().is_cpu(),
+                    "n_id must be a contiguous 1-D int64 CPU tensor");
+        FetchPlan plan;
+        {
+          py::gil_scoped_release release;
+          plan = plan_fetch(ctx, n_id.data_ptr<int64_t>(), n_id.size(0));
+        }
+        return fetch_to_python(plan);
+      },
+      py::arg("ctx"), py::arg("n_id"));
+
   m.def("csr_aggregate", &csr_aggregate, py::arg("rowptr"), py::arg("col"), py::arg("x"), py::arg("mean"),
         py::call_guard<py::gil_scoped_release>());
   m.def("csr_aggregate_backward", &csr_aggregate_backward, py::arg("rowptr"), py::arg("col"), py::arg("grad_out"),

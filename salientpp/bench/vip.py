@@ -26,7 +26,8 @@ from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import name_list
 from ..partition.format import load_partitioned
-from ..sampling import NeighborSampler
+from ..sampling import SAMPLERS, SamplerKind, make_sampler
+from ..sampling.kinds import check_sampler
 
 
 def _warm_up(methods) -> None:
@@ -35,26 +36,28 @@ def _warm_up(methods) -> None:
         inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1], 1, method=method)
 
 
-def time_analysis(dataset, fanouts, batch_size: int, method: str, replace: bool = False) -> dict:
+def time_analysis(dataset, fanouts, batch_size: int, method: str, replace: bool = False,
+                  sampler: SamplerKind = SamplerKind.NODEWISE) -> dict:
     """Seconds and peak allocated bytes of the VIP of all partitions at once."""
     seed_sets = [np.asarray(dataset.part(k).train_idx) for k in range(dataset.num_parts)]
     tracemalloc.start()
     start = time.perf_counter()
     inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
-                                   method=method)
+                            method=method, sampler=sampler)
     seconds = time.perf_counter() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return {"method": method, "seconds": seconds, "peak_alloc_bytes": int(peak)}
 
 
-def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, replace: bool = False):
+def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, replace: bool = False,
+                sampler: SamplerKind = SamplerKind.NODEWISE):
     """Per partition: float64 ``[L+1, N]`` inclusion frequencies and ``[batches, L+1]`` set sizes.
 
     Draw i is batch ``i % S`` of an independent lockstep epoch (S balanced batches per rank, as
     the trainer's loader cuts them): a uniform subset of the partition's training nodes of that
     batch's size."""
-    sampler = NeighborSampler(dataset.rowptr, dataset.col, list(fanouts), replace=replace)
+    sampler = make_sampler(dataset.rowptr, dataset.col, fanouts, sampler, replace)
     rng = np.random.default_rng(seed)
     steps = lockstep_steps([dataset.part(k).train_idx.size for k in range(dataset.num_parts)], batch_size)
     results = []
@@ -75,14 +78,15 @@ def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, repl
     return results
 
 
-def accuracy(dataset, fanouts, batch_size: int, methods, mc, replace: bool = False) -> dict:
+def accuracy(dataset, fanouts, batch_size: int, methods, mc, replace: bool = False,
+             sampler: SamplerKind = SamplerKind.NODEWISE) -> dict:
     """Relative error of vertices per minibatch and per-vertex MAE, per method and hop (all partitions)."""
     seed_sets = [np.asarray(dataset.part(k).train_idx) for k in range(dataset.num_parts)]
     batches = mc[0][1].shape[0]
     out = {}
     for method in methods:
         hops = inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
-                                       method=method, return_hops=True)
+                                       method=method, return_hops=True, sampler=sampler)
         rows = []
         for h in range(len(fanouts) + 1):
             predicted = sum(hops[h][:, k].sum() for k in range(dataset.num_parts))
@@ -102,6 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--methods", default="exact,cavity", help=f"VIP estimates, from {','.join(METHODS)}")
     p.add_argument("--replace", action="store_true", help="model sampling with replacement")
+    p.add_argument("--sampler", default=SamplerKind.NODEWISE.value, choices=SAMPLERS,
+                   help="the sampler modelled and drawn (LADIES: --fanouts are layer sizes)")
     p.add_argument("--mc-batches", type=int, default=0, metavar="B",
                    help="also compare with B sampled minibatches per partition (default 0: skip)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo batches")
@@ -109,6 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    sampler = check_sampler(args.sampler)
     fanouts = parse_fanouts(args.fanouts)
     batch_size = check_batch_size(args.batch_size)
     methods = name_list(args.methods, "--methods", "exact,cavity")
@@ -122,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
     _warm_up(methods)
     timings = []
     for method in methods:
-        timings.append(time_analysis(dataset, fanouts, batch_size, method, args.replace))
+        timings.append(time_analysis(dataset, fanouts, batch_size, method, args.replace, sampler))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"VIP of {dataset.num_parts} partitions, N={dataset.num_nodes:,}, nnz={dataset.col.shape[0]:,}, "
           f"fanouts {','.join(map(str, fanouts))}, batch {batch_size}, {numba.get_num_threads()} numba threads")
@@ -132,11 +139,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"process peak RSS so far: {rss / 2**20:.0f} MiB (includes the memory-mapped graph)")
     report = {"dataset": str(dataset.path), "num_nodes": dataset.num_nodes, "num_edges": int(dataset.col.shape[0]),
               "num_parts": dataset.num_parts, "fanouts": list(fanouts), "batch_size": batch_size,
-              "replace": args.replace, "threads": numba.get_num_threads(), "timings": timings, "peak_rss_bytes": rss}
+              "replace": args.replace, "sampler": sampler.value, "threads": numba.get_num_threads(), "timings": timings, "peak_rss_bytes": rss}
     if args.mc_batches:
         start = time.perf_counter()
-        mc = monte_carlo(dataset, fanouts, batch_size, args.mc_batches, args.seed, args.replace)
-        acc = accuracy(dataset, fanouts, batch_size, methods, mc, args.replace)
+        mc = monte_carlo(dataset, fanouts, batch_size, args.mc_batches, args.seed, args.replace, sampler)
+        acc = accuracy(dataset, fanouts, batch_size, methods, mc, args.replace, sampler)
         print(f"\nagainst {args.mc_batches} sampled minibatches per partition ({time.perf_counter() - start:.0f} s): "
               "relative error of vertices per minibatch / per-vertex MAE (MAE from MC noise alone)")
         print("| method | " + " | ".join(f"hop {h}" for h in range(len(fanouts) + 1)) + " |")

@@ -28,10 +28,10 @@ def loader_seed(seed: int, part: int, stream: int = EVAL_STREAM, workload: int =
 
 
 def make_sampler(rowptr: np.ndarray, col: np.ndarray, workload: Workload):
-    """The trainer's ``NeighborSampler`` for a workload's fanouts and replacement mode."""
-    from ..sampling import NeighborSampler
+    """The trainer's sampler for a workload's sampler kind, fanouts and replacement mode."""
+    from ..sampling import make_sampler as sampler_of
 
-    return NeighborSampler(rowptr, col, fanouts=list(workload.fanouts), replace=workload.replace)
+    return sampler_of(rowptr, col, workload.fanouts, workload.sampler, workload.replace)
 
 
 def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k: int, *, epochs: int,
@@ -45,7 +45,7 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
     so this is the number of rows it would fetch); a batch without seeds adds nothing.
 
     Args:
-        samplers: one ``NeighborSampler`` per workload (:func:`make_sampler`).
+        samplers: one sampler per workload (:func:`make_sampler`).
 
     Returns:
         float64 ``[N]`` summed over the epochs (divide by ``epochs`` for a per-epoch mean).

@@ -29,6 +29,7 @@ from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, w
 from ..partition.format import KIND as PART_KIND
 from . import accesses
 from .policies import PolicyContext, policy_scores, rank_vertices
+from ..sampling.kinds import SamplerKind
 from .workload import Workload, check_batch_size, check_fanouts
 
 KIND = "salientpp-cache-plan"
@@ -141,8 +142,12 @@ class PlanMeta:
         return self.workloads[0].batch_size
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
-                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False) -> None:
+                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
+                         sampler: SamplerKind = SamplerKind.NODEWISE) -> None:
         """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup.
+
+        Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
+        one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes).
 
         ``plan_dir`` names the plan in the message, which tells the user how to build a fitting
         one: into another directory when the plan was ``given`` by the user (``--plan``), else in
@@ -156,6 +161,10 @@ class PlanMeta:
                 return f"build a fitting plan with `salientpp analyze {part_dir} {option} ... --out DIR` and use that"
             return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}` {option}"
         self.check_partitioning(part_dir, plan_dir)
+        planned = self.workloads[0].sampler
+        if (planned is SamplerKind.LADIES) != (sampler is SamplerKind.LADIES):
+            raise InputError(f"{plan_dir} was built for the {planned.value} sampler but training uses "
+                             f"{sampler.value}; {rebuild('--sampler ' + sampler.value)}")
         if fanouts != self.fanouts:
             raise InputError(f"{plan_dir} was built for fanouts {_join(self.fanouts)} but training uses "
                              f"{_join(fanouts)}; {rebuild('--fanouts ' + _join(fanouts))}")
@@ -224,8 +233,9 @@ class CachePlan:
         return slots
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
-                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False) -> None:
-        self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir, given)
+                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
+                         sampler: SamplerKind = SamplerKind.NODEWISE) -> None:
+        self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir, given, sampler)
 
     def with_gpu_fraction(self, gpu_fraction: float) -> "CachePlan":
         """The same plan with another share of the local rows on the GPU (no re-scoring needed)."""
@@ -277,7 +287,8 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
 def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget) -> str:
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
-    return f"{policy}-f{'-'.join(str(f) for f in workloads[0].fanouts)}-b{workloads[0].batch_size}-{size}"
+    sampler = "" if workloads[0].sampler is SamplerKind.NODEWISE else f"-{workloads[0].sampler.value}"
+    return f"{policy}{sampler}-f{'-'.join(str(f) for f in workloads[0].fanouts)}-b{workloads[0].batch_size}-{size}"
 
 
 def default_plan_dir(part_dir: str | os.PathLike, policy: str, workloads: Sequence[Workload], budget: Budget,

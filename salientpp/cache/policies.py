@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import accesses
-from .vip import METHODS, expected_accesses, neighbour_sum
+from .vip import METHODS, default_method, expected_accesses, neighbour_sum
 from .workload import Workload
 
 Policy = Callable[["PolicyContext", int], np.ndarray]
@@ -38,7 +38,8 @@ class PolicyContext:
             :func:`salientpp.cache.accesses.loader_seed`).
         epochs: number of evaluated epochs.
         simulation_epochs: epochs that ``vip-simulation`` samples, from an independent stream.
-        vip_method: ``exact``, ``taylor`` or ``cavity`` for the ``vip`` policy.
+        vip_method: ``exact``, ``taylor`` or ``cavity`` for the ``vip`` policy; ``None``: the
+            training sampler's default (:func:`~salientpp.cache.vip.default_method`).
         num_threads: sampler threads (VIP uses numba's threads).
         progress: show tqdm bars while sampling.
     """
@@ -48,7 +49,7 @@ class PolicyContext:
     seed: int = 0
     epochs: int = 1
     simulation_epochs: int = 5
-    vip_method: str = "exact"
+    vip_method: str | None = None
     num_threads: int = 1
     progress: bool = False
     _memo: dict = field(default_factory=dict, init=False, repr=False)
@@ -57,6 +58,8 @@ class PolicyContext:
         self.workloads = tuple(self.workloads)
         if not self.workloads:
             raise InputError("a policy context needs at least the training workload")
+        if self.vip_method is None:
+            self.vip_method = default_method(self.workloads[0].sampler)
         if self.vip_method not in METHODS:
             raise InputError(f"unknown VIP method {self.vip_method!r}; choose one of {', '.join(METHODS)}")
         for name in ("epochs", "simulation_epochs", "num_threads"):

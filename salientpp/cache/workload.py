@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..parsing import number_list
+from ..sampling.kinds import SamplerKind, check_layer_sizes, check_sampler
 
 SPLITS = ("train", "valid", "test")
 
@@ -61,6 +62,8 @@ class Workload:
         splits: the seed sets of each partition it runs over, e.g. ``("train",)`` or ``("valid", "test")``.
         weight: passes of this workload per training epoch (1 for training itself; e.g. 0.2 for
             sampled inference every fifth epoch). Scores and fetched rows add up with this weight.
+        sampler: how the minibatches are drawn (:class:`~salientpp.sampling.SamplerKind`); for
+            LADIES, ``fanouts`` are the nodes drawn per layer.
     """
 
     fanouts: tuple[int, ...]
@@ -68,9 +71,13 @@ class Workload:
     replace: bool = False
     splits: tuple[str, ...] = ("train",)
     weight: float = 1.0
+    sampler: SamplerKind = SamplerKind.NODEWISE
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
+        object.__setattr__(self, "sampler", check_sampler(self.sampler))
+        object.__setattr__(self, "fanouts", check_layer_sizes(self.sampler, check_fanouts(self.fanouts)))
+        if self.replace and self.sampler is SamplerKind.LADIES:
+            raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
         object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))
         splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
         if not splits or any(s not in SPLITS for s in splits):
@@ -101,9 +108,10 @@ class Workload:
 
     def to_json(self) -> dict:
         return {"fanouts": list(self.fanouts), "batch_size": self.batch_size, "replace": self.replace,
-                "splits": list(self.splits), "weight": self.weight}
+                "splits": list(self.splits), "weight": self.weight, "sampler": self.sampler.value}
 
     @classmethod
     def from_json(cls, entry: dict) -> "Workload":
         return cls(fanouts=tuple(entry["fanouts"]), batch_size=int(entry["batch_size"]),
-                   replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]))
+                   replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]),
+                   sampler=entry.get("sampler", SamplerKind.NODEWISE.value))

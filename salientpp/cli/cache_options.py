@@ -8,6 +8,7 @@ from ..cache.policies import PolicyContext
 from ..cache.vip import METHODS
 from ..cache.workload import SPLITS, Workload, parse_fanouts
 from ..errors import InputError
+from ..sampling import SAMPLERS, SamplerKind
 from ..parsing import name_list
 from ..partition.format import PartitionedDataset
 
@@ -26,8 +27,12 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                         help=f"seed splits of inference, from {','.join(SPLITS)} (default valid)")
     parser.add_argument("--inference-weight", type=float, default=1.0, metavar="W",
                         help="inference passes per training epoch (default 1)")
-    parser.add_argument("--vip-method", choices=METHODS, default="exact",
-                        help="VIP estimate of the vip policy (default exact; cavity corrects the hop>=2 over-estimate)")
+    parser.add_argument("--vip-method", choices=METHODS,
+                        help="VIP estimate of the vip policy (default exact, cavity with --sampler ladies; cavity "
+                             "corrects the hop>=2 over-estimate)")
+    parser.add_argument("--sampler", default=SamplerKind.NODEWISE.value, choices=SAMPLERS,
+                        help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
+                             "layer-wise, --fanouts are nodes per layer)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluated run and of random choices (default 0)")
     parser.add_argument("--simulation-epochs", type=int, default=5, metavar="E",
                         help="epochs sampled by the vip-simulation policy (default 5)")
@@ -35,7 +40,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
 
 
 def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
-    train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace)
+    train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace, sampler=args.sampler)
     if args.inference_fanouts is None:
         return (train,)
     splits = tuple(name_list(args.inference_splits, "--inference-splits", "valid,test"))

@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from ..sampling import SAMPLERS
 from ..cache import parse_fanouts
 from ..distributed import WorkerError
 from ..distributed.health import StageError
@@ -41,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int, help=f"number of layers (default {_default('layers')})")
     p.add_argument("--fanouts", help=f"neighbours per hop, seeds first (default {_default('fanouts')})")
     p.add_argument("--batch-size", type=int, help=f"seeds per batch per rank (default {_default('batch_size')})")
+    p.add_argument("--sampler", choices=SAMPLERS,
+                   help=f"training sampler (default {_default('sampler')}); bulk: the same draws, many batches at "
+                        "once; ladies: layer-wise importance sampling, --fanouts are nodes per layer (SAGE)")
+    p.add_argument("--bulk-size", dest="minibatches_per_bulk", type=int, metavar="K",
+                   help=f"minibatches the bulk and ladies samplers draw at once (default "
+                        f"{_default('minibatches_per_bulk')})")
     p.add_argument("--lr", type=float, help=f"Adam learning rate (default {_default('lr')})")
     p.add_argument("--dropout", type=float, help=f"dropout between layers (default {_default('dropout')})")
     p.add_argument("--plan", metavar="DIR",

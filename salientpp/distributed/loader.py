@@ -30,7 +30,8 @@ from ..cache.accesses import loader_seed
 from ..errors import InputError
 from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
 from ..pipeline.device import device_ops
-from ..sampling import FetchContext, NeighborLoader, NeighborSampler
+from ..sampling import FetchContext, NeighborLoader
+from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_sizes, check_sampler, make_sampler
 from ..sampling.types import MFG
 from .exchange import CommStats
 from .graph import DistGraph
@@ -133,6 +134,11 @@ class DistNeighborLoader:
             to allow them except on the training split.
         gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
             decides it itself).
+        sampler: ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
+            ``minibatches_per_bulk`` batches at a time with sparse-matrix operations) or ``"ladies"``
+            (layer-wise: ``fanouts`` are nodes per layer, and each MFG carries ``edge_weight``,
+            which the model must use; see :class:`~salientpp.sampling.BulkSampler`).
+        minibatches_per_bulk: batches a bulk sampler draws at once (the batches do not depend on it).
         low_priority: run the sampling threads at a lower scheduling priority, so that they fill
             the time the training thread waits instead of taking its cores; the consumer then
             samples a batch itself rather than wait for one a starved thread has not finished.
@@ -147,11 +153,13 @@ class DistNeighborLoader:
                  shuffle: bool = True, plan: str | os.PathLike | None = None, seed: int = 0, replace: bool = False,
                  num_threads: int = 1, pipeline_depth: int = 4,
                  on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
-                 gpu_fraction: float = 0.0, low_priority: bool = False):
+                 gpu_fraction: float = 0.0, low_priority: bool = False,
+                 sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK):
         from ..cache.workload import check_batch_size, check_fanouts
 
         self.graph = graph
-        self.fanouts = check_fanouts(fanouts)
+        self.sampler = check_sampler(sampler)
+        self.fanouts = check_layer_sizes(self.sampler, check_fanouts(fanouts))
         self.batch_size = check_batch_size(batch_size)
         if int(pipeline_depth) < 1:
             raise InputError(f"the pipeline depth must be at least 1, got {pipeline_depth}")
@@ -172,7 +180,8 @@ class DistNeighborLoader:
         self.on_stage = on_stage
         self.stats = CommStats()
         self.times = StageTimes()
-        self._loader = NeighborLoader(NeighborSampler(graph.rowptr, graph.col, list(self.fanouts), replace=replace),
+        self._loader = NeighborLoader(make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace,
+                                                   minibatches_per_bulk),
                                       seeds=torch.from_numpy(self.seeds), batch_size=self.batch_size,
                                       shuffle=shuffle, num_batches=self.num_batches,
                                       seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads,

@@ -30,7 +30,7 @@ from torch import nn
 from torch_geometric.nn import GATConv, GINConv, SAGEConv
 
 from ..errors import InputError
-from .ops import aggregate, dropout
+from .ops import aggregate, dropout, weighted_aggregate
 
 MODELS = ("sage", "gat", "gin")
 
@@ -131,14 +131,20 @@ def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.M
 def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
     """``conv((h, h[:num_dst]), edge_index)`` for a SAGE (mean) or GIN (sum) convolution as the
     built-in models configure them, aggregated over ``block.rowptr``; ``None`` for any other
-    convolution or a block without ``rowptr``."""
+    convolution or a block without ``rowptr``. A block with ``edge_weight`` (LADIES) replaces
+    SAGE's neighbour mean by the weighted sum, its unbiased estimate."""
     rowptr = getattr(block, "rowptr", None)
     if rowptr is None:
         return None
     x_dst = h[:block.num_dst]  # a view: the destinations are the first sources
+    weight = getattr(block, "edge_weight", None)
     if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
             conv.project or conv.normalize):
-        return conv.lin_l(aggregate(h, rowptr, block.edge_index[0], mean=True)) + conv.lin_r(x_dst)
+        mean = (aggregate(h, rowptr, block.edge_index[0], mean=True) if weight is None
+                else weighted_aggregate(h, rowptr, block.edge_index[0], weight))
+        return conv.lin_l(mean) + conv.lin_r(x_dst)
+    if weight is not None:
+        return None
     if isinstance(conv, GINConv) and str(conv.aggr) == "add":
         return conv.nn(aggregate(h, rowptr, block.edge_index[0], mean=False) + (1 + conv.eps) * x_dst)
     return None
@@ -177,6 +183,10 @@ class MFGModel(nn.Module):
         conv = self.convs[i]
         out = _csr_conv(conv, h, block)
         if out is None:
+            if getattr(block, "edge_weight", None) is not None:
+                raise InputError(f"this MFG carries LADIES edge weights, which estimate a mean aggregation; the "
+                                 f"{self.model} model cannot use them, so train it with --sampler nodewise or bulk "
+                                 "(or use --model sage)")
             out = conv((h, h[:block.num_dst]), block.edge_index)
         return dropout(out, self.dropout, self.training, relu=True) if i < self.num_layers - 1 else out
 

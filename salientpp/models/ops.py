@@ -16,6 +16,8 @@ with ``salientpp bench aggregate`` (docs/benchmarks.md, "Model step on CPU").
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .._ext import extension
@@ -64,6 +66,25 @@ def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bo
     if x.device.type != "cpu":
         return aggregate_reference(x, rowptr, col, mean)
     return _Aggregate.apply(x, rowptr, col.contiguous(), mean)
+
+
+def weighted_aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``out[d] = sum_e weight[e] * x[col[e]]`` over the edges ``rowptr[d]:rowptr[d+1]``: the
+    aggregation of an MFG with ``edge_weight`` (LADIES), as a sparse CSR times dense product
+    (torch's, on any device, differentiable in ``x``).
+
+    Args:
+        x: ``[num_src, F]`` float rows; rowptr: int64 ``[num_dst + 1]``; col: int64 ``[E]``;
+        weight: ``[E]`` float edge weights.
+
+    Returns:
+        ``[num_dst, F]`` in ``x``'s dtype.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+        matrix = torch.sparse_csr_tensor(rowptr, col, weight.to(x.dtype), size=(rowptr.shape[0] - 1, x.shape[0]),
+                                         check_invariants=False)
+        return matrix @ x
 
 
 class _Dropout(torch.autograd.Function):

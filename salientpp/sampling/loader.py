@@ -1,4 +1,4 @@
-"""An iterable loader: the C++ thread pool samples an epoch's batches, in order."""
+"""An iterable loader: the C++ thread pool (or a bulk sampler) samples an epoch's batches, in order."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -10,6 +10,7 @@ from .._ext import extension
 from ..errors import InputError
 from .convert import as_int64_tensor
 from .fetch import fetch_to_extension
+from .bulk import BulkSampler, attach
 from .sampler import NeighborSampler, check_labels, check_seeds
 from .types import FetchContext, SampledBatch, batch_from_extension
 
@@ -41,8 +42,13 @@ class NeighborLoader:
     stands and :meth:`load_state_dict` makes the next iteration continue from there, with the
     same batches an uninterrupted epoch would have yielded.
 
+    With a :class:`~salientpp.sampling.BulkSampler`, the consumer's thread samples
+    ``sampler.minibatches_per_bulk`` batches at a time (torch's intra-op threads do the work;
+    ``num_threads``, ``queue_depth`` and ``low_priority`` do not apply); batch ``i`` is still drawn
+    from the stream ``(epoch_seed(), i)`` alone, so the batches do not depend on the bulk size.
+
     Args:
-        sampler: the :class:`NeighborSampler`.
+        sampler: a :class:`NeighborSampler` or a :class:`~salientpp.sampling.BulkSampler`.
         seeds: int64 ``[n]`` distinct node ids (e.g. the training split); ``n >= 1`` unless
             ``num_batches`` is given.
         batch_size: seeds per batch (with ``num_batches``: the most seeds a batch may hold, so
@@ -66,12 +72,12 @@ class NeighborLoader:
     _core = None  # the C++ BatchLoader of the running iteration
     _next_batch = 0  # batches the running iteration has yielded (or where the next one starts)
 
-    def __init__(self, sampler: NeighborSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
+    def __init__(self, sampler: NeighborSampler | BulkSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
                  queue_depth: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False):
-        if not isinstance(sampler, NeighborSampler):
-            raise InputError(f"sampler must be a NeighborSampler, got {type(sampler).__name__}")
+        if not isinstance(sampler, (NeighborSampler, BulkSampler)):
+            raise InputError(f"sampler must be a NeighborSampler or a BulkSampler, got {type(sampler).__name__}")
         for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("queue_depth", queue_depth)):
             if int(value) < 1:
                 raise InputError(f"{name} must be >= 1, got {value}")
@@ -158,6 +164,8 @@ class NeighborLoader:
         order = self.epoch_order().contiguous()
         bounds = self.batch_bounds()
         first = self._next_batch
+        if isinstance(self.sampler, BulkSampler):
+            return self._bulk_batches(order, bounds.tolist(), first)
         core = extension().BatchLoader(self.sampler._core, order, bounds, self.epoch_seed(), self.labels,
                                        self.labels_offset, self._fetch, self.num_threads, self.queue_depth, first,
                                        self.low_priority)
@@ -181,6 +189,20 @@ class NeighborLoader:
             core.close()
             if self._core is core:
                 self._core = None
+
+    def _bulk_batches(self, order: torch.Tensor, bounds: list[int], first: int) -> Iterator[SampledBatch]:
+        step, seed = self.sampler.minibatches_per_bulk, self.epoch_seed()
+        for start in range(first, len(self), step):
+            stop = min(start + step, len(self))
+            bulk = self.sampler.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
+            for i, batch in enumerate(bulk, start):
+                try:
+                    batch = attach(batch, self.labels, self.labels_offset, self._fetch)
+                except ValueError as exc:
+                    raise InputError(str(exc)) from None
+                self._next_batch = i + 1
+                yield batch
+        self._next_batch = 0
 
     def close(self) -> None:
         """Stops the worker threads of the current iteration, if any."""

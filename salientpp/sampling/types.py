@@ -25,20 +25,25 @@ class MFG:
             row 1 = destination local index in ``[0, num_dst)``, grouped by destination.
         rowptr: int64 ``[num_dst + 1]``; the edges of destination ``d`` are columns
             ``rowptr[d]:rowptr[d + 1]`` of ``edge_index`` (a CSR over destinations).
+        edge_weight: float32 ``[E]`` or None. Layer-wise samplers (LADIES) set it: the layer
+            must aggregate ``sum_e edge_weight[e] * x[src_e]`` per destination, an unbiased
+            estimate of the neighbour mean, instead of averaging the sampled neighbours.
     """
 
     num_src: int
     num_dst: int
     edge_index: torch.Tensor
     rowptr: torch.Tensor
+    edge_weight: torch.Tensor | None = None
 
     @property
     def num_edges(self) -> int:
         return int(self.edge_index.shape[1])
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MFG:
+        weight = None if self.edge_weight is None else self.edge_weight.to(device, non_blocking=non_blocking)
         return MFG(self.num_src, self.num_dst, self.edge_index.to(device, non_blocking=non_blocking),
-                   self.rowptr.to(device, non_blocking=non_blocking))
+                   self.rowptr.to(device, non_blocking=non_blocking), weight)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from ..sampling.kinds import SamplerKind
 from ..cache import plan as plans
 from ..cache.plan import Budget, PlanInfo, build_and_save_plans, read_plan_info
 from ..cache.policies import PolicyContext
@@ -67,7 +68,7 @@ class PlanSource:
 
 
 def _workloads(config: TrainConfig) -> tuple[Workload, ...]:
-    return (Workload(tuple(config.fanouts), config.batch_size),)
+    return (Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler),)
 
 
 def default_plan_dir(config: TrainConfig) -> Path:
@@ -88,7 +89,8 @@ def check_default_plan(info: PlanInfo, config: TrainConfig) -> None:
     """Raise :class:`InputError` unless the plan at the default location is the one ``salientpp
     analyze`` writes for ``config``: for its partitioning, fanouts and batch size, with its
     policy, replication factor and GPU fraction."""
-    info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, info.path)
+    info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, info.path,
+                               sampler=SamplerKind(config.sampler))
     wanted = Budget(replication=config.replication)
     for what, theirs, ours in (("policy", info.meta.policy, config.cache),
                                ("budget", info.meta.budget.to_json(), wanted.to_json()),
@@ -151,7 +153,8 @@ def _build_unless_there(config: TrainConfig, data: PartitionedDataset, path: Pat
 def _checked(path: Path, config: TrainConfig, verb: str, given: bool) -> ResolvedCache:
     info = read_plan_info(path)
     if given:
-        info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, path, given=True)
+        info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, path, given=True,
+                                   sampler=SamplerKind(config.sampler))
     else:
         check_default_plan(info, config)
     return ResolvedCache(info.meta.policy, f"{verb} {path}", path)

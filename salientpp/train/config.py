@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..io import check_writable_file
 from ..models import MODELS
 from ..models.factory import check_model
+from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_sizes, check_sampler
 from .tasks import check_metric
 from .checkpoint import check_checkpoint_dir
 
@@ -80,7 +81,11 @@ class TrainConfig:
             hidden: hidden width; layers: number of layers.
         metric: the validation/test metric (``accuracy``, ``roc-auc``, ``f1-micro``); default:
             accuracy for class labels, ROC-AUC for multi-label ones.
-        fanouts: neighbours sampled per hop, ``fanouts[0]`` at the seeds, one per layer.
+        fanouts: neighbours sampled per hop, ``fanouts[0]`` at the seeds, one per layer (LADIES:
+            nodes sampled per layer).
+        sampler: the training loader's sampler, ``nodewise``, ``bulk`` or ``ladies``
+            (:class:`~salientpp.sampling.SamplerKind`); sampled inference is always node-wise.
+        minibatches_per_bulk: batches the bulk and LADIES samplers draw at once (``--bulk-size``).
         batch_size: seeds per minibatch per rank; lr: Adam learning rate; dropout: between layers.
         cache: cache policy name (``vip``, ``degree``, ...) or ``none``; without ``plan``, the
             plan ``salientpp analyze`` writes for this policy, ``replication`` and
@@ -128,6 +133,8 @@ class TrainConfig:
     hidden: int = 256
     layers: int = 3
     fanouts: tuple[int, ...] = (15, 10, 5)
+    sampler: str = SamplerKind.NODEWISE.value
+    minibatches_per_bulk: int = MINIBATCHES_PER_BULK
     batch_size: int = 1024
     lr: float = 0.003
     dropout: float = 0.5
@@ -167,6 +174,14 @@ class TrainConfig:
         _positive_int("the hidden size", self.hidden)
         _positive_int("the number of layers", self.layers)
         self.fanouts = _fanouts("fanouts", self.fanouts, self.layers)
+        kind = check_sampler(self.sampler)
+        self.sampler = kind.value
+        check_layer_sizes(kind, self.fanouts)
+        _positive_int("--bulk-size (minibatches per bulk)", self.minibatches_per_bulk)
+        if kind.weighted and self.model in MODELS and self.model != "sage":
+            raise InputError(f"the {kind.value} sampler's edge weights estimate a mean aggregation, which the "
+                             f"built-in {self.model} model does not compute; use --model sage (or your own model "
+                             "reading mfg.edge_weight)")
         self.eval_fanouts = _fanouts("eval fanouts", self.eval_fanouts or (20,) * self.layers, self.layers)
         _positive_int("the batch size", self.batch_size)
         self.eval_batch_size = _positive_int("the evaluation batch size", self.eval_batch_size or self.batch_size)
@@ -188,7 +203,7 @@ class TrainConfig:
             if given:
                 raise plan_conflict(self.plan, given)
             read_plan_info(self.plan).meta.check_compatible(self.part_dir, self.fanouts, self.batch_size, self.plan,
-                                                            given=True)
+                                                            given=True, sampler=kind)
         if self.device not in DEVICES:
             raise InputError(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.precision not in PRECISIONS:

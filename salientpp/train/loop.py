@@ -84,7 +84,8 @@ class Trainer:
                       low_priority=threads.low_priority_sampler,
                       pipeline_depth=config.pipeline_depth, gpu_fraction=config.gpu_fraction,
                       on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
-        self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **common)
+        self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, sampler=config.sampler,
+                                         minibatches_per_bulk=config.minibatches_per_bulk, **common)
         torch.manual_seed(config.seed)
         self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
                                  config.layers, config.dropout).to(ctx.device)

@@ -1,0 +1,335 @@
+r"""Bulk sampling: many minibatches at once as sparse-matrix operations, node-wise or layer-wise (LADIES).
+
+For ``k`` minibatches whose current node sets are :math:`S_1, \dots, S_k` (concatenated: ``R``
+rows), the row-selection matrix :math:`Q \in \{0,1\}^{R \times N}` has one 1 per row, and
+:math:`P = QA` holds every row's neighbours. :func:`select_rows` forms ``P``'s CSR directly
+(a row gather: for a selection matrix it is exactly the sparse product; ``tests`` check it
+against ``torch.sparse.mm``). Each hop then samples ``P``:
+
+* **node-wise** (``method="nodewise"``), per row: ``min(f, d)`` distinct entries, every subset of
+  that size equally likely: the row's entries get independent uniform keys and the ``f``
+  smallest are kept (a uniform random order's first ``f``); ``f = -1`` keeps the whole row.
+  With ``replace=True``: ``f`` independent uniform entries. This is the distribution of the C++
+  :class:`~salientpp.sampling.NeighborSampler`, including its semantics (every node reached so far
+  draws again at every hop), so the node-wise VIP applies unchanged.
+* **LADIES** (``method="ladies"``), per minibatch: with :math:`\hat A = D^{-1}A` (the mean
+  aggregation a SAGE layer computes), candidate ``j`` of the union of the minibatch's
+  neighbourhoods has probability
+  :math:`q_j = \lVert \hat A_{S,j} \rVert^2 / \lVert \hat A_{S,:} \rVert_F^2
+  = \sum_{i \in S \cap N(j)} d_i^{-2} \,/\, \sum_{i \in S} d_i^{-1}`, and ``s = fanouts[h]``
+  candidates are drawn independently from ``q`` (with replacement; ``c_j`` times each). The
+  edge ``j -> i`` of a drawn ``j`` gets the importance weight :math:`w_{ij} = \hat A_{ij}\,c_j / (s\,q_j)`,
+  so :math:`\sum_j w_{ij} x_j` is an unbiased estimate of the neighbour mean of ``i``.
+  The next layer's set is :math:`S \cup \{\text{drawn}\}` (destinations stay a prefix of the
+  sources, as in every MFG here).
+
+Randomness: batch ``i`` of stream ``seed`` draws from its own generator, seeded by
+``(seed, i)``, in a fixed order, so a batch does not depend on which other batches share its
+bulk or on ``minibatches_per_bulk``; the same code runs on CPU and CUDA tensors (the two
+devices' generators give different, equally distributed, batches).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .._ext import extension
+from ..errors import InputError
+from .convert import as_int64_tensor
+from .fetch import fetch_to_extension
+from .kinds import SamplerKind, check_layer_sizes
+from .sampler import check_labels, check_seeds
+from .types import MFG, FetchContext, FetchPlan, SampledBatch
+
+METHODS = ("nodewise", "ladies")
+
+
+def stream_seed(seed: int, batch_index: int) -> int:
+    """The generator seed of batch ``batch_index`` of stream ``seed`` (63 bits)."""
+    state = np.random.SeedSequence([int(seed) % (1 << 64), int(batch_index) % (1 << 64)]).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
+def select_rows(rowptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CSR of ``P = Q A`` for the row selection ``Q`` of ``rows``, as positions into ``col``.
+
+    Args:
+        rowptr: int64 ``[N + 1]`` of ``A``.
+        rows: int64 ``[R]`` selected row ids (repeats allowed).
+
+    Returns:
+        ``(ptr, entry)``: int64 ``[R + 1]`` row pointer of ``P`` and int64 ``[nnz(P)]``, the
+        position in ``A``'s ``col`` of every entry of ``P`` (so ``P``'s columns are ``col[entry]``).
+    """
+    start = rowptr[rows]
+    degree = rowptr[rows + 1] - start
+    ptr = torch.zeros(rows.shape[0] + 1, dtype=torch.int64, device=rows.device)
+    torch.cumsum(degree, 0, out=ptr[1:])
+    total = int(ptr[-1])
+    shift = torch.repeat_interleave(ptr[:-1] - start, degree, output_size=total)
+    return ptr, torch.arange(total, dtype=torch.int64, device=rows.device) - shift
+
+
+def _segment_ids(ptr: torch.Tensor, total: int) -> torch.Tensor:
+    """int64 ``[total]``: the segment of each position of a CSR with row pointer ``ptr``."""
+    return torch.repeat_interleave(torch.arange(ptr.shape[0] - 1, device=ptr.device), ptr[1:] - ptr[:-1],
+                                   output_size=total)
+
+
+@dataclass
+class _Frontier:
+    """The node sets of the ``k`` minibatches of a bulk, concatenated minibatch by minibatch.
+
+    Attributes:
+        nodes: int64 ``[R]`` global ids, minibatch 0's nodes first (in local order), then 1's, ...
+        mb: int64 ``[R]`` minibatch of each node; counts: int64 ``[k]`` nodes per minibatch.
+    """
+
+    nodes: torch.Tensor
+    mb: torch.Tensor
+    counts: torch.Tensor
+
+    @property
+    def starts(self) -> torch.Tensor:
+        return torch.cumsum(self.counts, 0) - self.counts
+
+    @property
+    def local(self) -> torch.Tensor:
+        """int64 ``[R]`` local index of each node within its minibatch."""
+        return torch.arange(self.nodes.shape[0], device=self.nodes.device) - self.starts[self.mb]
+
+
+class BulkSampler:
+    """Samples ``minibatches_per_bulk`` minibatches at a time with sparse-matrix operations.
+
+    The output is the node-wise sampler's :class:`~salientpp.sampling.SampledBatch` with one
+    :class:`~salientpp.sampling.MFG` per layer (model order); LADIES MFGs carry ``edge_weight``.
+    See the module docstring for the two methods and their distributions.
+
+    Args:
+        rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: CSR of a symmetric graph (numpy arrays,
+            memory maps or tensors; CPU tensors are shared, not copied).
+        fanouts: node-wise: neighbours per node per hop (``>= 1`` or ``-1``, all); LADIES: nodes
+            drawn per layer (``>= 1``); ``fanouts[0]`` at the seeds.
+        method: ``"nodewise"`` or ``"ladies"``.
+        minibatches_per_bulk: ``k >= 1``, the minibatches a loader samples in one bulk step.
+        replace: node-wise with replacement (``f`` independent draws per node).
+        device: where the CSR lives and the sampling runs (``"cpu"`` or a CUDA device).
+    """
+
+    def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray, fanouts: Sequence[int],
+                 method: str = "nodewise", minibatches_per_bulk: int = 1, replace: bool = False,
+                 device: torch.device | str = "cpu"):
+        if method not in METHODS:
+            raise InputError(f"unknown bulk sampling method {method!r}; choose one of {', '.join(METHODS)}")
+        if isinstance(minibatches_per_bulk, bool) or int(minibatches_per_bulk) < 1:
+            raise InputError(f"minibatches_per_bulk must be an integer >= 1, got {minibatches_per_bulk!r}")
+        fanouts = tuple(int(f) for f in fanouts)
+        if not fanouts or any(f != -1 and f < 1 for f in fanouts):
+            raise InputError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all neighbours), got {fanouts}")
+        self.kind = SamplerKind.LADIES if method == "ladies" else SamplerKind.BULK
+        self.fanouts = list(check_layer_sizes(self.kind, fanouts))
+        if replace and self.kind is SamplerKind.LADIES:
+            raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
+        self.method = method
+        self.minibatches_per_bulk = int(minibatches_per_bulk)
+        self.replace = bool(replace)
+        self.device = torch.device(device)
+        rowptr_t, col_t = _device_csr(rowptr, "rowptr", self.device), _device_csr(col, "col", self.device)
+        if rowptr_t.shape[0] < 2:
+            raise InputError("rowptr must have N + 1 >= 2 entries; pass the CSR of a graph with at least one node")
+        if int(rowptr_t[0]) != 0 or int(rowptr_t[-1]) != col_t.shape[0]:
+            raise InputError(f"rowptr must run from 0 to len(col) = {col_t.shape[0]}, "
+                             f"got {int(rowptr_t[0])}..{int(rowptr_t[-1])}; pass a matching CSR pair")
+        self.rowptr, self.col = rowptr_t, col_t
+        self.num_nodes = int(rowptr_t.shape[0] - 1)
+        self.degree = rowptr_t[1:] - rowptr_t[:-1]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def sample(self, seeds: torch.Tensor | np.ndarray | Sequence[int], seed: int = 0, batch_index: int = 0,
+               labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
+               fetch: FetchContext | None = None) -> SampledBatch:
+        """One batch, as :meth:`NeighborSampler.sample <salientpp.sampling.NeighborSampler.sample>`
+        (the same arguments; the batch equals batch 0 of ``sample_bulk([seeds], seed, batch_index)``)."""
+        seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
+        labels_t = check_labels(labels, labels_offset, seeds_t)
+        ctx = None if fetch is None else fetch_to_extension(fetch, self.num_nodes)
+        (batch,) = self.sample_bulk([seeds_t], seed, batch_index)
+        return attach(batch, labels_t, labels_offset, ctx)
+
+    def sample_bulk(self, seed_lists: Sequence[torch.Tensor], seed: int, first_index: int) -> list[SampledBatch]:
+        """Samples ``len(seed_lists)`` minibatches in one bulk step.
+
+        Args:
+            seed_lists: int64 ``[b_j]`` distinct, checked ids per minibatch (may be empty).
+            seed, first_index: minibatch ``j`` draws from the stream ``(seed, first_index + j)``.
+
+        Returns:
+            one :class:`SampledBatch` per minibatch (on this sampler's device, no labels, no fetch plan).
+        """
+        device = self.device
+        generators = [torch.Generator(device=device).manual_seed(stream_seed(seed, first_index + j))
+                      for j in range(len(seed_lists))]
+        counts = torch.tensor([int(s.shape[0]) for s in seed_lists], dtype=torch.int64, device=device)
+        mb = torch.repeat_interleave(torch.arange(len(seed_lists), device=device), counts)
+        nodes = torch.cat([s.to(device) for s in seed_lists]) if seed_lists else torch.empty(0, dtype=torch.int64)
+        frontier = _Frontier(nodes, mb, counts)
+        hops = []  # per hop: (counts before, counts after, row pointer per row, src local, weights)
+        for fanout in self.fanouts:
+            ptr, entry = select_rows(self.rowptr, frontier.nodes)
+            if self.kind is SamplerKind.LADIES:
+                keep, weight = self._ladies(frontier, ptr, entry, fanout, generators)
+                edge_row = _segment_ids(ptr, entry.shape[0])[keep]
+                src = self.col[entry[keep]]
+            else:
+                edge_row, src = self._nodewise(frontier, ptr, entry, fanout, generators)
+                weight = None
+            src_local, grown = _grow(frontier, frontier.mb[edge_row], src, self.num_nodes)
+            row_counts = torch.bincount(edge_row, minlength=frontier.nodes.shape[0])
+            hops.append((frontier.counts, grown.counts, row_counts, frontier.local[edge_row], src_local, weight))
+            frontier = grown
+        return _split(frontier, [len(s) for s in seed_lists], hops)
+
+    def _nodewise(self, frontier: _Frontier, ptr: torch.Tensor, entry: torch.Tensor, fanout: int,
+                  generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(edge_row, src)``: the drawn entries of ``P`` (grouped by row) and their columns."""
+        degree = ptr[1:] - ptr[:-1]
+        rows = torch.arange(degree.shape[0], device=ptr.device)
+        if fanout == -1:
+            return _segment_ids(ptr, entry.shape[0]), self.col[entry]
+        if self.replace:
+            draws = torch.where(degree > 0, fanout, 0)
+            uniform = _uniforms(generators, frontier.mb, draws)
+            edge_row = torch.repeat_interleave(rows, draws, output_size=int(uniform.shape[0]))
+            pick = (uniform * degree[edge_row]).long().clamp_(max=degree[edge_row] - 1)
+            return edge_row, self.col[entry[ptr[edge_row] + pick]]
+        # Rows with more than `fanout` entries keep the `fanout` entries of smallest random key.
+        big = degree > fanout
+        keep = torch.ones(entry.shape[0], dtype=torch.bool, device=ptr.device)
+        big_ptr = torch.zeros_like(ptr)
+        torch.cumsum(torch.where(big, degree, 0), 0, out=big_ptr[1:])
+        keys = _uniforms(generators, frontier.mb, torch.where(big, degree, 0))
+        if keys.shape[0]:
+            big_rows = torch.repeat_interleave(rows, torch.where(big, degree, 0), output_size=int(keys.shape[0]))
+            position = ptr[big_rows] + torch.arange(keys.shape[0], device=ptr.device) - big_ptr[big_rows]
+            order = torch.argsort(keys, stable=True)
+            order = order[torch.argsort(big_rows[order], stable=True)]  # by row, then by key
+            rank = torch.arange(keys.shape[0], device=ptr.device) - big_ptr[big_rows[order]]
+            keep[position] = False
+            keep[position[order[rank < fanout]]] = True
+        edge_row = _segment_ids(ptr, entry.shape[0])[keep]
+        return edge_row, self.col[entry[keep]]
+
+    def _ladies(self, frontier: _Frontier, ptr: torch.Tensor, entry: torch.Tensor, layer_size: int,
+                generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(keep, weight)``: which entries of ``P`` are edges (their column was drawn) and
+        float32 importance weights of the kept ones."""
+        device = ptr.device
+        num_mb = frontier.counts.shape[0]
+        row = _segment_ids(ptr, entry.shape[0])
+        inv_degree = 1.0 / self.degree[frontier.nodes].clamp(min=1).to(torch.float64)  # \hat A_ij of row i
+        value = inv_degree[row]
+        # Candidates: the distinct (minibatch, column) pairs of P; their squared column norms.
+        key = frontier.mb[row] * self.num_nodes + self.col[entry]
+        cand, inverse = torch.unique(key, sorted=True, return_inverse=True)
+        mass = torch.zeros(cand.shape[0], dtype=torch.float64, device=device).index_add_(0, inverse, value * value)
+        cand_mb = cand // self.num_nodes
+        total = torch.zeros(num_mb, dtype=torch.float64, device=device).index_add_(0, cand_mb, mass)
+        has_cand = torch.bincount(cand_mb, minlength=num_mb) > 0
+        draws = torch.where(has_cand, layer_size, 0)
+        uniform = _uniforms(generators, torch.arange(num_mb, device=device), draws)
+        draw_mb = torch.repeat_interleave(torch.arange(num_mb, device=device), draws, output_size=int(uniform.shape[0]))
+        cumulative = torch.cumsum(mass, 0)
+        before = cumulative - mass  # mass of the candidates before each one
+        first = torch.searchsorted(cand_mb, torch.arange(num_mb, device=device))
+        last = torch.searchsorted(cand_mb, torch.arange(num_mb, device=device), right=True) - 1
+        base = before[first.clamp(max=max(cand.shape[0] - 1, 0))] if cand.shape[0] else torch.zeros_like(total)
+        target = base[draw_mb] + uniform * total[draw_mb]
+        picked = torch.searchsorted(cumulative, target, right=True)
+        picked = torch.minimum(torch.maximum(picked, first[draw_mb]), last[draw_mb])  # float rounding at the ends
+        times = torch.bincount(picked, minlength=cand.shape[0]).to(torch.float64)
+        q = mass / total[cand_mb].clamp(min=torch.finfo(torch.float64).tiny)
+        factor = times / (layer_size * q.clamp(min=torch.finfo(torch.float64).tiny))
+        keep = times[inverse] > 0
+        return keep, (value[keep] * factor[inverse[keep]]).to(torch.float32)
+
+
+def _device_csr(array: torch.Tensor | np.ndarray, name: str, device: torch.device) -> torch.Tensor:
+    if isinstance(array, torch.Tensor) and array.device == device:
+        if array.dim() != 1 or array.dtype != torch.int64:
+            raise InputError(f"{name} must be a 1-D int64 array, got {array.dtype} of shape {list(array.shape)}")
+        return array.contiguous()
+    if isinstance(array, torch.Tensor):
+        array = array.cpu()
+    return as_int64_tensor(array, name).to(device)
+
+
+def _uniforms(generators: list[torch.Generator], owner: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """float64 uniforms in [0, 1): ``lengths[r]`` for each row ``r``, row by row; the rows of
+    minibatch ``j`` (``owner[r] == j``, rows of a minibatch contiguous) come from ``generators[j]``."""
+    per_mb = torch.zeros(len(generators), dtype=torch.int64, device=lengths.device).index_add_(0, owner, lengths)
+    parts = [torch.rand(int(n), generator=g, dtype=torch.float64, device=lengths.device)
+             for g, n in zip(generators, per_mb.tolist())]
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=lengths.device)
+
+
+def _grow(frontier: _Frontier, edge_mb: torch.Tensor, src: torch.Tensor, num_nodes: int
+          ) -> tuple[torch.Tensor, _Frontier]:
+    """Local indices of the sources ``src`` (global ids) of edges of minibatches ``edge_mb``, and
+    the frontier with every new source appended to its minibatch (new ids in ascending order)."""
+    device = src.device
+    known = frontier.mb * num_nodes + frontier.nodes
+    known_sorted, order = torch.sort(known)
+    known_local = frontier.local[order]
+    key = edge_mb * num_nodes + src
+    pos = torch.searchsorted(known_sorted, key).clamp_(max=max(known_sorted.shape[0] - 1, 0))
+    found = known_sorted[pos] == key if known_sorted.shape[0] else torch.zeros_like(key, dtype=torch.bool)
+    new = torch.unique(key[~found], sorted=True)
+    new_mb = new // num_nodes
+    new_counts = torch.bincount(new_mb, minlength=frontier.counts.shape[0])
+    new_local = frontier.counts[new_mb] + torch.arange(new.shape[0], device=device) - (
+        torch.cumsum(new_counts, 0) - new_counts)[new_mb]
+    src_local = torch.empty_like(key)
+    src_local[found] = known_local[pos[found]]
+    src_local[~found] = new_local[torch.searchsorted(new, key[~found])]
+    nodes = torch.cat([frontier.nodes, new % num_nodes])
+    mb = torch.cat([frontier.mb, new_mb])
+    order = torch.argsort(mb, stable=True)  # each minibatch's old nodes, then its new ones
+    return src_local, _Frontier(nodes[order], mb[order], frontier.counts + new_counts)
+
+
+def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBatch]:
+    """Cuts the bulk's hops into one :class:`SampledBatch` per minibatch."""
+    n_ids = torch.split(frontier.nodes, frontier.counts.tolist())
+    per_hop = []
+    for dst_counts, src_counts, row_counts, dst_local, src_local, weight in hops:
+        edge_counts = torch.zeros_like(dst_counts).index_add_(
+            0, torch.repeat_interleave(torch.arange(dst_counts.shape[0], device=dst_counts.device), dst_counts),
+            row_counts)
+        edge_sizes = edge_counts.tolist()
+        rows = torch.split(row_counts, dst_counts.tolist())
+        edges = torch.split(torch.stack([src_local, dst_local]), edge_sizes, dim=1)
+        weights = [None] * len(sizes) if weight is None else torch.split(weight, edge_sizes)
+        mfgs = []
+        for j, (num_src, num_dst) in enumerate(zip(src_counts.tolist(), dst_counts.tolist())):
+            rowptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=row_counts.device)
+            torch.cumsum(rows[j], 0, out=rowptr[1:])
+            mfgs.append(MFG(num_src, num_dst, edges[j], rowptr, weights[j]))
+        per_hop.append(mfgs)
+    return [SampledBatch(n_ids[j], sizes[j], [hop[j] for hop in reversed(per_hop)]) for j in range(len(sizes))]
+
+
+def attach(batch: SampledBatch, labels: torch.Tensor | None, labels_offset: int, fetch) -> SampledBatch:
+    """``batch`` with its seeds' labels and, given a ``_C.FetchContext``, its fetch plan."""
+    seeds = batch.n_id[:batch.batch_size].cpu()
+    if labels is not None:
+        batch.y = labels[seeds - labels_offset]
+    if fetch is not None:
+        batch.fetch = FetchPlan(**extension().plan_fetch(fetch, batch.n_id.cpu().contiguous()))
+    return batch
