@@ -279,7 +279,7 @@ def _hop(method: str, rowptr: np.ndarray, col: np.ndarray, w: np.ndarray, prev: 
 
 
 def ladies_weights(degree: np.ndarray, layer_size: int, prev: np.ndarray) -> np.ndarray:
-    """float64 ``[N, K]``: LADIES's pick weight :math:`w_h(u) = 1 - e^{-s_h / (d_u^2 \bar Z_k)}`,
+    r"""float64 ``[N, K]``: LADIES's pick weight :math:`w_h(u) = 1 - e^{-s_h / (d_u^2 \bar Z_k)}`,
     :math:`\bar Z_k = \sum_u p^{h-1}_k(u) / d_u`, of a vertex u in the layer set (module docstring)."""
     inv_degree = np.where(degree > 0, 1.0 / np.maximum(degree, 1), 0.0)
     total = prev.T @ inv_degree  # E[Z] per partition, [K]
