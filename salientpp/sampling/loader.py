@@ -1,6 +1,10 @@
 """An iterable loader: the C++ thread pool (or a bulk sampler) samples an epoch's batches, in order."""
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -42,10 +46,11 @@ class NeighborLoader:
     stands and :meth:`load_state_dict` makes the next iteration continue from there, with the
     same batches an uninterrupted epoch would have yielded.
 
-    With a :class:`~salientpp.sampling.BulkSampler`, the consumer's thread samples
-    ``sampler.minibatches_per_bulk`` batches at a time (torch's intra-op threads do the work;
-    ``num_threads``, ``queue_depth`` and ``low_priority`` do not apply); batch ``i`` is still drawn
-    from the stream ``(epoch_seed(), i)`` alone, so the batches do not depend on the bulk size.
+    With a :class:`~salientpp.sampling.BulkSampler`, one background thread samples
+    ``sampler.minibatches_per_bulk`` batches at a time (torch's intra-op threads do the work, with
+    the GIL released) and keeps at most ``queue_depth`` batches ahead; ``low_priority`` lowers that
+    thread's priority, and ``num_threads`` does not apply. Batch ``i`` is still drawn from the
+    stream ``(epoch_seed(), i)`` alone, so the batches do not depend on the bulk size.
 
     Args:
         sampler: a :class:`NeighborSampler` or a :class:`~salientpp.sampling.BulkSampler`.
@@ -165,16 +170,20 @@ class NeighborLoader:
         bounds = self.batch_bounds()
         first = self._next_batch
         if isinstance(self.sampler, BulkSampler):
-            return self._bulk_batches(order, bounds.tolist(), first)
+            core = _BulkWorker(self._bulks(order, bounds.tolist(), first), len(self) - first, self.queue_depth,
+                               self.low_priority)
+            self._core = core
+            return self._batches(core, bounds.tolist(), first, lambda batch, size: batch)
         core = extension().BatchLoader(self.sampler._core, order, bounds, self.epoch_seed(), self.labels,
                                        self.labels_offset, self._fetch, self.num_threads, self.queue_depth, first,
                                        self.low_priority)
         self._core = core
-        return self._batches(core, bounds.tolist(), first)
+        return self._batches(core, bounds.tolist(), first, batch_from_extension)
 
-    def _batches(self, core, bounds: list[int], first: int) -> Iterator[SampledBatch]:
+    def _batches(self, core, bounds: list[int], first: int, wrap) -> Iterator[SampledBatch]:
+        """Yields ``wrap(core.next(), batch size)`` for batches ``first:`` and stops ``core`` at the end."""
         try:
-            for i in range(first, len(core)):
+            for i in range(first, len(self)):
                 try:
                     raw = core.next()
                 except ValueError as exc:
@@ -183,26 +192,21 @@ class NeighborLoader:
                     raise RuntimeError("this epoch's iteration was stopped by close() or by a newer iteration "
                                        "over the same loader")
                 self._next_batch = i + 1
-                yield batch_from_extension(raw, bounds[i + 1] - bounds[i])
+                yield wrap(raw, bounds[i + 1] - bounds[i])
             self._next_batch = 0
         finally:
             core.close()
             if self._core is core:
                 self._core = None
 
-    def _bulk_batches(self, order: torch.Tensor, bounds: list[int], first: int) -> Iterator[SampledBatch]:
+    def _bulks(self, order: torch.Tensor, bounds: list[int], first: int) -> Iterator[SampledBatch]:
+        """The batches ``first:`` of the epoch, sampled ``minibatches_per_bulk`` at a time."""
         step, seed = self.sampler.minibatches_per_bulk, self.epoch_seed()
         for start in range(first, len(self), step):
             stop = min(start + step, len(self))
             bulk = self.sampler.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
-            for i, batch in enumerate(bulk, start):
-                try:
-                    batch = attach(batch, self.labels, self.labels_offset, self._fetch)
-                except ValueError as exc:
-                    raise InputError(str(exc)) from None
-                self._next_batch = i + 1
-                yield batch
-        self._next_batch = 0
+            for batch in bulk:
+                yield attach(batch, self.labels, self.labels_offset, self._fetch)
 
     def close(self) -> None:
         """Stops the worker threads of the current iteration, if any."""
@@ -219,3 +223,59 @@ def _is_empty(seeds) -> bool:
     if isinstance(seeds, (torch.Tensor, np.ndarray)):
         return seeds.ndim == 1 and seeds.shape[0] == 0
     return isinstance(seeds, (list, tuple)) and len(seeds) == 0
+
+
+class _BulkWorker:
+    """Runs ``batches`` (a generator of sampled batches) in a background thread, at most ``depth``
+    batches ahead; ``next()`` and ``close()`` as the C++ ``BatchLoader``: ``None`` once closed,
+    and the thread's exception (``ValueError`` from a corrupt graph too) raised in the consumer."""
+
+    _DONE = object()
+
+    def __init__(self, batches: Iterator[SampledBatch], count: int, depth: int, low_priority: bool):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._count = count
+        self._thread = threading.Thread(target=self._run, args=(batches, low_priority), name="salientpp-bulk",
+                                        daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, batches: Iterator[SampledBatch], low_priority: bool) -> None:
+        if low_priority:  # per thread on Linux; the intra-op threads it starts inherit it
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        try:
+            for batch in batches:
+                if not self._put(batch):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            self._put(exc)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def next(self) -> SampledBatch | None:
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("the bulk sampling thread ended before its epoch did") from None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
