@@ -10,7 +10,11 @@ the CPU path (the tests run them that way). Each check is a :class:`Check` row o
    * every assembled batch equals ``x[n_id]`` of the unpartitioned dataset;
    * the training's test accuracy against the same training on the CPU, within noise;
    * on CUDA, the host waits per step in the training epoch (``torch.cuda.set_sync_debug_mode``);
-4. ``bench train`` on the small preset in 1 part on the device, against PyG's NeighborLoader
+4. the bulk samplers on the device (:class:`~salientpp.sampling.BulkSampler`, node-wise and
+   LADIES): every edge is a graph edge, node-wise destinations draw ``min(f, d)`` distinct
+   neighbours, and the mean nodes per hop equal the CPU's within Monte-Carlo error (node-wise:
+   the C++ sampler's; LADIES: the CPU bulk sampler's, which the tests check against its definition);
+5. ``bench train`` on the small preset in 1 part on the device, against PyG's NeighborLoader
    on the same device (``--bench``).
 """
 from __future__ import annotations
@@ -114,6 +118,67 @@ def check_gather(device: torch.device, plans: int = 200) -> Check:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return Check("row gather vs torch indexing", failed == 0, f"{plans + 1 - failed} of {plans + 1} random plans equal")
+
+
+def _hop_sizes(batches) -> np.ndarray:
+    """float64 ``[batches, L + 1]``: nodes after hop 0 (the seeds), 1, ..., L of each batch."""
+    return np.array([[b.batch_size] + [m.num_src for m in reversed(b.mfgs)] for b in batches], dtype=np.float64)
+
+
+def _edges_valid(batches, rowptr: np.ndarray, col: np.ndarray, fanout_check: list[int] | None) -> bool:
+    """Every MFG edge ``n_id[src] -> n_id[dst]`` is a graph edge; with ``fanout_check``, each
+    destination of hop h has ``min(f_h, d)`` distinct sources."""
+    n = rowptr.shape[0] - 1
+    keys = np.repeat(np.arange(n), np.diff(rowptr)) * n + col
+    for batch in batches:
+        n_id = batch.n_id.cpu().numpy()
+        for h, mfg in enumerate(reversed(batch.mfgs)):
+            src, dst = mfg.edge_index.cpu().numpy()
+            key = n_id[dst] * n + n_id[src]
+            pos = np.searchsorted(keys, key).clip(max=keys.shape[0] - 1)
+            if not np.all(keys[pos] == key):
+                return False
+            if fanout_check is not None:
+                degree = np.diff(rowptr)[n_id[:mfg.num_dst]]
+                if not np.array_equal(np.bincount(dst, minlength=mfg.num_dst), np.minimum(fanout_check[h], degree)):
+                    return False
+                if np.unique(dst * n + n_id[src]).shape[0] != src.shape[0]:
+                    return False
+    return True
+
+
+def check_bulk(device: torch.device, batches: int = 400) -> list[Check]:
+    """Bulk node-wise and LADIES on ``device`` against the CPU (see the module docstring)."""
+    from .data.synthetic import synthetic_dataset
+    from .sampling import BulkSampler, NeighborSampler
+
+    ds = synthetic_dataset("tiny,num_nodes=3000,avg_degree=16,seed=1")
+    rowptr, col = np.asarray(ds.rowptr), np.asarray(ds.col)
+    rng = np.random.default_rng(0)
+    seed_lists = [torch.from_numpy(rng.choice(ds.num_nodes, 16, replace=False)) for _ in range(batches)]
+    rows = []
+    for method, fanouts in (("nodewise", [10, 5]), ("ladies", [64, 64])):
+        on_device = BulkSampler(rowptr, col, fanouts, method=method, device=device)
+        drawn = [b for start in range(0, batches, 50)
+                 for b in on_device.sample_bulk(seed_lists[start:start + 50], seed=1, first_index=start)]
+        if method == "nodewise":
+            cpu = NeighborSampler(rowptr, col, fanouts)
+            reference = [cpu.sample(s, seed=2, batch_index=i) for i, s in enumerate(seed_lists)]
+        else:
+            cpu = BulkSampler(rowptr, col, fanouts, method=method)
+            reference = cpu.sample_bulk(seed_lists, seed=2, first_index=0)
+        ours, theirs = _hop_sizes(drawn), _hop_sizes(reference)
+        # Two independent samples of `batches` batches each: the difference of the means has
+        # standard error sqrt(var_a / n + var_b / n); 4 of them bound a correct sampler's difference.
+        se = np.sqrt((ours.var(axis=0) + theirs.var(axis=0)) / batches)
+        close = bool(np.all(np.abs(ours.mean(axis=0) - theirs.mean(axis=0)) <= 4 * se + 1e-9))
+        valid = _edges_valid(drawn, rowptr, col, fanouts if method == "nodewise" else None)
+        weights = all(m.edge_weight is not None and bool((m.edge_weight > 0).all()) for b in drawn for m in b.mfgs
+                      ) if method == "ladies" else True
+        detail = (f"nodes per hop {np.round(ours.mean(axis=0), 1).tolist()} vs cpu "
+                  f"{np.round(theirs.mean(axis=0), 1).tolist()}; edges {'valid' if valid else 'INVALID'}")
+        rows.append(Check(f"bulk {method} sampler on {device.type}", close and valid and weights, detail))
+    return rows
 
 
 def _prepare(preset: str, work: Path) -> tuple[Path, object]:
@@ -225,7 +290,7 @@ def run(device: str, presets: list[str], epochs: int, bench: bool) -> list[Check
         _print(row)
     with tempfile.TemporaryDirectory(prefix="salientpp-selfcheck-") as tmp:
         work = Path(tmp)
-        steps = [lambda: [check_gather(torch.device(device))]]
+        steps = [lambda: [check_gather(torch.device(device))], lambda: check_bulk(torch.device(device))]
         steps += [lambda p=p: check_preset(p, device, work, epochs) for p in presets]
         if bench:
             steps.append(lambda: check_bench(device, work, 3))

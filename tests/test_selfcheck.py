@@ -18,6 +18,20 @@ def test_the_cpu_selfcheck_passes_its_kernel_and_training_checks_and_prints_a_ta
     assert rows["row gather vs torch indexing"] == "pass"
     assert rows["tiny: assembled x equals x[n_id]"] == "pass"
     assert rows["tiny: test accuracy"] == "info" and rows["extension"] == "pass"
+    assert rows["bulk nodewise sampler on cpu"] == "pass" and rows["bulk ladies sampler on cpu"] == "pass"
+
+
+def test_a_bulk_sampler_that_draws_too_many_neighbours_fails_the_bulk_check(monkeypatch):
+    from salientpp.sampling import bulk
+
+    real = bulk.BulkSampler._nodewise
+
+    def greedy(self, frontier, ptr, entry, fanout, generators):  # every neighbour, ignoring the fanout
+        return real(self, frontier, ptr, entry, -1, generators)
+
+    monkeypatch.setattr(bulk.BulkSampler, "_nodewise", greedy)
+    nodewise, _ = selfcheck.check_bulk(torch.device("cpu"), batches=100)
+    assert nodewise.ok is False
 
 
 def test_a_wrong_kernel_result_fails_the_gather_check(monkeypatch):
