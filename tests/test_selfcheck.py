@@ -26,8 +26,8 @@ def test_a_bulk_sampler_that_draws_too_many_neighbours_fails_the_bulk_check(monk
 
     real = bulk.BulkSampler._nodewise
 
-    def greedy(self, frontier, ptr, entry, fanout, generators):  # every neighbour, ignoring the fanout
-        return real(self, frontier, ptr, entry, -1, generators)
+    def greedy(self, frontier, fanout, generators):  # every neighbour, ignoring the fanout
+        return real(self, frontier, -1, generators)
 
     monkeypatch.setattr(bulk.BulkSampler, "_nodewise", greedy)
     nodewise, _ = selfcheck.check_bulk(torch.device("cpu"), batches=100)

@@ -1,10 +1,24 @@
-"""Sampling throughput (sampled edges per second): salientpp's C++ loader vs PyG's NeighborLoader.
+"""Sampling throughput (sampled edges per second): salientpp's samplers vs PyG's NeighborLoader.
 
-PyG's column needs ``torch_sparse`` (with ``torch_scatter``) or ``pyg-lib``; without them it is
-skipped. Both sample the same graph from the same seeds with the same fanouts and batch size.
-The two samplers expand different node sets (salientpp re-expands every node of the previous
-layer, PyG only the new frontier), so edges per batch differ and throughput is compared in
-edges per second.
+Samplers (``--samplers``, default ``nodewise``):
+
+* ``nodewise``: the C++ thread-pool sampler, one row per ``--threads`` count (its worker threads).
+* ``bulk``: the same node-wise distribution drawn by :class:`~salientpp.sampling.BulkSampler`,
+  ``k`` minibatches per bulk step in the loader's thread, one row per ``k`` of ``--bulk-sizes``
+  and per thread count (``torch.set_num_threads``: torch's intra-op threads do the work).
+* ``ladies``: layer-wise LADIES sampling by the same bulk sampler, rows as for ``bulk``. Its
+  ``--ladies-fanouts`` are *nodes drawn per layer* (e.g. 512,512,512), not neighbours per node.
+* PyG's NeighborLoader (``torch.set_num_threads``), unless ``--no-pyg``; it needs
+  ``torch_sparse`` (with ``torch_scatter``) or ``pyg-lib`` and is skipped without them.
+
+All sample the same graph from the same seeds with the same batch size (and, but for LADIES, the
+same fanouts); every configuration runs one warm-up epoch and then ``--repeats`` timed epochs,
+interleaved (repeat ``r`` of every configuration before repeat ``r + 1`` of any), so that a
+change of the machine's load hits all of them alike; the table shows the medians. Samplers
+expand different node sets (salientpp's node-wise samplers re-expand every node of the previous
+layer, PyG only the new frontier, LADIES a few hundred nodes per layer), so edges per batch
+differ and throughput is compared in sampled edges per second: "vs nodewise" divides by the C++
+node-wise sampler at the same thread count, "vs PyG" by PyG at the same thread count.
 """
 from __future__ import annotations
 
@@ -13,7 +27,9 @@ import json
 import resource
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,17 +38,28 @@ import torch
 from ..cache.workload import parse_fanouts
 from ..data.format import load_dataset
 from ..errors import InputError
-from ..io import check_output_dir, write_text_atomic
-from ..parsing import number_list
+from ..io import atomic_output_file, check_output_dir, write_text_atomic
+from ..parsing import name_list, number_list
 from ..sampling import NeighborLoader, NeighborSampler
+from ..sampling.kinds import SAMPLERS, SamplerKind, make_sampler
 
 PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
                     "`pip install --no-build-isolation torch_scatter torch_sparse` (about 10 minutes each)")
+
+DEFAULT_BULK_SIZES = (1, 4, 16, 64)
+DEFAULT_LADIES_LAYER_SIZE = 512
+NODEWISE_IMPL = "salientpp"  # the C++ node-wise sampler's ``impl`` in the rows and the JSON
+TABLE_NAMES = {NODEWISE_IMPL: "nodewise"}
 
 
 @dataclass
 class BenchRow:
     """One measured configuration; rates are medians over the repeats.
+
+    ``impl`` is ``"salientpp"`` (the C++ node-wise sampler), ``"bulk"``, ``"ladies"`` or
+    ``"pyg"``; ``bulk_size`` is the minibatches per bulk step ``k`` of ``bulk`` and ``ladies``
+    rows and ``None`` for the others. ``threads`` is the C++ sampler's worker threads, or
+    ``torch.set_num_threads`` for the others.
 
     ``edges_per_cpu_s`` divides by the CPU time of the whole process (all threads): on a shared
     machine it shows the cost per edge even when other jobs keep the threads off the cores.
@@ -45,6 +72,7 @@ class BenchRow:
     batches_per_s: float
     edges_per_batch: float
     repeat_edges_per_s: list[float]
+    bulk_size: int | None = None
 
 
 @dataclass
@@ -57,6 +85,21 @@ class SamplerBenchConfig:
     num_batches: int
     repeats: int
     threads: list[int]
+    samplers: list[str] = field(default_factory=lambda: [SamplerKind.NODEWISE.value])
+    bulk_sizes: list[int] = field(default_factory=list)
+    ladies_fanouts: list[int] | None = None
+
+
+@dataclass
+class _Case:
+    """One configuration to time: ``epoch(repeat)`` iterates over one epoch's batches."""
+
+    impl: str
+    threads: int
+    epoch: Callable[[int], Iterable]
+    count_edges: Callable[[object], int]
+    torch_threads: int | None = None  # torch.set_num_threads during its epochs (restored after)
+    bulk_size: int | None = None
 
 
 def pyg_available() -> bool:
@@ -73,92 +116,268 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _measure(impl: str, threads: int, make_batches, count_edges, repeats: int) -> BenchRow:
-    """Runs one warm-up epoch (pages in the graph), then ``repeats`` timed ones."""
-    edges_per_s, edges_per_cpu_s, batches_per_s = [], [], []
-    edges_per_batch = 0.0
-    for repeat in range(repeats + 1):
-        edges = batches = 0
+@contextmanager
+def _torch_threads(threads: int | None):
+    """``torch.set_num_threads(threads)`` inside the block (nothing for ``None``), restored after."""
+    if threads is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _time_epoch(case: _Case, repeat: int) -> tuple[int, int, float, float]:
+    """``(edges, batches, seconds, cpu seconds)`` of one epoch of ``case``."""
+    edges = batches = 0
+    with _torch_threads(case.torch_threads):
         start, cpu_start = time.perf_counter(), _cpu_seconds()
-        for batch in make_batches(repeat):
-            edges += count_edges(batch)
+        for batch in case.epoch(repeat):
+            edges += case.count_edges(batch)
             batches += 1
         elapsed, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
-        if repeat > 0:
-            edges_per_s.append(edges / elapsed)
-            edges_per_cpu_s.append(edges / max(cpu, 1e-9))
-            batches_per_s.append(batches / elapsed)
-            edges_per_batch = edges / batches
-    return BenchRow(impl, threads, statistics.median(edges_per_s), statistics.median(edges_per_cpu_s),
-                    statistics.median(batches_per_s), edges_per_batch, edges_per_s)
+    return edges, batches, elapsed, cpu
+
+
+def _measure_cases(cases: Sequence[_Case], repeats: int) -> list[BenchRow]:
+    """One warm-up epoch per case (pages in the graph), then ``repeats`` timed ones, interleaved:
+    repeat ``r`` of every case runs before repeat ``r + 1`` of any. Repeat ``r`` is epoch ``r``."""
+    timed: list[list[tuple[int, int, float, float]]] = [[] for _ in cases]
+    for repeat in range(repeats + 1):
+        for runs, case in zip(timed, cases):
+            result = _time_epoch(case, repeat)
+            if repeat > 0:
+                runs.append(result)
+    rows = []
+    for case, runs in zip(cases, timed):
+        edges_per_s = [e / s for e, _, s, _ in runs]
+        edges, batches = runs[-1][0], runs[-1][1]
+        rows.append(BenchRow(case.impl, case.threads, statistics.median(edges_per_s),
+                             statistics.median(e / max(c, 1e-9) for e, _, _, c in runs),
+                             statistics.median(b / s for _, b, s, _ in runs), edges / max(batches, 1), edges_per_s,
+                             case.bulk_size))
+    return rows
+
+
+def _measure(impl: str, threads: int, make_batches, count_edges, repeats: int) -> BenchRow:
+    """Runs one warm-up epoch (pages in the graph), then ``repeats`` timed ones."""
+    return _measure_cases([_Case(impl, threads, make_batches, count_edges)], repeats)[0]
+
+
+def _loader_epochs(loader: NeighborLoader) -> Callable[[int], NeighborLoader]:
+    def epoch(repeat):
+        loader.set_epoch(repeat)
+        return loader
+    return epoch
+
+
+def _salientpp_case(sampler: NeighborSampler, seeds: torch.Tensor, batch_size: int, threads: int) -> _Case:
+    loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False, num_threads=threads,
+                            queue_depth=max(4, 2 * threads))
+    return _Case(NODEWISE_IMPL, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges)
+
+
+def _bulk_case(kind: SamplerKind, rowptr, col, seeds: torch.Tensor, fanouts: Sequence[int], batch_size: int,
+               threads: int, bulk_size: int) -> _Case:
+    """The bulk sampler of ``kind`` with ``k = bulk_size``, run under ``torch.set_num_threads(threads)``."""
+    sampler = make_sampler(rowptr, col, fanouts, kind, minibatches_per_bulk=bulk_size)
+    loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False)
+    return _Case(kind.value, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges, threads, bulk_size)
+
+
+def _pyg_loader(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size: int):
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader as PygNeighborLoader
+
+    num_nodes = rowptr.shape[0] - 1
+    row = torch.repeat_interleave(torch.arange(num_nodes), torch.from_numpy(np.diff(np.asarray(rowptr))))
+    data = Data(edge_index=torch.stack([row, torch.from_numpy(np.asarray(col))]), num_nodes=num_nodes)
+    return PygNeighborLoader(data, num_neighbors=fanouts, batch_size=batch_size, input_nodes=seeds, shuffle=False)
+
+
+def _pyg_case(loader, threads: int) -> _Case:
+    return _Case("pyg", threads, lambda repeat: loader, lambda b: b.edge_index.shape[1], threads)
 
 
 def bench_salientpp(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size: int, threads: int,
                     repeats: int) -> BenchRow:
-    loader = NeighborLoader(NeighborSampler(rowptr, col, fanouts), seeds, batch_size, shuffle=False,
-                            num_threads=threads, queue_depth=max(4, 2 * threads))
-
-    def epoch(repeat):
-        loader.set_epoch(repeat)
-        return loader
-
-    return _measure("salientpp", threads, epoch, lambda b: b.num_sampled_edges, repeats)
+    case = _salientpp_case(NeighborSampler(rowptr, col, fanouts), seeds, batch_size, threads)
+    return _measure_cases([case], repeats)[0]
 
 
 def bench_pyg(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size: int, threads: int,
               repeats: int) -> BenchRow:
     """PyG's NeighborLoader in the main process with ``torch.set_num_threads(threads)``."""
-    from torch_geometric.data import Data
-    from torch_geometric.loader import NeighborLoader as PygNeighborLoader
+    return _measure_cases([_pyg_case(_pyg_loader(rowptr, col, seeds, fanouts, batch_size), threads)], repeats)[0]
 
-    num_nodes = rowptr.shape[0] - 1
-    row = torch.repeat_interleave(torch.arange(num_nodes), torch.from_numpy(np.diff(rowptr)))
-    data = Data(edge_index=torch.stack([row, torch.from_numpy(np.asarray(col))]), num_nodes=num_nodes)
-    loader = PygNeighborLoader(data, num_neighbors=fanouts, batch_size=batch_size, input_nodes=seeds,
-                               shuffle=False)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return _measure("pyg", threads, lambda repeat: loader, lambda b: b.edge_index.shape[1], repeats)
-    finally:
-        torch.set_num_threads(previous)
+
+def default_ladies_fanouts(fanouts: Sequence[int]) -> list[int]:
+    """``DEFAULT_LADIES_LAYER_SIZE`` nodes per layer, as many layers as ``fanouts``."""
+    return [DEFAULT_LADIES_LAYER_SIZE] * len(fanouts)
+
+
+def check_options(samplers: Sequence[str], bulk_sizes: Sequence[int], fanouts: Sequence[int],
+                  ladies_fanouts: Sequence[int] | None, batch_size: int, num_batches: int, repeats: int,
+                  threads: Sequence[int]) -> list[SamplerKind]:
+    """Raise :class:`InputError` (one sentence) for an option the benchmark cannot run; return
+    the samplers as :class:`SamplerKind`. Cheap: the CLI calls it before it reads the dataset."""
+    if batch_size < 1 or num_batches < 1 or repeats < 1 or not threads or min(threads) < 1:
+        raise InputError("batch size, number of batches, repeats and thread counts must all be >= 1")
+    if not samplers:
+        raise InputError(f"--samplers is empty; name at least one of {', '.join(SAMPLERS)}")
+    kinds = []
+    for name in samplers:
+        if name not in SAMPLERS:
+            hint = " (PyG is measured unless --no-pyg is given)" if name == "pyg" else ""
+            raise InputError(f"--samplers names the unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}{hint}")
+        if SamplerKind(name) in kinds:
+            raise InputError(f"--samplers names {name} twice; name each sampler once")
+        kinds.append(SamplerKind(name))
+    if any(kind.is_bulk for kind in kinds):
+        if not bulk_sizes:
+            raise InputError("--bulk-sizes is empty; give the minibatches per bulk step to measure, e.g. 1,4,16,64")
+        bad = [k for k in bulk_sizes if k < 1]
+        if bad:
+            raise InputError(f"--bulk-sizes must be integers >= 1 (minibatches per bulk step), got {bad[0]}")
+        if len(set(bulk_sizes)) != len(bulk_sizes):
+            raise InputError(f"--bulk-sizes lists a size twice ({','.join(map(str, bulk_sizes))}); "
+                             "give each size once")
+    if SamplerKind.LADIES in kinds and ladies_fanouts is not None:
+        if any(s < 1 for s in ladies_fanouts):
+            raise InputError(f"--ladies-fanouts are nodes drawn per layer, so each must be >= 1, "
+                             f"got {','.join(map(str, ladies_fanouts))}")
+        if len(ladies_fanouts) != len(fanouts):
+            raise InputError(f"--ladies-fanouts has {len(ladies_fanouts)} layers but --fanouts has {len(fanouts)}; "
+                             "give one layer size per hop so that both sample as many layers")
+    return kinds
 
 
 def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: int, threads: list[int],
-                      num_batches: int, repeats: int, with_pyg: bool = True
+                      num_batches: int, repeats: int, with_pyg: bool = True,
+                      samplers: Sequence[str] = (SamplerKind.NODEWISE.value,),
+                      bulk_sizes: Sequence[int] = DEFAULT_BULK_SIZES, ladies_fanouts: Sequence[int] | None = None
                       ) -> tuple[SamplerBenchConfig, list[BenchRow]]:
-    """Measures both samplers on ``num_batches`` batches of training seeds (fixed random subset)."""
-    if batch_size < 1 or num_batches < 1 or repeats < 1 or not threads or min(threads) < 1:
-        raise InputError("batch size, number of batches, repeats and thread counts must all be >= 1")
+    """Measures the samplers on ``num_batches`` batches of training seeds (fixed random subset).
+
+    Rows: the C++ node-wise sampler per thread count, then ``bulk`` and ``ladies`` per bulk size
+    and thread count, then PyG per thread count; all measured side by side (:func:`_measure_cases`).
+    ``ladies_fanouts`` (nodes per layer) defaults to 512 per hop of ``fanouts``.
+    """
+    kinds = check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, batch_size, num_batches, repeats, threads)
+    bulk_kinds = [kind for kind in kinds if kind.is_bulk]
+    bulk_sizes = list(bulk_sizes) if bulk_kinds else []
+    if SamplerKind.LADIES in kinds:
+        ladies_fanouts = list(ladies_fanouts) if ladies_fanouts is not None else default_ladies_fanouts(fanouts)
+    else:
+        ladies_fanouts = None
     dataset = load_dataset(dataset_dir)
     rowptr, col = dataset.rowptr, dataset.col
     train = np.asarray(dataset.train_idx)
     take = min(train.shape[0], num_batches * batch_size)
     seeds = torch.from_numpy(np.random.default_rng(0).permutation(train)[:take].astype(np.int64))
     config = SamplerBenchConfig(str(dataset_dir), dataset.num_nodes, dataset.num_edges, list(fanouts), batch_size,
-                                -(-take // batch_size), repeats, list(threads))
-    rows = [bench_salientpp(rowptr, col, seeds, fanouts, batch_size, t, repeats) for t in threads]
+                                -(-take // batch_size), repeats, list(threads), [k.value for k in kinds],
+                                bulk_sizes, ladies_fanouts)
+    cases = []
+    if SamplerKind.NODEWISE in kinds:
+        sampler = NeighborSampler(rowptr, col, fanouts)
+        cases += [_salientpp_case(sampler, seeds, batch_size, t) for t in threads]
+    if bulk_kinds:
+        # One pair of CPU tensors over the CSR, shared (not copied) by every bulk sampler.
+        rowptr_t, col_t = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (rowptr, col))
+        for kind in bulk_kinds:
+            layers = ladies_fanouts if kind is SamplerKind.LADIES else fanouts
+            cases += [_bulk_case(kind, rowptr_t, col_t, seeds, layers, batch_size, t, k)
+                      for k in bulk_sizes for t in threads]
     if with_pyg:
-        rows += [bench_pyg(rowptr, col, seeds, fanouts, batch_size, t, repeats) for t in threads]
-    return config, rows
+        loader = _pyg_loader(rowptr, col, seeds, fanouts, batch_size)
+        cases += [_pyg_case(loader, t) for t in threads]
+    return config, _measure_cases(cases, repeats)
+
+
+def _ratio(value: float, base: BenchRow | None, digits: int) -> str:
+    """``value`` over ``base``'s edges/s as ``"1.23x"``; one more digit below 0.1 (``"0.028x"``)."""
+    if base is None or base.edges_per_s <= 0:
+        return "-"
+    ratio = value / base.edges_per_s
+    return f"{ratio:.{digits + (ratio < 0.1)}f}x"
 
 
 def format_table(config: SamplerBenchConfig, rows: list[BenchRow]) -> str:
-    ours = {r.threads: r for r in rows if r.impl == "salientpp"}
+    """The rows as a text table: per row the sampler (``nodewise`` is the C++ sampler), ``k``
+    (minibatches per bulk step), threads, edges per batch, batches/s, M edges/s, M edges per
+    CPU-second and the edges/s ratios to the same sampler with 1 thread, to the C++ node-wise
+    sampler at the same thread count (bulk and LADIES rows) and to PyG at the same thread count."""
+    by_key = {(r.impl, r.bulk_size, r.threads): r for r in rows}
+    nodewise = {r.threads: r for r in rows if r.impl == NODEWISE_IMPL}
     pyg = {r.threads: r for r in rows if r.impl == "pyg"}
-    lines = [f"graph {config.dataset}: {config.num_nodes:,} nodes, {config.num_edges:,} directed edges; "
-             f"fanouts {','.join(map(str, config.fanouts))}, batch size {config.batch_size}, "
-             f"{config.num_batches} batches per repeat, median of {config.repeats} repeats",
-             f"{'sampler':<10} {'threads':>7} {'edges/batch':>12} {'batches/s':>10} {'M edges/s':>10} "
-             f"{'M edges/cpu-s':>13} {'vs 1 thread':>11} {'vs PyG':>7}"]
+    header = (f"graph {config.dataset}: {config.num_nodes:,} nodes, {config.num_edges:,} directed edges; "
+              f"fanouts {','.join(map(str, config.fanouts))}, batch size {config.batch_size}, "
+              f"{config.num_batches} batches per repeat, median of {config.repeats} repeats")
+    if config.ladies_fanouts:
+        header += f"; LADIES nodes per layer {','.join(map(str, config.ladies_fanouts))}"
+    lines = [header,
+             f"{'sampler':<9} {'k':>3} {'threads':>7} {'edges/batch':>12} {'batches/s':>10} {'M edges/s':>10} "
+             f"{'M edges/cpu-s':>13} {'vs 1 thread':>11} {'vs nodewise':>11} {'vs PyG':>7}"]
     for row in rows:
-        base = (ours if row.impl == "salientpp" else pyg).get(1)
-        scaling = f"{row.edges_per_s / base.edges_per_s:.2f}x" if base else "-"
-        versus = (f"{row.edges_per_s / pyg[row.threads].edges_per_s:.1f}x"
-                  if row.impl == "salientpp" and row.threads in pyg else "-")
-        lines.append(f"{row.impl:<10} {row.threads:>7} {row.edges_per_batch:>12,.0f} {row.batches_per_s:>10.2f} "
-                     f"{row.edges_per_s / 1e6:>10.2f} {row.edges_per_cpu_s / 1e6:>13.2f} {scaling:>11} {versus:>7}")
+        name = TABLE_NAMES.get(row.impl, row.impl)
+        k = "-" if row.bulk_size is None else str(row.bulk_size)
+        scaling = _ratio(row.edges_per_s, by_key.get((row.impl, row.bulk_size, 1)), 2)
+        versus_nodewise = "-" if row.bulk_size is None else _ratio(row.edges_per_s, nodewise.get(row.threads), 2)
+        versus_pyg = "-" if row.impl == "pyg" else _ratio(row.edges_per_s, pyg.get(row.threads), 1)
+        lines.append(f"{name:<9} {k:>3} {row.threads:>7} {row.edges_per_batch:>12,.0f} {row.batches_per_s:>10.2f} "
+                     f"{row.edges_per_s / 1e6:>10.2f} {row.edges_per_cpu_s / 1e6:>13.2f} {scaling:>11} "
+                     f"{versus_nodewise:>11} {versus_pyg:>7}")
+    too_big = sorted({r.bulk_size for r in rows if r.bulk_size is not None and r.bulk_size > config.num_batches})
+    if too_big:
+        lines.append(f"note: k = {','.join(map(str, too_big))} exceeds the {config.num_batches} batches per repeat, "
+                     f"so those bulk steps hold only {config.num_batches} minibatches; raise --batches "
+                     "(or lower --batch-size) to measure them")
     return "\n".join(lines)
+
+
+def plot_bulk(config: SamplerBenchConfig, rows: list[BenchRow], path: str) -> None:
+    """M edges/s against ``k`` (log x) for the bulk and LADIES rows, one line per sampler and
+    thread count; horizontal lines for the C++ node-wise sampler (and PyG) per thread count.
+    The y axis is logarithmic when the rates span more than a factor of 10."""
+    from ..cache.simulator import require_pyplot
+
+    plt = require_pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    threads = sorted({r.threads for r in rows})
+    color = {t: colors[i % len(colors)] for i, t in enumerate(threads)}
+    markers = {SamplerKind.BULK.value: "o", SamplerKind.LADIES.value: "s"}
+    for impl, marker in markers.items():
+        for t in threads:
+            points = sorted((r.bulk_size, r.edges_per_s / 1e6) for r in rows if r.impl == impl and r.threads == t)
+            if points:
+                ax.plot(*zip(*points), marker=marker, color=color[t], linestyle="-" if impl == "bulk" else "-.",
+                        label=f"{'bulk node-wise' if impl == 'bulk' else 'bulk LADIES'}, {t} thread(s)")
+    for impl, style, label in ((NODEWISE_IMPL, "--", "C++ node-wise"), ("pyg", ":", "PyG")):
+        for r in rows:
+            if r.impl == impl:
+                ax.axhline(r.edges_per_s / 1e6, color=color[r.threads], linestyle=style,
+                           label=f"{label}, {r.threads} thread(s)")
+    sizes = sorted({r.bulk_size for r in rows if r.bulk_size is not None})
+    ax.set_xscale("log", base=2)
+    rates = [r.edges_per_s for r in rows if r.edges_per_s > 0]
+    if rates and max(rates) > 10 * min(rates):  # the C++ sampler can be far above the bulk lines
+        ax.set_yscale("log")
+    if sizes:
+        ax.set_xticks(sizes, [str(k) for k in sizes])
+    ax.set_xlabel("k, minibatches per bulk step")
+    ax.set_ylabel("M sampled edges / s")
+    ax.set_title(f"{Path(config.dataset).name}: fanouts {','.join(map(str, config.fanouts))}, "
+                 f"batch size {config.batch_size}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -168,22 +387,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", default="1,2", help="thread counts to measure (1,2)")
     p.add_argument("--batches", type=int, default=30, help="batches per repeat (default 30)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (median reported)")
+    p.add_argument("--samplers", default=SamplerKind.NODEWISE.value, metavar="S1,S2,...",
+                   help=f"samplers to measure, from {', '.join(SAMPLERS)} (default nodewise; PyG is added "
+                        "unless --no-pyg)")
+    p.add_argument("--bulk-sizes", default=",".join(map(str, DEFAULT_BULK_SIZES)), metavar="K1,K2,...",
+                   help="minibatches per bulk step k for bulk and ladies, one row each "
+                        f"(default {','.join(map(str, DEFAULT_BULK_SIZES))})")
+    p.add_argument("--ladies-fanouts", metavar="L1,L2,...",
+                   help="LADIES layer sizes: nodes drawn per layer (not neighbours per node), seeds first, one "
+                        f"per hop of --fanouts (default {DEFAULT_LADIES_LAYER_SIZE} per layer)")
     p.add_argument("--no-pyg", action="store_true", help="skip the PyG NeighborLoader column")
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="write a plot of M edges/s vs k (bulk, ladies; lines for nodewise) here (matplotlib; "
+                        "must not exist)")
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..cli.simulate import check_output_paths, check_plot_path
+
     fanouts = list(parse_fanouts(args.fanouts))
     threads = list(number_list(args.threads, int, "--threads", "1,2"))
+    samplers = name_list(args.samplers, "--samplers", "nodewise,bulk,ladies")
+    bulk_sizes = list(number_list(args.bulk_sizes, int, "--bulk-sizes", "1,4,16,64"))
+    ladies_fanouts = (None if args.ladies_fanouts is None
+                      else list(number_list(args.ladies_fanouts, int, "--ladies-fanouts", "512,512")))
+    check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, args.batch_size, args.batches, args.repeats, threads)
     with_pyg = not args.no_pyg and pyg_available()
+    check_output_paths({"--json": args.json, "--plot": args.plot})
     if args.json:
         check_output_dir(args.json, "output file")
+    if args.plot:
+        check_plot_path(args.plot)
     config, rows = run_sampler_bench(args.dataset_dir, fanouts, args.batch_size, threads, args.batches,
-                                     args.repeats, with_pyg)
+                                     args.repeats, with_pyg, samplers, bulk_sizes, ladies_fanouts)
     print(format_table(config, rows))
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
     if args.json:
         write_text_atomic(args.json, json.dumps({"config": asdict(config), "rows": [asdict(r) for r in rows]},
                                                 indent=2) + "\n")
+    if args.plot:
+        with atomic_output_file(args.plot) as tmp:
+            plot_bulk(config, rows, str(tmp))
+        print(f"plot written to {args.plot}")
     return 0

@@ -10,7 +10,7 @@ import argparse
 import importlib
 
 BENCHMARKS = {
-    "sampler": "sampled edges/s of the C++ neighbour loader vs PyG's NeighborLoader",
+    "sampler": "sampled edges/s of the C++ node-wise, bulk and LADIES samplers vs PyG's NeighborLoader",
     "vip": "VIP analysis time, peak memory and accuracy against the sampler",
     "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
     "step": "CPU model step: aggregation kernels, fused dropout, whole training steps vs PyG's",

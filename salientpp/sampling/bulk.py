@@ -7,8 +7,10 @@ rows), the row-selection matrix :math:`Q \in \{0,1\}^{R \times N}` has one 1 per
 against ``torch.sparse.mm``). Each hop then samples ``P``:
 
 * **node-wise** (``method="nodewise"``), per row: ``min(f, d)`` distinct entries, every subset of
-  that size equally likely: the row's entries get independent uniform keys and the ``f``
-  smallest are kept (a uniform random order's first ``f``); ``f = -1`` keeps the whole row.
+  that size equally likely: Floyd's algorithm run for all rows at once, one vectorised step per
+  drawn entry (for ``f > 32``, the ``f`` entries of smallest independent uniform key); ``P``
+  stays implicit (each row is a slice of ``A``'s ``col``), so undrawn entries cost nothing;
+  ``f = -1`` keeps the whole row.
   With ``replace=True``: ``f`` independent uniform entries. This is the distribution of the C++
   :class:`~salientpp.sampling.NeighborSampler`, including its semantics (every node reached so far
   draws again at every hop), so the node-wise VIP applies unchanged.
@@ -182,13 +184,13 @@ class BulkSampler:
         frontier = _Frontier(nodes, mb, counts)
         hops = []  # per hop: (counts before, counts after, row pointer per row, src local, weights)
         for fanout in self.fanouts:
-            ptr, entry = select_rows(self.rowptr, frontier.nodes)
             if self.kind is SamplerKind.LADIES:
+                ptr, entry = select_rows(self.rowptr, frontier.nodes)
                 keep, weight = self._ladies(frontier, ptr, entry, fanout, generators)
                 edge_row = _segment_ids(ptr, entry.shape[0])[keep]
                 src = self.col[entry[keep]]
             else:
-                edge_row, src = self._nodewise(frontier, ptr, entry, fanout, generators)
+                edge_row, src = self._nodewise(frontier, fanout, generators)
                 weight = None
             src_local, grown = _grow(frontier, frontier.mb[edge_row], src, self.num_nodes)
             row_counts = torch.bincount(edge_row, minlength=frontier.nodes.shape[0])
@@ -196,35 +198,33 @@ class BulkSampler:
             frontier = grown
         return _split(frontier, [len(s) for s in seed_lists], hops)
 
-    def _nodewise(self, frontier: _Frontier, ptr: torch.Tensor, entry: torch.Tensor, fanout: int,
-                  generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(edge_row, src)``: the drawn entries of ``P`` (grouped by row) and their columns."""
-        degree = ptr[1:] - ptr[:-1]
-        rows = torch.arange(degree.shape[0], device=ptr.device)
+    def _nodewise(self, frontier: _Frontier, fanout: int, generators: list[torch.Generator]
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(edge_row, src)``: the drawn entries of ``P = QA`` (grouped by row) and their columns.
+
+        ``P`` stays implicit: row ``r`` is ``col[start[r]:start[r] + degree[r]]`` of ``A``, and a
+        draw is a position within it, so no entry of ``P`` that is not drawn is ever touched."""
+        start = self.rowptr[frontier.nodes]
+        degree = self.rowptr[frontier.nodes + 1] - start
         if fanout == -1:
-            return _segment_ids(ptr, entry.shape[0]), self.col[entry]
-        if self.replace:
-            draws = torch.where(degree > 0, fanout, 0)
-            uniform = _uniforms(generators, frontier.mb, draws)
-            edge_row = torch.repeat_interleave(rows, draws, output_size=int(uniform.shape[0]))
-            pick = (uniform * degree[edge_row]).long().clamp_(max=degree[edge_row] - 1)
-            return edge_row, self.col[entry[ptr[edge_row] + pick]]
-        # Rows with more than `fanout` entries keep the `fanout` entries of smallest random key.
-        big = degree > fanout
-        keep = torch.ones(entry.shape[0], dtype=torch.bool, device=ptr.device)
-        big_ptr = torch.zeros_like(ptr)
-        torch.cumsum(torch.where(big, degree, 0), 0, out=big_ptr[1:])
-        keys = _uniforms(generators, frontier.mb, torch.where(big, degree, 0))
-        if keys.shape[0]:
-            big_rows = torch.repeat_interleave(rows, torch.where(big, degree, 0), output_size=int(keys.shape[0]))
-            position = ptr[big_rows] + torch.arange(keys.shape[0], device=ptr.device) - big_ptr[big_rows]
-            order = torch.argsort(keys, stable=True)
-            order = order[torch.argsort(big_rows[order], stable=True)]  # by row, then by key
-            rank = torch.arange(keys.shape[0], device=ptr.device) - big_ptr[big_rows[order]]
-            keep[position] = False
-            keep[position[order[rank < fanout]]] = True
-        edge_row = _segment_ids(ptr, entry.shape[0])[keep]
-        return edge_row, self.col[entry[keep]]
+            take = degree
+        elif self.replace:
+            take = torch.where(degree > 0, fanout, 0)
+        else:
+            take = torch.clamp(degree, max=fanout)
+        edge_ptr = torch.zeros(degree.shape[0] + 1, dtype=torch.int64, device=degree.device)
+        torch.cumsum(take, 0, out=edge_ptr[1:])
+        total = int(edge_ptr[-1])
+        edge_row = _segment_ids(edge_ptr, total)
+        offset = torch.arange(total, device=degree.device) - edge_ptr[edge_row]  # all of a row: 0 .. d - 1
+        if fanout != -1 and self.replace:
+            row_degree = degree[edge_row]
+            offset = (_uniforms(generators, frontier.mb, take) * row_degree).long().clamp_(max=row_degree - 1)
+        elif fanout != -1:
+            big = degree > fanout
+            if bool(big.any()):  # rows with more neighbours than the fanout: f distinct positions each
+                offset[big[edge_row]] = _distinct(degree[big], fanout, generators, frontier.mb[big]).reshape(-1)
+        return edge_row, self.col[start[edge_row] + offset]
 
     def _ladies(self, frontier: _Frontier, ptr: torch.Tensor, entry: torch.Tensor, layer_size: int,
                 generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,29 +279,66 @@ def _uniforms(generators: list[torch.Generator], owner: torch.Tensor, lengths: t
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=lengths.device)
 
 
+# Fanouts up to this draw with Floyd's algorithm (f vectorised steps of up to f comparisons per
+# row); larger ones sort random keys over the row's positions.
+FLOYD_MAX_FANOUT = 32
+
+
+def _distinct(degree: torch.Tensor, fanout: int, generators: list[torch.Generator], owner: torch.Tensor
+              ) -> torch.Tensor:
+    """int64 ``[n, fanout]``: ``fanout`` distinct positions in ``[0, degree[r])`` for each row
+    ``r`` (all ``degree > fanout``), every subset equally likely; row ``r`` draws from
+    ``generators[owner[r]]`` (the rows of a minibatch are contiguous).
+
+    Floyd's algorithm, one step for all rows at a time: at step ``i`` (``j = d - f + i``) draw
+    ``t`` uniform in ``[0, j]`` and keep it unless already kept, else keep ``j``. For large
+    fanouts: the ``fanout`` positions of smallest independent uniform key."""
+    device = degree.device
+    n = degree.shape[0]
+    if fanout <= FLOYD_MAX_FANOUT:
+        uniform = _uniforms(generators, owner, torch.full_like(degree, fanout)).view(n, fanout)
+        picks = torch.empty((n, fanout), dtype=torch.int64, device=device)
+        for step in range(fanout):
+            j = degree - fanout + step
+            t = (uniform[:, step] * (j + 1)).long().clamp_(max=j)  # float rounding could give j + 1
+            if step:
+                t = torch.where((picks[:, :step] == t.unsqueeze(1)).any(1), j, t)
+            picks[:, step] = t
+        return picks
+    ptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    torch.cumsum(degree, 0, out=ptr[1:])
+    total = int(ptr[-1])
+    keys = _uniforms(generators, owner, degree)
+    rows = _segment_ids(ptr, total)
+    order = torch.argsort(keys, stable=True)
+    order = order[torch.argsort(rows[order], stable=True)]  # by row, then by key
+    rank = torch.arange(total, device=device) - ptr[rows[order]]
+    chosen = order[rank < fanout]  # fanout per row, rows in order
+    return (chosen - ptr[rows[chosen]]).view(n, fanout)
+
+
 def _grow(frontier: _Frontier, edge_mb: torch.Tensor, src: torch.Tensor, num_nodes: int
           ) -> tuple[torch.Tensor, _Frontier]:
     """Local indices of the sources ``src`` (global ids) of edges of minibatches ``edge_mb``, and
-    the frontier with every new source appended to its minibatch (new ids in ascending order)."""
+    the frontier with every new source appended to its minibatch (new ids in ascending order).
+
+    One sort of the keys ``minibatch * N + id`` of the known nodes and the sources finds both."""
     device = src.device
-    known = frontier.mb * num_nodes + frontier.nodes
-    known_sorted, order = torch.sort(known)
-    known_local = frontier.local[order]
-    key = edge_mb * num_nodes + src
-    pos = torch.searchsorted(known_sorted, key).clamp_(max=max(known_sorted.shape[0] - 1, 0))
-    found = known_sorted[pos] == key if known_sorted.shape[0] else torch.zeros_like(key, dtype=torch.bool)
-    new = torch.unique(key[~found], sorted=True)
-    new_mb = new // num_nodes
+    num_known = frontier.nodes.shape[0]
+    keys, inverse = torch.unique(torch.cat([frontier.mb * num_nodes + frontier.nodes, edge_mb * num_nodes + src]),
+                                 sorted=True, return_inverse=True)
+    local = torch.full((keys.shape[0],), -1, dtype=torch.int64, device=device)
+    local[inverse[:num_known]] = frontier.local
+    new = local < 0
+    new_keys = keys[new]
+    new_mb = new_keys // num_nodes
     new_counts = torch.bincount(new_mb, minlength=frontier.counts.shape[0])
-    new_local = frontier.counts[new_mb] + torch.arange(new.shape[0], device=device) - (
+    local[new] = frontier.counts[new_mb] + torch.arange(new_keys.shape[0], device=device) - (
         torch.cumsum(new_counts, 0) - new_counts)[new_mb]
-    src_local = torch.empty_like(key)
-    src_local[found] = known_local[pos[found]]
-    src_local[~found] = new_local[torch.searchsorted(new, key[~found])]
-    nodes = torch.cat([frontier.nodes, new % num_nodes])
+    nodes = torch.cat([frontier.nodes, new_keys % num_nodes])
     mb = torch.cat([frontier.mb, new_mb])
     order = torch.argsort(mb, stable=True)  # each minibatch's old nodes, then its new ones
-    return src_local, _Frontier(nodes[order], mb[order], frontier.counts + new_counts)
+    return local[inverse[num_known:]], _Frontier(nodes[order], mb[order], frontier.counts + new_counts)
 
 
 def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBatch]:
