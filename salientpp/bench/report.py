@@ -134,10 +134,11 @@ def _simulation_title(label: str, sim: dict[str, Any]) -> str:
 def render_markdown(results: Results, plots: list[Path] | None = None) -> str:
     lines = ["# salientpp benchmark report"]
     if results.sampler:
-        rows = [[label, r["impl"], str(r["threads"]), f"{r['edges_per_batch']:,.0f}", f"{r['edges_per_s'] / 1e6:.2f}",
-                 f"{r['edges_per_cpu_s'] / 1e6:.2f}"] for label, data in results.sampler for r in data["rows"]]
+        rows = [[label, r["impl"], str(r.get("bulk_size") or "-"), str(r["threads"]), f"{r['edges_per_batch']:,.0f}",
+                 f"{r['edges_per_s'] / 1e6:.2f}", f"{r['edges_per_cpu_s'] / 1e6:.2f}"]
+                for label, data in results.sampler for r in data["rows"]]
         lines += ["", "## Sampler throughput", "",
-                  *_table(["file", "sampler", "threads", "edges/batch", "M edges/s", "M edges/CPU-s"], rows, 2)]
+                  *_table(["file", "sampler", "k", "threads", "edges/batch", "M edges/s", "M edges/CPU-s"], rows, 3)]
     if results.vip:
         rows = [[label, f"{d['num_nodes']:,}", str(d["num_parts"]), ",".join(map(str, d["fanouts"])), str(d["batch_size"]),
                  t["method"], f"{t['seconds']:.2f}", f"{t['peak_alloc_bytes'] / 2**20:.0f}"]
