@@ -15,6 +15,7 @@ BENCHMARKS = {
     "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
     "step": "CPU model step: aggregation kernels, fused dropout, whole training steps vs PyG's",
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
+    "tradeoff": "test accuracy against sampled edges per batch, LADIES against node-wise sampling",
     "report": "Markdown tables and PNG plots from the --json outputs of the other benchmarks",
 }
 
