@@ -58,7 +58,7 @@ def sampled_per_batch(data, kind: SamplerKind, fanouts: tuple[int, ...], batch_s
                       ) -> tuple[float, float]:
     """Mean sampled edges and nodes per batch over one epoch of partition 0's training batches."""
     workload = Workload(fanouts, batch_size, sampler=kind)
-    seeds = torch.from_numpy(np.asarray(data.part(0).train_idx, dtype=np.int64))
+    seeds = torch.from_numpy(np.array(data.part(0).train_idx, dtype=np.int64))  # a copy: memory maps are read-only
     loader = NeighborLoader(make_sampler(data.rowptr, data.col, fanouts, kind), seeds, batch_size, seed=seed,
                             num_batches=workload.lockstep_steps(data))
     edges, nodes = zip(*[(b.num_sampled_edges, b.num_nodes) for b in loader if b.batch_size])

@@ -41,10 +41,9 @@ import torch
 from .._ext import extension
 from ..errors import InputError
 from .convert import as_int64_tensor
-from .fetch import fetch_to_extension
 from .kinds import SamplerKind, check_layer_sizes
-from .sampler import check_labels, check_seeds
-from .types import MFG, FetchContext, FetchPlan, SampledBatch
+from .sampler import BaseSampler, check_csr, check_fanout_list
+from .types import MFG, FetchPlan, SampledBatch
 
 METHODS = ("nodewise", "ladies")
 
@@ -104,7 +103,7 @@ class _Frontier:
         return torch.arange(self.nodes.shape[0], device=self.nodes.device) - self.starts[self.mb]
 
 
-class BulkSampler:
+class BulkSampler(BaseSampler):
     """Samples ``minibatches_per_bulk`` minibatches at a time with sparse-matrix operations.
 
     The output is the node-wise sampler's :class:`~salientpp.sampling.SampledBatch` with one
@@ -129,11 +128,8 @@ class BulkSampler:
             raise InputError(f"unknown bulk sampling method {method!r}; choose one of {', '.join(METHODS)}")
         if isinstance(minibatches_per_bulk, bool) or int(minibatches_per_bulk) < 1:
             raise InputError(f"minibatches_per_bulk must be an integer >= 1, got {minibatches_per_bulk!r}")
-        fanouts = tuple(int(f) for f in fanouts)
-        if not fanouts or any(f != -1 and f < 1 for f in fanouts):
-            raise InputError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all neighbours), got {fanouts}")
         self.kind = SamplerKind.LADIES if method == "ladies" else SamplerKind.BULK
-        self.fanouts = list(check_layer_sizes(self.kind, fanouts))
+        self.fanouts = list(check_layer_sizes(self.kind, tuple(check_fanout_list(fanouts))))
         if replace and self.kind is SamplerKind.LADIES:
             raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
         self.method = method
@@ -141,29 +137,16 @@ class BulkSampler:
         self.replace = bool(replace)
         self.device = torch.device(device)
         rowptr_t, col_t = _device_csr(rowptr, "rowptr", self.device), _device_csr(col, "col", self.device)
-        if rowptr_t.shape[0] < 2:
-            raise InputError("rowptr must have N + 1 >= 2 entries; pass the CSR of a graph with at least one node")
-        if int(rowptr_t[0]) != 0 or int(rowptr_t[-1]) != col_t.shape[0]:
-            raise InputError(f"rowptr must run from 0 to len(col) = {col_t.shape[0]}, "
-                             f"got {int(rowptr_t[0])}..{int(rowptr_t[-1])}; pass a matching CSR pair")
+        check_csr(rowptr_t, col_t)
         self.rowptr, self.col = rowptr_t, col_t
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self.degree = rowptr_t[1:] - rowptr_t[:-1]
 
-    @property
-    def num_layers(self) -> int:
-        return len(self.fanouts)
-
-    def sample(self, seeds: torch.Tensor | np.ndarray | Sequence[int], seed: int = 0, batch_index: int = 0,
-               labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
-               fetch: FetchContext | None = None) -> SampledBatch:
-        """One batch, as :meth:`NeighborSampler.sample <salientpp.sampling.NeighborSampler.sample>`
-        (the same arguments; the batch equals batch 0 of ``sample_bulk([seeds], seed, batch_index)``)."""
-        seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
-        labels_t = check_labels(labels, labels_offset, seeds_t)
-        ctx = None if fetch is None else fetch_to_extension(fetch, self.num_nodes)
-        (batch,) = self.sample_bulk([seeds_t], seed, batch_index)
-        return attach(batch, labels_t, labels_offset, ctx)
+    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
+                labels_offset: int, fetch) -> SampledBatch:
+        """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``, with labels and fetch plan."""
+        (batch,) = self.sample_bulk([seeds], seed, batch_index)
+        return attach(batch, labels, labels_offset, fetch)
 
     def sample_bulk(self, seed_lists: Sequence[torch.Tensor], seed: int, first_index: int) -> list[SampledBatch]:
         """Samples ``len(seed_lists)`` minibatches in one bulk step.

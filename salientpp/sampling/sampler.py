@@ -1,6 +1,7 @@
 """The Python face of the C++ node-wise neighbour sampler."""
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +14,41 @@ from .fetch import fetch_to_extension
 from .types import FetchContext, SampledBatch, batch_from_extension
 
 
-class NeighborSampler:
+class BaseSampler(abc.ABC):
+    """What a loader needs from a sampler: ``num_nodes``, ``fanouts`` and one method that draws a
+    batch of checked seeds (:class:`NeighborSampler`, :class:`~salientpp.sampling.BulkSampler`)."""
+
+    num_nodes: int
+    fanouts: list[int]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def sample(self, seeds: torch.Tensor | np.ndarray | Sequence[int], seed: int = 0, batch_index: int = 0,
+               labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
+               fetch: FetchContext | None = None) -> SampledBatch:
+        """Samples one batch.
+
+        Args:
+            seeds: int64 ``[b]`` distinct node ids.
+            seed, batch_index: the random stream; the same pair gives the same batch
+                (batch ``i`` of a :class:`NeighborLoader` epoch uses ``(loader.epoch_seed(), i)``).
+            labels: int64 ``[M]``; the batch gets ``y = labels[seeds - labels_offset]``.
+            fetch: plan where each feature row comes from (see :class:`FetchPlan`).
+        """
+        seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
+        labels_t = check_labels(labels, labels_offset, seeds_t)
+        ctx = None if fetch is None else fetch_to_extension(fetch, self.num_nodes)
+        return self._sample(seeds_t, seed, batch_index, labels_t, labels_offset, ctx)
+
+    @abc.abstractmethod
+    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
+                labels_offset: int, fetch) -> SampledBatch:
+        """One batch of checked ``seeds`` with checked ``labels`` and a ``_C.FetchContext`` or None."""
+
+
+class NeighborSampler(BaseSampler):
     """Node-wise uniform neighbour sampling with one message-flow graph (MFG) per hop.
 
     Semantics (the VIP analysis models exactly this): the layer-0 nodes are the seeds. At hop
@@ -45,43 +80,36 @@ class NeighborSampler:
                  fanouts: Sequence[int], replace: bool = False):
         rowptr_t = as_int64_tensor(rowptr, "rowptr")
         col_t = as_int64_tensor(col, "col")
-        if rowptr_t.shape[0] < 2:
-            raise InputError("rowptr must have N + 1 >= 2 entries; pass the CSR of a graph with at least one node")
-        if int(rowptr_t[0]) != 0 or int(rowptr_t[-1]) != col_t.shape[0]:
-            raise InputError(f"rowptr must run from 0 to len(col) = {col_t.shape[0]}, "
-                             f"got {int(rowptr_t[0])}..{int(rowptr_t[-1])}; pass a matching CSR pair")
-        fanouts = [int(f) for f in fanouts]
-        if not fanouts or any(f != -1 and f < 1 for f in fanouts):
-            raise InputError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all neighbours), got {fanouts}")
-        self.fanouts = fanouts
+        check_csr(rowptr_t, col_t)
+        self.fanouts = fanouts = check_fanout_list(fanouts)
         self.replace = bool(replace)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self._core = extension().Sampler(rowptr_t, col_t, fanouts, self.replace)
 
-    @property
-    def num_layers(self) -> int:
-        return len(self.fanouts)
-
-    def sample(self, seeds: torch.Tensor | np.ndarray | Sequence[int], seed: int = 0, batch_index: int = 0,
-               labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
-               fetch: FetchContext | None = None) -> SampledBatch:
-        """Samples one batch; the GIL is released while C++ works.
-
-        Args:
-            seeds: int64 ``[b]`` distinct node ids.
-            seed, batch_index: the random stream; the same pair gives the same batch
-                (batch ``i`` of a :class:`NeighborLoader` epoch uses ``(loader.epoch_seed(), i)``).
-            labels: int64 ``[M]``; the batch gets ``y = labels[seeds - labels_offset]``.
-            fetch: plan where each feature row comes from (see :class:`FetchPlan`).
-        """
-        seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
-        labels_t = check_labels(labels, labels_offset, seeds_t)
-        ctx = None if fetch is None else fetch_to_extension(fetch, self.num_nodes)
-        try:
-            raw = self._core.sample(seeds_t, to_uint64(seed), to_uint64(batch_index), labels_t, labels_offset, ctx)
+    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
+                labels_offset: int, fetch) -> SampledBatch:
+        try:  # the GIL is released while C++ works
+            raw = self._core.sample(seeds, to_uint64(seed), to_uint64(batch_index), labels, labels_offset, fetch)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        return batch_from_extension(raw, int(seeds_t.shape[0]))
+        return batch_from_extension(raw, int(seeds.shape[0]))
+
+
+def check_csr(rowptr: torch.Tensor, col: torch.Tensor) -> None:
+    """The cheap checks of a CSR pair (a corrupt one is reported when sampling meets it)."""
+    if rowptr.shape[0] < 2:
+        raise InputError("rowptr must have N + 1 >= 2 entries; pass the CSR of a graph with at least one node")
+    if int(rowptr[0]) != 0 or int(rowptr[-1]) != col.shape[0]:
+        raise InputError(f"rowptr must run from 0 to len(col) = {col.shape[0]}, "
+                         f"got {int(rowptr[0])}..{int(rowptr[-1])}; pass a matching CSR pair")
+
+
+def check_fanout_list(fanouts: Sequence[int]) -> list[int]:
+    """``fanouts`` as a non-empty list of ints, each >= 1 or -1, or :class:`InputError`."""
+    fanouts = [int(f) for f in fanouts]
+    if not fanouts or any(f != -1 and f < 1 for f in fanouts):
+        raise InputError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all neighbours), got {fanouts}")
+    return fanouts
 
 
 def to_uint64(value: int) -> int:
