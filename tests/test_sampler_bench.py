@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from salientpp.bench.sampler import BenchRow, SamplerBenchConfig, format_table
 from salientpp.cli import main
@@ -134,7 +135,10 @@ def test_bench_bulk_rows(dataset_dir, tmp_path, capsys):
     (["--samplers", "ladies", "--ladies-fanouts", "512,0,512"], "nodes drawn per layer"),
     (["--plot", "PLOT.xyz"], "not an image format"),
     (["--plot", "SAME.png", "--json", "SAME.png"], "name the same file"),
-], ids=["unknown", "twice", "empty", "k0", "k-not-int", "ladies-layers", "ladies-0", "plot-suffix", "plot-json"])
+    pytest.param(["--samplers", "bulk", "--device", "cuda"], "--device cuda needs a GPU", id="no-gpu",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
+], ids=["unknown", "twice", "empty", "k0", "k-not-int", "ladies-layers", "ladies-0", "plot-suffix", "plot-json",
+        "no-gpu"])
 def test_bench_refuses_bad_options_before_loading(options, expected, tmp_path, capsys):
     options = [str(tmp_path / o) if o.startswith(("PLOT", "SAME")) else o for o in options]
     # The dataset does not exist: the option's sentence, not the dataset's, shows it is checked first.

@@ -40,8 +40,8 @@ from ..data.format import load_dataset
 from ..errors import InputError
 from ..io import atomic_output_file, check_output_dir, write_text_atomic
 from ..parsing import name_list, number_list
-from ..sampling import NeighborLoader, NeighborSampler
-from ..sampling.kinds import SAMPLERS, SamplerKind, make_sampler
+from ..sampling import BulkSampler, NeighborLoader, NeighborSampler
+from ..sampling.kinds import SAMPLERS, SamplerKind
 
 PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
                     "`pip install --no-build-isolation torch_scatter torch_sparse` (about 10 minutes each)")
@@ -88,6 +88,7 @@ class SamplerBenchConfig:
     samplers: list[str] = field(default_factory=lambda: [SamplerKind.NODEWISE.value])
     bulk_sizes: list[int] = field(default_factory=list)
     ladies_fanouts: list[int] | None = None
+    device: str = "cpu"  # where the bulk samplers run (the C++ sampler and PyG run on the CPU)
 
 
 @dataclass
@@ -182,8 +183,10 @@ def _salientpp_case(sampler: NeighborSampler, seeds: torch.Tensor, batch_size: i
 
 def _bulk_case(kind: SamplerKind, rowptr, col, seeds: torch.Tensor, fanouts: Sequence[int], batch_size: int,
                threads: int, bulk_size: int) -> _Case:
-    """The bulk sampler of ``kind`` with ``k = bulk_size``, run under ``torch.set_num_threads(threads)``."""
-    sampler = make_sampler(rowptr, col, fanouts, kind, minibatches_per_bulk=bulk_size)
+    """The bulk sampler of ``kind`` with ``k = bulk_size`` over the CSR ``rowptr``, ``col`` (on
+    the device it runs on), run under ``torch.set_num_threads(threads)``."""
+    sampler = BulkSampler(rowptr, col, fanouts, method="ladies" if kind is SamplerKind.LADIES else "nodewise",
+                          minibatches_per_bulk=bulk_size, device=rowptr.device)
     loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False)
     return _Case(kind.value, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges, threads, bulk_size)
 
@@ -258,13 +261,14 @@ def check_options(samplers: Sequence[str], bulk_sizes: Sequence[int], fanouts: S
 def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: int, threads: list[int],
                       num_batches: int, repeats: int, with_pyg: bool = True,
                       samplers: Sequence[str] = (SamplerKind.NODEWISE.value,),
-                      bulk_sizes: Sequence[int] = DEFAULT_BULK_SIZES, ladies_fanouts: Sequence[int] | None = None
-                      ) -> tuple[SamplerBenchConfig, list[BenchRow]]:
+                      bulk_sizes: Sequence[int] = DEFAULT_BULK_SIZES, ladies_fanouts: Sequence[int] | None = None,
+                      device: str = "cpu") -> tuple[SamplerBenchConfig, list[BenchRow]]:
     """Measures the samplers on ``num_batches`` batches of training seeds (fixed random subset).
 
     Rows: the C++ node-wise sampler per thread count, then ``bulk`` and ``ladies`` per bulk size
     and thread count, then PyG per thread count; all measured side by side (:func:`_measure_cases`).
-    ``ladies_fanouts`` (nodes per layer) defaults to 512 per hop of ``fanouts``.
+    ``ladies_fanouts`` (nodes per layer) defaults to 512 per hop of ``fanouts``. ``device``: where
+    the bulk samplers run (``cuda``: the CSR is copied to the GPU once).
     """
     kinds = check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, batch_size, num_batches, repeats, threads)
     bulk_kinds = [kind for kind in kinds if kind.is_bulk]
@@ -280,14 +284,14 @@ def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: i
     seeds = torch.from_numpy(np.random.default_rng(0).permutation(train)[:take].astype(np.int64))
     config = SamplerBenchConfig(str(dataset_dir), dataset.num_nodes, dataset.num_edges, list(fanouts), batch_size,
                                 -(-take // batch_size), repeats, list(threads), [k.value for k in kinds],
-                                bulk_sizes, ladies_fanouts)
+                                bulk_sizes, ladies_fanouts, device)
     cases = []
     if SamplerKind.NODEWISE in kinds:
         sampler = NeighborSampler(rowptr, col, fanouts)
         cases += [_salientpp_case(sampler, seeds, batch_size, t) for t in threads]
     if bulk_kinds:
-        # One pair of CPU tensors over the CSR, shared (not copied) by every bulk sampler.
-        rowptr_t, col_t = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (rowptr, col))
+        # One pair of tensors over the CSR, shared by every bulk sampler (not copied on the CPU).
+        rowptr_t, col_t = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device) for a in (rowptr, col))
         for kind in bulk_kinds:
             layers = ladies_fanouts if kind is SamplerKind.LADIES else fanouts
             cases += [_bulk_case(kind, rowptr_t, col_t, seeds, layers, batch_size, t, k)
@@ -319,6 +323,8 @@ def format_table(config: SamplerBenchConfig, rows: list[BenchRow]) -> str:
               f"{config.num_batches} batches per repeat, median of {config.repeats} repeats")
     if config.ladies_fanouts:
         header += f"; LADIES nodes per layer {','.join(map(str, config.ladies_fanouts))}"
+    if config.device != "cpu":
+        header += f"; bulk samplers on {config.device}"
     lines = [header,
              f"{'sampler':<9} {'k':>3} {'threads':>7} {'edges/batch':>12} {'batches/s':>10} {'M edges/s':>10} "
              f"{'M edges/cpu-s':>13} {'vs 1 thread':>11} {'vs nodewise':>11} {'vs PyG':>7}"]
@@ -397,6 +403,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="LADIES layer sizes: nodes drawn per layer (not neighbours per node), seeds first, one "
                         f"per hop of --fanouts (default {DEFAULT_LADIES_LAYER_SIZE} per layer)")
     p.add_argument("--no-pyg", action="store_true", help="skip the PyG NeighborLoader column")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the bulk and LADIES samplers run (default cpu; the C++ sampler is always on the CPU)")
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
     p.add_argument("--plot", metavar="OUT.png",
                    help="write a plot of M edges/s vs k (bulk, ladies; lines for nodewise) here (matplotlib; "
@@ -413,6 +421,9 @@ def main(args: argparse.Namespace) -> int:
     ladies_fanouts = (None if args.ladies_fanouts is None
                       else list(number_list(args.ladies_fanouts, int, "--ladies-fanouts", "512,512")))
     check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, args.batch_size, args.batches, args.repeats, threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda needs a GPU that torch can use, and there is none here; run on a GPU machine "
+                         "or leave --device at cpu")
     with_pyg = not args.no_pyg and pyg_available()
     check_output_paths({"--json": args.json, "--plot": args.plot})
     if args.json:
@@ -420,7 +431,7 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     config, rows = run_sampler_bench(args.dataset_dir, fanouts, args.batch_size, threads, args.batches,
-                                     args.repeats, with_pyg, samplers, bulk_sizes, ladies_fanouts)
+                                     args.repeats, with_pyg, samplers, bulk_sizes, ladies_fanouts, args.device)
     print(format_table(config, rows))
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
