@@ -150,7 +150,10 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
         for key in unset:
             del os.environ[key]
     results: dict[int, Any] = {}
-    failures: list[tuple[float, WorkerError | InputError]] = []  # (when it was raised, error)
+    # (reported: 0 for a process that died without a report, else 1; when; error). A death is
+    # ordered first: the parent notices it only after the fact (its time is when the parent saw
+    # it), while a peer's report of the broken collective carries the time the peer raised.
+    failures: list[tuple[int, float, WorkerError | InputError]] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = set(range(nprocs))
     try:
@@ -158,21 +161,23 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if not failures:
-                    failures.append((time.time(), WorkerError(min(pending), f"the job ran past its {timeout_s:.0f} s "
-                                                                            "time limit")))
+                    failures.append((1, time.time(), WorkerError(min(pending), f"the job ran past its "
+                                                                               f"{timeout_s:.0f} s time limit")))
                 break
             ready = wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending], remaining)
             for rank in sorted(pending):
+                reported = 1
                 if conns[rank] in ready or conns[rank].poll():
                     try:
                         kind, value, details, when = conns[rank].recv()
                     except EOFError:  # it died before it could report
                         procs[rank].join(_GRACE_S)
                         kind, value, details, when = "error", _death(procs[rank].exitcode), "", time.time()
+                        reported = 0
                 elif procs[rank].sentinel in ready:
                     procs[rank].join(_GRACE_S)
                     kind, value, details = "error", _death(procs[rank].exitcode), ""
-                    when = time.time()
+                    when, reported = time.time(), 0
                 else:
                     continue
                 pending.discard(rank)
@@ -180,7 +185,7 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
                     results[rank] = value
                 else:
                     error = InputError(value) if kind == "input" else WorkerError(rank, value, details)
-                    failures.append((when, error))
+                    failures.append((reported, when, error))
             if failures and (deadline is None or deadline > time.monotonic() + _REPORT_S):
                 deadline = time.monotonic() + _REPORT_S
     except BaseException:
@@ -188,9 +193,9 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
         raise
     _stop(procs)
     if failures:
-        failures.sort(key=lambda f: f[0])
-        first = failures[0][1]
+        failures.sort(key=lambda f: f[:2])
+        first = failures[0][2]
         if isinstance(first, WorkerError):
-            first.others = [(e.rank, e.message) for _, e in failures[1:] if isinstance(e, WorkerError)]
+            first.others = [(e.rank, e.message) for _, _, e in failures[1:] if isinstance(e, WorkerError)]
         raise first
     return [results[r] for r in range(nprocs)]
