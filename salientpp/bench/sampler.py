@@ -40,8 +40,8 @@ from ..data.format import load_dataset
 from ..errors import InputError
 from ..io import atomic_output_file, check_output_dir, write_text_atomic
 from ..parsing import name_list, number_list
-from ..sampling import BulkSampler, NeighborLoader, NeighborSampler
-from ..sampling.kinds import SAMPLERS, SamplerKind
+from ..sampling import NeighborLoader, NeighborSampler
+from ..sampling.kinds import SAMPLERS, SamplerKind, make_sampler
 
 PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
                     "`pip install --no-build-isolation torch_scatter torch_sparse` (about 10 minutes each)")
@@ -185,8 +185,7 @@ def _bulk_case(kind: SamplerKind, rowptr, col, seeds: torch.Tensor, fanouts: Seq
                threads: int, bulk_size: int) -> _Case:
     """The bulk sampler of ``kind`` with ``k = bulk_size`` over the CSR ``rowptr``, ``col`` (on
     the device it runs on), run under ``torch.set_num_threads(threads)``."""
-    sampler = BulkSampler(rowptr, col, fanouts, method="ladies" if kind is SamplerKind.LADIES else "nodewise",
-                          minibatches_per_bulk=bulk_size, device=rowptr.device)
+    sampler = make_sampler(rowptr, col, fanouts, kind, minibatches_per_bulk=bulk_size, device=rowptr.device)
     loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False)
     return _Case(kind.value, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges, threads, bulk_size)
 

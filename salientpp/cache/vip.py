@@ -69,8 +69,10 @@ the node-wise recurrence with a per-partition pick weight:
 .. math::  p^h(v) = 1 - (1 - p^{h-1}(v)) \prod_{u \in N(v)} \bigl(1 - w_h(u)\, p^{h-1}(u)\bigr),
            \qquad w_h(u) = 1 - e^{-s_h / (d_u^2 \bar Z)}.
 
-``bench vip --sampler ladies`` measures both (the
-``method`` choices are node-wise refinements and do not apply).
+From hop 2 on, the same correlation the cavity form corrects for node-wise sampling makes this
+over-estimate (a vertex absent from :math:`S^{h-1}` was not drawn through its neighbours, so they
+were less likely in the layer before): the ``method`` choices apply with these weights, and
+``cavity`` is LADIES's default (:func:`default_method`). ``bench vip --sampler ladies`` measures them.
 """
 from __future__ import annotations
 
@@ -245,11 +247,12 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     weights = [None]
     for fanout in fanouts:
         prev = hops[-1]
-        out = np.empty_like(prev)
         if sampler is SamplerKind.LADIES:  # a pick weight per partition: one column at a time
             w = ladies_weights(degree, fanout, prev)
+            out = np.empty_like(prev)
             for k in range(prev.shape[1]):
-                column = _hop(method, rowptr, col, np.ascontiguousarray(w[:, k]), np.ascontiguousarray(prev[:, k:k + 1]),
+                column = _hop(method, rowptr, col, np.ascontiguousarray(w[:, k]),
+                              np.ascontiguousarray(prev[:, k:k + 1]),
                               None if weights[-1] is None else np.ascontiguousarray(weights[-1][:, k]),
                               None if len(hops) < 2 else np.ascontiguousarray(hops[-2][:, k:k + 1]))
                 out[:, k] = column[:, 0]

@@ -54,6 +54,13 @@ def stream_seed(seed: int, batch_index: int) -> int:
     return int(state[0]) >> 1
 
 
+def _offsets(counts: torch.Tensor) -> torch.Tensor:
+    """int64 ``[n + 1]``: ``0`` then the running sum of ``counts`` ``[n]`` (a CSR row pointer)."""
+    out = torch.zeros(counts.shape[0] + 1, dtype=torch.int64, device=counts.device)
+    torch.cumsum(counts, 0, out=out[1:])
+    return out
+
+
 def select_rows(rowptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The CSR of ``P = Q A`` for the row selection ``Q`` of ``rows``, as positions into ``col``.
 
@@ -67,8 +74,7 @@ def select_rows(rowptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor,
     """
     start = rowptr[rows]
     degree = rowptr[rows + 1] - start
-    ptr = torch.zeros(rows.shape[0] + 1, dtype=torch.int64, device=rows.device)
-    torch.cumsum(degree, 0, out=ptr[1:])
+    ptr = _offsets(degree)
     total = int(ptr[-1])
     shift = torch.repeat_interleave(ptr[:-1] - start, degree, output_size=total)
     return ptr, torch.arange(total, dtype=torch.int64, device=rows.device) - shift
@@ -94,13 +100,9 @@ class _Frontier:
     counts: torch.Tensor
 
     @property
-    def starts(self) -> torch.Tensor:
-        return torch.cumsum(self.counts, 0) - self.counts
-
-    @property
     def local(self) -> torch.Tensor:
         """int64 ``[R]`` local index of each node within its minibatch."""
-        return torch.arange(self.nodes.shape[0], device=self.nodes.device) - self.starts[self.mb]
+        return torch.arange(self.nodes.shape[0], device=self.nodes.device) - _offsets(self.counts)[self.mb]
 
 
 class BulkSampler(BaseSampler):
@@ -132,7 +134,6 @@ class BulkSampler(BaseSampler):
         self.fanouts = list(check_layer_sizes(self.kind, tuple(check_fanout_list(fanouts))))
         if replace and self.kind is SamplerKind.LADIES:
             raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
-        self.method = method
         self.minibatches_per_bulk = int(minibatches_per_bulk)
         self.replace = bool(replace)
         self.device = torch.device(device)
@@ -168,10 +169,7 @@ class BulkSampler(BaseSampler):
         hops = []  # per hop: (counts before, counts after, row pointer per row, src local, weights)
         for fanout in self.fanouts:
             if self.kind is SamplerKind.LADIES:
-                ptr, entry = select_rows(self.rowptr, frontier.nodes)
-                keep, weight = self._ladies(frontier, ptr, entry, fanout, generators)
-                edge_row = _segment_ids(ptr, entry.shape[0])[keep]
-                src = self.col[entry[keep]]
+                edge_row, src, weight = self._ladies(frontier, fanout, generators)
             else:
                 edge_row, src = self._nodewise(frontier, fanout, generators)
                 weight = None
@@ -195,8 +193,7 @@ class BulkSampler(BaseSampler):
             take = torch.where(degree > 0, fanout, 0)
         else:
             take = torch.clamp(degree, max=fanout)
-        edge_ptr = torch.zeros(degree.shape[0] + 1, dtype=torch.int64, device=degree.device)
-        torch.cumsum(take, 0, out=edge_ptr[1:])
+        edge_ptr = _offsets(take)
         total = int(edge_ptr[-1])
         edge_row = _segment_ids(edge_ptr, total)
         offset = torch.arange(total, device=degree.device) - edge_ptr[edge_row]  # all of a row: 0 .. d - 1
@@ -209,10 +206,11 @@ class BulkSampler(BaseSampler):
                 offset[big[edge_row]] = _distinct(degree[big], fanout, generators, frontier.mb[big]).reshape(-1)
         return edge_row, self.col[start[edge_row] + offset]
 
-    def _ladies(self, frontier: _Frontier, ptr: torch.Tensor, entry: torch.Tensor, layer_size: int,
-                generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(keep, weight)``: which entries of ``P`` are edges (their column was drawn) and
-        float32 importance weights of the kept ones."""
+    def _ladies(self, frontier: _Frontier, layer_size: int, generators: list[torch.Generator]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(edge_row, src, weight)``: the entries of ``P = QA`` whose column was drawn (grouped
+        by row), their columns and their float32 importance weights."""
+        ptr, entry = select_rows(self.rowptr, frontier.nodes)
         device = ptr.device
         num_mb = frontier.counts.shape[0]
         row = _segment_ids(ptr, entry.shape[0])
@@ -240,7 +238,7 @@ class BulkSampler(BaseSampler):
         q = mass / total[cand_mb].clamp(min=torch.finfo(torch.float64).tiny)
         factor = times / (layer_size * q.clamp(min=torch.finfo(torch.float64).tiny))
         keep = times[inverse] > 0
-        return keep, (value[keep] * factor[inverse[keep]]).to(torch.float32)
+        return row[keep], self.col[entry[keep]], (value[keep] * factor[inverse[keep]]).to(torch.float32)
 
 
 def _device_csr(array: torch.Tensor | np.ndarray, name: str, device: torch.device) -> torch.Tensor:
@@ -288,8 +286,7 @@ def _distinct(degree: torch.Tensor, fanout: int, generators: list[torch.Generato
                 t = torch.where((picks[:, :step] == t.unsqueeze(1)).any(1), j, t)
             picks[:, step] = t
         return picks
-    ptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
-    torch.cumsum(degree, 0, out=ptr[1:])
+    ptr = _offsets(degree)
     total = int(ptr[-1])
     keys = _uniforms(generators, owner, degree)
     rows = _segment_ids(ptr, total)
@@ -316,8 +313,7 @@ def _grow(frontier: _Frontier, edge_mb: torch.Tensor, src: torch.Tensor, num_nod
     new_keys = keys[new]
     new_mb = new_keys // num_nodes
     new_counts = torch.bincount(new_mb, minlength=frontier.counts.shape[0])
-    local[new] = frontier.counts[new_mb] + torch.arange(new_keys.shape[0], device=device) - (
-        torch.cumsum(new_counts, 0) - new_counts)[new_mb]
+    local[new] = frontier.counts[new_mb] + torch.arange(new_keys.shape[0], device=device) - _offsets(new_counts)[new_mb]
     nodes = torch.cat([frontier.nodes, new_keys % num_nodes])
     mb = torch.cat([frontier.mb, new_mb])
     order = torch.argsort(mb, stable=True)  # each minibatch's old nodes, then its new ones
@@ -338,9 +334,7 @@ def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBat
         weights = [None] * len(sizes) if weight is None else torch.split(weight, edge_sizes)
         mfgs = []
         for j, (num_src, num_dst) in enumerate(zip(src_counts.tolist(), dst_counts.tolist())):
-            rowptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=row_counts.device)
-            torch.cumsum(rows[j], 0, out=rowptr[1:])
-            mfgs.append(MFG(num_src, num_dst, edges[j], rowptr, weights[j]))
+            mfgs.append(MFG(num_src, num_dst, edges[j], _offsets(rows[j]), weights[j]))
         per_hop.append(mfgs)
     return [SampledBatch(n_ids[j], sizes[j], [hop[j] for hop in reversed(per_hop)]) for j in range(len(sizes))]
 

@@ -55,9 +55,10 @@ def check_layer_sizes(kind: SamplerKind, fanouts: tuple[int, ...]) -> tuple[int,
 
 
 def make_sampler(rowptr, col, fanouts, kind: SamplerKind = SamplerKind.NODEWISE, replace: bool = False,
-                 minibatches_per_bulk: int = MINIBATCHES_PER_BULK):
-    """The sampler of ``kind``: a :class:`~salientpp.sampling.NeighborSampler` or a
-    :class:`~salientpp.sampling.BulkSampler` (CPU) over the CSR ``rowptr``, ``col``."""
+                 minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str = "cpu"):
+    """The sampler of ``kind`` over the CSR ``rowptr``, ``col``: a
+    :class:`~salientpp.sampling.NeighborSampler` (CPU), or a :class:`~salientpp.sampling.BulkSampler`
+    running on ``device``."""
     from .bulk import BulkSampler
     from .sampler import NeighborSampler
 
@@ -66,4 +67,4 @@ def make_sampler(rowptr, col, fanouts, kind: SamplerKind = SamplerKind.NODEWISE,
         return NeighborSampler(rowptr, col, list(fanouts), replace=replace)
     method = "ladies" if kind is SamplerKind.LADIES else "nodewise"
     return BulkSampler(rowptr, col, list(fanouts), method=method, minibatches_per_bulk=minibatches_per_bulk,
-                       replace=replace)
+                       replace=replace, device=device)

@@ -170,8 +170,7 @@ class NeighborLoader:
         bounds = self.batch_bounds()
         first = self._next_batch
         if isinstance(self.sampler, BulkSampler):
-            core = _BulkWorker(self._bulks(order, bounds.tolist(), first), len(self) - first, self.queue_depth,
-                               self.low_priority)
+            core = _BulkWorker(self._bulks(order, bounds.tolist(), first), self.queue_depth, self.low_priority)
             self._core = core
             return self._batches(core, bounds.tolist(), first, lambda batch, size: batch)
         core = extension().BatchLoader(self.sampler._core, order, bounds, self.epoch_seed(), self.labels,
@@ -230,12 +229,9 @@ class _BulkWorker:
     batches ahead; ``next()`` and ``close()`` as the C++ ``BatchLoader``: ``None`` once closed,
     and the thread's exception (``ValueError`` from a corrupt graph too) raised in the consumer."""
 
-    _DONE = object()
-
-    def __init__(self, batches: Iterator[SampledBatch], count: int, depth: int, low_priority: bool):
+    def __init__(self, batches: Iterator[SampledBatch], depth: int, low_priority: bool):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._count = count
         self._thread = threading.Thread(target=self._run, args=(batches, low_priority), name="salientpp-bulk",
                                         daemon=True)
         self._thread.start()
@@ -259,9 +255,6 @@ class _BulkWorker:
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(exc)
-
-    def __len__(self) -> int:
-        return self._count
 
     def next(self) -> SampledBatch | None:
         while not self._stop.is_set():
