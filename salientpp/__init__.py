@@ -19,6 +19,7 @@ _API = {
     "DistNeighborLoader": "salientpp.distributed.loader",
     "Batch": "salientpp.distributed.loader",
     "launch": "salientpp.distributed.launcher",
+    "DistEmbedding": "salientpp.embedding",
 }
 __all__ = ["__version__", *_API]
 

@@ -413,7 +413,7 @@ def _parameter_count(dims: Sequence[int]) -> int:
 def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_size: int, hidden: int, layers: int,
                    pipeline_depth: int, cache: str, local_ranks: int, replication: float | None = None,
                    cached_rows: int | None = None, model: str = "sage", eval_fanouts: Sequence[int] | None = None,
-                   eval_batch_size: int | None = None) -> MemoryEstimate:
+                   eval_batch_size: int | None = None, embedding_dim: int = 0, features: bool = True) -> MemoryEstimate:
     """Peak memory of ``salientpp train`` on one machine: ``local_ranks`` ranks of the partitioned
     dataset ``data`` together.
 
@@ -432,7 +432,11 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
       and ``activations`` of one training step or one inference batch, whichever is larger.
       Start-up, when no plan exists yet (no ``cached_rows``): ``cache plan analysis (rank 0)`` (the analysis of
       :func:`estimate_analyze`, and every partition's features mapped) while the others wait;
-    * ``model and optimizer``: :data:`PARAMETER_BYTES` per parameter.
+    * ``model and optimizer``: :data:`PARAMETER_BYTES` per parameter;
+    * with ``embedding_dim`` D > 0: ``embedding table and optimizer state``, each rank's owned
+      rows three times (the table and, once every row was touched, Adam's two moments) and 16
+      bytes per owned row (the optimiser's slot map and step count). Without ``features`` no
+      feature row is read or fetched, so the feature items are left out.
 
     Args:
         fanouts, batch_size, hidden, layers, replication, pipeline_depth, cache, model: as in
@@ -446,7 +450,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
             ``None`` when the run does not evaluate or evaluates layer-wise.
     """
     n, k, e = data.num_nodes, data.num_parts, int(data.col.shape[0])
-    row = data.num_features * data.feature_dtype.itemsize
+    row = data.num_features * data.feature_dtype.itemsize if features else 0
     if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
         raise InputError(f"{local_ranks!r} local ranks cannot train {k} partitions; start 1 to {k} ranks per machine")
     if len(check_fanouts(fanouts)) != layers:
@@ -470,7 +474,9 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
             cached_rows, _ = budget.rows(n, n, k, row)
         items["cache rows"] = ranks * 3 * cached_rows * row
         items["cache-slot maps"] = ranks * 16 * n
-    dims = [data.num_features] + [hidden] * (layers - 1) + [data.num_outputs]
+    if embedding_dim:
+        items["embedding table and optimizer state"] = sum(sizes) * (3 * 4 * embedding_dim + 16)
+    dims = [data.num_features * features + embedding_dim] + [hidden] * (layers - 1) + [data.num_outputs]
     size = batch_size_estimate(n, e, fanouts, batch_size)
     batch_bytes = _feature_batch_bytes(size, row)
     activations = _activation_bytes(model, size, dims, training=True)

@@ -274,7 +274,7 @@ def test_non_positive_counts_are_refused_before_reading_the_input(tmp_path, caps
 def test_features_without_columns_are_refused(tmp_path, capsys):
     path = small_npz(tmp_path / "d.npz", x=np.zeros((20, 0), dtype=np.float32))
     refused(tmp_path, capsys, [f"npz:{path}"], "have no columns", "at least one feature column is needed",
-            "learnable node embeddings are not supported yet")
+            "--embedding-dim D --no-features")
 
 
 # ---- 7: splits ----------------------------------------------------------------------------------

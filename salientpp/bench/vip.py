@@ -20,14 +20,17 @@ import numba
 import numpy as np
 import torch
 
-from ..cache.vip import METHODS, inclusion_probabilities
-from ..cache.workload import check_batch_size, lockstep_steps, parse_fanouts
+from ..cache.vip import METHODS, inclusion_probabilities, workload_probabilities
+from ..cache.workload import Workload, check_batch_size, parse_fanouts
+from ..cli.cache_options import add_task_options, edge_seeds_from
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import name_list
 from ..partition.format import load_partitioned
 from ..sampling import SAMPLERS, SamplerKind, make_sampler
 from ..sampling.kinds import check_sampler
+from ..sampling.link_loader import LinkNeighborLoader
+from ..train.link import require_link_split
 
 
 def _warm_up(methods) -> None:
@@ -36,39 +39,56 @@ def _warm_up(methods) -> None:
         inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1], 1, method=method)
 
 
-def time_analysis(dataset, fanouts, batch_size: int, method: str, replace: bool = False,
-                  sampler: SamplerKind = SamplerKind.NODEWISE) -> dict:
+def time_analysis(dataset, workload: Workload, method: str) -> dict:
     """Seconds and peak allocated bytes of the VIP of all partitions at once."""
-    seed_sets = [np.asarray(dataset.part(k).train_idx) for k in range(dataset.num_parts)]
     tracemalloc.start()
     start = time.perf_counter()
-    inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
-                            method=method, sampler=sampler)
+    workload_probabilities(dataset, workload, method=method)
     seconds = time.perf_counter() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return {"method": method, "seconds": seconds, "peak_alloc_bytes": int(peak)}
 
 
-def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, replace: bool = False,
-                sampler: SamplerKind = SamplerKind.NODEWISE):
+def _link_batches(sampler, edges: np.ndarray, workload: Workload, steps: int, batches: int, seed: int):
+    """``batches`` batches of the trainer's link loader over ``edges``, epoch after epoch."""
+    loader = LinkNeighborLoader(sampler, torch.from_numpy(edges), workload.batch_size, workload.edges.num_negatives,
+                                workload.edges.negative_sampling, seed=seed, num_batches=steps)
+    drawn, epoch = 0, 0
+    while drawn < batches:
+        loader.set_epoch(epoch)
+        for batch in loader:
+            if drawn == batches:
+                loader.close()
+                break
+            drawn += 1
+            yield batch
+        epoch += 1
+
+
+def monte_carlo(dataset, workload: Workload, batches: int, seed: int):
     """Per partition: float64 ``[L+1, N]`` inclusion frequencies and ``[batches, L+1]`` set sizes.
 
-    Draw i is batch ``i % S`` of an independent lockstep epoch (S balanced batches per rank, as
-    the trainer's loader cuts them): a uniform subset of the partition's training nodes of that
-    batch's size."""
-    sampler = make_sampler(dataset.rowptr, dataset.col, fanouts, sampler, replace)
+    Node seeds: draw i is batch ``i % S`` of an independent lockstep epoch (S balanced batches per
+    rank, as the trainer's loader cuts them), a uniform subset of the partition's training nodes
+    of that batch's size. Edge seeds: the batches of the trainer's link loader, epoch after epoch."""
+    fanouts = workload.fanouts
+    sampler = make_sampler(dataset.rowptr, dataset.col, fanouts, workload.sampler, workload.replace)
     rng = np.random.default_rng(seed)
-    steps = lockstep_steps([dataset.part(k).train_idx.size for k in range(dataset.num_parts)], batch_size)
+    steps = workload.lockstep_steps(dataset)
     results = []
     for k in range(dataset.num_parts):
-        train = np.asarray(dataset.part(k).train_idx)
-        bounds = np.arange(steps + 1) * train.size // steps
+        seeds_k = workload.seeds(dataset, k)
+        bounds = np.arange(steps + 1) * seeds_k.shape[-1] // steps
         freq = np.zeros((len(fanouts) + 1, dataset.num_nodes))
         sizes = np.zeros((batches, len(fanouts) + 1))
-        for i in range(batches):
-            seeds = rng.choice(train, int(bounds[i % steps + 1] - bounds[i % steps]), replace=False)
-            batch = sampler.sample(torch.from_numpy(seeds), seed=seed, batch_index=k * batches + i)
+        if workload.edges is not None:
+            drawn = _link_batches(sampler, seeds_k, workload, steps, batches, seed * 1000 + k)
+        else:
+            drawn = (sampler.sample(torch.from_numpy(rng.choice(seeds_k, int(bounds[i % steps + 1] - bounds[i % steps]),
+                                                                replace=False)), seed=seed, batch_index=k * batches + i)
+                     for i in range(batches))
+        for i, batch in enumerate(drawn):
             counts = [batch.batch_size] + [m.num_src for m in reversed(batch.mfgs)]
             n_id = batch.n_id.numpy()
             for h, count in enumerate(counts):
@@ -78,15 +98,13 @@ def monte_carlo(dataset, fanouts, batch_size: int, batches: int, seed: int, repl
     return results
 
 
-def accuracy(dataset, fanouts, batch_size: int, methods, mc, replace: bool = False,
-             sampler: SamplerKind = SamplerKind.NODEWISE) -> dict:
+def accuracy(dataset, workload: Workload, methods, mc) -> dict:
     """Relative error of vertices per minibatch and per-vertex MAE, per method and hop (all partitions)."""
-    seed_sets = [np.asarray(dataset.part(k).train_idx) for k in range(dataset.num_parts)]
+    fanouts = workload.fanouts
     batches = mc[0][1].shape[0]
     out = {}
     for method in methods:
-        hops = inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, fanouts, batch_size, replace=replace,
-                                       method=method, return_hops=True, sampler=sampler)
+        hops = workload_probabilities(dataset, workload, method=method, return_hops=True)
         rows = []
         for h in range(len(fanouts) + 1):
             predicted = sum(hops[h][:, k].sum() for k in range(dataset.num_parts))
@@ -110,6 +128,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the sampler modelled and drawn (LADIES: --fanouts are layer sizes)")
     p.add_argument("--mc-batches", type=int, default=0, metavar="B",
                    help="also compare with B sampled minibatches per partition (default 0: skip)")
+    add_task_options(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo batches")
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 
@@ -118,6 +137,7 @@ def main(args: argparse.Namespace) -> int:
     sampler = check_sampler(args.sampler)
     fanouts = parse_fanouts(args.fanouts)
     batch_size = check_batch_size(args.batch_size)
+    workload = Workload(fanouts, batch_size, replace=args.replace, sampler=sampler, edges=edge_seeds_from(args))
     methods = name_list(args.methods, "--methods", "exact,cavity")
     if not methods or any(m not in METHODS for m in methods):
         raise InputError(f"--methods must list some of {', '.join(METHODS)}, got {args.methods!r}")
@@ -126,10 +146,12 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         check_output_dir(args.json, "output file")
     dataset = load_partitioned(args.part_dir)
+    if workload.edges is not None:
+        require_link_split(dataset, args.part_dir)
     _warm_up(methods)
     timings = []
     for method in methods:
-        timings.append(time_analysis(dataset, fanouts, batch_size, method, args.replace, sampler))
+        timings.append(time_analysis(dataset, workload, method))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"VIP of {dataset.num_parts} partitions, N={dataset.num_nodes:,}, nnz={dataset.col.shape[0]:,}, "
           f"fanouts {','.join(map(str, fanouts))}, batch {batch_size}, {numba.get_num_threads()} numba threads")
@@ -139,11 +161,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"process peak RSS so far: {rss / 2**20:.0f} MiB (includes the memory-mapped graph)")
     report = {"dataset": str(dataset.path), "num_nodes": dataset.num_nodes, "num_edges": int(dataset.col.shape[0]),
               "num_parts": dataset.num_parts, "fanouts": list(fanouts), "batch_size": batch_size,
-              "replace": args.replace, "sampler": sampler.value, "threads": numba.get_num_threads(), "timings": timings, "peak_rss_bytes": rss}
+              "replace": args.replace, "sampler": sampler.value, "workload": workload.to_json(), "threads": numba.get_num_threads(), "timings": timings, "peak_rss_bytes": rss}
     if args.mc_batches:
         start = time.perf_counter()
-        mc = monte_carlo(dataset, fanouts, batch_size, args.mc_batches, args.seed, args.replace, sampler)
-        acc = accuracy(dataset, fanouts, batch_size, methods, mc, args.replace, sampler)
+        mc = monte_carlo(dataset, workload, args.mc_batches, args.seed)
+        acc = accuracy(dataset, workload, methods, mc)
         print(f"\nagainst {args.mc_batches} sampled minibatches per partition ({time.perf_counter() - start:.0f} s): "
               "relative error of vertices per minibatch / per-vertex MAE (MAE from MC noise alone)")
         print("| method | " + " | ".join(f"hop {h}" for h in range(len(fanouts) + 1)) + " |")

@@ -40,7 +40,8 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
 
     Every workload runs ``epochs`` epochs of the trainer's loader over partition k's seeds:
     shuffled, cut into ``S = workload.lockstep_steps(dataset)`` balanced batches (the batches
-    per epoch of every rank in lockstep; ``NeighborLoader(..., num_batches=S)``). A minibatch adds
+    per epoch of every rank in lockstep; ``NeighborLoader(..., num_batches=S)``; an edge workload
+    runs the ``LinkNeighborLoader`` of the trainer's link prediction). A minibatch adds
     the workload's weight to each vertex of its ``n_id`` (the ids are unique within a minibatch,
     so this is the number of rows it would fetch); a batch without seeds adds nothing.
 
@@ -51,6 +52,7 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
         float64 ``[N]`` summed over the epochs (divide by ``epochs`` for a per-epoch mean).
     """
     from ..sampling import NeighborLoader
+    from ..sampling.link_loader import LinkNeighborLoader
 
     counts = np.zeros(dataset.num_nodes, dtype=np.float64)
     bar = None
@@ -63,9 +65,13 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
             if bar is not None:
                 bar.update(epochs)
             continue
-        loader = NeighborLoader(sampler, seeds=torch.from_numpy(seeds), batch_size=workload.batch_size,
-                                shuffle=True, seed=loader_seed(seed, k, stream, i), num_threads=num_threads,
-                                num_batches=workload.lockstep_steps(dataset))
+        options = dict(batch_size=workload.batch_size, shuffle=True, seed=loader_seed(seed, k, stream, i),
+                       num_threads=num_threads, num_batches=workload.lockstep_steps(dataset))
+        if workload.edges is not None:  # the link loader: edges, negatives, then their endpoints sampled
+            loader = LinkNeighborLoader(sampler, torch.from_numpy(seeds), num_negatives=workload.edges.num_negatives,
+                                        negative_sampling=workload.edges.negative_sampling, **options)
+        else:
+            loader = NeighborLoader(sampler, seeds=torch.from_numpy(seeds), **options)
         for epoch in range(epochs):
             loader.set_epoch(epoch)
             for batch in loader:

@@ -143,11 +143,12 @@ class PlanMeta:
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
                          plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
-                         sampler: SamplerKind = SamplerKind.NODEWISE) -> None:
+                         sampler: SamplerKind = SamplerKind.NODEWISE, link: bool = False) -> None:
         """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup.
 
         Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
-        one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes).
+        one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes). A plan
+        scored for link prediction (edge seeds) serves ``link`` training only, and the other way round.
 
         ``plan_dir`` names the plan in the message, which tells the user how to build a fitting
         one: into another directory when the plan was ``given`` by the user (``--plan``), else in
@@ -165,6 +166,10 @@ class PlanMeta:
         if (planned is SamplerKind.LADIES) != (sampler is SamplerKind.LADIES):
             raise InputError(f"{plan_dir} was built for the {planned.value} sampler but training uses "
                              f"{sampler.value}; {rebuild('--sampler ' + sampler.value)}")
+        if (self.workloads[0].edges is not None) != link:
+            planned_task, task = ("link", "node") if self.workloads[0].edges is not None else ("node", "link")
+            raise InputError(f"{plan_dir} was built for {planned_task} seeds but training uses {task} seeds; "
+                             f"{rebuild('--task ' + task)}")
         if fanouts != self.fanouts:
             raise InputError(f"{plan_dir} was built for fanouts {_join(self.fanouts)} but training uses "
                              f"{_join(fanouts)}; {rebuild('--fanouts ' + _join(fanouts))}")
@@ -234,7 +239,7 @@ class CachePlan:
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
                          plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
-                         sampler: SamplerKind = SamplerKind.NODEWISE) -> None:
+                         sampler: SamplerKind = SamplerKind.NODEWISE, link: bool = False) -> None:
         self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir, given, sampler)
 
     def with_gpu_fraction(self, gpu_fraction: float) -> "CachePlan":
@@ -288,6 +293,8 @@ def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
     sampler = "" if workloads[0].sampler is SamplerKind.NODEWISE else f"-{workloads[0].sampler.value}"
+    if workloads[0].edges is not None:
+        sampler += "-link"
     return f"{policy}{sampler}-f{'-'.join(str(f) for f in workloads[0].fanouts)}-b{workloads[0].batch_size}-{size}"
 
 

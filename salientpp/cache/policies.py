@@ -170,7 +170,7 @@ def rank_vertices(scores: np.ndarray, ids: np.ndarray, rng: np.random.Generator)
 
 def _train_indicator(ctx: PolicyContext, k: int) -> np.ndarray:
     x = np.zeros((ctx.num_nodes, 1), dtype=np.float64)
-    x[ctx.workloads[0].seeds(ctx.dataset, k), 0] = 1.0
+    x[ctx.workloads[0].seed_nodes(ctx.dataset, k), 0] = 1.0
     return x
 
 

@@ -73,6 +73,23 @@ From hop 2 on, the same correlation the cavity form corrects for node-wise sampl
 over-estimate (a vertex absent from :math:`S^{h-1}` was not drawn through its neighbours, so they
 were less likely in the layer before): the ``method`` choices apply with these weights, and
 ``cavity`` is LADIES's default (:func:`default_method`). ``bench vip --sampler ladies`` measures them.
+
+**Link prediction** (:class:`~salientpp.sampling.link_loader.LinkNeighborLoader`). Partition k's
+seeds are its :math:`E_k` edges, cut into :math:`S = \max_j \lceil E_j / b \rceil` balanced batches
+of :math:`n \approx E_k / S` edges; each positive brings r negatives, and the batch's node seeds
+are the distinct endpoints of both. A vertex v with :math:`m_k(v)` incident edges of partition k
+(as source or destination) is an endpoint of a positive of a batch with probability
+:math:`1 - \binom{E_k - m}{n} / \binom{E_k}{n}`, which is :math:`1 - (1 - 1/S)^{m}` up to the
+difference between drawing without and with replacement (relative order :math:`m / E_k`), exact for
+m = 1. The negatives are R independent uniform draws over the N vertices: the destinations of
+``per-source`` negatives (R = n r; their sources are positives' sources) or both ends of
+``uniform`` ones (R = 2 n r), so v is drawn with probability :math:`1 - (1 - 1/N)^R`. They are
+drawn independently of the positives, so
+
+.. math::  p^0_k(v) = 1 - (1 - 1/S)^{m_k(v)} \, (1 - 1/N)^{R}
+
+(:func:`link_seed_probabilities`), and the recurrence runs from it unchanged (``seed_probs``).
+``bench vip --task link`` and ``simulate --task link`` check it against the sampler.
 """
 from __future__ import annotations
 
@@ -84,6 +101,7 @@ from numba import njit, prange
 
 from ..errors import InputError
 from ..sampling.kinds import SamplerKind, check_layer_sizes, check_sampler
+from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 from .workload import Workload, check_batch_size, check_fanouts, lockstep_steps
 
 METHODS = ("exact", "taylor", "cavity")
@@ -193,6 +211,51 @@ def seed_probabilities(num_nodes: int, seed_sets: Sequence[np.ndarray], batch_si
     return p0
 
 
+def link_seed_probabilities(num_nodes: int, edge_sets: Sequence[np.ndarray], batch_size: int, num_negatives: int,
+                            mode: NegativeSampling | str, *, num_batches: int | None = None) -> np.ndarray:
+    """float64 ``[N, K]``: :math:`p^0` of link batches, the probability that a vertex is a node seed of
+    a batch of partition k (module docstring, "Link prediction").
+
+    Args:
+        edge_sets: K int64 ``[2, E_k]`` arrays, partition k's seed edges.
+        batch_size: b, the most edges per batch; num_negatives: r per edge; mode: how negatives are drawn.
+        num_batches: S, overriding ``max_k ceil(E_k / b)``.
+    """
+    batch_size = check_batch_size(batch_size)
+    num_negatives = check_num_negatives(num_negatives)
+    mode = check_negative_sampling(mode)
+    sizes = [int(np.asarray(e).shape[-1]) for e in edge_sets]
+    steps = lockstep_steps(sizes, batch_size) if num_batches is None else _check_steps(num_batches)
+    p0 = np.zeros((num_nodes, len(edge_sets)), dtype=np.float64)
+    for k, edges in enumerate(edge_sets):
+        edges = np.asarray(edges, dtype=np.int64)
+        if not sizes[k]:
+            continue
+        if edges.min() < 0 or edges.max() >= num_nodes:
+            raise InputError(f"edge ids of partition {k} lie outside [0, {num_nodes}); re-partition the dataset")
+        incident = np.bincount(edges.ravel(), minlength=num_nodes)
+        draws = sizes[k] / steps * num_negatives * (1 if mode is NegativeSampling.PER_SOURCE else 2)
+        p0[:, k] = 1.0 - np.power(1.0 - 1.0 / steps, incident) * (1.0 - 1.0 / num_nodes) ** draws
+    return p0
+
+
+def workload_probabilities(dataset, workload: Workload, *, method: str = "exact", return_hops: bool = False,
+                           num_threads: int | None = None) -> np.ndarray | list[np.ndarray]:
+    """:func:`inclusion_probabilities` of one workload over every partition of a PartitionedDataset
+    (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`)."""
+    seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
+    steps = workload.lockstep_steps(dataset)
+    seed_probs = None
+    if workload.edges is not None:
+        seed_probs = link_seed_probabilities(dataset.num_nodes, seed_sets, workload.batch_size,
+                                             workload.edges.num_negatives, workload.edges.negative_sampling,
+                                             num_batches=steps)
+    return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanouts, workload.batch_size,
+                                   num_batches=steps, replace=workload.replace, method=method,
+                                   return_hops=return_hops, num_threads=num_threads, sampler=workload.sampler,
+                                   seed_probs=seed_probs)
+
+
 def _check_steps(num_batches) -> int:
     if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
         raise InputError(f"num_batches must be a positive integer (batches per epoch), got {num_batches!r}")
@@ -206,8 +269,8 @@ def _as_csr(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequence[np.ndarray],
                             fanouts: Sequence[int], batch_size: int, *, num_batches: int | None = None,
                             replace: bool = False, method: str = "exact", return_hops: bool = False,
-                            num_threads: int | None = None, sampler: SamplerKind | str = SamplerKind.NODEWISE
-                            ) -> np.ndarray | list[np.ndarray]:
+                            num_threads: int | None = None, sampler: SamplerKind | str = SamplerKind.NODEWISE,
+                            seed_probs: np.ndarray | None = None) -> np.ndarray | list[np.ndarray]:
     """Per-minibatch inclusion probability of every vertex, for every partition at once.
 
     The seed sets are the K partitions of one job whose ranks run in lockstep: each runs
@@ -228,6 +291,8 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
         num_threads: numba threads (default: numba's, i.e. all cores).
         sampler: node-wise and bulk node-wise share the recurrence above; ``"ladies"`` uses it with
             LADIES's pick weights (``fanouts`` = layer sizes; see the module docstring).
+        seed_probs: float64 ``[N, K]`` :math:`p^0` to start from instead of ``1/S`` on the seed
+            sets (e.g. :func:`link_seed_probabilities`; ``seed_sets`` then only gives K).
 
     Returns:
         float64 ``[N, K]``: ``VIP[v, k]`` = P(v is in a minibatch of partition k); or the list of
@@ -243,7 +308,11 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     degree = np.diff(rowptr)
     if num_threads is not None:
         numba.set_num_threads(max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS)))
-    hops = [seed_probabilities(num_nodes, seed_sets, batch_size, num_batches=num_batches)]
+    if seed_probs is None:
+        seed_probs = seed_probabilities(num_nodes, seed_sets, batch_size, num_batches=num_batches)
+    elif seed_probs.shape != (num_nodes, len(seed_sets)):
+        raise ValueError(f"seed_probs must be [{num_nodes}, {len(seed_sets)}], got {list(seed_probs.shape)}")
+    hops = [np.asarray(seed_probs, dtype=np.float64)]
     weights = [None]
     for fanout in fanouts:
         prev = hops[-1]
@@ -324,13 +393,10 @@ def expected_accesses(dataset, workloads: Sequence[Workload], *, method: str = "
         raise InputError("at least one workload (the training fanouts and batch size) is needed")
     total = np.zeros((dataset.num_nodes, dataset.num_parts), dtype=np.float64)
     for workload in workloads:
-        seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
-        steps = lockstep_steps([s.size for s in seed_sets], workload.batch_size)
+        steps = workload.lockstep_steps(dataset)
         if steps == 0:  # no partition has seeds for this workload: it never runs
             continue
-        vip = inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanouts,
-                                      workload.batch_size, num_batches=steps, replace=workload.replace,
-                                      method=method, num_threads=num_threads, sampler=workload.sampler)
+        vip = workload_probabilities(dataset, workload, method=method, num_threads=num_threads)
         vip *= workload.weight * steps
         total += vip
     return total

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import InputError
 from ..parsing import number_list
 from ..sampling.kinds import SamplerKind, check_layer_sizes, check_sampler
+from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 
 SPLITS = ("train", "valid", "test")
 
@@ -50,6 +51,23 @@ def lockstep_steps(num_seeds, batch_size: int) -> int:
 
 
 @dataclass(frozen=True)
+class EdgeSeeds:
+    """A workload whose seeds are edges (link prediction): each batch's positive edges come with
+    ``num_negatives`` negatives each, drawn ``negative_sampling``, and the distinct endpoints are
+    the batch's node seeds (:class:`~salientpp.sampling.link_loader.LinkNeighborLoader`)."""
+
+    num_negatives: int = 1
+    negative_sampling: NegativeSampling = NegativeSampling.UNIFORM
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_negatives", check_num_negatives(self.num_negatives))
+        object.__setattr__(self, "negative_sampling", check_negative_sampling(self.negative_sampling))
+
+    def to_json(self) -> dict:
+        return {"num_negatives": self.num_negatives, "negative_sampling": self.negative_sampling.value}
+
+
+@dataclass(frozen=True)
 class Workload:
     """One stream of sampled minibatches whose remote feature rows a rank must fetch.
 
@@ -64,6 +82,9 @@ class Workload:
             sampled inference every fifth epoch). Scores and fetched rows add up with this weight.
         sampler: how the minibatches are drawn (:class:`~salientpp.sampling.SamplerKind`); for
             LADIES, ``fanouts`` are the nodes drawn per layer.
+        edges: ``None`` for node seeds; an :class:`EdgeSeeds` for link prediction, whose seeds are
+            the splits' held-out edges (whose sources the partition owns) and ``batch_size``
+            counts edges.
     """
 
     fanouts: tuple[int, ...]
@@ -72,6 +93,7 @@ class Workload:
     splits: tuple[str, ...] = ("train",)
     weight: float = 1.0
     sampler: SamplerKind = SamplerKind.NODEWISE
+    edges: EdgeSeeds | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampler", check_sampler(self.sampler))
@@ -91,10 +113,24 @@ class Workload:
         return len(self.fanouts)
 
     def seeds(self, dataset, k: int) -> np.ndarray:
-        """int64 sorted seed ids (new global numbering) of partition ``k`` of a PartitionedDataset."""
+        """Partition ``k``'s seeds of a PartitionedDataset (new global numbering): int64 sorted node
+        ids ``[n]``, or with :attr:`edges` its int64 ``[2, E]`` edges."""
         part = dataset.part(k)
+        if self.edges is not None:
+            arrays = [np.asarray(getattr(part, f"{s}_edges"), dtype=np.int64) for s in self.splits]
+            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=1)
         arrays = [np.asarray(getattr(part, f"{s}_idx"), dtype=np.int64) for s in self.splits]
         return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+
+    def seed_nodes(self, dataset, k: int) -> np.ndarray:
+        """int64 sorted node ids partition ``k``'s batches start from (an edge workload: the
+        edges' endpoints; negatives aside)."""
+        seeds = self.seeds(dataset, k)
+        return np.unique(seeds) if self.edges is not None else seeds
+
+    def num_seeds(self, dataset, k: int) -> int:
+        """Partition ``k``'s seeds: nodes, or edges."""
+        return int(self.seeds(dataset, k).shape[-1])
 
     def lockstep_steps(self, dataset) -> int:
         """S: the minibatches per epoch of every partition when the ranks run in lockstep.
@@ -104,14 +140,16 @@ class Workload:
         batches (``NeighborLoader(..., num_batches=S)``), so every seed is in exactly one batch
         per epoch and a batch holds at most ``batch_size`` seeds.
         """
-        return lockstep_steps([self.seeds(dataset, k).size for k in range(dataset.num_parts)], self.batch_size)
+        return lockstep_steps([self.num_seeds(dataset, k) for k in range(dataset.num_parts)], self.batch_size)
 
     def to_json(self) -> dict:
         return {"fanouts": list(self.fanouts), "batch_size": self.batch_size, "replace": self.replace,
-                "splits": list(self.splits), "weight": self.weight, "sampler": self.sampler.value}
+                "splits": list(self.splits), "weight": self.weight, "sampler": self.sampler.value,
+                "edges": None if self.edges is None else self.edges.to_json()}
 
     @classmethod
     def from_json(cls, entry: dict) -> "Workload":
         return cls(fanouts=tuple(entry["fanouts"]), batch_size=int(entry["batch_size"]),
                    replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]),
-                   sampler=entry.get("sampler", SamplerKind.NODEWISE.value))
+                   sampler=entry.get("sampler", SamplerKind.NODEWISE.value),
+                   edges=None if entry.get("edges") is None else EdgeSeeds(**entry["edges"]))

@@ -6,9 +6,11 @@ import argparse
 
 from ..cache.policies import PolicyContext
 from ..cache.vip import METHODS
-from ..cache.workload import SPLITS, Workload, parse_fanouts
+from ..cache.workload import SPLITS, EdgeSeeds, Workload, parse_fanouts
 from ..errors import InputError
 from ..sampling import SAMPLERS, SamplerKind
+from ..sampling.link import NegativeSampling
+from ..train.link import LINK, NODE, TASKS, require_link_split
 from ..parsing import name_list
 from ..partition.format import PartitionedDataset
 
@@ -33,25 +35,46 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampler", default=SamplerKind.NODEWISE.value, choices=SAMPLERS,
                         help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
                              "layer-wise, --fanouts are nodes per layer)")
+    add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluated run and of random choices (default 0)")
     parser.add_argument("--simulation-epochs", type=int, default=5, metavar="E",
                         help="epochs sampled by the vip-simulation policy (default 5)")
     parser.add_argument("--threads", type=int, default=1, metavar="T", help="sampler threads (default 1)")
 
 
+def add_task_options(parser: argparse.ArgumentParser) -> None:
+    """``--task`` and the negatives of link prediction (:func:`edge_seeds_from` reads them)."""
+    parser.add_argument("--task", choices=TASKS, default=NODE,
+                        help="node seeds, or link prediction: the held-out training edges of `prepare --link-split` "
+                             "with negatives, --batch-size edges per batch (default node)")
+    parser.add_argument("--num-negatives", type=int, default=1, help="--task link: negatives per edge (default 1)")
+    parser.add_argument("--negative-sampling", choices=[m.value for m in NegativeSampling],
+                        default=NegativeSampling.UNIFORM.value,
+                        help="--task link: uniform node pairs or per-source destinations (default uniform)")
+
+
+def edge_seeds_from(args: argparse.Namespace) -> EdgeSeeds | None:
+    """The :class:`EdgeSeeds` of ``--task link`` (``None`` for node seeds)."""
+    return EdgeSeeds(args.num_negatives, args.negative_sampling) if args.task == LINK else None
+
+
 def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
-    train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace, sampler=args.sampler)
+    edges = edge_seeds_from(args)
+    train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace, sampler=args.sampler,
+                     edges=edges)
     if args.inference_fanouts is None:
         return (train,)
     splits = tuple(name_list(args.inference_splits, "--inference-splits", "valid,test"))
     inference = Workload(parse_fanouts(args.inference_fanouts), args.inference_batch_size or args.batch_size,
-                         replace=args.replace, splits=splits, weight=args.inference_weight)
+                         replace=args.replace, splits=splits, weight=args.inference_weight, edges=edges)
     return train, inference
 
 
 def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
     if args.threads < 1:
         raise InputError(f"--threads must be at least 1, got {args.threads}")
+    if args.task == LINK:
+        require_link_split(dataset, args.part_dir)
     return PolicyContext(dataset, workloads_from(args), seed=args.seed, epochs=epochs,
                          simulation_epochs=args.simulation_epochs, vip_method=args.vip_method,
                          num_threads=args.threads, progress=True)

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 from ..data.format import MULTICLASS, Dataset, save_dataset
 from ..data.importers import ImportOptions, load_source
+from ..data.links import parse_link_split, split_edges
+from ..errors import InputError
 from ..io import check_output_dir
 
 
@@ -29,23 +32,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-classes", type=int, default=2, help="edgelist: number of random classes (>= 1)")
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--self-loops", action="store_true", help="keep (v, v) edges (dropped by default)")
-    p.add_argument("--seed", type=int, default=0, help="seed of anything generated for an edge list")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of anything generated for an edge list, and of --link-split")
+    p.add_argument("--link-split", metavar="TRAIN,VALID,TEST",
+                   help="hold out edges for link prediction: fractions of the undirected edges (summing to at most "
+                        "1); validation and test edges are removed from the graph (see docs/data.md)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out_dir)  # before a long import, not after it
+    fractions = None if args.link_split is None else parse_link_split(args.link_split)
     options = ImportOptions(root=args.root, features=args.features, labels=args.labels, train_idx=args.train_idx,
                             valid_idx=args.valid_idx, test_idx=args.test_idx, num_nodes=args.num_nodes,
                             feature_dtype=args.feature_dtype, keep_self_loops=args.self_loops, seed=args.seed,
                             num_features=args.num_features, num_classes=args.num_classes)
     start = time.perf_counter()
     dataset = load_source(args.source, options)
+    if fractions is not None:
+        if dataset.has_link_split:
+            raise InputError(f"{args.source} already holds held-out edges (train_edges, valid_edges, test_edges); "
+                             "drop --link-split to use them, or drop them from the archive")
+        rowptr, col, split = split_edges(dataset.rowptr, dataset.col, fractions, args.seed)
+        dataset = replace(dataset, rowptr=rowptr, col=col, link_split=split)
     save_dataset(dataset, args.out_dir)
     print(f"wrote {args.out_dir}: {dataset.num_nodes:,} nodes, {dataset.num_edges:,} directed edges, "
           f"{dataset.num_features} {dataset.x.dtype} features, {_labels(dataset)}, "
           f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
           f"({time.perf_counter() - start:.1f} s)")
+    if dataset.has_link_split:
+        print(f"held-out edges train/valid/test: {dataset.link_split.counts()} (valid and test are not in the graph)")
     if dataset.input_id is not None:
         print(f"the edge list's ids (up to {int(dataset.input_id[-1]):,}) were sparse, so its {dataset.num_nodes:,} "
               f"distinct ids were compacted to 0..{dataset.num_nodes - 1:,}; input_id.npy holds the original id "

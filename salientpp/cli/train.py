@@ -5,11 +5,14 @@ import argparse
 import os
 import sys
 
+from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..sampling import SAMPLERS
 from ..cache import parse_fanouts
 from ..distributed import WorkerError
 from ..distributed.health import StageError
 from ..distributed.threads import CORES_PER_SAMPLER
+from ..sampling.link import NegativeSampling
+from ..train.link import DECODERS, LINK_METRICS, TASKS
 from ..train.tasks import METRICS
 from ..resources import parse_memory_limit
 from ..train import TrainConfig, TrainResult, train
@@ -36,8 +39,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="sage|gat|gin|PKG.MODULE:FUNCTION",
                    help=f"a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
                         f"torch.nn.Module (default {_default('model')})")
-    p.add_argument("--metric", choices=METRICS,
-                   help="validation/test metric (default: accuracy for class labels, roc-auc for multi-label)")
+    p.add_argument("--metric", choices=tuple(dict.fromkeys(METRICS + LINK_METRICS)),
+                   help="validation/test metric (default: accuracy for class labels, roc-auc for multi-label and "
+                        "for --task link)")
+    p.add_argument("--task", choices=TASKS,
+                   help=f"node classification, or link prediction over the held-out edges of `salientpp prepare "
+                        f"--link-split` (default {_default('task')})")
+    p.add_argument("--num-negatives", type=int,
+                   help=f"--task link: negatives per training edge (default {_default('num_negatives')})")
+    p.add_argument("--negative-sampling", choices=[m.value for m in NegativeSampling],
+                   help="--task link: uniform random node pairs, or random destinations of each edge's source "
+                        f"(default {_default('negative_sampling')})")
+    p.add_argument("--decoder", choices=DECODERS,
+                   help=f"--task link: how a node pair is scored from its embeddings (default {_default('decoder')})")
+    p.add_argument("--eval-negatives", type=int,
+                   help="--task link: negatives of its source each held-out edge is ranked against (MRR, hits@K; "
+                        f"default {_default('eval_negatives')})")
     p.add_argument("--hidden", type=int, help=f"hidden width (default {_default('hidden')})")
     p.add_argument("--layers", type=int, help=f"number of layers (default {_default('layers')})")
     p.add_argument("--fanouts", help=f"neighbours per hop, seeds first (default {_default('fanouts')})")
@@ -50,6 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         f"{_default('minibatches_per_bulk')})")
     p.add_argument("--lr", type=float, help=f"Adam learning rate (default {_default('lr')})")
     p.add_argument("--dropout", type=float, help=f"dropout between layers (default {_default('dropout')})")
+    p.add_argument("--embedding-dim", type=int, metavar="D",
+                   help="learn a D-wide node embedding, partitioned like the features and updated by a sparse "
+                        "optimiser, and feed the model [x || emb] (default 0: none)")
+    p.add_argument("--no-features", dest="features", action="store_false",
+                   help="feed the model the learned embedding alone (needs --embedding-dim); no features are fetched")
+    p.add_argument("--embedding-optimizer", choices=SPARSE_OPTIMIZERS,
+                   help=f"the embedding's sparse optimiser (default {_default('embedding_optimizer')})")
+    p.add_argument("--embedding-lr", type=float,
+                   help=f"the embedding's learning rate (default {_default('embedding_lr')})")
     p.add_argument("--plan", metavar="DIR",
                    help="a cache plan directory written by `salientpp analyze` (a replication factor or byte "
                         "budgets, any --name or --out): its GPU and CPU tiers and its owned rows on the device are "

@@ -13,6 +13,9 @@ Layout (all arrays are plain ``.npy`` files, memory-mapped on load; nothing is p
     test_idx.npy   int64   [n_test]
     input_id.npy   int64   [N]       optional: the id of each node in the input, ascending (written
                                      when ``prepare`` compacted the sparse ids of an edge list)
+    train_edges.npy, valid_edges.npy, test_edges.npy
+                   int64   [2, E_s]  optional, all three or none: held-out edges of link prediction
+                                     (:mod:`salientpp.data.links`); valid and test edges are not in the CSR
     meta.json      kind, counts, dtypes, source, one entry (dtype, shape, checksum) per file;
                    label_kind ("multiclass" | "multilabel"), label_dtype, and num_classes
                    (multiclass) or num_tasks (multilabel)
@@ -33,6 +36,7 @@ from .. import __version__
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .csr import check_csr
+from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
 
 KIND = "salientpp-dataset"
 SPLITS = ("train_idx", "valid_idx", "test_idx")
@@ -47,7 +51,7 @@ MULTILABEL_DTYPES = ("float32", "bool")
 # dimensions follows its dtype (int64 1-D, float32/bool 2-D), checked by check_label_array.
 FILE_FORMATS = {"rowptr": (("int64",), 1), "col": (("int64",), 1), "x": (("float32", "float16"), 2),
                 "y": ((MULTICLASS_DTYPE,) + MULTILABEL_DTYPES, None), **{name: (("int64",), 1) for name in SPLITS},
-                "input_id": (("int64",), 1)}
+                "input_id": (("int64",), 1), **{name: (("int64",), 2) for name in EDGE_SPLITS}}
 _FINITE_CHUNK_BYTES = 1 << 25
 
 
@@ -248,6 +252,8 @@ class Dataset:
         extra_meta: further meta.json entries (e.g. generator parameters).
         input_id: optional int64 ``[N]``, ascending: the id each node had in the input (an edge
             list whose sparse ids were compacted to ``0..N-1``); ``None`` when the ids are the input's.
+        link_split: the held-out edges of link prediction (:class:`~salientpp.data.links.LinkSplit`),
+            or ``None``.
     """
 
     rowptr: np.ndarray
@@ -260,6 +266,11 @@ class Dataset:
     source: str = "unknown"
     extra_meta: dict[str, Any] = field(default_factory=dict)
     input_id: np.ndarray | None = None
+    link_split: LinkSplit | None = None
+
+    @property
+    def has_link_split(self) -> bool:
+        return self.link_split is not None
 
     @property
     def num_nodes(self) -> int:
@@ -329,8 +340,8 @@ class Dataset:
                              "convert them with astype")
         if self.x.shape[1] == 0:
             raise InputError(f"the features (x) of {name} have no columns (shape {list(self.x.shape)}); at least one "
-                             "feature column is needed (learnable node embeddings are not supported yet), so pass "
-                             "features with F >= 1")
+                             "feature column is needed; pass features with F >= 1 (a graph without features: one "
+                             "constant column, then train with --embedding-dim D --no-features)")
         bad_row = first_nonfinite_row(self.x)
         if bad_row >= 0:
             raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
@@ -349,6 +360,11 @@ class Dataset:
             if n and (ids[0] < 0 or not bool(np.all(ids[1:] > ids[:-1]))):
                 raise InputError(f"input_id of {name} must hold distinct non-negative ids in ascending order; "
                                  "re-create the dataset")
+        if self.link_split is not None:
+            fix = "re-create the dataset with prepare --link-split"
+            for split_name, edges in self.link_split.arrays().items():
+                check_edge_array(edges, n, f"{split_name} of {name}", fix)
+            check_held_out(self.rowptr, self.col, self.link_split, name, fix)
 
 
 def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
@@ -359,6 +375,8 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
                  for name in ("rowptr", "col", "x", "y") + SPLITS}
         if dataset.input_id is not None:
             files["input_id"] = save_array(tmp, "input_id", np.asarray(dataset.input_id))
+        if dataset.link_split is not None:
+            files.update({name: save_array(tmp, name, edges) for name, edges in dataset.link_split.arrays().items()})
         write_meta(tmp, {
             "kind": KIND,
             "salientpp_version": __version__,
@@ -394,10 +412,14 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
     if "input_id" in meta["files"]:
         arrays["input_id"] = load_listed(Path(path), "input_id", meta, "re-create the dataset directory",
                                          *FILE_FORMATS["input_id"], verify=verify)
+    link_split = None
+    if all(name in meta["files"] for name in EDGE_SPLITS):
+        link_split = LinkSplit(*(load_listed(Path(path), name, meta, "re-create the dataset directory",
+                                             *FILE_FORMATS[name], verify=verify) for name in EDGE_SPLITS))
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
                 "num_classes", "num_tasks", "label_kind", "label_dtype", "feature_dtype", "num_train", "num_valid",
                 "num_test"}
-    dataset = Dataset(**arrays, source=meta.get("source", "unknown"),
+    dataset = Dataset(**arrays, source=meta.get("source", "unknown"), link_split=link_split,
                       extra_meta={k: v for k, v in meta.items() if k not in reserved})
     if meta.get("num_nodes") != dataset.num_nodes or meta.get("num_edges") != dataset.num_edges:
         raise InputError(f"meta.json in {path} disagrees with the arrays on the number of nodes or edges; "

@@ -31,6 +31,7 @@ from ..errors import InputError
 from .csr import build_csr
 from ..io import shown
 from .format import Dataset, check_disjoint_splits, labelled
+from .links import EDGE_SPLITS, LinkSplit, check_edge_array, remove_edges
 
 SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc")
 
@@ -272,12 +273,36 @@ def _from_npz(path: Path, options: ImportOptions) -> Dataset:
     x = arrays["x"]
     num_nodes = int(x.shape[0]) if x.ndim >= 1 else 0
     rowptr, col = build_csr(arrays["edge_index"], num_nodes, options.keep_self_loops)
+    link_split = _npz_link_split(arrays, path, num_nodes)
+    if link_split is not None:  # held-out edges leave the message-passing graph
+        rowptr, col = remove_edges(rowptr, col, np.concatenate([link_split.valid, link_split.test], axis=1))
     return Dataset(rowptr=rowptr, col=col, x=as_features(x, num_nodes, f"x in {path}"),
                    y=as_labels(arrays["y"], num_nodes, f"y in {path}"),
                    train_idx=as_split(arrays["train_idx"], num_nodes, "train_idx"),
                    valid_idx=as_split(arrays["val_idx"], num_nodes, "val_idx"),
                    test_idx=as_split(arrays["test_idx"], num_nodes, "test_idx"),
-                   source=f"npz:{path.resolve()}")
+                   source=f"npz:{path.resolve()}", link_split=link_split)
+
+
+def _npz_link_split(arrays: dict[str, np.ndarray], path: Path, num_nodes: int) -> LinkSplit | None:
+    """The held-out edges of an npz archive (keys ``train_edges``, ``valid_edges``, ``test_edges``,
+    integer ``[2, E]``, all three or none)."""
+    given = [key for key in EDGE_SPLITS if key in arrays]
+    if not given:
+        return None
+    if len(given) != len(EDGE_SPLITS):
+        raise InputError(f"{path} has {', '.join(given)} but not every one of {', '.join(EDGE_SPLITS)}; give all "
+                         "three held-out edge arrays or none")
+    edges = []
+    for key in EDGE_SPLITS:
+        array = np.asarray(arrays[key])
+        if array.ndim != 2 or array.shape[0] != 2 or not np.issubdtype(array.dtype, np.integer):
+            raise InputError(f"{key} in {path} must be an integer [2, E] edge array, got {array.dtype} "
+                             f"{list(array.shape)}; store one column per edge")
+        array = array.astype(np.int64)
+        check_edge_array(array, num_nodes, f"{key} in {path}", "fix the held-out edges")
+        edges.append(array)
+    return LinkSplit(*edges)
 
 
 # ---- edge lists ----------------------------------------------------------------------------

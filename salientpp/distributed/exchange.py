@@ -134,6 +134,15 @@ class RowExchange:
         self.stats.bytes_received += int(recv.shape[0]) * row_bytes
         return self._all_to_all(recv, out_rows, send_counts.tolist(), requested_counts.tolist())
 
+    def send_back(self, rows: torch.Tensor, send_counts: torch.Tensor, requested_counts: torch.Tensor) -> Pending:
+        """The reverse of :meth:`rows`: send one row per id this rank requested (``[sum(send_counts), F]``,
+        grouped by owner in request order, e.g. their gradients) back to the owners; the result is
+        ``[sum(requested_counts), F]``, one row per id the others requested from us, in the order
+        :meth:`ids` returned them."""
+        recv = torch.empty((int(requested_counts.sum()), rows.shape[1]), dtype=rows.dtype,
+                           device=self.ctx.comm_device)
+        return self._all_to_all(recv, rows.to(self.ctx.comm_device), requested_counts.tolist(), send_counts.tolist())
+
     def fetch(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """The rows of ``ids`` (int64, grouped by owner, ``counts[k]`` owned by rank k), synchronously."""
         recv_counts = self.counts(counts).wait()

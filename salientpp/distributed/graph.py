@@ -118,6 +118,16 @@ class DistGraph:
             raise InputError("seed ids repeat; pass distinct ids")
         return ids
 
+    def edges(self, split: str) -> np.ndarray:
+        """int64 ``[2, E_k]`` this rank's edges of ``split`` (``"train"``, ``"valid"``, ``"test"``):
+        the held-out edges of link prediction whose sources it owns, in global ids."""
+        if split not in SPLITS:
+            raise InputError(f"unknown split {split!r}; choose train, valid or test")
+        if not self.data.has_link_split:
+            raise InputError(f"{self.path} has no held-out edges for link prediction; prepare the dataset with "
+                             "`salientpp prepare ... --link-split 0.85,0.05,0.10` and partition it again")
+        return np.asarray(getattr(self.part, f"{split}_edges"), dtype=np.int64)
+
     def labels(self, ids: torch.Tensor) -> torch.Tensor:
         """The labels of owned global ids (int64 ``[n]``): ``[n]`` or ``[n, T]``, CPU."""
         return torch.from_numpy(np.asarray(self.part.y[ids.numpy() - self.offset]))

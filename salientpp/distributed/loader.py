@@ -144,6 +144,9 @@ class DistNeighborLoader:
             samples a batch itself rather than wait for one a starved thread has not finished.
             The batches are identical either way: batch ``i`` is sampled from the random stream
             ``(seed, i)`` whichever thread samples it.
+        features: assemble the batch's feature rows; ``False`` fetches none (no cache either,
+            so ``plan`` must be ``None``) and ``Batch.x`` is float32 ``[num_nodes, 0]``, for a
+            model fed by a :class:`~salientpp.embedding.DistEmbedding` alone.
 
     After each epoch, :attr:`stats` holds its exchange counters (rows owned, cache hits, rows
     fetched and bytes) and :attr:`times` the seconds spent in each stage.
@@ -154,7 +157,8 @@ class DistNeighborLoader:
                  num_threads: int = 1, pipeline_depth: int = 4,
                  on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
                  gpu_fraction: float = 0.0, low_priority: bool = False,
-                 sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK):
+                 sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
+                 features: bool = True):
         from ..cache.workload import check_batch_size, check_fanouts
 
         self.graph = graph
@@ -164,37 +168,53 @@ class DistNeighborLoader:
         if int(pipeline_depth) < 1:
             raise InputError(f"the pipeline depth must be at least 1, got {pipeline_depth}")
         self.pipeline_depth = int(pipeline_depth)
-        self.seeds = graph.split(split)
+        self.seeds = self._split_seeds(split)
         workload = TRAIN_WORKLOAD if isinstance(split, str) and split == "train" else OTHER_WORKLOAD
-        self.store, self.exchange = graph.feature_store(plan, gpu_fraction)
+        if not features and plan is not None:
+            raise InputError("a loader without features has nothing to cache; pass plan=None with features=False")
+        self.store, self.exchange = graph.feature_store(plan, gpu_fraction) if features else (None, None)
         counts = self._seed_counts()
         self.num_batches = max(-(-n // self.batch_size) for n in counts)
         if allow_empty is None:
             allow_empty = not (isinstance(split, str) and split == "train")
         if not allow_empty and min(counts) < self.num_batches:  # every rank raises the same error
             k, big = counts.index(min(counts)), counts.index(max(counts))
-            raise InputError(f"partition {k} of {graph.path} has {counts[k]} training nodes but every rank runs "
+            raise InputError(f"partition {k} of {graph.path} has {counts[k]} training {self.SEEDS} but every rank runs "
                              f"{self.num_batches} steps per epoch (partition {big} has {counts[big]} at batch size "
                              f"{self.batch_size}), so rank {k} would have steps without data; re-partition so that "
-                             "training nodes are balanced (METIS balances them within 3%) or raise --batch-size")
+                             f"training {self.SEEDS} are balanced (METIS balances nodes within 3%) or raise --batch-size")
         self.on_stage = on_stage
         self.stats = CommStats()
         self.times = StageTimes()
-        self._loader = NeighborLoader(make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace,
-                                                   minibatches_per_bulk),
-                                      seeds=torch.from_numpy(self.seeds), batch_size=self.batch_size,
-                                      shuffle=shuffle, num_batches=self.num_batches,
-                                      seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads,
-                                      low_priority=low_priority, queue_depth=self.pipeline_depth,
-                                      fetch=FetchContext(**self.store.fetch_context_args()))
-        self._empty_x = torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
+        self._loader = self._inner_loader(
+            make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk),
+            batch_size=self.batch_size, shuffle=shuffle, num_batches=self.num_batches,
+            seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads, low_priority=low_priority,
+            queue_depth=self.pipeline_depth,
+            fetch=FetchContext(**self.store.fetch_context_args()) if features else None)
+        self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
+                         if features else torch.empty((0, 0), device=graph.ctx.device))
         self.ops = device_ops(graph.ctx.device)  # the side stream of this loader's copies and gathers
+
+    SEEDS = "nodes"  # what a seed is, in messages
+
+    def _split_seeds(self, split) -> np.ndarray:
+        """This rank's seeds of ``split``: int64 ``[n]`` node ids (a link loader: ``[2, E]`` edges)."""
+        return self.graph.split(split)
+
+    def _inner_loader(self, sampler, **options) -> NeighborLoader:
+        """The sampling loader over this rank's seeds (``options``: NeighborLoader's keywords)."""
+        return NeighborLoader(sampler, seeds=torch.from_numpy(self.seeds), **options)
+
+    def _labels(self, seeds: torch.Tensor) -> torch.Tensor:
+        """The label rows of a batch's seeds (host)."""
+        return self.graph.labels(seeds)
 
     def _seed_counts(self) -> list[int]:
         """The number of seeds of every rank (a collective)."""
         ctx = self.graph.ctx
         counts = torch.zeros(ctx.world_size, dtype=torch.int64)
-        counts[ctx.rank] = int(self.seeds.shape[0])
+        counts[ctx.rank] = int(self.seeds.shape[-1])
         if ctx.distributed:
             counts = counts.to(ctx.comm_device)
             dist.all_reduce(counts)
@@ -219,9 +239,10 @@ class DistNeighborLoader:
     def __iter__(self) -> Iterator[Batch]:
         first = self._loader.state_dict()["next_batch"]
         self.stats, self.times = CommStats(), StageTimes()
-        self.exchange.stats = self.stats
+        if self.exchange is not None:
+            self.exchange.stats = self.stats
         pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
-                            fetch_stages(self.exchange, self.store, self.stats, self.ops, self.graph.labels),
+                            fetch_stages(self.exchange, self.store, self.stats, self.ops, self._labels),
                             self.pipeline_depth, self.times,
                             on_stage=self.on_stage)
         try:
@@ -237,7 +258,7 @@ class DistNeighborLoader:
             seeds = torch.empty(0, dtype=torch.int64)
             mfgs = [MFG(0, 0, torch.empty((2, 0), dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
                     for _ in self.fanouts]
-            return Batch(self._empty_x, self.graph.labels(seeds).to(device), seeds.to(device), 0,
+            return Batch(self._empty_x, self._labels(seeds).to(device), seeds.to(device), 0,
                          [m.to(device) for m in mfgs], *hop_layout(mfgs, 0))
         self.ops.wait(item.ready)  # the compute stream waits for the side stream; the host does not
         return Batch(item.x, item.y, item.n_id, batch.batch_size, item.mfgs, *hop_layout(batch.mfgs, batch.batch_size))

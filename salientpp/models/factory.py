@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -79,22 +79,45 @@ def forward_kind(model: nn.Module) -> str:
 @dataclass
 class SeedForward:
     """Calls a model on a :class:`~salientpp.distributed.loader.Batch` the way its forward wants and
-    returns the seeds' outputs ``[batch_size, out_dim]`` (float32)."""
+    returns the seeds' outputs ``[batch_size, out_dim]`` (float32).
+
+    The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is
+    false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given.
+    """
 
     model: nn.Module
     kind: str
     trim_keywords: bool
+    embedding: Any = None
+    features: bool = True
 
     @classmethod
-    def of(cls, model: nn.Module) -> "SeedForward":
+    def of(cls, model: nn.Module, embedding: Any = None, features: bool = True) -> "SeedForward":
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         params = inspect.signature(inner.forward).parameters
-        return cls(model, forward_kind(inner), {"num_sampled_nodes", "num_sampled_edges"} <= set(params))
+        return cls(model, forward_kind(inner), {"num_sampled_nodes", "num_sampled_edges"} <= set(params),
+                   embedding, features)
+
+    def inputs(self, batch) -> torch.Tensor:
+        """float32 ``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an embedding)."""
+        if self.embedding is None:
+            return batch.x.float()
+        rows = self.embedding(batch.n_id)
+        return torch.cat([batch.x.float(), rows], dim=1) if self.features else rows
 
     def __call__(self, batch) -> torch.Tensor:
-        x = batch.x.float()
+        x = self.inputs(batch)
         if self.kind == MFGS:
             return self.model(x, batch.mfgs)
         extra = ({"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
                  if self.trim_keywords else {})
         return self.model(x, batch.edge_index, **extra)[:batch.batch_size]
+
+    def seed_outputs(self, batch) -> torch.Tensor | None:
+        """:meth:`__call__` of a batch with seeds; ``None`` for an empty step, which still takes
+        part in the embedding's exchange (a collective) when there is one."""
+        if batch.batch_size:
+            return self(batch)
+        if self.embedding is not None:
+            self.embedding(batch.n_id)
+        return None

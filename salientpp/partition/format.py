@@ -11,6 +11,9 @@ Layout (``.npy`` arrays + ``meta.json``; partition k owns the new ids ``[offsets
                          or float32 / bool [n_k, T] multi-label targets (NaN = unknown)
     part_<k>/train_idx.npy, valid_idx.npy, test_idx.npy
                          int64 sorted NEW global ids of the owned split nodes
+    part_<k>/train_edges.npy, valid_edges.npy, test_edges.npy
+                         optional (datasets with held-out edges): int64 [2, E_k] the split's edges
+                         whose SOURCE partition k owns, NEW global ids, sorted by source then destination
 
 ``meta.json["files"]`` maps each relative path without ``.npy`` (``"part_0/x"``) to its dtype,
 shape and checksum. ``meta.json`` also gives ``label_kind`` ("multiclass" | "multilabel";
@@ -32,6 +35,7 @@ from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTY
                            SPLITS, check_ids, check_label_array, check_permutation, first_nonfinite_row)
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
+from ..data.links import EDGE_SPLITS, check_edge_array
 from .book import PartitionBook
 
 KIND = "salientpp-partitioned"
@@ -50,6 +54,9 @@ class PartData:
         x: ``[n_k, F]`` rows of the owned ids, row i is global id ``offsets[k] + i``.
         y: int64 ``[n_k]`` class ids or float32/bool ``[n_k, T]`` targets, rows as in ``x``.
         train_idx, valid_idx, test_idx: int64 sorted new global ids owned by k.
+        train_edges, valid_edges, test_edges: int64 ``[2, E_k]`` held-out edges of link
+            prediction whose sources k owns (new ids, sorted by source then destination), or
+            ``None`` when the dataset has none.
     """
 
     x: np.ndarray
@@ -57,6 +64,9 @@ class PartData:
     train_idx: np.ndarray
     valid_idx: np.ndarray
     test_idx: np.ndarray
+    train_edges: np.ndarray | None = None
+    valid_edges: np.ndarray | None = None
+    test_edges: np.ndarray | None = None
 
 
 @dataclass
@@ -130,6 +140,11 @@ class PartitionedDataset:
     def feature_dtype(self) -> np.dtype:
         return np.dtype(self.meta["feature_dtype"])
 
+    @property
+    def has_link_split(self) -> bool:
+        """Whether the partitions hold held-out edges (``part_<k>/train_edges`` and the others)."""
+        return all(f"part_0/{name}" in self.meta["files"] for name in EDGE_SPLITS)
+
     def degree(self) -> np.ndarray:
         return np.diff(self.rowptr)
 
@@ -139,8 +154,9 @@ class PartitionedDataset:
         if not 0 <= k < self.num_parts:
             raise InputError(f"partition {k} does not exist; {self.path} has partitions 0..{self.num_parts - 1}")
         if k not in self._parts:
+            names = PART_ARRAYS + (EDGE_SPLITS if self.has_link_split else ())
             part = PartData(**{name: load_listed(self.path, f"part_{k}/{name}", self.meta, FIX, *FILE_FORMATS[name],
-                                                 verify=self.verify) for name in PART_ARRAYS})
+                                                 verify=self.verify) for name in names})
             if self.check:
                 self._check_part(k, part)
             self._parts[k] = part
@@ -212,6 +228,13 @@ class PartitionedDataset:
         for name in SPLITS:
             check_ids(getattr(part, name), part.y, start, stop, str(folder / f"{name}.npy"), FIX,
                       strictly_increasing=True)
+        for name in EDGE_SPLITS if self.has_link_split else ():
+            edges = getattr(part, name)
+            check_edge_array(edges, self.num_nodes, str(folder / f"{name}.npy"), FIX)
+            outside = (edges[0] < start) | (edges[0] >= stop)
+            if outside.any():
+                raise InputError(f"{folder / f'{name}.npy'} holds edge source {int(edges[0, outside.argmax()])}, "
+                                 f"which partition {k} does not own; {FIX}")
 
 
 def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray,
@@ -226,8 +249,9 @@ def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.nda
                  (("rowptr", rowptr), ("col", col), ("offsets", offsets), ("orig_id", orig_id))}
         for k, part in enumerate(parts):
             (tmp / f"part_{k}").mkdir()
-            for name in PART_ARRAYS:
-                files[f"part_{k}/{name}"] = save_array(tmp / f"part_{k}", name, getattr(part, name))
+            for name in PART_ARRAYS + EDGE_SPLITS:
+                if getattr(part, name) is not None:
+                    files[f"part_{k}/{name}"] = save_array(tmp / f"part_{k}", name, getattr(part, name))
         write_meta(tmp, {
             **meta,
             "kind": KIND,

@@ -100,6 +100,15 @@ def _split_by_part(ids: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> 
     return [renumbered[bounds[k]:bounds[k + 1]] for k in range(offsets.shape[0] - 1)]
 
 
+def _edges_by_part(edges: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    """Edges (original ids, int64 ``[2, E]``) in new ids, sorted by source then destination, one
+    array per partition: those whose source it owns."""
+    renumbered = new_id[edges]
+    renumbered = renumbered[:, np.lexsort((renumbered[1], renumbered[0]))]
+    bounds = np.searchsorted(renumbered[0], offsets)
+    return [np.ascontiguousarray(renumbered[:, bounds[k]:bounds[k + 1]]) for k in range(offsets.shape[0] - 1)]
+
+
 def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0) -> Partitioning:
     """Assign, renumber (partition k = new ids ``[offsets[k], offsets[k+1])``, original order
     kept inside a partition), permute the graph and slice features, labels (rows of int64 ``[N]``
@@ -125,6 +134,9 @@ def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int
     lap("quality")
     splits = {name: _split_by_part(getattr(dataset, name), renumbering.new_id, offsets)
               for name in ("train_idx", "valid_idx", "test_idx")}
+    if dataset.has_link_split:
+        splits.update({name: _edges_by_part(edges, renumbering.new_id, offsets)
+                       for name, edges in dataset.link_split.arrays().items()})
     parts = []
     for k in range(num_parts):
         owned = orig_id[offsets[k]:offsets[k + 1]]

@@ -124,20 +124,24 @@ class AssembleStage:
 
     name = Stage.ASSEMBLE.value
 
-    def __init__(self, store: FeatureStore, stats: CommStats, ops: DeviceOps,
+    def __init__(self, store: FeatureStore | None, stats: CommStats, ops: DeviceOps,
                  labels: Callable[[torch.Tensor], torch.Tensor]):
-        self.store = store
+        self.store = store  # None: a loader without features, whose x is float32 [num_nodes, 0]
         self.stats = stats
         self.ops = ops
         self.labels = labels
 
     def __call__(self, item: InFlight) -> InFlight:
-        received = self.ops.receive(item.received)
+        received = None if item.received is None else self.ops.receive(item.received)
         batch = item.batch
         if batch is None:
             return item
         up = self.ops.upload
-        item.x = self.store.assemble(batch.fetch, received, int(batch.n_id.shape[0]), self.stats, self.ops)
+        num_nodes = int(batch.n_id.shape[0])
+        if self.store is None:
+            item.x = self.ops.empty((num_nodes, 0), torch.float32)
+        else:
+            item.x = self.store.assemble(batch.fetch, received, num_nodes, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
                              edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight))
                      for mfg in batch.mfgs]
@@ -149,8 +153,11 @@ class AssembleStage:
         return item
 
 
-def fetch_stages(exchange: RowExchange, store: FeatureStore, stats: CommStats, ops: DeviceOps,
+def fetch_stages(exchange: RowExchange | None, store: FeatureStore | None, stats: CommStats, ops: DeviceOps,
                  labels: Callable[[torch.Tensor], torch.Tensor]) -> list:
-    """The stages after sampling, in order (the pipeline's visible composition)."""
+    """The stages after sampling, in order (the pipeline's visible composition); without a store
+    (a loader without features) only the upload of the structure and labels."""
+    if store is None:
+        return [AssembleStage(None, stats, ops, labels)]
     return [CountsStage(exchange, store.book.num_parts), IdsStage(exchange), RowsStage(exchange),
             AssembleStage(store, stats, ops, labels)]

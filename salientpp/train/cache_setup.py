@@ -29,11 +29,12 @@ from ..sampling.kinds import SamplerKind
 from ..cache import plan as plans
 from ..cache.plan import Budget, PlanInfo, build_and_save_plans, read_plan_info
 from ..cache.policies import PolicyContext
-from ..cache.workload import Workload
+from ..cache.workload import EdgeSeeds, Workload
 from ..errors import InputError
 from ..io import check_writable_dir, output_errors
 from ..partition import PartitionedDataset
 from .config import TrainConfig
+from .link import LINK
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class PlanSource:
 
 
 def _workloads(config: TrainConfig) -> tuple[Workload, ...]:
-    return (Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler),)
+    edges = EdgeSeeds(config.num_negatives, config.negative_sampling) if config.task == LINK else None
+    return (Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler, edges=edges),)
 
 
 def default_plan_dir(config: TrainConfig) -> Path:
@@ -90,7 +92,7 @@ def check_default_plan(info: PlanInfo, config: TrainConfig) -> None:
     analyze`` writes for ``config``: for its partitioning, fanouts and batch size, with its
     policy, replication factor and GPU fraction."""
     info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, info.path,
-                               sampler=SamplerKind(config.sampler))
+                               sampler=SamplerKind(config.sampler), link=config.task == LINK)
     wanted = Budget(replication=config.replication)
     for what, theirs, ours in (("policy", info.meta.policy, config.cache),
                                ("budget", info.meta.budget.to_json(), wanted.to_json()),
@@ -106,7 +108,7 @@ def plan_source(config: TrainConfig, num_parts: int) -> PlanSource:
     sentence) when the plan cannot be used or, when it is to be built, cannot be saved."""
     if config.plan is not None:
         return PlanSource(Path(config.plan), True, read_plan_info(config.plan))
-    if config.cache == "none" or num_parts == 1:
+    if config.cache == "none" or num_parts == 1 or not config.features:
         return PlanSource(None)
     Budget(replication=config.replication).check(num_parts, 1)
     path = default_plan_dir(config)
@@ -154,7 +156,7 @@ def _checked(path: Path, config: TrainConfig, verb: str, given: bool) -> Resolve
     info = read_plan_info(path)
     if given:
         info.meta.check_compatible(config.part_dir, config.fanouts, config.batch_size, path, given=True,
-                                   sampler=SamplerKind(config.sampler))
+                                   sampler=SamplerKind(config.sampler), link=config.task == LINK)
     else:
         check_default_plan(info, config)
     return ResolvedCache(info.meta.policy, f"{verb} {path}", path)
@@ -175,6 +177,8 @@ def resolve_cache(config: TrainConfig, data: PartitionedDataset, rank: int, loca
         return _checked(Path(config.plan), config, "using", given=True)
     if config.cache == "none" or data.num_parts == 1:  # one partition has no remote rows
         return ResolvedCache("none", "none")
+    if not config.features:  # the embedding's rows are never cached
+        return ResolvedCache("none", "none (no features)")
     path = default_plan_dir(config)
     built = rank == 0 and _build_unless_there(config, data, path, sampler_threads)
     if dist.is_initialized():

@@ -24,7 +24,8 @@ from ..io import check_writable_dir, output_errors
 
 LAST, BEST = "last.pt", "best.pt"
 # Options that must be equal for a checkpoint to be resumed ("dataset" is the partitioning's identity).
-MATCHING = ("dataset", "model", "hidden", "layers", "fanouts", "batch_size", "seed")
+MATCHING = ("dataset", "model", "hidden", "layers", "fanouts", "batch_size", "seed", "embedding_dim", "features",
+            "task", "decoder")
 
 
 @dataclass
@@ -41,6 +42,9 @@ class Checkpoint:
         best_valid, best_epoch: the best validation accuracy so far and its epoch.
         history: the metrics of every completed epoch.
         options: the training options (``TrainConfig.to_dict()`` plus ``dataset``).
+        embedding, best_embedding: the tags of the per-rank embedding shards (files
+            ``embedding-TAG.rankK.pt`` beside it, :mod:`salientpp.embedding.table`) of this
+            checkpoint and of ``best.pt``; ``""`` without an embedding.
     """
 
     epoch: int
@@ -53,6 +57,8 @@ class Checkpoint:
     best_epoch: int = -1
     history: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+    embedding: str = ""
+    best_embedding: str = ""
 
 
 def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) -> None:

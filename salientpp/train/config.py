@@ -20,6 +20,7 @@ from ..io import check_writable_file
 from ..models import MODELS
 from ..models.factory import check_model
 from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_sizes, check_sampler
+from .link import DECODERS, LINK, TASKS, check_link_metric
 from .tasks import check_metric
 from .checkpoint import check_checkpoint_dir
 
@@ -87,6 +88,20 @@ class TrainConfig:
             (:class:`~salientpp.sampling.SamplerKind`); sampled inference is always node-wise.
         minibatches_per_bulk: batches the bulk and LADIES samplers draw at once (``--bulk-size``).
         batch_size: seeds per minibatch per rank; lr: Adam learning rate; dropout: between layers.
+        embedding_dim: D > 0 learns a ``[N, D]`` node embedding table partitioned like the
+            features (:class:`~salientpp.embedding.DistEmbedding`, never cached) and feeds the
+            model ``[x || emb]``; 0: none.
+        features: feed the dataset's features to the model (``--no-features``: the embedding
+            alone, which needs ``embedding_dim``; the features are then not fetched at all).
+        embedding_optimizer: the embedding's sparse optimiser, ``adam`` or ``adagrad``;
+            embedding_lr: its learning rate.
+        task: ``node`` (classify the labelled nodes) or ``link`` (link prediction over the
+            held-out edges of ``salientpp prepare --link-split``; :mod:`salientpp.train.link`):
+            batches of ``batch_size`` training edges with ``num_negatives`` negatives each,
+            drawn ``negative_sampling`` (``uniform`` or ``per-source``), scored by a ``decoder``
+            (``dot`` or ``mlp``) over the model's ``hidden``-wide outputs; validation and test
+            rank each held-out edge against ``eval_negatives`` negatives of its source. Its
+            metric is ``roc-auc`` (default), ``mrr`` or ``hits@10/50/100``.
         cache: cache policy name (``vip``, ``degree``, ...) or ``none``; without ``plan``, the
             plan ``salientpp analyze`` writes for this policy, ``replication`` and
             ``gpu_fraction`` is used from ``PART_DIR/cache/<default name>``, or built there.
@@ -138,6 +153,15 @@ class TrainConfig:
     batch_size: int = 1024
     lr: float = 0.003
     dropout: float = 0.5
+    embedding_dim: int = 0
+    features: bool = True
+    embedding_optimizer: str = "adam"
+    embedding_lr: float = 0.01
+    task: str = "node"
+    num_negatives: int = 1
+    negative_sampling: str = "uniform"
+    decoder: str = "dot"
+    eval_negatives: int = 100
     cache: str = "vip"
     replication: float = 0.1
     gpu_fraction: float = GPU_FRACTION
@@ -170,7 +194,12 @@ class TrainConfig:
                              "written by `salientpp partition`")
         _positive_int("the number of epochs", self.epochs)
         check_model(self.model)
-        self.metric = None if self.metric is None else check_metric(self.metric)
+        if self.task not in TASKS:
+            raise InputError(f"unknown task {self.task!r}; choose {' or '.join(TASKS)}")
+        if self.task == LINK:
+            self._check_link()
+        else:
+            self.metric = None if self.metric is None else check_metric(self.metric)
         _positive_int("the hidden size", self.hidden)
         _positive_int("the number of layers", self.layers)
         self.fanouts = _fanouts("fanouts", self.fanouts, self.layers)
@@ -189,6 +218,7 @@ class TrainConfig:
             raise InputError(f"the learning rate must be positive, got {self.lr}")
         if not 0 <= self.dropout < 1:
             raise InputError(f"dropout must lie in [0, 1), got {self.dropout}")
+        self._check_embedding()
         if self.cache != "none":
             get_policy(self.cache)
         if not self.replication >= 0:
@@ -203,7 +233,7 @@ class TrainConfig:
             if given:
                 raise plan_conflict(self.plan, given)
             read_plan_info(self.plan).meta.check_compatible(self.part_dir, self.fanouts, self.batch_size, self.plan,
-                                                            given=True, sampler=kind)
+                                                            given=True, sampler=kind, link=self.task == LINK)
         if self.device not in DEVICES:
             raise InputError(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.precision not in PRECISIONS:
@@ -244,6 +274,37 @@ class TrainConfig:
         if self.json_path:
             check_writable_file(self.json_path, "--json", exist_ok=True)
         return self
+
+    def _check_link(self) -> None:
+        from ..sampling.link import check_negative_sampling, check_num_negatives
+
+        self.metric = check_link_metric(self.metric)
+        self.num_negatives = check_num_negatives(self.num_negatives)
+        self.negative_sampling = check_negative_sampling(self.negative_sampling).value
+        if self.decoder not in DECODERS:
+            raise InputError(f"unknown decoder {self.decoder!r}; choose {' or '.join(DECODERS)}")
+        _positive_int("--eval-negatives", self.eval_negatives)
+        if self.inference == "layerwise":
+            raise InputError("--task link evaluates sampled batches of edges; use --inference sampled (with "
+                             "--eval-fanouts -1,-1,... for every neighbour)")
+
+    def _check_embedding(self) -> None:
+        from ..embedding import SPARSE_OPTIMIZERS
+
+        if isinstance(self.embedding_dim, bool) or not isinstance(self.embedding_dim, int) or self.embedding_dim < 0:
+            raise InputError(f"--embedding-dim must be a non-negative integer (0: no embedding), got "
+                             f"{self.embedding_dim!r}")
+        if not self.features and not self.embedding_dim:
+            raise InputError("--no-features leaves the model without input; give it --embedding-dim D to learn "
+                             "a node embedding instead")
+        if self.embedding_optimizer not in SPARSE_OPTIMIZERS:
+            raise InputError(f"unknown embedding optimizer {self.embedding_optimizer!r}; choose "
+                             f"{' or '.join(SPARSE_OPTIMIZERS)}")
+        if not self.embedding_lr > 0:
+            raise InputError(f"the embedding learning rate must be positive, got {self.embedding_lr}")
+        if self.embedding_dim and self.inference == "layerwise":
+            raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
+                             "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
 
     def thread_budget(self) -> ThreadBudget:
         """This rank's :class:`~salientpp.distributed.threads.ThreadBudget`: the cores shared among

@@ -35,11 +35,15 @@ class Evaluator:
         loader: a callable building the sampled-inference loader over given seed ids (called
             once, on the first evaluation).
         chunk_size: destinations per chunk of layer-wise inference.
+        forward: how sampled inference calls the model on a batch (its input rows included);
+            default ``SeedForward.of(model)``.
     """
 
     def __init__(self, graph: DistGraph, model: torch.nn.Module, task: Task, inference: str,
-                 loader: Callable[[np.ndarray], DistNeighborLoader], chunk_size: int):
+                 loader: Callable[[np.ndarray], DistNeighborLoader], chunk_size: int,
+                 forward: SeedForward | None = None):
         self.graph, self.model, self.task, self.inference = graph, model, task, inference
+        self.forward = SeedForward.of(model) if forward is None else forward
         self.seeds = np.concatenate([graph.split("valid"), graph.split("test")])
         self.is_valid = torch.zeros(graph.num_owned, dtype=torch.bool)
         self.is_valid[torch.from_numpy(graph.split("valid") - graph.offset)] = True
@@ -61,11 +65,12 @@ class Evaluator:
             return
         if self._loader is None:
             self._loader = self._make_loader(self.seeds)
-        forward = SeedForward.of(self.model)
+        forward = self.forward
         self._loader.set_epoch(epoch)
         for batch in self._loader:
-            if batch.batch_size:
-                yield forward(batch), batch.y, batch.n_id[:batch.batch_size].cpu() - self.graph.offset
+            logits = forward.seed_outputs(batch)
+            if logits is not None:
+                yield logits, batch.y, batch.n_id[:batch.batch_size].cpu() - self.graph.offset
         stats.add(self._loader.stats)
 
     @torch.no_grad()

@@ -21,17 +21,22 @@ from .. import __version__
 from ..distributed import CommStats, DistContext
 from ..distributed.graph import DistGraph
 from ..distributed.health import EVAL_PHASE, Health, Stage, agree
+from ..distributed.link_loader import DistLinkNeighborLoader
 from ..distributed.loader import DistNeighborLoader
 from ..distributed.threads import ThreadBudget
+from ..embedding import DistEmbedding
+from ..embedding.table import load_shard, remove_stale_shards, save_shard
 from ..errors import InputError
 from ..io import output_errors
 from ..models.factory import SeedForward, build_model
+from ..sampling.link import NegativeSampling
 from .cache_setup import resolve_cache
 from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
 from .config import BF16, TrainConfig
 from .evaluation import Evaluator
-from .state import (EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC, VALID_METRIC,
-                    EpochSums, RunState, TrainResult, rng_state, set_rng_state)
+from .state import (EMBEDDING_COMM, EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC,
+                    VALID_METRIC, EpochSums, RunState, TrainResult, rng_state, set_rng_state)
+from .link import LINK, LinkEvaluator, LinkModel, build_decoder, link_task
 from .tasks import task_of
 
 # Options every rank must share (the others, such as paths, threads and progress, may differ). The
@@ -39,7 +44,9 @@ from .tasks import task_of
 # compared by the "cache plan" check.
 AGREED_OPTIONS = ("epochs", "model", "hidden", "layers", "fanouts", "batch_size", "lr", "dropout", "cache",
                   "replication", "gpu_fraction", "device", "precision", "pipeline_depth", "inference", "eval_fanouts",
-                  "eval_batch_size", "eval_every", "checkpoint_every", "seed", "timeout_s", "metric")
+                  "eval_batch_size", "eval_every", "checkpoint_every", "seed", "timeout_s", "metric",
+                  "embedding_dim", "features", "embedding_optimizer", "embedding_lr", "task", "num_negatives",
+                  "negative_sampling", "decoder", "eval_negatives")
 # The random stream of the dropout masks of an epoch (see loader_seed).
 DROPOUT_STREAM = 7
 
@@ -72,35 +79,61 @@ class Trainer:
               {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
                **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})
         self.graph = graph = DistGraph(config.part_dir, ctx)
-        if graph.split("train").shape[0] == 0:
-            raise InputError(f"partition {ctx.rank} of {config.part_dir} has no training nodes, so rank {ctx.rank} "
+        link = config.task == LINK
+        seeds = "edges" if link else "nodes"
+        if (graph.edges("train") if link else graph.split("train")).shape[-1] == 0:
+            raise InputError(f"partition {ctx.rank} of {config.part_dir} has no training {seeds}, so rank {ctx.rank} "
                              "would never train; re-partition with fewer parts or a balanced training split")
         plan = resolve_cache(config, graph.data, ctx.rank, ctx.local_rank, threads.sampler_threads)
+        self.embedding = None
+        if config.embedding_dim:
+            self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
+                                           lr=config.embedding_lr, seed=config.seed)
         if ctx.rank == 0 and plan.path is not None:
             print(f"cache plan: {plan.source}", flush=True)
-        self.task = task_of(graph.data, config.metric)
+        self.task = link_task() if link else task_of(graph.data, config.metric)
         self._phase, self._epoch = "", -1
         common = dict(plan=plan.path, seed=config.seed, num_threads=threads.sampler_threads,
                       low_priority=threads.low_priority_sampler,
-                      pipeline_depth=config.pipeline_depth, gpu_fraction=config.gpu_fraction,
+                      pipeline_depth=config.pipeline_depth, gpu_fraction=config.gpu_fraction, features=config.features,
                       on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
-        self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, sampler=config.sampler,
-                                         minibatches_per_bulk=config.minibatches_per_bulk, **common)
+        train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk, **common)
+        if link:
+            self.loader = DistLinkNeighborLoader(graph, "train", config.fanouts, config.batch_size,
+                                                 config.num_negatives, config.negative_sampling, **train_options)
+        else:
+            self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **train_options)
         torch.manual_seed(config.seed)
-        self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
-                                 config.layers, config.dropout).to(ctx.device)
-        self.ddp = DistributedDataParallel(self.model) if ctx.distributed else self.model
-        self.forward = SeedForward.of(self.ddp)
+        in_dim = (graph.num_features if config.features else 0) + config.embedding_dim
+        encoder = build_model(config.model, in_dim, config.hidden, config.hidden if link else self.task.num_outputs,
+                              config.layers, config.dropout)
+        self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
+        self.ddp = DistributedDataParallel(encoder) if ctx.distributed else encoder
+        self.forward = SeedForward.of(self.ddp, self.embedding, config.features)
+        self.decoder = None
+        if link:  # the decoder, under DDP of its own when it has parameters
+            decoder = self.model.decoder
+            has_parameters = len(list(decoder.parameters())) > 0
+            self.decoder = DistributedDataParallel(decoder) if ctx.distributed and has_parameters else decoder
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        self.evaluator = Evaluator(graph, self.model, self.task, config.inference,
-                                   lambda seeds: DistNeighborLoader(graph, seeds, config.eval_fanouts,
-                                                                    config.eval_batch_size, **common),
-                                   config.eval_batch_size)
+        eval_forward = SeedForward.of(encoder, self.embedding, config.features)
+        if link:
+            self.evaluator = LinkEvaluator(
+                graph, eval_forward, self.model.decoder,
+                lambda split: DistLinkNeighborLoader(graph, split, config.eval_fanouts, config.eval_batch_size,
+                                                     config.eval_negatives, NegativeSampling.PER_SOURCE,
+                                                     shuffle=False, **common), config.metric)
+        else:
+            self.evaluator = Evaluator(graph, self.model, self.task, config.inference,
+                                       lambda seeds: DistNeighborLoader(graph, seeds, config.eval_fanouts,
+                                                                        config.eval_batch_size, **common),
+                                       config.eval_batch_size, eval_forward)
         store = self.loader.store
         self.cache_info = {"policy": plan.policy, "plan": None if plan.path is None else str(plan.path),
-                           "source": plan.source, "cached_rows": store.num_cached,
-                           "device_cached_rows": int(store.num_device_slots),
-                           "device_local_rows": store.num_device_local}
+                           "source": plan.source, "cached_rows": 0 if store is None else store.num_cached,
+                           "device_cached_rows": 0 if store is None else int(store.num_device_slots),
+                           "device_local_rows": 0 if store is None else store.num_device_local}
+        self._best_embedding = ""  # the embedding shards of best.pt
         self._dropout_seed = lambda epoch: loader_seed(config.seed, ctx.rank, stream=DROPOUT_STREAM, workload=epoch)
 
     # -- one epoch ---------------------------------------------------------------------------------
@@ -128,19 +161,25 @@ class Trainer:
         train_s = train_cpu = 0.0
         # Loss and metric sums stay on the device during the epoch, so a GPU step never waits for them.
         running = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64, device=self.ctx.device)
+        if self.embedding is not None:
+            self.embedding.reset_stats()
         for step, batch in enumerate(self.loader, start=first_step):
             self.health.enter(Stage.TRAIN, epoch, step)
             t0, c0 = time.perf_counter(), time.thread_time()
             with torch.autocast(self.ctx.device.type, torch.bfloat16, enabled=self.config.precision == BF16):
                 out = self.forward(batch)
+                if self.decoder is not None:
+                    out = self.decoder(out, batch.edge_label_index)
             out = out.float()
-            targets = self.task.targets(batch.y)
+            targets = self.task.targets(batch.y if self.decoder is None else batch.edge_label.unsqueeze(1))
             loss = self.task.loss(out, targets)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            running[0] += loss.detach().double() * batch.batch_size
-            sums.count += batch.batch_size
+            if self.embedding is not None:
+                self.embedding.step()
+            running[0] += loss.detach().double() * targets.shape[0]
+            sums.count += targets.shape[0]
             if self.task.decomposable:
                 metric = self.task.metric_sums(out.detach(), targets)
                 running[1:1 + metric.shape[0]] += metric
@@ -169,6 +208,8 @@ class Trainer:
         record = {TRAIN_LOSS: loss_sum / max(count, 1), "steps": steps,
                   "epoch_s": self._max(sums.seconds + time.perf_counter() - start),
                   "cpu_s": time.process_time() - cpu_start, "stage_s": times, "comm": sums.comm.summed(self.ctx).as_dict()}
+        if self.embedding is not None:
+            record[EMBEDDING_COMM] = self.embedding.stats.summed(self.ctx).as_dict()
         if self.task.decomposable:
             record[TRAIN_METRIC] = self.task.metric_from_sums(metric_sums[:self.task.accumulator().sums.shape[0]])
         return record
@@ -199,13 +240,23 @@ class Trainer:
         mid_epoch = step > 0
         rng = self._gather(rng_state(self.ctx.device)) if mid_epoch else torch.empty((0, 0), dtype=torch.uint8)
         partial = self._gather(sums.to_tensor()) if mid_epoch else torch.empty((0, 0), dtype=torch.float64)
+        tag = ""
+        if self.embedding is not None:  # every rank writes its shard before rank 0 writes last.pt
+            tag = f"e{epoch}s{step}"
+            save_shard(self.config.checkpoint_dir, tag, self.embedding)
+            if best:
+                self._best_embedding = tag
+            if self.ctx.distributed:
+                dist.barrier()
         if self.ctx.rank == 0:
             save_checkpoint(self.config.checkpoint_dir,
                             Checkpoint(epoch, step, self.model.state_dict(), self.optimizer.state_dict(), rng,
                                        partial, state.result.best_valid, state.result.best_epoch, state.history,
-                                       state.options), best=best)
+                                       state.options, tag, self._best_embedding), best=best)
         if self.ctx.distributed:
             dist.barrier()
+        if self.embedding is not None:  # shards neither last.pt nor best.pt points to
+            remove_stale_shards(self.config.checkpoint_dir, {tag, self._best_embedding}, self.ctx.rank)
 
     def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
@@ -217,6 +268,9 @@ class Trainer:
         except (RuntimeError, ValueError, KeyError) as exc:
             raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({exc}); "
                              "resume with the options it was trained with or use a new --checkpoint-dir") from None
+        if self.embedding is not None:
+            load_shard(config.checkpoint_dir, ckpt.embedding, self.embedding)
+            self._best_embedding = ckpt.best_embedding
         state.history = list(ckpt.history)
         state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
         state.result.test_at_best = next((h[TEST_METRIC] for h in state.history if h[EPOCH] == ckpt.best_epoch),
@@ -285,6 +339,8 @@ class Trainer:
             if TRAIN_METRIC in metrics:
                 line += f" train {name} {metrics[TRAIN_METRIC]:.4f}"
             line += f" {metrics['epoch_s']:.2f} s, fetched {metrics['comm']['received']} rows"
+            if EMBEDDING_COMM in metrics:
+                line += f" and {metrics[EMBEDDING_COMM]['received']} embedding rows"
             if VALID_METRIC in metrics:
                 line += f", valid {metrics[VALID_METRIC]:.4f} test {metrics[TEST_METRIC]:.4f}"
             print(line, flush=True)

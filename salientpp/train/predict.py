@@ -24,6 +24,8 @@ from ..distributed.graph import DistGraph
 from ..distributed.loader import DistNeighborLoader
 from ..errors import InputError
 from ..io import atomic_output_dir, check_output_dir, save_array, write_meta
+from ..embedding import DistEmbedding
+from ..embedding.table import load_shard
 from ..models.factory import SeedForward, build_model
 from ..partition import load_partitioned
 from .checkpoint import LAST, load_checkpoint
@@ -52,24 +54,34 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | Non
         ckpt = load_checkpoint(path.parent, {"dataset": graph.identity}, name=path.name, matching=("dataset",))
         options = ckpt.options
         task = task_of(graph.data, options.get("metric"))
-        model = build_model(options["model"], graph.num_features, options["hidden"], task.num_outputs,
+        if options.get("task", "node") != "node":
+            raise InputError(f"{path} holds a {options['task']} prediction model; `salientpp predict` writes the "
+                             "outputs of node classifiers only")
+        embedding_dim, features = options.get("embedding_dim", 0), options.get("features", True)
+        embedding = None
+        if embedding_dim:  # the learned rows of this rank, from the checkpoint's shard
+            embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"])
+            load_shard(path.parent, ckpt.embedding, embedding)
+        in_dim = (graph.num_features if features else 0) + embedding_dim
+        model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"])
         model.load_state_dict(ckpt.model)
         model.eval()
         owned = np.arange(graph.num_owned, dtype=np.int64)
         with torch.no_grad():
-            if supports_layerwise(model):
+            if supports_layerwise(model) and embedding is None:
                 evaluator = Evaluator(graph, model, task, "layerwise", None, batch_size)
                 outputs = evaluator.layerwise_logits(owned, CommStats())
                 ids = torch.from_numpy(owned + graph.offset)
             else:
-                forward = SeedForward.of(model)
+                forward = SeedForward.of(model, embedding, features)
                 loader = DistNeighborLoader(graph, owned + graph.offset, [FULL_NEIGHBOURHOOD] * options["layers"],
-                                            batch_size, shuffle=False)
+                                            batch_size, shuffle=False, features=features)
                 rows, id_rows = [torch.empty((0, task.num_outputs))], [torch.empty(0, dtype=torch.int64)]
                 for batch in loader:
-                    if batch.batch_size:
-                        rows.append(forward(batch).cpu())
+                    out = forward.seed_outputs(batch)
+                    if out is not None:
+                        rows.append(out.cpu())
                         id_rows.append(batch.n_id[:batch.batch_size].cpu())
                 outputs, ids = torch.cat(rows), torch.cat(id_rows)
         outputs, ids = outputs.float().cpu(), ids.double().unsqueeze(1)

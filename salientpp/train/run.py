@@ -20,6 +20,7 @@ from ..resources import check_memory, estimate_train
 from .cache_setup import plan_source
 from .checkpoint import check_checkpoint_dir, has_checkpoint
 from .config import TrainConfig
+from .link import LINK, require_link_split
 from .loop import Trainer
 from .state import TrainResult
 
@@ -60,6 +61,12 @@ def run_rank(config: TrainConfig) -> TrainResult:
         shutdown_distributed(ctx)
 
 
+def check_task_data(config: TrainConfig, data) -> None:
+    """Refuse (InputError) a task the partitioned dataset has no data for: link prediction needs held-out edges."""
+    if config.task == LINK:
+        require_link_split(data, config.part_dir)
+
+
 def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
     """Before any rank starts: check where the cache plan comes from (:func:`plan_source`: a
     ``--plan`` or an existing default plan that fits, or a place rank 0 can save the one it
@@ -77,7 +84,8 @@ def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
     estimate = estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
                               layers=config.layers, pipeline_depth=config.pipeline_depth, local_ranks=local_ranks,
                               model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
-                              eval_batch_size=config.eval_batch_size if sampled_eval else None, **cache)
+                              eval_batch_size=config.eval_batch_size if sampled_eval else None,
+                              embedding_dim=config.embedding_dim, features=config.features, **cache)
     summary = check_memory(estimate, config.memory_limit)
     if config.progress:
         print(summary, flush=True)
@@ -96,10 +104,12 @@ def train(config: TrainConfig) -> TrainResult:
     config.validate()
     if env_is_distributed():
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # one check per machine, for its ranks
-            check_train_memory(config, load_partitioned(config.part_dir, verify=False, check=False),
-                               int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
+            data = load_partitioned(config.part_dir, verify=False, check=False)
+            check_task_data(config, data)
+            check_train_memory(config, data, int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
         return run_rank(config)
     data = load_partitioned(config.part_dir, verify=False, check=False)  # the ranks verify and check it
+    check_task_data(config, data)
     num_parts = data.num_parts
     nprocs = config.nprocs or num_parts
     if nprocs != num_parts:

@@ -17,6 +17,8 @@ EPOCH, TRAIN_LOSS, METRIC = "epoch", "train_loss", "metric"
 TRAIN_METRIC, VALID_METRIC, TEST_METRIC = "train_metric", "valid_metric", "test_metric"
 # Stage-time key of the training thread's CPU seconds (beside the wall time of each Stage).
 TRAIN_CPU = "train_cpu"
+# The exchange counters of a DistEmbedding's lookups in an epoch (beside "comm", the features').
+EMBEDDING_COMM = "embedding_comm"
 # Width of the metric sums a decomposable metric keeps (F1 needs three: tp, fp, fn).
 METRIC_SUMS = 3
 

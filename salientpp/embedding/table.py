@@ -1,0 +1,289 @@
+"""Learnable node embeddings, partitioned like the features: :class:`DistEmbedding`.
+
+Row ``v`` of the ``[N, D]`` table lives on ``v``'s owner. A lookup of a batch's ids gathers the
+owned rows in place and fetches the others from their owners with the all-to-all of the feature
+exchange (counts, ids, rows). Its backward only records the gradient of each distinct row; the
+next :meth:`DistEmbedding.step` sends the gradients of remote rows back to their owners with one
+all-to-all per lookup (the reverse of the fetch), and each owner sums what it got for a row and
+applies a sparse optimiser (:mod:`salientpp.embedding.optim`) to the touched rows only.
+
+**No cache.** Learnable rows are never cached: a cached copy would be stale after its owner's
+next update, and a refresh rule (every N steps) would make the run depend on N and differ from a
+single-process run. Every remote row a batch uses is fetched, so the embedding's traffic is the
+batch's remote rows (``CommStats.remote`` of the features, before their cache). docs/embeddings.md
+measures what that costs.
+
+**Exactness.** The update of a row is a function of the summed gradient it receives, which does
+not depend on how the table is partitioned: K ranks that look up the same ids as one process give
+the same table, to float rounding of the sums. Gradients are averaged over the ranks, as DDP
+averages the dense ones, so ``loss.backward()`` on each rank's mean loss updates the table as one
+process would for the mean of the ranks' losses.
+
+**Initial values** are a hash of ``(seed, original id, column)`` (splitmix64), so they do not
+depend on the partitioning either.
+
+**Lockstep.** :meth:`DistEmbedding.__call__` and :meth:`DistEmbedding.step` are collectives: every
+rank makes the same number of lookups (with or without gradients, in the same order) and steps
+together, as the loaders' lockstep batches make them. They use a process group of their own, so
+they never interleave with the loaders' exchange or with DDP's all-reduces.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import InputError
+from ..io import output_errors
+from .optim import SparseOptimizer, make_sparse_optimizer
+
+Init = Callable[[np.ndarray, int], np.ndarray]
+INITS = ("normal", "uniform")
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser of uint64 ``x`` (a bijection with good avalanche)."""
+    with np.errstate(over="ignore"):
+        z = x + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def hashed_uniform(seed: int, ids: np.ndarray, dim: int, stream: int = 0) -> np.ndarray:
+    """float64 ``[n, dim]`` uniform in (0, 1): a hash of ``(seed, stream, ids[i], j)``, so a row is
+    the same whichever process computes it."""
+    key = _splitmix64(np.array([int(seed) * 2 + stream], dtype=np.uint64))
+    counters = np.asarray(ids, dtype=np.uint64)[:, None] * np.uint64(dim) + np.arange(dim, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        bits = _splitmix64(counters ^ key)
+    return ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+
+def initial_rows(name: str, seed: int, ids: np.ndarray, dim: int) -> np.ndarray:
+    """float32 ``[n, dim]`` initial rows of original ids ``ids``: ``"normal"`` N(0, 1/dim) (Box-Muller
+    over two hashed uniforms) or ``"uniform"`` U(-sqrt(3/dim), sqrt(3/dim)), both of variance 1/dim."""
+    u = hashed_uniform(seed, ids, dim)
+    if name == "uniform":
+        rows = (2.0 * u - 1.0) * np.sqrt(3.0 / dim)
+    else:
+        rows = np.sqrt(-2.0 * np.log(u)) * np.cos(2.0 * np.pi * hashed_uniform(seed, ids, dim, 1)) / np.sqrt(dim)
+    return rows.astype(np.float32)
+
+
+@dataclass
+class _Lookup:
+    """What one lookup keeps for the gradient exchange of the next step.
+
+    Attributes:
+        own: the local rows of the distinct ids this rank owns (int64 ``[o]``).
+        remote_counts: int64 ``[K]`` distinct remote ids requested from each owner.
+        requested: local rows the others requested from us (int64 ``[r]``), in arrival order.
+        requested_counts: int64 ``[K]`` how many each peer requested.
+        inverse: int64 ``[n]`` position of each looked-up id among the distinct ones (owned
+            first, then remote by owner).
+        grad: float32 ``[o + sum(remote_counts), D]`` gradient of each distinct id, or ``None``
+            until the backward pass.
+    """
+
+    own: torch.Tensor
+    remote_counts: torch.Tensor
+    requested: torch.Tensor
+    requested_counts: torch.Tensor
+    inverse: torch.Tensor
+    grad: torch.Tensor | None = None
+
+
+class _Gather(torch.autograd.Function):
+    """``rows[inverse]`` whose backward sums the gradient of each distinct row into the lookup record."""
+
+    @staticmethod
+    def forward(ctx, anchor: torch.Tensor, rows: torch.Tensor, lookup: _Lookup) -> torch.Tensor:
+        ctx.lookup, ctx.num_rows = lookup, rows.shape[0]
+        return rows[lookup.inverse]
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        lookup = ctx.lookup
+        grad = torch.zeros((ctx.num_rows, grad_out.shape[1]), dtype=torch.float32, device=grad_out.device)
+        grad.index_add_(0, lookup.inverse, grad_out.float())
+        lookup.grad = grad if lookup.grad is None else lookup.grad + grad
+        return None, None, None
+
+
+class DistEmbedding:
+    """A learnable ``[N, dim]`` float32 node table, row ``v`` on ``v``'s owner (module docstring).
+
+    Args:
+        graph: the :class:`~salientpp.distributed.graph.DistGraph` whose nodes it embeds.
+        dim: D, the width of a row (>= 1).
+        init: ``"normal"`` or ``"uniform"`` (variance 1/D, hashed from the original ids; see
+            :func:`initial_rows`) or ``init(original_ids int64 [n], dim) -> float32 [n, dim]``.
+        optimizer: ``"adam"`` or ``"adagrad"``: the sparse optimiser of the owned rows
+            (:data:`~salientpp.embedding.optim.SPARSE_OPTIMIZERS`); lr: its learning rate.
+        seed: seeds the hashed initial values.
+
+    Constructing it is a collective (it creates its own process group): do it on every rank in
+    the same order. Use::
+
+        emb = DistEmbedding(graph, 64)
+        h = emb(batch.n_id)              # [num_nodes, 64], differentiable
+        loss.backward(); emb.step()      # every rank, every step
+
+    Attributes:
+        weight: float32 ``[num_owned, dim]`` the owned rows (row i is global id ``graph.offset + i``).
+        optimizer: the :class:`~salientpp.embedding.optim.SparseOptimizer` of ``weight``.
+        stats: counters of the rows the lookups fetched since :meth:`reset_stats`
+            (:class:`~salientpp.distributed.exchange.CommStats`; ``owned`` counts the owned ones).
+    """
+
+    def __init__(self, graph, dim: int, init: str | Init = "normal", optimizer: str = "adam", lr: float = 0.01,
+                 seed: int = 0):
+        from ..distributed.exchange import CommStats, RowExchange
+
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise InputError(f"the embedding dimension must be a positive integer, got {dim!r}")
+        if isinstance(init, str) and init not in INITS:
+            raise InputError(f"unknown embedding init {init!r}; choose {' or '.join(INITS)} or pass a function "
+                             "init(original_ids, dim) -> float32 [n, dim]")
+        self.graph, self.dim = graph, dim
+        self.offset, self.num_owned = graph.offset, graph.num_owned
+        self.offsets = torch.tensor(np.asarray(graph.book.offsets), dtype=torch.int64)
+        orig = graph.original_ids(np.arange(self.offset, self.offset + self.num_owned))
+        rows = initial_rows(init, seed, orig, dim) if isinstance(init, str) else np.asarray(init(orig, dim))
+        if rows.shape != (self.num_owned, dim):
+            raise InputError(f"the embedding init returned shape {list(rows.shape)}, not [{self.num_owned}, {dim}]")
+        self.weight = torch.tensor(rows, dtype=torch.float32)
+        self.optimizer: SparseOptimizer = make_sparse_optimizer(optimizer, self.weight, lr)
+        ctx = graph.ctx
+        if ctx.distributed:  # a group of its own (rows) and, under NCCL, a gloo one for the counts
+            timeout = timedelta(seconds=ctx.timeout_s)
+            rows_group = dist.new_group(backend=ctx.backend, timeout=timeout)
+            counts_group = dist.new_group(backend="gloo", timeout=timeout) if ctx.backend == "nccl" else rows_group
+            ctx = dataclasses.replace(ctx, exchange_group=rows_group, count_group=counts_group)
+        self.ctx = ctx
+        self.exchange = RowExchange(ctx, self._serve, dim, torch.float32)
+        self.stats = self.exchange.stats = CommStats()
+        self._anchor = torch.zeros((), requires_grad=True)  # makes a lookup's output part of the graph
+        self._lookups: list[_Lookup] = []
+
+    def _serve(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight[ids.cpu() - self.offset].to(self.ctx.comm_device)
+
+    def reset_stats(self) -> None:
+        from ..distributed.exchange import CommStats
+
+        self.stats = self.exchange.stats = CommStats()
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """float32 ``[n, dim]`` rows of global ids ``ids`` (int64 ``[n]``, any device, repeats allowed),
+        on ``ids``' device; differentiable when gradients are enabled (a collective)."""
+        device = ids.device
+        uniq, inverse = torch.unique(ids.cpu(), return_inverse=True)  # sorted, so grouped by owner
+        bounds = torch.searchsorted(uniq, self.offsets)
+        rank = self.ctx.rank
+        lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+        remote_counts = bounds.diff()
+        remote_counts[rank] = 0
+        remote = torch.cat([uniq[:lo], uniq[hi:]])
+        own = uniq[lo:hi] - self.offset
+        requested_counts = self.exchange.counts(remote_counts).wait()
+        requested = self.exchange.ids(remote, remote_counts, requested_counts).wait()
+        fetched = self.exchange.rows(requested, requested_counts, remote_counts).wait().cpu()
+        self.stats.owned += int(own.shape[0])
+        rows = torch.cat([self.weight[own], fetched])  # owned first, then remote by owner
+        # uniq's order is [before | own | after]; rows' is [own | before | after]
+        position = torch.cat([torch.arange(lo, hi), torch.arange(lo), torch.arange(hi, uniq.shape[0])])
+        where = torch.empty_like(position)
+        where[position] = torch.arange(position.shape[0])
+        lookup = _Lookup(own, remote_counts, requested.cpu() - self.offset, requested_counts, where[inverse])
+        if not torch.is_grad_enabled():
+            return rows[lookup.inverse].to(device)
+        self._lookups.append(lookup)
+        return _Gather.apply(self._anchor, rows, lookup).to(device)
+
+    def step(self) -> None:
+        """Send the gradients of the lookups since the last step to the rows' owners and apply the
+        sparse optimiser to the owned rows they touched (a collective; a lookup whose output got
+        no gradient counts as zero)."""
+        rows, grads = [], []
+        for lookup in self._lookups:
+            num_own = lookup.own.shape[0]
+            grad = lookup.grad
+            if grad is None:
+                grad = torch.zeros((num_own + int(lookup.remote_counts.sum()), self.dim), dtype=torch.float32)
+            back = self.exchange.send_back(grad[num_own:], lookup.remote_counts, lookup.requested_counts).wait()
+            rows += [lookup.own, lookup.requested]
+            grads += [grad[:num_own].cpu(), back.cpu()]
+        self._lookups = []
+        if not rows:
+            return
+        rows_all = torch.cat(rows)
+        touched, inverse = torch.unique(rows_all, return_inverse=True)
+        summed = torch.zeros((touched.shape[0], self.dim), dtype=torch.float32)
+        summed.index_add_(0, inverse, torch.cat(grads))
+        if self.ctx.world_size > 1:
+            summed /= self.ctx.world_size
+        self.optimizer.step(touched, summed)
+
+    def zero_grad(self) -> None:
+        """Forget the lookups since the last step without updating (every rank together)."""
+        self._lookups = []
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The owned rows and their optimiser state (tensors and numbers only)."""
+        return {"offset": self.offset, "weight": self.weight.clone(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` of the same rank of the same partitioning."""
+        weight = state["weight"]
+        if int(state["offset"]) != self.offset or tuple(weight.shape) != tuple(self.weight.shape):
+            raise InputError(f"the embedding shard holds rows {int(state['offset'])}.. of shape {list(weight.shape)}, "
+                             f"but rank {self.ctx.rank} owns rows {self.offset}.. of shape {list(self.weight.shape)}; "
+                             "resume with the same partitioning, ranks and --embedding-dim")
+        self.weight.copy_(weight)
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def shard_name(tag: str, rank: int) -> str:
+    """The file of ``rank``'s embedding shard of checkpoint ``tag`` (e.g. ``"e3s0"``)."""
+    return f"embedding-{tag}.rank{rank}.pt"
+
+
+def save_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> None:
+    """Write this rank's shard of checkpoint ``tag`` atomically (a temporary name, then a rename)."""
+    path = Path(directory) / shard_name(tag, emb.ctx.rank)
+    with output_errors(path):
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name("." + path.name + ".tmp")
+        try:
+            torch.save(emb.state_dict(), tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, path)
+
+
+def load_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> None:
+    """Load this rank's shard of checkpoint ``tag`` into ``emb``."""
+    path = Path(directory) / shard_name(tag, emb.ctx.rank)
+    if not path.is_file():
+        raise InputError(f"the checkpoint in {directory} has no embedding shard {path.name} for rank {emb.ctx.rank}; "
+                         "resume with as many ranks as wrote it, or use a new --checkpoint-dir")
+    emb.load_state_dict(torch.load(path, weights_only=True))
+
+
+def remove_stale_shards(directory: str | os.PathLike, keep: set[str], rank: int) -> None:
+    """Delete this rank's shards of checkpoints other than the tags in ``keep``."""
+    for path in Path(directory).glob(f"embedding-*.rank{rank}.pt"):
+        if path.name not in {shard_name(tag, rank) for tag in keep}:
+            path.unlink(missing_ok=True)

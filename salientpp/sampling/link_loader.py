@@ -1,0 +1,96 @@
+"""A loader over edges: :class:`LinkNeighborLoader` cuts an epoch's shuffled edges into batches,
+adds negatives, and samples the batch's endpoints like node seeds."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from .bulk import BulkSampler, stream_seed
+from .link import LinkSeeds, NegativeSampling, check_negative_sampling, check_num_negatives, draw_link_seeds
+from .loader import NeighborLoader
+from .sampler import NeighborSampler
+from .types import FetchContext
+
+
+def check_edges(edges: torch.Tensor | np.ndarray, num_nodes: int, what: str) -> torch.Tensor:
+    """int64 ``[2, E]`` edges with ids in ``[0, num_nodes)``, as a tensor; :class:`InputError` otherwise."""
+    t = torch.as_tensor(np.asarray(edges) if isinstance(edges, np.ndarray) else edges)
+    if t.ndim != 2 or t.shape[0] != 2 or t.dtype != torch.int64:
+        raise InputError(f"{what} must be an int64 [2, E] edge array, got {t.dtype} {list(t.shape)}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_nodes):
+        raise InputError(f"{what} holds node ids outside [0, {num_nodes}); re-partition the dataset")
+    return t
+
+
+class LinkNeighborLoader(NeighborLoader):
+    """Minibatches of edges, sampled like :class:`NeighborLoader`'s node seeds.
+
+    Epoch ``e`` shuffles the edges (seeded by ``(seed, e)``) and cuts them into ``S`` balanced
+    batches (batch ``i`` holds ``order[i * E // S:(i + 1) * E // S]``, at most ``batch_size``).
+    Each batch draws its negatives from its own stream ``(seed, e, i)``
+    (:func:`~salientpp.sampling.link.draw_link_seeds`), and its node seeds, the distinct
+    endpoints of the positives and negatives, are sampled as batch ``i`` of a
+    :class:`NeighborLoader` whose epoch order lists every batch's node seeds in turn. The
+    :class:`SampledBatch` of batch ``i`` then has those node seeds first in ``n_id``, and
+    :meth:`links` gives its :class:`~salientpp.sampling.link.LinkSeeds` (``edge_label_index``
+    indexes them).
+
+    Args:
+        sampler: a :class:`NeighborSampler` or a node-wise :class:`BulkSampler`.
+        edges: int64 ``[2, E]`` positive edges (global ids).
+        batch_size: the most positive edges per batch.
+        num_negatives: negatives per positive (>= 1); negative_sampling: ``"uniform"`` or
+            ``"per-source"`` (:class:`~salientpp.sampling.link.NegativeSampling`).
+        num_batches: S (default ``ceil(E / batch_size)``); distributed ranks pass the largest
+            of any rank, so they run in lockstep (a rank with fewer edges gets empty batches).
+        shuffle, seed, num_threads, queue_depth, fetch, low_priority: as for :class:`NeighborLoader`.
+    """
+
+    def __init__(self, sampler: NeighborSampler | BulkSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
+                 num_negatives: int = 1, negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
+                 shuffle: bool = True, seed: int = 0, num_threads: int = 1, queue_depth: int = 4,
+                 fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False):
+        self.edges = check_edges(edges, sampler.num_nodes, "edges")
+        self.num_negatives = check_num_negatives(num_negatives)
+        self.negative_sampling = check_negative_sampling(negative_sampling)
+        num_edges = int(self.edges.shape[1])
+        if num_batches is None:
+            if num_edges == 0:
+                raise InputError("the loader has no edges; pass edges or num_batches")
+            num_batches = -(-num_edges // int(batch_size))
+        if int(num_batches) < -(-num_edges // int(batch_size)):
+            raise InputError(f"num_batches={num_batches} would put more than batch_size={batch_size} of the "
+                             f"{num_edges} edges in a batch; pass num_batches >= {-(-num_edges // int(batch_size))}")
+        super().__init__(sampler, torch.empty(0, dtype=torch.int64), batch_size, shuffle=shuffle, seed=seed,
+                         num_threads=num_threads, queue_depth=queue_depth, fetch=fetch, num_batches=int(num_batches),
+                         low_priority=low_priority)
+        self._links: tuple[int, list[LinkSeeds]] | None = None
+
+    def links(self) -> list[LinkSeeds]:
+        """This epoch's :class:`LinkSeeds`, one per batch (computed once per epoch)."""
+        if self._links is None or self._links[0] != self.epoch:
+            shuffle_key = self._epoch_keys()[0]
+            num_edges = int(self.edges.shape[1])
+            if self.shuffle:
+                order = torch.randperm(num_edges, generator=torch.Generator().manual_seed(shuffle_key >> 1))
+            else:
+                order = torch.arange(num_edges)
+            bounds = (torch.arange(len(self) + 1) * num_edges // len(self)).tolist()
+            self._links = (self.epoch, [
+                draw_link_seeds(self.edges[:, order[bounds[i]:bounds[i + 1]]], self.sampler.num_nodes,
+                                self.num_negatives, self.negative_sampling,
+                                torch.Generator().manual_seed(stream_seed(shuffle_key, i)))
+                for i in range(len(self))])
+        return self._links[1]
+
+    def epoch_order(self) -> torch.Tensor:
+        """int64: the node seeds of every batch of the epoch, batch after batch."""
+        nodes = [link.nodes for link in self.links()]
+        return torch.cat(nodes) if nodes else torch.empty(0, dtype=torch.int64)
+
+    def batch_bounds(self) -> torch.Tensor:
+        sizes = torch.tensor([int(link.nodes.shape[0]) for link in self.links()], dtype=torch.int64)
+        bounds = torch.zeros(len(self) + 1, dtype=torch.int64)
+        torch.cumsum(sizes, 0, out=bounds[1:])
+        return bounds

@@ -1,0 +1,158 @@
+"""The partitioned learnable embedding (DistEmbedding): exact against one process, trained on
+Cora without features, checkpointed per rank, and refused options."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import salientpp
+from salientpp.cli import main
+from salientpp.embedding import DistEmbedding
+from salientpp.embedding.table import initial_rows
+from salientpp.partition import load_partitioned
+
+from conftest import one_sentence
+
+DIM, ROUNDS = 8, 4
+
+
+def _lookups(num_nodes: int, num_ranks: int) -> list[list[np.ndarray]]:
+    """Per round, per rank, original ids to look up (with repeats), the same for any partitioning."""
+    rng = np.random.default_rng(5)
+    return [[rng.integers(0, num_nodes, size=40) for _ in range(num_ranks)] for _ in range(ROUNDS)]
+
+
+def _train_table(part_dir: str, rounds: list[list[np.ndarray]], optimizer: str, as_one: bool) -> dict:
+    """Run the rounds on this rank: rank k looks up ``rounds[r][k]`` (or, ``as_one``, one process
+    looks up every rank's ids and takes the mean of their losses), then steps; returns the table
+    by original id and the fetch counters."""
+    salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir)
+    new_id = np.empty(graph.num_nodes, dtype=np.int64)
+    new_id[np.asarray(graph.data.orig_id)] = np.arange(graph.num_nodes)
+    target = torch.from_numpy(initial_rows("uniform", 99, np.arange(graph.num_nodes), DIM))  # by original id
+    emb = DistEmbedding(graph, DIM, optimizer=optimizer, lr=0.05, seed=3)
+    for r, per_rank in enumerate(rounds):
+        mine = per_rank if as_one else [per_rank[graph.rank]]
+        with torch.no_grad():  # a lookup without gradient in between changes nothing
+            emb(torch.from_numpy(new_id[per_rank[0]]))
+        loss = 0.0
+        for ids in mine:
+            rows = emb(torch.from_numpy(new_id[ids]))
+            loss = loss + ((rows - target[ids]) ** 2).sum() * (r + 1)
+        (loss / len(mine)).backward()
+        emb.step()
+    orig = graph.original_ids(np.arange(graph.offset, graph.offset + graph.num_owned))
+    out = {"orig": orig, "weight": emb.weight.numpy().copy(), "received": emb.stats.received,
+           "touched": emb.optimizer.touched}
+    salientpp.shutdown_distributed()
+    return out
+
+
+def _table(results: list[dict], num_nodes: int) -> np.ndarray:
+    table = np.zeros((num_nodes, DIM), dtype=np.float32)
+    for out in results:
+        table[out["orig"]] = out["weight"]
+    return table
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
+def test_two_ranks_update_the_table_exactly_as_one_process_does(tiny_partitions, optimizer):
+    root, dataset = tiny_partitions
+    rounds = _lookups(dataset.num_nodes, 2)
+    one = _table([_train_table(str(root / "p1"), rounds, optimizer, as_one=True)], dataset.num_nodes)
+    results = salientpp.launch(_train_table, (str(root / "p2"), rounds, optimizer, False), nprocs=2)
+    two = _table(results, dataset.num_nodes)
+    start = initial_rows("normal", 3, np.arange(dataset.num_nodes), DIM)
+    touched = np.unique(np.concatenate([ids for per_rank in rounds for ids in per_rank]))
+    assert np.abs(one[touched] - start[touched]).min(axis=1).max() > 0  # every touched row moved
+    np.testing.assert_allclose(two, one, rtol=0, atol=2e-6)
+    untouched = np.setdiff1d(np.arange(dataset.num_nodes), touched)
+    assert np.array_equal(two[untouched], start[untouched])  # the initial values do not depend on the partitioning
+    assert sum(out["touched"] for out in results) == touched.shape[0]
+    # every remote row a rank used was fetched: the distinct remote ids of its lookups, each round twice
+    data = load_partitioned(root / "p2")
+    new_id = np.empty(dataset.num_nodes, dtype=np.int64)
+    new_id[np.asarray(data.orig_id)] = np.arange(dataset.num_nodes)
+    for k, out in enumerate(results):
+        lo, hi = data.book.offsets[k], data.book.offsets[k + 1]
+        expected = 0
+        for per_rank in rounds:
+            for ids in (per_rank[0], per_rank[k]):
+                new = np.unique(new_id[ids])
+                expected += int(((new < lo) | (new >= hi)).sum())
+        assert out["received"] == expected
+
+
+def test_initial_rows_are_normal_with_variance_one_over_dim():
+    rows = initial_rows("normal", 0, np.arange(2000), 16).ravel() * 4.0
+    assert stats.kstest(rows, "norm").pvalue > 1e-3  # 32k draws: a wrong scale or shape gives p ~ 0
+    uniform = initial_rows("uniform", 0, np.arange(2000), 16).ravel()
+    assert abs(uniform.var() - 1 / 16) < 0.003 and np.abs(uniform).max() <= np.sqrt(3 / 16)
+    assert not np.array_equal(initial_rows("normal", 1, np.arange(10), 4), initial_rows("normal", 0, np.arange(10), 4))
+
+
+@pytest.fixture(scope="module")
+def cora_2(tmp_path_factory, cora_npz):
+    from salientpp.data.importers import load_source
+    from salientpp.partition.partitioner import partition_dataset
+
+    root = tmp_path_factory.mktemp("cora-emb")
+    partition_dataset(load_source(f"npz:{cora_npz}"), root / "p2", 2)
+    return root / "p2"
+
+
+def _majority_accuracy(part_dir) -> float:
+    """The test accuracy of the best constant prediction: no feature-less MLP can beat it."""
+    data = load_partitioned(part_dir)
+    y = np.concatenate([np.asarray(data.part(k).y)[np.asarray(data.part(k).test_idx) - data.book.offsets[k]]
+                        for k in range(data.num_parts)])
+    return float(np.bincount(y).max() / y.shape[0])
+
+
+def test_learned_embeddings_without_features_beat_any_featureless_mlp_on_cora(cora_2, tmp_path):
+    from salientpp.train import TrainConfig, train
+
+    json_path = tmp_path / "run.jsonl"
+    result = train(TrainConfig(str(cora_2), epochs=30, hidden=64, layers=2, fanouts=(10, 10), batch_size=64,
+                               embedding_dim=64, features=False, lr=0.01, embedding_lr=0.05, dropout=0.5,
+                               eval_fanouts=(-1, -1), json_path=str(json_path), progress=False))
+    majority = _majority_accuracy(cora_2)
+    assert result.test_at_best >= majority + 0.3, (result.test_at_best, majority)
+    record = json.loads(json_path.read_text().splitlines()[-1])
+    assert record["comm"]["received"] == 0 and record["embedding_comm"]["received"] > 0  # no feature is fetched
+
+
+def test_a_resumed_run_restores_each_ranks_embedding_shard_and_continues_identically(cora_2, tmp_path):
+    from salientpp.train import TrainConfig, train
+
+    options = dict(hidden=16, layers=2, fanouts=(5, 5), batch_size=256, embedding_dim=8, progress=False,
+                   eval_every=1)
+    full = train(TrainConfig(str(cora_2), epochs=3, **options))
+    ckpt = tmp_path / "ckpt"
+    train(TrainConfig(str(cora_2), epochs=2, checkpoint_dir=str(ckpt), **options))
+    shards = sorted(p.name for p in ckpt.glob("embedding-*"))
+    last = torch.load(ckpt / "last.pt", weights_only=True)
+    best = torch.load(ckpt / "best.pt", weights_only=True)
+    assert set(shards) == {f"embedding-{tag}.rank{k}.pt" for tag in (last["embedding"], best["embedding"])
+                           for k in range(2)}
+    resumed = train(TrainConfig(str(cora_2), epochs=3, checkpoint_dir=str(ckpt), resume=True, **options))
+    assert [h["train_loss"] for h in resumed.history] == pytest.approx([h["train_loss"] for h in full.history[2:]],
+                                                                       rel=1e-6)
+    assert resumed.final_test == pytest.approx(full.final_test)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--no-features"], "--embedding-dim"),
+    (["--embedding-dim", "-1"], "non-negative"),
+    (["--embedding-dim", "8", "--inference", "layerwise"], "layer-wise"),
+    (["--embedding-dim", "8", "--embedding-lr", "0"], "learning rate"),
+])
+def test_bad_embedding_options_get_one_sentence_and_exit_2_before_any_rank_starts(cora_2, capsys, no_ranks, args,
+                                                                                    expected):
+    assert main(["train", str(cora_2), "--quiet", *args]) == 2
+    assert expected in one_sentence(capsys)

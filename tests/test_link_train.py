@@ -1,0 +1,120 @@
+"""Link prediction end to end: the distributed link loader against its definition, Cora AUC on
+two ranks, rows fetched against the simulator, ranking metrics, and refused options."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import salientpp
+from salientpp.cache import PolicyContext, Workload, simulate
+from salientpp.cache.workload import EdgeSeeds
+from salientpp.cli import main
+from salientpp.data import load_dataset
+from salientpp.partition import load_partitioned, partition_dataset
+from salientpp.train import TrainConfig, train
+from salientpp.train.link import HITS_AT, MRR, metrics_from_sums, ranking_sums
+
+from conftest import one_sentence
+
+
+@pytest.fixture(scope="module")
+def cora_link(tmp_path_factory, cora_npz):
+    """Cora with 85/5/10 held-out edges, in 1 and 2 partitions."""
+    root = tmp_path_factory.mktemp("cora-link")
+    assert main(["prepare", f"npz:{cora_npz}", str(root / "ds"), "--link-split", "0.85,0.05,0.10"]) == 0
+    ds = load_dataset(root / "ds")
+    for k in (1, 2):
+        partition_dataset(ds, root / f"p{k}", k)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_link(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-link")
+    assert main(["prepare", "synthetic:tiny", str(root / "ds"), "--link-split", "0.8,0.1,0.1"]) == 0
+    partition_dataset(load_dataset(root / "ds"), root / "p2", 2)
+    return root
+
+
+def _epoch_batches(part_dir: str) -> dict:
+    """One epoch of this rank's training edges through DistLinkNeighborLoader."""
+    from salientpp.distributed.link_loader import DistLinkNeighborLoader
+
+    salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir)
+    data = load_partitioned(part_dir)
+    x = np.concatenate([np.asarray(data.part(k).x) for k in range(data.num_parts)])
+    loader = DistLinkNeighborLoader(graph, "train", [3, 3], 40, num_negatives=2, negative_sampling="per-source")
+    loader.set_epoch(0)
+    positives, labels_ok, features_ok, sources_ok = [], True, True, True
+    for batch in loader:
+        n_id = batch.n_id.numpy()
+        features_ok &= bool(np.array_equal(batch.x.numpy(), x[n_id]))
+        index = batch.edge_label_index.numpy()
+        assert index.max(initial=-1) < batch.batch_size  # the pairs index the node seeds
+        p = batch.num_positives
+        labels_ok &= bool((batch.edge_label[:p] == 1).all() and (batch.edge_label[p:] == 0).all())
+        pairs = n_id[index]
+        positives.append(pairs[:, :p])
+        sources_ok &= bool(np.array_equal(pairs[0, p:], np.repeat(pairs[0, :p], 2)))  # per-source negatives
+    edges = np.concatenate(positives, axis=1)
+    out = {"edges_ok": sorted(map(tuple, edges.T)) == sorted(map(tuple, graph.edges("train").T)),
+           "labels_ok": labels_ok, "features_ok": features_ok, "sources_ok": sources_ok, "batches": len(loader)}
+    salientpp.shutdown_distributed()
+    return out
+
+
+def test_the_link_loader_yields_each_owned_training_edge_once_with_negatives_and_features(tiny_link):
+    results = salientpp.launch(_epoch_batches, (str(tiny_link / "p2"),), nprocs=2)
+    assert results[0]["batches"] == results[1]["batches"] > 1
+    for out in results:
+        assert out["edges_ok"] and out["labels_ok"] and out["features_ok"] and out["sources_ok"], out
+
+
+def test_link_training_fetches_exactly_the_rows_the_simulator_counts(tiny_link, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    train(TrainConfig(str(tiny_link / "p2"), task="link", epochs=1, hidden=16, layers=2, fanouts=(5, 5),
+                      batch_size=64, num_negatives=2, cache="vip", replication=0.1, eval_every=0,
+                      json_path=str(metrics), progress=False))
+    line = json.loads(metrics.read_text().splitlines()[0])
+    data = load_partitioned(tiny_link / "p2")
+    workload = Workload((5, 5), 64, edges=EdgeSeeds(2, "uniform"))
+    sim = simulate(PolicyContext(data, (workload,), seed=0, epochs=1), ["vip"], [0.1])
+    assert line["comm"]["received"] == int(round(sim.rows[0, 0].sum())) > 0
+
+
+def test_link_prediction_on_cora_with_two_ranks_reaches_auc_085(cora_link, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    result = train(TrainConfig(str(cora_link / "p2"), task="link", epochs=20, hidden=64, layers=2, fanouts=(10, 10),
+                               batch_size=256, lr=0.01, decoder="mlp", eval_fanouts=(-1, -1), eval_batch_size=64,
+                               json_path=str(metrics), progress=False))
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert result.metric == "roc-auc" and result.test_at_best >= 0.85, result.test_at_best
+    assert set(last["test_link"]) == {"roc-auc", MRR, *(f"hits@{k}" for k in HITS_AT)}
+    assert 0 < last["test_link"][MRR] <= 1 and last["test_link"]["hits@10"] <= last["test_link"]["hits@50"]
+
+
+def test_ranking_counts_ties_as_one_half_and_hits_at_k_by_rank():
+    # positive 0 beats both negatives (rank 1); positive 1 ties one negative and loses to one (rank 2.5)
+    scores = torch.tensor([3.0, 1.0, 2.0, 0.0, 1.0, 5.0])
+    sums = ranking_sums(scores, 2)
+    got = metrics_from_sums(sums)
+    assert got[MRR] == pytest.approx((1 / 1 + 1 / 2.5) / 2)
+    assert got["hits@10"] == 1.0
+    many = ranking_sums(torch.cat([torch.tensor([0.5]), torch.arange(60, dtype=torch.float32)]), 1)
+    # 59 negatives above 0.5 and one below: rank 60
+    assert metrics_from_sums(many)["hits@50"] == 0.0 and metrics_from_sums(many)["hits@100"] == 1.0
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--task", "link", "--num-negatives", "0"], "num_negatives"),
+    (["--task", "link", "--metric", "accuracy"], "--task link reports"),
+    (["--task", "link"], "held-out edges"),
+])
+def test_bad_link_options_get_one_sentence_and_exit_2(tiny_partitions, capsys, no_ranks, args, expected):
+    root, _ = tiny_partitions
+    assert main(["train", str(root / "p2"), "--quiet", *args]) == 2
+    assert expected in one_sentence(capsys)
