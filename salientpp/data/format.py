@@ -252,8 +252,9 @@ class Dataset:
         extra_meta: further meta.json entries (e.g. generator parameters).
         input_id: optional int64 ``[N]``, ascending: the id each node had in the input (an edge
             list whose sparse ids were compacted to ``0..N-1``); ``None`` when the ids are the input's.
-        link_split: the held-out edges of link prediction (:class:`~salientpp.data.links.LinkSplit`),
-            or ``None``.
+        link_split: the held-out edges of link prediction (:class:`~salientpp.data.links.LinkSplit`:
+            int64 ``[2, E_s]`` train, valid and test edges), or ``None``; the validation and test edges
+            are absent from the CSR (both directions), the training edges are in it.
     """
 
     rowptr: np.ndarray
@@ -320,9 +321,11 @@ class Dataset:
         """Raise :class:`InputError` on any inconsistency a user can cause: a malformed CSR, ids
         out of range, wrong shapes or dtypes, no feature columns, NaN/Inf features, labels that
         are neither int64 ``[N]`` class ids nor float32 (0/1/NaN) or bool ``[N, T]`` targets,
-        unlabelled or repeated split nodes, an empty training split, a malformed ``input_id``. One
-        pass over every array (features and float targets in 32 MiB chunks; an unsorted split is
-        sorted once).
+        unlabelled or repeated split nodes, an empty training split, a malformed ``input_id``,
+        held-out edges that are malformed, out of range, self loops, still in the CSR (validation,
+        test) or missing from it (training). One pass over every array (features and float targets
+        in 32 MiB chunks; an unsorted split is sorted once; a binary search in the CSR per held-out
+        edge and direction).
 
         Args:
             where: names the dataset in the messages (default: its ``source``).
@@ -361,7 +364,7 @@ class Dataset:
                 raise InputError(f"input_id of {name} must hold distinct non-negative ids in ascending order; "
                                  "re-create the dataset")
         if self.link_split is not None:
-            fix = "re-create the dataset with prepare --link-split"
+            fix = "re-create the dataset with prepare --link-split (or fix the held-out edges of its input)"
             for split_name, edges in self.link_split.arrays().items():
                 check_edge_array(edges, n, f"{split_name} of {name}", fix)
             check_held_out(self.rowptr, self.col, self.link_split, name, fix)
@@ -413,7 +416,7 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
         arrays["input_id"] = load_listed(Path(path), "input_id", meta, "re-create the dataset directory",
                                          *FILE_FORMATS["input_id"], verify=verify)
     link_split = None
-    if all(name in meta["files"] for name in EDGE_SPLITS):
+    if any(name in meta["files"] for name in EDGE_SPLITS):  # all three or none: a missing one is refused
         link_split = LinkSplit(*(load_listed(Path(path), name, meta, "re-create the dataset directory",
                                              *FILE_FORMATS[name], verify=verify) for name in EDGE_SPLITS))
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",

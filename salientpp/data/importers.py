@@ -3,7 +3,8 @@
 Schemes:
     ``synthetic:PRESET[,key=value...]``  a generated graph (see :mod:`salientpp.data.synthetic`)
     ``npz:PATH``        keys edge_index [2, E], x [N, F], y [N] (or [N, T] multi-label targets),
-                        train_idx, val_idx, test_idx (id arrays or boolean masks)
+                        train_idx, val_idx, test_idx (id arrays or boolean masks); optionally the
+                        held-out edges train_edges, valid_edges, test_edges ([2, E_s], all or none)
     ``edgelist:PATH``   text lines ``u v`` (spaces, tabs or commas, ``#`` comments; plain, gzip, or
                         UTF-16/32 with a byte-order mark), with optional ``.npy`` features, labels
                         and split files indexed by the ids of the edge list. Without such files (or
@@ -31,7 +32,7 @@ from ..errors import InputError
 from .csr import build_csr
 from ..io import shown
 from .format import Dataset, check_disjoint_splits, labelled
-from .links import EDGE_SPLITS, LinkSplit, check_edge_array, remove_edges
+from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out, remove_edges
 
 SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc")
 
@@ -276,6 +277,8 @@ def _from_npz(path: Path, options: ImportOptions) -> Dataset:
     link_split = _npz_link_split(arrays, path, num_nodes)
     if link_split is not None:  # held-out edges leave the message-passing graph
         rowptr, col = remove_edges(rowptr, col, np.concatenate([link_split.valid, link_split.test], axis=1))
+        check_held_out(rowptr, col, link_split, str(path), "every training edge must be in edge_index and in "
+                       "neither valid_edges nor test_edges")
     return Dataset(rowptr=rowptr, col=col, x=as_features(x, num_nodes, f"x in {path}"),
                    y=as_labels(arrays["y"], num_nodes, f"y in {path}"),
                    train_idx=as_split(arrays["train_idx"], num_nodes, "train_idx"),
@@ -286,7 +289,8 @@ def _from_npz(path: Path, options: ImportOptions) -> Dataset:
 
 def _npz_link_split(arrays: dict[str, np.ndarray], path: Path, num_nodes: int) -> LinkSplit | None:
     """The held-out edges of an npz archive (keys ``train_edges``, ``valid_edges``, ``test_edges``,
-    integer ``[2, E]``, all three or none)."""
+    integer ``[2, E_s]`` of ids in ``[0, num_nodes)`` without self loops, all three or none) as
+    int64, or ``None`` without them."""
     given = [key for key in EDGE_SPLITS if key in arrays]
     if not given:
         return None

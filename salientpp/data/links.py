@@ -33,6 +33,7 @@ class LinkSplit:
         return dict(zip(EDGE_SPLITS, (self.train, self.valid, self.test)))
 
     def counts(self) -> str:
+        """``"TRAIN/VALID/TEST"`` edge counts, for summaries."""
         return "/".join(f"{a.shape[1]:,}" for a in (self.train, self.valid, self.test))
 
 
@@ -50,62 +51,77 @@ def parse_link_split(text: str) -> tuple[float, float, float]:
 
 
 def undirected_edges(rowptr: np.ndarray, col: np.ndarray) -> np.ndarray:
-    """int64 ``[2, M]`` each undirected edge of a symmetric CSR once, as ``(u, v)`` with ``u < v``."""
+    """int64 ``[2, M]`` each undirected edge of a symmetric CSR once, as ``(u, v)`` with ``u < v``
+    (self loops left out), in CSR order."""
     src = np.repeat(np.arange(rowptr.shape[0] - 1, dtype=np.int64), np.diff(rowptr))
     keep = src < col
     return np.stack([src[keep], np.asarray(col)[keep]])
 
 
-def _from_edges(num_nodes: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The symmetric CSR (sorted rows) of undirected ``edges`` ``[2, M]`` (``u < v``)."""
-    src = np.concatenate([edges[0], edges[1]])
-    dst = np.concatenate([edges[1], edges[0]])
-    order = np.lexsort((dst, src))
-    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=rowptr[1:])
-    return rowptr, dst[order].astype(np.int64)
+def edge_positions(rowptr: np.ndarray, col: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """int64 ``[E]``: the index in ``col`` of each edge ``(u, v)`` of ``edges`` (int64 ``[2, E]``,
+    ids in ``[0, N)``), or -1 where the CSR lacks it.
+
+    A binary search inside each edge's source row (rows are sorted), vectorised over the edges
+    still searching: about ``E * log2(degree)`` reads of ``col`` and no temporary of the graph's
+    size, so it suits a memory-mapped CSR.
+    """
+    src, dst = edges[0], edges[1]
+    lo, end = np.asarray(rowptr[src]), np.asarray(rowptr[src + 1])
+    hi = end.copy()
+    todo = np.flatnonzero(lo < hi)
+    while todo.shape[0]:  # lower bound of dst in col[lo:hi]
+        low, high = lo[todo], hi[todo]
+        mid = (low + high) // 2
+        less = col[mid] < dst[todo]
+        low, high = np.where(less, mid + 1, low), np.where(less, high, mid)
+        lo[todo], hi[todo] = low, high
+        todo = todo[low < high]
+    found = lo < end
+    found[found] = col[lo[found]] == dst[found]
+    return np.where(found, lo, -1)
 
 
 def _orient(edges: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``edges`` ``[2, E]`` with each column reversed by a fair coin."""
     flip = rng.random(edges.shape[1]) < 0.5
     return np.where(flip, edges[::-1], edges)
 
 
 def split_edges(rowptr: np.ndarray, col: np.ndarray, fractions: tuple[float, float, float], seed: int = 0
                 ) -> tuple[np.ndarray, np.ndarray, LinkSplit]:
-    """Hold out edges of a symmetric CSR: ``(rowptr, col, split)`` of the graph without the
-    validation and test edges, and the three splits (module docstring). The edges are drawn by a
-    uniform permutation seeded by ``seed``; split sizes are ``floor(fraction * M)`` of the M
-    undirected edges."""
+    """Hold out edges of a symmetric CSR (int64 ``rowptr`` ``[N + 1]``, ``col`` ``[nnz]``, sorted rows).
+
+    The M undirected edges (``u < v``; self loops stay in the graph and in no split) are put in
+    a uniform random order seeded by ``seed`` and cut at ``round(M * train)``, ``round(M * (train
+    + valid))`` and ``round(M * (train + valid + test))``: training, validation and test edges in
+    turn, each split within one edge of its fraction of M, and every edge in a split when the
+    fractions sum to 1. Each split is sorted by the edges' CSR order, then each edge is oriented
+    by a seeded fair coin.
+
+    Returns:
+        ``(rowptr, col, split)``: the CSR without the validation and test edges (both directions),
+        and the three splits.
+    """
     edges = undirected_edges(rowptr, col)
     m = edges.shape[1]
     rng = np.random.default_rng(seed)
     order = rng.permutation(m)
-    n_train, n_valid, n_test = (int(f * m) for f in fractions)
-    if sum(fractions) > 1 - 1e-9:  # every edge has a split: rounding leaves none out of training
-        n_train = m - n_valid - n_test
-    valid = order[:n_valid]
-    test = order[n_valid:n_valid + n_test]
-    rest = order[n_valid + n_test:]
-    train = rest[:n_train]
-    kept = np.sort(rest)
-    new_rowptr, new_col = _from_edges(rowptr.shape[0] - 1, edges[:, kept])
+    cuts = np.minimum(np.rint(np.cumsum(fractions) * m).astype(np.int64), m)
+    train, valid, test = np.split(order, cuts)[:3]
     split = LinkSplit(*(_orient(edges[:, np.sort(ids)], rng) for ids in (train, valid, test)))
-    return new_rowptr, new_col, split
-
-
-def _pair_keys(edges: np.ndarray, num_nodes: int) -> np.ndarray:
-    """int64 key ``min * N + max`` of each edge, the same for both directions."""
-    low, high = np.minimum(edges[0], edges[1]), np.maximum(edges[0], edges[1])
-    return low.astype(np.int64) * num_nodes + high
+    return (*remove_edges(rowptr, col, np.concatenate([split.valid, split.test], axis=1)), split)
 
 
 def remove_edges(rowptr: np.ndarray, col: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The symmetric CSR without ``edges`` (int64 ``[2, E]``) in either direction."""
-    n = rowptr.shape[0] - 1
-    kept = undirected_edges(rowptr, col)
-    drop = np.isin(_pair_keys(kept, n), _pair_keys(edges, n))
-    return _from_edges(n, kept[:, ~drop])
+    """``(rowptr, col)`` of the CSR without ``edges`` (int64 ``[2, E]``, ids in ``[0, N)``) in either
+    direction; edges the graph lacks are ignored."""
+    found = np.concatenate([edge_positions(rowptr, col, edges), edge_positions(rowptr, col, edges[::-1])])
+    drop = np.unique(found[found >= 0])
+    rows = np.searchsorted(rowptr, drop, side="right") - 1
+    dropped = np.zeros(rowptr.shape[0], dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=rowptr.shape[0] - 1), out=dropped[1:])
+    return np.asarray(rowptr) - dropped, np.delete(np.asarray(col), drop)
 
 
 def check_edge_array(edges: np.ndarray, num_nodes: int, where: str, fix: str) -> None:
@@ -116,19 +132,19 @@ def check_edge_array(edges: np.ndarray, num_nodes: int, where: str, fix: str) ->
         raise InputError(f"{where} holds node ids outside [0, {num_nodes}); {fix}")
     loops = edges[0] == edges[1]
     if loops.any():
-        raise InputError(f"{where} holds a self loop ({int(edges[0, loops.argmax()])}, "
-                         f"{int(edges[0, loops.argmax()])}); {fix}")
+        node = int(edges[0, loops.argmax()])
+        raise InputError(f"{where} holds the self loop ({node}, {node}); {fix}")
 
 
 def check_held_out(rowptr: np.ndarray, col: np.ndarray, split: LinkSplit, where: str, fix: str) -> None:
-    """:class:`InputError` unless the validation and test edges are absent from the CSR (both
-    directions) and the training edges are in it."""
-    n = rowptr.shape[0] - 1
-    graph = _pair_keys(undirected_edges(rowptr, col), n)  # sorted: rows ascend, columns ascend within a row
+    """:class:`InputError` unless the validation and test edges are absent from the CSR in both
+    directions and the training edges are in it in both. The split's ids must lie in ``[0, N)``
+    (:func:`check_edge_array`). Cost: :func:`edge_positions` of every edge, both ways."""
     for name, edges, inside in (("valid_edges", split.valid, False), ("test_edges", split.test, False),
                                 ("train_edges", split.train, True)):
-        found = np.isin(_pair_keys(edges, n), graph)
-        wrong = found != inside
+        forward = edge_positions(rowptr, col, edges) >= 0
+        backward = edge_positions(rowptr, col, edges[::-1]) >= 0
+        wrong = ~(forward & backward) if inside else forward | backward
         if wrong.any():
             u, v = (int(x) for x in edges[:, wrong.argmax()])
             what = "is missing from the graph" if inside else "is still in the graph, so message passing would see it"

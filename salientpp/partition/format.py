@@ -143,7 +143,7 @@ class PartitionedDataset:
     @property
     def has_link_split(self) -> bool:
         """Whether the partitions hold held-out edges (``part_<k>/train_edges`` and the others)."""
-        return all(f"part_0/{name}" in self.meta["files"] for name in EDGE_SPLITS)
+        return any(f"part_0/{name}" in self.meta["files"] for name in EDGE_SPLITS)  # part() refuses a missing one
 
     def degree(self) -> np.ndarray:
         return np.diff(self.rowptr)
@@ -191,9 +191,10 @@ class PartitionedDataset:
         its global id); ``y`` is int64 ``[n_k]`` with values in ``[-1, num_classes)``, or (multi-label)
         ``[n_k, num_tasks]`` of meta.json's label dtype, float32 targets being 0, 1 or NaN; the
         train/valid/test ids are int64, sorted without duplicates, owned by ``k`` (inside
-        ``[offsets[k], offsets[k + 1])``) and labelled. An empty training split is accepted (the
-        trainer decides about it). Cost: one pass over ``x`` in 32 MiB chunks and over ``y``
-        and the splits. Free when :meth:`part` already checked ``k`` (``check=True``).
+        ``[offsets[k], offsets[k + 1])``) and labelled; held-out edges, when the directory has
+        them, are int64 ``[2, E_k]`` of ids in ``[0, N)`` without self loops, their sources owned
+        by ``k``. An empty training split is accepted (the trainer decides about it). Cost: one
+        pass over ``x`` in 32 MiB chunks and over ``y``, the splits and the edges. Free when :meth:`part` already checked ``k`` (``check=True``).
         """
         part = self.part(k)
         if not self.check:
