@@ -9,20 +9,25 @@ Two ways to draw ``r`` negatives per positive edge, uniform over all N nodes, wi
 
 Negatives are not filtered against true edges: with ``m`` edges among ``N^2`` pairs a negative is
 an edge with probability ``m / N^2`` (2e-4 on Cora), and OGB's evaluation does not filter either.
+The batch's node seeds are the distinct endpoints of its positives and negatives; the node-wise
+samplers then sample them exactly as they sample the seeds of node classification.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..errors import InputError
 
 
 class NegativeSampling(str, enum.Enum):
-    UNIFORM = "uniform"
-    PER_SOURCE = "per-source"
+    """How negatives are drawn (module docstring)."""
+
+    UNIFORM = "uniform"  # r pairs (u', v') per positive, both ends uniform over the N nodes
+    PER_SOURCE = "per-source"  # r pairs (s, v') per positive (s, d), v' uniform over the N nodes
 
 
 def check_negative_sampling(value) -> NegativeSampling:
@@ -35,9 +40,10 @@ def check_negative_sampling(value) -> NegativeSampling:
 
 
 def check_num_negatives(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """``value`` (negatives per positive edge) as an int >= 1; :class:`InputError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise InputError(f"num_negatives must be at least 1, got {value!r}")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,8 @@ class LinkSeeds:
         nodes: int64 ``[n]`` the distinct, sorted endpoints of the positives and negatives (the
             batch's node seeds).
         edge_label_index: int64 ``[2, P + Q]`` indices into ``nodes``: the P positives, then the
-            Q negatives (per source: positive i's ``r`` negatives at ``P + i r .. P + (i + 1) r - 1``).
+            Q = P r negatives (per source: positive i's ``r`` negatives, which share its source, at
+            ``P + i r .. P + (i + 1) r - 1``).
         edge_label: float32 ``[P + Q]``, 1 for the positives and 0 for the negatives.
         num_positives: P.
     """
@@ -59,11 +66,21 @@ class LinkSeeds:
     num_positives: int
 
 
-def draw_link_seeds(positives: torch.Tensor, num_nodes: int, num_negatives: int, mode: NegativeSampling,
+def draw_link_seeds(positives: torch.Tensor, num_nodes: int, num_negatives: int, mode: NegativeSampling | str,
                     generator: torch.Generator) -> LinkSeeds:
-    """The :class:`LinkSeeds` of ``positives`` (int64 ``[2, P]`` global ids) with ``num_negatives``
-    negatives each, drawn ``mode`` from ``generator`` over ``[0, num_nodes)``."""
-    p, r = int(positives.shape[1]), int(num_negatives)
+    """The :class:`LinkSeeds` of ``positives`` with ``num_negatives`` negatives each.
+
+    Args:
+        positives: int64 ``[2, P]`` global ids (P may be 0: an empty :class:`LinkSeeds`).
+        num_nodes: N; negative endpoints are uniform over ``[0, N)``.
+        num_negatives: r >= 1; mode: :class:`NegativeSampling` (or its value).
+        generator: the only source of randomness: the same state gives the same negatives.
+    """
+    r, mode = check_num_negatives(num_negatives), check_negative_sampling(mode)
+    if positives.ndim != 2 or positives.shape[0] != 2 or positives.dtype != torch.int64:
+        raise InputError(f"positives must be an int64 [2, P] edge tensor, got {positives.dtype} "
+                         f"{list(positives.shape)}")
+    p = int(positives.shape[1])
     if mode is NegativeSampling.PER_SOURCE:
         source = positives[0].repeat_interleave(r)
         target = torch.randint(0, num_nodes, (p * r,), generator=generator, dtype=torch.int64)
@@ -72,5 +89,5 @@ def draw_link_seeds(positives: torch.Tensor, num_nodes: int, num_negatives: int,
         negatives = torch.randint(0, num_nodes, (2, p * r), generator=generator, dtype=torch.int64)
     pairs = torch.cat([positives, negatives], dim=1)
     nodes, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
-    label = torch.cat([torch.ones(p), torch.zeros(p * r)])
+    label = torch.cat([torch.ones(p, dtype=torch.float32), torch.zeros(p * r, dtype=torch.float32)])
     return LinkSeeds(nodes, inverse.view(2, -1), label, p)
