@@ -75,3 +75,12 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
         raise InputError(f"rowptr of {where} decreases at node {node} (rowptr[{node + 1}] < rowptr[{node}]); {fix}")
     if col.shape[0] and (col.min() < 0 or col.max() >= num_nodes):
         raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {col.min()} to {col.max()}); {fix}")
+
+
+def edge_positions(rowptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions in ``col`` of the edges into ``ids`` (int64 ``[n]``), concatenated in the order of
+    ``ids``, and each one's degree (int64 ``[n]``)."""
+    begin = np.asarray(rowptr[ids], dtype=np.int64)
+    degree = np.asarray(rowptr[ids + 1], dtype=np.int64) - begin
+    start_in_out = np.cumsum(degree) - degree
+    return np.repeat(begin - start_in_out, degree) + np.arange(int(degree.sum()), dtype=np.int64), degree

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Callable
 
+import numpy as np
+
 import torch
 import torch.distributed as dist
 
@@ -148,3 +150,34 @@ class RowExchange:
         recv_counts = self.counts(counts).wait()
         requested = self.ids(ids, counts, recv_counts).wait()
         return self.rows(requested, recv_counts, counts).wait()
+
+
+@dataclass(frozen=True)
+class Halo:
+    """Fixed remote ids one rank reads from their owners, and who asks this rank for what: the
+    counts and ids of a :class:`RowExchange`, exchanged once, so that each later exchange moves
+    rows only.
+
+    Attributes:
+        ids: int64 ``[n_h]`` remote ids, ascending (hence grouped by owner).
+        counts: int64 ``[K]`` how many of ``ids`` each rank owns.
+        requested: int64 ``[m]`` owned ids the other ranks need, grouped by requesting rank.
+        requested_counts: int64 ``[K]`` how many of ``requested`` each rank asked for.
+    """
+
+    ids: torch.Tensor
+    counts: torch.Tensor
+    requested: torch.Tensor
+    requested_counts: torch.Tensor
+
+    @classmethod
+    def build(cls, ctx: DistContext, ids: np.ndarray, book) -> "Halo":
+        """Exchange the counts and ids of ``ids`` (int64, ascending, none owned by this rank; ``book``
+        the partition book). A collective: every rank at once."""
+        counts = torch.from_numpy(np.bincount(book.owner(ids), minlength=ctx.world_size).astype(np.int64))
+        ids_t = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        # Only counts and ids travel here; the row width of this exchange object is never used.
+        ask = RowExchange(ctx, lambda _: None, 0, torch.float32)
+        requested_counts = ask.counts(counts).wait().cpu()
+        requested = ask.ids(ids_t, counts, requested_counts).wait().cpu()
+        return cls(ids_t, counts, requested, requested_counts)

@@ -10,40 +10,15 @@ destinations, so memory stays bounded by the chunk, not the graph.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
+from ..data.csr import edge_positions
 from ..distributed import CommStats, DistContext, RowExchange
+from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..partition import PartitionedDataset
 from ..sampling.types import MFG
-
-
-@dataclass(frozen=True)
-class Halo:
-    """The remote neighbours of one rank's owned vertices, and who asks this rank for what.
-
-    Attributes:
-        ids: int64 ``[n_h]`` remote neighbour ids, ascending (hence grouped by owner).
-        counts: int64 ``[K]`` how many of ``ids`` each rank owns.
-        requested: int64 ``[m]`` owned ids the other ranks need, grouped by requesting rank.
-        requested_counts: int64 ``[K]`` how many of ``requested`` each rank asked for.
-    """
-
-    ids: torch.Tensor
-    counts: torch.Tensor
-    requested: torch.Tensor
-    requested_counts: torch.Tensor
-
-
-def _edge_positions(rowptr: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions in ``col`` of the edges of global ids ``dst``, concatenated, and each one's degree."""
-    begin = np.asarray(rowptr[dst], dtype=np.int64)
-    degree = np.asarray(rowptr[dst + 1], dtype=np.int64) - begin
-    start_in_out = np.cumsum(degree) - degree
-    return np.repeat(begin - start_in_out, degree) + np.arange(int(degree.sum()), dtype=np.int64), degree
 
 
 class LayerwiseInference:
@@ -64,13 +39,7 @@ class LayerwiseInference:
         self.chunk_size = int(chunk_size)
         neighbours = self.col[self.rowptr[self.lo]:self.rowptr[self.hi]]
         ids = np.unique(neighbours[(neighbours < self.lo) | (neighbours >= self.hi)]).astype(np.int64)
-        counts = torch.from_numpy(np.bincount(data.book.owner(ids), minlength=data.num_parts).astype(np.int64))
-        ids_t = torch.from_numpy(ids)
-        # Only counts and ids travel here; the row width of this exchange object is never used.
-        ask = RowExchange(ctx, lambda _: None, 0, torch.float32)
-        requested_counts = ask.counts(counts).wait().cpu()
-        requested = ask.ids(ids_t, counts, requested_counts).wait().cpu()
-        self.halo = Halo(ids_t, counts, requested, requested_counts)
+        self.halo = Halo.build(ctx, ids, data.book)
 
     def _exchange_rows(self, h: torch.Tensor, stats: CommStats) -> torch.Tensor:
         """``[n_h, d]`` halo rows of the embeddings ``h`` (``[n_k, d]``, owned, local order)."""
@@ -88,7 +57,7 @@ class LayerwiseInference:
         # An empty dst_local still runs one (empty) chunk, so the output has the layer's width.
         for start in range(0, max(dst_local.shape[0], 1), self.chunk_size):
             dst = dst_local[start:start + self.chunk_size]
-            positions, degree = _edge_positions(self.rowptr, dst + self.lo)
+            positions, degree = edge_positions(self.rowptr, dst + self.lo)
             nbr = np.asarray(self.col[positions], dtype=np.int64)
             owned = (nbr >= self.lo) & (nbr < self.hi)
             rows = np.where(owned, nbr - self.lo, n_k + np.searchsorted(halo_ids, nbr))
