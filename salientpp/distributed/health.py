@@ -137,6 +137,10 @@ class Health:
                 f"the collective timeout is {self.ctx.timeout_s:g} s)")
 
 
+# How many times this process has checked each (store, topic): see agree.
+_AGREE_ROUNDS: dict[tuple[int, str], int] = {}
+
+
 def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:
     """Check that every rank holds the same ``facts`` (JSON-serialisable); a collective.
 
@@ -145,8 +149,12 @@ def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:
     """
     if ctx.store is None or ctx.world_size == 1:
         return
-    ctx.store.set(f"agree/{topic}/{ctx.rank}", json.dumps(facts, sort_keys=True, default=str))
-    keys = [f"agree/{topic}/{r}" for r in range(ctx.world_size)]
+    # The ranks check a topic equally often, so the n-th check of each meets under its own keys.
+    round_key = (id(ctx.store), topic)
+    check = _AGREE_ROUNDS.get(round_key, 0)
+    _AGREE_ROUNDS[round_key] = check + 1
+    ctx.store.set(f"agree/{topic}/{check}/{ctx.rank}", json.dumps(facts, sort_keys=True, default=str))
+    keys = [f"agree/{topic}/{check}/{r}" for r in range(ctx.world_size)]
     start = time.monotonic()
     while not ctx.store.check(keys):
         if time.monotonic() - start > ctx.timeout_s:
