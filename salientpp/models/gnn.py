@@ -1,4 +1,5 @@
-"""SAGE, GAT and GIN built from PyG convolutions, applied layer by layer to sampled MFGs.
+"""SAGE, GAT, GIN and GCN, applied layer by layer to sampled MFGs (the first three are PyG's
+convolutions; GCN is :class:`MeanGCNConv`).
 
 Layer i reads the MFG ``mfgs[i]`` (model order: ``mfgs[0]`` is the input layer): its sources
 are the first ``num_src`` rows of the current hidden state and its destinations the first
@@ -32,7 +33,7 @@ from torch_geometric.nn import GATConv, GINConv, SAGEConv
 from ..errors import InputError
 from .ops import aggregate, dropout, weighted_aggregate
 
-MODELS = ("sage", "gat", "gin")
+MODELS = ("sage", "gat", "gin", "gcn")
 
 # The modules PyG generates from its jinja templates (torch_geometric.template.module_from_template)
 # are named ``<conv module>_<conv class>_propagate`` or ``..._edge_updater`` and loaded from
@@ -116,7 +117,33 @@ class EmptyBlock:
     edge_index: torch.Tensor = field(default_factory=lambda: torch.empty((2, 0), dtype=torch.int64))
 
 
+class MeanGCNConv(nn.Module):
+    """GCN's layer with the row (random-walk) normalisation of the graph with self loops:
+    ``out[v] = W (x[v] + sum_{u in N(v)} x[u]) / (deg(v) + 1) + b``, that is ``D~^-1 A~ X W``
+    (DGL's ``GraphConv(norm="right")``; Kipf and Welling's symmetric ``D~^-1/2 A~ D~^-1/2``
+    would need the degrees of the sources, which a sampled MFG does not carry). ``deg(v)`` is the
+    number of edges into ``v`` in the block: all of them in full-graph training and layer-wise
+    inference, the sampled ones in a minibatch.
+
+    ``forward((x_src, x_dst), edge_index)``: ``x_src`` ``[num_src, in_dim]``, ``x_dst``
+    ``[num_dst, in_dim]``, ``edge_index`` int64 ``[2, E]`` (source row, destination row);
+    returns ``[num_dst, out_dim]``.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x: tuple[torch.Tensor, torch.Tensor], edge_index: torch.Tensor) -> torch.Tensor:
+        x_src, x_dst = x
+        total = x_dst.index_add(0, edge_index[1], x_src[edge_index[0]])
+        degree = torch.bincount(edge_index[1], minlength=x_dst.shape[0])
+        return self.lin(total / (degree + 1).unsqueeze(1).to(total.dtype))
+
+
 def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.Module:
+    if model == "gcn":
+        return MeanGCNConv(in_dim, out_dim)
     if model == "sage":
         return SAGEConv(in_dim, out_dim)
     if model == "gat":
@@ -145,6 +172,9 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
         return conv.lin_l(mean) + conv.lin_r(x_dst)
     if weight is not None:
         return None
+    if isinstance(conv, MeanGCNConv):
+        total = aggregate(h, rowptr, block.edge_index[0], mean=False) + x_dst
+        return conv.lin(total / (rowptr[1:] - rowptr[:-1] + 1).unsqueeze(1).to(total.dtype))
     if isinstance(conv, GINConv) and str(conv.aggr) == "add":
         return conv.nn(aggregate(h, rowptr, block.edge_index[0], mean=False) + (1 + conv.eps) * x_dst)
     return None
@@ -180,6 +210,11 @@ class MFGModel(nn.Module):
     def layer(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
         """Layer ``i`` alone: ``h`` ``[num_src, d_i]`` source rows (destinations first) ->
         ``[block.num_dst, d_{i+1}]``, with ReLU and dropout after every layer but the last."""
+        out = self.convolve(i, h, block)
+        return dropout(out, self.dropout, self.training, relu=True) if i < self.num_layers - 1 else out
+
+    def convolve(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
+        """Layer ``i``'s convolution without the ReLU and dropout that follow it (:meth:`layer`)."""
         conv = self.convs[i]
         out = _csr_conv(conv, h, block)
         if out is None:
@@ -188,7 +223,7 @@ class MFGModel(nn.Module):
                                  f"{self.model} model cannot use them, so train it with --sampler nodewise or bulk "
                                  "(or use --model sage)")
             out = conv((h, h[:block.num_dst]), block.edge_index)
-        return dropout(out, self.dropout, self.training, relu=True) if i < self.num_layers - 1 else out
+        return out
 
     def forward(self, x: torch.Tensor, mfgs: Sequence[Block]) -> torch.Tensor:
         if len(mfgs) != self.num_layers:
