@@ -143,6 +143,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "dropout_mask", [](std::vector<int64_t> shape, double p, uint64_t seed) { return dropout_mask(shape, p, seed); },
       py::arg("shape"), py::arg("p"), py::arg("seed"));
+  m.def("keyed_dropout_mask", &keyed_dropout_mask, py::arg("ids"), py::arg("width"), py::arg("p"), py::arg("seed"),
+        py::call_guard<py::gil_scoped_release>());
 
   m.def("gather_rows", &gather_rows, py::arg("out"), py::arg("sources"), py::arg("stream") = 0,
         py::call_guard<py::gil_scoped_release>());

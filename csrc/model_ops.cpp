@@ -231,4 +231,24 @@ torch::Tensor dropout_mask(at::IntArrayRef shape, double p, uint64_t seed) {
   return mask;
 }
 
+torch::Tensor keyed_dropout_mask(const torch::Tensor& ids_in, int64_t width, double p, uint64_t seed) {
+  TORCH_CHECK(ids_in.device().is_cpu() && ids_in.dim() == 1 && ids_in.scalar_type() == torch::kInt64,
+              "ids must be a 1-D int64 CPU tensor");
+  TORCH_CHECK(width >= 0, "width must be non-negative, got ", width);
+  const uint32_t threshold = threshold_of(p);
+  const torch::Tensor ids = ids_in.contiguous();
+  const int64_t n = ids.size(0);
+  torch::Tensor mask = torch::empty({n, width}, torch::kBool);
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  bool* mp = mask.data_ptr<bool>();
+  at::parallel_for(0, n, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(width, 1)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t r = begin; r < end; ++r) {
+                       const int64_t key = ip[r] * width;
+                       for (int64_t c = 0; c < width; ++c) mp[r * width + c] = uniform32(seed, key + c) >= threshold;
+                     }
+                   });
+  return mask;
+}
+
 }  // namespace salientpp

@@ -34,4 +34,9 @@ torch::Tensor dropout_backward(const torch::Tensor& grad_out, const torch::Tenso
 // The keep mask alone (bool, x's shape), for tests and the reference implementation.
 torch::Tensor dropout_mask(at::IntArrayRef shape, double p, uint64_t seed);
 
+// bool [n, width]: element (r, c) kept (true) when uniform32(seed, ids[r] * width + c) >= p * 2^32,
+// the mask dropout_mask would give element ids[r] * width + c of a larger tensor: whoever holds a
+// row with a given id draws the same mask for it (full-graph training's recomputed rows).
+torch::Tensor keyed_dropout_mask(const torch::Tensor& ids, int64_t width, double p, uint64_t seed);
+
 }  // namespace salientpp

@@ -115,3 +115,48 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, relu: bool = False
         return torch.nn.functional.dropout(torch.relu(x) if relu else x, p, True)
     seed = int(torch.randint(_SEED_RANGE, (1,)))
     return _Dropout.apply(x, float(p), seed, relu)
+
+
+# SplitMix64's constants as signed int64 (torch has no uint64 arithmetic); products wrap mod 2^64.
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+_LOW32 = (1 << 32) - 1
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """The logical right shift of int64 ``z`` (torch's ``>>`` is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def keyed_dropout_mask_reference(ids: torch.Tensor, width: int, p: float, seed: int) -> torch.Tensor:
+    """:func:`keyed_dropout_mask` in torch operations (any device; the extension's ground truth):
+    element i = ``ids[r] * width + c`` is kept when the 32-bit half ``i % 2`` of SplitMix64's
+    output for counter ``i // 2`` is at least ``round(p * 2^32)``, as ``dropout_mask`` draws it."""
+    index = ids.to(torch.int64).unsqueeze(1) * width + torch.arange(width, device=ids.device)
+    z = (int(seed) - (1 << 64) if seed >= 1 << 63 else int(seed)) + ((index >> 1) + 1) * _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    z = z ^ _shift_right(z, 31)
+    half = torch.where((index & 1).bool(), _shift_right(z, 32), z & _LOW32)
+    return half >= min(_LOW32, round(p * (1 << 32)))
+
+
+def keyed_dropout_mask(ids: torch.Tensor, width: int, p: float, seed: int) -> torch.Tensor:
+    """bool ``[n, width]`` keep mask of rows with global keys ``ids`` (int64 ``[n]``): a function of
+    ``seed``, the row's key and the column only, so every rank that computes a row drops the same
+    elements of it (full-graph training recomputes remote vertices and must drop what their
+    owners drop). The extension on CPU, :func:`keyed_dropout_mask_reference` elsewhere."""
+    if ids.device.type != "cpu":
+        return keyed_dropout_mask_reference(ids, width, p, seed)
+    return extension().keyed_dropout_mask(ids.to(torch.int64), int(width), float(p), int(seed))
+
+
+def keyed_relu_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, seed: int, training: bool) -> torch.Tensor:
+    """``dropout(relu(x))`` with the :func:`keyed_dropout_mask` of the rows' keys ``ids``.
+    ``x`` ``[n, d]``, ``ids`` int64 ``[n]``; out of training, or with ``p == 0``, the ReLU alone."""
+    out = torch.relu(x)
+    if not training or p == 0:
+        return out
+    keep = keyed_dropout_mask(ids, x.shape[1], p, seed)
+    return out * keep.to(x.dtype) * (1.0 / (1.0 - p))
