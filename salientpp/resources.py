@@ -51,7 +51,7 @@ BATCH_NODE_BYTES = 48
 # Per model: float32 tensors of width d_out per destination node, and tensors per sampled edge
 # (width d_in for SAGE and GIN, whose messages are gathered inputs; d_out for GAT's projected
 # messages and attention). Fitted to forward + backward peaks of a 3-layer model.
-ACTIVATION_TENSORS = {"sage": (4, 1), "gin": (6, 1), "gat": (4, 5)}
+ACTIVATION_TENSORS = {"sage": (4, 1), "gin": (6, 1), "gat": (4, 5), "gcn": (4, 1)}
 # Bytes per parameter: weight, gradient, Adam's two moments, DDP's gradient bucket (float32).
 PARAMETER_BYTES = 20
 # A cgroup limit at or above this is "no limit" (v1 reports 2**63 - 4096).
@@ -494,3 +494,52 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     return MemoryEstimate(f"training {ranks} of {k} partitions of {n:,} nodes on this machine", items,
                           "use fewer local ranks, a smaller --batch-size, --pipeline-depth or --replication, "
                           "or a machine with more memory")
+
+
+def estimate_full_graph(data: PartitionedDataset, *, hidden: int, layers: int, model: str, dependencies: str,
+                        local_ranks: int) -> MemoryEstimate:
+    """Peak memory of ``salientpp train --mode full-graph`` on one machine: ``local_ranks`` ranks.
+
+    Each partition's :class:`~salientpp.fullgraph.DependencyPlan` is built (``hybrid`` as
+    ``cache``, its upper bound: it caches a subset) and the ranks are assumed to hold the R
+    partitions whose plans need the most. Per rank, besides the process, the shared graph and
+    the model: its feature rows and the remote ones fetched at start-up, and the activations of
+    every layer, kept for the backward pass (the input table of layer i, ``node_tensors`` rows of
+    width d_{i+1} per destination as in :data:`ACTIVATION_TENSORS`, a float32 dropout mask, and
+    the MFG's int64 ``[2, E]`` edges and per-edge tensors).
+    """
+    from .fullgraph import Dependencies, plan_dependencies
+
+    n, k, e = data.num_nodes, data.num_parts, int(data.col.shape[0])
+    if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
+        raise InputError(f"{local_ranks!r} local ranks cannot train {k} partitions; start 1 to {k} ranks per machine")
+    mode = Dependencies.COMMUNICATE if dependencies == Dependencies.COMMUNICATE.value else Dependencies.CACHE
+    row = data.num_features * data.feature_dtype.itemsize
+    dims = [data.num_features] + [hidden] * (layers - 1) + [data.num_outputs]
+    node_tensors, edge_tensors = ACTIVATION_TENSORS.get(model, ACTIVATION_TENSORS["sage"])
+    rowptr, col = np.asarray(data.rowptr), np.asarray(data.col)
+    per_rank = []
+    for part in range(k):
+        lo, hi = int(data.book.offsets[part]), int(data.book.offsets[part + 1])
+        plan = plan_dependencies(rowptr, col, lo, hi, np.asarray(data.part(part).train_idx), layers, mode)
+        features = plan.computed[0].shape[0] * (row + 4 * data.num_features)
+        activations = 0
+        for i in range(layers):
+            sources = plan.computed[i].shape[0] + plan.fetched[i].shape[0]
+            dst, edges = plan.computed[i + 1].shape[0], plan.edges(i)
+            activations += 4 * (sources * dims[i] + (node_tensors + 1) * dst * dims[i + 1])
+            activations += 16 * edges + 4 * edge_tensors * edges * (dims[i + 1] if model == "gat" else 0)
+        per_rank.append((features + activations, features, activations))
+    chosen = sorted(per_rank, reverse=True)[:local_ranks]
+    ranks = local_ranks
+    items = {
+        "Python + torch": (ranks + (ranks > 1)) * PROCESS_BYTES,
+        "graph (memory-mapped, shared)": _csr_bytes(n, e) + 8 * (n + k + 1),
+        "feature rows (owned and fetched)": sum(features for _, features, _ in chosen),
+        "full-graph activations": sum(activations for _, _, activations in chosen),
+        "model and optimizer": ranks * PARAMETER_BYTES * _parameter_count(dims),
+    }
+    return MemoryEstimate(f"full-graph training of {ranks} of {k} partitions of {n:,} nodes on this machine "
+                          f"({dependencies})", items,
+                          "use more partitions (and machines), fewer --layers or a smaller --hidden, "
+                          "--dependencies communicate (it recomputes nothing), or --mode minibatch")

@@ -457,7 +457,7 @@ def test_no_subcommand_accepts_an_abbreviated_option(capsys):
     assert checked > 50
 
 
-@pytest.mark.parametrize("argv", [["train", "PART", "--mod", "sage"], ["train", "PART", "--mode", "full-graph"],
+@pytest.mark.parametrize("argv", [["train", "PART", "--mod", "sage"], ["train", "PART", "--dep", "cache"],
                                   ["partition", "DS", "OUT", "--part", "2"]])
 def test_the_reported_typos_are_errors(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -16,7 +16,8 @@ from ..train.link import DECODERS, LINK_METRICS, TASKS
 from ..train.tasks import METRICS
 from ..resources import parse_memory_limit
 from ..train import TrainConfig, TrainResult, train
-from ..train.config import PLAN_DECIDES, PRECISIONS, plan_conflict
+from ..fullgraph import Dependencies
+from ..train.config import MODES, PLAN_DECIDES, PRECISIONS, plan_conflict
 
 
 def _default(name: str) -> str:
@@ -31,12 +32,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train", help="train a GNN on a partitioned dataset, one rank per partition",
         argument_default=argparse.SUPPRESS,
-        description="Train SAGE, GAT or GIN with DDP on a partitioned dataset: one rank per partition, remote "
+        description="Train SAGE, GAT, GIN or GCN with DDP on a partitioned dataset: one rank per partition, remote "
                     "feature rows from a VIP cache or fetched with all-to-all, batches pipelined. Alone it "
                     "starts one local rank per partition; under torchrun it joins torchrun's job.")
     p.add_argument("part_dir", metavar="PART_DIR", help="a partitioned directory (salientpp partition)")
     p.add_argument("--epochs", type=int, help=f"total epochs (default {_default('epochs')})")
-    p.add_argument("--model", metavar="sage|gat|gin|PKG.MODULE:FUNCTION",
+    p.add_argument("--mode", choices=MODES,
+                   help="sampled minibatches, or one exact step per epoch over the whole graph (no sampling, "
+                        f"batches, cache or pipeline; layer-wise evaluation; default {_default('mode')})")
+    p.add_argument("--dependencies", choices=[d.value for d in Dependencies],
+                   help="--mode full-graph: recompute remote vertices' hidden rows (cache), exchange them every "
+                        "layer (communicate), or choose per vertex by a cost model timed on this machine "
+                        f"(default {_default('dependencies')})")
+    p.add_argument("--model", metavar="sage|gat|gin|gcn|PKG.MODULE:FUNCTION",
                    help=f"a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
                         f"torch.nn.Module (default {_default('model')})")
     p.add_argument("--metric", choices=tuple(dict.fromkeys(METRICS + LINK_METRICS)),
@@ -66,6 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"minibatches the bulk and ladies samplers draw at once (default "
                         f"{_default('minibatches_per_bulk')})")
     p.add_argument("--lr", type=float, help=f"Adam learning rate (default {_default('lr')})")
+    p.add_argument("--weight-decay", type=float,
+                   help=f"Adam's L2 penalty of the model's parameters (default {_default('weight_decay')})")
     p.add_argument("--dropout", type=float, help=f"dropout between layers (default {_default('dropout')})")
     p.add_argument("--embedding-dim", type=int, metavar="D",
                    help="learn a D-wide node embedding, partitioned like the features and updated by a sparse "

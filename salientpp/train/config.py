@@ -23,8 +23,12 @@ from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_size
 from .link import DECODERS, LINK, TASKS, check_link_metric
 from .tasks import check_metric
 from .checkpoint import check_checkpoint_dir
+from ..fullgraph.plan import Dependencies, check_dependencies
 
 DEVICES = ("cpu", "cuda")
+# Training modes: sampled minibatches, or every layer over the whole graph (salientpp.fullgraph).
+MINIBATCH, FULL_GRAPH = "minibatch", "full-graph"
+MODES = (MINIBATCH, FULL_GRAPH)
 INFERENCE = ("sampled", "layerwise")
 # Number formats of the training step: float32, or bfloat16 under torch.autocast.
 FP32, BF16 = "fp32", "bf16"
@@ -77,6 +81,12 @@ class TrainConfig:
     Attributes:
         part_dir: a partitioned directory (``salientpp partition``); one partition per rank.
         epochs: total number of epochs (a resumed run continues up to this number).
+        mode: ``minibatch`` (sampled batches) or ``full-graph``: one step per epoch over every
+            training vertex with all its neighbours at every layer (:mod:`salientpp.fullgraph`; the
+            sampling, batch, cache and pipeline options do not apply, and evaluation is layer-wise).
+        dependencies: ``full-graph``: how a rank gets the hidden embeddings of remote vertices:
+            ``cache`` (recompute them), ``communicate`` (exchange them every layer) or ``hybrid``
+            (per vertex, by a cost model calibrated on this machine).
         model: ``sage``, ``gat``, ``gin`` or a factory ``PKG.MODULE:FUNCTION`` called as
             ``FUNCTION(in_dim, hidden, out_dim, num_layers)`` (see :mod:`salientpp.models.factory`);
             hidden: hidden width; layers: number of layers.
@@ -87,7 +97,8 @@ class TrainConfig:
         sampler: the training loader's sampler, ``nodewise``, ``bulk`` or ``ladies``
             (:class:`~salientpp.sampling.SamplerKind`); sampled inference is always node-wise.
         minibatches_per_bulk: batches the bulk and LADIES samplers draw at once (``--bulk-size``).
-        batch_size: seeds per minibatch per rank; lr: Adam learning rate; dropout: between layers.
+        batch_size: seeds per minibatch per rank; lr: Adam learning rate; weight_decay: Adam's L2
+            penalty of the model's parameters; dropout: between layers.
         embedding_dim: D > 0 learns a ``[N, D]`` node embedding table partitioned like the
             features (:class:`~salientpp.embedding.DistEmbedding`, never cached) and feeds the
             model ``[x || emb]``; 0: none.
@@ -143,6 +154,8 @@ class TrainConfig:
 
     part_dir: str
     epochs: int = 10
+    mode: str = MINIBATCH
+    dependencies: str = Dependencies.HYBRID.value
     model: str = "sage"
     metric: str | None = None
     hidden: int = 256
@@ -152,6 +165,7 @@ class TrainConfig:
     minibatches_per_bulk: int = MINIBATCHES_PER_BULK
     batch_size: int = 1024
     lr: float = 0.003
+    weight_decay: float = 0.0
     dropout: float = 0.5
     embedding_dim: int = 0
     features: bool = True
@@ -193,6 +207,8 @@ class TrainConfig:
             raise InputError(f"{self.part_dir} is not a directory; pass a partitioned directory "
                              "written by `salientpp partition`")
         _positive_int("the number of epochs", self.epochs)
+        if self.mode not in MODES:
+            raise InputError(f"unknown mode {self.mode!r}; choose {' or '.join(MODES)}")
         check_model(self.model)
         if self.task not in TASKS:
             raise InputError(f"unknown task {self.task!r}; choose {' or '.join(TASKS)}")
@@ -202,6 +218,11 @@ class TrainConfig:
             self.metric = None if self.metric is None else check_metric(self.metric)
         _positive_int("the hidden size", self.hidden)
         _positive_int("the number of layers", self.layers)
+        if self.mode == FULL_GRAPH:  # every neighbour at every layer
+            if self.fanouts != self.__dataclass_fields__["fanouts"].default and set(self.fanouts) != {-1}:
+                raise InputError("--fanouts does not apply to --mode full-graph, which aggregates every neighbour; "
+                                 "drop it")
+            self.fanouts = (-1,) * self.layers
         self.fanouts = _fanouts("fanouts", self.fanouts, self.layers)
         kind = check_sampler(self.sampler)
         self.sampler = kind.value
@@ -216,6 +237,8 @@ class TrainConfig:
         self.eval_batch_size = _positive_int("the evaluation batch size", self.eval_batch_size or self.batch_size)
         if not self.lr > 0:
             raise InputError(f"the learning rate must be positive, got {self.lr}")
+        if not self.weight_decay >= 0:
+            raise InputError(f"the weight decay must be at least 0, got {self.weight_decay}")
         if not 0 <= self.dropout < 1:
             raise InputError(f"dropout must lie in [0, 1), got {self.dropout}")
         self._check_embedding()
@@ -259,6 +282,8 @@ class TrainConfig:
             _positive_int("--torch-threads (torch intra-op threads per rank)", self.torch_threads)
         if not self.timeout_s > 0:
             raise InputError(f"the timeout must be positive, got {self.timeout_s}")
+        if self.mode == FULL_GRAPH:
+            self._check_full_graph()
         parse_interval(self.checkpoint_every)
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise InputError(f"--max-restarts must be a non-negative integer, got {self.max_restarts!r}")
@@ -287,6 +312,20 @@ class TrainConfig:
         if self.inference == "layerwise":
             raise InputError("--task link evaluates sampled batches of edges; use --inference sampled (with "
                              "--eval-fanouts -1,-1,... for every neighbour)")
+
+    def _check_full_graph(self) -> None:
+        self.dependencies = check_dependencies(self.dependencies).value
+        if self.model not in MODELS:
+            raise InputError(f"--mode full-graph runs the built-in models layer by layer, not {self.model}; use "
+                             f"--model {' or '.join(MODELS)}, or --mode minibatch")
+        refused = [(self.task == LINK, "--task link"), (self.embedding_dim > 0, "--embedding-dim"),
+                   (self.plan is not None, "--plan"), (self.precision != FP32, "--precision bf16")]
+        for given, option in refused:
+            if given:
+                raise InputError(f"{option} cannot be combined with --mode full-graph, which trains node "
+                                 "classification in float32 on the stored features without a feature cache; drop "
+                                 f"{option} or use --mode minibatch")
+        self.inference = "layerwise"
 
     def _check_embedding(self) -> None:
         from ..embedding import SPARSE_OPTIMIZERS

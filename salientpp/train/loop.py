@@ -42,9 +42,10 @@ from .tasks import task_of
 # Options every rank must share (the others, such as paths, threads and progress, may differ). The
 # --plan path is not one of them (each machine may keep its copy elsewhere); the plan's contents are
 # compared by the "cache plan" check.
-AGREED_OPTIONS = ("epochs", "model", "hidden", "layers", "fanouts", "batch_size", "lr", "dropout", "cache",
-                  "replication", "gpu_fraction", "device", "precision", "pipeline_depth", "inference", "eval_fanouts",
-                  "eval_batch_size", "eval_every", "checkpoint_every", "seed", "timeout_s", "metric",
+AGREED_OPTIONS = ("epochs", "mode", "dependencies", "model", "hidden", "layers", "fanouts", "batch_size", "lr",
+                  "weight_decay", "dropout", "cache", "replication", "gpu_fraction", "device", "precision",
+                  "pipeline_depth", "inference", "eval_fanouts", "eval_batch_size", "eval_every", "checkpoint_every",
+                  "seed", "timeout_s", "metric",
                   "embedding_dim", "features", "embedding_optimizer", "embedding_lr", "task", "num_negatives",
                   "negative_sampling", "decoder", "eval_negatives")
 # The random stream of the dropout masks of an epoch (see loader_seed).
@@ -115,7 +116,7 @@ class Trainer:
             decoder = self.model.decoder
             has_parameters = len(list(decoder.parameters())) > 0
             self.decoder = DistributedDataParallel(decoder) if ctx.distributed and has_parameters else decoder
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         eval_forward = SeedForward.of(encoder, self.embedding, config.features)
         if link:
             self.evaluator = LinkEvaluator(

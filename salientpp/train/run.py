@@ -16,10 +16,11 @@ from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
 from ..errors import InputError
 from ..partition import load_partitioned
-from ..resources import check_memory, estimate_train
+from ..resources import check_memory, estimate_full_graph, estimate_train
 from .cache_setup import plan_source
 from .checkpoint import check_checkpoint_dir, has_checkpoint
-from .config import TrainConfig
+from .config import FULL_GRAPH, TrainConfig
+from .fullgraph import FullGraphTrainer
 from .link import LINK, require_link_split
 from .loop import Trainer
 from .state import TrainResult
@@ -48,7 +49,8 @@ def run_rank(config: TrainConfig) -> TrainResult:
             # a restart (ctx.attempt): a fresh run must not write into another run's directory.
             check_checkpoint_dir(config.checkpoint_dir, config.resume, restarted=ctx.attempt > 0)
         health.enter(Stage.STARTUP)
-        result = Trainer(config, ctx, health, threads).fit()
+        trainer = FullGraphTrainer if config.mode == FULL_GRAPH else Trainer
+        result = trainer(config, ctx, health, threads).fit()
         result.restarts = ctx.attempt
         return result
     except InputError:
@@ -67,12 +69,8 @@ def check_task_data(config: TrainConfig, data) -> None:
         require_link_split(data, config.part_dir)
 
 
-def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
-    """Before any rank starts: check where the cache plan comes from (:func:`plan_source`: a
-    ``--plan`` or an existing default plan that fits, or a place rank 0 can save the one it
-    builds), then refuse (InputError) when ``local_ranks`` ranks of this run would not fit in
-    this machine's memory or ``config.memory_limit``; print the estimate on a run with progress
-    output. The cached rows are the plan's when it exists, else what ``replication`` gives."""
+def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
+    """:func:`estimate_train` of a minibatch run, with the cache its plan source gives."""
     source = plan_source(config, data.num_parts)
     if source.path is None:
         cache = {"cache": "none"}
@@ -81,11 +79,25 @@ def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
     else:
         cache = {"cache": config.cache, "replication": config.replication}
     sampled_eval = config.eval_every > 0 and config.inference == "sampled"
-    estimate = estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
-                              layers=config.layers, pipeline_depth=config.pipeline_depth, local_ranks=local_ranks,
-                              model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
-                              eval_batch_size=config.eval_batch_size if sampled_eval else None,
-                              embedding_dim=config.embedding_dim, features=config.features, **cache)
+    return estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
+                          layers=config.layers, pipeline_depth=config.pipeline_depth, local_ranks=local_ranks,
+                          model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
+                          eval_batch_size=config.eval_batch_size if sampled_eval else None,
+                          embedding_dim=config.embedding_dim, features=config.features, **cache)
+
+
+def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
+    """Before any rank starts: check where the cache plan comes from (:func:`plan_source`: a
+    ``--plan`` or an existing default plan that fits, or a place rank 0 can save the one it
+    builds), then refuse (InputError) when ``local_ranks`` ranks of this run would not fit in
+    this machine's memory or ``config.memory_limit``; print the estimate on a run with progress
+    output. The cached rows are the plan's when it exists, else what ``replication`` gives.
+    Full-graph training has no plan; its estimate counts every layer's activations instead."""
+    if config.mode == FULL_GRAPH:
+        estimate = estimate_full_graph(data, hidden=config.hidden, layers=config.layers, model=config.model,
+                                       dependencies=config.dependencies, local_ranks=local_ranks)
+    else:
+        estimate = _minibatch_estimate(config, data, local_ranks)
     summary = check_memory(estimate, config.memory_limit)
     if config.progress:
         print(summary, flush=True)

@@ -1,0 +1,113 @@
+"""Timed micro-benchmarks that fit the :class:`~salientpp.fullgraph.plan.CostModel` of this machine.
+
+* Compute, per layer i: the model's layer i (its convolution, then ReLU and the keyed dropout
+  below the last layer) forward and backward on two random blocks of ``ROWS`` destinations, with
+  1 and ``DEGREE`` edges each from a table of up to ``SOURCES`` rows. The time is ``rows * row_s + edges * edge_s``; two blocks give both.
+* Communication: ``all_to_all_single`` of 1 row and of ``ROWS_PER_PEER`` rows per peer, of the
+  hidden width. The first is the fixed cost of one exchange; the difference, per byte received.
+  And the all-reduce of the parameters' gradients, once per epoch in every mode.
+
+Each is the median of ``repeats`` runs after a warm-up. Every rank measures at once (so the
+cores they share count) and the ranks keep the largest of each cost, so all of them plan with
+the same numbers. One process has no exchange: both of its communication costs are 0.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..distributed import DistContext
+from ..models import MFGModel
+from ..models.ops import keyed_relu_dropout
+from ..sampling.types import MFG
+from .plan import CostModel
+
+ROWS, DEGREE, ROWS_PER_PEER = 16384, 16, 1024
+# Source rows of the random blocks: a table as large as a graph's (gathers miss the CPU caches as
+# they do in training), up to this many bytes.
+SOURCES, SOURCE_BYTES = 1 << 16, 64 << 20
+
+
+def _median_seconds(run: Callable[[], None], repeats: int) -> float:
+    run()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _random_block(rows: int, num_src: int, degree: int, generator: torch.Generator, device: torch.device) -> MFG:
+    """``rows`` destinations (the first of ``num_src`` sources) with ``degree`` random sources each."""
+    sources = torch.randint(0, num_src, (rows * degree,), generator=generator)
+    targets = torch.arange(rows).repeat_interleave(degree)
+    rowptr = torch.arange(0, rows * degree + 1, degree)
+    return MFG(num_src, rows, torch.stack([sources, targets]).to(device), rowptr.to(device))
+
+
+def _layer_seconds(model: MFGModel, i: int, width: int, degree: int, repeats: int, generator: torch.Generator,
+                   device: torch.device) -> float:
+    block = _random_block(ROWS, max(ROWS, min(SOURCES, SOURCE_BYTES // (4 * width))), degree, generator, device)
+    # The features (layer 0's input) need no gradient; the hidden rows do.
+    x = torch.randn((block.num_src, width), generator=generator).to(device).requires_grad_(i > 0)
+    ids = torch.arange(ROWS, device=device)
+
+    def run() -> None:
+        out = model.convolve(i, x, block)
+        if i < model.num_layers - 1:
+            out = keyed_relu_dropout(out, ids, model.dropout, 0, True)
+        out.sum().backward()
+    return _median_seconds(run, repeats)
+
+
+def _all_reduce_seconds(ctx: DistContext, model: MFGModel, repeats: int) -> float:
+    """One all-reduce of every parameter's gradient (the trainer's, once per epoch)."""
+    flat = torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float32, device=ctx.comm_device)
+    return _median_seconds(lambda: dist.all_reduce(flat), repeats)
+
+
+def _exchange_seconds(ctx: DistContext, rows_per_peer: int, width: int, repeats: int) -> float:
+    k = ctx.world_size
+    send = torch.zeros((k * rows_per_peer, width), dtype=torch.float32, device=ctx.comm_device)
+    recv = torch.empty_like(send)
+
+    def run() -> None:
+        dist.all_to_all_single(recv, send, group=ctx.exchange_group)
+    return _median_seconds(run, repeats)
+
+
+def calibrate(ctx: DistContext, model: MFGModel, dims: Sequence[int], repeats: int = 5) -> CostModel:
+    """The :class:`CostModel` of ``model`` (widths ``dims`` = ``[d_0, ..., d_L]``) on this machine,
+    agreed by every rank (a collective)."""
+    generator = torch.Generator().manual_seed(0)
+    was_training = model.training
+    model.train()
+    row_s, edge_s = [], []
+    for i in range(model.num_layers):
+        one = _layer_seconds(model, i, dims[i], 1, repeats, generator, ctx.device)
+        many = _layer_seconds(model, i, dims[i], DEGREE, repeats, generator, ctx.device)
+        per_edge = max(many - one, 0.0) / (ROWS * (DEGREE - 1))
+        edge_s.append(per_edge)
+        row_s.append(max(one - per_edge * ROWS, 0.0) / ROWS)
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    byte_s = exchange_s = step_s = 0.0
+    if ctx.distributed and ctx.world_size > 1:
+        step_s = _all_reduce_seconds(ctx, model, repeats)
+        width = max(dims[1:-1], default=dims[0])
+        small = _exchange_seconds(ctx, 1, width, repeats)
+        large = _exchange_seconds(ctx, ROWS_PER_PEER, width, repeats)
+        exchange_s = small
+        byte_s = max(large - small, 0.0) / (ctx.world_size * ROWS_PER_PEER * width * 4)
+    values = torch.tensor(row_s + edge_s + [byte_s, exchange_s, step_s], dtype=torch.float64)
+    if ctx.distributed:
+        values = values.to(ctx.comm_device)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    values = values.cpu().tolist()
+    layers = model.num_layers
+    return CostModel(tuple(values[:layers]), tuple(values[layers:2 * layers]), *values[2 * layers:])

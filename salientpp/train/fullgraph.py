@@ -1,0 +1,174 @@
+"""Full-graph training (``salientpp train --mode full-graph``): one exact gradient step per epoch.
+
+Each rank computes every layer over all neighbours for its training vertices, getting the
+hidden rows of remote vertices as its dependency plan says (:mod:`salientpp.fullgraph`). The
+loss of rank k is the sum of its training vertices' losses over the training vertices of all
+ranks, and the parameter gradients are summed over the ranks: together, the gradient of the
+mean loss over the whole graph, as one process would compute it. The checkpoints, the JSON
+lines, the report and the evaluation (exact, layer-wise) are the minibatch trainer's.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .. import __version__
+from ..distributed import DistContext
+from ..distributed.graph import DistGraph
+from ..distributed.health import Health, Stage, agree
+from ..distributed.threads import ThreadBudget
+from ..fullgraph import Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
+from ..fullgraph.plan import candidate_plans
+from ..models.factory import build_model
+from .config import TrainConfig
+from .evaluation import LAYERWISE, Evaluator
+from .loop import AGREED_OPTIONS, DROPOUT_STREAM, Trainer
+from .state import METRIC_SUMS, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
+from .tasks import task_of
+
+# Keys of the "full_graph" entry of an epoch's record.
+DEPENDENCIES, PLAN, PREDICTED_S, REDUNDANT, CACHED_FRACTION, EXCHANGED_BYTES = (
+    "dependencies", "plan", "predicted_epoch_s", "redundant_vertex_layers", "cached_fraction", "exchanged_bytes")
+FULL_GRAPH_KEY = "full_graph"
+# Stage-time keys of a full-graph epoch.
+FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
+
+
+class FullGraphTrainer(Trainer):
+    """The full-graph counterpart of :class:`~salientpp.train.loop.Trainer` (same ``fit``).
+
+    Building it is a collective: the ranks calibrate the cost model together, plan, and fetch
+    their remote features. Rank 0 prints the predicted epoch time of each dependency mode.
+
+    Attributes:
+        predictions: predicted seconds per epoch of every plan of
+            :func:`~salientpp.fullgraph.plan.candidate_plans`, by name.
+        chosen: the name of the plan trained with (``hybrid`` trains the one predicted fastest).
+    """
+
+    def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
+                 threads: ThreadBudget | None = None):
+        self.config, self.ctx = config, ctx
+        self.health = Health(ctx) if health is None else health
+        self.threads = config.thread_budget() if threads is None else threads
+        agree(ctx, "options and package versions",
+              {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
+               **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})
+        self.graph = graph = DistGraph(config.part_dir, ctx)
+        self.task = task_of(graph.data, config.metric)
+        self.embedding, self._best_embedding = None, ""
+        self._phase, self._epoch = "", -1
+        torch.manual_seed(config.seed)
+        self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
+                                 config.layers, config.dropout).to(ctx.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.evaluator = Evaluator(graph, self.model, self.task, LAYERWISE, None, config.eval_batch_size)
+        self.train_ids = graph.split("train")
+        self.train_labels = graph.labels(torch.from_numpy(np.array(self.train_ids)))
+        total = torch.tensor([self.train_ids.shape[0]], dtype=torch.int64)
+        if ctx.distributed:
+            total = total.to(ctx.comm_device)
+            dist.all_reduce(total)
+        self.num_train = int(total.cpu()[0])
+        dims = [graph.num_features] + [config.hidden] * (config.layers - 1) + [self.task.num_outputs]
+        self.cost = calibrate(ctx, self.model, dims)
+        # What hybrid chooses from (every candidate, so each mode's prediction is printed too).
+        plans = {name: plan_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
+                                         self.train_ids, config.layers, modes, self.cost, dims)
+                 for name, modes in candidate_plans(config.layers).items()}
+        self.predictions = {name: predicted_epoch_s(ctx, plan, self.cost, dims) for name, plan in plans.items()}
+        self.chosen = config.dependencies
+        if config.dependencies == Dependencies.HYBRID.value:  # the plan predicted fastest, per vertex on ties
+            self.chosen = min(plans, key=lambda name: (self.predictions[name], name != Dependencies.HYBRID.value))
+        self.plan = plans[self.chosen]
+        self.engine = FullGraphEngine(ctx, graph, self.plan)
+        self.cache_info = {"policy": "none", "plan": None, "source": "full-graph", "cached_rows": 0,
+                           "device_cached_rows": 0, "device_local_rows": 0}
+        self._redundant = self._sum(self.plan.redundant_vertex_layers)
+        self._remote = self._sum(self.plan.redundant_vertex_layers + self.plan.exchanged_rows)
+        if ctx.rank == 0 and config.progress:
+            print(self.describe(), flush=True)
+
+    def describe(self) -> str:
+        """One line: the mode, the plan it chose and every mode's predicted epoch time."""
+        predicted = ", ".join(f"{mode} {seconds:.3f} s" for mode, seconds in self.predictions.items())
+        plan = "" if self.chosen == self.config.dependencies else f" (plan: {self.chosen})"
+        return (f"full-graph training, dependencies {self.config.dependencies}{plan}: predicted epoch {predicted}; "
+                f"{self._redundant:,.0f} remote vertex-layers recomputed ({self.cached_fraction:.0%} of the remote hidden rows), "
+                f"{self.engine.startup.received:,} remote feature rows fetched at start-up")
+
+    @property
+    def cached_fraction(self) -> float:
+        """The share of remote hidden rows (vertex-levels) the ranks recompute rather than exchange."""
+        return self._redundant / self._remote if self._remote else 0.0
+
+    def _sum(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        if self.ctx.distributed:
+            t = t.to(self.ctx.comm_device)
+            dist.all_reduce(t)
+        return float(t.cpu()[0])
+
+    def _reduce_gradients(self) -> None:
+        """Sum every parameter's gradient over the ranks (one flat all-reduce)."""
+        if not self.ctx.distributed:
+            return
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        flat = torch.cat([p.grad.reshape(-1) for p in params]).to(self.ctx.comm_device)
+        dist.all_reduce(flat)
+        flat = flat.to(self.ctx.device)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    def train_epoch(self, epoch: int, first_step: int = 0, sums=None, state=None) -> dict[str, Any]:
+        """One full-graph gradient step; the record of a minibatch epoch (one step) plus
+        :data:`FULL_GRAPH_KEY`: the dependency mode, the plan, the predicted epoch time, the
+        remote vertex-layers recomputed and the bytes exchanged per epoch (all ranks)."""
+        from ..cache.accesses import loader_seed
+
+        self.health.enter(Stage.TRAIN, epoch, 0)
+        self._phase, self._epoch = "", epoch
+        self.model.train()
+        self.engine.reset_stats()
+        start, cpu_start = time.perf_counter(), time.process_time()
+        seed = loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=epoch)
+        out = self.engine.forward(self.model, seed)
+        forward_s = time.perf_counter() - start
+        targets = self.task.targets(self.train_labels).to(out.device)
+        local = out.shape[0]
+        loss = self.task.loss(out, targets) * (local / self.num_train) if local else out.sum() * 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._reduce_gradients()
+        self.optimizer.step()
+        train_s = time.perf_counter() - start
+        values = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64)
+        values[0] = float(loss.detach())
+        if self.task.decomposable and local:
+            metric = self.task.metric_sums(out.detach(), targets).cpu()
+            values[1:1 + metric.shape[0]] = metric
+        if self.ctx.distributed:
+            values = values.to(self.ctx.comm_device)
+            dist.all_reduce(values)
+        values = values.cpu()
+        exchange_s = self.engine.exchange_seconds
+        comm = self.engine.stats.summed(self.ctx)
+        record = {TRAIN_LOSS: float(values[0]), "steps": 1, "epoch_s": self._max(time.perf_counter() - start),
+                  "cpu_s": time.process_time() - cpu_start,
+                  "stage_s": {FORWARD: forward_s, BACKWARD: train_s - forward_s, EXCHANGE: exchange_s,
+                              Stage.TRAIN.value: train_s, TRAIN_CPU: time.process_time() - cpu_start},
+                  "comm": comm.as_dict(),
+                  FULL_GRAPH_KEY: {DEPENDENCIES: self.config.dependencies, PLAN: self.chosen,
+                                   PREDICTED_S: self.predictions[self.chosen], REDUNDANT: self._redundant,
+                                   CACHED_FRACTION: self.cached_fraction,
+                                   EXCHANGED_BYTES: comm.bytes_received}}
+        if self.task.decomposable:
+            record[TRAIN_METRIC] = self.task.metric_from_sums(values[1:1 + self.task.accumulator().sums.shape[0]])
+        return record
+
