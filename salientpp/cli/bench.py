@@ -16,6 +16,7 @@ BENCHMARKS = {
     "step": "CPU model step: aggregation kernels, fused dropout, whole training steps vs PyG's",
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
     "tradeoff": "test accuracy against sampled edges per batch, LADIES against node-wise sampling",
+    "fullgraph": "full-graph training per dependency mode (cache, communicate, hybrid): time, bytes, prediction",
     "report": "Markdown tables and PNG plots from the --json outputs of the other benchmarks",
 }
 

@@ -1,0 +1,178 @@
+"""Full-graph training per dependency mode: epoch time, bytes exchanged, redundant work, prediction.
+
+Every rank builds one full-graph trainer per mode of ``--dependencies`` (one process group,
+one rank per partition) and runs ``--epochs`` epochs of each without evaluation, interleaved:
+epoch e of every mode, the order rotating, so the modes share the machine's conditions side by
+side. Reported per mode: the median epoch time over the epochs after the first, the plan it trained with (``hybrid`` falls back to a pure plan
+its cost model predicts faster), the cost model's predicted epoch time, the bytes all ranks
+received per epoch (rows forward, gradients back), and the remote vertex-layers recomputed
+(work their owners also do). The last column is each mode's time over the faster pure mode.
+
+``--compare-minibatch N`` also trains N full-graph epochs (the last mode given) and
+``--minibatch-epochs`` minibatch ones (``--fanouts``, ``--batch-size``), evaluating after every
+epoch, and
+reports the epochs and training seconds each needs to reach the validation accuracy both
+reach (the smaller of their best, less 0.01).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+from ..cache import parse_fanouts
+from ..errors import InputError
+from ..fullgraph import Dependencies, check_dependencies
+from ..io import atomic_output_file, check_writable_file, write_text_atomic
+from ..distributed import init_distributed, launch, shutdown_distributed
+from ..partition import load_partitioned
+from ..train import TrainConfig, train
+from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY, PLAN, PREDICTED_S, REDUNDANT,
+                               FullGraphTrainer)
+from ..train.run import check_train_memory
+from ..train.state import VALID_METRIC
+
+# Validation accuracy below the smaller best of the two runs that counts as reached.
+TARGET_SLACK = 0.01
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("part_dir", metavar="PART_DIR", help="partitioned directory")
+    p.add_argument("--dependencies", default=",".join(d.value for d in Dependencies),
+                   help="modes to run, comma-separated (default cache,communicate,hybrid)")
+    p.add_argument("--epochs", type=int, default=5, help="epochs per mode; the first is warm-up (default 5)")
+    p.add_argument("--model", default="sage")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--compare-minibatch", type=int, default=0, metavar="N",
+                   help="also train N full-graph epochs and --minibatch-epochs minibatch ones, evaluating after "
+                        "each (default 0: skip)")
+    p.add_argument("--minibatch-epochs", type=int, default=None, metavar="M",
+                   help="minibatch epochs of --compare-minibatch (default N)")
+    p.add_argument("--fanouts", default="15,10,5", help="minibatch fanouts of --compare-minibatch")
+    p.add_argument("--batch-size", type=int, default=1024, help="minibatch size of --compare-minibatch")
+    p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="PNG", help="draw measured and predicted epoch time per mode")
+
+
+def _config(args: argparse.Namespace, **options) -> TrainConfig:
+    return TrainConfig(args.part_dir, model=args.model, hidden=args.hidden, layers=args.layers, lr=args.lr,
+                       weight_decay=args.weight_decay, progress=False, **options).validate()
+
+
+def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, Any]]:
+    """One rank of the comparison: a trainer per mode in one process group, their epochs
+    interleaved (the order rotates every epoch), so every mode runs under the same conditions."""
+    ctx = init_distributed("cpu", timeout_s=600.0)
+    try:
+        trainers = {mode: FullGraphTrainer(_config(args, mode="full-graph", dependencies=mode, epochs=args.epochs,
+                                                   eval_every=0), ctx) for mode in modes}
+        times: dict[str, list[float]] = {mode: [] for mode in modes}
+        last: dict[str, dict[str, Any]] = {}
+        for epoch in range(args.epochs):
+            for mode in modes[epoch % len(modes):] + modes[:epoch % len(modes)]:
+                record = trainers[mode].train_epoch(epoch)
+                times[mode].append(record["epoch_s"])
+                last[mode] = record[FULL_GRAPH_KEY]
+    finally:
+        shutdown_distributed(ctx)
+    return [{"dependencies": mode, "plan": last[mode][PLAN],
+             "epoch_s": statistics.median(times[mode][1:] or times[mode]), "epoch_times": times[mode],
+             "predicted_s": last[mode][PREDICTED_S], "exchanged_bytes": last[mode][EXCHANGED_BYTES],
+             "redundant_vertex_layers": last[mode][REDUNDANT], "cached_fraction": last[mode][CACHED_FRACTION]}
+            for mode in modes]
+
+
+def _to_target(history: list[dict[str, Any]], target: float) -> tuple[int, float]:
+    """(epochs, training seconds) until the validation metric first reaches ``target``."""
+    seconds = 0.0
+    for i, record in enumerate(history):
+        seconds += record["epoch_s"]
+        if record.get(VALID_METRIC, float("-inf")) >= target:
+            return i + 1, seconds
+    return -1, seconds
+
+
+def compare_minibatch(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    runs = {"full-graph": _config(args, mode="full-graph", dependencies=mode, epochs=args.compare_minibatch),
+            "minibatch": _config(args, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
+                                 epochs=args.minibatch_epochs or args.compare_minibatch)}
+    histories = {name: train(config).history for name, config in runs.items()}
+    best = {name: max(h.get(VALID_METRIC, float("-inf")) for h in history) for name, history in histories.items()}
+    target = min(best.values()) - TARGET_SLACK
+    out = {"target_valid": target, "runs": {}}
+    for name, history in histories.items():
+        epochs, seconds = _to_target(history, target)
+        out["runs"][name] = {"best_valid": best[name], "epochs_to_target": epochs, "seconds_to_target": seconds,
+                             "epoch_s": statistics.median(h["epoch_s"] for h in history)}
+    return out
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    pure = [r["epoch_s"] for r in rows if r["dependencies"] != Dependencies.HYBRID.value]
+    best_pure = min(pure) if pure else None
+    lines = ["| dependencies | plan | remote rows recomputed | epoch s | predicted s | MB exchanged / epoch "
+             "| redundant vertex-layers | / faster pure |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = f"{r['epoch_s'] / best_pure:.2f}" if best_pure else "-"
+        lines.append(f"| {r['dependencies']} | {r['plan']} | {r['cached_fraction']:.0%} | {r['epoch_s']:.3f} | {r['predicted_s']:.3f} | "
+                     f"{r['exchanged_bytes'] / 1e6:.2f} | {r['redundant_vertex_layers']:,.0f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["dependencies"] + ("" if r["plan"] == r["dependencies"] else f"\n({r['plan']})") for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar([i - 0.2 for i in x], [r["epoch_s"] for r in rows], 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [r["predicted_s"] for r in rows], 0.4, label="predicted")
+    ax.set_xticks(list(x), names)
+    ax.set_ylabel("seconds per epoch")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_output_file(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def main(args: argparse.Namespace) -> int:
+    modes = [check_dependencies(m.strip()).value for m in str(args.dependencies).split(",") if m.strip()]
+    if not modes:
+        raise InputError("--dependencies names no mode; give some of cache,communicate,hybrid")
+    if args.compare_minibatch < 0 or (args.minibatch_epochs is not None and args.minibatch_epochs < 1):
+        raise InputError("--compare-minibatch must be at least 0 and --minibatch-epochs at least 1, got "
+                         f"{args.compare_minibatch} and {args.minibatch_epochs}")
+    for path, option in ((args.json_path, "--json"), (args.plot, "--plot")):
+        if path:
+            check_writable_file(path, option)
+    # Every option checked, and the largest plan's memory, before any rank starts.
+    config = _config(args, mode="full-graph", dependencies=Dependencies.CACHE.value, epochs=args.epochs)
+    data = load_partitioned(args.part_dir, verify=False, check=False)
+    check_train_memory(config, data, data.num_parts)
+    rows = launch(_side_by_side, (args, modes), data.num_parts)[0]
+    print(f"full-graph epochs of {args.part_dir}, {args.model} {args.layers} layers hidden {args.hidden}, "
+          f"median of epochs 2..{args.epochs}, modes interleaved:\n")
+    print(_table(rows))
+    results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows}
+    if args.compare_minibatch:
+        comparison = compare_minibatch(args, modes[-1])
+        results["minibatch_comparison"] = comparison
+        print(f"\nto validation accuracy {comparison['target_valid']:.4f}:\n\n| training | epochs | seconds | "
+              "epoch s | best valid |\n|---|---:|---:|---:|---:|")
+        for name, r in comparison["runs"].items():
+            epochs = r["epochs_to_target"] if r["epochs_to_target"] > 0 else "not reached"
+            print(f"| {name} | {epochs} | {r['seconds_to_target']:.2f} | {r['epoch_s']:.3f} | {r['best_valid']:.4f} |")
+    if args.json_path:
+        write_text_atomic(args.json_path, json.dumps(results, indent=2) + "\n")
+    if args.plot:
+        _plot(rows, args.plot, f"{args.part_dir}: {args.model}, {args.layers} layers, hidden {args.hidden}")
+        print(f"plot: {args.plot}")
+    return 0
