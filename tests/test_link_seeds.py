@@ -213,11 +213,11 @@ def test_bad_link_options_are_input_errors():
         draw_link_seeds(positives, 3, 0, NegativeSampling.UNIFORM, generator)
     with pytest.raises(InputError, match="num_negatives"):
         link_seed_probabilities(3, [edges], 1, 0, "uniform")
-    with pytest.raises(InputError, match="uniform or per-source"):
+    with pytest.raises(InputError, match="uniform, per-source"):
         check_negative_sampling("binary")
-    with pytest.raises(InputError, match="uniform or per-source"):
+    with pytest.raises(InputError, match="uniform, per-source"):
         draw_link_seeds(positives, 3, 1, "triplet", generator)
-    with pytest.raises(InputError, match="uniform or per-source"):
+    with pytest.raises(InputError, match="uniform, per-source"):
         link_seed_probabilities(3, [edges], 1, 1, "triplet")
     with pytest.raises(InputError, match=r"partition 1 lie outside \[0, 3\)"):
         link_seed_probabilities(3, [edges, np.array([[0], [3]])], 1, 1, "uniform")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 
-from ..errors import InputError
+from ..errors import InputError, check_choice
 
 
 class SamplerKind(str, enum.Enum):
@@ -40,10 +40,7 @@ MINIBATCHES_PER_BULK = 8
 
 def check_sampler(name: str | SamplerKind) -> SamplerKind:
     """``name`` as a :class:`SamplerKind`, or :class:`InputError` naming the choices."""
-    try:
-        return SamplerKind(name)
-    except ValueError:
-        raise InputError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}") from None
+    return check_choice(SamplerKind, name, "sampler")
 
 
 def check_layer_sizes(kind: SamplerKind, fanouts: tuple[int, ...]) -> tuple[int, ...]:

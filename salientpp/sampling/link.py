@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, check_choice
 
 
 class NegativeSampling(str, enum.Enum):
@@ -32,11 +32,7 @@ class NegativeSampling(str, enum.Enum):
 
 def check_negative_sampling(value) -> NegativeSampling:
     """``value`` as a :class:`NegativeSampling`; :class:`InputError` naming the choices."""
-    try:
-        return NegativeSampling(value)
-    except ValueError:
-        raise InputError(f"unknown negative sampling {value!r}; choose "
-                         f"{' or '.join(m.value for m in NegativeSampling)}") from None
+    return check_choice(NegativeSampling, value, "negative sampling")
 
 
 def check_num_negatives(value) -> int:
