@@ -1,7 +1,7 @@
 """Full-graph training per dependency mode: epoch time, bytes exchanged, redundant work, prediction.
 
 Every rank builds one full-graph trainer per mode of ``--dependencies`` (one process group,
-one rank per partition) and runs ``--epochs`` epochs of each without evaluation, interleaved:
+one rank per partition, one calibration of the cost model) and runs ``--epochs`` epochs of each without evaluation, interleaved:
 epoch e of every mode, the order rotating, so the modes share the machine's conditions side by
 side. Reported per mode: the median epoch time over the epochs after the first, the plan it trained with (``hybrid`` falls back to a pure plan
 its cost model predicts faster), the cost model's predicted epoch time, the bytes all ranks
@@ -68,8 +68,11 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, 
     interleaved (the order rotates every epoch), so every mode runs under the same conditions."""
     ctx = init_distributed("cpu", timeout_s=600.0)
     try:
-        trainers = {mode: FullGraphTrainer(_config(args, mode="full-graph", dependencies=mode, epochs=args.epochs,
-                                                   eval_every=0), ctx) for mode in modes}
+        trainers: dict[str, FullGraphTrainer] = {}
+        for mode in modes:  # one calibration for all, so that the predictions compare
+            cost = next(iter(trainers.values())).cost if trainers else None
+            trainers[mode] = FullGraphTrainer(_config(args, mode="full-graph", dependencies=mode, epochs=args.epochs,
+                                                      eval_every=0), ctx, cost=cost)
         times: dict[str, list[float]] = {mode: [] for mode in modes}
         last: dict[str, dict[str, Any]] = {}
         for epoch in range(args.epochs):

@@ -180,9 +180,11 @@ class FullGraphEngine:
 
 
 def predicted_epoch_s(ctx: DistContext, plan: DependencyPlan, cost, dims) -> float:
-    """The epoch time ``plan`` predicts: the slowest rank's (a collective)."""
-    seconds = torch.tensor([plan.predicted_s(cost, dims, active_levels(ctx, plan))], dtype=torch.float64)
+    """The epoch time ``plan`` predicts (a collective): per segment between synchronisations
+    (:meth:`~salientpp.fullgraph.plan.DependencyPlan.segment_seconds`) the slowest rank's
+    seconds, summed, and the all-reduce of the gradients."""
+    seconds = torch.tensor(plan.segment_seconds(cost, dims, active_levels(ctx, plan)), dtype=torch.float64)
     if ctx.distributed:
         seconds = seconds.to(ctx.comm_device)
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    return float(seconds.cpu()[0])
+    return float(seconds.cpu().sum()) + cost.step_s

@@ -26,8 +26,9 @@ backward), ``x_l`` the seconds to move one row of width d_l forward and its grad
 ``new_l(u)`` the vertices among u and its neighbours that level l-1 needs for u alone (beyond
 the owned vertices and their neighbours, which it needs anyway). Each must come from somewhere:
 communicated, or recomputed (estimated at the mean degree); features (l-1 = 0) cost nothing per
-epoch. :func:`plan_dependencies` builds a plan; the trainer then keeps the cheapest predicted
-of the hybrid plan and the two pure ones, so hybrid falls back to a pure mode where one wins.
+epoch. :func:`plan_dependencies` builds a plan; the trainer then keeps whichever of
+:func:`candidate_plans` (per vertex, pure, or split by level) predicts the shortest epoch, so
+hybrid falls back to a pure or per-level plan where one wins.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from typing import Sequence
 import numpy as np
 
 from ..data.csr import edge_positions
-from ..errors import InputError
+from ..errors import check_choice
 
 
 class Dependencies(str, enum.Enum):
@@ -50,11 +51,8 @@ class Dependencies(str, enum.Enum):
 
 
 def check_dependencies(value) -> Dependencies:
-    try:
-        return Dependencies(value)
-    except ValueError:
-        raise InputError(f"unknown dependency mode {value!r}; choose "
-                         f"{', '.join(d.value for d in Dependencies)}") from None
+    """``value`` as a :class:`Dependencies`; :class:`InputError` naming the choices."""
+    return check_choice(Dependencies, value, "dependency mode")
 
 
 @dataclass(frozen=True)
@@ -124,14 +122,20 @@ class DependencyPlan:
         """Edges layer ``layer`` aggregates (into ``computed[layer + 1]``)."""
         return int(self.degree[self.computed[layer + 1]].sum())
 
-    def predicted_s(self, cost: CostModel, dims: Sequence[int], active: Sequence[bool]) -> float:
-        """This rank's predicted seconds per epoch: every layer's rows and edges, and the
-        exchanges at the levels where ``active[l]`` (any rank communicates there)."""
-        compute = sum(cost.row_s[i] * self.computed[i + 1].shape[0] + cost.edge_s[i] * self.edges(i)
-                      for i in range(self.num_layers))
-        comm = sum(2 * cost.exchange_s * bool(active[level]) + cost.row_exchange_s(dims[level]) * f.shape[0]
-                   for level, f in enumerate(self.fetched))
-        return float(compute + comm + cost.step_s)
+    def segment_seconds(self, cost: CostModel, dims: Sequence[int], active: Sequence[bool]) -> list[float]:
+        """This rank's predicted seconds per epoch between synchronisations: the all-to-all of a
+        level where ``active[l]`` (any rank communicates there) is a barrier, forward and
+        backward, so the layers between two such levels form one segment (their rows and edges),
+        and each exchange is one more (its fixed cost and rows). The epoch takes, per segment,
+        its slowest rank's time (:func:`~salientpp.fullgraph.engine.predicted_epoch_s`)."""
+        segments: list[float] = []
+        for i in range(self.num_layers):
+            if i == 0 or active[i]:
+                segments.append(0.0)
+            segments[-1] += cost.row_s[i] * self.computed[i + 1].shape[0] + cost.edge_s[i] * self.edges(i)
+        segments += [2 * cost.exchange_s + cost.row_exchange_s(dims[level]) * self.fetched[level].shape[0]
+                     for level in range(1, self.num_layers) if active[level]]
+        return segments
 
 
 def in_neighbours(rowptr: np.ndarray, col: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from ..distributed import DistContext
 from ..distributed.graph import DistGraph
 from ..distributed.health import Health, Stage, agree
 from ..distributed.threads import ThreadBudget
-from ..fullgraph import Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
+from ..fullgraph import CostModel, Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
 from ..fullgraph.plan import candidate_plans
 from ..models.factory import build_model
 from .config import TrainConfig
@@ -41,8 +41,9 @@ FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
 class FullGraphTrainer(Trainer):
     """The full-graph counterpart of :class:`~salientpp.train.loop.Trainer` (same ``fit``).
 
-    Building it is a collective: the ranks calibrate the cost model together, plan, and fetch
-    their remote features. Rank 0 prints the predicted epoch time of each dependency mode.
+    Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
+    is given: trainers compared side by side share one), plan, and fetch their remote features.
+    Rank 0 prints the predicted epoch time of each dependency mode.
 
     Attributes:
         predictions: predicted seconds per epoch of every plan of
@@ -51,7 +52,7 @@ class FullGraphTrainer(Trainer):
     """
 
     def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
-                 threads: ThreadBudget | None = None):
+                 threads: ThreadBudget | None = None, cost: CostModel | None = None):
         self.config, self.ctx = config, ctx
         self.health = Health(ctx) if health is None else health
         self.threads = config.thread_budget() if threads is None else threads
@@ -75,7 +76,7 @@ class FullGraphTrainer(Trainer):
             dist.all_reduce(total)
         self.num_train = int(total.cpu()[0])
         dims = [graph.num_features] + [config.hidden] * (config.layers - 1) + [self.task.num_outputs]
-        self.cost = calibrate(ctx, self.model, dims)
+        self.cost = calibrate(ctx, self.model, dims) if cost is None else cost
         # What hybrid chooses from (every candidate, so each mode's prediction is printed too).
         plans = {name: plan_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
                                          self.train_ids, config.layers, modes, self.cost, dims)
@@ -100,6 +101,10 @@ class FullGraphTrainer(Trainer):
         return (f"full-graph training, dependencies {self.config.dependencies}{plan}: predicted epoch {predicted}; "
                 f"{self._redundant:,.0f} remote vertex-layers recomputed ({self.cached_fraction:.0%} of the remote hidden rows), "
                 f"{self.engine.startup.received:,} remote feature rows fetched at start-up")
+
+    def _epoch_time_note(self, metrics: dict[str, Any]) -> str:
+        """The plan's predicted epoch time, beside the measured one."""
+        return f" (predicted {metrics[FULL_GRAPH_KEY][PREDICTED_S]:.2f} s)"
 
     @property
     def cached_fraction(self) -> float:

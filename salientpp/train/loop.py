@@ -329,6 +329,10 @@ class Trainer:
             result.final_test = state.history[-1].get(TEST_METRIC, -1.0)
         return result
 
+    def _epoch_time_note(self, metrics: dict[str, Any]) -> str:
+        """What the progress line adds after the epoch's seconds (nothing here)."""
+        return ""
+
     def _report(self, metrics: dict[str, Any]) -> None:
         config = self.config
         if config.json_path:
@@ -339,7 +343,8 @@ class Trainer:
             line = f"epoch {metrics[EPOCH]}: loss {metrics[TRAIN_LOSS]:.4f}"
             if TRAIN_METRIC in metrics:
                 line += f" train {name} {metrics[TRAIN_METRIC]:.4f}"
-            line += f" {metrics['epoch_s']:.2f} s, fetched {metrics['comm']['received']} rows"
+            line += f" {metrics['epoch_s']:.2f} s{self._epoch_time_note(metrics)}"
+            line += f", fetched {metrics['comm']['received']} rows"
             if EMBEDDING_COMM in metrics:
                 line += f" and {metrics[EMBEDDING_COMM]['received']} embedding rows"
             if VALID_METRIC in metrics:
