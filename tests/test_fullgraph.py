@@ -11,7 +11,7 @@ from salientpp.data.synthetic import synthetic_dataset
 from salientpp.distributed import init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
 from salientpp.fullgraph import CostModel, Dependencies, FullGraphEngine, plan_dependencies
-from salientpp.fullgraph.plan import in_neighbours
+from salientpp.fullgraph.plan import candidate_plans, in_neighbours
 from salientpp.models.factory import build_model
 from salientpp.models.ops import keyed_dropout_mask, keyed_dropout_mask_reference, keyed_relu_dropout
 from salientpp.partition import load_partitioned
@@ -299,9 +299,12 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
 
     out = tmp_path / "fg.json"
     assert main(["bench", "fullgraph", str(parts / "p2"), "--epochs", "2", "--hidden", str(HIDDEN), "--layers",
-                 str(LAYERS), "--json", str(out)]) == 0
+                 str(LAYERS), "--candidates", "--json", str(out)]) == 0
     rows = {r["dependencies"]: r for r in json.loads(out.read_text())["modes"]}
-    assert set(rows) == {"cache", "communicate", "hybrid"}
+    assert set(rows) == set(candidate_plans(LAYERS))  # the three modes and every split by level
+    for name in rows:  # a split by level recomputes and exchanges between the pure extremes
+        assert rows[name]["plan"] == name or name == "hybrid"
+        assert rows[name]["redundant_vertex_layers"] <= rows["cache"]["redundant_vertex_layers"]
     data, rowptr, col = _csr(parts, 2)
     fetched = 0
     for part in range(2):
@@ -315,3 +318,15 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
     assert all(r["epoch_s"] > 0 and r["predicted_s"] > 0 for r in rows.values())
     assert main(["bench", "fullgraph", str(parts / "p2"), "--dependencies", "sometimes"]) == 2
     assert "unknown dependency mode" in capsys.readouterr().err
+
+
+def test_hybrid_trains_a_mixed_plan_only_when_it_is_predicted_clearly_faster_than_the_faster_pure_one():
+    from salientpp.train.fullgraph import MIXED_MARGIN, choose_plan
+
+    pure = {"cache": 1.0, "communicate": 1.2}
+    assert choose_plan({**pure, "hybrid": 1.0, "cache-1": 1.0}) == "cache"  # a tie keeps the pure plan
+    slightly = 1.0 - MIXED_MARGIN / 2
+    assert choose_plan({**pure, "hybrid": slightly, "cache-1": 1.1}) == "cache"
+    clearly = 1.0 - 2 * MIXED_MARGIN
+    assert choose_plan({**pure, "hybrid": 1.1, "cache-1": clearly}) == "cache-1"
+    assert choose_plan({"cache": 2.0, "communicate": 1.5, "hybrid": 1.5 * clearly}) == "hybrid"

@@ -3,7 +3,9 @@
 * Compute, per layer i: the model's layer i (its convolution, then ReLU and the keyed dropout
   below the last layer) forward and backward on two random blocks of ``ROWS`` destinations, with
   1 and ``DEGREE`` edges each from a table of up to ``SOURCES`` rows. The time is ``rows * row_s + edges * edge_s``; two blocks give both.
-* Communication: ``all_to_all_single`` of 1 row and of ``ROWS_PER_PEER`` rows per peer, of the
+* Communication: the round trip training makes (:class:`~salientpp.fullgraph.engine.LevelExchange`:
+  the owners gather the rows asked of them, one all-to-all forward, one backward with the
+  gradients, the owners add them up) of 1 row and of ``ROWS_PER_PEER`` rows per peer, of the
   hidden width. The first is the fixed cost of one exchange; the difference, per byte received.
   And the all-reduce of the parameters' gradients, once per epoch in every mode.
 
@@ -20,10 +22,12 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from ..distributed import DistContext
+from ..distributed import CommStats, DistContext
+from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..models.ops import keyed_relu_dropout
 from ..sampling.types import MFG
+from .engine import LevelExchange, exchange_rows
 from .plan import CostModel
 
 ROWS, DEGREE, ROWS_PER_PEER = 16384, 16, 1024
@@ -71,14 +75,18 @@ def _all_reduce_seconds(ctx: DistContext, model: MFGModel, repeats: int) -> floa
     return _median_seconds(lambda: dist.all_reduce(flat), repeats)
 
 
-def _exchange_seconds(ctx: DistContext, rows_per_peer: int, width: int, repeats: int) -> float:
-    k = ctx.world_size
-    send = torch.zeros((k * rows_per_peer, width), dtype=torch.float32, device=ctx.comm_device)
-    recv = torch.empty_like(send)
-
-    def run() -> None:
-        dist.all_to_all_single(recv, send, group=ctx.exchange_group)
-    return _median_seconds(run, repeats)
+def _round_trip_seconds(ctx: DistContext, rows_per_peer: int, width: int, repeats: int,
+                        generator: torch.Generator) -> float:
+    """Rows forward and gradients back: ``rows_per_peer`` random rows of a ``ROWS_PER_PEER``-row
+    table from every other rank (with one row, twice the fixed cost of an exchange)."""
+    k, owned = ctx.world_size, ROWS_PER_PEER
+    counts = torch.full((k,), rows_per_peer, dtype=torch.int64)
+    counts[ctx.rank] = 0
+    halo = Halo(torch.empty(0, dtype=torch.int64), counts, torch.randint(0, owned, (int(counts.sum()),),
+                                                                          generator=generator), counts.clone())
+    level = LevelExchange(ctx, halo, 0, owned, CommStats())
+    h = torch.randn((owned, width), generator=generator).to(ctx.device).requires_grad_(True)
+    return _median_seconds(lambda: exchange_rows(h, level).sum().backward(), repeats)
 
 
 def calibrate(ctx: DistContext, model: MFGModel, dims: Sequence[int], repeats: int = 5) -> CostModel:
@@ -100,10 +108,11 @@ def calibrate(ctx: DistContext, model: MFGModel, dims: Sequence[int], repeats: i
     if ctx.distributed and ctx.world_size > 1:
         step_s = _all_reduce_seconds(ctx, model, repeats)
         width = max(dims[1:-1], default=dims[0])
-        small = _exchange_seconds(ctx, 1, width, repeats)
-        large = _exchange_seconds(ctx, ROWS_PER_PEER, width, repeats)
-        exchange_s = small
-        byte_s = max(large - small, 0.0) / (ctx.world_size * ROWS_PER_PEER * width * 4)
+        small = _round_trip_seconds(ctx, 1, width, repeats, generator)
+        large = _round_trip_seconds(ctx, ROWS_PER_PEER, width, repeats, generator)
+        exchange_s = small / 2
+        # Per byte of one direction: CostModel.row_exchange_s counts both.
+        byte_s = max(large - small, 0.0) / (2 * (ctx.world_size - 1) * ROWS_PER_PEER * width * 4)
     values = torch.tensor(row_s + edge_s + [byte_s, exchange_s, step_s], dtype=torch.float64)
     if ctx.distributed:
         values = values.to(ctx.comm_device)

@@ -65,6 +65,8 @@ class LevelExchange:
 
 
 class _Exchange(torch.autograd.Function):
+    """Rows of the level's halo from ``h_owned``; backward, their gradients to the owners."""
+
     @staticmethod
     def forward(ctx, h_owned: torch.Tensor, level: LevelExchange) -> torch.Tensor:
         ctx.level = level
@@ -73,6 +75,12 @@ class _Exchange(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_rows: torch.Tensor):
         return ctx.level.gradients(grad_rows), None
+
+
+def exchange_rows(h_owned: torch.Tensor, level: LevelExchange) -> torch.Tensor:
+    """``[n_h, d]`` rows of ``level``'s halo, from their owners' ``h_owned`` (``[n_k, d]``, this
+    rank's owned rows): differentiable, the backward sends the gradients back (a collective)."""
+    return _Exchange.apply(h_owned, level)
 
 
 @dataclass
@@ -170,7 +178,7 @@ class FullGraphEngine:
         for i, layer in enumerate(self.layers):
             table = h
             if layer.exchange is not None:
-                table = torch.cat([h, _Exchange.apply(h[:num_owned], layer.exchange)])
+                table = torch.cat([h, exchange_rows(h[:num_owned], layer.exchange)])
             if layer.order is not None:
                 table = table[layer.order]
             h = model.convolve(i, table, layer.block)

@@ -21,6 +21,7 @@ from ..distributed import DistContext
 from ..distributed.graph import DistGraph
 from ..distributed.health import Health, Stage, agree
 from ..distributed.threads import ThreadBudget
+from ..errors import InputError
 from ..fullgraph import CostModel, Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
 from ..fullgraph.plan import candidate_plans
 from ..models.factory import build_model
@@ -38,12 +39,28 @@ FULL_GRAPH_KEY = "full_graph"
 FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
 
 
+# A mixed plan (per vertex or by level) must be predicted this much faster than the faster pure
+# plan to be chosen: the predictions of plans that differ little were off by more than 10% on
+# this project's machine (docs/full-graph.md, "Benchmarks"), the pure plans' ranking never.
+MIXED_MARGIN = 0.10
+
+
+def choose_plan(predictions: dict[str, float]) -> str:
+    """The name of the plan ``hybrid`` trains, from every candidate's predicted epoch seconds:
+    the faster pure plan, unless a mixed one is predicted :data:`MIXED_MARGIN` faster still."""
+    pure = min((Dependencies.CACHE.value, Dependencies.COMMUNICATE.value), key=predictions.__getitem__)
+    mixed = min((name for name in predictions if name != pure), key=predictions.__getitem__)
+    return mixed if predictions[mixed] < (1 - MIXED_MARGIN) * predictions[pure] else pure
+
+
 class FullGraphTrainer(Trainer):
     """The full-graph counterpart of :class:`~salientpp.train.loop.Trainer` (same ``fit``).
 
     Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
     is given: trainers compared side by side share one), plan, and fetch their remote features.
-    Rank 0 prints the predicted epoch time of each dependency mode.
+    Rank 0 prints the predicted epoch time of each dependency mode. ``plan`` names a candidate of
+    :func:`~salientpp.fullgraph.plan.candidate_plans` to train instead of the one
+    ``config.dependencies`` gives (``bench fullgraph --candidates``).
 
     Attributes:
         predictions: predicted seconds per epoch of every plan of
@@ -52,7 +69,7 @@ class FullGraphTrainer(Trainer):
     """
 
     def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
-                 threads: ThreadBudget | None = None, cost: CostModel | None = None):
+                 threads: ThreadBudget | None = None, cost: CostModel | None = None, plan: str | None = None):
         self.config, self.ctx = config, ctx
         self.health = Health(ctx) if health is None else health
         self.threads = config.thread_budget() if threads is None else threads
@@ -83,8 +100,12 @@ class FullGraphTrainer(Trainer):
                  for name, modes in candidate_plans(config.layers).items()}
         self.predictions = {name: predicted_epoch_s(ctx, plan, self.cost, dims) for name, plan in plans.items()}
         self.chosen = config.dependencies
-        if config.dependencies == Dependencies.HYBRID.value:  # the plan predicted fastest, per vertex on ties
-            self.chosen = min(plans, key=lambda name: (self.predictions[name], name != Dependencies.HYBRID.value))
+        if plan is not None:
+            if plan not in plans:
+                raise InputError(f"unknown plan {plan!r} for {config.layers} layers; choose one of {', '.join(plans)}")
+            self.chosen = plan
+        elif config.dependencies == Dependencies.HYBRID.value:
+            self.chosen = choose_plan(self.predictions)
         self.plan = plans[self.chosen]
         self.engine = FullGraphEngine(ctx, graph, self.plan)
         self.cache_info = {"policy": "none", "plan": None, "source": "full-graph", "cached_rows": 0,
