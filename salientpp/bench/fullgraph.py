@@ -1,18 +1,18 @@
 """Full-graph training per dependency mode: epoch time, bytes exchanged, redundant work, prediction.
 
-Every rank builds one full-graph trainer per mode of ``--dependencies`` (one process group,
-one rank per partition, one calibration of the cost model) and runs ``--epochs`` epochs of each without evaluation, interleaved:
-epoch e of every mode, the order rotating, so the modes share the machine's conditions side by
-side. Reported per mode: the median epoch time over the epochs after the first, the plan it trained with (``hybrid`` falls back to a pure plan
-its cost model predicts faster), the cost model's predicted epoch time, the bytes all ranks
-received per epoch (rows forward, gradients back), and the remote vertex-layers recomputed
-(work their owners also do). The last column is each mode's time over the faster pure mode.
+Every rank builds one full-graph trainer per mode of ``--dependencies`` (and with
+``--candidates`` one per further plan ``hybrid`` chooses from; one process group, one rank per
+partition, one calibration of the cost model) and runs ``--epochs`` epochs of each without
+evaluation, interleaved: epoch e of every one, the order rotating, so all share the machine's
+conditions side by side. Reported per row: the median epoch time over the epochs after the
+first, the plan trained (``hybrid``'s choice), the cost model's predicted epoch time, the bytes
+all ranks received per epoch (rows forward, gradients back), and the remote vertex-layers
+recomputed (work their owners also do). The last column is each time over the faster pure mode.
 
 ``--compare-minibatch N`` also trains N full-graph epochs (the last mode given) and
 ``--minibatch-epochs`` minibatch ones (``--fanouts``, ``--batch-size``), evaluating after every
-epoch, and
-reports the epochs and training seconds each needs to reach the validation accuracy both
-reach (the smaller of their best, less 0.01).
+epoch, and reports the epochs and training seconds each needs to reach the validation
+accuracy both reach (the smaller of their best, less 0.01).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import Any
 from ..cache import parse_fanouts
 from ..errors import InputError
 from ..fullgraph import Dependencies, check_dependencies
+from ..fullgraph.plan import candidate_plans
 from ..io import atomic_output_file, check_writable_file, write_text_atomic
 from ..distributed import init_distributed, launch, shutdown_distributed
 from ..partition import load_partitioned
@@ -41,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("part_dir", metavar="PART_DIR", help="partitioned directory")
     p.add_argument("--dependencies", default=",".join(d.value for d in Dependencies),
                    help="modes to run, comma-separated (default cache,communicate,hybrid)")
+    p.add_argument("--candidates", action="store_true",
+                   help="also time every plan hybrid chooses from (cache-l: hidden level l cached whole)")
     p.add_argument("--epochs", type=int, default=5, help="epochs per mode; the first is warm-up (default 5)")
     p.add_argument("--model", default="sage")
     p.add_argument("--hidden", type=int, default=256)
@@ -64,8 +67,9 @@ def _config(args: argparse.Namespace, **options) -> TrainConfig:
 
 
 def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, Any]]:
-    """One rank of the comparison: a trainer per mode in one process group, their epochs
-    interleaved (the order rotates every epoch), so every mode runs under the same conditions."""
+    """One rank of the comparison: a trainer per mode (and with ``--candidates`` per further
+    candidate plan) in one process group, their epochs interleaved (the order rotates every
+    epoch), so every one runs under the same conditions."""
     ctx = init_distributed("cpu", timeout_s=600.0)
     try:
         trainers: dict[str, FullGraphTrainer] = {}
@@ -73,6 +77,12 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, 
             cost = next(iter(trainers.values())).cost if trainers else None
             trainers[mode] = FullGraphTrainer(_config(args, mode="full-graph", dependencies=mode, epochs=args.epochs,
                                                       eval_every=0), ctx, cost=cost)
+        if args.candidates:
+            first = next(iter(trainers.values()))
+            for name in candidate_plans(args.layers):
+                if name not in trainers:
+                    trainers[name] = FullGraphTrainer(first.config, ctx, cost=first.cost, plan=name)
+        modes = list(trainers)
         times: dict[str, list[float]] = {mode: [] for mode in modes}
         last: dict[str, dict[str, Any]] = {}
         for epoch in range(args.epochs):
@@ -115,7 +125,7 @@ def compare_minibatch(args: argparse.Namespace, mode: str) -> dict[str, Any]:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    pure = [r["epoch_s"] for r in rows if r["dependencies"] != Dependencies.HYBRID.value]
+    pure = [r["epoch_s"] for r in rows if r["dependencies"] in (Dependencies.CACHE.value, Dependencies.COMMUNICATE.value)]
     best_pure = min(pure) if pure else None
     lines = ["| dependencies | plan | remote rows recomputed | epoch s | predicted s | MB exchanged / epoch "
              "| redundant vertex-layers | / faster pure |", "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -133,10 +143,10 @@ def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
 
     names = [r["dependencies"] + ("" if r["plan"] == r["dependencies"] else f"\n({r['plan']})") for r in rows]
     x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(rows)), 3.4))
     ax.bar([i - 0.2 for i in x], [r["epoch_s"] for r in rows], 0.4, label="measured")
     ax.bar([i + 0.2 for i in x], [r["predicted_s"] for r in rows], 0.4, label="predicted")
-    ax.set_xticks(list(x), names)
+    ax.set_xticks(list(x), names, rotation=30 if len(rows) > 4 else 0, fontsize=8)
     ax.set_ylabel("seconds per epoch")
     ax.set_title(title, fontsize=9)
     ax.legend()
