@@ -77,7 +77,7 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
         raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {col.min()} to {col.max()}); {fix}")
 
 
-def edge_positions(rowptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def row_edge_positions(rowptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions in ``col`` of the edges into ``ids`` (int64 ``[n]``), concatenated in the order of
     ``ids``, and each one's degree (int64 ``[n]``)."""
     begin = np.asarray(rowptr[ids], dtype=np.int64)

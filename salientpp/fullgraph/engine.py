@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..data.csr import edge_positions
+from ..data.csr import row_edge_positions
 from ..distributed import CommStats, DistContext, RowExchange
 from ..distributed.exchange import Halo
 from ..models import MFGModel
@@ -150,7 +150,7 @@ class FullGraphEngine:
                 rest = np.setdiff1d(np.arange(table_ids.shape[0]), first)
                 order_np = np.concatenate([first, rest])
                 table_ids, order = table_ids[order_np], torch.from_numpy(order_np).to(device)
-            positions, degree = edge_positions(rowptr, dst)
+            positions, degree = row_edge_positions(rowptr, dst)
             sources = torch.from_numpy(_lookup(table_ids, np.asarray(col[positions], dtype=np.int64)))
             targets = torch.repeat_interleave(torch.arange(dst.shape[0]), torch.from_numpy(degree))
             block = MFG(int(table_ids.shape[0]), int(dst.shape[0]), torch.stack([sources, targets]).to(device),

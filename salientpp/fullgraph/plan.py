@@ -38,7 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.csr import edge_positions
+from ..data.csr import row_edge_positions
 from ..errors import check_choice
 
 
@@ -140,14 +140,14 @@ class DependencyPlan:
 
 def in_neighbours(rowptr: np.ndarray, col: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """The distinct in-neighbours of ``ids`` (int64, ascending)."""
-    positions, _ = edge_positions(rowptr, ids)
+    positions, _ = row_edge_positions(rowptr, ids)
     return np.unique(np.asarray(col)[positions])
 
 
 def _new_dependencies(rowptr: np.ndarray, col: np.ndarray, candidates: np.ndarray, known: np.ndarray) -> np.ndarray:
     """int64 ``[n]``: for each candidate u, how many of u and its in-neighbours are not ``known``
     (a bool ``[N]`` mask)."""
-    positions, degree = edge_positions(rowptr, candidates)
+    positions, degree = row_edge_positions(rowptr, candidates)
     segment = np.repeat(np.arange(candidates.shape[0]), degree)
     unknown = np.bincount(segment, weights=~known[np.asarray(col)[positions]], minlength=candidates.shape[0])
     return unknown.astype(np.int64) + ~known[candidates]

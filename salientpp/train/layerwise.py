@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..data.csr import edge_positions
+from ..data.csr import row_edge_positions
 from ..distributed import CommStats, DistContext, RowExchange
 from ..distributed.exchange import Halo
 from ..models import MFGModel
@@ -57,7 +57,7 @@ class LayerwiseInference:
         # An empty dst_local still runs one (empty) chunk, so the output has the layer's width.
         for start in range(0, max(dst_local.shape[0], 1), self.chunk_size):
             dst = dst_local[start:start + self.chunk_size]
-            positions, degree = edge_positions(self.rowptr, dst + self.lo)
+            positions, degree = row_edge_positions(self.rowptr, dst + self.lo)
             nbr = np.asarray(self.col[positions], dtype=np.int64)
             owned = (nbr >= self.lo) & (nbr < self.hi)
             rows = np.where(owned, nbr - self.lo, n_k + np.searchsorted(halo_ids, nbr))
