@@ -175,6 +175,9 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
                     "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank")
     line = ThreadBudget.for_rank(1, sampler_threads=3).describe()
     assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --threads)" in line
+    # A run that samples nothing (full-graph training) is not told of sampler threads.
+    assert ThreadBudget.for_rank(2).describe(samples=False) == (
+        "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread per rank")
 
 
 def test_apply_sets_torch_threads_and_tolerates_interop_threads_already_fixed(monkeypatch):

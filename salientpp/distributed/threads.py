@@ -168,18 +168,21 @@ class ThreadBudget:
         return not (self.torch_threads_given and self.sampler_threads_given
                     and self.torch_threads + self.sampler_threads <= self.cores_per_rank)
 
-    def describe(self) -> str:
+    def describe(self, samples: bool = True) -> str:
         """The start-up line, e.g. ``threads: 2 cores (affinity mask) for 2 local ranks: 1 torch
-        intra-op thread and 1 low-priority sampler thread per rank``."""
+        intra-op thread and 1 low-priority sampler thread per rank``; without the sampler threads
+        when the run ``samples`` nothing (full-graph training)."""
         torch_part = _plural(self.torch_threads, "torch intra-op thread")
         if self.torch_threads_given:
             torch_part += " (set by --torch-threads)"
+        head = f"threads: {_plural(self.cores, 'core')} ({self.source}) for {_plural(self.local_ranks, 'local rank')}: "
+        if not samples:
+            return f"{head}{torch_part} per rank"
         priority = "low-priority" if self.low_priority_sampler else "normal-priority"
         sampler_part = _plural(self.sampler_threads, f"{priority} sampler thread")
         if self.sampler_threads_given:
             sampler_part += " (set by --threads)"
-        return (f"threads: {_plural(self.cores, 'core')} ({self.source}) for {_plural(self.local_ranks, 'local rank')}: "
-                f"{torch_part} and {sampler_part} per rank")
+        return f"{head}{torch_part} and {sampler_part} per rank"
 
     def apply(self) -> None:
         """Set torch's intra-op threads to :attr:`torch_threads` and its inter-op threads to 1

@@ -41,7 +41,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
     threads.apply()
     ctx = init_distributed(config.device, config.timeout_s)
     if ctx.rank == 0 and config.progress:
-        print(threads.describe(), flush=True)
+        print(threads.describe(samples=config.mode != FULL_GRAPH), flush=True)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
