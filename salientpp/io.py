@@ -344,6 +344,64 @@ def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:
     return {"dtype": str(array.dtype), "shape": list(array.shape), "checksum": file_checksum(path)}
 
 
+def read_rows(array: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Rows ``[lo, hi)`` of ``array`` as an in-memory array.
+
+    A memory map of a whole C-ordered ``.npy`` array (as :func:`load_array` returns) is read
+    with ``read()`` calls instead of through the map, so a pass over a file larger than memory
+    never makes its pages part of this process's resident memory; other arrays are sliced.
+    """
+    if isinstance(array, np.memmap) and array.filename is not None and array.flags.c_contiguous:
+        with open(array.filename, "rb") as f:
+            if os.fstat(f.fileno()).st_size == array.offset + array.nbytes:  # the map is the whole array
+                row_items = int(np.prod(array.shape[1:], dtype=np.int64))
+                f.seek(array.offset + lo * row_items * array.itemsize)
+                out = np.fromfile(f, dtype=array.dtype, count=(hi - lo) * row_items)
+                if out.shape[0] != (hi - lo) * row_items:
+                    raise InputError(f"{array.filename} ended early while being read; re-create it")
+                return out.reshape((hi - lo,) + array.shape[1:])
+    return np.asarray(array[lo:hi])
+
+
+def row_chunks(num_rows: int, row_bytes: int, chunk_bytes: int = _CHUNK) -> Iterator[tuple[int, int]]:
+    """``(lo, hi)`` row ranges of about ``chunk_bytes`` each (at least one row) covering ``num_rows``."""
+    step = max(1, chunk_bytes // max(1, row_bytes))
+    for lo in range(0, num_rows, step):
+        yield lo, min(num_rows, lo + step)
+
+
+class NpyWriter:
+    """An ``.npy`` file of known dtype and shape written piece by piece, rows at any position.
+
+    The header is written and the file sized at once; :meth:`write` puts rows at their place
+    with ``pwrite``, so no piece is kept in memory. :meth:`close` returns the meta.json entry.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...]):
+        self.path, self.dtype, self.shape = Path(path), np.dtype(dtype), tuple(int(d) for d in shape)
+        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        self._file = open(self.path, "wb")
+        np.lib.format.write_array_header_1_0(self._file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                          "fortran_order": False, "shape": self.shape})
+        self._file.flush()
+        self.data_offset = self._file.tell()
+        self._file.truncate(self.data_offset + self.shape[0] * self.row_bytes)
+
+    def write(self, first_row: int, rows: np.ndarray) -> None:
+        """Write ``rows`` (``[r, ...]`` of this dtype and row shape) as rows ``first_row, ...``."""
+        data = np.ascontiguousarray(rows, dtype=self.dtype)
+        view = memoryview(data).cast("B")
+        offset = self.data_offset + first_row * self.row_bytes
+        while view:
+            written = os.pwrite(self._file.fileno(), view, offset)
+            view, offset = view[written:], offset + written
+
+    def close(self) -> dict[str, Any]:
+        """Close the file and return its meta.json entry (dtype, shape, checksum)."""
+        self._file.close()
+        return {"dtype": str(self.dtype), "shape": list(self.shape), "checksum": file_checksum(self.path)}
+
+
 def load_array(directory: Path, name: str, entry: dict[str, Any] | None = None, mmap: bool = True,
                verify: bool = True, dtypes: tuple[str, ...] | None = None, ndim: int | None = None,
                fix: str = "re-create it") -> np.ndarray:

@@ -23,6 +23,9 @@ from .cache.plan import Budget, parse_bytes
 from .cache.workload import Workload, check_fanouts
 from .errors import InputError
 from .partition.format import PartitionedDataset
+from .partition.metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE
+from .partition.multilevel import MultilevelOptions, held_bytes, vertex_bytes
+from .partition.partitioner import CONSTRAINTS
 
 MiB = 2**20
 GiB = 2**30
@@ -30,13 +33,17 @@ GiB = 2**30
 # One Python process with numpy, torch, torch_geometric, numba (LLVM) and the extension
 # imported; measured 465-508 MiB for `partition`, `analyze` and a training rank on `tiny`.
 PROCESS_BYTES = 512 * MiB
-# METIS 5 (64-bit indices, 4 balance constraints): edge weights, coarsened graphs and refinement
-# state. The products preset (2.4M nodes, 119.8M edges) peaks at 13.8 GiB in total.
-METIS_BYTES_PER_EDGE = 100
-METIS_BYTES_PER_NODE = 400
-# int64 words per vertex that `partition` holds besides METIS: balance weights and their copies
-# (4 columns each), degree, parts, both renumbering permutations, sort and quality temporaries.
-PARTITION_VERTEX_WORDS = 26
+# int64 words per vertex that `partition` holds while it lays the partitions out: the [N, 4]
+# balance weights, the parts, both renumbering permutations, the new rowptr, the degree and its
+# gather, the quality's marks, the mapped rowptr.
+LAYOUT_VERTEX_WORDS = 12
+# ... and while it assigns, besides the method's own: the balance weights and the mapped rowptr.
+ASSIGN_VERTEX_WORDS = 5
+# The chunks `partition` reads and writes at once (salientpp.partition.assemble): a chunk of
+# col in and out with its sort order, a chunk of feature rows in and reordered.
+PARTITION_CHUNK_BYTES = 6 * 64 * MiB
+# The smallest budget of the multilevel partitioner: one chunk and a coarse graph of ~100k edges.
+MIN_MULTILEVEL_BUDGET = 64 * MiB
 # int64/float64 words per vertex that the analysis holds besides the [N, K] arrays: degree,
 # masks, ranking permutations and their keys (plus one pick-weight array per hop).
 ANALYSIS_VERTEX_WORDS = 16
@@ -302,31 +309,44 @@ def _sampled_graph_bytes(size: BatchSize) -> int:
 
 # ---- partition ----------------------------------------------------------------------------------
 
-def estimate_partition(meta: dict[str, Any], parts: int, method: str) -> MemoryEstimate:
+def estimate_partition(meta: dict[str, Any], parts: int, method: str,
+                       multilevel_budget: int = MultilevelOptions.memory_budget) -> MemoryEstimate:
     """Peak memory of ``salientpp partition`` on the dataset directory described by ``meta``
     (its meta.json: ``num_nodes``, ``num_edges``, ``num_features``, ``feature_dtype``).
 
-    The peak lies inside METIS; the estimate adds what partitioning holds before and after it
-    (:mod:`salientpp.partition.partitioner`), so it is an upper bound: the mapped dataset
-    files (the check reads them all), the renumbered CSR, the per-partition copies of the
-    features and labels, ``np.isfinite``'s N x F booleans, the per-vertex arrays, and METIS.
-    ``parts`` only names the work: METIS's per-part state is tiny.
+    The dataset is checked and laid out in chunks read with ``read()``
+    (:mod:`salientpp.partition.assemble`), so besides the method's work space only per-vertex
+    arrays and the chunks are held: those of the layout, or, if more, those of the assignment
+    (the balance weights and the method's own). METIS reads the memory-mapped ``col`` whole and
+    copies the graph; the multilevel partitioner holds its per-vertex arrays plus
+    ``multilevel_budget`` (:mod:`salientpp.partition.multilevel`). ``parts`` only names the work.
     """
-    n, e, f = _count(meta, "num_nodes"), _count(meta, "num_edges", 0), _count(meta, "num_features")
-    row = _row_bytes(meta)
-    items = {
-        "Python + torch": PROCESS_BYTES,
-        "dataset files (memory-mapped)": _csr_bytes(n, e) + _node_files_bytes(n, row),
-        "renumbered graph": _csr_bytes(n, e),
-        "per-partition features and labels": n * (row + 8),
-        "feature check": n * f,
-        "vertex arrays": PARTITION_VERTEX_WORDS * 8 * n,
-    }
+    n, e = _count(meta, "num_nodes"), _count(meta, "num_edges", 0)
+    _row_bytes(meta)  # checks num_features and feature_dtype
+    assign_vertex = ASSIGN_VERTEX_WORDS * 8 * n
+    items = {"Python + torch": PROCESS_BYTES, "chunks": PARTITION_CHUNK_BYTES}
     advice = "use a machine with more memory"
     if method == "metis":
         items["METIS work space"] = METIS_BYTES_PER_EDGE * e + METIS_BYTES_PER_NODE * n
-        advice = "use --method random, which needs no METIS work space, or a machine with more memory"
+        items["mapped graph"] = _csr_bytes(n, e)
+        advice = "use --method multilevel, whose memory does not grow with the edges, or a machine with more memory"
+    elif method == "multilevel":
+        options = MultilevelOptions(memory_budget=multilevel_budget)
+        assign_vertex += vertex_bytes(n, len(CONSTRAINTS))
+        items["multilevel chunk and coarse graphs"] = held_bytes(n, e, options)
+        advice = "use a machine with more memory (the multilevel partitioner needs its per-vertex arrays)"
+    items["vertex arrays"] = max(LAYOUT_VERTEX_WORDS * 8 * n, assign_vertex)
     return MemoryEstimate(f"partitioning {n:,} nodes and {e:,} edges into {parts} parts with {method}", items, advice)
+
+
+def multilevel_budget(meta: dict[str, Any], limit: int | None) -> int:
+    """The multilevel partitioner's budget for a dataset: what ``limit`` (or the available
+    memory) leaves beside the rest of ``salientpp partition``, at most the default
+    (:class:`~salientpp.partition.multilevel.MultilevelOptions`) and at least
+    :data:`MIN_MULTILEVEL_BUDGET` (then :func:`check_memory` refuses a limit too small)."""
+    rest = estimate_partition(meta, 1, "multilevel", multilevel_budget=0).total
+    headroom = memory_budget(limit)[0] - rest
+    return int(max(MIN_MULTILEVEL_BUDGET, min(MultilevelOptions.memory_budget, headroom)))
 
 
 # ---- analyze ------------------------------------------------------------------------------------

@@ -11,10 +11,10 @@ import pytest
 
 from salientpp.cli import main
 from salientpp.data.csr import build_csr
-from salientpp.data.format import Dataset, save_dataset
+from salientpp.data.format import Dataset, load_dataset, save_dataset
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
-from salientpp.partition import load_partitioned
+from salientpp.partition import assemble, load_partitioned
 from salientpp.partition.metis import part_graph_kway
 from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, partition,
                                              partition_dataset)
@@ -194,8 +194,13 @@ def test_quality_report_matches_direct_computation(tiny, tiny_partitioned):
     assert quality.sizes == np.bincount(parts, minlength=4).tolist()
 
 
-def test_partition_dataset_round_trips_through_load_partitioned(tmp_path, tiny):
-    result = partition_dataset(tiny, tmp_path / "out", 3, "metis", seed=2)
+def test_partition_dataset_written_in_small_chunks_equals_the_in_memory_partitioning(tmp_path, tiny, tiny_dir,
+                                                                                    monkeypatch):
+    result = partition(tiny, 3, "metis", seed=2)
+    # chunks of ~500 edges and ~16 feature rows, read from the memory-mapped directory
+    monkeypatch.setattr(assemble, "CHUNK_EDGES", 500)
+    monkeypatch.setattr(assemble, "CHUNK_BYTES", 16 * tiny.x.shape[1] * 4)
+    report = partition_dataset(load_dataset(tiny_dir), tmp_path / "out", 3, "metis", seed=2)
     loaded = load_partitioned(tmp_path / "out", verify=True)
     assert loaded.num_parts == 3 and loaded.num_nodes == tiny.num_nodes
     assert np.array_equal(loaded.rowptr, result.rowptr) and np.array_equal(loaded.col, result.col)
@@ -204,6 +209,7 @@ def test_partition_dataset_round_trips_through_load_partitioned(tmp_path, tiny):
     for k in range(3):
         for name in ("x", "y") + SPLITS:
             assert np.array_equal(getattr(loaded.part(k), name), getattr(result.parts[k], name))
+    assert report.quality == result.quality
     assert loaded.meta["quality"] == json.loads(json.dumps(result.quality.to_dict()))
     assert loaded.meta["method"] == "metis" and loaded.meta["seed"] == 2
     assert loaded.num_classes == tiny.num_classes

@@ -96,7 +96,7 @@ def test_partition_refuses_without_a_limit_when_too_little_memory_is_available(t
         assert main(["partition", str(tiny_dir), str(tmp_path / "out"), "--parts", "2", *extra]) == 2
         err = one_error_line(capsys, "partition")
         assert "but only 100 MiB is available (MemAvailable and the cgroup limit)" in err
-        assert "use --method random" in err and "raise --memory-limit" not in err
+        assert "use --method multilevel" in err and "raise --memory-limit" not in err
         assert not (tmp_path / "out").exists()
 
 

@@ -17,6 +17,7 @@ BENCHMARKS = {
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
     "tradeoff": "test accuracy against sampled edges per batch, LADIES against node-wise sampling",
     "fullgraph": "full-graph training per dependency mode (cache, communicate, hybrid): time, bytes, prediction",
+    "partition": "partitioning methods side by side: wall time, peak memory, edge cut, balance; scaling",
     "report": "Markdown tables and PNG plots from the --json outputs of the other benchmarks",
 }
 

@@ -1,4 +1,5 @@
-"""``salientpp partition DATASET_DIR OUT_DIR --parts K``: multi-constraint METIS (or random)."""
+"""``salientpp partition DATASET_DIR OUT_DIR --parts K``: multi-constraint METIS, the bounded-memory
+multilevel partitioner, or random."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,7 @@ import time
 from ..data.format import KIND, load_dataset
 from ..io import check_output_dir, read_meta
 from ..partition.partitioner import METHODS, check_options, partition_dataset
-from ..resources import check_memory, estimate_partition, parse_memory_limit
+from ..resources import check_memory, estimate_partition, multilevel_budget, parse_memory_limit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,11 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("out", metavar="OUT_DIR", help="the partitioned directory to create (must not exist)")
     parser.add_argument("--parts", "-k", type=int, required=True, metavar="K", help="number of partitions")
     parser.add_argument("--method", choices=METHODS, default="metis",
-                        help="metis (default): small edge cut, balanced; random: balanced random assignment")
+                        help="metis (default): small edge cut, balanced; multilevel: the same goals in memory "
+                             "that does not grow with the edges (reads the graph in chunks, coarsens it and "
+                             "hands METIS a small graph); random: balanced random assignment")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--memory-limit", metavar="SIZE",
                         help="refuse to start when the memory estimate exceeds SIZE, e.g. 12GiB "
-                             "(default: the memory available to this process)")
+                             "(default: the memory available to this process); multilevel keeps within it")
     parser.set_defaults(func=run)
 
 
@@ -32,18 +35,20 @@ def run(args: argparse.Namespace) -> int:
     limit = parse_memory_limit(args.memory_limit)
     check_output_dir(args.out)
     meta = read_meta(args.dataset, KIND)
-    estimate = estimate_partition(meta, args.parts, args.method)  # also checks meta.json's counts
+    budget = multilevel_budget(meta, limit)  # --method multilevel's; also checks meta.json's counts
+    estimate = estimate_partition(meta, args.parts, args.method, budget)
     check_options(meta["num_nodes"], args.parts, args.method, args.seed)
     memory = check_memory(estimate, limit)
     start = time.perf_counter()
     dataset = load_dataset(args.dataset, verify=True, validate=True)
     loaded = time.perf_counter() - start
-    result = partition_dataset(dataset, args.out, args.parts, method=args.method, seed=args.seed)
+    report = partition_dataset(dataset, args.out, args.parts, method=args.method, seed=args.seed,
+                               memory_budget=budget)
     elapsed = time.perf_counter() - start
     print(f"partitioned {dataset.num_nodes:,} nodes into {args.parts} parts with {args.method} "
           f"(seed {args.seed}) in {elapsed:.1f} s -> {args.out}")
     print("time: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in
-                               {"load+check": loaded, **result.timings}.items()))
+                               {"load+check": loaded, **report.timings}.items()))
     print(f"memory: {memory}")
-    print(result.quality.summary())
+    print(report.quality.summary())
     return 0

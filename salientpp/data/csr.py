@@ -1,9 +1,13 @@
 """Build and check the CSR of a symmetric graph (the topology of the dataset format)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Iterator
+
 import numpy as np
 
 from ..errors import InputError
+from ..io import read_rows, row_chunks
 
 
 def build_csr(edge_index: np.ndarray, num_nodes: int, keep_self_loops: bool = False
@@ -57,7 +61,7 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
 
     Checks that ``rowptr`` is 1-D with N + 1 entries, starts at 0, never decreases and ends at
     ``len(col)``, and that ``col`` is 1-D with every id in ``[0, N)``: what the sampler and
-    numpy indexing rely on. Costs one pass over ``col`` and an N-byte temporary. Sortedness and
+    numpy indexing rely on. Costs one pass over ``col`` in 16 MiB chunks and an N-byte temporary. Sortedness and
     symmetry are guaranteed by :func:`build_csr` and checked by the tests, not here: they cost
     a sort of the edges. ``where`` names the graph and ``fix`` the repair in the message.
     """
@@ -73,8 +77,18 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
     if decreasing.any():
         node = int(decreasing.argmax())
         raise InputError(f"rowptr of {where} decreases at node {node} (rowptr[{node + 1}] < rowptr[{node}]); {fix}")
-    if col.shape[0] and (col.min() < 0 or col.max() >= num_nodes):
-        raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {col.min()} to {col.max()}); {fix}")
+    low, high = _col_range(col)
+    if col.shape[0] and (low < 0 or high >= num_nodes):
+        raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {low} to {high}); {fix}")
+
+
+def _col_range(col: np.ndarray) -> tuple[int, int]:
+    """Smallest and largest id of a non-empty ``col``, read in chunks (:func:`~salientpp.io.read_rows`)."""
+    low, high = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for start, stop in row_chunks(col.shape[0], col.itemsize):
+        chunk = read_rows(col, start, stop)
+        low, high = min(low, int(chunk.min())), max(high, int(chunk.max()))
+    return low, high
 
 
 def row_edge_positions(rowptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,3 +98,33 @@ def row_edge_positions(rowptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray,
     degree = np.asarray(rowptr[ids + 1], dtype=np.int64) - begin
     start_in_out = np.cumsum(degree) - degree
     return np.repeat(begin - start_in_out, degree) + np.arange(int(degree.sum()), dtype=np.int64), degree
+
+
+@dataclass(frozen=True)
+class CsrChunk:
+    """Rows ``[start, start + R)`` of a CSR, in memory.
+
+    Attributes:
+        start: the first row's id.
+        rowptr: int64 ``[R + 1]`` offsets into ``col``, from 0.
+        col: int64 ``[M]`` the rows' neighbours.
+        first_edge: the position of ``col[0]`` in the whole graph's ``col``.
+    """
+
+    start: int
+    rowptr: np.ndarray
+    col: np.ndarray
+    first_edge: int
+
+
+def csr_chunks(rowptr: np.ndarray, col: np.ndarray, max_edges: int) -> Iterator[CsrChunk]:
+    """Consecutive row ranges of at most ``max_edges`` edges each (a longer row is a chunk
+    alone), ``col`` read with :func:`~salientpp.io.read_rows`: a memory-mapped ``col`` is never
+    resident whole."""
+    n = int(rowptr.shape[0] - 1)
+    row = 0
+    while row < n:
+        end = min(n, max(row + 1, int(np.searchsorted(rowptr, rowptr[row] + max_edges, side="right")) - 1))
+        lo, hi = int(rowptr[row]), int(rowptr[end])
+        yield CsrChunk(row, np.asarray(rowptr[row:end + 1], dtype=np.int64) - lo, read_rows(col, lo, hi), lo)
+        row = end

@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError
-from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
+from ..io import atomic_output_dir, load_listed, read_meta, read_rows, row_chunks, save_array, shown, write_meta
 from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
 
@@ -58,12 +58,11 @@ _FINITE_CHUNK_BYTES = 1 << 25
 def first_nonfinite_row(x: np.ndarray) -> int:
     """Index of the first row of ``x`` (float ``[n, F]``) holding a NaN or an infinity, or -1.
 
-    Reads ``x`` once in chunks of about 32 MiB, so a memory-mapped 100M-row array needs no
-    full-size temporary.
+    Reads ``x`` once in chunks of about 32 MiB (:func:`~salientpp.io.read_rows`), so a
+    memory-mapped 100M-row array needs no full-size temporary and leaves no pages resident.
     """
-    rows = max(1, _FINITE_CHUNK_BYTES // max(1, x.shape[1] * x.itemsize))
-    for start in range(0, x.shape[0], rows):
-        finite = np.isfinite(x[start:start + rows]).all(axis=1)
+    for start, stop in row_chunks(x.shape[0], x.shape[1] * x.itemsize, _FINITE_CHUNK_BYTES):
+        finite = np.isfinite(read_rows(x, start, stop)).all(axis=1)
         if not finite.all():
             return start + int(finite.argmin())
     return -1
@@ -131,9 +130,8 @@ def label_meta(y: np.ndarray) -> dict[str, Any]:
 def _first_bad_target(y: np.ndarray) -> int:
     """Index of the first row of float ``y`` ``[n, T]`` holding a value other than 0, 1 or NaN,
     or -1. Reads ``y`` once in chunks of about 32 MiB."""
-    rows = max(1, _FINITE_CHUNK_BYTES // max(1, y.shape[1] * y.itemsize))
-    for start in range(0, y.shape[0], rows):
-        chunk = y[start:start + rows]
+    for start, stop in row_chunks(y.shape[0], y.shape[1] * y.itemsize, _FINITE_CHUNK_BYTES):
+        chunk = read_rows(y, start, stop)
         good = ((chunk == 0) | (chunk == 1) | np.isnan(chunk)).all(axis=1)
         if not good.all():
             return start + int(good.argmin())

@@ -253,18 +253,25 @@ def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.nda
             for name in PART_ARRAYS + EDGE_SPLITS:
                 if getattr(part, name) is not None:
                     files[f"part_{k}/{name}"] = save_array(tmp / f"part_{k}", name, getattr(part, name))
-        write_meta(tmp, {
-            **meta,
-            "kind": KIND,
-            "salientpp_version": __version__,
-            "num_parts": int(offsets.shape[0] - 1),
-            "num_nodes": int(rowptr.shape[0] - 1),
-            "num_edges": int(col.shape[0]),
-            "num_features": int(parts[0].x.shape[1]),
-            "feature_dtype": str(parts[0].x.dtype),
-            "files": files,
-        })
+        write_partitioned_meta(tmp, meta, files)
     return Path(out_dir)
+
+
+def write_partitioned_meta(directory: Path, meta: dict[str, Any], files: dict[str, dict[str, Any]]) -> None:
+    """Write meta.json of a partitioned directory whose arrays ``files`` lists (meta.json
+    entries by name): ``meta``'s descriptive entries plus the kind, version and the counts,
+    read off the entries of ``offsets``, ``rowptr``, ``col`` and ``part_0/x``."""
+    write_meta(directory, {
+        **meta,
+        "kind": KIND,
+        "salientpp_version": __version__,
+        "num_parts": files["offsets"]["shape"][0] - 1,
+        "num_nodes": files["rowptr"]["shape"][0] - 1,
+        "num_edges": files["col"]["shape"][0],
+        "num_features": files["part_0/x"]["shape"][1],
+        "feature_dtype": files["part_0/x"]["dtype"],
+        "files": files,
+    })
 
 
 def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool = True) -> PartitionedDataset:

@@ -24,6 +24,10 @@ import numpy as np
 from ..errors import InputError
 
 METIS_OK = 1
+# METIS 5 (64-bit indices, 4 balance constraints): edge weights, coarsened graphs and refinement
+# state. The products preset (2.4M nodes, 119.8M edges) peaks at 13.8 GiB in total.
+METIS_BYTES_PER_EDGE = 100
+METIS_BYTES_PER_NODE = 400
 _STATUS_MESSAGES = {
     -2: "METIS rejected the input graph or options (METIS_ERROR_INPUT); check that the graph is a valid "
         "symmetric CSR without self loops",
@@ -101,7 +105,8 @@ def _pointer(array: np.ndarray, lib: _Metis):
 
 
 def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndarray, num_parts: int,
-                    seed: int = 0, ufactor: int = 30) -> tuple[np.ndarray, int]:
+                    seed: int = 0, ufactor: int = 30, edge_weights: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, int]:
     """Partition a symmetric graph into ``num_parts`` parts, minimising the edge cut while
     balancing every column of ``vertex_weights`` separately.
 
@@ -113,6 +118,8 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
         seed: METIS's random seed (the result is deterministic for a seed).
         ufactor: allowed imbalance per constraint in thousandths (30: each part's weight at most
             1.03 times the mean). METIS aims for it but does not guarantee it.
+        edge_weights: positive integer ``[nnz]`` weight of every edge (both directions equal), or
+            ``None`` for all ones; the cut is then the summed weight of cut edges.
 
     Returns:
         ``parts`` int64 ``[N]`` partition of each vertex, and the edge cut (undirected edges)
@@ -128,12 +135,14 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
         return np.zeros(n, dtype=np.int64), 0
     lib = _library()
     idx = lib.idx_dtype
-    if max(col.shape[0], int(weights.sum(axis=0).max())) > np.iinfo(idx).max:
+    heaviest = max(int(weights.sum(axis=0).max()), 0 if edge_weights is None else int(np.sum(edge_weights)))
+    if max(col.shape[0], heaviest) > np.iinfo(idx).max:
         raise InputError(f"the graph is too large for the {idx.itemsize * 8}-bit METIS inside pymetis; "
                          "install a pymetis build with 64-bit indices")
     xadj = np.ascontiguousarray(rowptr, dtype=idx)
     adjncy = np.ascontiguousarray(col, dtype=idx)
     vwgt = np.ascontiguousarray(weights, dtype=idx)
+    adjwgt = None if edge_weights is None else np.ascontiguousarray(edge_weights, dtype=idx)
     options = np.empty(lib.num_options, dtype=idx)
     lib.set_default_options(_pointer(options, lib))
     options[lib.option_index["OBJTYPE"]] = 0  # METIS_OBJTYPE_CUT
@@ -148,7 +157,8 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
     with _diagnostics_captured() as diagnostics:
         status = lib.part_graph_kway(
             _pointer(nvtxs, lib), _pointer(ncon, lib), _pointer(xadj, lib), _pointer(adjncy, lib),
-            _pointer(vwgt, lib), None, None, _pointer(nparts, lib), None, None,
+            _pointer(vwgt, lib), None, None if adjwgt is None else _pointer(adjwgt, lib), _pointer(nparts, lib),
+            None, None,
             _pointer(options, lib), _pointer(objval, lib), _pointer(parts, lib))
     said = f" (METIS: {diagnostics[0]})" if diagnostics else ""
     if status != METIS_OK:

@@ -14,15 +14,18 @@ from pathlib import Path
 import numpy as np
 
 from ..data.format import Dataset, label_meta
+from ..data.links import EDGE_SPLITS
 from ..errors import InputError
-from ..io import check_output_dir
-from .format import PartData, save_partitioned
+from ..io import atomic_output_dir, check_output_dir
+from .assemble import DirectoryTarget, MemoryTarget, assemble
+from .format import PART_ARRAYS, PartData, write_partitioned_meta
 from .metis import part_graph_kway
-from .quality import PartitionQuality, measure_quality
-from .reorder import Renumbering, permute_csr, renumber_by_part
+from .multilevel import MultilevelOptions, multilevel_partition
+from .quality import PartitionQuality
+from .reorder import Renumbering
 
 CONSTRAINTS = ("train", "valid", "other", "degree")
-METHODS = ("metis", "random")
+METHODS = ("metis", "multilevel", "random")
 
 
 def balance_weights(dataset: Dataset) -> np.ndarray:
@@ -49,13 +52,16 @@ def check_options(num_nodes: int, num_parts: int, method: str, seed: int) -> Non
 
 
 def assign_parts(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0,
-                 weights: np.ndarray | None = None) -> np.ndarray:
+                 weights: np.ndarray | None = None, memory_budget: int | None = None) -> np.ndarray:
     """int64 ``[N]`` partition of each vertex (original ids).
 
     ``metis``: multi-constraint METIS minimising the edge cut, balancing every column of
     ``weights`` (default :func:`balance_weights`; all-zero columns are left out).
+    ``multilevel``: the same objective and constraints within ``memory_budget`` bytes
+    (default :class:`~salientpp.partition.multilevel.MultilevelOptions`'s), reading ``col`` in
+    chunks (:mod:`salientpp.partition.multilevel`).
     ``random``: a uniformly random assignment with part sizes differing by at most one.
-    Both are deterministic for a seed.
+    All are deterministic for a seed.
     """
     check_options(dataset.num_nodes, num_parts, method, seed)
     if method == "random":
@@ -65,7 +71,12 @@ def assign_parts(dataset: Dataset, num_parts: int, method: str = "metis", seed: 
         return parts
     if weights is None:
         weights = balance_weights(dataset)
-    used = weights[:, weights.sum(axis=0) > 0]
+    nonzero = weights.sum(axis=0) > 0
+    used = weights if nonzero.all() else weights[:, nonzero]
+    if method == "multilevel":
+        options = MultilevelOptions(seed=seed) if memory_budget is None else MultilevelOptions(
+            memory_budget=memory_budget, seed=seed)
+        return multilevel_partition(dataset.rowptr, dataset.col, used, num_parts, options)
     parts, _ = part_graph_kway(dataset.rowptr, dataset.col, used, num_parts, seed=seed)
     return parts
 
@@ -80,7 +91,7 @@ class Partitioning:
         parts: one :class:`PartData` per partition (features, labels, split ids in the new numbering).
         quality: the quality report.
         method, seed: how the vertices were assigned.
-        timings: seconds spent per stage (assign, renumber, quality, slice, and save when written).
+        timings: seconds spent per stage (assign, lay out).
     """
 
     rowptr: np.ndarray
@@ -93,79 +104,68 @@ class Partitioning:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _split_by_part(ids: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-    """Sorted new ids of ``ids`` (original ids), one array per partition."""
-    renumbered = np.sort(new_id[ids])
-    bounds = np.searchsorted(renumbered, offsets)
-    return [renumbered[bounds[k]:bounds[k + 1]] for k in range(offsets.shape[0] - 1)]
+@dataclass(frozen=True)
+class PartitionReport:
+    """What :func:`partition_dataset` reports: the quality (also in meta.json) and the seconds
+    per stage (assign, write)."""
+
+    quality: PartitionQuality
+    timings: dict[str, float]
 
 
-def _edges_by_part(edges: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-    """Edges (original ids, int64 ``[2, E]``) in new ids, sorted by source then destination, one
-    array per partition: those whose source it owns."""
-    renumbered = new_id[edges]
-    renumbered = renumbered[:, np.lexsort((renumbered[1], renumbered[0]))]
-    bounds = np.searchsorted(renumbered[0], offsets)
-    return [np.ascontiguousarray(renumbered[:, bounds[k]:bounds[k + 1]]) for k in range(offsets.shape[0] - 1)]
+class _Clock:
+    """Seconds per stage, each from the end of the previous one."""
 
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+        self._last = time.perf_counter()
 
-def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0) -> Partitioning:
-    """Assign, renumber (partition k = new ids ``[offsets[k], offsets[k+1])``, original order
-    kept inside a partition), permute the graph and slice features, labels (rows of int64 ``[N]``
-    class ids or of ``[N, T]`` multi-label targets) and splits."""
-    timings = {}
-    clock = time.perf_counter()
-
-    def lap(stage: str) -> None:
-        nonlocal clock
+    def lap(self, stage: str) -> None:
         now = time.perf_counter()
-        timings[stage], clock = now - clock, now
+        self.timings[stage], self._last = now - self._last, now
 
+
+def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0,
+              memory_budget: int | None = None) -> Partitioning:
+    """Assign (:func:`assign_parts`), renumber (partition k = new ids ``[offsets[k],
+    offsets[k+1])``, original order kept inside a partition), permute the graph and slice
+    features, labels (rows of int64 ``[N]`` class ids or of ``[N, T]`` multi-label targets) and
+    splits, all in memory (:func:`~salientpp.partition.assemble.assemble`)."""
+    clock = _Clock()
     weights = balance_weights(dataset)
-    parts_of = assign_parts(dataset, num_parts, method, seed, weights)
-    lap("assign")
-    renumbering = renumber_by_part(parts_of, num_parts)
-    del parts_of
-    orig_id, offsets = renumbering.orig_id, renumbering.offsets
-    rowptr, col = permute_csr(dataset.rowptr, dataset.col, orig_id, renumbering.new_id)
-    lap("renumber")
-    quality = measure_quality(rowptr, col, offsets, weights[orig_id], CONSTRAINTS)
-    del weights
-    lap("quality")
-    splits = {name: _split_by_part(getattr(dataset, name), renumbering.new_id, offsets)
-              for name in ("train_idx", "valid_idx", "test_idx")}
-    if dataset.has_link_split:
-        splits.update({name: _edges_by_part(edges, renumbering.new_id, offsets)
-                       for name, edges in dataset.link_split.arrays().items()})
-    parts = []
-    for k in range(num_parts):
-        owned = orig_id[offsets[k]:offsets[k + 1]]
-        parts.append(PartData(x=dataset.x[owned], y=np.asarray(dataset.y[owned]),
-                              **{name: split[k] for name, split in splits.items()}))
-    lap("slice")
-    return Partitioning(rowptr=rowptr, col=col, renumbering=renumbering, parts=parts, quality=quality,
-                        method=method, seed=seed, timings=timings)
+    parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
+    clock.lap("assign")
+    target = MemoryTarget()
+    renumbering, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
+    clock.lap("lay out")
+    arrays = target.arrays
+    names = PART_ARRAYS + (EDGE_SPLITS if dataset.has_link_split else ())
+    parts = [PartData(**{name: arrays[f"part_{k}/{name}"] for name in names}) for k in range(num_parts)]
+    return Partitioning(rowptr=arrays["rowptr"], col=arrays["col"], renumbering=renumbering, parts=parts,
+                        quality=quality, method=method, seed=seed, timings=clock.timings)
 
 
 def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: int, method: str = "metis",
-                      seed: int = 0) -> Partitioning:
-    """Partition ``dataset`` and write the partitioned directory ``out_dir`` atomically.
+                      seed: int = 0, memory_budget: int | None = None) -> PartitionReport:
+    """Partition ``dataset`` and write the partitioned directory ``out_dir`` atomically, every
+    large array in chunks (:class:`~salientpp.partition.assemble.DirectoryTarget`), so besides
+    the assignment only per-vertex arrays and one chunk are in memory.
 
     Raises :class:`InputError` before any work when ``out_dir`` exists or the options are
-    impossible. Returns the in-memory result (its ``quality`` is also in ``meta.json``).
+    impossible.
     """
     check_output_dir(out_dir)
     check_options(dataset.num_nodes, num_parts, method, seed)
-    result = partition(dataset, num_parts, method, seed)
-    start = time.perf_counter()
-    save_partitioned(Path(out_dir), result.rowptr, result.col, result.renumbering.offsets,
-                     result.renumbering.orig_id, result.parts, {
-                         "source": dataset.source,
-                         **label_meta(dataset.y),
-                         "method": method,
-                         "seed": seed,
-                         "constraints": list(CONSTRAINTS),
-                         "quality": result.quality.to_dict(),
-                     })
-    result.timings["save"] = time.perf_counter() - start
-    return result
+    clock = _Clock()
+    weights = balance_weights(dataset)
+    parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
+    clock.lap("assign")
+    with atomic_output_dir(out_dir) as tmp:
+        target = DirectoryTarget(Path(tmp))
+        _, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
+        target.close()
+        write_partitioned_meta(tmp, {"source": dataset.source, **label_meta(dataset.y), "method": method,
+                                     "seed": seed, "constraints": list(CONSTRAINTS),
+                                     "quality": quality.to_dict()}, target.files)
+    clock.lap("write")
+    return PartitionReport(quality, clock.timings)

@@ -7,6 +7,11 @@ from typing import Any
 import numba
 import numpy as np
 
+from ..data.csr import csr_chunks
+
+# edges of one chunk of the pass over ``col`` (16 M: 128 MiB)
+QUALITY_CHUNK_EDGES = 1 << 24
+
 
 @dataclass(frozen=True)
 class PartitionQuality:
@@ -52,21 +57,24 @@ class PartitionQuality:
 
 
 @numba.njit(cache=True)
-def _cut_and_halo(rowptr, col, offsets):
-    num_parts = offsets.shape[0] - 1
-    last_seen = np.full(rowptr.shape[0] - 1, -1, dtype=np.int64)
-    halo = np.zeros(num_parts, dtype=np.int64)
+def _cut_and_halo(start, rowptr, col, offsets, last_seen, halo):
+    """Cut edges of rows ``[start, start + R)`` (new numbering); marks each row's remote
+    neighbours in ``last_seen`` (the last partition that saw them) and counts the new ones in
+    ``halo``. Chunks must come in row order: the partitions' rows are contiguous."""
     cut = 0
-    for k in range(num_parts):
+    k = np.searchsorted(offsets, start, side="right") - 1
+    for i in range(rowptr.shape[0] - 1):
+        while start + i >= offsets[k + 1]:
+            k += 1
         lo, hi = offsets[k], offsets[k + 1]
-        for t in range(rowptr[lo], rowptr[hi]):
+        for t in range(rowptr[i], rowptr[i + 1]):
             j = col[t]
             if j < lo or j >= hi:
                 cut += 1
                 if last_seen[j] != k:
                     last_seen[j] = k
                     halo[k] += 1
-    return cut // 2, halo
+    return cut
 
 
 def imbalance(part_weights: np.ndarray) -> np.ndarray:
@@ -77,21 +85,39 @@ def imbalance(part_weights: np.ndarray) -> np.ndarray:
     return np.where(mean > 0, part_weights.max(axis=0) / safe - 1.0, 0.0)
 
 
-def measure_quality(rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
+@numba.njit(cache=True)
+def _sum_rows(index, values, out):
+    for i in range(index.shape[0]):
+        for k in range(values.shape[1]):
+            out[index[i], k] += values[i, k]
+
+
+def sum_rows(index: np.ndarray, values: np.ndarray, num_rows: int) -> np.ndarray:
+    """int64 ``[num_rows, C]``: row r sums the rows i of ``values`` (integer ``[n, C]``) with
+    ``index[i] = r`` (e.g. the weights of every part, ``index`` the part of every vertex)."""
+    out = np.zeros((num_rows, values.shape[1]), dtype=np.int64)
+    _sum_rows(np.asarray(index, dtype=np.int64), np.asarray(values, dtype=np.int64), out)
+    return out
+
+
+def measure_quality(rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray, part_weights: np.ndarray,
                     names: tuple[str, ...]) -> PartitionQuality:
     """Quality of a renumbered graph whose partition k is the id range ``[offsets[k], offsets[k+1])``.
 
     Args:
-        rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` symmetric CSR in the new numbering.
+        rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` symmetric CSR in the new numbering
+            (a memory-mapped ``col`` is read in chunks).
         offsets: int64 ``[K + 1]`` the partition book.
-        weights: integer ``[N, C]`` balance constraints in the new numbering.
+        part_weights: int64 ``[K, C]`` summed balance weights of every partition (:func:`sum_rows`).
         names: C constraint names.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    cut, halo = _cut_and_halo(np.asarray(rowptr), np.asarray(col), offsets)
-    prefix = np.zeros((weights.shape[0] + 1, weights.shape[1]), dtype=np.int64)
-    np.cumsum(weights, axis=0, out=prefix[1:])
-    part_weights = prefix[offsets[1:]] - prefix[offsets[:-1]]
+    last_seen = np.full(rowptr.shape[0] - 1, -1, dtype=np.int64)
+    halo = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
+    cut = 0
+    for chunk in csr_chunks(rowptr, col, QUALITY_CHUNK_EDGES):
+        cut += _cut_and_halo(chunk.start, chunk.rowptr, chunk.col, offsets, last_seen, halo)
+    cut //= 2
     num_edges = int(col.shape[0]) // 2
     return PartitionQuality(
         num_parts=int(offsets.shape[0] - 1),

@@ -1,13 +1,9 @@
-"""Renumbering of vertices: partition k becomes one contiguous id range, and the CSR follows.
-
-``permute_csr`` works for any vertex permutation, so a later reordering inside the partitions
-(e.g. by descending VIP) can reuse it.
-"""
+"""Renumbering of vertices: partition k becomes one contiguous id range
+(:mod:`salientpp.partition.assemble` moves the graph and the features accordingly)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 
@@ -43,33 +39,3 @@ def renumber_by_part(parts: np.ndarray, num_parts: int) -> Renumbering:
     offsets = np.zeros(num_parts + 1, dtype=np.int64)
     np.cumsum(np.bincount(parts, minlength=num_parts), out=offsets[1:])
     return Renumbering(orig_id=orig_id, new_id=invert_permutation(orig_id), offsets=offsets)
-
-
-@numba.njit(parallel=True, cache=True)
-def _fill_rows(rowptr, col, orig_id, new_id, new_rowptr, new_col):
-    for i in numba.prange(orig_id.shape[0]):
-        start = rowptr[orig_id[i]]
-        out = new_rowptr[i]
-        length = new_rowptr[i + 1] - out
-        for t in range(length):
-            new_col[out + t] = new_id[col[start + t]]
-        new_col[out:out + length].sort()
-
-
-def permute_csr(rowptr: np.ndarray, col: np.ndarray, orig_id: np.ndarray, new_id: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """The same graph in the new numbering: new row i is old row ``orig_id[i]``, every
-    neighbour ``j`` becomes ``new_id[j]``, and each row is sorted again.
-
-    Args:
-        rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` (may be memory maps).
-        orig_id, new_id: int64 ``[N]`` mutually inverse permutations.
-
-    Returns:
-        ``rowptr`` int64 ``[N + 1]`` and ``col`` int64 ``[nnz]`` in the new numbering.
-    """
-    new_rowptr = np.zeros_like(rowptr, dtype=np.int64)
-    np.cumsum(np.diff(rowptr)[orig_id], out=new_rowptr[1:])
-    new_col = np.empty(col.shape[0], dtype=np.int64)
-    _fill_rows(np.asarray(rowptr), np.asarray(col), orig_id, new_id, new_rowptr, new_col)
-    return new_rowptr, new_col
