@@ -370,21 +370,36 @@ def row_chunks(num_rows: int, row_bytes: int, chunk_bytes: int = _CHUNK) -> Iter
         yield lo, min(num_rows, lo + step)
 
 
-class NpyWriter:
-    """An ``.npy`` file of known dtype and shape written piece by piece, rows at any position.
+def npy_header(dtype: np.dtype, shape: tuple[int, ...], length: int | None = None) -> bytes:
+    """The ``.npy`` (version 1.0) header of a C-ordered array, padded as ``np.save`` pads it
+    (to a multiple of 64 bytes) or to ``length`` bytes."""
+    text = f"{{'descr': {np.lib.format.dtype_to_descr(np.dtype(dtype))!r}, 'fortran_order': False, " \
+           f"'shape': {tuple(int(d) for d in shape)!r}, }}"
+    prefix = 10  # magic string, version, header length
+    length = length or -(-(prefix + len(text) + 1) // 64) * 64
+    text = text.ljust(length - prefix - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
 
-    The header is written and the file sized at once; :meth:`write` puts rows at their place
-    with ``pwrite``, so no piece is kept in memory. :meth:`close` returns the meta.json entry.
+
+class NpyWriter:
+    """An ``.npy`` file written piece by piece, so no piece is kept in memory.
+
+    With a known ``shape``, the file is sized at once and :meth:`write` puts rows at any
+    position (``pwrite``). With ``shape[0] = None`` the row count grows: :meth:`append` adds rows
+    at the end and :meth:`close` writes the final shape into the header, which was reserved at
+    its largest length. :meth:`close` returns the meta.json entry (dtype, shape, checksum).
     """
 
-    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...]):
-        self.path, self.dtype, self.shape = Path(path), np.dtype(dtype), tuple(int(d) for d in shape)
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int | None, ...]):
+        self.path, self.dtype = Path(path), np.dtype(dtype)
+        self.growable = shape[0] is None
+        self.shape = (0 if self.growable else int(shape[0]),) + tuple(int(d) for d in shape[1:])
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._file = open(self.path, "wb")
-        np.lib.format.write_array_header_1_0(self._file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
-                                                          "fortran_order": False, "shape": self.shape})
+        header = npy_header(self.dtype, ((10**18,) if self.growable else self.shape[:1]) + self.shape[1:])
+        self._file.write(header)
         self._file.flush()
-        self.data_offset = self._file.tell()
+        self.data_offset = len(header)
         self._file.truncate(self.data_offset + self.shape[0] * self.row_bytes)
 
     def write(self, first_row: int, rows: np.ndarray) -> None:
@@ -396,8 +411,16 @@ class NpyWriter:
             written = os.pwrite(self._file.fileno(), view, offset)
             view, offset = view[written:], offset + written
 
+    def append(self, rows: np.ndarray) -> None:
+        """Add ``rows`` after the last row (a growable file)."""
+        first = self.shape[0]
+        self.shape = (first + rows.shape[0],) + self.shape[1:]
+        self.write(first, rows)
+
     def close(self) -> dict[str, Any]:
         """Close the file and return its meta.json entry (dtype, shape, checksum)."""
+        if self.growable:
+            os.pwrite(self._file.fileno(), npy_header(self.dtype, self.shape, self.data_offset), 0)
         self._file.close()
         return {"dtype": str(self.dtype), "shape": list(self.shape), "checksum": file_checksum(self.path)}
 

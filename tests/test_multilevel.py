@@ -174,3 +174,26 @@ def test_cli_refuses_a_memory_limit_below_the_per_vertex_arrays_before_any_work(
     assert not (tmp_path / "p").exists()
     meta = json.loads((dataset_dir / "meta.json").read_text())
     assert meta["num_edges"] == small.num_edges
+
+
+# ---- bench partition ------------------------------------------------------------------------------
+
+def test_bench_partition_reports_each_method_against_the_first(tmp_path, capsys):
+    from salientpp.bench.partition import extrapolate
+
+    dataset_dir = save_dataset(synthetic_dataset("tiny"), tmp_path / "tiny")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "partition", str(dataset_dir), "--parts", "4", "--methods", "metis,random",
+                 "--json", str(out)]) == 0
+    metis, random = json.loads(out.read_text())
+    assert (metis["method"], random["method"]) == ("metis", "random")
+    assert random["edge_cut"] > 2 * metis["edge_cut"]  # as test_partition measures in-process
+    assert metis["peak_bytes"] > 50 << 20  # a whole Python process with numpy and numba
+    assert "| tiny | random |" in capsys.readouterr().out
+    assert not list(tmp_path.glob("bench-partition-*"))  # the partitioned outputs are gone
+    # the fit is linear in the edges: 1 s + 1 us per edge, 100 MB + 10 bytes per edge
+    rows = [{"method": "multilevel", "num_edges": e, "seconds": 1 + 1e-6 * e, "peak_bytes": 1e8 + 10 * e}
+            for e in (10**6, 2 * 10**6, 4 * 10**6)]
+    line = extrapolate(rows, "multilevel", 10**7, 6 * 10**8, budget=1 << 30)
+    assert "about 10 min" in line and "5.7 GiB" in line
+    assert extrapolate(rows[:1], "multilevel", 10**7, 6 * 10**8, budget=1 << 30) is None

@@ -9,7 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from salientpp.data.format import load_dataset, save_dataset
-from salientpp.data.synthetic import PRESETS, SyntheticConfig, generate, parse_spec, synthetic_dataset
+from salientpp.data.synthetic import (PRESETS, SyntheticConfig, generate, parse_spec, synthetic_dataset,
+                                      write_synthetic)
 from salientpp.errors import InputError
 
 ARRAYS = ("rowptr", "col", "x", "y", "train_idx", "valid_idx", "test_idx")
@@ -195,3 +196,29 @@ def test_every_field_has_a_preset_value_of_its_declared_type():
         preset.validate()
         for f in dataclasses.fields(SyntheticConfig):
             assert type(getattr(preset, f.name)).__name__ == f.type, (name, f.name)
+
+
+# ---- out of core ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["tiny", MEDIUM + ",feature_dtype=float16", "tiny,num_tasks=3,unknown_fraction=0.2"])
+def test_out_of_core_generation_writes_the_arrays_of_the_in_memory_one(tmp_path, spec):
+    # buckets of ~5,000 directed edges: the 24k to 400k edges pass through 5 to 80 bucket files
+    written = write_synthetic(spec, tmp_path / "out", bucket_keys=5000)
+    expected = synthetic_dataset(spec)
+    loaded = load_dataset(tmp_path / "out", verify=True, validate=True)
+    for name in ARRAYS:
+        assert np.array_equal(np.asarray(getattr(loaded, name)), np.asarray(getattr(expected, name)),
+                              equal_nan=loaded.y.dtype.kind == "f"), name
+    assert loaded.source == written.source == f"synthetic:{spec}"
+    assert loaded.extra_meta["synthetic"] == dataclasses.asdict(parse_spec(spec))
+    assert not list((tmp_path / "out").glob(".edges-*"))  # the bucket files are gone
+
+
+def test_prepare_generates_out_of_core_what_does_not_fit_in_memory(tmp_path, monkeypatch, capsys):
+    from salientpp.cli import main, prepare
+
+    monkeypatch.setattr(prepare, "fits_in_memory", lambda config: False)
+    assert main(["prepare", "synthetic:tiny,seed=4", str(tmp_path / "d")]) == 0
+    assert "out of core" in capsys.readouterr().out
+    loaded, expected = load_dataset(tmp_path / "d"), synthetic_dataset("tiny,seed=4")
+    assert all(np.array_equal(getattr(loaded, name), getattr(expected, name)) for name in ARRAYS)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from ..data.format import MULTICLASS, Dataset, save_dataset
 from ..data.importers import ImportOptions, load_source
 from ..data.links import parse_link_split, split_edges
+from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
 from ..errors import InputError
 from ..io import check_output_dir
 
@@ -48,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
                             feature_dtype=args.feature_dtype, keep_self_loops=args.self_loops, seed=args.seed,
                             num_features=args.num_features, num_classes=args.num_classes)
     start = time.perf_counter()
+    scheme, _, spec = args.source.partition(":")
+    if scheme == "synthetic" and fractions is None and not fits_in_memory(parse_spec(spec)):
+        dataset = write_synthetic(spec, args.out_dir)
+        print("generated out of core: the graph would not fit in the available memory")
+        _summary(args.out_dir, dataset, start)
+        return 0
     dataset = load_source(args.source, options)
     if fractions is not None:
         if dataset.has_link_split:
@@ -56,10 +63,7 @@ def run(args: argparse.Namespace) -> int:
         rowptr, col, split = split_edges(dataset.rowptr, dataset.col, fractions, args.seed)
         dataset = replace(dataset, rowptr=rowptr, col=col, link_split=split)
     save_dataset(dataset, args.out_dir)
-    print(f"wrote {args.out_dir}: {dataset.num_nodes:,} nodes, {dataset.num_edges:,} directed edges, "
-          f"{dataset.num_features} {dataset.x.dtype} features, {_labels(dataset)}, "
-          f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
-          f"({time.perf_counter() - start:.1f} s)")
+    _summary(args.out_dir, dataset, start)
     if dataset.has_link_split:
         print(f"held-out edges train/valid/test: {dataset.link_split.counts()} (valid and test are not in the graph)")
     if dataset.input_id is not None:
@@ -67,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
               f"distinct ids were compacted to 0..{dataset.num_nodes - 1:,}; input_id.npy holds the original id "
               "of each node")
     return 0
+
+
+def _summary(out_dir: str, dataset: Dataset, start: float) -> None:
+    print(f"wrote {out_dir}: {dataset.num_nodes:,} nodes, {dataset.num_edges:,} directed edges, "
+          f"{dataset.num_features} {dataset.x.dtype} features, {_labels(dataset)}, "
+          f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
+          f"({time.perf_counter() - start:.1f} s)")
 
 
 def _labels(dataset: Dataset) -> str:

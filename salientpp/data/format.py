@@ -378,22 +378,27 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
             files["input_id"] = save_array(tmp, "input_id", np.asarray(dataset.input_id))
         if dataset.link_split is not None:
             files.update({name: save_array(tmp, name, edges) for name, edges in dataset.link_split.arrays().items()})
-        write_meta(tmp, {
-            "kind": KIND,
-            "salientpp_version": __version__,
-            "source": dataset.source,
-            "num_nodes": dataset.num_nodes,
-            "num_edges": dataset.num_edges,
-            "num_features": dataset.num_features,
-            **label_meta(dataset.y),
-            "feature_dtype": str(dataset.x.dtype),
-            "num_train": int(dataset.train_idx.shape[0]),
-            "num_valid": int(dataset.valid_idx.shape[0]),
-            "num_test": int(dataset.test_idx.shape[0]),
-            "files": files,
-            **dataset.extra_meta,
-        })
+        write_meta(tmp, dataset_meta(dataset, files))
     return Path(out_dir)
+
+
+def dataset_meta(dataset: Dataset, files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """meta.json of a dataset directory holding ``dataset``'s arrays, ``files`` their entries."""
+    return {
+        "kind": KIND,
+        "salientpp_version": __version__,
+        "source": dataset.source,
+        "num_nodes": dataset.num_nodes,
+        "num_edges": dataset.num_edges,
+        "num_features": dataset.num_features,
+        **label_meta(dataset.y),
+        "feature_dtype": str(dataset.x.dtype),
+        "num_train": int(dataset.train_idx.shape[0]),
+        "num_valid": int(dataset.valid_idx.shape[0]),
+        "num_test": int(dataset.test_idx.shape[0]),
+        "files": files,
+        **dataset.extra_meta,
+    }
 
 
 def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = True) -> Dataset:

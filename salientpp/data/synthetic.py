@@ -35,8 +35,9 @@ import numba
 import numpy as np
 
 from ..errors import InputError
+from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
 from .csr import build_csr
-from .format import Dataset
+from .format import SPLITS, Dataset, dataset_meta, load_dataset
 
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
 _DEGREE_TOLERANCE = 0.01
@@ -47,6 +48,13 @@ _BYTES_PER_EDGE = 48
 _BYTES_PER_NODE = 96
 # Rows of features generated per step (bounds the temporary memory of the noise).
 _FEATURE_CHUNK = 1 << 16
+# Out of core (write_synthetic): edge draws per batch (2 x 8 M int64, ~1 GiB of temporaries) and
+# directed edges per bucket file (64 M int64 keys, ~2 GiB to sort and deduplicate).
+_DRAW_BATCH = 1 << 23
+_BUCKET_KEYS = 1 << 26
+# Bytes per node the out-of-core generation holds: weights and their sums, community, shuffle,
+# labels, split permutation, degree, rowptr (8 bytes each) and temporaries.
+_OUT_OF_CORE_BYTES_PER_NODE = 128
 
 
 @dataclass(frozen=True)
@@ -208,16 +216,32 @@ def synthetic_dataset(spec: str) -> Dataset:
     return dataset
 
 
-def generate(config: SyntheticConfig) -> SyntheticGraph:
-    """Generate a graph from a config (deterministic for ``config.seed``)."""
-    config.validate()
-    _check_memory(config)
+@dataclass(frozen=True)
+class _Model:
+    """What every draw of a config reads: the block structure and the node weights.
+
+    Attributes:
+        starts: int64 ``[C + 1]`` community c owns the internal ids ``[starts[c], starts[c+1])``.
+        comm_internal: int64 ``[N]`` community of every internal id.
+        cum: float64 ``[N]`` cumulative node weights (internal order).
+        to_external: int64 ``[N]`` the shuffled id of every internal id.
+        edge_key: the key of the counter-based edge draws.
+        seeds: the seed sequences of labels, features, splits and multi-label targets.
+    """
+
+    starts: np.ndarray
+    comm_internal: np.ndarray
+    cum: np.ndarray
+    to_external: np.ndarray
+    edge_key: np.uint64
+    seeds: tuple[np.random.SeedSequence, ...]
+
+
+def _model(config: SyntheticConfig) -> _Model:
     n = config.num_nodes
     # The eighth child only feeds multi-label targets: the first seven are those of spawn(7).
     seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split, seq_tasks = \
         np.random.SeedSequence(config.seed).spawn(8)
-
-    # Internal order: community c owns internal ids [starts[c], starts[c + 1]).
     sizes = _community_sizes(n, config.num_communities, config.community_size_spread,
                              np.random.default_rng(seq_size))
     starts = np.zeros(config.num_communities + 1, dtype=np.int64)
@@ -226,29 +250,60 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     weights = _node_weights(n, config.degree_exponent, config.max_degree / config.avg_degree,
                             np.random.default_rng(seq_weight))
     to_external = np.random.default_rng(seq_perm).permutation(n).astype(np.int64)
+    return _Model(starts, comm_internal, np.cumsum(weights), to_external,
+                  seq_edges.generate_state(1, np.uint64)[0], (seq_label, seq_features, seq_split, seq_tasks))
 
-    # Duplicate draws (mostly between hubs) are merged, so draw more edges until nnz / N is
-    # within 1% of avg_degree. Edge e is the same in every round: a round only adds edges.
-    cum = np.cumsum(weights)
-    edge_key = seq_edges.generate_state(1, np.uint64)[0]
-    target = n * config.avg_degree
+
+def _draw_edges(model: _Model, config: SyntheticConfig, first: int, count: int) -> np.ndarray:
+    """int64 ``[2, count]`` the edge draws ``first, ..., first + count - 1`` (external ids)."""
+    edges = np.empty((2, count), dtype=np.int64)
+    _sample_edges(model.cum, model.starts, model.comm_internal, model.to_external, config.intra_fraction,
+                  model.edge_key, first, edges)
+    return edges
+
+
+def _in_rounds(config: SyntheticConfig, build: typing.Callable[[int], int]) -> None:
+    """Call ``build(num_draws)`` (it builds the graph of the first ``num_draws`` draws and
+    returns its nnz) until nnz / N is within 1% of ``avg_degree``: duplicate draws (mostly
+    between hubs) are merged, so later rounds draw more. Edge e is the same in every round."""
+    target = config.num_nodes * config.avg_degree
     num_draws = int(round(target / 2))
     for _ in range(_MAX_ROUNDS):
-        edges = np.empty((2, num_draws), dtype=np.int64)
-        _sample_edges(cum, starts, comm_internal, to_external, config.intra_fraction, edge_key, edges)
-        rowptr, col = build_csr(edges, n)
-        del edges
-        if col.shape[0] >= (1 - _DEGREE_TOLERANCE) * target or col.shape[0] == 0:
-            break
-        num_draws = int(round(num_draws * target / col.shape[0]))
+        nnz = build(num_draws)
+        if nnz >= (1 - _DEGREE_TOLERANCE) * target or nnz == 0:
+            return
+        num_draws = int(round(num_draws * target / nnz))
 
-    community = np.empty(n, dtype=np.int64)
-    community[to_external] = comm_internal
+
+def _node_arrays(model: _Model, config: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """``community`` int64 ``[N]`` (external ids), class ids int64 ``[N]`` and the three splits."""
+    seq_label, _, seq_split, _ = model.seeds
+    community = np.empty(config.num_nodes, dtype=np.int64)
+    community[model.to_external] = model.comm_internal
     y = _labels(community, config, np.random.default_rng(seq_label))
-    x = _features(y, config, seq_features)
-    train_idx, valid_idx, test_idx = _splits(n, config, np.random.default_rng(seq_split))
+    return community, y, _splits(config.num_nodes, config, np.random.default_rng(seq_split))
+
+
+def generate(config: SyntheticConfig) -> SyntheticGraph:
+    """Generate a graph from a config (deterministic for ``config.seed``), in memory."""
+    config.validate()
+    _check_memory(config)
+    n = config.num_nodes
+    model = _model(config)
+    graph: list[np.ndarray] = []
+
+    def build(num_draws: int) -> int:
+        graph[:] = build_csr(_draw_edges(model, config, 0, num_draws), n)
+        return graph[1].shape[0]
+
+    _in_rounds(config, build)
+    rowptr, col = graph
+    community, y, (train_idx, valid_idx, test_idx) = _node_arrays(model, config)
+    x = np.empty((n, config.num_features), dtype=config.feature_dtype)
+    for start, rows in _feature_chunks(y, config, model.seeds[1]):
+        x[start:start + rows.shape[0]] = rows
     if config.num_tasks:
-        y = _targets(y, config, np.random.default_rng(seq_tasks))
+        y = _targets(y, config, np.random.default_rng(model.seeds[3]))
     dataset = Dataset(rowptr=rowptr, col=col, x=x, y=y, train_idx=train_idx, valid_idx=valid_idx,
                       test_idx=test_idx, source="synthetic",
                       extra_meta={"synthetic": dataclasses.asdict(config)})
@@ -256,11 +311,100 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     return SyntheticGraph(dataset=dataset, community=community)
 
 
+def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _BUCKET_KEYS) -> Dataset:
+    """Generate the dataset of ``spec`` straight into the dataset directory ``out_dir``, out of
+    core: the arrays equal :func:`synthetic_dataset`'s, but the edges pass through bucket files
+    (by source id range) on disk, each sorted and deduplicated alone, and the features are
+    written in chunks. Memory: about 128 bytes per node, one batch of draws and one bucket of
+    ``bucket_keys`` directed edges; disk: 8 bytes per directed edge of temporaries. Written
+    atomically; returns the written dataset, memory-mapped."""
+    config = parse_spec(spec)
+    n = config.num_nodes
+    model = _model(config)
+    with atomic_output_dir(out_dir) as tmp:
+        files: dict[str, typing.Any] = {}
+        _in_rounds(config, lambda num_draws: _csr_files(model, config, num_draws, tmp, bucket_keys, files))
+        _, y, splits = _node_arrays(model, config)
+        x = NpyWriter(tmp / "x.npy", config.feature_dtype, (n, config.num_features))
+        for start, rows in _feature_chunks(y, config, model.seeds[1]):
+            x.write(start, rows)
+        files["x"] = x.close()
+        if config.num_tasks:
+            y = _targets(y, config, np.random.default_rng(model.seeds[3]))
+        files["y"] = save_array(tmp, "y", y)
+        files.update({name: save_array(tmp, name, ids) for name, ids in zip(SPLITS, splits)})
+        mapped = {name: np.load(tmp / f"{name}.npy", mmap_mode="r") for name in ("rowptr", "col", "x")}
+        dataset = Dataset(**mapped, y=y, **dict(zip(SPLITS, splits)), source=f"synthetic:{spec}",
+                          extra_meta={"synthetic": dataclasses.asdict(config)})
+        dataset.validate()
+        write_meta(tmp, dataset_meta(dataset, files))
+        del dataset, mapped
+    return load_dataset(out_dir, verify=False, validate=False)
+
+
+def _csr_files(model: _Model, config: SyntheticConfig, num_draws: int, directory, bucket_keys: int,
+               files: dict[str, typing.Any]) -> int:
+    """Write ``rowptr.npy`` and ``col.npy`` of the first ``num_draws`` draws under ``directory``
+    (as :func:`build_csr` builds them: both directions, no self loops, sorted rows without
+    duplicates) through bucket files of at most about ``bucket_keys`` edges; record their
+    meta.json entries in ``files`` and return the nnz."""
+    n = config.num_nodes
+    num_buckets = max(1, -(-2 * num_draws // bucket_keys))
+    rows_per_bucket = -(-n // num_buckets)
+    paths = [directory / f".edges-{b}.bin" for b in range(num_buckets)]
+    outs = [open(path, "wb") for path in paths]
+    try:
+        for first in range(0, num_draws, _DRAW_BATCH):
+            src, dst = _draw_edges(model, config, first, min(_DRAW_BATCH, num_draws - first))
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            rows = np.concatenate([src, dst])
+            keys = np.concatenate([src * n + dst, dst * n + src])
+            del src, dst, keep
+            bucket = rows // rows_per_bucket
+            del rows
+            order = np.argsort(bucket, kind="stable")
+            counts = np.bincount(bucket, minlength=num_buckets)
+            keys = keys[order]
+            del order, bucket
+            for out, lo, hi in zip(outs, np.cumsum(counts) - counts, np.cumsum(counts)):
+                keys[lo:hi].tofile(out)
+    finally:
+        for out in outs:
+            out.close()
+    degree = np.zeros(n, dtype=np.int64)
+    col = NpyWriter(directory / "col.npy", np.int64, (None,))
+    for b, path in enumerate(paths):
+        keys = np.fromfile(path, dtype=np.int64)
+        path.unlink()
+        keys.sort()
+        if keys.shape[0]:
+            keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+        lo = b * rows_per_bucket
+        degree[lo:lo + rows_per_bucket] = np.bincount(keys // n - lo, minlength=min(rows_per_bucket, n - lo))
+        col.append(keys % n)
+    files["col"] = col.close()
+    rowptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=rowptr[1:])
+    files["rowptr"] = save_array(directory, "rowptr", rowptr)
+    return int(rowptr[-1])
+
+
+def fits_in_memory(config: SyntheticConfig) -> bool:
+    """Whether :func:`generate` can build ``config`` in the memory available now."""
+    from ..resources import available_memory
+    return _in_memory_bytes(config) <= available_memory()
+
+
+def _in_memory_bytes(config: SyntheticConfig) -> int:
+    n = config.num_nodes
+    return int(_BYTES_PER_EDGE * n * config.avg_degree + _BYTES_PER_NODE * n
+               + n * config.num_features * np.dtype(config.feature_dtype).itemsize)
+
+
 def _check_memory(config: SyntheticConfig) -> None:
     """Refuse a config whose estimated peak memory exceeds this machine's physical memory."""
-    n = config.num_nodes
-    need = (_BYTES_PER_EDGE * n * config.avg_degree + _BYTES_PER_NODE * n
-            + n * config.num_features * np.dtype(config.feature_dtype).itemsize)
+    need = _in_memory_bytes(config)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > have:
         raise InputError(f"this synthetic graph needs about {need / 2**30:.1f} GiB of memory but the machine has "
@@ -322,27 +466,25 @@ def _targets(y: np.ndarray, config: SyntheticConfig, rng: np.random.Generator) -
     return out
 
 
-def _features(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedSequence) -> np.ndarray:
-    """``[N, F]`` class centroid (N(0, 1/F) coordinates) plus N(0, feature_noise^2) noise.
+def _feature_chunks(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedSequence
+                    ) -> typing.Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows)``: the ``[N, F]`` features, class centroid (N(0, 1/F) coordinates)
+    plus N(0, feature_noise^2) noise, in fixed-size row chunks, each from its own child seed.
 
     Centroids have norm ~1 whatever F, so the separation of classes depends on
     ``feature_noise`` and the number of classes, not on F.
-
-    Generated in fixed-size row chunks, each from its own child seed, to bound temporary memory.
     """
     n, f = y.shape[0], config.num_features
     starts = range(0, n, _FEATURE_CHUNK)
     seq_centroids, *seq_chunks = seq.spawn(1 + len(starts))
     centroids = np.random.default_rng(seq_centroids).standard_normal((config.num_classes, f), dtype=np.float32)
     centroids /= np.float32(math.sqrt(f))
-    x = np.empty((n, f), dtype=config.feature_dtype)
     for start, seq_chunk in zip(starts, seq_chunks):
         stop = min(start + _FEATURE_CHUNK, n)
         noise = np.random.default_rng(seq_chunk).standard_normal((stop - start, f), dtype=np.float32)
         noise *= np.float32(config.feature_noise)
         noise += centroids[y[start:stop]]
-        x[start:stop] = noise
-    return x
+        yield start, noise.astype(config.feature_dtype, copy=False)
 
 
 def _splits(n: int, config: SyntheticConfig, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
@@ -381,15 +523,16 @@ def _draw(cum: np.ndarray, lo: int, hi: int, u: float) -> int:
 
 @numba.njit(parallel=True, cache=True)
 def _sample_edges(cum: np.ndarray, starts: np.ndarray, comm: np.ndarray, to_external: np.ndarray,
-                  intra: float, key: np.uint64, out: np.ndarray) -> None:
-    """Fill ``out`` (int64 ``[2, M]``) with M edges of the degree-corrected block model.
+                  intra: float, key: np.uint64, first: int, out: np.ndarray) -> None:
+    """Fill ``out`` (int64 ``[2, M]``) with the edges ``first, ..., first + M - 1`` of the
+    degree-corrected block model.
 
     Edge e uses the three uniforms with counters 3e, 3e + 1, 3e + 2, so the result does not
-    depend on how the loop is split across threads.
+    depend on how the loop is split across threads, nor on how the draws are split in batches.
     """
     n = cum.shape[0]
     for e in numba.prange(out.shape[1]):
-        c = np.uint64(3) * np.uint64(e)
+        c = np.uint64(3) * np.uint64(first + e)
         u = _draw(cum, 0, n, _uniform(key, c))
         if _uniform(key, c + np.uint64(1)) < intra:
             k = comm[u]

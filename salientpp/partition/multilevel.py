@@ -290,8 +290,10 @@ def cluster(level: Level, num_parts: int, options: MultilevelOptions, seed: int)
     totals = level.vertex_weight.sum(axis=0)
     scale = np.where(totals > 0, 1.0 / np.maximum(totals, 1), 0.0)
     limit = 1.0 / (num_parts * options.clusters_per_part)
+    size = np.zeros(n)
+    for column in range(scale.shape[0]):  # one [n] temporary at a time
+        size += level.vertex_weight[:, column] * scale[column]
     labels = np.arange(n, dtype=np.int64)
-    size = (level.vertex_weight * scale).sum(axis=1)
     acc = np.zeros(n, dtype=np.int64)
     touched = np.empty(_max_degree(level), dtype=np.int64)
     for round_ in range(options.coarsening_rounds):
