@@ -133,7 +133,7 @@ def _disk_full_during(monkeypatch, command: str) -> None:
         raise full
 
     if command in ("prepare", "partition", "analyze"):
-        module = {"prepare": "salientpp.data.format", "partition": "salientpp.partition.format",
+        module = {"prepare": "salientpp.data.format", "partition": "salientpp.partition.assemble",
                   "analyze": "salientpp.cache.plan"}[command]
         monkeypatch.setattr(sys.modules[module], "save_array", half_then_full)
     elif command == "simulate-plot":
@@ -282,13 +282,13 @@ def test_sigterm_runs_the_cleanup_and_exits_143(dataset_dir, tmp_path):
     out = tmp_path / "parts"
     code = textwrap.dedent(f"""
         import sys, time
-        from salientpp.partition import format as part_format
-        real = part_format.save_array
+        from salientpp.partition import assemble
+        real = assemble.save_array
         def slow(directory, name, array):
             entry = real(directory, name, array)
             time.sleep(60)
             return entry
-        part_format.save_array = slow
+        assemble.save_array = slow
         from salientpp.cli import main
         sys.exit(main(["partition", {str(dataset_dir)!r}, {str(out)!r}, "--parts", "2"]))
     """)

@@ -388,18 +388,31 @@ def test_an_existing_output_is_refused_and_left_byte_identical(command, tiny_par
 
 
 def test_partition_failing_midway_leaves_no_output_and_no_temporary(dataset_dir, tmp_path, monkeypatch, capsys):
-    from salientpp.partition import format as part_format
-    real_save = part_format.save_array
+    from salientpp.partition import assemble
+    real_save = assemble.save_array
 
     def disk_full_at_partition_1(directory, name, array):
-        if Path(directory).name == "part_1":
+        if name.startswith("part_1/"):
             raise OSError(28, "No space left on device")
         return real_save(directory, name, array)
 
-    monkeypatch.setattr(part_format, "save_array", disk_full_at_partition_1)
+    monkeypatch.setattr(assemble, "save_array", disk_full_at_partition_1)
     assert main(["partition", str(dataset_dir), str(tmp_path / "parts"), "--parts", "2"]) == 2
     assert_refused(capsys, "partition", [str(tmp_path / "parts"), "no space left on device"])
     assert not list(tmp_path.iterdir())  # neither parts/ nor .parts.tmp-*
+
+
+def test_partition_running_out_of_disk_while_streaming_col_leaves_no_output(dataset_dir, tmp_path, monkeypatch,
+                                                                             capsys):
+    from salientpp.io import NpyWriter
+
+    def full(self, first_row, rows):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(NpyWriter, "write", full)
+    assert main(["partition", str(dataset_dir), str(tmp_path / "parts"), "--parts", "2", "--method", "multilevel"]) == 2
+    assert_refused(capsys, "partition", [str(tmp_path / "parts"), "no space left on device"])
+    assert not list(tmp_path.iterdir())
 
 
 def test_simulate_failing_while_writing_the_plot_leaves_no_plot(parts_copy, tmp_path, monkeypatch, capsys):

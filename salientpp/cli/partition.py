@@ -13,10 +13,11 @@ from ..resources import check_memory, estimate_partition, multilevel_budget, par
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "partition", help="split a dataset into K partitions (METIS with 4 balance constraints)",
-        description="Partition a dataset directory: METIS minimising the edge cut while balancing "
-                    "training, validation and other vertices and total degree per partition; "
-                    "vertices are renumbered so partition k is one contiguous id range.")
+        "partition", help="split a dataset into K partitions (METIS or multilevel, 4 balance constraints)",
+        description="Partition a dataset directory: minimise the edge cut while balancing training, "
+                    "validation and other vertices and total degree per partition, with METIS on the whole "
+                    "graph or with the multilevel partitioner in bounded memory; vertices are renumbered so "
+                    "partition k is one contiguous id range.")
     parser.add_argument("dataset", metavar="DATASET_DIR", help="a dataset directory written by `salientpp prepare`")
     parser.add_argument("out", metavar="OUT_DIR", help="the partitioned directory to create (must not exist)")
     parser.add_argument("--parts", "-k", type=int, required=True, metavar="K", help="number of partitions")
