@@ -13,10 +13,8 @@ import pytest
 from salientpp.cli import main
 from salientpp.data.format import save_dataset
 from salientpp.data.synthetic import synthetic_dataset
-from salientpp.errors import InputError
 from salientpp.partition import load_partitioned, multilevel
-from salientpp.partition.multilevel import (MultilevelOptions, _coarse_pairs, _reduce_sorted, memory_model,
-                                            multilevel_partition)
+from salientpp.partition.multilevel import MultilevelOptions, _coarse_pairs, _reduce_sorted, memory_model
 from salientpp.partition.partitioner import assign_parts, balance_weights
 
 from test_partition import constraint_imbalance, edge_cut, planted_dataset
@@ -82,17 +80,35 @@ def test_coarse_edge_keys_stay_exact_for_ids_beyond_32_bits():
     col = np.array([1, 2, 0, 0], dtype=np.int64)
     keys, weights = np.empty(4, dtype=np.int64), np.empty(4, dtype=np.int64)
     count = _coarse_pairs(0, rowptr, col, np.array([5, 6, 7, 8]), coarse_id, num_coarse, keys, weights)
-    expected = [int(coarse_id[u]) * num_coarse + int(coarse_id[v]) for u, v in [(0, 1), (0, 2), (1, 0), (2, 0)]]
-    assert count == 4 and keys.tolist() == expected
-    order = np.argsort(keys)
-    keys, weights = keys[order], weights[order]
-    assert _reduce_sorted(keys, weights) == 4 and keys.max() > 2**63 // 2
+    # each edge counted once, from its smaller cluster's row: rows 1 and 2
+    expected = [int(coarse_id[u]) * num_coarse + int(coarse_id[v]) for u, v in [(1, 0), (2, 0)]]
+    assert count == 2 and keys[:2].tolist() == expected and weights[:2].tolist() == [7, 8]
+    assert keys[0] > 2**62  # beyond 32 bits many times over, still exact
+    order = np.argsort(keys[:2])
+    assert _reduce_sorted(keys[:2][order], weights[:2][order]) == 2
 
 
-def test_a_budget_the_graph_cannot_coarsen_into_is_refused_in_one_sentence(small):
-    with pytest.raises(InputError, match="raise --memory-limit or use --method metis"):
-        multilevel_partition(small.rowptr, small.col, balance_weights(small), 8,
-                             MultilevelOptions(memory_budget=1 << 16))
+def test_a_budget_too_small_for_the_coarse_graph_keeps_its_heaviest_edges_and_still_balances(small):
+    k, budget = 8, 1 << 20  # 8,192 cluster pairs per level, where `small` has ~100x more
+    ours = multilevel_parts(small, k, budget=budget)
+    assert np.all(constraint_imbalance(small, ours, k) <= 0.05), constraint_imbalance(small, ours, k)
+    assert edge_cut(small, ours) <= edge_cut(small, assign_parts(small, k, "random")) / 2
+
+
+def test_contraction_counts_every_edge_between_clusters_once_and_stays_symmetric(small):
+    level = multilevel.Level(small.rowptr, small.col, None, balance_weights(small))
+    labels = np.arange(small.num_nodes) // 50  # clusters of 50 consecutive ids
+    coarse, coarse_id = multilevel.contract(level, labels, MultilevelOptions(memory_budget=1 << 30))
+    rows = np.repeat(np.arange(small.num_nodes), small.degree())
+    between = coarse_id[rows] != coarse_id[small.col]
+    assert coarse.edge_weight.sum() == between.sum()  # both directions, each edge once per direction
+    dense = np.zeros((coarse.num_nodes, coarse.num_nodes), dtype=np.int64)
+    np.add.at(dense, (np.repeat(np.arange(coarse.num_nodes), np.diff(coarse.rowptr)), coarse.col), coarse.edge_weight)
+    assert np.array_equal(dense, dense.T)
+    expected = np.zeros_like(dense)
+    np.add.at(expected, (coarse_id[rows][between], coarse_id[small.col][between]), 1)
+    assert np.array_equal(dense, expected)
+    assert np.array_equal(coarse.vertex_weight.sum(axis=0), balance_weights(small).sum(axis=0))
 
 
 # ---- memory ----------------------------------------------------------------------------------

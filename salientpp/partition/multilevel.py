@@ -21,8 +21,8 @@ Memory model (bytes; N vertices, E directed edges, C constraints, budget B): the
 holds ``rowptr`` and 5 int64 per-vertex arrays (clusters, their sizes, scratch, coarse ids,
 parts) plus the ``[N, C]`` weights, ``8 (C + 6) N``. Everything else is held to B: one chunk of
 at most ``M = B / 384`` edges costs ``48 M`` (an eighth of B); the coarse levels (int64 col and
-edge weights, ``16`` bytes per edge, at most ``B / 64`` edges while a level is merged, else the
-build is refused) and METIS on a coarsest graph of at most ``B / 232`` edges (about 100 bytes
+edge weights, ``16`` bytes per edge; at most ``B / 128`` cluster pairs, ``B / 64`` directed
+edges, are kept while a level is merged: beyond that only the heaviest) and METIS on a coarsest graph of at most ``B / 232`` edges (about 100 bytes
 per edge and 400 per vertex) share the rest. :func:`memory_model` gives that sum;
 ``tests/test_multilevel.py`` measures it.
 """
@@ -188,14 +188,15 @@ def _cluster_rows(start, rowptr, col, weight, vertex_weight, scale, limit, label
 
 @numba.njit(cache=True)
 def _coarse_pairs(start, rowptr, col, weight, coarse_id, num_coarse, keys, weights):
-    """Write ``coarse(u) * num_coarse + coarse(v)`` and the weight of every chunk edge between two
-    clusters; returns how many."""
+    """Write ``coarse(u) * num_coarse + coarse(v)`` and the weight of every chunk edge from a
+    cluster to a larger-numbered one (the other direction is counted from the other row);
+    returns how many."""
     count = 0
     for i in range(rowptr.shape[0] - 1):
         cu = coarse_id[start + i]
         for e in range(rowptr[i], rowptr[i + 1]):
             cv = coarse_id[col[e]]
-            if cu != cv:
+            if cu < cv:
                 keys[count] = cu * num_coarse + cv
                 weights[count] = weight[e]
                 count += 1
@@ -309,7 +310,11 @@ def cluster(level: Level, num_parts: int, options: MultilevelOptions, seed: int)
 def contract(level: Level, labels: np.ndarray, options: MultilevelOptions) -> tuple[Level, np.ndarray]:
     """The coarse graph of ``labels`` and int64 ``[n]`` the coarse id of every vertex.
 
-    Raises :class:`InputError` when the coarse graph's edges outgrow the memory budget.
+    Every edge between two clusters is counted once, from the row of its smaller-numbered
+    cluster, as a key ``cu * clusters + cv`` (``cu < cv``); keys are merged as the chunks come.
+    When more than ``memory_budget / 128`` distinct pairs are held, only that many of the
+    heaviest are kept (pairs seen later start again from their later weight): the coarse graph
+    then holds the heaviest connections, and the finer levels' refinement sees every edge.
     """
     clusters = np.unique(labels)
     coarse_id = np.searchsorted(clusters, labels)
@@ -319,7 +324,7 @@ def contract(level: Level, labels: np.ndarray, options: MultilevelOptions) -> tu
     keys = np.empty(0, dtype=np.int64)
     weights = np.empty(0, dtype=np.int64)
     pending_keys, pending_weights, pending = [], [], 0
-    allowed = options.memory_budget // 4 // 16
+    allowed = max(1, options.memory_budget // 128)
 
     def merge():
         nonlocal keys, weights, pending_keys, pending_weights, pending
@@ -332,8 +337,8 @@ def contract(level: Level, labels: np.ndarray, options: MultilevelOptions) -> tu
         distinct = _reduce_sorted(keys, weights)
         keys, weights = keys[:distinct].copy(), weights[:distinct].copy()
         if distinct > allowed:
-            raise InputError(f"the graph does not coarsen below {distinct:,} edges, more than the multilevel "
-                             "partitioner's memory budget allows; raise --memory-limit or use --method metis")
+            keep = weights > np.partition(weights, distinct - allowed)[distinct - allowed]
+            keys, weights = keys[keep], weights[keep]
 
     for chunk, weight in level.chunks(options.chunk_edges()):
         chunk_keys = np.empty(chunk.col.shape[0], dtype=np.int64)
@@ -349,11 +354,15 @@ def contract(level: Level, labels: np.ndarray, options: MultilevelOptions) -> tu
         if pending > max(keys.shape[0], options.chunk_edges()):
             merge()
     merge()
-    rows = keys // num_coarse
+    # both directions, sorted by row then column
+    rows, cols = keys // num_coarse, keys % num_coarse
+    del keys
+    order = np.lexsort((np.concatenate([cols, rows]), np.concatenate([rows, cols])))
+    col = np.concatenate([cols, rows])[order]
+    weight = np.concatenate([weights, weights])[order]
     rowptr = np.zeros(num_coarse + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=num_coarse), out=rowptr[1:])
-    col = keys - rows * num_coarse
-    return Level(rowptr, col, weights, vertex_weight), coarse_id
+    np.cumsum(np.bincount(np.concatenate([rows, cols]), minlength=num_coarse), out=rowptr[1:])
+    return Level(rowptr, col, weight, vertex_weight), coarse_id
 
 
 def heaviest_edges(level: Level, max_edges: int) -> Level:
