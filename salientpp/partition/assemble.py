@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from ..data.csr import csr_chunks
+from ..data.format import Dataset
 from ..io import NpyWriter, read_rows, row_chunks, save_array
 from .quality import PartitionQuality, measure_quality, sum_rows
 from .reorder import Renumbering, renumber_by_part
@@ -185,12 +186,12 @@ def _edges_by_part(edges: np.ndarray, new_id: np.ndarray, offsets: np.ndarray) -
     return [np.ascontiguousarray(renumbered[:, bounds[k]:bounds[k + 1]]) for k in range(offsets.shape[0] - 1)]
 
 
-def assemble(dataset, parts_of: np.ndarray, num_parts: int, weights: np.ndarray, names: tuple[str, ...],
+def assemble(dataset: Dataset, parts_of: np.ndarray, num_parts: int, weights: np.ndarray, names: tuple[str, ...],
              target: Target) -> tuple[Renumbering, PartitionQuality]:
     """Write the partitioned layout of ``dataset`` into ``target``.
 
     Args:
-        dataset: a :class:`~salientpp.data.format.Dataset` (its arrays may be memory maps).
+        dataset: its arrays may be memory maps.
         parts_of: int64 ``[N]`` partition of every original id.
         weights: integer ``[N, C]`` balance weights (original order) named by ``names``.
         target: receives ``rowptr``, ``col``, ``offsets``, ``orig_id`` and ``part_<k>/<name>``

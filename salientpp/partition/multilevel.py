@@ -34,7 +34,6 @@ from typing import Iterator
 import numba
 import numpy as np
 
-from ..errors import InputError
 from ..data.csr import CsrChunk, csr_chunks
 from .metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE, part_graph_kway
 from .quality import sum_rows

@@ -26,6 +26,8 @@ from .reorder import Renumbering
 
 CONSTRAINTS = ("train", "valid", "other", "degree")
 METHODS = ("metis", "multilevel", "random")
+# Stages of Partitioning.timings and PartitionReport.timings.
+ASSIGN, LAY_OUT, WRITE = "assign", "lay out", "write"
 
 
 def balance_weights(dataset: Dataset) -> np.ndarray:
@@ -134,10 +136,10 @@ def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int
     clock = _Clock()
     weights = balance_weights(dataset)
     parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
-    clock.lap("assign")
+    clock.lap(ASSIGN)
     target = MemoryTarget()
     renumbering, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
-    clock.lap("lay out")
+    clock.lap(LAY_OUT)
     arrays = target.arrays
     names = PART_ARRAYS + (EDGE_SPLITS if dataset.has_link_split else ())
     parts = [PartData(**{name: arrays[f"part_{k}/{name}"] for name in names}) for k in range(num_parts)]
@@ -159,7 +161,7 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     clock = _Clock()
     weights = balance_weights(dataset)
     parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
-    clock.lap("assign")
+    clock.lap(ASSIGN)
     with atomic_output_dir(out_dir) as tmp:
         target = DirectoryTarget(Path(tmp))
         _, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
@@ -167,5 +169,5 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
         write_partitioned_meta(tmp, {"source": dataset.source, **label_meta(dataset.y), "method": method,
                                      "seed": seed, "constraints": list(CONSTRAINTS),
                                      "quality": quality.to_dict()}, target.files)
-    clock.lap("write")
+    clock.lap(WRITE)
     return PartitionReport(quality, clock.timings)
