@@ -171,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except StageError as exc:  # this process is one rank of a torchrun job
         print(f"salientpp train: error: {exc}", file=sys.stderr)
-        return 1
+        # Leave at once: a peer is gone, so threads of the process group and the loader may still
+        # be blocked on it, and the interpreter's teardown can abort on them ("terminate called
+        # without an active exception", exit -6, seen in CI) instead of exiting 1.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     if int(os.environ.get("RANK", 0)) != 0:  # one summary per job under torchrun
         return 0
     if result.resumed_from is not None or result.restarts:
