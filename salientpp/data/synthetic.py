@@ -35,8 +35,9 @@ import numba
 import numpy as np
 
 from ..errors import InputError
+from ..hashing import GOLDEN, splitmix64
 from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
-from .csr import build_csr
+from .csr import build_csr, sorted_unique
 from .format import SPLITS, Dataset, dataset_meta, load_dataset
 
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
@@ -52,9 +53,6 @@ _FEATURE_CHUNK = 1 << 16
 # directed edges per bucket file (64 M int64 keys, ~2 GiB to sort and deduplicate).
 _DRAW_BATCH = 1 << 23
 _BUCKET_KEYS = 1 << 26
-# Bytes per node the out-of-core generation holds: weights and their sums, community, shuffle,
-# labels, split permutation, degree, rowptr (8 bytes each) and temporaries.
-_OUT_OF_CORE_BYTES_PER_NODE = 128
 
 
 @dataclass(frozen=True)
@@ -377,9 +375,7 @@ def _csr_files(model: _Model, config: SyntheticConfig, num_draws: int, directory
     for b, path in enumerate(paths):
         keys = np.fromfile(path, dtype=np.int64)
         path.unlink()
-        keys.sort()
-        if keys.shape[0]:
-            keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+        keys = sorted_unique(keys)
         lo = b * rows_per_bucket
         degree[lo:lo + rows_per_bucket] = np.bincount(keys // n - lo, minlength=min(rows_per_bucket, n - lo))
         col.append(keys % n)
@@ -500,10 +496,7 @@ def _splits(n: int, config: SyntheticConfig, rng: np.random.Generator) -> tuple[
 @numba.njit(inline="always")
 def _uniform(key: np.uint64, counter: np.uint64) -> float:
     """Uniform [0, 1) from the splitmix64 finaliser of key + counter * golden ratio."""
-    z = key + counter * np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
+    z = splitmix64(key + counter * GOLDEN)
     return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 

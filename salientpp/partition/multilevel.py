@@ -22,8 +22,9 @@ holds ``rowptr`` and 5 int64 per-vertex arrays (clusters, their sizes, scratch, 
 parts) plus the ``[N, C]`` weights, ``8 (C + 6) N``. Everything else is held to B: one chunk of
 at most ``M = B / 384`` edges costs ``48 M`` (an eighth of B); the coarse levels (int64 col and
 edge weights, ``16`` bytes per edge; at most ``B / 128`` cluster pairs, ``B / 64`` directed
-edges, are kept while a level is merged: beyond that only the heaviest) and METIS on a coarsest graph of at most ``B / 232`` edges (about 100 bytes
-per edge and 400 per vertex) share the rest. :func:`memory_model` gives that sum;
+edges, are kept while a level is merged: beyond that only the heaviest) and METIS on a
+coarsest graph of at most ``B / 232`` edges (about 100 bytes per edge and 400 per vertex)
+share the rest. :func:`memory_model` gives that sum;
 ``tests/test_multilevel.py`` measures it.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numba
 import numpy as np
 
 from ..data.csr import CsrChunk, csr_chunks
+from ..hashing import GOLDEN, splitmix64
 from .metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE, part_graph_kway
 from .quality import sum_rows
 
@@ -135,14 +137,8 @@ class Level:
 @numba.njit(cache=True, inline="always")
 def _mix(seed, a, b):
     """A 64-bit hash of three integers (splitmix64 finaliser), for tie-breaking."""
-    x = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(a) * np.uint64(0xBF58476D1CE4E5B9) \
-        + np.uint64(b) * np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
+    return splitmix64(np.uint64(seed) * GOLDEN + np.uint64(a) * np.uint64(0xBF58476D1CE4E5B9)
+                      + np.uint64(b) * np.uint64(0x94D049BB133111EB))
 
 
 @numba.njit(cache=True)
@@ -336,7 +332,7 @@ def contract(level: Level, labels: np.ndarray, options: MultilevelOptions) -> tu
         distinct = _reduce_sorted(keys, weights)
         keys, weights = keys[:distinct].copy(), weights[:distinct].copy()
         if distinct > allowed:
-            keep = weights > np.partition(weights, distinct - allowed)[distinct - allowed]
+            keep = _heaviest(weights, allowed)
             keys, weights = keys[keep], weights[keep]
 
     for chunk, weight in level.chunks(options.chunk_edges()):
@@ -356,12 +352,16 @@ def contract(level: Level, labels: np.ndarray, options: MultilevelOptions) -> tu
     # both directions, sorted by row then column
     rows, cols = keys // num_coarse, keys % num_coarse
     del keys
-    order = np.lexsort((np.concatenate([cols, rows]), np.concatenate([rows, cols])))
-    col = np.concatenate([cols, rows])[order]
-    weight = np.concatenate([weights, weights])[order]
+    rows, cols = np.concatenate([rows, cols]), np.concatenate([cols, rows])
+    order = np.lexsort((cols, rows))
     rowptr = np.zeros(num_coarse + 1, dtype=np.int64)
-    np.cumsum(np.bincount(np.concatenate([rows, cols]), minlength=num_coarse), out=rowptr[1:])
-    return Level(rowptr, col, weight, vertex_weight), coarse_id
+    np.cumsum(np.bincount(rows, minlength=num_coarse), out=rowptr[1:])
+    return Level(rowptr, cols[order], np.concatenate([weights, weights])[order], vertex_weight), coarse_id
+
+
+def _heaviest(weights: np.ndarray, count: int) -> np.ndarray:
+    """bool mask of the weights above the ``count``-th largest (at most ``count`` of them)."""
+    return weights > np.partition(weights, weights.shape[0] - count)[weights.shape[0] - count]
 
 
 def heaviest_edges(level: Level, max_edges: int) -> Level:
@@ -372,8 +372,7 @@ def heaviest_edges(level: Level, max_edges: int) -> Level:
     if level.num_edges <= max_edges:
         return level
     weight = np.asarray(level.edge_weight)
-    threshold = np.partition(weight, weight.shape[0] - max_edges)[weight.shape[0] - max_edges]
-    keep = weight > threshold
+    keep = _heaviest(weight, max_edges)
     rows = np.repeat(np.arange(level.num_nodes, dtype=np.int64), np.diff(level.rowptr))[keep]
     rowptr = np.zeros_like(level.rowptr)
     np.cumsum(np.bincount(rows, minlength=level.num_nodes), out=rowptr[1:])
