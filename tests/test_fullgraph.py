@@ -123,6 +123,9 @@ def test_hybrid_follows_the_cost_model_to_either_pure_plan(parts):
     for level in range(LAYERS + 1):
         assert np.array_equal(free_exchange.computed[level], pure[Dependencies.COMMUNICATE].computed[level])
         assert np.array_equal(dear_exchange.computed[level], pure[Dependencies.CACHE].computed[level])
+    # same_sets sees it (hybrid's probe then times the plan once, under its first name)
+    assert free_exchange.same_sets(pure[Dependencies.COMMUNICATE]) and dear_exchange.same_sets(pure[Dependencies.CACHE])
+    assert not free_exchange.same_sets(pure[Dependencies.CACHE])
 
 
 def test_hybrid_caches_low_degree_vertices_and_communicates_hubs(parts):
@@ -301,9 +304,10 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
     assert main(["bench", "fullgraph", str(parts / "p2"), "--epochs", "2", "--hidden", str(HIDDEN), "--layers",
                  str(LAYERS), "--candidates", "--json", str(out)]) == 0
     rows = {r["dependencies"]: r for r in json.loads(out.read_text())["modes"]}
-    assert set(rows) == set(candidate_plans(LAYERS))  # the three modes and every split by level
+    # the three modes, the per-vertex plan and every split by level
+    assert set(rows) == set(candidate_plans(LAYERS)) | {Dependencies.HYBRID.value}
     for name in rows:  # a split by level recomputes and exchanges between the pure extremes
-        assert rows[name]["plan"] == name or name == "hybrid"
+        assert rows[name]["plan"] == name or name == Dependencies.HYBRID.value
         assert rows[name]["redundant_vertex_layers"] <= rows["cache"]["redundant_vertex_layers"]
     data, rowptr, col = _csr(parts, 2)
     fetched = 0
@@ -316,17 +320,45 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
     assert rows["communicate"]["redundant_vertex_layers"] == 0
     assert rows["cache"]["exchanged_bytes"] == 0 and rows["cache"]["redundant_vertex_layers"] > 0
     assert all(r["epoch_s"] > 0 and r["predicted_s"] > 0 for r in rows.values())
+    probed = rows["hybrid"]["probed_s"]  # hybrid trains the fastest plan its probe timed, if it probed
+    assert set(probed) <= set(candidate_plans(LAYERS))
+    if probed:
+        assert rows["hybrid"]["plan"] == min(probed, key=probed.__getitem__)
     assert main(["bench", "fullgraph", str(parts / "p2"), "--dependencies", "sometimes"]) == 2
     assert "unknown dependency mode" in capsys.readouterr().err
 
 
-def test_hybrid_trains_a_mixed_plan_only_when_it_is_predicted_clearly_faster_than_the_faster_pure_one():
-    from salientpp.train.fullgraph import MIXED_MARGIN, choose_plan
+def test_hybrid_probes_only_the_plans_predicted_within_the_band_of_the_fastest():
+    from salientpp.fullgraph.plan import PER_VERTEX
+    from salientpp.train.fullgraph import PROBE_BAND, shortlist
 
-    pure = {"cache": 1.0, "communicate": 1.2}
-    assert choose_plan({**pure, "hybrid": 1.0, "cache-1": 1.0}) == "cache"  # a tie keeps the pure plan
-    slightly = 1.0 - MIXED_MARGIN / 2
-    assert choose_plan({**pure, "hybrid": slightly, "cache-1": 1.1}) == "cache"
-    clearly = 1.0 - 2 * MIXED_MARGIN
-    assert choose_plan({**pure, "hybrid": 1.1, "cache-1": clearly}) == "cache-1"
-    assert choose_plan({"cache": 2.0, "communicate": 1.5, "hybrid": 1.5 * clearly}) == "hybrid"
+    predictions = {"cache": 1.0, "communicate": 1.0 + PROBE_BAND / 2, PER_VERTEX: 1.0 + 2 * PROBE_BAND, "cache-1": 0.99}
+    assert shortlist(predictions) == ["cache-1", "cache", "communicate"]  # fastest prediction first
+    assert shortlist({"cache": 1.0, "communicate": 1.0 + 2 * PROBE_BAND, PER_VERTEX: 1.5}) == ["cache"]
+
+
+def _probe_worker(part_dir: str) -> tuple[dict[str, float], str, list[float], list[float]]:
+    """A hybrid trainer that probes every candidate plan, and one told to train the plan it
+    chose: the probe's times, the choice, and both trainers' losses."""
+    import salientpp.train.fullgraph as fullgraph
+
+    ctx = init_distributed("cpu", timeout_s=120)
+    fullgraph.PROBE_BAND = float("inf")
+    config = TrainConfig(part_dir, dependencies="hybrid", **OPTIONS).validate()
+    hybrid = FullGraphTrainer(config, ctx)
+    direct = FullGraphTrainer(config, ctx, cost=hybrid.cost, plan=hybrid.chosen)
+    losses = [[trainer.train_epoch(epoch)["train_loss"] for epoch in range(2)] for trainer in (hybrid, direct)]
+    shutdown_distributed(ctx)
+    return hybrid.probed, hybrid.chosen, *losses
+
+
+def test_hybrid_trains_the_fastest_probed_plan_and_the_probe_leaves_no_trace(parts):
+    results = launch(_probe_worker, (str(parts / "p2"),), 2)
+    probed, chosen, hybrid_losses, direct_losses = results[0]
+    # every distinct candidate plan (the per-vertex one may equal a pure one and is then timed once)
+    assert {"cache", "communicate"} <= set(probed) <= set(candidate_plans(LAYERS))
+    assert len(probed) >= len(candidate_plans(LAYERS)) - 1 and all(s > 0 for s in probed.values())
+    assert chosen == min(probed, key=probed.__getitem__)
+    assert all(r[:2] == (probed, chosen) for r in results)  # every rank times the slowest rank: one choice
+    # The probe's passes changed neither the weights nor the optimizer: training is as without it.
+    assert hybrid_losses == direct_losses

@@ -5,9 +5,11 @@ Every rank builds one full-graph trainer per mode of ``--dependencies`` (and wit
 partition, one calibration of the cost model) and runs ``--epochs`` epochs of each without
 evaluation, interleaved: epoch e of every one, the order rotating, so all share the machine's
 conditions side by side. Reported per row: the median epoch time over the epochs after the
-first, the plan trained (``hybrid``'s choice), the cost model's predicted epoch time, the bytes
-all ranks received per epoch (rows forward, gradients back), and the remote vertex-layers
-recomputed (work their owners also do). The last column is each time over the faster pure mode.
+first, the plan trained (``hybrid``'s choice, after its probe), the cost model's predicted epoch
+time, the bytes all ranks received per epoch (rows forward, gradients back), and the remote
+vertex-layers recomputed (work their owners also do). The last column is each time over the
+faster pure mode. The JSON adds each trainer's start-up seconds (the first one's include the
+calibration; ``hybrid``'s its probe) and the probe's seconds per plan.
 
 ``--compare-minibatch N`` also trains N full-graph epochs (the last mode given) and
 ``--minibatch-epochs`` minibatch ones (``--fanouts``, ``--batch-size``), evaluating after every
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from typing import Any
 
 from ..cache import parse_fanouts
@@ -29,8 +32,8 @@ from ..io import atomic_output_file, check_writable_file, write_text_atomic
 from ..distributed import init_distributed, launch, shutdown_distributed
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
-from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY, PLAN, PREDICTED_S, REDUNDANT,
-                               FullGraphTrainer)
+from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY, PLAN, PREDICTED_S, PROBED_S,
+                               PROBE_BAND, REDUNDANT, FullGraphTrainer)
 from ..train.run import check_train_memory
 from ..train.state import VALID_METRIC
 
@@ -73,15 +76,21 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, 
     ctx = init_distributed("cpu", timeout_s=600.0)
     try:
         trainers: dict[str, FullGraphTrainer] = {}
+        startup: dict[str, float] = {}
+
+        def build(name: str, config: TrainConfig, **kwargs) -> None:
+            start = time.perf_counter()
+            trainers[name] = FullGraphTrainer(config, ctx, **kwargs)
+            startup[name] = time.perf_counter() - start
+
         for mode in modes:  # one calibration for all, so that the predictions compare
             cost = next(iter(trainers.values())).cost if trainers else None
-            trainers[mode] = FullGraphTrainer(_config(args, mode="full-graph", dependencies=mode, epochs=args.epochs,
-                                                      eval_every=0), ctx, cost=cost)
+            build(mode, _config(args, mode="full-graph", dependencies=mode, epochs=args.epochs, eval_every=0), cost=cost)
         if args.candidates:
             first = next(iter(trainers.values()))
             for name in candidate_plans(args.layers):
                 if name not in trainers:
-                    trainers[name] = FullGraphTrainer(first.config, ctx, cost=first.cost, plan=name)
+                    build(name, first.config, cost=first.cost, plan=name)
         modes = list(trainers)
         times: dict[str, list[float]] = {mode: [] for mode in modes}
         last: dict[str, dict[str, Any]] = {}
@@ -94,8 +103,8 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, 
         shutdown_distributed(ctx)
     return [{"dependencies": mode, "plan": last[mode][PLAN],
              "epoch_s": statistics.median(times[mode][1:] or times[mode]), "epoch_times": times[mode],
-             "predicted_s": last[mode][PREDICTED_S], "exchanged_bytes": last[mode][EXCHANGED_BYTES],
-             "redundant_vertex_layers": last[mode][REDUNDANT], "cached_fraction": last[mode][CACHED_FRACTION]}
+             "predicted_s": last[mode][PREDICTED_S], "probed_s": last[mode][PROBED_S], "startup_s": startup[mode],
+             "exchanged_bytes": last[mode][EXCHANGED_BYTES], "redundant_vertex_layers": last[mode][REDUNDANT], "cached_fraction": last[mode][CACHED_FRACTION]}
             for mode in modes]
 
 
@@ -174,6 +183,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"full-graph epochs of {args.part_dir}, {args.model} {args.layers} layers hidden {args.hidden}, "
           f"median of epochs 2..{args.epochs}, modes interleaved:\n")
     print(_table(rows))
+    for r in rows:
+        if r["probed_s"]:
+            probed = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in r["probed_s"].items())
+            print(f"\n{r['dependencies']} probed one pass of each plan predicted within {PROBE_BAND:.0%} of the "
+                  f"fastest: {probed}; it trains {r['plan']} (start-up {r['startup_s']:.1f} s with the probe)")
     results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows}
     if args.compare_minibatch:
         comparison = compare_minibatch(args, modes[-1])

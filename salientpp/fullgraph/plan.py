@@ -26,9 +26,10 @@ backward), ``x_l`` the seconds to move one row of width d_l forward and its grad
 ``new_l(u)`` the vertices among u and its neighbours that level l-1 needs for u alone (beyond
 the owned vertices and their neighbours, which it needs anyway). Each must come from somewhere:
 communicated, or recomputed (estimated at the mean degree); features (l-1 = 0) cost nothing per
-epoch. :func:`plan_dependencies` builds a plan; the trainer then keeps whichever of
-:func:`candidate_plans` (per vertex, pure, or split by level) predicts the shortest epoch, so
-hybrid falls back to a pure or per-level plan where one wins.
+epoch. :func:`plan_dependencies` builds a plan. The per-vertex rule misses what whole plans share (an
+all-to-all's fixed cost, saved only where a level exchanges nothing), so the trainer predicts
+the epoch of every plan of :func:`candidate_plans` (per vertex, pure, or split by level), times
+one pass of each predicted close to the fastest, and trains the fastest it timed.
 """
 from __future__ import annotations
 
@@ -102,6 +103,10 @@ class DependencyPlan:
     @property
     def num_layers(self) -> int:
         return len(self.fetched)
+
+    def same_sets(self, other: "DependencyPlan") -> bool:
+        """Whether ``other`` computes and fetches the same vertices at every level."""
+        return all(np.array_equal(a, b) for a, b in zip(self.computed + self.fetched, other.computed + other.fetched))
 
     def cached(self, level: int) -> np.ndarray:
         """Remote vertices whose ``h^level`` this rank computes itself."""
@@ -199,12 +204,16 @@ def plan_dependencies(rowptr: np.ndarray, col: np.ndarray, lo: int, hi: int, tar
     return DependencyPlan(lo, hi, tuple(computed), tuple(fetched), degree)
 
 
+# The name of the candidate plan that decides per vertex at every level (the rule above).
+PER_VERTEX = "per-vertex"
+
+
 def candidate_plans(num_layers: int) -> dict[str, list[Dependencies]]:
-    """The per-level modes ``hybrid`` chooses from, by name: ``hybrid`` (per vertex at every
-    level), ``cache``, ``communicate``, and ``cache-l1,l2`` for every other set of hidden levels
-    cached whole (the rest communicated)."""
+    """The per-level modes ``hybrid`` chooses from, by name: :data:`PER_VERTEX` (the rule at
+    every level), ``cache``, ``communicate``, and ``cache-l1,l2`` for every other set of hidden
+    levels cached whole (the rest communicated)."""
     hidden = range(1, num_layers)
-    plans = {Dependencies.HYBRID.value: [Dependencies.HYBRID] * len(hidden),
+    plans = {PER_VERTEX: [Dependencies.HYBRID] * len(hidden),
              Dependencies.CACHE.value: [Dependencies.CACHE] * len(hidden),
              Dependencies.COMMUNICATE.value: [Dependencies.COMMUNICATE] * len(hidden)}
     for mask in range(1, (1 << len(hidden)) - 1):

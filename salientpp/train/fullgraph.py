@@ -23,7 +23,7 @@ from ..distributed.health import Health, Stage, agree
 from ..distributed.threads import ThreadBudget
 from ..errors import InputError
 from ..fullgraph import CostModel, Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
-from ..fullgraph.plan import candidate_plans
+from ..fullgraph.plan import DependencyPlan, candidate_plans
 from ..models.factory import build_model
 from .config import TrainConfig
 from .evaluation import LAYERWISE, Evaluator
@@ -32,25 +32,25 @@ from .state import METRIC_SUMS, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
 from .tasks import task_of
 
 # Keys of the "full_graph" entry of an epoch's record.
-DEPENDENCIES, PLAN, PREDICTED_S, REDUNDANT, CACHED_FRACTION, EXCHANGED_BYTES = (
-    "dependencies", "plan", "predicted_epoch_s", "redundant_vertex_layers", "cached_fraction", "exchanged_bytes")
+DEPENDENCIES, PLAN, PREDICTED_S, PROBED_S, REDUNDANT, CACHED_FRACTION, EXCHANGED_BYTES = (
+    "dependencies", "plan", "predicted_epoch_s", "probed_s", "redundant_vertex_layers", "cached_fraction",
+    "exchanged_bytes")
 FULL_GRAPH_KEY = "full_graph"
 # Stage-time keys of a full-graph epoch.
 FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
 
 
-# A mixed plan (per vertex or by level) must be predicted this much faster than the faster pure
-# plan to be chosen: the predictions of plans that differ little were off by more than 10% on
-# this project's machine (docs/full-graph.md, "Benchmarks"), the pure plans' ranking never.
-MIXED_MARGIN = 0.10
+# hybrid times every candidate plan predicted within this fraction of the fastest prediction:
+# the predictions of two plans on one graph were off from each other by up to 15% on this
+# project's machine (docs/full-graph.md, "Benchmarks"), more than many plans differ.
+PROBE_BAND = 0.15
 
 
-def choose_plan(predictions: dict[str, float]) -> str:
-    """The name of the plan ``hybrid`` trains, from every candidate's predicted epoch seconds:
-    the faster pure plan, unless a mixed one is predicted :data:`MIXED_MARGIN` faster still."""
-    pure = min((Dependencies.CACHE.value, Dependencies.COMMUNICATE.value), key=predictions.__getitem__)
-    mixed = min((name for name in predictions if name != pure), key=predictions.__getitem__)
-    return mixed if predictions[mixed] < (1 - MIXED_MARGIN) * predictions[pure] else pure
+def shortlist(predictions: dict[str, float]) -> list[str]:
+    """The plans ``hybrid`` probes, fastest prediction first: those predicted within
+    :data:`PROBE_BAND` of the fastest (one name: no probe is needed)."""
+    best = min(predictions.values())
+    return sorted((name for name, s in predictions.items() if s <= (1 + PROBE_BAND) * best), key=predictions.__getitem__)
 
 
 class FullGraphTrainer(Trainer):
@@ -58,14 +58,18 @@ class FullGraphTrainer(Trainer):
 
     Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
     is given: trainers compared side by side share one), plan, and fetch their remote features.
-    Rank 0 prints the predicted epoch time of each dependency mode. ``plan`` names a candidate of
+    ``hybrid`` then times one forward and backward pass of each plan of :func:`shortlist` (a
+    probe: the weights and the optimizer are left as they were) and trains the fastest. Rank 0
+    prints the predicted epoch time of each candidate plan, and the probe's times. ``plan`` names a candidate of
     :func:`~salientpp.fullgraph.plan.candidate_plans` to train instead of the one
     ``config.dependencies`` gives (``bench fullgraph --candidates``).
 
     Attributes:
         predictions: predicted seconds per epoch of every plan of
             :func:`~salientpp.fullgraph.plan.candidate_plans`, by name.
-        chosen: the name of the plan trained with (``hybrid`` trains the one predicted fastest).
+        chosen: the name of the plan trained with.
+        probed: seconds of one forward and backward pass (the slowest rank's) of each plan
+            ``hybrid`` probed, by name; empty where it did not probe.
     """
 
     def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
@@ -99,13 +103,15 @@ class FullGraphTrainer(Trainer):
                                          self.train_ids, config.layers, modes, self.cost, dims)
                  for name, modes in candidate_plans(config.layers).items()}
         self.predictions = {name: predicted_epoch_s(ctx, plan, self.cost, dims) for name, plan in plans.items()}
-        self.chosen = config.dependencies
+        self.chosen, self.probed = config.dependencies, {}
         if plan is not None:
             if plan not in plans:
                 raise InputError(f"unknown plan {plan!r} for {config.layers} layers; choose one of {', '.join(plans)}")
             self.chosen = plan
         elif config.dependencies == Dependencies.HYBRID.value:
-            self.chosen = choose_plan(self.predictions)
+            names = self._distinct(shortlist(self.predictions), plans)
+            self.probed = self._probe({name: plans[name] for name in names}) if len(names) > 1 else {}
+            self.chosen = min(self.probed, key=self.probed.__getitem__) if self.probed else names[0]
         self.plan = plans[self.chosen]
         self.engine = FullGraphEngine(ctx, graph, self.plan)
         self.cache_info = {"policy": "none", "plan": None, "source": "full-graph", "cached_rows": 0,
@@ -115,10 +121,43 @@ class FullGraphTrainer(Trainer):
         if ctx.rank == 0 and config.progress:
             print(self.describe(), flush=True)
 
+    def _distinct(self, names: list[str], plans: dict[str, DependencyPlan]) -> list[str]:
+        """``names`` without the plans that are, on every rank, an earlier one's (a collective):
+        the per-vertex plan that caches nothing is ``communicate``."""
+        repeats = torch.tensor([any(plans[name].same_sets(plans[earlier]) for earlier in names[:i])
+                                for i, name in enumerate(names)], dtype=torch.int64)
+        if self.ctx.distributed:
+            repeats = repeats.to(self.ctx.comm_device)
+            dist.all_reduce(repeats, op=dist.ReduceOp.MIN)
+        return [name for name, repeat in zip(names, repeats.cpu().tolist()) if not repeat]
+
+    def _probe(self, plans: dict[str, DependencyPlan]) -> dict[str, float]:
+        """Seconds of one forward and backward pass of each plan, the slowest rank's (a
+        collective). An untimed pass of the first plan warms up; each plan's engine is built,
+        timed and dropped in turn. The gradients are discarded: training starts as without it."""
+        from ..cache.accesses import loader_seed
+
+        seed = loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=0)
+        targets = self.task.targets(self.train_labels).to(self.ctx.device)
+        self.model.train()
+        seconds = {}
+        for i, (name, plan) in enumerate(plans.items()):
+            engine = FullGraphEngine(self.ctx, self.graph, plan)
+            for _ in range(2 if i == 0 else 1):
+                start = time.perf_counter()
+                out = engine.forward(self.model, seed)
+                (self.task.loss(out, targets) if out.shape[0] else out.sum()).backward()
+                self.model.zero_grad(set_to_none=True)
+                seconds[name] = self._max(time.perf_counter() - start)
+        return seconds
+
     def describe(self) -> str:
-        """One line: the mode, the plan it chose and every mode's predicted epoch time."""
+        """One line: the mode, the plan it chose, every candidate's predicted epoch time and the
+        probe's measured passes."""
         predicted = ", ".join(f"{mode} {seconds:.3f} s" for mode, seconds in self.predictions.items())
         plan = "" if self.chosen == self.config.dependencies else f" (plan: {self.chosen})"
+        if self.probed:
+            predicted += "; probed " + ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.probed.items())
         return (f"full-graph training, dependencies {self.config.dependencies}{plan}: predicted epoch {predicted}; "
                 f"{self._redundant:,.0f} remote vertex-layers recomputed ({self.cached_fraction:.0%} of the remote hidden rows), "
                 f"{self.engine.startup.received:,} remote feature rows fetched at start-up")
@@ -155,7 +194,8 @@ class FullGraphTrainer(Trainer):
     def train_epoch(self, epoch: int, first_step: int = 0, sums=None, state=None) -> dict[str, Any]:
         """One full-graph gradient step; the record of a minibatch epoch (one step) plus
         :data:`FULL_GRAPH_KEY`: the dependency mode, the plan, the predicted epoch time, the
-        remote vertex-layers recomputed and the bytes exchanged per epoch (all ranks)."""
+        probe's seconds per plan (:attr:`probed`), the remote vertex-layers recomputed and the
+        bytes exchanged per epoch (all ranks)."""
         from ..cache.accesses import loader_seed
 
         self.health.enter(Stage.TRAIN, epoch, 0)
@@ -191,7 +231,8 @@ class FullGraphTrainer(Trainer):
                               Stage.TRAIN.value: train_s, TRAIN_CPU: time.process_time() - cpu_start},
                   "comm": comm.as_dict(),
                   FULL_GRAPH_KEY: {DEPENDENCIES: self.config.dependencies, PLAN: self.chosen,
-                                   PREDICTED_S: self.predictions[self.chosen], REDUNDANT: self._redundant,
+                                   PREDICTED_S: self.predictions[self.chosen], PROBED_S: self.probed,
+                                   REDUNDANT: self._redundant,
                                    CACHED_FRACTION: self.cached_fraction,
                                    EXCHANGED_BYTES: comm.bytes_received}}
         if self.task.decomposable:
