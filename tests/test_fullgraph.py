@@ -303,7 +303,9 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
     out = tmp_path / "fg.json"
     assert main(["bench", "fullgraph", str(parts / "p2"), "--epochs", "2", "--hidden", str(HIDDEN), "--layers",
                  str(LAYERS), "--candidates", "--json", str(out)]) == 0
-    rows = {r["dependencies"]: r for r in json.loads(out.read_text())["modes"]}
+    results = json.loads(out.read_text())
+    rows = {r["dependencies"]: r for r in results["modes"]}
+    assert results["calibration"]["byte_s"] > 0 and len(results["calibration"]["row_s"]) == LAYERS
     # the three modes, the per-vertex plan and every split by level
     assert set(rows) == set(candidate_plans(LAYERS)) | {Dependencies.HYBRID.value}
     for name in rows:  # a split by level recomputes and exchanges between the pure extremes
@@ -335,6 +337,19 @@ def test_hybrid_probes_only_the_plans_predicted_within_the_band_of_the_fastest()
     predictions = {"cache": 1.0, "communicate": 1.0 + PROBE_BAND / 2, PER_VERTEX: 1.0 + 2 * PROBE_BAND, "cache-1": 0.99}
     assert shortlist(predictions) == ["cache-1", "cache", "communicate"]  # fastest prediction first
     assert shortlist({"cache": 1.0, "communicate": 1.0 + 2 * PROBE_BAND, PER_VERTEX: 1.5}) == ["cache"]
+    # a per-vertex plan that caches nothing is communicate, predicted alike: the pure name comes first
+    assert shortlist({"cache": 2.0, PER_VERTEX: 1.0, "communicate": 1.0}) == ["communicate", PER_VERTEX]
+
+
+def test_hybrid_leaves_the_plan_predicted_fastest_only_for_one_probed_clearly_faster():
+    from salientpp.train.fullgraph import PROBE_MARGIN, choose_plan
+
+    names = ["communicate", "cache-1", "cache"]  # fastest prediction first
+    assert choose_plan(names[:1], {}) == "communicate"  # nothing probed
+    slightly = 1.0 - PROBE_MARGIN / 2
+    assert choose_plan(names, {"communicate": 1.0, "cache-1": slightly, "cache": 1.2}) == "communicate"
+    clearly = 1.0 - 2 * PROBE_MARGIN
+    assert choose_plan(names, {"communicate": 1.0, "cache-1": clearly, "cache": clearly * 0.99}) == "cache"
 
 
 def _probe_worker(part_dir: str) -> tuple[dict[str, float], str, list[float], list[float]]:
@@ -343,7 +358,7 @@ def _probe_worker(part_dir: str) -> tuple[dict[str, float], str, list[float], li
     import salientpp.train.fullgraph as fullgraph
 
     ctx = init_distributed("cpu", timeout_s=120)
-    fullgraph.PROBE_BAND = float("inf")
+    fullgraph.PROBE_BAND, fullgraph.PROBE_MARGIN = float("inf"), 0.0  # probe every plan, train the fastest
     config = TrainConfig(part_dir, dependencies="hybrid", **OPTIONS).validate()
     hybrid = FullGraphTrainer(config, ctx)
     direct = FullGraphTrainer(config, ctx, cost=hybrid.cost, plan=hybrid.chosen)

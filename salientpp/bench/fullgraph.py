@@ -9,7 +9,7 @@ first, the plan trained (``hybrid``'s choice, after its probe), the cost model's
 time, the bytes all ranks received per epoch (rows forward, gradients back), and the remote
 vertex-layers recomputed (work their owners also do). The last column is each time over the
 faster pure mode. The JSON adds each trainer's start-up seconds (the first one's include the
-calibration; ``hybrid``'s its probe) and the probe's seconds per plan.
+calibration; ``hybrid``'s its probe), the probe's seconds per plan, and the calibration.
 
 ``--compare-minibatch N`` also trains N full-graph epochs (the last mode given) and
 ``--minibatch-epochs`` minibatch ones (``--fanouts``, ``--batch-size``), evaluating after every
@@ -19,6 +19,7 @@ accuracy both reach (the smaller of their best, less 0.01).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -69,10 +70,11 @@ def _config(args: argparse.Namespace, **options) -> TrainConfig:
                        weight_decay=args.weight_decay, progress=False, **options).validate()
 
 
-def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, Any]]:
+def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One rank of the comparison: a trainer per mode (and with ``--candidates`` per further
     candidate plan) in one process group, their epochs interleaved (the order rotates every
-    epoch), so every one runs under the same conditions."""
+    epoch), so every one runs under the same conditions. Returns the rows and the calibrated
+    :class:`~salientpp.fullgraph.CostModel` as a dict."""
     ctx = init_distributed("cpu", timeout_s=600.0)
     try:
         trainers: dict[str, FullGraphTrainer] = {}
@@ -101,11 +103,13 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> list[dict[str, 
                 last[mode] = record[FULL_GRAPH_KEY]
     finally:
         shutdown_distributed(ctx)
-    return [{"dependencies": mode, "plan": last[mode][PLAN],
+    rows = [{"dependencies": mode, "plan": last[mode][PLAN],
              "epoch_s": statistics.median(times[mode][1:] or times[mode]), "epoch_times": times[mode],
              "predicted_s": last[mode][PREDICTED_S], "probed_s": last[mode][PROBED_S], "startup_s": startup[mode],
-             "exchanged_bytes": last[mode][EXCHANGED_BYTES], "redundant_vertex_layers": last[mode][REDUNDANT], "cached_fraction": last[mode][CACHED_FRACTION]}
+             "exchanged_bytes": last[mode][EXCHANGED_BYTES], "redundant_vertex_layers": last[mode][REDUNDANT],
+             "cached_fraction": last[mode][CACHED_FRACTION]}
             for mode in modes]
+    return rows, dataclasses.asdict(trainers[modes[0]].cost)
 
 
 def _to_target(history: list[dict[str, Any]], target: float) -> tuple[int, float]:
@@ -179,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
     config = _config(args, mode="full-graph", dependencies=Dependencies.CACHE.value, epochs=args.epochs)
     data = load_partitioned(args.part_dir, verify=False, check=False)
     check_train_memory(config, data, data.num_parts)
-    rows = launch(_side_by_side, (args, modes), data.num_parts)[0]
+    rows, cost = launch(_side_by_side, (args, modes), data.num_parts)[0]
     print(f"full-graph epochs of {args.part_dir}, {args.model} {args.layers} layers hidden {args.hidden}, "
           f"median of epochs 2..{args.epochs}, modes interleaved:\n")
     print(_table(rows))
@@ -188,7 +192,7 @@ def main(args: argparse.Namespace) -> int:
             probed = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in r["probed_s"].items())
             print(f"\n{r['dependencies']} probed one pass of each plan predicted within {PROBE_BAND:.0%} of the "
                   f"fastest: {probed}; it trains {r['plan']} (start-up {r['startup_s']:.1f} s with the probe)")
-    results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows}
+    results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows, "calibration": cost}
     if args.compare_minibatch:
         comparison = compare_minibatch(args, modes[-1])
         results["minibatch_comparison"] = comparison

@@ -86,7 +86,8 @@ class TrainConfig:
             sampling, batch, cache and pipeline options do not apply, and evaluation is layer-wise).
         dependencies: ``full-graph``: how a rank gets the hidden embeddings of remote vertices:
             ``cache`` (recompute them), ``communicate`` (exchange them every layer) or ``hybrid``
-            (per vertex, by a cost model calibrated on this machine).
+            (per vertex or per level, by a cost model calibrated on this machine; the plans it
+            predicts close to the fastest are timed once at start-up and the fastest is trained).
         model: ``sage``, ``gat``, ``gin`` or a factory ``PKG.MODULE:FUNCTION`` called as
             ``FUNCTION(in_dim, hidden, out_dim, num_layers)`` (see :mod:`salientpp.models.factory`);
             hidden: hidden width; layers: number of layers.

@@ -44,13 +44,29 @@ FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
 # the predictions of two plans on one graph were off from each other by up to 15% on this
 # project's machine (docs/full-graph.md, "Benchmarks"), more than many plans differ.
 PROBE_BAND = 0.15
+# ... and trains the fastest plan it timed only if that is this much faster than the plan
+# predicted fastest: one pass of a plan varied by a few per cent between runs, and the goal
+# tolerates 5% ("never more than 5% slower than the faster pure plan").
+PROBE_MARGIN = 0.05
+
+
+def choose_plan(names: list[str], probed: dict[str, float]) -> str:
+    """The plan ``hybrid`` trains: of ``names`` (:func:`shortlist`'s order), the fastest one the
+    probe timed if it was :data:`PROBE_MARGIN` faster than the first, else the first."""
+    if not probed:
+        return names[0]
+    fastest = min(probed, key=probed.__getitem__)
+    return fastest if probed[fastest] < (1 - PROBE_MARGIN) * probed[names[0]] else names[0]
 
 
 def shortlist(predictions: dict[str, float]) -> list[str]:
-    """The plans ``hybrid`` probes, fastest prediction first: those predicted within
+    """The plans ``hybrid`` probes, fastest prediction first (a pure plan first among equal
+    predictions, so that it names a plan equal to it): those predicted within
     :data:`PROBE_BAND` of the fastest (one name: no probe is needed)."""
     best = min(predictions.values())
-    return sorted((name for name, s in predictions.items() if s <= (1 + PROBE_BAND) * best), key=predictions.__getitem__)
+    pure = (Dependencies.CACHE.value, Dependencies.COMMUNICATE.value)
+    return sorted((name for name, s in predictions.items() if s <= (1 + PROBE_BAND) * best),
+                  key=lambda name: (predictions[name], name not in pure))
 
 
 class FullGraphTrainer(Trainer):
@@ -59,7 +75,8 @@ class FullGraphTrainer(Trainer):
     Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
     is given: trainers compared side by side share one), plan, and fetch their remote features.
     ``hybrid`` then times one forward and backward pass of each plan of :func:`shortlist` (a
-    probe: the weights and the optimizer are left as they were) and trains the fastest. Rank 0
+    probe: the weights and the optimizer are left as they were) and trains the one
+    :func:`choose_plan` picks. Rank 0
     prints the predicted epoch time of each candidate plan, and the probe's times. ``plan`` names a candidate of
     :func:`~salientpp.fullgraph.plan.candidate_plans` to train instead of the one
     ``config.dependencies`` gives (``bench fullgraph --candidates``).
@@ -111,7 +128,7 @@ class FullGraphTrainer(Trainer):
         elif config.dependencies == Dependencies.HYBRID.value:
             names = self._distinct(shortlist(self.predictions), plans)
             self.probed = self._probe({name: plans[name] for name in names}) if len(names) > 1 else {}
-            self.chosen = min(self.probed, key=self.probed.__getitem__) if self.probed else names[0]
+            self.chosen = choose_plan(names, self.probed)
         self.plan = plans[self.chosen]
         self.engine = FullGraphEngine(ctx, graph, self.plan)
         self.cache_info = {"policy": "none", "plan": None, "source": "full-graph", "cached_rows": 0,
