@@ -305,7 +305,10 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
                  str(LAYERS), "--candidates", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     rows = {r["dependencies"]: r for r in results["modes"]}
-    assert results["calibration"]["byte_s"] > 0 and len(results["calibration"]["row_s"]) == LAYERS
+    calibration = results["calibration"]  # the CostModel every trainer planned with, per layer where it is
+    assert len(calibration["row_s"]) == len(calibration["edge_s"]) == LAYERS
+    assert all(r >= 0 and e >= 0 and r + e > 0 for r, e in zip(calibration["row_s"], calibration["edge_s"]))
+    assert calibration["byte_s"] >= 0 and calibration["exchange_s"] >= 0
     # the three modes, the per-vertex plan and every split by level
     assert set(rows) == set(candidate_plans(LAYERS)) | {Dependencies.HYBRID.value}
     for name in rows:  # a split by level recomputes and exchanges between the pure extremes

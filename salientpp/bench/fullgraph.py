@@ -34,7 +34,7 @@ from ..distributed import init_distributed, launch, shutdown_distributed
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
 from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY, PLAN, PREDICTED_S, PROBED_S,
-                               PROBE_BAND, REDUNDANT, FullGraphTrainer)
+                               PROBE_BAND, PROBE_PASSES, REDUNDANT, FullGraphTrainer)
 from ..train.run import check_train_memory
 from ..train.state import VALID_METRIC
 
@@ -87,7 +87,8 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict
 
         for mode in modes:  # one calibration for all, so that the predictions compare
             cost = next(iter(trainers.values())).cost if trainers else None
-            build(mode, _config(args, mode="full-graph", dependencies=mode, epochs=args.epochs, eval_every=0), cost=cost)
+            config = _config(args, mode="full-graph", dependencies=mode, epochs=args.epochs, eval_every=0)
+            build(mode, config, cost=cost)
         if args.candidates:
             first = next(iter(trainers.values()))
             for name in candidate_plans(args.layers):
@@ -189,9 +190,10 @@ def main(args: argparse.Namespace) -> int:
     print(_table(rows))
     for r in rows:
         if r["probed_s"]:
-            probed = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in r["probed_s"].items())
-            print(f"\n{r['dependencies']} probed one pass of each plan predicted within {PROBE_BAND:.0%} of the "
-                  f"fastest: {probed}; it trains {r['plan']} (start-up {r['startup_s']:.1f} s with the probe)")
+            probed = ", ".join(f"{name} {seconds:.4f} s" for name, seconds in r["probed_s"].items())
+            print(f"\n{r['dependencies']} probed each plan predicted within {PROBE_BAND:.0%} of the fastest (the "
+                  f"fastest of {PROBE_PASSES} passes): {probed}; it trains {r['plan']} "
+                  f"(start-up {r['startup_s']:.1f} s with the probe)")
     results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows, "calibration": cost}
     if args.compare_minibatch:
         comparison = compare_minibatch(args, modes[-1])
