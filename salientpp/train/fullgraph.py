@@ -46,7 +46,7 @@ FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
 # differ.
 PROBE_BAND = 0.30
 # ... and trains the fastest plan it timed only if that is this much faster than the plan
-# predicted fastest: one pass of a plan varied by a few per cent between runs, and the goal
+# predicted fastest: the probe does not tell closer plans apart on this machine, and the goal
 # tolerates 5% ("never more than 5% slower than the faster pure plan").
 PROBE_MARGIN = 0.05
 # Timed passes per probed plan, the faster counts: on this machine one epoch in four was more
@@ -79,10 +79,10 @@ class FullGraphTrainer(Trainer):
 
     Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
     is given: trainers compared side by side share one), plan, and fetch their remote features.
-    ``hybrid`` then times one forward and backward pass of each plan of :func:`shortlist` (a
+    ``hybrid`` then times forward and backward passes of each plan of :func:`shortlist` (a
     probe: the weights and the optimizer are left as they were) and trains the one
-    :func:`choose_plan` picks. Rank 0
-    prints the predicted epoch time of each candidate plan, and the probe's times. ``plan`` names a candidate of
+    :func:`choose_plan` picks. Rank 0 prints the predicted epoch time of each candidate plan and
+    the probe's times. ``plan`` names a candidate of
     :func:`~salientpp.fullgraph.plan.candidate_plans` to train instead of the one
     ``config.dependencies`` gives (``bench fullgraph --candidates``).
 
@@ -90,8 +90,8 @@ class FullGraphTrainer(Trainer):
         predictions: predicted seconds per epoch of every plan of
             :func:`~salientpp.fullgraph.plan.candidate_plans`, by name.
         chosen: the name of the plan trained with.
-        probed: seconds of one forward and backward pass (the slowest rank's) of each plan
-            ``hybrid`` probed, by name; empty where it did not probe.
+        probed: seconds of one forward and backward pass (the slowest rank's, the fastest of
+            :data:`PROBE_PASSES`) of each plan ``hybrid`` probed, by name; empty where it did not.
     """
 
     def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
@@ -155,9 +155,9 @@ class FullGraphTrainer(Trainer):
 
     def _probe(self, plans: dict[str, DependencyPlan]) -> dict[str, float]:
         """Seconds of one forward and backward pass of each plan: the slowest rank's, the fastest
-        of :data:`PROBE_PASSES` (a collective). An untimed pass of the first plan warms up; each plan's
-        engine is built, timed and dropped in turn. The gradients are discarded: training starts
-        as without the probe."""
+        of :data:`PROBE_PASSES` (a collective). An untimed pass of the first plan warms up; each
+        plan's engine is built, timed and dropped in turn. The gradients are discarded: training
+        starts as without the probe."""
         from ..cache.accesses import loader_seed
 
         seed = loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=0)
