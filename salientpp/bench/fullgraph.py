@@ -34,7 +34,8 @@ from ..distributed import init_distributed, launch, shutdown_distributed
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
 from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY, PLAN, PREDICTED_S, PROBED_S,
-                               PROBE_BAND, PROBE_PASSES, REDUNDANT, FullGraphTrainer)
+                               PROBE_BAND, PROBE_PASSES, REDUNDANT, FullGraphTrainer,
+                               probe_times)
 from ..train.run import check_train_memory
 from ..train.state import VALID_METRIC
 
@@ -190,9 +191,8 @@ def main(args: argparse.Namespace) -> int:
     print(_table(rows))
     for r in rows:
         if r["probed_s"]:
-            probed = ", ".join(f"{name} {seconds:.4f} s" for name, seconds in r["probed_s"].items())
             print(f"\n{r['dependencies']} probed each plan predicted within {PROBE_BAND:.0%} of the fastest (the "
-                  f"fastest of {PROBE_PASSES} passes): {probed}; it trains {r['plan']} "
+                  f"fastest of {PROBE_PASSES} passes): {probe_times(r['probed_s'])}; it trains {r['plan']} "
                   f"(start-up {r['startup_s']:.1f} s with the probe)")
     results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows, "calibration": cost}
     if args.compare_minibatch:

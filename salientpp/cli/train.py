@@ -42,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         f"batches, cache or pipeline; layer-wise evaluation; default {_default('mode')})")
     p.add_argument("--dependencies", choices=[d.value for d in Dependencies],
                    help="--mode full-graph: recompute remote vertices' hidden rows (cache), exchange them every "
-                        "layer (communicate), or choose per vertex or level by a cost model calibrated on this machine, "
-                        "timing the plans it predicts close to the fastest once at start-up "
+                        "layer (communicate), or choose per vertex or level by a cost model calibrated on this "
+                        "machine, timing the plans it predicts close to the fastest once at start-up "
                         f"(default {_default('dependencies')})")
     p.add_argument("--model", metavar="sage|gat|gin|gcn|PKG.MODULE:FUNCTION",
                    help=f"a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "

@@ -26,10 +26,11 @@ backward), ``x_l`` the seconds to move one row of width d_l forward and its grad
 ``new_l(u)`` the vertices among u and its neighbours that level l-1 needs for u alone (beyond
 the owned vertices and their neighbours, which it needs anyway). Each must come from somewhere:
 communicated, or recomputed (estimated at the mean degree); features (l-1 = 0) cost nothing per
-epoch. :func:`plan_dependencies` builds a plan. The per-vertex rule misses what whole plans share (an
-all-to-all's fixed cost, saved only where a level exchanges nothing), so the trainer predicts
-the epoch of every plan of :func:`candidate_plans` (per vertex, pure, or split by level), times
-one pass of each predicted close to the fastest, and trains the fastest it timed.
+epoch. :func:`plan_dependencies` builds a plan. The per-vertex rule misses what whole plans
+share (an all-to-all's fixed cost, saved only where a level exchanges nothing), so the trainer
+predicts the epoch of every plan of :func:`candidate_plans` (per vertex, pure, or split by
+level) and probes the plans predicted close to the fastest
+(:class:`~salientpp.train.fullgraph.FullGraphTrainer`).
 """
 from __future__ import annotations
 

@@ -87,7 +87,8 @@ class TrainConfig:
         dependencies: ``full-graph``: how a rank gets the hidden embeddings of remote vertices:
             ``cache`` (recompute them), ``communicate`` (exchange them every layer) or ``hybrid``
             (per vertex or per level, by a cost model calibrated on this machine; the plans it
-            predicts close to the fastest are timed once at start-up and the fastest is trained).
+            predicts close to the fastest are timed at start-up, and one timed clearly faster
+            than the predicted fastest replaces it).
         model: ``sage``, ``gat``, ``gin`` or a factory ``PKG.MODULE:FUNCTION`` called as
             ``FUNCTION(in_dim, hidden, out_dim, num_layers)`` (see :mod:`salientpp.models.factory`);
             hidden: hidden width; layers: number of layers.

@@ -74,6 +74,11 @@ def shortlist(predictions: dict[str, float]) -> list[str]:
                   key=lambda name: (predictions[name], name not in pure))
 
 
+def probe_times(probed: dict[str, float]) -> str:
+    """The probe's seconds per plan, as printed: ``"cache 0.0225 s, communicate 0.0257 s"``."""
+    return ", ".join(f"{name} {seconds:.4f} s" for name, seconds in probed.items())
+
+
 class FullGraphTrainer(Trainer):
     """The full-graph counterpart of :class:`~salientpp.train.loop.Trainer` (same ``fit``).
 
@@ -112,7 +117,8 @@ class FullGraphTrainer(Trainer):
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.evaluator = Evaluator(graph, self.model, self.task, LAYERWISE, None, config.eval_batch_size)
         self.train_ids = graph.split("train")
-        self.train_labels = graph.labels(torch.from_numpy(np.array(self.train_ids)))
+        # the loss targets of this rank's training vertices, in the order the engine outputs them
+        self.train_targets = self.task.targets(graph.labels(torch.from_numpy(np.array(self.train_ids)))).to(ctx.device)
         total = torch.tensor([self.train_ids.shape[0]], dtype=torch.int64)
         if ctx.distributed:
             total = total.to(ctx.comm_device)
@@ -158,10 +164,6 @@ class FullGraphTrainer(Trainer):
         of :data:`PROBE_PASSES` (a collective). An untimed pass of the first plan warms up; each
         plan's engine is built, timed and dropped in turn. The gradients are discarded: training
         starts as without the probe."""
-        from ..cache.accesses import loader_seed
-
-        seed = loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=0)
-        targets = self.task.targets(self.train_labels).to(self.ctx.device)
         self.model.train()
         seconds = {}
         for i, (name, plan) in enumerate(plans.items()):
@@ -169,12 +171,23 @@ class FullGraphTrainer(Trainer):
             times = []
             for _ in range(PROBE_PASSES + (i == 0)):
                 start = time.perf_counter()
-                out = engine.forward(self.model, seed)
-                (self.task.loss(out, targets) if out.shape[0] else out.sum()).backward()
+                self._loss(engine.forward(self.model, self._dropout_seed(0))).backward()
                 self.model.zero_grad(set_to_none=True)
                 times.append(self._max(time.perf_counter() - start))
             seconds[name] = min(times[-PROBE_PASSES:])
         return seconds
+
+    def _dropout_seed(self, epoch: int) -> int:
+        """The seed of epoch ``epoch``'s dropout masks (the engine keys them by layer and vertex)."""
+        from ..cache.accesses import loader_seed
+
+        return loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=epoch)
+
+    def _loss(self, out: torch.Tensor) -> torch.Tensor:
+        """This rank's share of the mean loss over every rank's training vertices, from ``out``
+        (``[n_k, out_dim]``, the engine's outputs); a zero that keeps the graph where n_k = 0."""
+        local = out.shape[0]
+        return self.task.loss(out, self.train_targets) * (local / self.num_train) if local else out.sum() * 0.0
 
     def describe(self) -> str:
         """One line: the mode, the plan it chose, every candidate's predicted epoch time and the
@@ -182,7 +195,7 @@ class FullGraphTrainer(Trainer):
         predicted = ", ".join(f"{mode} {seconds:.3f} s" for mode, seconds in self.predictions.items())
         plan = "" if self.chosen == self.config.dependencies else f" (plan: {self.chosen})"
         if self.probed:
-            predicted += "; probed " + ", ".join(f"{name} {seconds:.4f} s" for name, seconds in self.probed.items())
+            predicted += "; probed " + probe_times(self.probed)
         return (f"full-graph training, dependencies {self.config.dependencies}{plan}: predicted epoch {predicted}; "
                 f"{self._redundant:,.0f} remote vertex-layers recomputed ({self.cached_fraction:.0%} of the remote hidden rows), "
                 f"{self.engine.startup.received:,} remote feature rows fetched at start-up")
@@ -221,19 +234,15 @@ class FullGraphTrainer(Trainer):
         :data:`FULL_GRAPH_KEY`: the dependency mode, the plan, the predicted epoch time, the
         probe's seconds per plan (:attr:`probed`), the remote vertex-layers recomputed and the
         bytes exchanged per epoch (all ranks)."""
-        from ..cache.accesses import loader_seed
-
         self.health.enter(Stage.TRAIN, epoch, 0)
         self._phase, self._epoch = "", epoch
         self.model.train()
         self.engine.reset_stats()
         start, cpu_start = time.perf_counter(), time.process_time()
-        seed = loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=epoch)
-        out = self.engine.forward(self.model, seed)
+        out = self.engine.forward(self.model, self._dropout_seed(epoch))
         forward_s = time.perf_counter() - start
-        targets = self.task.targets(self.train_labels).to(out.device)
         local = out.shape[0]
-        loss = self.task.loss(out, targets) * (local / self.num_train) if local else out.sum() * 0.0
+        loss = self._loss(out)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self._reduce_gradients()
@@ -242,7 +251,7 @@ class FullGraphTrainer(Trainer):
         values = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64)
         values[0] = float(loss.detach())
         if self.task.decomposable and local:
-            metric = self.task.metric_sums(out.detach(), targets).cpu()
+            metric = self.task.metric_sums(out.detach(), self.train_targets).cpu()
             values[1:1 + metric.shape[0]] = metric
         if self.ctx.distributed:
             values = values.to(self.ctx.comm_device)
