@@ -127,16 +127,23 @@ class _Clock:
         self.timings[stage], self._last = now - self._last, now
 
 
+def _assign(dataset: Dataset, num_parts: int, method: str, seed: int,
+            memory_budget: int | None) -> tuple[_Clock, np.ndarray, np.ndarray]:
+    """The clock after :data:`ASSIGN`, the balance weights and the partition of every vertex."""
+    clock = _Clock()
+    weights = balance_weights(dataset)
+    parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
+    clock.lap(ASSIGN)
+    return clock, weights, parts_of
+
+
 def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0,
               memory_budget: int | None = None) -> Partitioning:
     """Assign (:func:`assign_parts`), renumber (partition k = new ids ``[offsets[k],
     offsets[k+1])``, original order kept inside a partition), permute the graph and slice
     features, labels (rows of int64 ``[N]`` class ids or of ``[N, T]`` multi-label targets) and
     splits, all in memory (:func:`~salientpp.partition.assemble.assemble`)."""
-    clock = _Clock()
-    weights = balance_weights(dataset)
-    parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
-    clock.lap(ASSIGN)
+    clock, weights, parts_of = _assign(dataset, num_parts, method, seed, memory_budget)
     target = MemoryTarget()
     renumbering, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
     clock.lap(LAY_OUT)
@@ -158,10 +165,7 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     """
     check_output_dir(out_dir)
     check_options(dataset.num_nodes, num_parts, method, seed)
-    clock = _Clock()
-    weights = balance_weights(dataset)
-    parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
-    clock.lap(ASSIGN)
+    clock, weights, parts_of = _assign(dataset, num_parts, method, seed, memory_budget)
     with atomic_output_dir(out_dir) as tmp:
         target = DirectoryTarget(Path(tmp))
         _, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
