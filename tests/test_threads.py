@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from salientpp.cli import main as cli_main
+from salientpp import DistGraph, DistNeighborLoader
 from salientpp.distributed import init_distributed, launch
 from salientpp.distributed import threads
 from salientpp.distributed.threads import ThreadBudget, local_world_size, usable_cores
@@ -169,15 +170,28 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
     cores(2)
     assert ThreadBudget.for_rank(2).describe() == (
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread and 1 low-priority sampler "
-        "thread per rank")
+        "thread per rank; pipeline depth 4")
     line = ThreadBudget(6, 1, 4, 2, "cgroup CPU quota", torch_threads_given=True, sampler_threads_given=True).describe()
     assert line == ("threads: 6 cores (cgroup CPU quota) for 1 local rank: 4 torch intra-op threads (set by "
-                    "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank")
+                    "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank; "
+                    "pipeline depth 4")
+    assert ThreadBudget.for_rank(4).describe().endswith(
+        "; pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)")
+    assert ThreadBudget.for_rank(4).describe(pipeline_depth=3).endswith("; pipeline depth 3 (set by --pipeline-depth)")
     line = ThreadBudget.for_rank(1, sampler_threads=3).describe()
     assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --threads)" in line
     # A run that samples nothing (full-graph training) is not told of sampler threads.
     assert ThreadBudget.for_rank(2).describe(samples=False) == (
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread per rank")
+
+
+@pytest.mark.parametrize("usable, ranks, depth", [(2, 1, 4), (2, 2, 4), (2, 3, 1), (2, 4, 1), (16, 4, 4)])
+def test_the_pipeline_is_off_by_default_only_when_the_ranks_outnumber_the_cores(cores, usable, ranks, depth):
+    cores(usable)
+    budget = ThreadBudget.for_rank(ranks)
+    assert budget.shares_cores is (ranks > usable)
+    assert budget.pipeline_depth() == depth
+    assert budget.pipeline_depth(3) == 3  # --pipeline-depth is used as it is
 
 
 def test_apply_sets_torch_threads_and_tolerates_interop_threads_already_fixed(monkeypatch):
@@ -233,6 +247,26 @@ def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(pa
     assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, False)
 
 
+@pytest.mark.parametrize("given, budget_cores, depth", [(None, 8, 4), (None, 2, 1), (3, 2, 3)])
+def test_the_trainers_pipeline_depth_is_the_budgets_unless_given(parts, given, budget_cores, depth):
+    config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
+                         pipeline_depth=given, progress=False).validate()
+    budget = ThreadBudget(budget_cores, 4, 1, 1, "affinity mask")  # 4 local ranks on budget_cores cores
+    trainer = Trainer(config, init_distributed("cpu"), threads=budget)
+    assert trainer.loader.pipeline_depth == depth
+    assert trainer.loader._loader.queue_depth == depth
+
+
+def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cores, monkeypatch):
+    graph = DistGraph(str(parts / "p1"), init_distributed("cpu"))
+    cores(2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 4
+    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2).pipeline_depth == 2
+
+
 @pytest.mark.parametrize("name, value", [("num_threads", 0), ("torch_threads", 0), ("torch_threads", -1),
                                          ("num_threads", True)])
 def test_the_config_refuses_thread_counts_that_are_not_positive(parts, name, value):
@@ -262,7 +296,9 @@ def test_a_two_rank_run_prints_the_budget_once_with_this_machines_numbers(parts,
     lines = [line for line in out.splitlines() if line.startswith("threads: ")]
     assert lines == [f"threads: {usable} core{'s' * (usable != 1)} ({source}) for 2 local ranks: "
                      f"{per_rank} torch intra-op thread{'s' * (per_rank != 1)} and "
-                     f"{samplers} low-priority sampler thread{'s' * (samplers != 1)} per rank"], out
+                     f"{samplers} low-priority sampler thread{'s' * (samplers != 1)} per rank; "
+                     + ("pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)" if usable < 2
+                        else "pipeline depth 4")], out
 
 
 def _omp_wait_policy() -> str | None:

@@ -35,6 +35,7 @@ from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_size
 from ..sampling.types import MFG
 from .exchange import CommStats
 from .graph import DistGraph
+from .threads import ThreadBudget, local_world_size
 
 # Loader workload (random stream) of the training split and of everything else: the training
 # loader draws the batches `salientpp simulate` scores for workload 0.
@@ -128,7 +129,10 @@ class DistNeighborLoader:
             scored for.
         seed: seeds the shuffle and the sampling (with the rank and the split's stream).
         replace: sample with replacement.
-        num_threads: C++ sampling threads; pipeline_depth: batches in flight (1: no overlap).
+        num_threads: C++ sampling threads.
+        pipeline_depth: batches in flight (1: no overlap); ``None``: the choice of this machine's
+            :class:`~salientpp.distributed.threads.ThreadBudget` (4, or 1 when its
+            ``LOCAL_WORLD_SIZE`` ranks outnumber its cores).
         on_stage: called as ``on_stage(stage, step)`` before each pipeline stage (health reports).
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
@@ -154,7 +158,7 @@ class DistNeighborLoader:
 
     def __init__(self, graph: DistGraph, split: str | torch.Tensor | np.ndarray, fanouts, batch_size: int,
                  shuffle: bool = True, plan: str | os.PathLike | None = None, seed: int = 0, replace: bool = False,
-                 num_threads: int = 1, pipeline_depth: int = 4,
+                 num_threads: int = 1, pipeline_depth: int | None = None,
                  on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
                  gpu_fraction: float = 0.0, low_priority: bool = False,
                  sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
@@ -165,6 +169,8 @@ class DistNeighborLoader:
         self.sampler = check_sampler(sampler)
         self.fanouts = check_layer_sizes(self.sampler, check_fanouts(fanouts))
         self.batch_size = check_batch_size(batch_size)
+        if pipeline_depth is None:
+            pipeline_depth = ThreadBudget.for_rank(local_world_size()).pipeline_depth()
         if int(pipeline_depth) < 1:
             raise InputError(f"the pipeline depth must be at least 1, got {pipeline_depth}")
         self.pipeline_depth = int(pipeline_depth)

@@ -30,6 +30,8 @@ LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 # Per-rank cores per default sampler thread: the samplers only fill the time the training
 # thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
 CORES_PER_SAMPLER = 8
+# Batches in flight when each local rank has a core of its own (ThreadBudget.pipeline_depth).
+PIPELINE_DEPTH = 4
 
 
 def _read(path: Path) -> str | None:
@@ -162,16 +164,34 @@ class ThreadBudget:
         return max(1, self.cores // self.local_ranks)
 
     @property
+    def shares_cores(self) -> bool:
+        """Whether this machine's ranks outnumber its cores (each rank has less than a core)."""
+        return self.cores < self.local_ranks
+
+    def pipeline_depth(self, requested: int | None = None) -> int:
+        """The batches a rank's pipeline keeps in flight: ``requested`` when given, else
+        :data:`PIPELINE_DEPTH`, or 1 (the stages of each batch one after another) when the ranks
+        :attr:`share cores <shares_cores>`. Then no core waits idle for a pipeline to fill: another
+        rank runs while one waits for a collective, and a rank's sampler and exchange threads
+        would only take its share of a core from its training thread (measured on ``products``
+        with 4 ranks on 2 cores: depth 4 made the epoch 4-7% slower; docs/training.md)."""
+        if requested is not None:
+            return requested
+        return 1 if self.shares_cores else PIPELINE_DEPTH
+
+    @property
     def low_priority_sampler(self) -> bool:
         """Whether the sampler threads run at low priority: unless both counts were given and
         fit in this rank's cores together."""
         return not (self.torch_threads_given and self.sampler_threads_given
                     and self.torch_threads + self.sampler_threads <= self.cores_per_rank)
 
-    def describe(self, samples: bool = True) -> str:
+    def describe(self, samples: bool = True, pipeline_depth: int | None = None) -> str:
         """The start-up line, e.g. ``threads: 2 cores (affinity mask) for 2 local ranks: 1 torch
-        intra-op thread and 1 low-priority sampler thread per rank``; without the sampler threads
-        when the run ``samples`` nothing (full-graph training)."""
+        intra-op thread and 1 low-priority sampler thread per rank; pipeline depth 4``, with the
+        :meth:`pipeline_depth` of ``pipeline_depth`` (the requested one; ``None``: the default);
+        without the sampler threads and the pipeline when the run ``samples`` nothing (full-graph
+        training)."""
         torch_part = _plural(self.torch_threads, "torch intra-op thread")
         if self.torch_threads_given:
             torch_part += " (set by --torch-threads)"
@@ -182,7 +202,14 @@ class ThreadBudget:
         sampler_part = _plural(self.sampler_threads, f"{priority} sampler thread")
         if self.sampler_threads_given:
             sampler_part += " (set by --threads)"
-        return f"{head}{torch_part} and {sampler_part} per rank"
+        depth = self.pipeline_depth(pipeline_depth)
+        if pipeline_depth is not None:
+            pipeline = f"pipeline depth {depth} (set by --pipeline-depth)"
+        elif depth == 1:
+            pipeline = "pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)"
+        else:
+            pipeline = f"pipeline depth {depth}"
+        return f"{head}{torch_part} and {sampler_part} per rank; {pipeline}"
 
     def apply(self) -> None:
         """Set torch's intra-op threads to :attr:`torch_threads` and its inter-op threads to 1

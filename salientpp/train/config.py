@@ -129,7 +129,9 @@ class TrainConfig:
             with bfloat16 (weights, gradients and the optimizer stay float32; evaluation runs in
             float32). On CPU it needs AVX512-BF16 or AMX.
         nprocs: number of local ranks to start (default: one per partition).
-        pipeline_depth: batches in flight (1 = the stages of a batch one after another).
+        pipeline_depth: batches in flight (1 = the stages of a batch one after another). ``None``:
+            the thread budget's choice (:meth:`~salientpp.distributed.threads.ThreadBudget.pipeline_depth`:
+            4, or 1 when this machine's ranks outnumber its cores).
         inference: ``sampled`` (minibatches with ``eval_fanouts``, through the cache) or
             ``layerwise`` (exact: every layer over all neighbours, halo rows exchanged per layer).
         eval_fanouts: fanouts of sampled inference (default 20 per layer).
@@ -185,7 +187,7 @@ class TrainConfig:
     device: str = "cpu"
     precision: str = FP32
     nprocs: int | None = None
-    pipeline_depth: int = 4
+    pipeline_depth: int | None = None
     inference: str = "sampled"
     eval_fanouts: tuple[int, ...] | None = None
     eval_batch_size: int | None = None
@@ -268,7 +270,8 @@ class TrainConfig:
                              "lacks (bfloat16 would be emulated and slower); use --precision fp32")
         if self.nprocs is not None:
             _positive_int("the number of processes", self.nprocs)
-        _positive_int("the pipeline depth", self.pipeline_depth)
+        if self.pipeline_depth is not None:
+            _positive_int("the pipeline depth", self.pipeline_depth)
         if self.inference not in INFERENCE:
             raise InputError(f"unknown inference {self.inference!r}; choose sampled or layerwise")
         if self.inference == "layerwise" and self.model not in MODELS:

@@ -14,6 +14,7 @@ from ..distributed import WorkerError, init_distributed, launch, shutdown_distri
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
+from ..distributed.threads import ThreadBudget
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
@@ -41,7 +42,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
     threads.apply()
     ctx = init_distributed(config.device, config.timeout_s)
     if ctx.rank == 0 and config.progress:
-        print(threads.describe(samples=config.mode != FULL_GRAPH), flush=True)
+        print(threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth), flush=True)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
@@ -80,7 +81,8 @@ def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
         cache = {"cache": config.cache, "replication": config.replication}
     sampled_eval = config.eval_every > 0 and config.inference == "sampled"
     return estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
-                          layers=config.layers, pipeline_depth=config.pipeline_depth, local_ranks=local_ranks,
+                          layers=config.layers, local_ranks=local_ranks,
+                          pipeline_depth=ThreadBudget.for_rank(local_ranks).pipeline_depth(config.pipeline_depth),
                           model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
                           eval_batch_size=config.eval_batch_size if sampled_eval else None,
                           embedding_dim=config.embedding_dim, features=config.features, **cache)
