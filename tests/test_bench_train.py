@@ -1,11 +1,18 @@
-"""``salientpp bench train`` keeps what it measured when a baseline's ranks fail."""
+"""``salientpp bench train``: the runs it times (pipelined only where the budget pipelines), the
+baselines it is asked for, and what it keeps when a baseline's ranks fail."""
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from salientpp.bench import train as bench_train
 from salientpp.cli import main as cli
+from salientpp.distributed import threads
 from salientpp.distributed.launcher import WorkerError
+from conftest import one_sentence
+
+TINY = ["--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--alphas", "", "--hidden", "8"]
 
 
 def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept(tmp_path, monkeypatch, capsys):
@@ -20,11 +27,34 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
     monkeypatch.setattr(bench_train, "run_baseline", killed)
     out = tmp_path / "rows.json"
-    assert cli(["bench", "train", str(tmp_path / "p1"), "--fanouts", "5,5", "--batch-size", "64", "--epochs", "1",
-                "--alphas", "", "--hidden", "8", "--json", str(out)]) == 0
+    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert len(calls) == 2  # both baselines were tried
     assert printed.count("failed: rank 2 failed: the process was killed by SIGKILL") == 2
     rows = json.loads(out.read_text())
     assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 4)]
     assert all(r["epoch_s"] > 0 for r in rows)
+
+
+def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_when_ranks_share_cores(
+        tiny_partitions, tmp_path, monkeypatch, capsys):
+    root, _ = tiny_partitions
+    models = []
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_train, "run_baseline",
+                        lambda config: models.append(config.model) or [{"epoch_s": 1.0, "stage_s": {}, "steps": 1}])
+    monkeypatch.setattr(threads, "usable_cores", lambda: (1, "affinity mask"))  # 2 ranks on 1 core
+    out = tmp_path / "rows.json"
+    assert cli(["bench", "train", str(root / "p2"), *TINY, "--baselines", "pyg", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert models == ["pyg"]
+    assert "pipeline off: the ranks outnumber the cores" in printed
+    rows = json.loads(out.read_text())
+    assert [(r["cache"], r["depth"]) for r in rows][:1] == [("none", 1)] and len(rows) == 2
+
+
+@pytest.mark.parametrize("option", [["--baselines", "dgl"], ["--baselines", ""], ["--pipeline-depth", "0"]])
+def test_bench_train_refuses_a_bad_option_in_one_sentence(tiny_partitions, capsys, option):
+    root, _ = tiny_partitions
+    assert cli(["bench", "train", str(root / "p1"), *TINY, *option]) == 2
+    assert option[0] in one_sentence(capsys)

@@ -118,6 +118,13 @@ def test_scaling_with_rank_counts(outputs, tmp_path):
     assert "| ranks-2.json | 2 | no cache, no pipeline |" in report.render_markdown(results)
 
 
+def test_a_bfloat16_run_is_a_variant_of_its_own_and_float32_keeps_the_old_names():
+    row = {"cache": "vip", "alpha": 0.1, "depth": 4}
+    names = {report.variant_name({**row, **extra}, 2) for extra in ({}, {"precision": "fp32"})}
+    assert names == {"vip α=0.1, pipeline depth 4"}  # rows written before --precisions read the same
+    assert report.variant_name({**row, "precision": "bf16"}, 2) == "vip α=0.1, pipeline depth 4, bf16"
+
+
 def test_cli_writes_report_and_valid_pngs(outputs, tmp_path):
     from PIL import Image
 

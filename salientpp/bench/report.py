@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_output_dir, check_output_dir
+from ..train.config import FP32
 
 EXPERIMENT_KIND = "salientpp-experiment"
 STAGES = (("sample_s", "sampling"), ("fetch_s", "fetch (wait)"), ("compute_s", "compute"))
@@ -47,6 +48,8 @@ class Results:
 def variant_name(row: dict[str, Any], num_parts: int | None) -> str:
     """A rank-independent name of a training setting (full replication is alpha = K - 1 at any K)."""
     pipe = f"pipeline depth {row['depth']}" if row.get("depth", 1) > 1 else "no pipeline"
+    if row.get("precision", FP32) != FP32:
+        pipe += f", {row['precision']}"
     if row.get("alpha") is None and row.get("cache", "none") != "none":  # a baseline named by its cache field
         name = str(row["cache"])
     elif row.get("cache", "none") == "none" or not row.get("alpha"):

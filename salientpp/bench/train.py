@@ -1,8 +1,10 @@
 """Epoch time of distributed training and its breakdown, per cache setting, pipeline on and off.
 
-For each setting (no cache, VIP at each alpha) the trainer runs ``--epochs`` epochs without
-evaluation, once pipelined (``--pipeline-depth``) and once with the stages of each batch one
-after another (depth 1). Reported per run: median epoch time over the epochs after the first,
+For each setting (no cache, VIP at each alpha) and number format (``--precisions``) the trainer
+runs ``--epochs`` epochs without evaluation, once pipelined (``--pipeline-depth``; by default the
+thread budget's depth) and once with the stages of each batch one after another (depth 1). When
+the depth is 1 (by default: when the ranks outnumber the cores) the pipelined run would repeat
+the serial one and is left out. Reported per run: median epoch time over the epochs after the first,
 median seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
 with the pipeline this is time spent waiting) and compute (forward, backward, step), the CPU
 seconds of that compute (the training thread's CPU time: unlike wall time it does not grow
@@ -11,16 +13,17 @@ against the simulator's prediction for the same seeds, and
 ``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,
 fetch and compute in the run without pipeline.
 
-The last two rows are the baseline (``salientpp.bench.pyg_baseline``): PyG's NeighborLoader +
+The last two rows are the baselines (``salientpp.bench.pyg_baseline``): PyG's NeighborLoader +
 DDP with every rank holding all features, same fanouts, batch size, ranks and thread budget;
 its sampling time includes PyG's ``x[n_id]`` gather. The first runs PyG's own SAGE (``SAGEConv``,
 torch's dropout), the second salientpp's model on MFGs built from PyG's batches, so sampling and
-fetching gains show apart from the model step's. They are skipped, with a message, when PyG has
-neither pyg-lib nor torch_sparse to sample with.
+fetching gains show apart from the model step's (``--baselines`` picks them). They are skipped,
+with a message, when PyG has neither pyg-lib nor torch_sparse to sample with.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -30,15 +33,18 @@ from typing import Iterator
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
 from ..distributed.launcher import WorkerError
-from ..distributed.threads import ThreadBudget
+from ..distributed.threads import PIPELINE_DEPTH, ThreadBudget
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
-from ..parsing import number_list
+from ..parsing import name_list, number_list
 from ..partition import load_partitioned
 from ..train import TrainConfig, train
+from ..train.config import FP32, PRECISIONS
 from .pyg_baseline import OURS, PYG, BaselineConfig, run_baseline, sampling_backend, unavailable_reason
 
 FETCH_STAGES = ("counts", "ids", "rows", "assemble")
+# The baselines' models (--baselines), and how their rows name them.
+BASELINE_MODELS = {PYG: "PyG's SAGE", OURS: "salientpp's model"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,16 +54,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--pipeline-depth", type=int, default=4)
+    p.add_argument("--pipeline-depth", type=int, default=None,
+                   help=f"batches in flight of the pipelined runs (default: the thread budget's, {PIPELINE_DEPTH} "
+                        "or 1 when the ranks outnumber the cores)")
     p.add_argument("--threads", type=int, default=None,
                    help="sampler threads per rank (default: the thread budget's, see docs/training.md)")
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads per rank (default: the thread budget's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--precisions", default=TrainConfig.__dataclass_fields__["precision"].default, metavar="LIST",
+                   help=f"number formats of salientpp's training step to time, of {','.join(PRECISIONS)} (default: "
+                        "train's; the baselines run float32)")
     p.add_argument("--outside-load", type=int, default=0, metavar="N",
                    help="also time the pipelined uncached run on an idle machine and under N busy outside "
                         "processes, alternating, twice each (default 0: skip)")
-    p.add_argument("--no-baseline", action="store_true", help="skip the PyG NeighborLoader + DDP baseline")
+    p.add_argument("--no-baseline", action="store_true", help="skip the PyG NeighborLoader + DDP baselines")
+    p.add_argument("--baselines", default=",".join(BASELINE_MODELS), metavar="LIST",
+                   help=f"the models of the PyG NeighborLoader + DDP baselines, of {','.join(BASELINE_MODELS)}: "
+                        "PyG's SAGE and salientpp's model (default: both)")
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here (must not exist)")
 
 
@@ -79,7 +93,8 @@ def _baselines(args) -> Iterator[dict]:
         print(f"baseline skipped: {reason} (pip install pyg-lib or torch_sparse to include it)")
         return
     fanouts = parse_fanouts(args.fanouts)
-    for model, label in ((PYG, "PyG's SAGE"), (OURS, "salientpp's model")):
+    for model in args.baselines:
+        label = BASELINE_MODELS[model]
         name = f"PyG NeighborLoader ({sampling_backend()}) + DDP, {label}, full replication"
         try:
             history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
@@ -89,17 +104,30 @@ def _baselines(args) -> Iterator[dict]:
             print(f"| {name} | failed: {exc} (a SIGKILL is most often the kernel's out-of-memory killer: every "
                   "rank holds the whole graph and all features) |", flush=True)
             continue
-        yield {"cache": name, "alpha": None, "depth": 1, **median_row(history), "rows_per_epoch": 0.0}
+        yield {"cache": name, "alpha": None, "depth": 1, "precision": FP32, **median_row(history),
+               "rows_per_epoch": 0.0}
 
 
-def _run(args, cache: str, alpha: float, depth: int) -> dict:
+def _baseline_models(text: str) -> list[str]:
+    """``--baselines``: a comma-separated list of :data:`BASELINE_MODELS` keys."""
+    models = name_list(text, "--baselines", ",".join(BASELINE_MODELS))
+    unknown = [m for m in models if m not in BASELINE_MODELS]
+    if unknown or not models:
+        raise InputError(f"--baselines must list some of {','.join(BASELINE_MODELS)}, got {text!r}")
+    return models
+
+
+def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int = 1) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
-    result = train(TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts),
-                               fanouts=fanouts, batch_size=args.batch_size, cache=cache, replication=alpha,
-                               pipeline_depth=depth, eval_every=0, num_threads=args.threads,
-                               torch_threads=args.torch_threads, device=args.device,
-                               progress=False))
-    return {"cache": cache, "alpha": alpha, "depth": depth, **median_row(result.history),
+    return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
+                       batch_size=args.batch_size, cache=cache, replication=alpha, pipeline_depth=depth,
+                       eval_every=0, num_threads=args.threads, torch_threads=args.torch_threads, device=args.device,
+                       precision=precision, progress=False)
+
+
+def _run(args, precision: str, cache: str, alpha: float, depth: int) -> dict:
+    result = train(_config(args, precision, cache, alpha, depth))
+    return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, **median_row(result.history),
             "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
 
@@ -115,13 +143,13 @@ def busy_processes(count: int) -> Iterator[None]:
             p.wait()
 
 
-def _load_rows(args) -> list[dict]:
-    """The pipelined uncached run idle and under ``args.outside_load`` busy processes, alternating
-    (idle, loaded, idle, loaded) so that drift of the machine hits both alike."""
+def _load_rows(args, depth: int) -> list[dict]:
+    """The uncached run at pipeline ``depth`` idle and under ``args.outside_load`` busy processes,
+    alternating (idle, loaded, idle, loaded) so that drift of the machine hits both alike."""
     rows = []
     for load in (0, args.outside_load) * 2:
         with busy_processes(load):
-            rows.append({**_run(args, "none", 0.0, args.pipeline_depth), "outside_load": load})
+            rows.append({**_run(args, args.precisions[0], "none", 0.0, depth), "outside_load": load})
     return rows
 
 
@@ -131,6 +159,14 @@ def main(args: argparse.Namespace) -> int:
     if args.outside_load < 0:
         raise InputError(f"--outside-load must be at least 0, got {args.outside_load}")
     alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
+    args.baselines = _baseline_models(args.baselines)
+    args.precisions = name_list(args.precisions, "--precisions", ",".join(PRECISIONS))
+    if not args.precisions:
+        raise InputError(f"--precisions must list some of {','.join(PRECISIONS)}")
+    for precision in args.precisions:  # refuses an unknown format, and bf16 on a CPU without it
+        _config(args, precision).validate()
+    if args.pipeline_depth is not None and args.pipeline_depth < 1:
+        raise InputError(f"--pipeline-depth must be at least 1, got {args.pipeline_depth}")
     parse_fanouts(args.fanouts)
     if args.json_path:
         check_output_dir(args.json_path, "output file")
@@ -142,38 +178,44 @@ def main(args: argparse.Namespace) -> int:
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
     predicted = {0.0: float(sim.accessed.sum())}
     predicted.update({a: float(sim.rows[0, i + 1].sum()) for i, a in enumerate(alphas)})
+    budget = ThreadBudget.for_rank(data.num_parts, args.torch_threads, args.threads)
+    depth = budget.pipeline_depth(args.pipeline_depth)
     rows = []
-    for cache, alpha in [("none", 0.0)] + [("vip", a) for a in alphas]:
-        off = _run(args, cache, alpha, 1)
-        on = _run(args, cache, alpha, args.pipeline_depth)
+    settings = [("none", 0.0)] + [("vip", a) for a in alphas]
+    for precision, (cache, alpha) in itertools.product(args.precisions, settings):
+        off = _run(args, precision, cache, alpha, 1)
+        runs = [off] if depth == 1 else [off, _run(args, precision, cache, alpha, depth)]
         slowest = max(off["sample_s"], off["fetch_s"], off["compute_s"])
-        for row in (off, on):
+        for row in runs:
             row["predicted_rows"] = predicted[alpha]
             row["rows_vs_sim"] = (row["rows_per_epoch"] - predicted[alpha]) / max(predicted[alpha], 1.0)
             row["vs_slowest_stage"] = row["epoch_s"] / slowest
             rows.append(row)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
-    print(ThreadBudget.for_rank(data.num_parts, args.torch_threads, args.threads).describe()
+    print(budget.describe(pipeline_depth=args.pipeline_depth)
           + " (the baselines: the same torch threads, PyG sampling on the training thread)")
-    print("| cache | alpha | pipeline | epoch s | sampling s | fetch s | compute s | compute CPU s | rows/epoch "
-          "| vs simulator | epoch / slowest stage |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if depth == 1:
+        print("the pipelined runs would be the runs with the pipeline off, so they are left out "
+              f"(--pipeline-depth {PIPELINE_DEPTH} times them)")
+    print("| cache | alpha | precision | pipeline | epoch s | sampling s | fetch s | compute s | compute CPU s "
+          "| rows/epoch | vs simulator | epoch / slowest stage |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
-        print(f"| {r['cache']} | {r['alpha']:g} | {pipe} | {r['epoch_s']:.3f} | {r['sample_s']:.3f} | "
-              f"{r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['compute_cpu_s']:.3f} | {r['rows_per_epoch']:,.0f} "
-              f"| {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |", flush=True)
+        print(f"| {r['cache']} | {r['alpha']:g} | {r['precision']} | {pipe} | {r['epoch_s']:.3f} | "
+              f"{r['sample_s']:.3f} | {r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['compute_cpu_s']:.3f} | "
+              f"{r['rows_per_epoch']:,.0f} | {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |", flush=True)
     for b in [] if args.no_baseline else _baselines(args):
-        print(f"| {b['cache']} | all rows | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | {b['compute_s']:.3f} "
-              f"| {b['compute_cpu_s']:.3f} | 0 | - | - |", flush=True)
+        print(f"| {b['cache']} | all rows | {b['precision']} | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - "
+              f"| {b['compute_s']:.3f} | {b['compute_cpu_s']:.3f} | 0 | - | - |", flush=True)
         rows.append(b)
     if args.outside_load:
-        loaded = _load_rows(args)
+        loaded = _load_rows(args, depth)
         idle = statistics.median(r["epoch_s"] for r in loaded if not r["outside_load"])
         busy = statistics.median(r["epoch_s"] for r in loaded if r["outside_load"])
-        print(f"\noutside load: pipelined, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s under "
-              f"{args.outside_load} busy processes: {busy / idle:.2f}x")
+        print(f"\noutside load: pipeline depth {depth}, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s "
+              f"under {args.outside_load} busy processes: {busy / idle:.2f}x")
         rows.extend(loaded)
     if args.json_path:
         for r in rows:
