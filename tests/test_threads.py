@@ -177,7 +177,7 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
                     "pipeline depth 4")
     assert ThreadBudget.for_rank(4).describe().endswith(
         "; pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)")
-    assert ThreadBudget.for_rank(4).describe(pipeline_depth=3).endswith("; pipeline depth 3 (set by --pipeline-depth)")
+    assert ThreadBudget.for_rank(4).describe(pipeline_depth=3).endswith("; pipeline depth 3 (as given)")
     line = ThreadBudget.for_rank(1, sampler_threads=3).describe()
     assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --threads)" in line
     # A run that samples nothing (full-graph training) is not told of sampler threads.

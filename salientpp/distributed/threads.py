@@ -174,7 +174,7 @@ class ThreadBudget:
         :attr:`share cores <shares_cores>`. Then no core waits idle for a pipeline to fill: another
         rank runs while one waits for a collective, and a rank's sampler and exchange threads
         would only take its share of a core from its training thread (measured on ``products``
-        with 4 ranks on 2 cores: depth 4 made the epoch 4-7% slower; docs/training.md)."""
+        with 4 ranks on 2 cores: depth 4 took 0.97-1.07x the serial epoch; docs/training.md)."""
         if requested is not None:
             return requested
         return 1 if self.shares_cores else PIPELINE_DEPTH
@@ -204,7 +204,7 @@ class ThreadBudget:
             sampler_part += " (set by --threads)"
         depth = self.pipeline_depth(pipeline_depth)
         if pipeline_depth is not None:
-            pipeline = f"pipeline depth {depth} (set by --pipeline-depth)"
+            pipeline = f"pipeline depth {depth} (as given)"
         elif depth == 1:
             pipeline = "pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)"
         else:
