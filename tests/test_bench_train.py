@@ -53,7 +53,8 @@ def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_wh
     assert [(r["cache"], r["depth"]) for r in rows][:1] == [("none", 1)] and len(rows) == 2
 
 
-@pytest.mark.parametrize("option", [["--baselines", "dgl"], ["--baselines", ""], ["--pipeline-depth", "0"]])
+@pytest.mark.parametrize("option", [["--baselines", "dgl"], ["--baselines", ""], ["--precisions", "fp16"],
+                                    ["--precisions", ""], ["--pipeline-depth", "0"]])
 def test_bench_train_refuses_a_bad_option_in_one_sentence(tiny_partitions, capsys, option):
     root, _ = tiny_partitions
     assert cli(["bench", "train", str(root / "p1"), *TINY, *option]) == 2

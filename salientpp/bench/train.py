@@ -108,13 +108,13 @@ def _baselines(args) -> Iterator[dict]:
                "rows_per_epoch": 0.0}
 
 
-def _baseline_models(text: str) -> list[str]:
-    """``--baselines``: a comma-separated list of :data:`BASELINE_MODELS` keys."""
-    models = name_list(text, "--baselines", ",".join(BASELINE_MODELS))
-    unknown = [m for m in models if m not in BASELINE_MODELS]
-    if unknown or not models:
-        raise InputError(f"--baselines must list some of {','.join(BASELINE_MODELS)}, got {text!r}")
-    return models
+def _choices(text: str, option: str, choices) -> list[str]:
+    """The comma-separated ``text`` of ``option`` (``--baselines``, ``--precisions``): one or more
+    of ``choices``, or InputError."""
+    names = name_list(text, option, ",".join(choices))
+    if not names or any(name not in choices for name in names):
+        raise InputError(f"{option} must list some of {','.join(choices)}, got {text!r}")
+    return names
 
 
 def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int = 1) -> TrainConfig:
@@ -159,11 +159,9 @@ def main(args: argparse.Namespace) -> int:
     if args.outside_load < 0:
         raise InputError(f"--outside-load must be at least 0, got {args.outside_load}")
     alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
-    args.baselines = _baseline_models(args.baselines)
-    args.precisions = name_list(args.precisions, "--precisions", ",".join(PRECISIONS))
-    if not args.precisions:
-        raise InputError(f"--precisions must list some of {','.join(PRECISIONS)}")
-    for precision in args.precisions:  # refuses an unknown format, and bf16 on a CPU without it
+    args.baselines = _choices(args.baselines, "--baselines", BASELINE_MODELS)
+    args.precisions = _choices(args.precisions, "--precisions", PRECISIONS)
+    for precision in args.precisions:  # refuses bf16 on a CPU without it
         _config(args, precision).validate()
     if args.pipeline_depth is not None and args.pipeline_depth < 1:
         raise InputError(f"--pipeline-depth must be at least 1, got {args.pipeline_depth}")
