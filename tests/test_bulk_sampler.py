@@ -360,6 +360,23 @@ def check_plan(batch, x, ctx, caches) -> None:
     assert torch.equal(rows[plan.perm], x[n_id])
 
 
+def test_a_bulk_loader_prefetching_the_next_epoch_yields_the_same_batches(loader_setup):
+    rowptr, col, x, labels, ctx, caches = loader_setup
+    sampler = BulkSampler(rowptr, col, [4, 3], minibatches_per_bulk=4)
+    plain = NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels, fetch=ctx)
+    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels, fetch=ctx,
+                            prefetch_next_epoch=True)
+    for epoch in (0, 1, 3):
+        plain.set_epoch(epoch)
+        loader.set_epoch(epoch)
+        prefetched = loader._prefetched is not None and loader._prefetched[0] == epoch
+        assert prefetched == (epoch == 1)
+        for got, expected in zip(list(loader), list(plain), strict=True):
+            assert_same_batch(got, expected)
+            assert torch.equal(got.fetch.perm, expected.fetch.perm)
+    loader.close()
+
+
 @pytest.mark.parametrize("method,fanouts", [("nodewise", [4, 3]), ("ladies", [40, 60])])
 def test_loader_with_bulk_sampler_yields_the_per_batch_samples(loader_setup, method, fanouts):
     rowptr, col, x, labels, ctx, caches = loader_setup

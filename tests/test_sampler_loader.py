@@ -13,6 +13,7 @@ import torch
 from salientpp.data.csr import build_csr
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborLoader, NeighborSampler
+from salientpp.sampling.link_loader import LinkNeighborLoader
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +137,63 @@ def test_abandoned_epochs_shut_down(graph):
         del it
         gc.collect()
     assert threading.active_count() >= 1  # reaching this line means nothing hung
+
+
+def _epochs(loader, starts):
+    """The batches of each ``(epoch, first batch)`` in ``starts``, iterated in turn."""
+    out = []
+    for epoch, first in starts:
+        loader.load_state_dict({"epoch": epoch, "next_batch": first})
+        out.append(list(loader))
+    return out
+
+
+@pytest.mark.parametrize("low_priority", [False, True])
+def test_prefetching_the_next_epoch_gives_the_batches_a_fresh_loader_gives(graph, low_priority):
+    """Taking an epoch's last batch starts the workers on the next epoch; the next epoch uses
+    them, and any other start (an epoch skipped, the same epoch again, a resumed epoch) discards
+    them. Every iteration yields what a loader without prefetching yields."""
+    sampler, labels = graph
+    seeds = torch.arange(0, 5000, 4)
+    options = dict(seed=11, num_threads=2, queue_depth=3, labels=labels, low_priority=low_priority)
+    starts = [(0, 0), (1, 0), (2, 0), (4, 0), (4, 0), (5, 3), (6, 0)]
+    plain = _epochs(NeighborLoader(sampler, seeds, 100, **options), starts)
+    loader = NeighborLoader(sampler, seeds, 100, prefetch_next_epoch=True, **options)
+    used = []
+    for (epoch, first), expected in zip(starts, plain):
+        loader.load_state_dict({"epoch": epoch, "next_batch": first})
+        prefetched = loader._prefetched
+        used.append(prefetched is not None and (prefetched[0], first) == (epoch, 0))
+        batches = list(loader)
+        assert len(batches) == len(expected) and all(same_batch(a, b) for a, b in zip(batches, expected))
+        assert loader._prefetched is not None and loader._prefetched[0] == epoch + 1
+    assert used == [False, True, True, False, False, False, True]
+    loader.close()
+    assert loader._prefetched is None
+
+
+def test_a_link_loader_prefetching_the_next_epoch_yields_the_same_batches_and_links(graph):
+    sampler, _ = graph
+    edges = torch.from_numpy(np.random.default_rng(5).integers(0, 5000, size=(2, 700)))
+    loaders = [LinkNeighborLoader(sampler, edges, 128, num_negatives=2, seed=4, num_threads=2, prefetch_next_epoch=p)
+               for p in (False, True)]
+    for epoch in (0, 1, 2, 5):
+        got = []
+        for loader in loaders:
+            loader.set_epoch(epoch)
+            got.append((list(loader), loader.links()))
+        (plain, plain_links), (batches, links) = got
+        assert all(same_batch(a, b) for a, b in zip(plain, batches, strict=True))
+        assert all(torch.equal(a.edge_label_index, b.edge_label_index) and torch.equal(a.nodes, b.nodes)
+                   for a, b in zip(plain_links, links, strict=True))
+    loaders[1].close()
+
+
+def test_a_loader_without_prefetching_starts_no_workers_after_an_epoch(graph):
+    sampler, _ = graph
+    loader = NeighborLoader(sampler, torch.arange(500), 100, num_threads=2)
+    assert len(list(loader)) == 5
+    assert loader._prefetched is None and loader._core is None
 
 
 def test_worker_error_reaches_the_consumer():

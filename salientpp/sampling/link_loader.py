@@ -44,13 +44,15 @@ class LinkNeighborLoader(NeighborLoader):
             ``"per-source"`` (:class:`~salientpp.sampling.link.NegativeSampling`).
         num_batches: S (default ``ceil(E / batch_size)``); distributed ranks pass the largest
             of any rank, so they run in lockstep (a rank with fewer edges gets empty batches).
-        shuffle, seed, num_threads, queue_depth, fetch, low_priority: as for :class:`NeighborLoader`.
+        shuffle, seed, num_threads, queue_depth, fetch, low_priority, prefetch_next_epoch: as for
+            :class:`NeighborLoader`.
     """
 
     def __init__(self, sampler: NeighborSampler | BulkSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
                  num_negatives: int = 1, negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
                  shuffle: bool = True, seed: int = 0, num_threads: int = 1, queue_depth: int = 4,
-                 fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False):
+                 fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
+                 prefetch_next_epoch: bool = False):
         self.edges = check_edges(edges, sampler.num_nodes, "edges")
         self.num_negatives = check_num_negatives(num_negatives)
         self.negative_sampling = check_negative_sampling(negative_sampling)
@@ -64,33 +66,39 @@ class LinkNeighborLoader(NeighborLoader):
                              f"{num_edges} edges in a batch; pass num_batches >= {-(-num_edges // int(batch_size))}")
         super().__init__(sampler, torch.empty(0, dtype=torch.int64), batch_size, shuffle=shuffle, seed=seed,
                          num_threads=num_threads, queue_depth=queue_depth, fetch=fetch, num_batches=int(num_batches),
-                         low_priority=low_priority)
-        self._links: tuple[int, list[LinkSeeds]] | None = None
+                         low_priority=low_priority, prefetch_next_epoch=prefetch_next_epoch)
+        self._links: dict[int, list[LinkSeeds]] = {}  # by epoch: the last one asked for and its neighbours
 
     def links(self) -> list[LinkSeeds]:
         """This epoch's :class:`LinkSeeds`, one per batch (computed once per epoch)."""
-        if self._links is None or self._links[0] != self.epoch:
-            shuffle_key = self._epoch_keys()[0]
+        return self._links_of(self.epoch)
+
+    def _links_of(self, epoch: int) -> list[LinkSeeds]:
+        """:meth:`links` of ``epoch``; the last two epochs' are kept (the running epoch's and,
+        with ``prefetch_next_epoch``, the next one's)."""
+        if epoch not in self._links:
+            shuffle_key = self._epoch_keys(epoch)[0]
             num_edges = int(self.edges.shape[1])
             if self.shuffle:
                 order = torch.randperm(num_edges, generator=torch.Generator().manual_seed(shuffle_key >> 1))
             else:
                 order = torch.arange(num_edges)
             bounds = (torch.arange(len(self) + 1) * num_edges // len(self)).tolist()
-            self._links = (self.epoch, [
+            self._links = {e: links for e, links in self._links.items() if e == epoch - 1 or e == epoch + 1}
+            self._links[epoch] = [
                 draw_link_seeds(self.edges[:, order[bounds[i]:bounds[i + 1]]], self.sampler.num_nodes,
                                 self.num_negatives, self.negative_sampling,
                                 torch.Generator().manual_seed(stream_seed(shuffle_key, i)))
-                for i in range(len(self))])
-        return self._links[1]
+                for i in range(len(self))]
+        return self._links[epoch]
 
-    def epoch_order(self) -> torch.Tensor:
-        """int64: the node seeds of every batch of the epoch, batch after batch."""
-        nodes = [link.nodes for link in self.links()]
+    def _order(self, epoch: int) -> torch.Tensor:
+        """int64: the node seeds of every batch of ``epoch``, batch after batch."""
+        nodes = [link.nodes for link in self._links_of(epoch)]
         return torch.cat(nodes) if nodes else torch.empty(0, dtype=torch.int64)
 
-    def batch_bounds(self) -> torch.Tensor:
-        sizes = torch.tensor([int(link.nodes.shape[0]) for link in self.links()], dtype=torch.int64)
+    def _bounds(self, epoch: int) -> torch.Tensor:
+        sizes = torch.tensor([int(link.nodes.shape[0]) for link in self._links_of(epoch)], dtype=torch.int64)
         bounds = torch.zeros(len(self) + 1, dtype=torch.int64)
         torch.cumsum(sizes, 0, out=bounds[1:])
         return bounds

@@ -42,6 +42,13 @@ class NeighborLoader:
     Starting a new iteration (or :meth:`close`, or garbage collection) stops the workers of
     the previous one; each finishes at most the batch in hand.
 
+    With ``prefetch_next_epoch``, taking an epoch's last batch starts the workers on epoch
+    ``e + 1`` (at most ``queue_depth`` batches, as always), so the next epoch's first batches are
+    sampled while the consumer still works on this one's last. The next iteration uses them when
+    it starts batch 0 of epoch ``e + 1`` (a loop that calls ``set_epoch(e)`` with ``e = 0, 1, 2,
+    ...``); any other start stops those workers and discards their batches, which are the same
+    batches either way.
+
     Like torchdata's ``StatefulDataLoader``, :meth:`state_dict` says where the running epoch
     stands and :meth:`load_state_dict` makes the next iteration continue from there, with the
     same batches an uninterrupted epoch would have yielded.
@@ -72,15 +79,19 @@ class NeighborLoader:
             consumer then samples a batch itself rather than wait for one that a starved thread
             has not finished. The batches are identical either way: batch ``i`` is sampled from
             the random stream ``(epoch_seed(), i)`` whichever thread samples it.
+        prefetch_next_epoch: start sampling epoch ``e + 1`` when epoch ``e``'s last batch is taken
+            (see above).
     """
 
     _core = None  # the C++ BatchLoader of the running iteration
+    _prefetched = None  # (epoch, worker, wrap) started on the epoch after the last one finished
     _next_batch = 0  # batches the running iteration has yielded (or where the next one starts)
 
     def __init__(self, sampler: NeighborSampler | BulkSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
                  queue_depth: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
-                 fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False):
+                 fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
+                 prefetch_next_epoch: bool = False):
         if not isinstance(sampler, (NeighborSampler, BulkSampler)):
             raise InputError(f"sampler must be a NeighborSampler or a BulkSampler, got {type(sampler).__name__}")
         for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("queue_depth", queue_depth)):
@@ -101,6 +112,7 @@ class NeighborLoader:
         self.num_threads = int(num_threads)
         self.queue_depth = int(queue_depth)
         self.low_priority = bool(low_priority)
+        self.prefetch_next_epoch = bool(prefetch_next_epoch)
         self.labels_offset = int(labels_offset)
         self._fetch = None if fetch is None else fetch_to_extension(fetch, sampler.num_nodes)
         self.epoch = 0
@@ -143,13 +155,19 @@ class NeighborLoader:
     def batch_bounds(self) -> torch.Tensor:
         """int64 ``[len(self) + 1]``: batch ``i`` holds ``epoch_order()[bounds[i]:bounds[i + 1]]``
         (the same in every epoch; only the order is reshuffled)."""
+        return self._bounds(self.epoch)
+
+    def _bounds(self, epoch: int) -> torch.Tensor:
+        """:meth:`batch_bounds` of ``epoch``."""
         n, i = int(self.seeds.shape[0]), torch.arange(len(self) + 1, dtype=torch.int64)
         if self.num_batches is not None:
             return i * n // self.num_batches
         return torch.clamp(i * self.batch_size, max=n)
 
-    def _epoch_keys(self) -> tuple[int, int]:
-        shuffle_key, sample_key = np.random.SeedSequence([self.seed % (1 << 64), self.epoch % (1 << 64)]
+    def _epoch_keys(self, epoch: int | None = None) -> tuple[int, int]:
+        """``(shuffle key, sampling seed)`` of ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        shuffle_key, sample_key = np.random.SeedSequence([self.seed % (1 << 64), epoch % (1 << 64)]
                                                          ).generate_state(2, np.uint64)
         return int(shuffle_key), int(sample_key)
 
@@ -159,28 +177,45 @@ class NeighborLoader:
 
     def epoch_order(self) -> torch.Tensor:
         """int64 ``[n]`` the seeds in this epoch's order."""
+        return self._order(self.epoch)
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        """:meth:`epoch_order` of ``epoch``."""
         if not self.shuffle:
             return self.seeds
-        generator = torch.Generator().manual_seed(self._epoch_keys()[0] >> 1)
+        generator = torch.Generator().manual_seed(self._epoch_keys(epoch)[0] >> 1)
         return self.seeds[torch.randperm(self.seeds.shape[0], generator=generator)]
 
     def __iter__(self) -> Iterator[SampledBatch]:
+        prefetched, self._prefetched = self._prefetched, None
         self.close()
-        order = self.epoch_order().contiguous()
-        bounds = self.batch_bounds()
         first = self._next_batch
-        if isinstance(self.sampler, BulkSampler):
-            core = _BulkWorker(self._bulks(order, bounds.tolist(), first), self.queue_depth, self.low_priority)
-            self._core = core
-            return self._batches(core, bounds.tolist(), first, lambda batch, size: batch)
-        core = extension().BatchLoader(self.sampler._core, order, bounds, self.epoch_seed(), self.labels,
-                                       self.labels_offset, self._fetch, self.num_threads, self.queue_depth, first,
-                                       self.low_priority)
+        if prefetched is not None and (prefetched[0], first) == (self.epoch, 0):
+            core, wrap = prefetched[1:]
+        else:
+            if prefetched is not None:
+                prefetched[1].close()
+            core, wrap = self._start(self.epoch, first)
         self._core = core
-        return self._batches(core, bounds.tolist(), first, batch_from_extension)
+        return self._batches(core, self.batch_bounds().tolist(), first, wrap)
+
+    def _start(self, epoch: int, first: int) -> tuple:
+        """Workers sampling batches ``first:`` of ``epoch`` (a C++ ``BatchLoader`` or a
+        :class:`_BulkWorker`: ``next()`` and ``close()``), and ``wrap(raw, size)``, which makes
+        the :class:`SampledBatch` of what ``next()`` returns."""
+        order, bounds = self._order(epoch).contiguous(), self._bounds(epoch)
+        seed = self._epoch_keys(epoch)[1]
+        if isinstance(self.sampler, BulkSampler):
+            worker = _BulkWorker(self._bulks(order, bounds.tolist(), first, seed), self.queue_depth, self.low_priority)
+            return worker, lambda batch, size: batch
+        return extension().BatchLoader(self.sampler._core, order, bounds, seed, self.labels, self.labels_offset,
+                                       self._fetch, self.num_threads, self.queue_depth, first,
+                                       self.low_priority), batch_from_extension
 
     def _batches(self, core, bounds: list[int], first: int, wrap) -> Iterator[SampledBatch]:
-        """Yields ``wrap(core.next(), batch size)`` for batches ``first:`` and stops ``core`` at the end."""
+        """Yields ``wrap(core.next(), batch size)`` for batches ``first:`` and stops ``core`` at
+        the end: once the last batch is taken (its workers have nothing left to sample), when
+        ``prefetch_next_epoch`` starts the next epoch's workers."""
         try:
             for i in range(first, len(self)):
                 try:
@@ -191,6 +226,9 @@ class NeighborLoader:
                     raise RuntimeError("this epoch's iteration was stopped by close() or by a newer iteration "
                                        "over the same loader")
                 self._next_batch = i + 1
+                if i == len(self) - 1 and self.prefetch_next_epoch:
+                    core.close()
+                    self._prefetched = (self.epoch + 1, *self._start(self.epoch + 1, 0))
                 yield wrap(raw, bounds[i + 1] - bounds[i])
             self._next_batch = 0
         finally:
@@ -198,9 +236,9 @@ class NeighborLoader:
             if self._core is core:
                 self._core = None
 
-    def _bulks(self, order: torch.Tensor, bounds: list[int], first: int) -> Iterator[SampledBatch]:
-        """The batches ``first:`` of the epoch, sampled ``minibatches_per_bulk`` at a time."""
-        step, seed = self.sampler.minibatches_per_bulk, self.epoch_seed()
+    def _bulks(self, order: torch.Tensor, bounds: list[int], first: int, seed: int) -> Iterator[SampledBatch]:
+        """The batches ``first:`` of an epoch with sampling seed ``seed``, ``minibatches_per_bulk`` at a time."""
+        step = self.sampler.minibatches_per_bulk
         for start in range(first, len(self), step):
             stop = min(start + step, len(self))
             bulk = self.sampler.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
@@ -208,10 +246,13 @@ class NeighborLoader:
                 yield attach(batch, self.labels, self.labels_offset, self._fetch)
 
     def close(self) -> None:
-        """Stops the worker threads of the current iteration, if any."""
+        """Stops the worker threads of the current iteration and of a prefetched epoch, if any."""
         if self._core is not None:
             self._core.close()
             self._core = None
+        if self._prefetched is not None:
+            self._prefetched[1].close()
+            self._prefetched = None
 
     def __del__(self) -> None:
         self.close()
