@@ -39,7 +39,8 @@ def main() -> None:
     ctx = salientpp.init_distributed(device=args.device)     # joins torchrun's group (or runs alone)
     graph = salientpp.DistGraph(args.part_dir)                # this rank's partition, replicated topology
     loader = salientpp.DistNeighborLoader(graph, split="train", fanouts=[10, 10], batch_size=64,
-                                          shuffle=True, plan=args.plan)
+                                          shuffle=True, plan=args.plan,
+                                          prefetch_next_epoch=True)  # the loop calls set_epoch(0, 1, ...)
     torch.manual_seed(0)
     model = MyModel(graph.num_features, 64, graph.num_classes).to(ctx.device)
     model = DDP(model) if ctx.distributed else model

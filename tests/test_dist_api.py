@@ -75,6 +75,53 @@ def test_two_ranks_run_as_many_batches_and_assemble_owned_cached_and_fetched_row
         assert out["cache_hits"] > 0 and out["received"] > 0
 
 
+def _epochs_in_a_loop(part_dir: str) -> dict:
+    """A user's loop over epochs (run inside a rank), with a pipelined loader that prefetches
+    the next epoch and with a serial one that does not: what each iteration yields, and the
+    loaders' positions during and after an epoch."""
+    salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir)
+    x, _ = _global_features(part_dir)
+    options = dict(fanouts=[5, 5], batch_size=16, num_threads=2)
+    plain = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=1, **options)
+    fast = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=4, prefetch_next_epoch=True, **options)
+    out = {"same": [], "features_ok": True, "states": []}
+    for epoch in (0, None, 1, 2, 5):  # None: iterate again without set_epoch
+        ids = []
+        for loader in (plain, fast):
+            if epoch is not None:
+                loader.set_epoch(epoch)
+            got = []
+            for step, batch in enumerate(loader):
+                got.append(batch.n_id.numpy().copy())
+                out["features_ok"] &= bool(np.array_equal(batch.x.numpy(), x[got[-1]]))
+                if loader is fast and step == 1:
+                    out["states"].append(loader.state_dict())
+            ids.append(got)
+        out["same"].append(len(ids[0]) == len(ids[1]) == len(plain) and
+                           all(np.array_equal(a, b) for a, b in zip(*ids)))
+        out["states"].append(fast.state_dict())
+    resumed = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=4, **options)
+    resumed.load_state_dict({"epoch": 5, "next_batch": 2})
+    tail = [batch.n_id.numpy().copy() for batch in resumed]
+    out["resumed_same"] = len(tail) == len(ids[0]) - 2 and all(np.array_equal(a, b) for a, b in zip(ids[0][2:], tail))
+    salientpp.shutdown_distributed()
+    return out
+
+
+def test_a_loop_over_epochs_gets_the_same_batches_with_prefetching_and_the_loop_position_as_state(tiny_partitions):
+    """Prefetching the next epoch and pipelining change no batch: the epochs a loop runs with
+    ``set_epoch`` (0, 1, 2, then 5, whose prefetch is discarded), and an epoch iterated again
+    without it, which repeats. ``state_dict`` is where the loop stands (batch 2 is next after it
+    got batch 1, although the sampler is further ahead), 0 after the epoch, and a new loader
+    resumed from it continues with the same batches."""
+    for out in salientpp.launch(_epochs_in_a_loop, (str(tiny_partitions[0] / "p2"),), nprocs=2):
+        assert out["same"] == [True] * 5 and out["features_ok"] and out["resumed_same"]
+        epochs = (0, 0, 1, 2, 5)
+        assert out["states"] == [state for e in epochs for state in ({"epoch": e, "next_batch": 2},
+                                                                      {"epoch": e, "next_batch": 0})]
+
+
 def test_the_pyg_edge_view_is_hop_ordered_and_trim_to_layer_keeps_the_seed_outputs(tiny_partitions):
     from torch_geometric.nn import SAGEConv
     from torch_geometric.utils import trim_to_layer

@@ -148,6 +148,10 @@ class DistNeighborLoader:
             samples a batch itself rather than wait for one a starved thread has not finished.
             The batches are identical either way: batch ``i`` is sampled from the random stream
             ``(seed, i)`` whichever thread samples it.
+        prefetch_next_epoch: when an epoch's last batch is sampled, start sampling the next
+            epoch's first ``pipeline_depth`` batches, so they are ready when it starts; for a loop
+            that calls ``set_epoch(e)`` with ``e = 0, 1, 2, ...`` (the batches are the same; any
+            other next epoch discards them).
         features: assemble the batch's feature rows; ``False`` fetches none (no cache either,
             so ``plan`` must be ``None``) and ``Batch.x`` is float32 ``[num_nodes, 0]``, for a
             model fed by a :class:`~salientpp.embedding.DistEmbedding` alone.
@@ -162,7 +166,7 @@ class DistNeighborLoader:
                  on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
                  gpu_fraction: float = 0.0, low_priority: bool = False,
                  sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
-                 features: bool = True):
+                 features: bool = True, prefetch_next_epoch: bool = False):
         from ..cache.workload import check_batch_size, check_fanouts
 
         self.graph = graph
@@ -190,13 +194,14 @@ class DistNeighborLoader:
                              f"{self.batch_size}), so rank {k} would have steps without data; re-partition so that "
                              f"training {self.SEEDS} are balanced (METIS balances nodes within 3%) or raise --batch-size")
         self.on_stage = on_stage
+        self._next_batch = 0  # the batch the loop gets next
         self.stats = CommStats()
         self.times = StageTimes()
         self._loader = self._inner_loader(
             make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk),
             batch_size=self.batch_size, shuffle=shuffle, num_batches=self.num_batches,
             seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads, low_priority=low_priority,
-            queue_depth=self.pipeline_depth,
+            queue_depth=self.pipeline_depth, prefetch_next_epoch=prefetch_next_epoch,
             fetch=FetchContext(**self.store.fetch_context_args()) if features else None)
         self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
                          if features else torch.empty((0, 0), device=graph.ctx.device))
@@ -230,20 +235,26 @@ class DistNeighborLoader:
         return self.num_batches
 
     def set_epoch(self, epoch: int) -> None:
-        """Reshuffle and reseed for ``epoch`` (call it on every rank before iterating)."""
+        """Reshuffle and reseed for ``epoch`` (call it on every rank before iterating; without
+        it, every iteration repeats the same epoch's batches)."""
         self._loader.set_epoch(epoch)
+        self._next_batch = 0
 
     def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "next_batch"}``: where the running epoch stands."""
-        return self._loader.state_dict()
+        """``{"epoch", "next_batch"}``: where the running epoch stands for the loop: the batch it
+        gets next (the sampling threads run up to ``pipeline_depth`` batches ahead of it), and
+        ``next_batch`` 0 once the epoch is over."""
+        return {"epoch": self._loader.epoch, "next_batch": self._next_batch}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Make the next iteration continue at ``state["next_batch"]`` of ``state["epoch"]``,
         with the batches an uninterrupted epoch would have yielded."""
         self._loader.load_state_dict(state)
+        self._next_batch = int(state["next_batch"])
 
     def __iter__(self) -> Iterator[Batch]:
-        first = self._loader.state_dict()["next_batch"]
+        first = self._next_batch
+        self._loader.load_state_dict({"epoch": self._loader.epoch, "next_batch": first})  # back from sampling ahead
         self.stats, self.times = CommStats(), StageTimes()
         if self.exchange is not None:
             self.exchange.stats = self.stats
@@ -251,11 +262,16 @@ class DistNeighborLoader:
                             fetch_stages(self.exchange, self.store, self.stats, self.ops, self._labels),
                             self.pipeline_depth, self.times,
                             on_stage=self.on_stage)
+        finished = False
         try:
             for item in pipeline:
+                self._next_batch = item.step + 1
                 yield self._batch(item)
+            self._next_batch = 0
+            finished = True
         finally:
-            self._loader.close()
+            if not finished:  # a loop that stopped early: stop the sampling threads now
+                self._loader.close()
 
     def _batch(self, item: InFlight) -> Batch:
         device = self.graph.ctx.device

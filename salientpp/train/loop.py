@@ -99,7 +99,8 @@ class Trainer:
                       pipeline_depth=threads.pipeline_depth(config.pipeline_depth), gpu_fraction=config.gpu_fraction,
                       features=config.features,
                       on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
-        train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk, **common)
+        train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,
+                             prefetch_next_epoch=True, **common)
         if link:
             self.loader = DistLinkNeighborLoader(graph, "train", config.fanouts, config.batch_size,
                                                  config.num_negatives, config.negative_sampling, **train_options)
