@@ -214,8 +214,7 @@ class NeighborLoader:
 
     def _batches(self, core, bounds: list[int], first: int, wrap) -> Iterator[SampledBatch]:
         """Yields ``wrap(core.next(), batch size)`` for batches ``first:`` and stops ``core`` at
-        the end: once the last batch is taken (its workers have nothing left to sample), when
-        ``prefetch_next_epoch`` starts the next epoch's workers."""
+        the end; with ``prefetch_next_epoch``, taking the last batch starts the next epoch's workers."""
         try:
             for i in range(first, len(self)):
                 try:
@@ -226,8 +225,7 @@ class NeighborLoader:
                     raise RuntimeError("this epoch's iteration was stopped by close() or by a newer iteration "
                                        "over the same loader")
                 self._next_batch = i + 1
-                if i == len(self) - 1 and self.prefetch_next_epoch:
-                    core.close()
+                if i == len(self) - 1 and self.prefetch_next_epoch:  # this epoch's workers have nothing left
                     self._prefetched = (self.epoch + 1, *self._start(self.epoch + 1, 0))
                 yield wrap(raw, bounds[i + 1] - bounds[i])
             self._next_batch = 0
