@@ -27,7 +27,7 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
     monkeypatch.setattr(bench_train, "run_baseline", killed)
     out = tmp_path / "rows.json"
-    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--json", str(out)]) == 0
+    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--pipeline-depth", "4", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert len(calls) == 2  # both baselines were tried
     assert printed.count("failed: rank 2 failed: the process was killed by SIGKILL") == 2
@@ -36,7 +36,7 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     assert all(r["epoch_s"] > 0 for r in rows)
 
 
-def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_when_ranks_share_cores(
+def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_when_the_pipeline_is_off(
         tiny_partitions, tmp_path, monkeypatch, capsys):
     root, _ = tiny_partitions
     models = []
@@ -48,7 +48,7 @@ def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_wh
     assert cli(["bench", "train", str(root / "p2"), *TINY, "--baselines", "pyg", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert models == ["pyg"]
-    assert "pipeline off: the ranks outnumber the cores" in printed
+    assert "pipeline off: the torch threads take every core" in printed
     rows = json.loads(out.read_text())
     assert [(r["cache"], r["depth"]) for r in rows][:1] == [("none", 1)] and len(rows) == 2
 

@@ -43,9 +43,9 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
         "simulate": ["simulate", str(d / "p2"), *small, "--policies", "vip,random", "--replication", "0,0.2",
                      "--epochs", "1"],
         "train-1": ["bench", "train", str(d / "p1"), *small, "--epochs", "1", "--alphas", "", "--hidden", "8",
-                    *_train_flags()],
+                    "--pipeline-depth", "4", *_train_flags()],
         "train-2": ["bench", "train", str(d / "p2"), *small, "--epochs", "1", "--alphas", "", "--hidden", "8",
-                    *_train_flags()],
+                    "--pipeline-depth", "4", *_train_flags()],
     }
     paths = {}
     for name, argv in runs.items():

@@ -170,13 +170,12 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
     cores(2)
     assert ThreadBudget.for_rank(2).describe() == (
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread and 1 low-priority sampler "
-        "thread per rank; pipeline depth 4")
+        "thread per rank; pipeline off: the torch threads take every core (--pipeline-depth sets it)")
+    assert ThreadBudget.for_rank(2).describe(device="cuda").endswith("per rank; pipeline depth 4")
     line = ThreadBudget(6, 1, 4, 2, "cgroup CPU quota", torch_threads_given=True, sampler_threads_given=True).describe()
     assert line == ("threads: 6 cores (cgroup CPU quota) for 1 local rank: 4 torch intra-op threads (set by "
                     "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank; "
                     "pipeline depth 4")
-    assert ThreadBudget.for_rank(4).describe().endswith(
-        "; pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)")
     assert ThreadBudget.for_rank(4).describe(pipeline_depth=3).endswith("; pipeline depth 3 (as given)")
     line = ThreadBudget.for_rank(1, sampler_threads=3).describe()
     assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --threads)" in line
@@ -185,13 +184,17 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread per rank")
 
 
-@pytest.mark.parametrize("usable, ranks, depth", [(2, 1, 4), (2, 2, 4), (2, 3, 1), (2, 4, 1), (16, 4, 4)])
-def test_the_pipeline_is_off_by_default_only_when_the_ranks_outnumber_the_cores(cores, usable, ranks, depth):
+@pytest.mark.parametrize("usable, ranks, torch_threads, device, depth", [
+    (2, 1, None, "cpu", 1), (2, 2, None, "cpu", 1), (2, 4, None, "cpu", 1), (16, 4, None, "cpu", 1),
+    (2, 1, 1, "cpu", 4), (16, 4, 3, "cpu", 4), (16, 4, 4, "cpu", 1), (2, 4, 1, "cpu", 1),
+    (2, 2, None, "cuda", 4), (16, 1, None, torch.device("cuda", 0), 4)])
+def test_the_pipeline_is_on_by_default_on_a_gpu_or_when_the_torch_threads_leave_cores_free(
+        cores, usable, ranks, torch_threads, device, depth):
     cores(usable)
-    budget = ThreadBudget.for_rank(ranks)
-    assert budget.shares_cores is (ranks > usable)
-    assert budget.pipeline_depth() == depth
-    assert budget.pipeline_depth(3) == 3  # --pipeline-depth is used as it is
+    budget = ThreadBudget.for_rank(ranks, torch_threads)
+    assert budget.spare_cores is (depth == 4 and device == "cpu")
+    assert budget.pipeline_depth(device=device) == depth
+    assert budget.pipeline_depth(3, device) == 3  # --pipeline-depth is used as it is
 
 
 def test_apply_sets_torch_threads_and_tolerates_interop_threads_already_fixed(monkeypatch):
@@ -247,11 +250,11 @@ def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(pa
     assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, False)
 
 
-@pytest.mark.parametrize("given, budget_cores, depth", [(None, 8, 4), (None, 2, 1), (3, 2, 3)])
+@pytest.mark.parametrize("given, budget_cores, depth", [(None, 8, 4), (None, 4, 1), (3, 4, 3)])
 def test_the_trainers_pipeline_depth_is_the_budgets_unless_given(parts, given, budget_cores, depth):
     config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
                          pipeline_depth=given, progress=False).validate()
-    budget = ThreadBudget(budget_cores, 4, 1, 1, "affinity mask")  # 4 local ranks on budget_cores cores
+    budget = ThreadBudget(budget_cores, 4, 1, 1, "affinity mask")  # 4 local ranks of 1 torch thread
     trainer = Trainer(config, init_distributed("cpu"), threads=budget)
     assert trainer.loader.pipeline_depth == depth
     assert trainer.loader._loader.queue_depth == depth
@@ -260,10 +263,10 @@ def test_the_trainers_pipeline_depth_is_the_budgets_unless_given(parts, given, b
 def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cores, monkeypatch):
     graph = DistGraph(str(parts / "p1"), init_distributed("cpu"))
     cores(2)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 4
+    assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 1  # on the CPU
+    cores(8)
+    assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 1  # 4 torch threads per rank
     assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2).pipeline_depth == 2
 
 
@@ -297,8 +300,7 @@ def test_a_two_rank_run_prints_the_budget_once_with_this_machines_numbers(parts,
     assert lines == [f"threads: {usable} core{'s' * (usable != 1)} ({source}) for 2 local ranks: "
                      f"{per_rank} torch intra-op thread{'s' * (per_rank != 1)} and "
                      f"{samplers} low-priority sampler thread{'s' * (samplers != 1)} per rank; "
-                     + ("pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)" if usable < 2
-                        else "pipeline depth 4")], out
+                     + "pipeline off: the torch threads take every core (--pipeline-depth sets it)"], out
 
 
 def _omp_wait_policy() -> str | None:

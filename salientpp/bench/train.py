@@ -3,7 +3,7 @@
 For each setting (no cache, VIP at each alpha) and number format (``--precisions``) the trainer
 runs ``--epochs`` epochs without evaluation, once pipelined (``--pipeline-depth``; by default the
 thread budget's depth) and once with the stages of each batch one after another (depth 1). When
-the depth is 1 (by default: when the ranks outnumber the cores) the pipelined run would repeat
+the depth is 1 (by default on the CPU, unless ``--torch-threads`` leaves cores free) the pipelined run would repeat
 the serial one and is left out. Reported per run: median epoch time over the epochs after the first,
 median seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
 with the pipeline this is time spent waiting) and compute (forward, backward, step), the CPU
@@ -55,8 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--pipeline-depth", type=int, default=None,
-                   help=f"batches in flight of the pipelined runs (default: the thread budget's, {PIPELINE_DEPTH} "
-                        "or 1 when the ranks outnumber the cores)")
+                   help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
+                        "a GPU or when --torch-threads leaves cores free, else 1)")
     p.add_argument("--threads", type=int, default=None,
                    help="sampler threads per rank (default: the thread budget's, see docs/training.md)")
     p.add_argument("--torch-threads", type=int, default=None,
@@ -177,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
     predicted = {0.0: float(sim.accessed.sum())}
     predicted.update({a: float(sim.rows[0, i + 1].sum()) for i, a in enumerate(alphas)})
     budget = ThreadBudget.for_rank(data.num_parts, args.torch_threads, args.threads)
-    depth = budget.pipeline_depth(args.pipeline_depth)
+    depth = budget.pipeline_depth(args.pipeline_depth, args.device)
     rows = []
     settings = [("none", 0.0)] + [("vip", a) for a in alphas]
     for precision, (cache, alpha) in itertools.product(args.precisions, settings):
@@ -191,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
             rows.append(row)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
-    print(budget.describe(pipeline_depth=args.pipeline_depth)
+    print(budget.describe(pipeline_depth=args.pipeline_depth, device=args.device)
           + " (the baselines: the same torch threads, PyG sampling on the training thread)")
     if depth == 1:
         print("the pipelined runs would be the runs with the pipeline off, so they are left out "

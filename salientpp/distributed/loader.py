@@ -131,8 +131,8 @@ class DistNeighborLoader:
         replace: sample with replacement.
         num_threads: C++ sampling threads.
         pipeline_depth: batches in flight (1: no overlap); ``None``: the choice of this machine's
-            :class:`~salientpp.distributed.threads.ThreadBudget` (4, or 1 when its
-            ``LOCAL_WORLD_SIZE`` ranks outnumber its cores).
+            :class:`~salientpp.distributed.threads.ThreadBudget` for its ``LOCAL_WORLD_SIZE``
+            ranks (4 on a GPU, 1 on the CPU, where the torch threads take every core).
         on_stage: called as ``on_stage(stage, step)`` before each pipeline stage (health reports).
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
@@ -174,7 +174,7 @@ class DistNeighborLoader:
         self.fanouts = check_layer_sizes(self.sampler, check_fanouts(fanouts))
         self.batch_size = check_batch_size(batch_size)
         if pipeline_depth is None:
-            pipeline_depth = ThreadBudget.for_rank(local_world_size()).pipeline_depth()
+            pipeline_depth = ThreadBudget.for_rank(local_world_size()).pipeline_depth(device=graph.ctx.device)
         if int(pipeline_depth) < 1:
             raise InputError(f"the pipeline depth must be at least 1, got {pipeline_depth}")
         self.pipeline_depth = int(pipeline_depth)

@@ -30,7 +30,9 @@ LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 # Per-rank cores per default sampler thread: the samplers only fill the time the training
 # thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
 CORES_PER_SAMPLER = 8
-# Batches in flight when each local rank has a core of its own (ThreadBudget.pipeline_depth).
+# Why the default pipeline is off on the CPU (the start-up line says it).
+PIPELINE_OFF = "the torch threads take every core"
+# Batches in flight when the pipeline has a core or a GPU to overlap (ThreadBudget.pipeline_depth).
 PIPELINE_DEPTH = 4
 
 
@@ -164,20 +166,22 @@ class ThreadBudget:
         return max(1, self.cores // self.local_ranks)
 
     @property
-    def shares_cores(self) -> bool:
-        """Whether this machine's ranks outnumber its cores (each rank has less than a core)."""
-        return self.cores < self.local_ranks
+    def spare_cores(self) -> bool:
+        """Whether this rank's torch threads leave some of its cores free (``--torch-threads``
+        below :attr:`cores_per_rank`)."""
+        return self.torch_threads < self.cores_per_rank
 
-    def pipeline_depth(self, requested: int | None = None) -> int:
+    def pipeline_depth(self, requested: int | None = None, device: str | torch.device = "cpu") -> int:
         """The batches a rank's pipeline keeps in flight: ``requested`` when given, else
-        :data:`PIPELINE_DEPTH`, or 1 (the stages of each batch one after another) when the ranks
-        :attr:`share cores <shares_cores>`. Then no core waits idle for a pipeline to fill: another
-        rank runs while one waits for a collective, and a rank's sampler and exchange threads
-        would only take its share of a core from its training thread (measured on ``products``
-        with 4 ranks on 2 cores: depth 4 took 0.97-1.07x the serial epoch; docs/training.md)."""
+        :data:`PIPELINE_DEPTH` when the model runs on a GPU or the torch threads leave
+        :attr:`spare cores <spare_cores>`, else 1 (the stages of each batch one after another).
+        On the CPU the pipeline overlaps CPU work with CPU work, so without a free core its
+        sampler and exchange threads only take cores from the model's threads: on 2 cores,
+        depth 4 took 0.97-1.07x the serial epoch on ``products`` with 4 ranks, 1.05x with 2
+        ranks, and 1.06-1.23x with 1 rank of 2 torch threads on ``small`` (docs/training.md)."""
         if requested is not None:
             return requested
-        return 1 if self.shares_cores else PIPELINE_DEPTH
+        return PIPELINE_DEPTH if torch.device(device).type != "cpu" or self.spare_cores else 1
 
     @property
     def low_priority_sampler(self) -> bool:
@@ -186,12 +190,13 @@ class ThreadBudget:
         return not (self.torch_threads_given and self.sampler_threads_given
                     and self.torch_threads + self.sampler_threads <= self.cores_per_rank)
 
-    def describe(self, samples: bool = True, pipeline_depth: int | None = None) -> str:
+    def describe(self, samples: bool = True, pipeline_depth: int | None = None,
+                 device: str | torch.device = "cpu") -> str:
         """The start-up line, e.g. ``threads: 2 cores (affinity mask) for 2 local ranks: 1 torch
-        intra-op thread and 1 low-priority sampler thread per rank; pipeline depth 4``, with the
-        :meth:`pipeline_depth` of ``pipeline_depth`` (the requested one; ``None``: the default);
-        without the sampler threads and the pipeline when the run ``samples`` nothing (full-graph
-        training)."""
+        intra-op thread and 1 low-priority sampler thread per rank; pipeline off: the torch
+        threads take every core (--pipeline-depth sets it)``, with the :meth:`pipeline_depth` of
+        ``pipeline_depth`` (the requested one; ``None``: the default) on ``device``; without the
+        sampler threads and the pipeline when the run ``samples`` nothing (full-graph training)."""
         torch_part = _plural(self.torch_threads, "torch intra-op thread")
         if self.torch_threads_given:
             torch_part += " (set by --torch-threads)"
@@ -202,11 +207,11 @@ class ThreadBudget:
         sampler_part = _plural(self.sampler_threads, f"{priority} sampler thread")
         if self.sampler_threads_given:
             sampler_part += " (set by --threads)"
-        depth = self.pipeline_depth(pipeline_depth)
+        depth = self.pipeline_depth(pipeline_depth, device)
         if pipeline_depth is not None:
             pipeline = f"pipeline depth {depth} (as given)"
         elif depth == 1:
-            pipeline = "pipeline off: the ranks outnumber the cores (--pipeline-depth sets it)"
+            pipeline = f"pipeline off: {PIPELINE_OFF} (--pipeline-depth sets it)"
         else:
             pipeline = f"pipeline depth {depth}"
         return f"{head}{torch_part} and {sampler_part} per rank; {pipeline}"

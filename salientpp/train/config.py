@@ -131,7 +131,7 @@ class TrainConfig:
         nprocs: number of local ranks to start (default: one per partition).
         pipeline_depth: batches in flight (1 = the stages of a batch one after another). ``None``:
             the thread budget's choice (:meth:`~salientpp.distributed.threads.ThreadBudget.pipeline_depth`:
-            4, or 1 when this machine's ranks outnumber its cores).
+            4 on a GPU or when ``torch_threads`` leaves cores free, else 1).
         inference: ``sampled`` (minibatches with ``eval_fanouts``, through the cache) or
             ``layerwise`` (exact: every layer over all neighbours, halo rows exchanged per layer).
         eval_fanouts: fanouts of sampled inference (default 20 per layer).

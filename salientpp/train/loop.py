@@ -96,7 +96,8 @@ class Trainer:
         self._phase, self._epoch = "", -1
         common = dict(plan=plan.path, seed=config.seed, num_threads=threads.sampler_threads,
                       low_priority=threads.low_priority_sampler,
-                      pipeline_depth=threads.pipeline_depth(config.pipeline_depth), gpu_fraction=config.gpu_fraction,
+                      pipeline_depth=threads.pipeline_depth(config.pipeline_depth, ctx.device),
+                      gpu_fraction=config.gpu_fraction,
                       features=config.features,
                       on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
         train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,

@@ -42,7 +42,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
     threads.apply()
     ctx = init_distributed(config.device, config.timeout_s)
     if ctx.rank == 0 and config.progress:
-        print(threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth), flush=True)
+        print(threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth, config.device), flush=True)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
@@ -82,7 +82,8 @@ def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
     sampled_eval = config.eval_every > 0 and config.inference == "sampled"
     return estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
                           layers=config.layers, local_ranks=local_ranks,
-                          pipeline_depth=ThreadBudget.for_rank(local_ranks).pipeline_depth(config.pipeline_depth),
+                          pipeline_depth=ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads)
+                          .pipeline_depth(config.pipeline_depth, config.device),
                           model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
                           eval_batch_size=config.eval_batch_size if sampled_eval else None,
                           embedding_dim=config.embedding_dim, features=config.features, **cache)
