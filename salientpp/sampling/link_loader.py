@@ -67,15 +67,15 @@ class LinkNeighborLoader(NeighborLoader):
         super().__init__(sampler, torch.empty(0, dtype=torch.int64), batch_size, shuffle=shuffle, seed=seed,
                          num_threads=num_threads, queue_depth=queue_depth, fetch=fetch, num_batches=int(num_batches),
                          low_priority=low_priority, prefetch_next_epoch=prefetch_next_epoch)
-        self._links: dict[int, list[LinkSeeds]] = {}  # by epoch: the last one asked for and its neighbours
+        self._links: dict[int, list[LinkSeeds]] = {}  # by epoch (see _links_of)
 
     def links(self) -> list[LinkSeeds]:
         """This epoch's :class:`LinkSeeds`, one per batch (computed once per epoch)."""
         return self._links_of(self.epoch)
 
     def _links_of(self, epoch: int) -> list[LinkSeeds]:
-        """:meth:`links` of ``epoch``; the last two epochs' are kept (the running epoch's and,
-        with ``prefetch_next_epoch``, the next one's)."""
+        """:meth:`links` of ``epoch``; besides it, only the epochs just before and after it are
+        kept (the running epoch's and, with ``prefetch_next_epoch``, the next one's)."""
         if epoch not in self._links:
             shuffle_key = self._epoch_keys(epoch)[0]
             num_edges = int(self.edges.shape[1])
