@@ -350,10 +350,13 @@ class TrainConfig:
             raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
                              "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
 
-    def thread_budget(self) -> ThreadBudget:
+    def thread_budget(self, local_ranks: int | None = None) -> ThreadBudget:
         """This rank's :class:`~salientpp.distributed.threads.ThreadBudget`: the cores shared among
-        the machine's ``LOCAL_WORLD_SIZE`` ranks, with ``torch_threads`` and ``num_threads`` as overrides."""
-        return ThreadBudget.for_rank(local_world_size(), self.torch_threads, self.num_threads)
+        ``local_ranks`` ranks (default: the machine's ``LOCAL_WORLD_SIZE``; the launcher, which has
+        none yet, passes the ranks it is about to start), with ``torch_threads`` and ``num_threads``
+        as overrides."""
+        ranks = local_world_size() if local_ranks is None else local_ranks
+        return ThreadBudget.for_rank(ranks, self.torch_threads, self.num_threads)
 
     @property
     def checkpoint_interval(self) -> tuple[int, str]:

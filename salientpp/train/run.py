@@ -14,7 +14,6 @@ from ..distributed import WorkerError, init_distributed, launch, shutdown_distri
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
-from ..distributed.threads import ThreadBudget
 from ..errors import InputError
 from ..partition import load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
@@ -82,8 +81,8 @@ def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
     sampled_eval = config.eval_every > 0 and config.inference == "sampled"
     return estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
                           layers=config.layers, local_ranks=local_ranks,
-                          pipeline_depth=ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads)
-                          .pipeline_depth(config.pipeline_depth, config.device),
+                          pipeline_depth=config.thread_budget(local_ranks).pipeline_depth(config.pipeline_depth,
+                                                                                          config.device),
                           model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
                           eval_batch_size=config.eval_batch_size if sampled_eval else None,
                           embedding_dim=config.embedding_dim, features=config.features, **cache)
