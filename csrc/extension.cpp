@@ -8,7 +8,6 @@
 #include "gather_ops.h"
 #include "loader.h"
 #include "model_ops.h"
-#include "ops.h"
 #include "sampler.h"
 
 namespace py = pybind11;
@@ -22,7 +21,7 @@ py::dict fetch_to_python(const FetchPlan& p) {
   py::dict d;
   d["owned_pos"] = p.owned_pos;
   d["owned_row"] = p.owned_row;
-  d["owned_x"] = tensor_or_none(p.owned_x);
+  d["x"] = tensor_or_none(p.x);
   d["remote_id"] = p.remote_id;
   d["remote_pos"] = p.remote_pos;
   d["remote_counts"] = p.remote_counts;
@@ -30,7 +29,6 @@ py::dict fetch_to_python(const FetchPlan& p) {
   d["gpu_slot"] = p.gpu_slot;
   d["cpu_pos"] = p.cpu_pos;
   d["cpu_slot"] = p.cpu_slot;
-  d["perm"] = p.perm;
   return d;
 }
 

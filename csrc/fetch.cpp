@@ -1,11 +1,10 @@
 #include "fetch.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "ops.h"
 
 namespace salientpp {
 
@@ -58,7 +57,6 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   plan.gpu_slot = make(n_gpu);
   plan.cpu_pos = make(n_cpu);
   plan.cpu_slot = make(n_cpu);
-  plan.perm = make(num_nodes);
   std::copy(count.begin(), count.begin() + num_parts, plan.remote_counts.data_ptr<int64_t>());
 
   const int64_t* local_row = ctx.local_row.defined() ? ctx.local_row.data_ptr<int64_t>() : nullptr;
@@ -72,13 +70,23 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   int64_t* gpu_slot = plan.gpu_slot.data_ptr<int64_t>();
   int64_t* cpu_pos = plan.cpu_pos.data_ptr<int64_t>();
   int64_t* cpu_slot = plan.cpu_slot.data_ptr<int64_t>();
-  int64_t* perm = plan.perm.data_ptr<int64_t>();
+  // With local_x, the owned rows go straight to their positions in the batch's x, which the
+  // assembly completes in place (one [num_nodes, F] buffer per batch, each owned row copied once).
+  char* x_out = nullptr;
+  const char* x_src = nullptr;
+  int64_t row_bytes = 0;
+  if (ctx.local_x.defined()) {
+    const torch::Tensor& x = ctx.local_x;
+    plan.x = torch::empty({num_nodes, x.size(1)}, x.options().pinned_memory(ctx.pin));
+    row_bytes = x.size(1) * x.element_size();
+    x_out = static_cast<char*>(plan.x.data_ptr());
+    x_src = static_cast<const char*>(x.data_ptr());
+  }
   const int64_t gpu_base = next[kGpu], cpu_base = next[kCpu];
   for (int64_t i = 0; i < num_nodes; ++i) {
     const int64_t id = n_id[i];
     const int64_t c = category[i];
     const int64_t j = next[c]++;
-    perm[i] = j;
     if (c == kOwned) {
       const int64_t local = id - offsets[rank];
       const int64_t row = local_row != nullptr ? local_row[local] : local;
@@ -88,6 +96,7 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
       }
       owned_pos[j] = i;
       owned_row[j] = row;
+      if (x_out != nullptr) std::memcpy(x_out + i * row_bytes, x_src + row * row_bytes, row_bytes);
     } else if (c == kGpu) {
       gpu_pos[j - gpu_base] = i;
       gpu_slot[j - gpu_base] = cache_slot[id];
@@ -98,14 +107,6 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
       remote_id[j - n_owned] = id;
       remote_pos[j - n_owned] = i;
     }
-  }
-
-  if (ctx.local_x.defined()) {
-    const torch::Tensor& x = ctx.local_x;
-    plan.owned_x = torch::empty({n_owned, x.size(1)}, x.options().pinned_memory(ctx.pin));
-    const int64_t row_bytes = x.size(1) * x.element_size();
-    copy_rows(static_cast<const char*>(x.data_ptr()), row_bytes, owned_row, n_owned,
-              static_cast<char*>(plan.owned_x.data_ptr()));
   }
   return plan;
 }

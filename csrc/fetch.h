@@ -13,22 +13,22 @@ struct FetchContext {
   int64_t num_gpu_slots = 0;  // G
   torch::Tensor local_x;     // [n_rank, F] owned feature rows (CPU); may be undefined (no slicing)
   torch::Tensor local_row;   // int64 [n_rank]: storage row in local_x of local index id - offsets[rank]; may be undefined (identity)
-  bool pin = false;          // allocate owned_x in pinned memory
+  bool pin = false;          // allocate x in pinned memory
 };
 
-// Positions index the batch's n_id. With rows = cat([owned_x, received rows in remote_id order,
-// GPU cache rows at gpu_slot, CPU cache rows at cpu_slot]), rows[perm] == x[n_id].
+// Positions index the batch's n_id: its features are x[owned_pos] = local_x[owned_row],
+// x[remote_pos] = the rows received for remote_id, x[gpu_pos] = GPU tier[gpu_slot] and
+// x[cpu_pos] = CPU tier[cpu_slot].
 struct FetchPlan {
   torch::Tensor owned_pos, owned_row;  // int64 [n_o]: positions owned by rank, their rows in local_x
-  torch::Tensor owned_x;               // [n_o, F] local_x[owned_row] (undefined without local_x)
+  torch::Tensor x;                     // [num_nodes, F]: rows owned_pos written, the rest not yet (undefined without local_x)
   torch::Tensor remote_id, remote_pos; // int64 [n_r]: ids to request, grouped by owner (n_id order within)
   torch::Tensor remote_counts;         // int64 [K]: number of remote ids per owner (0 at rank)
   torch::Tensor gpu_pos, gpu_slot;     // int64 [n_g]: positions cached in the GPU tier, slot in that tier
   torch::Tensor cpu_pos, cpu_slot;     // int64 [n_c]: positions cached in the CPU tier, slot in that tier
-  torch::Tensor perm;                  // int64 [num_nodes]
 };
 
-// Splits n_id (int64 [num_nodes]) by owner and cache tier and slices the owned rows.
+// Splits n_id (int64 [num_nodes]) by owner and cache tier and writes the owned rows into x.
 FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes);
 
 }  // namespace salientpp

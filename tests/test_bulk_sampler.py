@@ -13,6 +13,7 @@ from salientpp.partition.book import PartitionBook
 from salientpp.sampling import BulkSampler, FetchContext, NeighborLoader, NeighborSampler
 from salientpp.sampling.bulk import select_rows
 from test_sampler import ALPHA, edge_counts, random_graph, stars, without_replacement_pvalue
+from test_sampler_fetch import complete
 
 
 def bulk_batches(sampler: BulkSampler, seed_lists, seed: int, chunk: int = 250) -> list:
@@ -356,8 +357,7 @@ def check_plan(batch, x, ctx, caches) -> None:
     assert (owner[plan.owned_pos] == RANK).all() and (owner[plan.remote_pos] != RANK).all()
     assert torch.equal(n_id[plan.remote_pos], plan.remote_id)
     assert int(plan.remote_counts.sum()) == plan.remote_id.shape[0] and plan.remote_counts[RANK] == 0
-    rows = torch.cat([plan.owned_x, x[plan.remote_id], caches[0][plan.gpu_slot], caches[1][plan.cpu_slot]])
-    assert torch.equal(rows[plan.perm], x[n_id])
+    assert torch.equal(complete(plan, x, *caches), x[n_id])
 
 
 def test_a_bulk_loader_prefetching_the_next_epoch_yields_the_same_batches(loader_setup):
@@ -373,7 +373,8 @@ def test_a_bulk_loader_prefetching_the_next_epoch_yields_the_same_batches(loader
         assert prefetched == (epoch == 1)
         for got, expected in zip(list(loader), list(plain), strict=True):
             assert_same_batch(got, expected)
-            assert torch.equal(got.fetch.perm, expected.fetch.perm)
+            assert torch.equal(got.fetch.owned_pos, expected.fetch.owned_pos)
+            assert torch.equal(got.fetch.x[got.fetch.owned_pos], expected.fetch.x[expected.fetch.owned_pos])
     loader.close()
 
 
@@ -392,7 +393,7 @@ def test_loader_with_bulk_sampler_yields_the_per_batch_samples(loader_setup, met
         expected = sampler.sample(seeds, seed=loader.epoch_seed(), batch_index=i, labels=labels, fetch=ctx)
         assert_same_batch(batch, expected)
         assert torch.equal(batch.y, labels[seeds])
-        for field in ("owned_pos", "remote_id", "remote_pos", "gpu_pos", "cpu_pos", "perm"):
+        for field in ("owned_pos", "owned_row", "remote_id", "remote_pos", "gpu_pos", "cpu_pos"):
             assert torch.equal(getattr(batch.fetch, field), getattr(expected.fetch, field))
         check_plan(batch, x, ctx, caches)
 

@@ -114,7 +114,7 @@ def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     received = torch.randn(9, 6, generator=gen)
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
     owned_local = torch.randint(0, 40, (12,), generator=gen)
-    plan = SimpleNamespace(owned_x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
+    plan = SimpleNamespace(x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
                            remote_pos=pos[12:21], gpu_pos=pos[21:25], gpu_slot=torch.tensor([4, 0, 0, 2]),
                            cpu_pos=pos[25:], cpu_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = torch.empty(31, 6)
@@ -129,4 +129,29 @@ def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     ready = ops.record()
     assert torch.isnan(x).all()  # nothing has run on the simulated side stream yet
     ops.wait(ready)
+    assert torch.equal(x, expected)
+
+
+def test_assembly_completes_the_x_the_sampler_threads_started_in_place():
+    """On CPU runs the plan carries x with the owned rows written; the assembly writes the other
+    sources into that same tensor and leaves the owned rows as they are."""
+    gen = torch.Generator().manual_seed(4)
+    book = PartitionBook(np.array([0, 40, 100], dtype=np.int64))
+    ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), None)
+    store = FeatureStore(ctx, book, torch.randn(40, 6, generator=gen).numpy())
+    store.cache_device, store.cache_host = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
+    received = torch.randn(9, 6, generator=gen)
+    pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
+    started = torch.full((31, 6), float("nan"))
+    started[pos[:12]] = torch.randn(12, 6, generator=gen)
+    plan = SimpleNamespace(x=started.clone(), owned_pos=pos[:12], owned_row=torch.zeros(12, dtype=torch.int64),
+                           remote_pos=pos[12:21], gpu_pos=pos[21:25], gpu_slot=torch.tensor([4, 0, 0, 2]),
+                           cpu_pos=pos[25:], cpu_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
+    expected = started.clone()
+    expected[plan.remote_pos] = received
+    expected[plan.gpu_pos] = store.cache_device[plan.gpu_slot]
+    expected[plan.cpu_pos] = store.cache_host[plan.cpu_slot]
+
+    x = store.assemble(plan, received, 31, CommStats(), HostOps())
+    assert x.data_ptr() == plan.x.data_ptr()
     assert torch.equal(x, expected)

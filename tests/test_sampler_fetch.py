@@ -1,4 +1,4 @@
-"""Fetch plans: owner split, cache resolution, permutation back to n_id order, sliced rows."""
+"""Fetch plans: owner split, cache resolution, the owned rows written into the batch's x."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,6 +38,15 @@ def setup():
     return NeighborSampler(rowptr, col, [4, 3]), x, ctx, gpu_cache, cpu_cache
 
 
+def complete(plan, x, gpu_cache, cpu_cache) -> torch.Tensor:
+    """The plan's x with the rows of the other sources written in (the owners send ``x[remote_id]``)."""
+    out = plan.x.clone()
+    out[plan.remote_pos] = x[plan.remote_id]
+    out[plan.gpu_pos] = gpu_cache[plan.gpu_slot]
+    out[plan.cpu_pos] = cpu_cache[plan.cpu_slot]
+    return out
+
+
 def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
     plan, n_id = batch.fetch, batch.n_id
     owner = torch.from_numpy(ctx.book.owner(n_id.numpy()))
@@ -57,12 +66,10 @@ def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
     assert plan.remote_counts[RANK] == 0
     for k in range(4):
         assert (plan.remote_pos[remote_owner == k].diff() > 0).all()
-    # The sliced owned rows are x[n_id] for owned ids, and the permutation rebuilds x[n_id].
-    assert torch.equal(plan.owned_x, x[n_id[plan.owned_pos]])
-    assert torch.equal(plan.owned_x, ctx.local_x[plan.owned_row])
-    received = x[plan.remote_id]  # what the owners send back, in request order
-    rows = torch.cat([plan.owned_x, received, gpu_cache[plan.gpu_slot], cpu_cache[plan.cpu_slot]])
-    assert torch.equal(rows[plan.perm], x[n_id])
+    # The plan's x has the owned rows of x[n_id] at their positions; the other sources complete it.
+    assert torch.equal(plan.x[plan.owned_pos], x[n_id[plan.owned_pos]])
+    assert torch.equal(plan.x[plan.owned_pos], torch.as_tensor(ctx.local_x)[plan.owned_row])
+    assert torch.equal(complete(plan, x, gpu_cache, cpu_cache), x[n_id])
     assert plan.owned_pos.numel() and plan.remote_id.numel() and plan.gpu_pos.numel() and plan.cpu_pos.numel()
 
 
@@ -85,7 +92,7 @@ def test_plan_without_cache_or_rows(setup):
     sampler, x, ctx, _, _ = setup
     batch = sampler.sample(torch.arange(600, 700, 2), seed=1, fetch=FetchContext(ctx.book, 2, pin=False))
     plan = batch.fetch
-    assert plan.owned_x is None and plan.gpu_pos.numel() == 0 and plan.cpu_pos.numel() == 0
+    assert plan.x is None and plan.gpu_pos.numel() == 0 and plan.cpu_pos.numel() == 0
     assert torch.equal(plan.owned_row, batch.n_id[plan.owned_pos] - OFFSETS[2])  # identity row map
     assert plan.remote_counts.sum() == plan.remote_id.numel() == batch.num_nodes - plan.owned_pos.numel()
 

@@ -66,7 +66,7 @@ class FeatureStore:
             self.owned_host = self.owned_host.pin_memory()
         # Serving peers looks storage rows up where the requested ids arrive (the GPU with NCCL).
         self.serve_row = self.local_row.to(ctx.comm_device)
-        # The sampler threads slice owned rows from one CPU tensor; that is all of them on CPU.
+        # The sampler threads copy owned rows into each batch's x from one CPU tensor; that is all of them on CPU.
         self.slice_source = storage if ctx.device.type == "cpu" else None
         self.num_features = int(storage.shape[1])
         self.dtype = storage.dtype
@@ -118,19 +118,22 @@ class FeatureStore:
                  ops: DeviceOps) -> torch.Tensor:
         """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``: one
         launch of the row gather on ``ops``'s side stream, after the uploads of the plan's indices.
+        It completes the plan's ``x`` in place where the sampler threads wrote the owned rows
+        into one (CPU runs), else a new tensor.
 
         ``plan`` is the batch's fetch plan (positions and rows of each source), ``received``
         the rows fetched for ``plan.remote_id`` (on the device, or on the host with gloo).
         """
         up = ops.upload
-        if plan.owned_x is not None:  # sliced by the sampler threads (CPU runs)
-            owned = RowSource(up(plan.owned_x), pos=up(plan.owned_pos))
-        else:
-            owned = RowSource(self.owned_device, up(plan.owned_row), up(plan.owned_pos), high=self.owned_host)
-        sources = [owned, RowSource(up(received), pos=up(plan.remote_pos)),
+        sources = [RowSource(up(received), pos=up(plan.remote_pos)),
                    RowSource(self.cache_device, up(plan.gpu_slot), up(plan.gpu_pos)),
                    RowSource(self.cache_host, up(plan.cpu_slot), up(plan.cpu_pos))]
-        out = ops.empty((num_nodes, self.num_features), self.dtype)
+        if plan.x is not None:  # the sampler threads wrote the owned rows into it (CPU runs)
+            out = up(plan.x)
+        else:
+            out = ops.empty((num_nodes, self.num_features), self.dtype)
+            sources.insert(0, RowSource(self.owned_device, up(plan.owned_row), up(plan.owned_pos),
+                                        high=self.owned_host))
         ops.launch(lambda stream: gather_rows(out, sources, stream))
         stats.owned += int(plan.owned_pos.shape[0])
         stats.gpu_hits += int(plan.gpu_pos.shape[0])

@@ -1,7 +1,8 @@
 """One launch that writes feature rows from several tables by position (the extension's row gather).
 
 The fused assembly of a batch is one :func:`gather_rows` with four sources: owned rows (device
-tier, then host tier), rows received from peers, the device cache tier and the host cache tier.
+tier, then host tier), rows received from peers, the device cache tier and the host cache tier
+(three on CPU runs, where the sampler threads already wrote the owned rows).
 Serving peers' requests is one source without positions. On CUDA the kernel (``csrc/gather.cu``)
 reads device memory and pinned host memory alike; on the CPU the extension's reference twin
 (``csrc/gather_ops.cpp``) does the same indexing and checks every index.

@@ -57,10 +57,10 @@ class FetchContext:
             cache tier; ``num_gpu_slots + j`` = slot ``j`` in the CPU cache tier. None = no cache.
             Owned ids are never looked up in the cache.
         num_gpu_slots: size of the GPU cache tier.
-        local_x: ``[n_rank, F]`` owned feature rows (CPU), or None to skip slicing.
+        local_x: ``[n_rank, F]`` owned feature rows (CPU), or None: the plan then has no ``x``.
         local_row: int64 ``[n_rank]``: storage row in ``local_x`` of local index
             ``id - offsets[rank]`` (owned rows stored in VIP order); None = identity.
-        pin: put the sliced owned rows in pinned memory; defaults to ``torch.cuda.is_available()``.
+        pin: put the plan's ``x`` in pinned memory; defaults to ``torch.cuda.is_available()``.
     """
 
     book: PartitionBook
@@ -76,24 +76,26 @@ class FetchContext:
 class FetchPlan:
     """Where each feature row of a batch comes from. Positions index ``n_id``.
 
-    With ``rows = cat([owned_x, received rows (in remote_id order), gpu_cache[gpu_slot],
-    cpu_cache[cpu_slot]])``, ``rows[perm] == x[n_id]``.
+    The batch's features ``x[n_id]`` are ``local_x[owned_row]`` at ``owned_pos``, the rows received
+    for ``remote_id`` (in that order) at ``remote_pos``, ``gpu_cache[gpu_slot]`` at ``gpu_pos`` and
+    ``cpu_cache[cpu_slot]`` at ``cpu_pos``.
 
     Attributes:
         owned_pos, owned_row: int64 ``[n_o]``: positions owned by this rank, their rows in local_x.
-        owned_x: ``[n_o, F]`` = ``local_x[owned_row]`` (pinned when the context says so), or None.
+        x: ``[num_nodes, F]`` with the owned rows already written at ``owned_pos`` and the other
+            rows not yet written (the assembly writes them in place); pinned when the context
+            says so; None when the context has no ``local_x``.
         remote_id, remote_pos: int64 ``[n_r]``: ids to request from their owners and their
             positions, grouped by owner (ascending), ``n_id`` order within an owner.
         remote_counts: int64 ``[K]``: how many of ``remote_id`` each partition owns (0 at rank).
         gpu_pos, gpu_slot: int64 ``[n_g]``: positions served by the GPU cache tier, slot in it.
         cpu_pos, cpu_slot: int64 ``[n_c]``: positions served by the CPU cache tier, slot in it
             (already minus ``num_gpu_slots``).
-        perm: int64 ``[num_nodes]``.
     """
 
     owned_pos: torch.Tensor
     owned_row: torch.Tensor
-    owned_x: torch.Tensor | None
+    x: torch.Tensor | None
     remote_id: torch.Tensor
     remote_pos: torch.Tensor
     remote_counts: torch.Tensor
@@ -101,7 +103,6 @@ class FetchPlan:
     gpu_slot: torch.Tensor
     cpu_pos: torch.Tensor
     cpu_slot: torch.Tensor
-    perm: torch.Tensor
 
 
 @dataclass
