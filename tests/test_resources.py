@@ -19,8 +19,8 @@ from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.partition.partitioner import partition_dataset
-from salientpp.resources import (MemoryEstimate, available_memory, batch_size_estimate, check_memory,
-                                 estimate_analyze, estimate_partition, estimate_train)
+from salientpp.resources import (KEPT_FREED_FRACTION, MemoryEstimate, available_memory, batch_size_estimate,
+                                 check_memory, estimate_analyze, estimate_partition, estimate_train)
 
 REPO = Path(salientpp.__file__).resolve().parents[1]
 ANALYZE = ["--fanouts", "10,5", "--batch-size", "16", "--replication", "0.1"]
@@ -310,6 +310,13 @@ def test_estimates_grow_with_what_drives_them(tiny_parts):
     gat = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, model="gat", **common).total
     evaluated = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, eval_fanouts=(20, 20, 20), **common)
     assert gat > train[(2, 0.1, "vip")] and evaluated.total >= train[(2, 0.1, "vip")]
+    # A rank that keeps freed host memory holds a fraction of each step's allocations beyond them.
+    kept = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, **common).items
+    returned = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, reuse_freed_memory=False,
+                              **common).items
+    step = kept["per-rank batch buffers"] + kept["activations"]
+    assert kept["freed blocks kept for reuse"] == int(KEPT_FREED_FRACTION * step) > 0
+    assert "freed blocks kept for reuse" not in returned and sum(returned.values()) < sum(kept.values())
 
 
 def test_train_estimate_refuses_impossible_options(tiny_parts):

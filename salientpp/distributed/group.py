@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InputError
+from .host_memory import keep_freed_memory
 from .threads import local_world_size
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -153,12 +154,18 @@ def rendezvous_error(rank: int, world: int, timeout_s: float, cause: str) -> Inp
                       "MASTER_PORT, and that rank 0 was started")
 
 
-def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str | None = None) -> DistContext:
+def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str | None = None,
+                     reuse_freed_memory: bool = True) -> DistContext:
     """Join the process group described by the environment, or run alone without one.
 
     ``backend`` defaults to NCCL for ``device="cuda"`` and gloo otherwise; gloo also works with
-    CUDA models (rows then cross through CPU memory).
+    CUDA models (rows then cross through CPU memory). ``reuse_freed_memory`` makes this
+    process's host allocator keep freed blocks for the next step instead of returning them to
+    the system (:mod:`salientpp.distributed.host_memory`; glibc only), before any of the
+    group's threads start.
     """
+    if reuse_freed_memory:
+        keep_freed_memory()
     attempt = restart_count()
     if not env_is_distributed():
         dev = resolve_device(device, 0)

@@ -153,6 +153,9 @@ class TrainConfig:
             shared by its local ranks; the samplers run at low priority unless both counts are
             given and fit in a rank's share).
         timeout_s: every collective fails after this many seconds instead of hanging.
+        reuse_freed_memory: each rank's host allocator keeps freed blocks for the next step
+            instead of returning them to the system (:mod:`salientpp.distributed.host_memory`;
+            glibc only): resident memory stays near its peak, and steps stop faulting in fresh pages.
         progress: show a tqdm bar on rank 0.
     """
 
@@ -202,6 +205,7 @@ class TrainConfig:
     num_threads: int | None = None
     torch_threads: int | None = None
     timeout_s: float = 300.0
+    reuse_freed_memory: bool = True
     progress: bool = True
 
     def validate(self) -> "TrainConfig":

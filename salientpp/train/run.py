@@ -39,7 +39,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
     """
     threads = config.thread_budget()
     threads.apply()
-    ctx = init_distributed(config.device, config.timeout_s)
+    ctx = init_distributed(config.device, config.timeout_s, reuse_freed_memory=config.reuse_freed_memory)
     if ctx.rank == 0 and config.progress:
         print(threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth, config.device), flush=True)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
@@ -85,7 +85,8 @@ def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
                                                                                           config.device),
                           model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
                           eval_batch_size=config.eval_batch_size if sampled_eval else None,
-                          embedding_dim=config.embedding_dim, features=config.features, **cache)
+                          embedding_dim=config.embedding_dim, features=config.features,
+                          reuse_freed_memory=config.reuse_freed_memory, **cache)
 
 
 def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
@@ -97,7 +98,8 @@ def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
     Full-graph training has no plan; its estimate counts every layer's activations instead."""
     if config.mode == FULL_GRAPH:
         estimate = estimate_full_graph(data, hidden=config.hidden, layers=config.layers, model=config.model,
-                                       dependencies=config.dependencies, local_ranks=local_ranks)
+                                       dependencies=config.dependencies, local_ranks=local_ranks,
+                                       reuse_freed_memory=config.reuse_freed_memory)
     else:
         estimate = _minibatch_estimate(config, data, local_ranks)
     summary = check_memory(estimate, config.memory_limit)

@@ -1,0 +1,64 @@
+"""Keeping freed host memory: a large block freed and allocated again is not faulted in again."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the setting is glibc's malloc's")
+
+BLOCK = 256 * 2**20  # bytes: far above glibc's largest mmap threshold (32 MiB)
+PAGES = BLOCK // 4096
+
+# Fills a fresh BLOCK-byte tensor and frees it, as a training step does, four times, and prints
+# the minor page faults of the last; with the argument "keep", keep_freed_memory() runs first.
+# (The second block may not fit where the first was, since aligned allocations ask for a little
+# more than they keep, so the heap grows once more before its blocks are reused.)
+PROBE = f"""
+import json, resource, sys, torch
+from salientpp.distributed.host_memory import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else False
+def fill():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t = torch.empty({BLOCK} // 4)
+    t.fill_(1.0)
+    del t
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults = [fill() for _ in range(4)]
+print(json.dumps({{"kept": kept, "faults": faults[-1]}}))
+"""
+
+
+def _last_fill(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@glibc_only
+def test_a_block_freed_and_allocated_again_step_after_step_is_not_faulted_in_again():
+    kept = _last_fill("keep")
+    assert kept["kept"] is True
+    assert kept["faults"] < PAGES / 20  # a few pages of bookkeeping at most, not the block
+
+
+@glibc_only
+@pytest.mark.skipif("[always]" in (Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+                                   if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists() else ""),
+                    reason="with transparent huge pages always on a block faults in 2 MiB at a time")
+def test_without_it_glibc_faults_every_page_of_a_large_block_in_again():
+    plain = _last_fill("plain")
+    assert plain["kept"] is False
+    assert plain["faults"] > PAGES / 2
+
+
+def test_train_keeps_freed_memory_unless_told_not_to():
+    from salientpp.cli import build_parser
+    from salientpp.cli.train import config_from_args
+
+    parse = lambda *extra: config_from_args(build_parser().parse_args(["train", "parts", *extra]))
+    assert parse().reuse_freed_memory is True
+    assert parse("--no-reuse-freed-memory").reuse_freed_memory is False
