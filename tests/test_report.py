@@ -125,6 +125,15 @@ def test_a_bfloat16_run_is_a_variant_of_its_own_and_float32_keeps_the_old_names(
     assert report.variant_name({**row, "precision": "bf16"}, 2) == "vip α=0.1, pipeline depth 4, bf16"
 
 
+def test_the_outside_load_and_freed_memory_rows_are_named_apart_from_the_plain_run():
+    row = {"cache": "none", "alpha": 0.0, "depth": 1}
+    names = [report.variant_name({**row, **extra}, 2) for extra in
+             ({}, {"outside_load": 0}, {"reuse_freed_memory": True}, {"outside_load": 2},
+              {"reuse_freed_memory": False})]
+    assert names[:3] == ["no cache, no pipeline"] * 3  # idle and kept are the plain run
+    assert names[3:] == ["no cache, no pipeline, under 2 busy processes", "no cache, no pipeline, freed memory returned"]
+
+
 def test_cli_writes_report_and_valid_pngs(outputs, tmp_path):
     from PIL import Image
 

@@ -50,6 +50,10 @@ def variant_name(row: dict[str, Any], num_parts: int | None) -> str:
     pipe = f"pipeline depth {row['depth']}" if row.get("depth", 1) > 1 else "no pipeline"
     if row.get("precision", FP32) != FP32:
         pipe += f", {row['precision']}"
+    if row.get("outside_load"):  # the extra rows of bench train --outside-load and --compare-freed-memory
+        pipe += f", under {row['outside_load']} busy processes"
+    if row.get("reuse_freed_memory") is False:
+        pipe += ", freed memory returned"
     if row.get("alpha") is None and row.get("cache", "none") != "none":  # a baseline named by its cache field
         name = str(row["cache"])
     elif row.get("cache", "none") == "none" or not row.get("alpha"):

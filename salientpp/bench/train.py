@@ -19,6 +19,9 @@ its sampling time includes PyG's ``x[n_id]`` gather. The first runs PyG's own SA
 torch's dropout), the second salientpp's model on MFGs built from PyG's batches, so sampling and
 fetching gains show apart from the model step's (``--baselines`` picks them). They are skipped,
 with a message, when PyG has neither pyg-lib nor torch_sparse to sample with.
+
+``--compare-freed-memory`` adds the uncached run with each rank returning freed host memory to
+the system (:mod:`salientpp.distributed.host_memory`), alternating with the default.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import statistics
 import subprocess
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
 from ..distributed.launcher import WorkerError
@@ -68,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outside-load", type=int, default=0, metavar="N",
                    help="also time the pipelined uncached run on an idle machine and under N busy outside "
                         "processes, alternating, twice each (default 0: skip)")
+    p.add_argument("--compare-freed-memory", action="store_true",
+                   help="also time the uncached run with the pipeline off with each rank keeping freed host memory "
+                        "for reuse (train's default) and returning it to the system (glibc's default, "
+                        "--no-reuse-freed-memory), alternating, twice each")
     p.add_argument("--no-baseline", action="store_true", help="skip the PyG NeighborLoader + DDP baselines")
     p.add_argument("--baselines", default=",".join(BASELINE_MODELS), metavar="LIST",
                    help=f"the models of the PyG NeighborLoader + DDP baselines, of {','.join(BASELINE_MODELS)}: "
@@ -117,16 +124,17 @@ def _choices(text: str, option: str, choices) -> list[str]:
     return names
 
 
-def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int = 1) -> TrainConfig:
+def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int = 1,
+            reuse_freed_memory: bool = True) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                        batch_size=args.batch_size, cache=cache, replication=alpha, pipeline_depth=depth,
                        eval_every=0, num_threads=args.threads, torch_threads=args.torch_threads, device=args.device,
-                       precision=precision, progress=False)
+                       precision=precision, reuse_freed_memory=reuse_freed_memory, progress=False)
 
 
-def _run(args, precision: str, cache: str, alpha: float, depth: int) -> dict:
-    result = train(_config(args, precision, cache, alpha, depth))
+def _run(args, precision: str, cache: str, alpha: float, depth: int, reuse_freed_memory: bool = True) -> dict:
+    result = train(_config(args, precision, cache, alpha, depth, reuse_freed_memory))
     return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, **median_row(result.history),
             "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
@@ -143,14 +151,18 @@ def busy_processes(count: int) -> Iterator[None]:
             p.wait()
 
 
-def _load_rows(args, depth: int) -> list[dict]:
-    """The uncached run at pipeline ``depth`` idle and under ``args.outside_load`` busy processes,
-    alternating (idle, loaded, idle, loaded) so that drift of the machine hits both alike."""
-    rows = []
-    for load in (0, args.outside_load) * 2:
-        with busy_processes(load):
-            rows.append({**_run(args, args.precisions[0], "none", 0.0, depth), "outside_load": load})
-    return rows
+def _alternating(key: str, values: tuple, run: Callable[[Any], dict]) -> tuple[list[dict], list[float]]:
+    """``run(value)`` (a row) for each of ``values``, twice each and alternating (a, b, a, b) so
+    that drift of the machine hits them alike; returns the rows, each with ``key: value``, and
+    the median epoch time of each value."""
+    rows = [{**run(value), key: value} for value in values * 2]
+    return rows, [statistics.median(r["epoch_s"] for r in rows if r[key] == value) for value in values]
+
+
+def _loaded_run(args, depth: int, load: int) -> dict:
+    """The uncached run at pipeline ``depth`` under ``load`` busy outside processes."""
+    with busy_processes(load):
+        return _run(args, args.precisions[0], "none", 0.0, depth)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -209,12 +221,17 @@ def main(args: argparse.Namespace) -> int:
               f"| {b['compute_s']:.3f} | {b['compute_cpu_s']:.3f} | 0 | - | - |", flush=True)
         rows.append(b)
     if args.outside_load:
-        loaded = _load_rows(args, depth)
-        idle = statistics.median(r["epoch_s"] for r in loaded if not r["outside_load"])
-        busy = statistics.median(r["epoch_s"] for r in loaded if r["outside_load"])
+        loaded, (idle, busy) = _alternating("outside_load", (0, args.outside_load),
+                                            lambda load: _loaded_run(args, depth, load))
         print(f"\noutside load: pipeline depth {depth}, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s "
               f"under {args.outside_load} busy processes: {busy / idle:.2f}x")
         rows.extend(loaded)
+    if args.compare_freed_memory:
+        allocs, (kept, returned) = _alternating("reuse_freed_memory", (True, False),
+                                                lambda reuse: _run(args, args.precisions[0], "none", 0.0, 1, reuse))
+        print(f"\nfreed host memory: pipeline off, no cache, median epoch {kept:.3f} s kept for reuse and "
+              f"{returned:.3f} s returned to the system: {returned / kept:.2f}x")
+        rows.extend(allocs)
     if args.json_path:
         for r in rows:
             r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
