@@ -564,13 +564,14 @@ def estimate_full_graph(data: PartitionedDataset, *, hidden: int, layers: int, m
             activations += 16 * edges + 4 * edge_tensors * edges * (dims[i + 1] if model == "gat" else 0)
         per_rank.append((features + activations, features, activations))
     chosen = sorted(per_rank, reverse=True)[:local_ranks]
+    activations = sum(activations for _, _, activations in chosen)
     ranks = local_ranks
     items = {
         "Python + torch": (ranks + (ranks > 1)) * PROCESS_BYTES,
         "graph (memory-mapped, shared)": _csr_bytes(n, e) + 8 * (n + k + 1),
         "feature rows (owned and fetched)": sum(features for _, features, _ in chosen),
-        "full-graph activations": sum(activations for _, _, activations in chosen),
-        **_kept_freed(sum(activations for _, _, activations in chosen), reuse_freed_memory),
+        "full-graph activations": activations,
+        **_kept_freed(activations, reuse_freed_memory),
         "model and optimizer": ranks * PARAMETER_BYTES * _parameter_count(dims),
     }
     return MemoryEstimate(f"full-graph training of {ranks} of {k} partitions of {n:,} nodes on this machine "
