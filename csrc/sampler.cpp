@@ -46,16 +46,14 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
   std::vector<int64_t>& src = ws.src;
   src.clear();
 
-  // Destinations are processed in chunks: draw the neighbours of the whole chunk, prefetch their
-  // id-map buckets, then look them up in draw order. The lookups' cache misses then overlap
-  // instead of following one another; the result is the same as one-by-one processing.
+  // Destinations are processed in chunks: pick the neighbour positions of the whole chunk while
+  // prefetching them, read the picked ids, prefetch their id-map buckets, then look them up in
+  // draw order. The cache misses of the reads and of the lookups then overlap instead of
+  // following one another; the result is the same as one-by-one processing.
   std::vector<int64_t>& drawn = ws.drawn;
-  auto draw = [&](int64_t u) {
-    if (u < 0 || u >= num_nodes_) {
-      throw std::invalid_argument("col holds neighbour id " + std::to_string(u) + " outside [0, " +
-                                  std::to_string(num_nodes_) + "); the CSR is corrupt");
-    }
-    drawn.push_back(u);
+  auto pick = [&](int64_t k) {
+    drawn.push_back(k);
+    __builtin_prefetch(col_ + k);
   };
 
   for (int64_t chunk = 0; chunk < num_dst; chunk += kChunk) {
@@ -74,10 +72,10 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
       }
       const int64_t deg = end - begin;
       if (fanout < 0 || (!replace_ && deg <= fanout)) {
-        for (int64_t k = begin; k < end; ++k) draw(col_[k]);
+        for (int64_t k = begin; k < end; ++k) pick(k);
       } else if (replace_) {
         if (deg > 0) {
-          for (int64_t k = 0; k < fanout; ++k) draw(col_[begin + static_cast<int64_t>(rng.below(deg))]);
+          for (int64_t k = 0; k < fanout; ++k) pick(begin + static_cast<int64_t>(rng.below(deg)));
         }
       } else if (fanout <= kFloydMaxFanout) {
         // Floyd: for j = deg-f .. deg-1 draw t uniform in [0, j] (inclusive); take t, or j if t
@@ -89,7 +87,7 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
           if (std::find(picks.begin(), picks.end(), t) != picks.end()) t = j;
           picks.push_back(t);
         }
-        for (int64_t t : picks) draw(col_[begin + t]);
+        for (int64_t t : picks) pick(begin + t);
       } else {
         std::vector<int64_t>& picks = ws.picks;
         picks.resize(deg);
@@ -97,12 +95,20 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
         for (int64_t k = 0; k < fanout; ++k) {
           const int64_t j = k + static_cast<int64_t>(rng.below(static_cast<uint64_t>(deg - k)));
           std::swap(picks[k], picks[j]);
-          draw(col_[begin + picks[k]]);
+          pick(begin + picks[k]);
         }
       }
       out_ptr[d + 1] = base + static_cast<int64_t>(drawn.size());
     }
-    for (int64_t u : drawn) ws.map.prefetch(u);
+    for (int64_t& k : drawn) {
+      const int64_t u = col_[k];
+      if (u < 0 || u >= num_nodes_) {
+        throw std::invalid_argument("col holds neighbour id " + std::to_string(u) + " outside [0, " +
+                                    std::to_string(num_nodes_) + "); the CSR is corrupt");
+      }
+      k = u;
+      ws.map.prefetch(u);
+    }
     for (int64_t u : drawn) {
       const int64_t fresh = static_cast<int64_t>(n_id.size());
       const int64_t local = ws.map.get_or_insert(u, fresh);

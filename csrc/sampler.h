@@ -42,7 +42,7 @@ struct Workspace {
   std::vector<int64_t> n_id;
   std::vector<int64_t> src;
   std::vector<int64_t> picks;
-  std::vector<int64_t> drawn;  // global ids picked for the destinations of one chunk
+  std::vector<int64_t> drawn;  // positions in col picked for the destinations of one chunk, then the ids there
   int64_t peak_nodes = 0;
 };
 
