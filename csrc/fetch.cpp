@@ -6,7 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "gather.h"
+
 namespace salientpp {
+namespace {
+
+// Positions ahead of the loops below whose cache_slot and local_row entries are prefetched: ids
+// are scattered, so each lookup would otherwise wait for main memory in turn.
+constexpr int64_t kAhead = 16;
+
+}  // namespace
 
 FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes) {
   const int64_t* offsets = ctx.offsets.data_ptr<int64_t>();
@@ -20,6 +29,7 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   std::vector<int64_t> category(num_nodes);
   std::vector<int64_t> count(num_parts + 3, 0);
   for (int64_t i = 0; i < num_nodes; ++i) {
+    if (cache_slot != nullptr && i + kAhead < num_nodes) __builtin_prefetch(cache_slot + n_id[i + kAhead]);
     const int64_t id = n_id[i];
     const int64_t owner = std::upper_bound(offsets + 1, offsets + num_parts + 1, id) - (offsets + 1);
     int64_t c = owner;
@@ -84,6 +94,9 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   }
   const int64_t gpu_base = next[kGpu], cpu_base = next[kCpu];
   for (int64_t i = 0; i < num_nodes; ++i) {
+    if (local_row != nullptr && i + kAhead < num_nodes && category[i + kAhead] == kOwned) {
+      __builtin_prefetch(local_row + (n_id[i + kAhead] - offsets[rank]));
+    }
     const int64_t id = n_id[i];
     const int64_t c = category[i];
     const int64_t j = next[c]++;
@@ -96,7 +109,6 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
       }
       owned_pos[j] = i;
       owned_row[j] = row;
-      if (x_out != nullptr) std::memcpy(x_out + i * row_bytes, x_src + row * row_bytes, row_bytes);
     } else if (c == kGpu) {
       gpu_pos[j - gpu_base] = i;
       gpu_slot[j - gpu_base] = cache_slot[id];
@@ -107,6 +119,13 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
       remote_id[j - n_owned] = id;
       remote_pos[j - n_owned] = i;
     }
+  }
+  if (x_out != nullptr) {
+    RowSource owned;
+    owned.low = x_src;
+    owned.idx = owned_row;
+    owned.pos = owned_pos;
+    copy_source_rows(owned, row_bytes, x_out, 0, n_owned);
   }
   return plan;
 }

