@@ -1,7 +1,6 @@
 #include "fetch.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>

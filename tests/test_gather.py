@@ -11,8 +11,9 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("seed", range(6))
+# float32 x 200 is 800-byte rows: wider than the 512 bytes the copy loop prefetches of each row.
 @pytest.mark.parametrize("dtype,width", [(torch.float32, 16), (torch.float16, 3), (torch.int64, 5),
-                                         (torch.uint8, 7)])
+                                         (torch.uint8, 7), (torch.float32, 200)])
 def test_the_row_gather_writes_what_torch_indexing_writes_on_random_plans(seed, dtype, width):
     gen = torch.Generator().manual_seed(seed)
     # Owned (two tiers), received, device cache, host cache; some parts empty, as in real batches.
