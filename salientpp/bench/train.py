@@ -69,8 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"number formats of salientpp's training step to time, of {','.join(PRECISIONS)} (default: "
                         "train's; the baselines run float32)")
     p.add_argument("--outside-load", type=int, default=0, metavar="N",
-                   help="also time the pipelined uncached run on an idle machine and under N busy outside "
-                        "processes, alternating, twice each (default 0: skip)")
+                   help="also time the uncached run at the pipeline depth in use on an idle machine and under N "
+                        "busy outside processes, alternating, twice each (default 0: skip)")
     p.add_argument("--compare-freed-memory", action="store_true",
                    help="also time the uncached run with the pipeline off with each rank keeping freed host memory "
                         "for reuse (train's default) and returning it to the system (glibc's default, "
