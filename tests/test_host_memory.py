@@ -13,6 +13,7 @@ glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the s
 
 BLOCK = 256 * 2**20  # bytes: far above glibc's largest mmap threshold (32 MiB)
 PAGES = BLOCK // 4096
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 # Fills a fresh BLOCK-byte tensor and frees it, as a training step does, four times, and prints
 # the minor page faults of the last; with the argument "keep", keep_freed_memory() runs first.
@@ -46,8 +47,7 @@ def test_a_block_freed_and_allocated_again_step_after_step_is_not_faulted_in_aga
 
 
 @glibc_only
-@pytest.mark.skipif("[always]" in (Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-                                   if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists() else ""),
+@pytest.mark.skipif(THP.exists() and "[always]" in THP.read_text(),
                     reason="with transparent huge pages always on a block faults in 2 MiB at a time")
 def test_without_it_glibc_faults_every_page_of_a_large_block_in_again():
     plain = _last_fill("plain")
