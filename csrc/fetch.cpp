@@ -124,7 +124,7 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
     owned.low = x_src;
     owned.idx = owned_row;
     owned.pos = owned_pos;
-    copy_source_rows(owned, row_bytes, x_out, 0, n_owned);
+    copy_source_rows(owned, row_bytes, x_out, num_nodes * row_bytes, 0, n_owned);
   }
   return plan;
 }

@@ -53,6 +53,18 @@ def test_the_row_gather_does_not_depend_on_the_thread_count():
     assert torch.equal(one, two) and torch.equal(one, gather_rows_reference(torch.zeros(5000, 64), sources))
 
 
+# Outputs over 16 MiB are written with streaming stores when their rows are 16-byte aligned
+# (csrc/gather_ops.cpp); 404-byte rows and an output 4 bytes off alignment take the plain copy.
+@pytest.mark.parametrize("width,offset", [(100, 0), (101, 0), (100, 1)])
+def test_outputs_larger_than_the_streaming_threshold_get_the_same_rows(width, offset):
+    gen = torch.Generator().manual_seed(width + offset)
+    num_rows = 50_000  # 20 MB of float32 rows at width 100
+    sources = random_sources(gen, CPU, num_rows, width, [(30_000, 40_000, 5_000), (19_000, 20_000, 0)])
+    out = torch.full((num_rows * width + offset,), 7.0)[offset:].view(num_rows, width)
+    expected = gather_rows_reference(out.clone(), sources)
+    assert torch.equal(gather_rows(out, sources), expected)
+
+
 @pytest.mark.parametrize("source,message", [
     (RowSource(torch.zeros(4, 3), torch.tensor([0, 4]), torch.tensor([0, 1])), r"idx\[1\] = 4 is outside \[0, 4\)"),
     (RowSource(torch.zeros(4, 3), torch.tensor([0]), torch.tensor([-1])), r"pos\[0\] = -1 is outside"),
