@@ -85,7 +85,7 @@ class FeatureStore:
         """``[n, F]`` rows of owned global ids (int64 ``[n]``, on ``ctx.comm_device``), on ``ctx.comm_device``.
         With NCCL this runs on the GPU without waiting for it; with gloo and a GPU the rows
         cross to host memory, which gloo needs."""
-        rows = self.serve_row[ids - self.offset].to(self.ctx.device)
+        rows = torch.index_select(self.serve_row, 0, ids - self.offset).to(self.ctx.device)
         out = torch.empty((rows.shape[0], self.num_features), dtype=self.dtype, device=self.ctx.device)
         gather_rows(out, [RowSource(self.owned_device, rows, high=self.owned_host)])  # both tiers, one launch
         return out.to(self.ctx.comm_device)
