@@ -41,30 +41,21 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InputError
+from ..hashing import GOLDEN, splitmix64
 from ..io import output_errors
 from .optim import SparseOptimizer, make_sparse_optimizer
 
 Init = Callable[[np.ndarray, int], np.ndarray]
 INITS = ("normal", "uniform")
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser of uint64 ``x`` (a bijection with good avalanche)."""
-    with np.errstate(over="ignore"):
-        z = x + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def hashed_uniform(seed: int, ids: np.ndarray, dim: int, stream: int = 0) -> np.ndarray:
     """float64 ``[n, dim]`` uniform in (0, 1): a hash of ``(seed, stream, ids[i], j)``, so a row is
     the same whichever process computes it."""
-    key = _splitmix64(np.array([int(seed) * 2 + stream], dtype=np.uint64))
     counters = np.asarray(ids, dtype=np.uint64)[:, None] * np.uint64(dim) + np.arange(dim, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        bits = _splitmix64(counters ^ key)
+        key = splitmix64(np.array([int(seed) * 2 + stream], dtype=np.uint64) + GOLDEN)
+        bits = splitmix64((counters ^ key) + GOLDEN)
     return ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
 
 
