@@ -134,12 +134,9 @@ class PlanMeta:
     vip_method: str
 
     @property
-    def fanouts(self) -> tuple[int, ...]:
-        return self.workloads[0].fanouts
-
-    @property
-    def batch_size(self) -> int:
-        return self.workloads[0].batch_size
+    def training(self) -> Workload:
+        """``workloads[0]``: its sampler, seeds, fanouts and batch size bind the trainer."""
+        return self.workloads[0]
 
     def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
                          plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
@@ -162,19 +159,19 @@ class PlanMeta:
                 return f"build a fitting plan with `salientpp analyze {part_dir} {option} ... --out DIR` and use that"
             return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}` {option}"
         self.check_partitioning(part_dir, plan_dir)
-        planned = self.workloads[0].sampler
+        planned = self.training.sampler
         if (planned is SamplerKind.LADIES) != (sampler is SamplerKind.LADIES):
             raise InputError(f"{plan_dir} was built for the {planned.value} sampler but training uses "
                              f"{sampler.value}; {rebuild('--sampler ' + sampler.value)}")
-        if (self.workloads[0].edges is not None) != link:
-            planned_task, task = ("link", "node") if self.workloads[0].edges is not None else ("node", "link")
+        if (self.training.edges is not None) != link:
+            planned_task, task = ("link", "node") if self.training.edges is not None else ("node", "link")
             raise InputError(f"{plan_dir} was built for {planned_task} seeds but training uses {task} seeds; "
                              f"{rebuild('--task ' + task)}")
-        if fanouts != self.fanouts:
-            raise InputError(f"{plan_dir} was built for fanouts {_join(self.fanouts)} but training uses "
+        if fanouts != self.training.fanouts:
+            raise InputError(f"{plan_dir} was built for fanouts {_join(self.training.fanouts)} but training uses "
                              f"{_join(fanouts)}; {rebuild('--fanouts ' + _join(fanouts))}")
-        if batch_size != self.batch_size:
-            raise InputError(f"{plan_dir} was built for batch size {self.batch_size} but training uses "
+        if batch_size != self.training.batch_size:
+            raise InputError(f"{plan_dir} was built for batch size {self.training.batch_size} but training uses "
                              f"{batch_size}; {rebuild(f'--batch-size {batch_size}')}")
 
     def check_partitioning(self, part_dir: str | os.PathLike, plan_dir: str | os.PathLike = "the cache plan") -> None:
@@ -292,10 +289,11 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
 def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget) -> str:
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
-    sampler = "" if workloads[0].sampler is SamplerKind.NODEWISE else f"-{workloads[0].sampler.value}"
-    if workloads[0].edges is not None:
+    training = workloads[0]
+    sampler = "" if training.sampler is SamplerKind.NODEWISE else f"-{training.sampler.value}"
+    if training.edges is not None:
         sampler += "-link"
-    return f"{policy}{sampler}-f{'-'.join(str(f) for f in workloads[0].fanouts)}-b{workloads[0].batch_size}-{size}"
+    return f"{policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}"
 
 
 def default_plan_dir(part_dir: str | os.PathLike, policy: str, workloads: Sequence[Workload], budget: Budget,
@@ -435,7 +433,7 @@ def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.n
 def describe(plans: Sequence[CachePlan]) -> str:
     """A short text table of the plans (rows and bytes per tier)."""
     meta = plans[0].meta
-    lines = [f"policy {meta.policy}, fanouts {_join(meta.fanouts)}, batch size {meta.batch_size}, "
+    lines = [f"policy {meta.policy}, fanouts {_join(meta.training.fanouts)}, batch size {meta.training.batch_size}, "
              f"{json.dumps(meta.budget.to_json())}, row {meta.row_bytes} bytes",
              f"{'part':>4} {'local':>10} {'gpu local':>10} {'gpu cache':>10} {'cpu cache':>10} {'cache MiB':>10}"]
     for p in plans:

@@ -59,7 +59,7 @@ class PolicyContext:
         if not self.workloads:
             raise InputError("a policy context needs at least the training workload")
         if self.vip_method is None:
-            self.vip_method = default_method(self.workloads[0].sampler)
+            self.vip_method = default_method(self.training.sampler)
         if self.vip_method not in METHODS:
             raise InputError(f"unknown VIP method {self.vip_method!r}; choose one of {', '.join(METHODS)}")
         for name in ("epochs", "simulation_epochs", "num_threads"):
@@ -68,12 +68,9 @@ class PolicyContext:
                 raise InputError(f"{name.replace('_', ' ')} must be a positive integer, got {value!r}")
 
     @property
-    def fanouts(self) -> tuple[int, ...]:
-        return self.workloads[0].fanouts
-
-    @property
-    def batch_size(self) -> int:
-        return self.workloads[0].batch_size
+    def training(self) -> Workload:
+        """``workloads[0]``, the training workload."""
+        return self.workloads[0]
 
     @property
     def num_nodes(self) -> int:
@@ -170,7 +167,7 @@ def rank_vertices(scores: np.ndarray, ids: np.ndarray, rng: np.random.Generator)
 
 def _train_indicator(ctx: PolicyContext, k: int) -> np.ndarray:
     x = np.zeros((ctx.num_nodes, 1), dtype=np.float64)
-    x[ctx.workloads[0].seed_nodes(ctx.dataset, k), 0] = 1.0
+    x[ctx.training.seed_nodes(ctx.dataset, k), 0] = 1.0
     return x
 
 
@@ -216,7 +213,7 @@ def num_paths_policy(ctx: PolicyContext, k: int) -> np.ndarray:
     """Number of walks of length 0..L from partition k's training vertices (L = number of hops)."""
     walks = _train_indicator(ctx, k)
     total = walks.copy()
-    for _ in ctx.fanouts:
+    for _ in ctx.training.fanouts:
         walks = neighbour_sum(ctx.dataset.rowptr, ctx.dataset.col, walks)
         total += walks
     return total[:, 0]
