@@ -3,6 +3,9 @@ baselines it is asked for, and what it keeps when a baseline's ranks fail."""
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +62,49 @@ def test_bench_train_refuses_a_bad_option_in_one_sentence(tiny_partitions, capsy
     root, _ = tiny_partitions
     assert cli(["bench", "train", str(root / "p1"), *TINY, *option]) == 2
     assert option[0] in one_sentence(capsys)
+
+
+def test_outside_load_and_freed_memory_runs_alternate_and_only_the_loaded_runs_have_busy_processes(
+        tiny_partitions, tmp_path, monkeypatch, capsys):
+    root, _ = tiny_partitions
+    busy, calls = [], []
+
+    @contextmanager
+    def counted_busy_processes(count):
+        busy.append(count)
+        try:
+            yield
+        finally:
+            busy.pop()
+
+    def timed_run(args, precision, cache, alpha, depth, reuse_freed_memory=True):
+        calls.append((depth, reuse_freed_memory, sum(busy)))
+        epoch = 1.0 + sum(busy) + (0.0 if reuse_freed_memory else 0.5)
+        return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, "epoch_s": epoch,
+                "sample_s": 0.1, "fetch_s": 0.1, "compute_s": 0.5, "compute_cpu_s": 0.5, "rows_per_epoch": 0.0}
+
+    monkeypatch.setattr(bench_train, "busy_processes", counted_busy_processes)
+    monkeypatch.setattr(bench_train, "_run", timed_run)
+    out = tmp_path / "rows.json"
+    assert cli(["bench", "train", str(root / "p1"), *TINY, "--no-baseline", "--pipeline-depth", "3",
+                "--outside-load", "2", "--compare-freed-memory", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    # the plain runs (off, depth 3); idle and loaded at depth 3, alternating; kept and returned, pipeline off
+    assert calls == [(1, True, 0), (3, True, 0)] + [(3, True, 0), (3, True, 2)] * 2 + [(1, True, 0), (1, False, 0)] * 2
+    rows = json.loads(out.read_text())
+    assert [r.get("outside_load") for r in rows] == [None, None, 0, 2, 0, 2, None, None, None, None]
+    assert [r.get("reuse_freed_memory") for r in rows[6:]] == [True, False, True, False]
+    assert "median epoch 1.000 s idle and 3.000 s under 2 busy processes: 3.00x" in printed
+    assert "median epoch 1.000 s kept for reuse and 1.500 s returned to the system: 1.50x" in printed
+
+
+def test_busy_processes_are_running_inside_the_block_and_gone_after_it():
+    children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    if not children.exists():
+        pytest.skip("this kernel does not list a process's children in /proc")
+    before = set(children.read_text().split())
+    with bench_train.busy_processes(2):
+        spinning = set(children.read_text().split()) - before
+        assert len(spinning) == 2
+        assert all(b"while True" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in spinning)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in spinning)

@@ -159,10 +159,11 @@ def _alternating(key: str, values: tuple, run: Callable[[Any], dict]) -> tuple[l
     return rows, [statistics.median(r["epoch_s"] for r in rows if r[key] == value) for value in values]
 
 
-def _loaded_run(args, depth: int, load: int) -> dict:
-    """The uncached run at pipeline ``depth`` under ``load`` busy outside processes."""
+def _uncached_run(args, depth: int, load: int = 0, reuse_freed_memory: bool = True) -> dict:
+    """The uncached run in the first precision at pipeline ``depth``, under ``load`` busy outside
+    processes (the rows of ``--outside-load`` and ``--compare-freed-memory``)."""
     with busy_processes(load):
-        return _run(args, args.precisions[0], "none", 0.0, depth)
+        return _run(args, args.precisions[0], "none", 0.0, depth, reuse_freed_memory)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -222,13 +223,13 @@ def main(args: argparse.Namespace) -> int:
         rows.append(b)
     if args.outside_load:
         loaded, (idle, busy) = _alternating("outside_load", (0, args.outside_load),
-                                            lambda load: _loaded_run(args, depth, load))
+                                            lambda load: _uncached_run(args, depth, load))
         print(f"\noutside load: pipeline depth {depth}, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s "
               f"under {args.outside_load} busy processes: {busy / idle:.2f}x")
         rows.extend(loaded)
     if args.compare_freed_memory:
         allocs, (kept, returned) = _alternating("reuse_freed_memory", (True, False),
-                                                lambda reuse: _run(args, args.precisions[0], "none", 0.0, 1, reuse))
+                                                lambda reuse: _uncached_run(args, 1, reuse_freed_memory=reuse))
         print(f"\nfreed host memory: pipeline off, no cache, median epoch {kept:.3f} s kept for reuse and "
               f"{returned:.3f} s returned to the system: {returned / kept:.2f}x")
         rows.extend(allocs)
