@@ -8,8 +8,8 @@ import torch
 from torch_geometric.nn import GINConv, SAGEConv
 
 from salientpp._ext import extension
-from salientpp.models.gnn import MFGModel
-from salientpp.models.ops import aggregate, aggregate_reference, dropout
+from salientpp.models.gnn import MFGModel, MeanGCNConv
+from salientpp.models.ops import aggregate, aggregate_reference, aggregate_with_root, dropout
 from salientpp.sampling.types import MFG
 from salientpp.train.config import cpu_has_bf16
 
@@ -45,6 +45,34 @@ def test_aggregate_equals_index_add_and_its_gradient_passes_gradcheck(mean, num_
     (ours,) = torch.autograd.grad(aggregate(x, rowptr, col, mean), x, grad)
     (theirs,) = torch.autograd.grad(aggregate_reference(x, rowptr, col, mean), x, grad)
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mean", [True, False])
+@pytest.mark.parametrize("used", ["both", "aggregation", "root"])
+def test_aggregate_with_root_has_the_gradient_of_aggregate_and_slice(mean, used):
+    rowptr, col = random_csr(40, 90, 6, seed=5)
+    x = torch.randn(90, 7, dtype=torch.float64, requires_grad=True)
+    weights = {"both": (1.0, 1.0), "aggregation": (1.0, 0.0), "root": (0.0, 1.0)}[used]
+
+    def loss(total, root):  # a part left out of the loss gets no gradient at all
+        parts = [w * t.square().sum() for w, t in zip(weights, (total, root)) if w]
+        return sum(parts)
+
+    total, root = aggregate_with_root(x, rowptr, col, mean)
+    torch.testing.assert_close(total, aggregate_reference(x, rowptr, col, mean), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(root, x[:40], rtol=0, atol=0)
+    (ours,) = torch.autograd.grad(loss(total, root), x)
+    (theirs,) = torch.autograd.grad(loss(aggregate_reference(x, rowptr, col, mean), x[:40]), x)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: aggregate_with_root(t, rowptr, col, mean), (x,))
+
+
+def test_aggregate_with_root_returns_a_view_when_no_gradient_is_needed():
+    rowptr, col = random_csr(10, 30, 4, seed=2)
+    x = torch.randn(30, 3)
+    total, root = aggregate_with_root(x, rowptr, col)
+    assert root.data_ptr() == x.data_ptr() and root.shape == (10, 3)
+    torch.testing.assert_close(total, aggregate_reference(x, rowptr, col, True))
 
 
 def test_aggregate_in_16_bit_types_sums_in_float32():
@@ -148,13 +176,13 @@ def _block(num_dst: int, num_src: int, seed: int) -> MFG:
     return MFG(num_src, num_dst, torch.stack([col, dst]), rowptr)
 
 
-@pytest.mark.parametrize("model", ["sage", "gin"])
+@pytest.mark.parametrize("model", ["sage", "gin", "gcn"])
 def test_the_csr_layers_compute_what_the_pyg_convolutions_compute(model):
     """Without dropout (eval mode) the built-in model through the CSR kernel and through PyG's
     own convolution give the same outputs and the same parameter gradients."""
     torch.manual_seed(0)
     net = MFGModel(model, 12, 16, 5, 2, dropout=0.5).double().eval()
-    assert isinstance(net.convs[0], SAGEConv if model == "sage" else GINConv)
+    assert isinstance(net.convs[0], {"sage": SAGEConv, "gin": GINConv, "gcn": MeanGCNConv}[model])
     blocks = [_block(40, 90, 1), _block(10, 40, 2)]
     x = torch.randn(90, 12, dtype=torch.float64)
 

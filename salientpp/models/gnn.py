@@ -6,10 +6,11 @@ are the first ``num_src`` rows of the current hidden state and its destinations 
 ``num_dst`` (destinations are a prefix of sources), edges ``edge_index[0]`` source-local to
 ``edge_index[1]`` destination-local, so each layer is ``conv((h, h[:num_dst]), edge_index)``.
 
-SAGE and GIN aggregate through the MFG's CSR (``rowptr`` and ``edge_index[0]``) with
-:func:`salientpp.models.ops.aggregate` and apply the convolution's own weights, which computes
-what the PyG convolution computes without its ``[E, F]`` message tensor; ReLU and dropout are
-one pass (:func:`salientpp.models.ops.dropout`). A block without ``rowptr`` goes through PyG.
+SAGE, GIN and GCN aggregate through the MFG's CSR (``rowptr`` and ``edge_index[0]``) with
+:func:`salientpp.models.ops.aggregate_with_root` and apply the convolution's own weights, which
+computes what the PyG convolution computes without its ``[E, F]`` message tensor; ReLU and
+dropout are one pass (:func:`salientpp.models.ops.dropout`). A block without ``rowptr`` goes
+through PyG.
 
 PyG writes the ``propagate`` (and ``edge_updater``) code it generates for each convolution class
 to a file in the temporary directory, once per class and process, and never removes it:
@@ -31,7 +32,7 @@ from torch import nn
 from torch_geometric.nn import GATConv, GINConv, SAGEConv
 
 from ..errors import InputError
-from .ops import aggregate, dropout, weighted_aggregate
+from .ops import aggregate_with_root, dropout, weighted_aggregate
 
 MODELS = ("sage", "gat", "gin", "gcn")
 
@@ -163,12 +164,14 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
     rowptr = getattr(block, "rowptr", None)
     if rowptr is None:
         return None
-    x_dst = h[:block.num_dst]  # a view: the destinations are the first sources
+    col = block.edge_index[0]
     weight = getattr(block, "edge_weight", None)
     if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
             conv.project or conv.normalize):
-        mean = (aggregate(h, rowptr, block.edge_index[0], mean=True) if weight is None
-                else weighted_aggregate(h, rowptr, block.edge_index[0], weight))
+        if weight is None:
+            mean, x_dst = aggregate_with_root(h, rowptr, col, mean=True)
+        else:  # the destinations are the first sources
+            mean, x_dst = weighted_aggregate(h, rowptr, col, weight), h[:block.num_dst]
         out = conv.lin_l(mean)
         if out.dtype == x_dst.dtype == conv.lin_r.weight.dtype and conv.lin_r.bias is None:
             # the root term accumulates into the neighbour term's output: no second [num_dst,
@@ -178,10 +181,11 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
     if weight is not None:
         return None
     if isinstance(conv, MeanGCNConv):
-        total = aggregate(h, rowptr, block.edge_index[0], mean=False) + x_dst
-        return conv.lin(total / (rowptr[1:] - rowptr[:-1] + 1).unsqueeze(1).to(total.dtype))
+        total, x_dst = aggregate_with_root(h, rowptr, col, mean=False)
+        return conv.lin((total + x_dst) / (rowptr[1:] - rowptr[:-1] + 1).unsqueeze(1).to(total.dtype))
     if isinstance(conv, GINConv) and str(conv.aggr) == "add":
-        return conv.nn(aggregate(h, rowptr, block.edge_index[0], mean=False) + (1 + conv.eps) * x_dst)
+        total, x_dst = aggregate_with_root(h, rowptr, col, mean=False)
+        return conv.nn(total + (1 + conv.eps) * x_dst)
     return None
 
 

@@ -41,6 +41,21 @@ class _Aggregate(torch.autograd.Function):
         return extension().csr_aggregate_backward(rowptr, col, grad_out, ctx.num_src, ctx.mean), None, None, None
 
 
+class _AggregateWithRoot(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool):
+        ctx.save_for_backward(rowptr, col)
+        ctx.num_src, ctx.mean = x.shape[0], mean
+        return extension().csr_aggregate(rowptr, col, x, mean), x[:rowptr.shape[0] - 1].clone()
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor, grad_root: torch.Tensor):  # unused outputs get zeros
+        rowptr, col = ctx.saved_tensors
+        grad = extension().csr_aggregate_backward(rowptr, col, grad_out, ctx.num_src, ctx.mean)
+        grad[:grad_root.shape[0]] += grad_root
+        return grad, None, None, None
+
+
 def aggregate_reference(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool) -> torch.Tensor:
     """:func:`aggregate` with torch's ``index_add_`` (any device; the ground truth of the tests)."""
     num_dst = rowptr.shape[0] - 1
@@ -66,6 +81,24 @@ def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bo
     if x.device.type != "cpu":
         return aggregate_reference(x, rowptr, col, mean)
     return _Aggregate.apply(x, rowptr, col.contiguous(), mean)
+
+
+def aggregate_with_root(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor,
+                        mean: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(aggregate(x, rowptr, col, mean), x[:num_dst])``, the two inputs of a layer with a root
+    term, with one gradient for ``x``.
+
+    When ``x`` needs a gradient on CPU, the root rows are a copy whose gradient is added into the
+    first ``num_dst`` rows of the aggregation's: autograd's gradient of a slice would be a zero
+    ``[num_src, F]`` tensor that is then added to it (3% of a ``products`` training step).
+    Otherwise the root rows are a view of ``x``.
+
+    Returns:
+        ``[num_dst, F]`` and ``[num_dst, F]`` in ``x``'s dtype, ``num_dst = len(rowptr) - 1``.
+    """
+    if x.device.type != "cpu" or not x.requires_grad:
+        return aggregate(x, rowptr, col, mean), x[:rowptr.shape[0] - 1]
+    return _AggregateWithRoot.apply(x, rowptr, col.contiguous(), mean)
 
 
 def weighted_aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
