@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InputError
-from ..hashing import GOLDEN, splitmix64
+from ..hashing import GOLDEN, splitmix64_array
 from ..io import output_errors
 from .optim import SparseOptimizer, make_sparse_optimizer
 
@@ -54,8 +54,8 @@ def hashed_uniform(seed: int, ids: np.ndarray, dim: int, stream: int = 0) -> np.
     the same whichever process computes it."""
     counters = np.asarray(ids, dtype=np.uint64)[:, None] * np.uint64(dim) + np.arange(dim, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        key = splitmix64(np.array([int(seed) * 2 + stream], dtype=np.uint64) + GOLDEN)
-        bits = splitmix64((counters ^ key) + GOLDEN)
+        key = splitmix64_array(np.array([int(seed) * 2 + stream], dtype=np.uint64) + GOLDEN)
+        bits = splitmix64_array((counters ^ key) + GOLDEN)
     return ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
 
 
