@@ -42,16 +42,15 @@ class _Aggregate(torch.autograd.Function):
 
 
 class _AggregateWithRoot(torch.autograd.Function):
+    """:class:`_Aggregate` that also returns a copy of the root rows ``x[:num_dst]``."""
+
     @staticmethod
     def forward(ctx, x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool):
-        ctx.save_for_backward(rowptr, col)
-        ctx.num_src, ctx.mean = x.shape[0], mean
-        return extension().csr_aggregate(rowptr, col, x, mean), x[:rowptr.shape[0] - 1].clone()
+        return _Aggregate.forward(ctx, x, rowptr, col, mean), x[:rowptr.shape[0] - 1].clone()
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor, grad_root: torch.Tensor):  # unused outputs get zeros
-        rowptr, col = ctx.saved_tensors
-        grad = extension().csr_aggregate_backward(rowptr, col, grad_out, ctx.num_src, ctx.mean)
+        grad = _Aggregate.backward(ctx, grad_out)[0]
         grad[:grad_root.shape[0]] += grad_root
         return grad, None, None, None
 
