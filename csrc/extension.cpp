@@ -147,6 +147,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gather_rows", &gather_rows, py::arg("out"), py::arg("sources"), py::arg("stream") = 0,
         py::call_guard<py::gil_scoped_release>());
 
+  m.attr("dense_id_map_max_nodes") = kDenseIdMapMaxNodes;
+
   m.attr("with_cuda") =
 #ifdef SALIENTPP_WITH_CUDA
       true;

@@ -1,5 +1,7 @@
-// Open-addressing hash map from global vertex id (int64 >= 0) to batch-local index.
+// Maps from global vertex id (int64 >= 0) to batch-local index: an open-addressing hash map sized
+// by the largest batch, and a direct table sized by the graph.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -88,6 +90,48 @@ class IdMap {
   size_t mask_ = 0;
   int shift_ = 64;
   size_t size_ = 0;
+  uint32_t stamp_ = 0;
+};
+
+// The same map as a direct table of one slot per vertex id in [0, num_nodes): a lookup reads one
+// slot, with no hashing, probing or key comparison, and a slot is 8 bytes instead of 16. Its
+// memory is 8 bytes per graph vertex whatever the batch size, so it suits graphs up to
+// kDenseIdMapMaxNodes vertices (IdMap above that).
+class DenseIdMap {
+ public:
+  explicit DenseIdMap(int64_t num_nodes) : num_nodes_(num_nodes) {}
+
+  void clear(int64_t /*expected*/) {
+    if (slots_.empty()) {
+      slots_.assign(static_cast<size_t>(num_nodes_), Slot{});
+      stamp_ = 1;
+    } else if (++stamp_ == 0) {
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      stamp_ = 1;
+    }
+  }
+
+  void prefetch(int64_t key) const { __builtin_prefetch(&slots_[static_cast<size_t>(key)]); }
+
+  // `key` must lie in [0, num_nodes) (the sampler checks every id before it looks it up).
+  int64_t get_or_insert(int64_t key, int64_t value) {
+    Slot& s = slots_[static_cast<size_t>(key)];
+    if (s.stamp == stamp_) return s.value;
+    if (value > std::numeric_limits<int32_t>::max()) {
+      throw std::length_error("a batch reached more than 2^31 nodes; use smaller batches or fanouts");
+    }
+    s = Slot{static_cast<int32_t>(value), stamp_};
+    return value;
+  }
+
+ private:
+  struct Slot {
+    int32_t value = 0;
+    uint32_t stamp = 0;  // 0 is never current
+  };
+
+  int64_t num_nodes_;
+  std::vector<Slot> slots_;
   uint32_t stamp_ = 0;
 };
 

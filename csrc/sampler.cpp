@@ -33,9 +33,11 @@ Sampler::Sampler(torch::Tensor rowptr, torch::Tensor col, std::vector<int64_t> f
   num_edges_ = col_t_.size(0);
   TORCH_CHECK(!fanouts_.empty(), "fanouts must not be empty");
   for (int64_t f : fanouts_) TORCH_CHECK(f == -1 || f >= 1, "each fanout must be >= 1 or -1, got ", f);
+  pool_ = std::make_unique<WorkspacePool>(num_nodes_);
 }
 
-Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
+template <typename Map>
+Layer Sampler::expand(Map& map, int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
                       const torch::TensorOptions& options) const {
   Layer layer;
   layer.num_dst = num_dst;
@@ -109,11 +111,11 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
                                     std::to_string(num_nodes_) + "); the CSR is corrupt");
       }
       k = u;
-      ws.map.prefetch(u);
+      map.prefetch(u);
     }
     for (int64_t u : drawn) {
       const int64_t fresh = static_cast<int64_t>(n_id.size());
-      const int64_t local = ws.map.get_or_insert(u, fresh);
+      const int64_t local = map.get_or_insert(u, fresh);
       if (local == fresh) n_id.push_back(u);
       src.push_back(local);
     }
@@ -133,28 +135,32 @@ Layer Sampler::expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
 
 Batch Sampler::sample(const int64_t* seeds, int64_t num_seeds, uint64_t seed, uint64_t batch_index,
                       const Labels& labels, const std::optional<FetchContext>& fetch, Workspace& ws) const {
-  ws.map.clear(std::max(ws.peak_nodes, num_seeds));
-  ws.n_id.clear();
-  for (int64_t i = 0; i < num_seeds; ++i) {
-    const int64_t s = seeds[i];
-    if (s < 0 || s >= num_nodes_) {
-      throw std::invalid_argument("seed " + std::to_string(s) + " is outside [0, " + std::to_string(num_nodes_) +
-                                  "); pass node ids of this graph");
-    }
-    if (ws.map.get_or_insert(s, i) != i) {
-      throw std::invalid_argument("seed " + std::to_string(s) + " appears twice in one batch; pass distinct seeds");
-    }
-    ws.n_id.push_back(s);
-  }
-
   Rng rng = Rng::stream(seed, batch_index);
   // Pinned when the batch goes to a GPU, so that its host-to-device copies are asynchronous.
   const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(fetch.has_value() && fetch->pin);
   Batch batch;
   batch.hops.reserve(fanouts_.size());
-  for (int64_t fanout : fanouts_) {
-    batch.hops.push_back(expand(static_cast<int64_t>(ws.n_id.size()), fanout, rng, ws, options));
-  }
+  std::visit(
+      [&](auto& map) {
+        map.clear(std::max(ws.peak_nodes, num_seeds));
+        ws.n_id.clear();
+        for (int64_t i = 0; i < num_seeds; ++i) {
+          const int64_t s = seeds[i];
+          if (s < 0 || s >= num_nodes_) {
+            throw std::invalid_argument("seed " + std::to_string(s) + " is outside [0, " +
+                                        std::to_string(num_nodes_) + "); pass node ids of this graph");
+          }
+          if (map.get_or_insert(s, i) != i) {
+            throw std::invalid_argument("seed " + std::to_string(s) +
+                                        " appears twice in one batch; pass distinct seeds");
+          }
+          ws.n_id.push_back(s);
+        }
+        for (int64_t fanout : fanouts_) {
+          batch.hops.push_back(expand(map, static_cast<int64_t>(ws.n_id.size()), fanout, rng, ws, options));
+        }
+      },
+      ws.map);
   const int64_t num_nodes = static_cast<int64_t>(ws.n_id.size());
   ws.peak_nodes = std::max(ws.peak_nodes, num_nodes);
   batch.n_id = torch::empty({num_nodes}, options);

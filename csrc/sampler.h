@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "fetch.h"
@@ -36,9 +37,18 @@ struct Labels {
   int64_t offset = 0;
 };
 
-// Per-thread scratch reused across batches; its size follows the largest batch seen.
+// Graphs with at most this many vertices map ids with a DenseIdMap (8 bytes per vertex per
+// workspace: 134 MB at the limit), larger ones with the hash map. On `products` (2.4 M
+// vertices) the direct table is smaller than the hash map a batch needs, and the sampler faster.
+constexpr int64_t kDenseIdMapMaxNodes = int64_t{1} << 24;
+
+// Per-thread scratch reused across batches. Its vectors (and a hash map) follow the largest batch
+// seen; a dense map is 8 bytes per graph vertex.
 struct Workspace {
-  IdMap map;
+  explicit Workspace(int64_t num_nodes)
+      : map(num_nodes <= kDenseIdMapMaxNodes ? std::variant<IdMap, DenseIdMap>(DenseIdMap(num_nodes))
+                                             : std::variant<IdMap, DenseIdMap>(IdMap())) {}
+  std::variant<IdMap, DenseIdMap> map;
   std::vector<int64_t> n_id;
   std::vector<int64_t> src;
   std::vector<int64_t> picks;
@@ -50,9 +60,11 @@ struct Workspace {
 // with an empty id map. Holds at most as many as were ever in use at once.
 class WorkspacePool {
  public:
+  explicit WorkspacePool(int64_t num_nodes) : num_nodes_(num_nodes) {}
+
   std::unique_ptr<Workspace> acquire() {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (free_.empty()) return std::make_unique<Workspace>();
+    if (free_.empty()) return std::make_unique<Workspace>(num_nodes_);
     std::unique_ptr<Workspace> ws = std::move(free_.back());
     free_.pop_back();
     return ws;
@@ -63,6 +75,7 @@ class WorkspacePool {
   }
 
  private:
+  int64_t num_nodes_;  // of the graph, which picks each workspace's id map
   std::mutex mutex_;
   std::vector<std::unique_ptr<Workspace>> free_;
 };
@@ -94,7 +107,9 @@ class Sampler {
   };
 
  private:
-  Layer expand(int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws, const torch::TensorOptions& options) const;
+  template <typename Map>
+  Layer expand(Map& map, int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
+               const torch::TensorOptions& options) const;
 
   torch::Tensor rowptr_t_, col_t_;  // keep the (possibly memory-mapped) arrays alive
   const int64_t* rowptr_;
@@ -103,7 +118,7 @@ class Sampler {
   int64_t num_edges_;
   std::vector<int64_t> fanouts_;
   bool replace_;
-  std::unique_ptr<WorkspacePool> pool_ = std::make_unique<WorkspacePool>();
+  std::unique_ptr<WorkspacePool> pool_;
 };
 
 }  // namespace salientpp

@@ -6,6 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
+from salientpp._ext import extension
 from salientpp.data.csr import build_csr
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborSampler
@@ -170,6 +171,23 @@ def test_same_seed_same_batch_and_different_seeds_differ():
     assert all(torch.equal(x.edge_index, y.edge_index) for x, y in zip(a.mfgs, b.mfgs))
     assert not torch.equal(a.n_id, sampler.sample(seeds, seed=5).n_id)
     assert not torch.equal(a.n_id, sampler.sample(seeds, seed=4, batch_index=1).n_id)
+
+
+def test_graph_above_the_dense_id_map_limit_samples_the_same_batches():
+    # Graphs up to dense_id_map_max_nodes vertices map ids through a table of one slot per
+    # vertex, larger ones through a hash map. The same edges shifted past the limit (isolated
+    # vertices before them) must give the same batches, ids shifted alike.
+    rowptr, col = random_graph(3000, 20000, seed=8)
+    shift = extension().dense_id_map_max_nodes
+    big_rowptr = np.concatenate([np.zeros(shift, dtype=np.int64), rowptr])
+    small, big = NeighborSampler(rowptr, col, [6, 4, 3]), NeighborSampler(big_rowptr, col + shift, [6, 4, 3])
+    for batch_index in range(3):
+        seeds = torch.from_numpy(np.random.default_rng(batch_index).choice(3000, 300, replace=False))
+        a = small.sample(seeds, seed=2, batch_index=batch_index)
+        b = big.sample(seeds + shift, seed=2, batch_index=batch_index)
+        assert torch.equal(a.n_id + shift, b.n_id)
+        assert all(torch.equal(x.edge_index, y.edge_index) and torch.equal(x.rowptr, y.rowptr)
+                   for x, y in zip(a.mfgs, b.mfgs))
 
 
 def test_memory_mapped_csr(tmp_path):
