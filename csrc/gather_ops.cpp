@@ -62,10 +62,10 @@ void copy_source_rows(const RowSource& src, int64_t row_bytes, char* out, int64_
   for (int64_t j = begin; j < end; ++j) {
     if (j + kPrefetchRows < end) {
       const char* ahead_from = from(j + kPrefetchRows);
-      char* ahead_to = to(j + kPrefetchRows);
+      char* ahead_to = stream ? nullptr : to(j + kPrefetchRows);  // streaming stores read no destination line
       for (int64_t b = 0; b < lines; b += 64) {
         __builtin_prefetch(ahead_from + b, 0);
-        if (!stream) __builtin_prefetch(ahead_to + b, 1);
+        if (ahead_to != nullptr) __builtin_prefetch(ahead_to + b, 1);
       }
     }
     if (stream) {
