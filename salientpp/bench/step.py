@@ -14,7 +14,10 @@ one run, medians over ``--repeats`` of the total over ``--batches`` batches:
   and ours under ``torch.autocast`` bfloat16 where the CPU has bfloat16 instructions.
 
 Times are CPU seconds of the process (all threads), which unlike wall time do not grow when other
-jobs share the cores; the ratio column divides the first row of each group by the row.
+jobs share the cores; the ratio column divides the first row of each group by the row. Like a
+training rank, the process keeps freed host memory for reuse
+(:func:`~salientpp.distributed.host_memory.keep_freed_memory`), so a step's new tensors are not
+faulted in page by page; ``--no-reuse-freed-memory`` keeps glibc's default instead.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 
 from ..cache.workload import parse_fanouts
 from ..data.format import load_dataset
+from ..distributed.host_memory import keep_freed_memory
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..models.gnn import MFGModel
@@ -48,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", type=int, default=4, help="sampled batches per repeat (default 4)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; medians are reported (default 5)")
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--no-reuse-freed-memory", dest="reuse_freed_memory", action="store_false",
+                   help="keep glibc's default for freed host memory instead of keeping it for reuse, as training ranks do")
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here (must not exist)")
 
 
@@ -99,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json_path:
         check_output_dir(args.json_path, "output file")
     data = load_dataset(args.dataset)
+    reused = args.reuse_freed_memory and keep_freed_memory()
     torch.set_num_threads(args.torch_threads)
     generator = torch.Generator().manual_seed(0)
     train_ids = torch.from_numpy(np.array(data.train_idx, dtype=np.int64))
@@ -162,8 +169,8 @@ def main(args: argparse.Namespace) -> int:
 
     nodes = statistics.mean(int(b.n_id.shape[0]) for b in batches)
     print(f"{args.dataset}: {args.batches} batches of {args.batch_size} seeds (mean {nodes:,.0f} nodes), fanouts "
-          f"{args.fanouts}, hidden {args.hidden}, {args.torch_threads} torch thread(s); CPU seconds per batch, "
-          f"medians of {args.repeats}")
+          f"{args.fanouts}, hidden {args.hidden}, {args.torch_threads} torch thread(s), freed host memory "
+          f"{'kept for reuse' if reused else 'returned (glibc default)'}; CPU ms per batch, medians of {args.repeats}")
     print("| what | implementation | CPU ms per batch | speed-up |")
     print("|---|---|---:|---:|")
     first: dict[str, float] = {}

@@ -1,0 +1,50 @@
+"""``salientpp bench step``: its rows and ratios, and that it keeps freed host memory as ranks do."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from salientpp.bench import step as bench_step
+from salientpp.cli import main as cli
+
+TINY = ["--fanouts", "4,3", "--batch-size", "32", "--hidden", "8", "--batches", "2", "--repeats", "1"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("step") / "ds"
+    assert cli(["prepare", "synthetic:tiny,num_nodes=500", str(path)]) == 0
+    return path
+
+
+@pytest.fixture(autouse=True)
+def kept_calls(monkeypatch):
+    """Records the bench's calls of keep_freed_memory instead of changing this test process's malloc."""
+    calls = []
+    monkeypatch.setattr(bench_step, "keep_freed_memory", lambda: calls.append(1) or True)
+    return calls
+
+
+@pytest.mark.parametrize("flags,kept", [([], True), (["--no-reuse-freed-memory"], False)])
+def test_bench_step_keeps_freed_memory_like_a_rank_unless_told_not_to(dataset, tmp_path, capsys, kept_calls,
+                                                                       flags, kept):
+    assert cli(["bench", "step", str(dataset), *TINY, *flags, "--json", str(tmp_path / "rows.json")]) == 0
+    assert len(kept_calls) == int(kept)
+    header = capsys.readouterr().out.splitlines()[0]
+    assert ("freed host memory kept for reuse" in header) == kept
+    assert ("returned (glibc default)" in header) == (not kept)
+
+
+def test_bench_step_ratios_divide_the_first_row_of_each_group(dataset, tmp_path):
+    out = tmp_path / "rows.json"
+    assert cli(["bench", "step", str(dataset), *TINY, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    assert len(groups) == 3 and rows[0]["impl"] == "PyG scatter (SAGEConv)"
+    for group in groups:
+        members = [r for r in rows if r["group"] == group]
+        first = members[0]["cpu_s"]
+        for r in members:
+            assert r["speedup"] == pytest.approx(first / max(r["cpu_s"], 1e-12))
+            assert r["cpu_ms_per_batch"] == pytest.approx(1e3 * r["cpu_s"] / 2)
