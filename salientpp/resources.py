@@ -311,6 +311,18 @@ def _sampled_graph_bytes(size: BatchSize) -> int:
     return 16 * size.nodes[-1] + 16 * sum(size.edges)
 
 
+def _id_map_bytes(num_nodes: int, size: BatchSize) -> int:
+    """The id map of one C++ sampler workspace (csrc/sampler.h; each sampling thread and the
+    consumer that samples inline has one): a direct table of 8 bytes per vertex on graphs of at
+    most ``dense_id_map_max_nodes`` vertices, else a hash map of 16-byte slots kept at most half
+    full, which doubles past that (so up to 4 slots per batch node)."""
+    from ._ext import extension
+
+    if num_nodes <= extension().dense_id_map_max_nodes:
+        return 8 * num_nodes
+    return 16 * 4 * size.nodes[-1]
+
+
 # ---- partition ----------------------------------------------------------------------------------
 
 def estimate_partition(meta: dict[str, Any], parts: int, method: str,
@@ -375,6 +387,9 @@ def _analysis_items(num_nodes: int, num_edges: int, num_parts: int, row_bytes: i
         batch = max(_sampled_graph_bytes(batch_size_estimate(n, num_edges, w.fanouts, w.batch_size))
                     for w in workloads)
         items["sampled batches"] = 8 * n + (LOADER_QUEUE + threads) * batch
+        largest = max((batch_size_estimate(n, num_edges, w.fanouts, w.batch_size) for w in workloads),
+                      key=lambda size: size.nodes[-1])
+        items["sampler id maps"] = (threads + 1) * _id_map_bytes(n, largest)
     return items
 
 
@@ -438,7 +453,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
                    pipeline_depth: int, cache: str, local_ranks: int, replication: float | None = None,
                    cached_rows: int | None = None, model: str = "sage", eval_fanouts: Sequence[int] | None = None,
                    eval_batch_size: int | None = None, embedding_dim: int = 0, features: bool = True,
-                   reuse_freed_memory: bool = True) -> MemoryEstimate:
+                   reuse_freed_memory: bool = True, sampler_threads: int = 1) -> MemoryEstimate:
     """Peak memory of ``salientpp train`` on one machine: ``local_ranks`` ranks of the partitioned
     dataset ``data`` together.
 
@@ -459,6 +474,9 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
       of those two. Start-up, when no plan exists yet (no ``cached_rows``): ``cache plan analysis (rank 0)`` (the analysis of
       :func:`estimate_analyze`, and every partition's features mapped) while the others wait;
     * ``model and optimizer``: :data:`PARAMETER_BYTES` per parameter;
+    * ``sampler id maps``: per loader (training, and sampled evaluation), one per sampling thread
+      and one for the training thread, which samples a batch itself when no thread has it ready
+      (:func:`_id_map_bytes`);
     * with ``embedding_dim`` D > 0: ``embedding table and optimizer state``, each rank's owned
       rows three times (the table and, once every row was touched, Adam's two moments) and 16
       bytes per owned row (the optimiser's slot map and step count). Without ``features`` no
@@ -472,6 +490,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
             that plan exists (:attr:`~salientpp.cache.plan.PlanInfo.max_cached_rows`): no
             analysis at start-up.
         local_ranks: ranks started on this machine (1 <= R <= K).
+        sampler_threads: C++ sampler threads per rank and loader.
         eval_fanouts, eval_batch_size: sampled inference (default batch size: ``batch_size``);
             ``None`` when the run does not evaluate or evaluates layer-wise.
     """
@@ -506,10 +525,12 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     size = batch_size_estimate(n, e, fanouts, batch_size)
     batch_bytes = _feature_batch_bytes(size, row)
     activations = _activation_bytes(model, size, dims, training=True)
+    id_map = _id_map_bytes(n, size)
     if eval_fanouts is not None:
         size = batch_size_estimate(n, e, eval_fanouts, eval_batch_size or batch_size)
         batch_bytes = max(batch_bytes, _feature_batch_bytes(size, row))
         activations = max(activations, _activation_bytes(model, size, dims, training=False))
+        id_map = max(id_map, _id_map_bytes(n, size))
     running = {"per-rank batch buffers": ranks * (pipeline_depth + 1) * batch_bytes,
                "activations": ranks * activations}
     running.update(_kept_freed(sum(running.values()), reuse_freed_memory))
@@ -518,6 +539,8 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     else:
         items.update(running)
     items["model and optimizer"] = ranks * PARAMETER_BYTES * _parameter_count(dims)
+    loaders = 1 + (eval_fanouts is not None)  # the training loader and the evaluation loader, each with its sampler
+    items["sampler id maps"] = ranks * loaders * (sampler_threads + 1) * id_map
     return MemoryEstimate(f"training {ranks} of {k} partitions of {n:,} nodes on this machine", items,
                           "use fewer local ranks, a smaller --batch-size, --pipeline-depth or --replication, "
                           "or a machine with more memory")

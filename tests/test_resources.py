@@ -12,6 +12,7 @@ import pytest
 
 import salientpp
 from salientpp import resources
+from salientpp._ext import extension
 from salientpp.cache import Budget, Workload
 from salientpp.cli import main
 from salientpp.data.format import save_dataset
@@ -317,6 +318,23 @@ def test_estimates_grow_with_what_drives_them(tiny_parts):
     step = kept["per-rank batch buffers"] + kept["activations"]
     assert kept["freed blocks kept for reuse"] == int(KEPT_FREED_FRACTION * step) > 0
     assert "freed blocks kept for reuse" not in returned and sum(returned.values()) < sum(kept.values())
+
+
+def test_sampler_id_maps_are_counted_per_workspace_and_by_the_map_the_graph_gets(tiny_parts):
+    data = load_partitioned(tiny_parts)
+    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4, cache="none",
+                  local_ranks=2)
+    one = estimate_train(data, sampler_threads=1, **common).items["sampler id maps"]
+    three = estimate_train(data, sampler_threads=3, eval_fanouts=(20, 20, 20), **common).items["sampler id maps"]
+    # a direct table of 8 bytes per vertex for each sampling thread and the training thread, per rank
+    assert one == 2 * (1 + 1) * 8 * data.num_nodes
+    assert three == 2 * 2 * (3 + 1) * 8 * data.num_nodes  # the evaluation loader has its own sampler
+    limit = extension().dense_id_map_max_nodes
+    workloads = (Workload((15, 10, 5), 1024),)
+    maps = {n: estimate_analyze({**PRODUCTS, "num_nodes": n}, workloads, Budget(replication=0.1), "oracle",
+                                threads=2).items["sampler id maps"] for n in (limit, limit + 1)}
+    assert maps[limit] == 3 * 8 * limit
+    assert 0 < maps[limit + 1] < maps[limit]  # past the limit a hash map, sized by the batch and not by N
 
 
 def test_train_estimate_refuses_impossible_options(tiny_parts):

@@ -79,10 +79,11 @@ def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
     else:
         cache = {"cache": config.cache, "replication": config.replication}
     sampled_eval = config.eval_every > 0 and config.inference == "sampled"
+    budget = config.thread_budget(local_ranks)
     return estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
                           layers=config.layers, local_ranks=local_ranks,
-                          pipeline_depth=config.thread_budget(local_ranks).pipeline_depth(config.pipeline_depth,
-                                                                                          config.device),
+                          pipeline_depth=budget.pipeline_depth(config.pipeline_depth, config.device),
+                          sampler_threads=budget.sampler_threads,
                           model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
                           eval_batch_size=config.eval_batch_size if sampled_eval else None,
                           embedding_dim=config.embedding_dim, features=config.features,
