@@ -9,6 +9,14 @@
 
 namespace salientpp {
 
+// A batch-local index as both maps store it (int32), or an error for a batch past 2^31 nodes.
+inline int32_t local_index(int64_t value) {
+  if (value > std::numeric_limits<int32_t>::max()) {
+    throw std::length_error("a batch reached more than 2^31 nodes; use smaller batches or fanouts");
+  }
+  return static_cast<int32_t>(value);
+}
+
 // Linear probing with Fibonacci hashing, kept at most half full. Its memory follows the
 // largest batch seen, not the number of graph vertices. A slot belongs to the current batch
 // only when its stamp equals the map's stamp, so `clear` is O(1) instead of a pass over memory.
@@ -38,10 +46,7 @@ class IdMap {
     while (true) {
       Slot& s = slots_[i];
       if (s.stamp != stamp_) {
-        if (value > std::numeric_limits<int32_t>::max()) {
-          throw std::length_error("a batch reached more than 2^31 nodes; use smaller batches or fanouts");
-        }
-        s = Slot{key, static_cast<int32_t>(value), stamp_};
+        s = Slot{key, local_index(value), stamp_};
         if (2 * ++size_ > capacity_) grow();
         return value;
       }
@@ -117,10 +122,7 @@ class DenseIdMap {
   int64_t get_or_insert(int64_t key, int64_t value) {
     Slot& s = slots_[static_cast<size_t>(key)];
     if (s.stamp == stamp_) return s.value;
-    if (value > std::numeric_limits<int32_t>::max()) {
-      throw std::length_error("a batch reached more than 2^31 nodes; use smaller batches or fanouts");
-    }
-    s = Slot{static_cast<int32_t>(value), stamp_};
+    s = Slot{local_index(value), stamp_};
     return value;
   }
 
