@@ -384,12 +384,9 @@ def _analysis_items(num_nodes: int, num_edges: int, num_parts: int, row_bytes: i
         "cache plans": 8 * n + 8 * k * (gpu_rows + cpu_rows),
     }
     if policy in SAMPLING_POLICIES:
-        batch = max(_sampled_graph_bytes(batch_size_estimate(n, num_edges, w.fanouts, w.batch_size))
-                    for w in workloads)
-        items["sampled batches"] = 8 * n + (LOADER_QUEUE + threads) * batch
-        largest = max((batch_size_estimate(n, num_edges, w.fanouts, w.batch_size) for w in workloads),
-                      key=lambda size: size.nodes[-1])
-        items["sampler id maps"] = (threads + 1) * _id_map_bytes(n, largest)
+        sizes = [batch_size_estimate(n, num_edges, w.fanouts, w.batch_size) for w in workloads]
+        items["sampled batches"] = 8 * n + (LOADER_QUEUE + threads) * max(map(_sampled_graph_bytes, sizes))
+        items["sampler id maps"] = (threads + 1) * max(_id_map_bytes(n, size) for size in sizes)
     return items
 
 
