@@ -20,6 +20,8 @@ except ImportError as exc:  # pragma: no cover - install-time message
 here = os.path.dirname(os.path.abspath(__file__))
 sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
 cuda_sources = sorted(glob.glob(os.path.join("csrc", "*.cu")))
+# Headers, so that an in-place rebuild (setup.py build_ext) recompiles after a header changes.
+headers = sorted(glob.glob(os.path.join("csrc", "*.h")))
 with_cuda = torch.cuda.is_available() or os.environ.get("SALIENTPP_FORCE_CUDA") == "1"
 with_cuda = with_cuda and CUDA_HOME is not None and torch.version.cuda is not None
 
@@ -27,12 +29,12 @@ cxx_flags = ["-O3", "-std=c++17", "-fopenmp"]
 if with_cuda:
     extension = CUDAExtension(
         "salientpp._C", sources + cuda_sources,
-        define_macros=[("SALIENTPP_WITH_CUDA", None)],
+        define_macros=[("SALIENTPP_WITH_CUDA", None)], depends=headers,
         extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
         extra_link_args=["-fopenmp"])
 else:
     extension = CppExtension(
-        "salientpp._C", sources,
+        "salientpp._C", sources, depends=headers,
         extra_compile_args={"cxx": cxx_flags},
         extra_link_args=["-fopenmp"])
 
