@@ -38,7 +38,7 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     assert printed.count("failed: rank 2 failed: the process was killed by SIGKILL") == 2
     rows = json.loads(out.read_text())
     assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 4)]
-    assert all(r["epoch_s"] > 0 for r in rows)
+    assert all(r["epoch_s"] > 0 and r["rank_cpu_s"] > 0 for r in rows)
 
 
 def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_when_the_pipeline_is_off(
@@ -83,7 +83,8 @@ def test_outside_load_and_freed_memory_runs_alternate_and_only_the_loaded_runs_h
         calls.append((depth, reuse_freed_memory, sum(busy)))
         epoch = 1.0 + sum(busy) + (0.0 if reuse_freed_memory else 0.5)
         return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, "epoch_s": epoch,
-                "sample_s": 0.1, "fetch_s": 0.1, "compute_s": 0.5, "compute_cpu_s": 0.5, "rows_per_epoch": 0.0}
+                "sample_s": 0.1, "fetch_s": 0.1, "compute_s": 0.5, "compute_cpu_s": 0.5, "rank_cpu_s": 1.8,
+                "rows_per_epoch": 0.0}
 
     monkeypatch.setattr(bench_train, "busy_processes", counted_busy_processes)
     monkeypatch.setattr(bench_train, "_run", timed_run)
@@ -96,7 +97,8 @@ def test_outside_load_and_freed_memory_runs_alternate_and_only_the_loaded_runs_h
     rows = json.loads(out.read_text())
     assert [r.get("outside_load") for r in rows] == [None, None, 0, 2, 0, 2, None, None, None, None]
     assert [r.get("reuse_freed_memory") for r in rows[6:]] == [True, False, True, False]
-    assert "median epoch 1.000 s idle and 3.000 s under 2 busy processes: 3.00x" in printed
+    assert ("median epoch 1.000 s idle and 3.000 s under 2 busy processes: 3.00x; rank 0 used 1.800 CPU s per "
+            "epoch idle (1.80 cores) and 1.800 under load (0.60 cores)") in printed
     assert "median epoch 1.000 s kept for reuse and 1.500 s returned to the system: 1.50x" in printed
 
 

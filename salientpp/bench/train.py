@@ -82,9 +82,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here (must not exist)")
 
 
+def _timed(history: list[dict]) -> list[dict]:
+    """The epochs a median is taken over: those after the first (the warm-up), if any."""
+    return history[1:] or history
+
+
 def median_row(history: list[dict]) -> dict:
     """Medians of the epoch time and of the stage seconds over the epochs after the first (the warm-up)."""
-    timed = history[1:] or history
+    timed = _timed(history)
     stage = lambda names: statistics.median(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
     return {"epoch_s": statistics.median(h["epoch_s"] for h in timed), "sample_s": stage(("sample",)),
             "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)),
@@ -136,6 +141,7 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
 def _run(args, precision: str, cache: str, alpha: float, depth: int, reuse_freed_memory: bool = True) -> dict:
     result = train(_config(args, precision, cache, alpha, depth, reuse_freed_memory))
     return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, **median_row(result.history),
+            "rank_cpu_s": statistics.median(h["cpu_s"] for h in _timed(result.history)),
             "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
 
@@ -224,8 +230,11 @@ def main(args: argparse.Namespace) -> int:
     if args.outside_load:
         loaded, (idle, busy) = _alternating("outside_load", (0, args.outside_load),
                                             lambda load: _uncached_run(args, depth, load))
+        idle_cpu, busy_cpu = (statistics.median(r["rank_cpu_s"] for r in loaded if r["outside_load"] == load)
+                              for load in (0, args.outside_load))
         print(f"\noutside load: pipeline depth {depth}, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s "
-              f"under {args.outside_load} busy processes: {busy / idle:.2f}x")
+              f"under {args.outside_load} busy processes: {busy / idle:.2f}x; rank 0 used {idle_cpu:.3f} CPU s per "
+              f"epoch idle ({idle_cpu / idle:.2f} cores) and {busy_cpu:.3f} under load ({busy_cpu / busy:.2f} cores)")
         rows.extend(loaded)
     if args.compare_freed_memory:
         allocs, (kept, returned) = _alternating("reuse_freed_memory", (True, False),
