@@ -42,6 +42,7 @@ from ..models.ops import aggregate, dropout
 from .pyg_baseline import PyGReferenceModel
 from ..sampling import NeighborSampler
 from ..sampling.types import MFG
+from ..timing import median_seconds
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,17 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reuse-freed-memory", dest="reuse_freed_memory", action="store_false",
                    help="keep glibc's default for freed host memory instead of keeping it for reuse, as training ranks do")
     p.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here (must not exist)")
-
-
-def _cpu_seconds(fn: Callable[[], None], repeats: int) -> float:
-    """Median CPU seconds of the process over ``repeats`` calls of ``fn`` (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
 
 
 def _aggregators() -> dict[str, Callable[[torch.Tensor, MFG], torch.Tensor]]:
@@ -129,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
 
     for name, fn in _aggregators().items():
         rows.append({"group": "aggregation (mean, forward + backward)", "impl": name,
-                     "cpu_s": _cpu_seconds(lambda: run_aggregation(fn), args.repeats)})
+                     "cpu_s": median_seconds(lambda: run_aggregation(fn), args.repeats, time.process_time)})
 
     hidden = [[torch.randn(m.num_dst, args.hidden, generator=generator, requires_grad=True) for m in b.mfgs[:-1]]
               for b in batches]
@@ -143,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
     for name, fn in (("torch relu + dropout", lambda h: F.dropout(torch.relu(h), 0.5, True)),
                      ("salientpp fused relu + dropout", lambda h: dropout(h, 0.5, True, relu=True))):
         rows.append({"group": "ReLU + dropout (p = 0.5, forward + backward)", "impl": name,
-                     "cpu_s": _cpu_seconds(lambda: run_dropout(fn), args.repeats)})
+                     "cpu_s": median_seconds(lambda: run_dropout(fn), args.repeats, time.process_time)})
 
     features = [x_all[b.n_id] for b in batches]
     labels = [torch.randint(num_classes, (b.batch_size,), generator=generator) for b in batches]
@@ -165,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
                 optimizer.step()
 
         rows.append({"group": "training step (SAGE, forward + backward + Adam)", "impl": name,
-                     "cpu_s": _cpu_seconds(run_steps, args.repeats)})
+                     "cpu_s": median_seconds(run_steps, args.repeats, time.process_time)})
 
     nodes = statistics.mean(int(b.n_id.shape[0]) for b in batches)
     print(f"{args.dataset}: {args.batches} batches of {args.batch_size} seeds (mean {nodes:,.0f} nodes), fanouts "

@@ -15,9 +15,7 @@ the same numbers. One process has no exchange: both of its communication costs a
 """
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -27,6 +25,7 @@ from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..models.ops import keyed_relu_dropout
 from ..sampling.types import MFG
+from ..timing import median_seconds
 from .engine import LevelExchange, exchange_rows
 from .plan import CostModel
 
@@ -34,16 +33,6 @@ ROWS, DEGREE, ROWS_PER_PEER = 16384, 16, 1024
 # Source rows of the random blocks: a table as large as a graph's (gathers miss the CPU caches as
 # they do in training), up to this many bytes.
 SOURCES, SOURCE_BYTES = 1 << 16, 64 << 20
-
-
-def _median_seconds(run: Callable[[], None], repeats: int) -> float:
-    run()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _random_block(rows: int, num_src: int, degree: int, generator: torch.Generator, device: torch.device) -> MFG:
@@ -66,13 +55,13 @@ def _layer_seconds(model: MFGModel, i: int, width: int, degree: int, repeats: in
         if i < model.num_layers - 1:
             out = keyed_relu_dropout(out, ids, model.dropout, 0, True)
         out.sum().backward()
-    return _median_seconds(run, repeats)
+    return median_seconds(run, repeats)
 
 
 def _all_reduce_seconds(ctx: DistContext, model: MFGModel, repeats: int) -> float:
     """One all-reduce of every parameter's gradient (the trainer's, once per epoch)."""
     flat = torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float32, device=ctx.comm_device)
-    return _median_seconds(lambda: dist.all_reduce(flat), repeats)
+    return median_seconds(lambda: dist.all_reduce(flat), repeats)
 
 
 def _round_trip_seconds(ctx: DistContext, rows_per_peer: int, width: int, repeats: int,
@@ -86,7 +75,7 @@ def _round_trip_seconds(ctx: DistContext, rows_per_peer: int, width: int, repeat
                                                                           generator=generator), counts.clone())
     level = LevelExchange(ctx, halo, 0, owned, CommStats())
     h = torch.randn((owned, width), generator=generator).to(ctx.device).requires_grad_(True)
-    return _median_seconds(lambda: exchange_rows(h, level).sum().backward(), repeats)
+    return median_seconds(lambda: exchange_rows(h, level).sum().backward(), repeats)
 
 
 def calibrate(ctx: DistContext, model: MFGModel, dims: Sequence[int], repeats: int = 5) -> CostModel:
