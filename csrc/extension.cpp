@@ -148,6 +148,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
 
   m.attr("dense_id_map_max_nodes") = kDenseIdMapMaxNodes;
+  m.attr("sampler_nice_offset") = kSamplerNiceOffset;
 
   m.attr("with_cuda") =
 #ifdef SALIENTPP_WITH_CUDA

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
 namespace salientpp {
@@ -48,8 +49,12 @@ Batch BatchLoader::sample(int64_t i, Workspace& ws) const {
 
 void BatchLoader::work() {
   if (low_priority_) {
-    // Linux: a thread's nice value is per thread. Failing to lower it only costs overlap.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    // Linux: a thread's nice value is per thread, inherited from the thread that created it.
+    // Failing to change it only costs overlap.
+    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, nice + kSamplerNiceOffset));
   }
   Sampler::Lease lease(*sampler_);
   const int64_t depth = static_cast<int64_t>(slots_.size());

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from salientpp._ext import extension
 from salientpp.data.csr import build_csr
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborLoader, NeighborSampler
@@ -95,8 +96,9 @@ def _nice_values() -> dict[int, int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-def test_low_priority_workers_run_at_nice_19_and_yield_the_same_batches(graph):
-    """With low_priority the workers run at nice 19 and the consumer samples a batch itself when
+def test_low_priority_workers_run_some_nice_steps_below_the_consumer_and_yield_the_same_batches(graph):
+    """With low_priority the workers run the extension's ``sampler_nice_offset`` (5) nice steps
+    below the consumer (at most 19) and the consumer samples a batch itself when
     it is not ready (also one a worker has started, whose copy is then dropped): whichever thread
     samples batch i, it is the same batch. A consumer that sometimes waits and sometimes does not
     exercises both paths."""
@@ -105,13 +107,14 @@ def test_low_priority_workers_run_at_nice_19_and_yield_the_same_batches(graph):
     reference = NeighborLoader(sampler, seeds, 64, seed=3, num_threads=1, queue_depth=1, labels=labels)
     expected = list(reference)
     before = _nice_values()
+    low = min(19, before[threading.get_native_id()] + extension().sampler_nice_offset)
     for threads, depth in ((1, 1), (2, 4), (3, 2)):
         loader = NeighborLoader(sampler, seeds, 64, seed=3, num_threads=threads, queue_depth=depth, labels=labels,
                                 low_priority=True)
         got, niced = [], set()
         for i, batch in enumerate(loader):
             if i == 1:
-                niced = {tid for tid, nice in _nice_values().items() if nice == 19 and tid not in before}
+                niced = {tid for tid, nice in _nice_values().items() if nice == low and tid not in before}
             if i % 3 == 0:
                 time.sleep(0.01)  # let the workers finish some batches first
             got.append(batch)

@@ -119,8 +119,9 @@ class ThreadBudget:
     The rule (:meth:`for_rank`): each of the ``local_ranks`` ranks of a machine gets
     ``c = max(1, usable // local_ranks)`` cores, ``usable`` from :func:`usable_cores`. It runs
     ``c`` torch intra-op threads and ``max(1, c // 8)`` C++ sampler threads. The sampler threads
-    run at low priority (nice 19): they fill the time the training thread waits for a collective
-    or for memory, and yield the cores to it otherwise. A loader whose next batch a starved sampler
+    run at low priority (5 nice steps below the rank, a third of its threads' weight): they fill
+    the time the training thread waits for a collective, and take at most a quarter of a core it
+    wants. A loader whose next batch a starved sampler
     thread has not finished samples it on the consuming thread instead of waiting, so the ranks
     never oversubscribe the cores and never wait for a sampler. ``torch_threads`` and
     ``sampler_threads`` given to :meth:`for_rank` (``--torch-threads``, ``--threads``) are used as

@@ -74,10 +74,11 @@ class NeighborLoader:
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
         fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
         num_batches: ``None`` for fixed-size batches, or ``S >= 1`` balanced batches per epoch.
-        low_priority: run the sampling threads at a lower scheduling priority (nice 19), so that
-            they fill the time the consumer's thread waits instead of taking its cores; the
-            consumer then samples a batch itself rather than wait for one that a starved thread
-            has not finished. The batches are identical either way: batch ``i`` is sampled from
+        low_priority: run the sampling threads at a lower scheduling priority (nice
+            ``extension().sampler_nice_offset`` = 5 steps below the thread that starts them, at
+            most 19), so that they mostly fill the time the consumer's thread waits instead of
+            taking its cores; the consumer samples a batch itself rather
+            than wait for one that a starved thread has not finished. The batches are identical either way: batch ``i`` is sampled from
             the random stream ``(epoch_seed(), i)`` whichever thread samples it.
         prefetch_next_epoch: start sampling epoch ``e + 1`` when epoch ``e``'s last batch is taken
             (see above).
@@ -287,7 +288,9 @@ class _BulkWorker:
     def _run(self, batches: Iterator[SampledBatch], low_priority: bool) -> None:
         if low_priority:  # per thread on Linux; the intra-op threads it starts inherit it
             with contextlib.suppress(OSError, AttributeError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                tid = threading.get_native_id()
+                nice = os.getpriority(os.PRIO_PROCESS, tid) + extension().sampler_nice_offset
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, nice))
         try:
             for batch in batches:
                 if not self._put(batch):
