@@ -15,6 +15,15 @@
 
 namespace salientpp {
 
+// How many nice steps low-priority workers run below the thread that created them (at most
+// nice 19). From nice 0, Linux weighs a nice-5 thread at 335 against a default thread's 1024, so
+// a worker sharing a core with a training thread gets a quarter of it at most, and under two
+// busy outside processes it still gets the few percent of a core that sampling needs. At nice
+// 19 (weight 15) it got nothing there, and the training thread sampled most batches itself while
+// its other torch thread idled (docs/training.md, "The sampler's nice value"). Relative, because
+// an unprivileged thread may raise its nice value but not lower it.
+constexpr int kSamplerNiceOffset = 5;
+
 // Batch i holds order[bounds[i], bounds[i + 1]) and is sampled with the random stream (seed, i),
 // so its content depends neither on the number of threads nor on timing. `bounds` (int64
 // [num_batches + 1], non-decreasing, within [0, len(order)]) is chosen by the caller: fixed-size
@@ -26,20 +35,11 @@ namespace salientpp {
 // The consumer never waits for a batch no worker has started: it samples that batch itself.
 // With `low_priority`, the workers run kSamplerNiceOffset nice steps below the thread that
 // created them, so they take mostly the cycles the consumer's thread leaves (while it waits on
-// peers, say). For a batch
-// a worker has started, the consumer waits at most as long as its own last inline sample took
-// (its core is the worker's meanwhile), then samples the batch again itself (the same batch:
-// its content depends only on (seed, i)) and the worker's copy is dropped. So a worker starved
-// by other work costs the consumer at most one extra sampling time per batch.
-// How many nice steps low-priority workers run below the thread that created them (at most
-// nice 19). From nice 0, Linux weighs a nice-5 thread at 335 against a default thread's 1024, so
-// a worker sharing a core with a training thread gets a quarter of it at most, and under two
-// busy outside processes it still gets the few percent of a core that sampling needs. At nice
-// 19 (weight 15) it got nothing there, and the training thread sampled every batch itself while
-// its other torch thread idled (docs/training.md, "The sampler's nice value"). Relative, because
-// an unprivileged thread may raise its nice value but not lower it.
-constexpr int kSamplerNiceOffset = 5;
-
+// peers, say). For a batch a worker has started, the consumer waits at most as long as its own
+// last inline sample took (its core is the worker's meanwhile), then samples the batch again
+// itself (the same batch: its content depends only on (seed, i)) and the worker's copy is
+// dropped. So a worker starved by other work costs the consumer at most one extra sampling time
+// per batch.
 class BatchLoader {
  public:
   BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,

@@ -121,9 +121,8 @@ class ThreadBudget:
     ``c`` torch intra-op threads and ``max(1, c // 8)`` C++ sampler threads. The sampler threads
     run at low priority (5 nice steps below the rank, a third of its threads' weight): they fill
     the time the training thread waits for a collective, and take at most a quarter of a core it
-    wants. A loader whose next batch a starved sampler
-    thread has not finished samples it on the consuming thread instead of waiting, so the ranks
-    never oversubscribe the cores and never wait for a sampler. ``torch_threads`` and
+    wants. A loader whose next batch a starved sampler thread has not finished samples it on the
+    consuming thread instead of waiting, so the ranks never wait for a sampler. ``torch_threads`` and
     ``sampler_threads`` given to :meth:`for_rank` (``--torch-threads``, ``--threads``) are used as
     they are. Only when both are given and together fit in ``c`` (``torch_threads +
     sampler_threads <= c``) does every thread have a core of its own; the samplers then run at

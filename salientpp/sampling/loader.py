@@ -74,12 +74,13 @@ class NeighborLoader:
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
         fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
         num_batches: ``None`` for fixed-size batches, or ``S >= 1`` balanced batches per epoch.
-        low_priority: run the sampling threads at a lower scheduling priority (nice
-            ``extension().sampler_nice_offset`` = 5 steps below the thread that starts them, at
-            most 19), so that they mostly fill the time the consumer's thread waits instead of
-            taking its cores; the consumer samples a batch itself rather
-            than wait for one that a starved thread has not finished. The batches are identical either way: batch ``i`` is sampled from
-            the random stream ``(epoch_seed(), i)`` whichever thread samples it.
+        low_priority: run the sampling threads at a lower scheduling priority
+            (``extension().sampler_nice_offset`` = 5 nice steps below the thread that starts
+            them, at most 19), so that they mostly fill the time the consumer's thread waits
+            instead of taking its cores; the consumer samples a batch itself rather than wait
+            for one that a starved thread has not finished. The batches are identical either
+            way: batch ``i`` is sampled from the random stream ``(epoch_seed(), i)`` whichever
+            thread samples it.
         prefetch_next_epoch: start sampling epoch ``e + 1`` when epoch ``e``'s last batch is taken
             (see above).
     """
