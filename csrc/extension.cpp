@@ -149,6 +149,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.attr("dense_id_map_max_nodes") = kDenseIdMapMaxNodes;
   m.attr("sampler_nice_offset") = kSamplerNiceOffset;
+  m.def("lower_thread_priority", &lower_thread_priority);
 
   m.attr("with_cuda") =
 #ifdef SALIENTPP_WITH_CUDA

@@ -47,15 +47,15 @@ Batch BatchLoader::sample(int64_t i, Workspace& ws) const {
                           static_cast<uint64_t>(i), labels_, fetch_, ws);
 }
 
+void lower_thread_priority() {
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, tid);
+  if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, nice + kSamplerNiceOffset));
+}
+
 void BatchLoader::work() {
-  if (low_priority_) {
-    // Linux: a thread's nice value is per thread, inherited from the thread that created it.
-    // Failing to change it only costs overlap.
-    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-    errno = 0;
-    const int nice = getpriority(PRIO_PROCESS, tid);
-    if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, nice + kSamplerNiceOffset));
-  }
+  if (low_priority_) lower_thread_priority();
   Sampler::Lease lease(*sampler_);
   const int64_t depth = static_cast<int64_t>(slots_.size());
   while (true) {

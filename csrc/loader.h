@@ -24,6 +24,11 @@ namespace salientpp {
 // an unprivileged thread may raise its nice value but not lower it.
 constexpr int kSamplerNiceOffset = 5;
 
+// Moves the calling thread kSamplerNiceOffset nice steps down (at most to nice 19). Linux keeps a
+// nice value per thread, inherited from the thread that created it; a failure only costs overlap,
+// so it is ignored.
+void lower_thread_priority();
+
 // Batch i holds order[bounds[i], bounds[i + 1]) and is sampled with the random stream (seed, i),
 // so its content depends neither on the number of threads nor on timing. `bounds` (int64
 // [num_batches + 1], non-decreasing, within [0, len(order)]) is chosen by the caller: fixed-size

@@ -2,11 +2,15 @@
 unbiased weights, batches independent of the bulk size, MFG structure, the loader, errors."""
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
+from salientpp._ext import extension
 from salientpp.data.csr import build_csr
 from salientpp.errors import InputError
 from salientpp.partition.book import PartitionBook
@@ -450,3 +454,28 @@ def test_bad_bulk_options_are_refused(kwargs, match):
     args = dict(fanouts=[3, 2]) | kwargs
     with pytest.raises(InputError, match=match):
         BulkSampler(rowptr, col, **args)
+
+
+def _nice(tid: int) -> int:
+    """The nice value of thread ``tid`` of this process (field 19 of /proc/self/task/TID/stat)."""
+    return int(Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_low_priority_bulk_worker_runs_some_nice_steps_below_the_consumer_and_yields_the_same_batches(
+        loader_setup):
+    rowptr, col, _, labels, _, _ = loader_setup
+    sampler = BulkSampler(rowptr, col, [4, 3], minibatches_per_bulk=2)
+    expected = list(NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels))
+    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels, queue_depth=1,
+                            low_priority=True)
+    batches = iter(loader)
+    got = [next(batches)]  # the worker now waits to put the next batches, so it is alive
+    workers = [t for t in threading.enumerate() if t.name == "salientpp-bulk" and t.is_alive()]
+    low = min(19, _nice(threading.get_native_id()) + extension().sampler_nice_offset)
+    assert workers and all(_nice(t.native_id) == low for t in workers)
+    got += list(batches)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert_same_batch(a, b)
+    loader.close()

@@ -1,8 +1,6 @@
 """An iterable loader: the C++ thread pool (or a bulk sampler) samples an epoch's batches, in order."""
 from __future__ import annotations
 
-import contextlib
-import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -287,11 +285,8 @@ class _BulkWorker:
         return False
 
     def _run(self, batches: Iterator[SampledBatch], low_priority: bool) -> None:
-        if low_priority:  # per thread on Linux; the intra-op threads it starts inherit it
-            with contextlib.suppress(OSError, AttributeError):
-                tid = threading.get_native_id()
-                nice = os.getpriority(os.PRIO_PROCESS, tid) + extension().sampler_nice_offset
-                os.setpriority(os.PRIO_PROCESS, tid, min(19, nice))
+        if low_priority:  # as the C++ workers; the intra-op threads this thread starts inherit it
+            extension().lower_thread_priority()
         try:
             for batch in batches:
                 if not self._put(batch):
