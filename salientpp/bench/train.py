@@ -157,12 +157,17 @@ def busy_processes(count: int) -> Iterator[None]:
             p.wait()
 
 
+def _medians(rows: list[dict], key: str, values: tuple, field: str) -> list[float]:
+    """The median of ``field`` over the rows with ``key: value``, for each of ``values``."""
+    return [statistics.median(r[field] for r in rows if r[key] == value) for value in values]
+
+
 def _alternating(key: str, values: tuple, run: Callable[[Any], dict]) -> tuple[list[dict], list[float]]:
     """``run(value)`` (a row) for each of ``values``, twice each and alternating (a, b, a, b) so
     that drift of the machine hits them alike; returns the rows, each with ``key: value``, and
     the median epoch time of each value."""
     rows = [{**run(value), key: value} for value in values * 2]
-    return rows, [statistics.median(r["epoch_s"] for r in rows if r[key] == value) for value in values]
+    return rows, _medians(rows, key, values, "epoch_s")
 
 
 def _uncached_run(args, depth: int, load: int = 0, reuse_freed_memory: bool = True) -> dict:
@@ -230,8 +235,7 @@ def main(args: argparse.Namespace) -> int:
     if args.outside_load:
         loaded, (idle, busy) = _alternating("outside_load", (0, args.outside_load),
                                             lambda load: _uncached_run(args, depth, load))
-        idle_cpu, busy_cpu = (statistics.median(r["rank_cpu_s"] for r in loaded if r["outside_load"] == load)
-                              for load in (0, args.outside_load))
+        idle_cpu, busy_cpu = _medians(loaded, "outside_load", (0, args.outside_load), "rank_cpu_s")
         print(f"\noutside load: pipeline depth {depth}, no cache, median epoch {idle:.3f} s idle and {busy:.3f} s "
               f"under {args.outside_load} busy processes: {busy / idle:.2f}x; rank 0 used {idle_cpu:.3f} CPU s per "
               f"epoch idle ({idle_cpu / idle:.2f} cores) and {busy_cpu:.3f} under load ({busy_cpu / busy:.2f} cores)")
