@@ -47,7 +47,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["salientpp", "salientpp.*"]),
     ext_modules=[extension],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    cmdclass={"build_ext": BuildExtension},  # ninja where installed (MAX_JOBS parallel), else one file at a time
     install_requires=["torch", "torch_geometric", "numpy", "numba", "pymetis", "tqdm"],
     extras_require={
         "ogb": ["ogb"],
