@@ -14,15 +14,23 @@ the CPU path (the tests run them that way). Each check is a :class:`Check` row o
    LADIES): every edge is a graph edge, node-wise destinations draw ``min(f, d)`` distinct
    neighbours, and the mean nodes per hop equal the CPU's within Monte-Carlo error (node-wise:
    the C++ sampler's; LADIES: the CPU bulk sampler's, which the tests check against its definition);
-5. ``bench train`` on the small preset in 1 part on the device, against PyG's NeighborLoader
-   on the same device (``--bench``).
+5. 2 local ranks on the device over the tiny preset in 2 parts, with a VIP cache in both tiers
+   and a pipeline: every assembled batch equals ``x[n_id]`` (on one GPU the ranks share it and
+   exchange over gloo);
+6. ``bench train`` on the small preset in 1 part on the device: the epoch against PyG's
+   NeighborLoader on the same device where PyG can sample, and the pipelined epoch over its
+   slowest stage (left out with ``--no-bench``).
+
+A check that raises is one failed row (traceback on stderr), and the checks after it still run.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import tempfile
+import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -181,13 +189,13 @@ def check_bulk(device: torch.device, batches: int = 400) -> list[Check]:
     return rows
 
 
-def _prepare(preset: str, work: Path) -> tuple[Path, object]:
+def _prepare(preset: str, work: Path, parts: int = 1) -> tuple[Path, object]:
     from .data.synthetic import synthetic_dataset
     from .partition.partitioner import partition_dataset
 
     dataset = synthetic_dataset(preset)
-    part_dir = work / f"{preset}-1"
-    partition_dataset(dataset, part_dir, 1)
+    part_dir = work / f"{preset}-{parts}"
+    partition_dataset(dataset, part_dir, parts)
     return part_dir, dataset
 
 
@@ -196,6 +204,17 @@ def _config(part_dir: Path, device: str, epochs: int):
 
     return TrainConfig(str(part_dir), epochs=epochs, hidden=128, layers=2, fanouts=(10, 5), batch_size=256,
                        cache="none", device=device, seed=0, progress=False).validate()
+
+
+def _equal_batches(trainer, dataset) -> tuple[int, int]:
+    """(batches whose assembled ``x`` equals ``dataset.x[n_id]``, batches) in one pass of the
+    trainer's loader; ``n_id`` is in the partitioned numbering, mapped back through ``orig_id``."""
+    x = torch.as_tensor(np.asarray(dataset.x))[torch.as_tensor(np.asarray(trainer.graph.data.orig_id))]
+    equal = batches = 0
+    for batch in trainer.loader:
+        equal += torch.equal(batch.x.cpu(), x[batch.n_id.cpu()])
+        batches += 1
+    return equal, batches
 
 
 def _features_and_syncs(config, dataset) -> tuple[Check, Check | None]:
@@ -207,11 +226,7 @@ def _features_and_syncs(config, dataset) -> tuple[Check, Check | None]:
     ctx = init_distributed(config.device)
     try:
         trainer = Trainer(config, ctx)
-        x = torch.as_tensor(np.asarray(dataset.x))[torch.as_tensor(np.asarray(trainer.graph.data.orig_id))]
-        equal = batches = 0
-        for batch in trainer.loader:
-            equal += torch.equal(batch.x.cpu(), x[batch.n_id.cpu()])
-            batches += 1
+        equal, batches = _equal_batches(trainer, dataset)
         features = Check("assembled x equals x[n_id]", equal == batches > 0, f"{equal} of {batches} batches")
         syncs = None
         if ctx.device.type == "cuda":
@@ -254,27 +269,67 @@ def check_preset(preset: str, device: str, work: Path, epochs: int) -> list[Chec
     return rows
 
 
-def check_bench(device: str, work: Path, epochs: int) -> list[Check]:
-    """``bench train`` of the small preset in 1 part on ``device`` against PyG on the same device."""
+def _rank_features(part_dir: str, preset: str, device: str) -> tuple[int, int, dict[str, float]]:
+    """One rank of :func:`check_ranks`: its equal and total batches, and its exchange counters."""
+    from .data.synthetic import synthetic_dataset
+    from .distributed import init_distributed, shutdown_distributed
+    from .train import TrainConfig, Trainer
+
+    ctx = init_distributed(device)
+    try:
+        config = TrainConfig(part_dir, epochs=1, hidden=16, layers=2, fanouts=(10, 5), batch_size=64, cache="vip",
+                             replication=0.5, gpu_fraction=0.3, pipeline_depth=3, device=device, seed=0,
+                             progress=False).validate()
+        trainer = Trainer(config, ctx)
+        equal, batches = _equal_batches(trainer, synthetic_dataset(preset))
+        return equal, batches, trainer.loader.stats.as_dict()
+    finally:
+        shutdown_distributed(ctx)
+
+
+def check_ranks(device: str, work: Path, preset: str = "tiny", ranks: int = 2) -> Check:
+    """``ranks`` local ranks on ``device`` over ``preset`` in as many parts, with a VIP cache in
+    both tiers (half the remote rows, 30% of them on the device) and pipeline depth 3: every
+    assembled batch equals ``x[n_id]``, and rows came through both the exchange and the device tier."""
+    from .distributed import launch
+
+    part_dir, _ = _prepare(preset, work, ranks)
+    results = launch(_rank_features, (str(part_dir), preset, device), nprocs=ranks, timeout_s=600)
+    equal = sum(r[0] for r in results)
+    batches = sum(r[1] for r in results)
+    received = sum(r[2]["received"] for r in results)
+    hits = sum(r[2]["gpu_hits"] for r in results)
+    return Check(f"{preset}, {ranks} ranks, cache in both tiers: assembled x equals x[n_id]",
+                 equal == batches > 0 and received > 0 and hits > 0,
+                 f"{equal} of {batches} batches; {received:,.0f} rows received, {hits:,.0f} from the device tier")
+
+
+def check_bench(device: str, work: Path, epochs: int, preset: str = "small") -> list[Check]:
+    """``bench train`` of ``preset`` in 1 part on ``device``: our epoch against PyG's on the same
+    device where PyG can sample here, and the pipelined epoch over its slowest stage where the
+    bench times a pipeline (it does not on a CPU whose torch threads take every core)."""
     import json
 
-    from .bench.train import add_arguments, main as bench_main
+    from .bench.train import BASELINE_MODELS, add_arguments, main as bench_main
+    from .bench.pyg_baseline import PYG, unavailable_reason
 
-    part_dir, _ = _prepare("small", work / "bench")
+    (work / "bench").mkdir()
+    part_dir, _ = _prepare(preset, work / "bench")
     out = work / "bench.json"
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     bench_main(parser.parse_args([str(part_dir), "--epochs", str(epochs), "--device", device, "--json", str(out)]))
     rows = json.loads(out.read_text())
     ours = min(r["epoch_s"] for r in rows if r["cache"] == "none")
-    pyg = [r["epoch_s"] for r in rows if r["cache"].startswith("PyG") and "PyG's SAGE" in r["cache"]]
-    if not pyg:
-        return [Check("bench train small-1", None, f"salientpp {ours:.3f} s/epoch; PyG baseline unavailable")]
-    pipelined = next(r for r in rows if r["cache"] == "none" and r["depth"] > 1)
-    return [Check("bench train small-1: epoch vs PyG", None, f"{ours:.3f} s vs {pyg[0]:.3f} s: {pyg[0] / ours:.2f}x "
-                                                             "faster (goal on a GPU: 4x)"),
-            Check("bench train small-1: pipelined / slowest stage", None,
-                  f"{pipelined['vs_slowest_stage']:.2f} (goal on a GPU: 1.15)")]
+    pyg = [r["epoch_s"] for r in rows if BASELINE_MODELS[PYG] in r["cache"]]
+    name = f"bench train {preset}-1"
+    checks = [Check(f"{name}: epoch vs PyG", None,
+                    f"{ours:.3f} s vs {pyg[0]:.3f} s: {pyg[0] / ours:.2f}x faster (goal on a GPU: 4x)" if pyg else
+                    f"salientpp {ours:.3f} s/epoch; no PyG baseline: {unavailable_reason() or 'its run failed (above)'}")]
+    checks += [Check(f"{name}: pipelined / slowest stage", None,
+                     f"{r['vs_slowest_stage']:.2f} at depth {r['depth']} (goal on a GPU: 1.15)")
+               for r in rows if r["cache"] == "none" and r["depth"] > 1]
+    return checks
 
 
 def run(device: str, presets: list[str], epochs: int, bench: bool) -> list[Check]:
@@ -290,15 +345,30 @@ def run(device: str, presets: list[str], epochs: int, bench: bool) -> list[Check
         _print(row)
     with tempfile.TemporaryDirectory(prefix="salientpp-selfcheck-") as tmp:
         work = Path(tmp)
-        steps = [lambda: [check_gather(torch.device(device))], lambda: check_bulk(torch.device(device))]
-        steps += [lambda p=p: check_preset(p, device, work, epochs) for p in presets]
+        steps = [("row gather", lambda: [check_gather(torch.device(device))]),
+                 ("bulk samplers", lambda: check_bulk(torch.device(device)))]
+        steps += [(f"{p}: training", lambda p=p: check_preset(p, device, work, epochs)) for p in presets]
+        steps.append(("ranks", lambda: [check_ranks(device, work)]))
         if bench:
-            steps.append(lambda: check_bench(device, work, 3))
-        for step in steps:
-            for row in step():
+            steps.append(("bench train", lambda: check_bench(device, work, 3)))
+        for name, step in steps:
+            for row in _rows_of(name, step):
                 _print(row)
                 rows.append(row)
     return rows
+
+
+def _rows_of(name: str, step: Callable[[], list[Check]]) -> list[Check]:
+    """The rows of the step ``name``; a step that raises is one failed row with the error's first
+    line (its traceback on stderr), so that the checks after it still run."""
+    try:
+        return step()
+    except InputError:
+        raise
+    except Exception as exc:  # a self-check reports a broken step and goes on
+        traceback.print_exc()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return [Check(name, False, f"raised {type(exc).__name__}: {first}")]
 
 
 def _print(row: Check) -> None:

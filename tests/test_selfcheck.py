@@ -1,6 +1,8 @@
 """``salientpp selfcheck``: the device path's one-command proof, run here on the CPU path."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,6 +21,46 @@ def test_the_cpu_selfcheck_passes_its_kernel_and_training_checks_and_prints_a_ta
     assert rows["tiny: assembled x equals x[n_id]"] == "pass"
     assert rows["tiny: test accuracy"] == "info" and rows["extension"] == "pass"
     assert rows["bulk nodewise sampler on cpu"] == "pass" and rows["bulk ladies sampler on cpu"] == "pass"
+    assert rows["tiny, 2 ranks, cache in both tiers: assembled x equals x[n_id]"] == "pass"
+
+
+def test_a_check_that_raises_is_one_failed_row_and_the_checks_after_it_still_run(monkeypatch, capsys):
+    def broken(device, plans=200):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore lines")
+
+    monkeypatch.setattr(selfcheck, "check_gather", broken)
+    monkeypatch.setattr(selfcheck, "check_ranks", lambda device, work: selfcheck.Check("ranks", True, "stub"))
+    assert cli_main(["selfcheck", "--device", "cpu", "--presets", "tiny", "--epochs", "1", "--no-bench"]) == 1
+    captured = capsys.readouterr()
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in captured.out.splitlines()
+            if line.startswith("| ") and not line.startswith("| check")}
+    assert rows["row gather"][0].strip() == "FAIL"
+    assert rows["row gather"][1].strip() == "raised RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert rows["tiny: assembled x equals x[n_id]"][0].strip() == "pass"
+    assert "Traceback" in captured.err and "FAILED: row gather" in captured.out
+
+
+def test_the_bench_check_reads_our_epoch_the_pyg_ratio_and_the_pipelined_ratio_from_the_bench(monkeypatch, tmp_path):
+    import json
+
+    from salientpp.bench import train as bench_train
+
+    pyg = "PyG NeighborLoader (pyg-lib) + DDP, PyG's SAGE, full replication"
+    written = [{"cache": "none", "depth": 1, "epoch_s": 0.2, "vs_slowest_stage": 2.0},
+               {"cache": "none", "depth": 4, "epoch_s": 0.1, "vs_slowest_stage": 1.13},
+               {"cache": pyg, "depth": 1, "epoch_s": 0.5}]
+    seen = []
+
+    def fake_bench(args):
+        seen.append(args)
+        Path(args.json_path).write_text(json.dumps(written))
+        return 0
+
+    monkeypatch.setattr(bench_train, "main", fake_bench)
+    ratio, pipelined = selfcheck.check_bench("cpu", tmp_path, 3, preset="tiny")
+    assert seen[0].part_dir == str(tmp_path / "bench" / "tiny-1") and seen[0].epochs == 3
+    assert ratio.detail.startswith("0.100 s vs 0.500 s: 5.00x faster")
+    assert pipelined.detail.startswith("1.13 at depth 4")
 
 
 def test_a_bulk_sampler_that_draws_too_many_neighbours_fails_the_bulk_check(monkeypatch):

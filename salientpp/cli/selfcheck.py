@@ -10,8 +10,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("selfcheck", help="check the CUDA (or CPU) path on this machine: kernels, training, bench",
                        description="Build-and-run checks of the device path: the extension and the GPUs, the row "
                                    "gather against torch indexing, a 1-rank training per preset (assembled "
-                                   "features, accuracy against the CPU, host waits on CUDA), and bench train "
-                                   "against PyG on the same device. Exit code 1 when a check fails.")
+                                   "features, accuracy against the CPU, host waits on CUDA), 2 ranks with a "
+                                   "cache in both tiers (assembled features), and bench train against PyG on the "
+                                   "same device. Exit code 1 when a check fails.")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None,
                    help="device to check (default: cuda when torch sees a GPU, else cpu)")
     p.add_argument("--presets", default="tiny,small", help="synthetic presets to train on (default tiny,small)")
