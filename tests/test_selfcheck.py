@@ -97,3 +97,14 @@ def test_selfcheck_on_cuda_without_a_gpu_is_one_sentence_and_exit_2(capsys):
 def test_selfcheck_refuses_bad_options_before_any_work(capsys, argv, message):
     assert cli_main(["selfcheck", "--device", "cpu", "--no-bench", *argv]) == 2
     assert message in one_sentence(capsys)
+
+
+def test_the_selfcheck_partitions_without_pymetis_so_offline_gpu_machines_need_not_carry_it(monkeypatch, tmp_path):
+    import sys
+
+    from salientpp.partition import load_partitioned
+
+    monkeypatch.setitem(sys.modules, "pymetis", None)  # any import of it fails
+    part_dir, dataset = selfcheck._prepare("tiny", tmp_path, 2)
+    assert load_partitioned(part_dir).num_parts == 2 and dataset.num_nodes > 0
+
