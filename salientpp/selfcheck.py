@@ -314,8 +314,9 @@ def check_bench(device: str, work: Path, epochs: int, preset: str = "small") -> 
     from .bench.train import BASELINE_MODELS, add_arguments, main as bench_main
     from .bench.pyg_baseline import PYG, unavailable_reason
 
-    (work / "bench").mkdir()
-    part_dir, _ = _prepare(preset, work / "bench")
+    part_dir = work / f"{preset}-1"
+    if not part_dir.exists():  # check_preset has partitioned it when the presets include it
+        part_dir, _ = _prepare(preset, work)
     out = work / "bench.json"
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -368,8 +369,8 @@ def _rows_of(name: str, step: Callable[[], list[Check]]) -> list[Check]:
         raise
     except Exception as exc:  # a self-check reports a broken step and goes on
         traceback.print_exc()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return [Check(name, False, f"raised {type(exc).__name__}: {first}")]
+        lines = str(exc).strip().splitlines()
+        return [Check(name, False, f"raised {type(exc).__name__}: {lines[0] if lines else ''}")]
 
 
 def _print(row: Check) -> None:

@@ -58,7 +58,7 @@ def test_the_bench_check_reads_our_epoch_the_pyg_ratio_and_the_pipelined_ratio_f
 
     monkeypatch.setattr(bench_train, "main", fake_bench)
     ratio, pipelined = selfcheck.check_bench("cpu", tmp_path, 3, preset="tiny")
-    assert seen[0].part_dir == str(tmp_path / "bench" / "tiny-1") and seen[0].epochs == 3
+    assert seen[0].part_dir == str(tmp_path / "tiny-1") and seen[0].epochs == 3
     assert ratio.detail.startswith("0.100 s vs 0.500 s: 5.00x faster")
     assert pipelined.detail.startswith("1.13 at depth 4")
 
