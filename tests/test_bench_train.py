@@ -39,6 +39,8 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     rows = json.loads(out.read_text())
     assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 4)]
     assert all(r["epoch_s"] > 0 and r["rank_cpu_s"] > 0 for r in rows)
+    # the fetch stages' CPU seconds are part of their wall time (one thread runs them)
+    assert all(0 < r["fetch_cpu_s"] <= r["fetch_s"] + 1e-3 for r in rows)
 
 
 def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_when_the_pipeline_is_off(
@@ -83,7 +85,7 @@ def test_outside_load_and_freed_memory_runs_alternate_and_only_the_loaded_runs_h
         calls.append((depth, reuse_freed_memory, sum(busy)))
         epoch = 1.0 + sum(busy) + (0.0 if reuse_freed_memory else 0.5)
         return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, "epoch_s": epoch,
-                "sample_s": 0.1, "fetch_s": 0.1, "compute_s": 0.5, "compute_cpu_s": 0.5, "rank_cpu_s": 1.8,
+                "sample_s": 0.1, "fetch_s": 0.1, "fetch_cpu_s": 0.05, "compute_s": 0.5, "compute_cpu_s": 0.5, "rank_cpu_s": 1.8,
                 "rows_per_epoch": 0.0}
 
     monkeypatch.setattr(bench_train, "busy_processes", counted_busy_processes)

@@ -54,6 +54,8 @@ def test_tiny_learns_above_mlp_and_fetches_what_the_simulator_predicts(tiny, tmp
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [line["epoch"] for line in lines] == list(range(12))
     assert {"sample", "counts", "ids", "rows", "assemble", "train"} <= set(lines[0]["stage_s"])
+    for stage in ("sample", "counts", "ids", "rows", "assemble", "train"):  # CPU seconds within the wall time
+        assert 0 < lines[0]["stage_s"][f"{stage}_cpu"] <= lines[0]["stage_s"][stage] + 1e-3, stage
     # The simulator replays the same loader seeds (stream 0, epoch 0) with the same plan.
     data = load_partitioned(root / "p2")
     sim = simulate(PolicyContext(data, (Workload((5, 5), 32),), seed=0, epochs=1), ["vip"], [0.1])

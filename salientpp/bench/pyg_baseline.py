@@ -26,10 +26,12 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..distributed import init_distributed, launch, shutdown_distributed
+from ..distributed.health import Stage
 from ..distributed.threads import ThreadBudget, local_world_size
 from ..models import EmptyBlock, MFGModel
 from ..partition import load_partitioned
 from ..sampling.types import MFG
+from ..train.state import TRAIN_CPU
 
 # BaselineConfig.model: PyG's SAGE (PyGReferenceModel) or salientpp's MFGModel.
 PYG, OURS = "pyg", "salientpp"
@@ -153,7 +155,8 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         per_rank = [int(n) for n in mine.tolist()]
         history = []
         for _ in range(config.epochs):
-            times = {"sample": 0.0, "train": 0.0, "train_cpu": 0.0}
+            sample, train = Stage.SAMPLE.value, Stage.TRAIN.value
+            times = {sample: 0.0, train: 0.0, TRAIN_CPU: 0.0}
             start = time.perf_counter()
             batches = iter(loader)
             for step in range(max(per_rank)):
@@ -170,9 +173,9 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
                     loss = F.cross_entropy(out, batch.y[:batch.batch_size]) * (len(per_rank) / ranks_with_data)
                 loss.backward()
                 optimizer.step()
-                times["sample"] += t1 - t0
-                times["train"] += time.perf_counter() - t1
-                times["train_cpu"] += time.thread_time() - c1
+                times[sample] += t1 - t0
+                times[train] += time.perf_counter() - t1
+                times[TRAIN_CPU] += time.thread_time() - c1
             epoch_s = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
             if ctx.distributed:
                 dist.all_reduce(epoch_s, op=dist.ReduceOp.MAX)

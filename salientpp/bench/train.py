@@ -6,8 +6,9 @@ thread budget's depth) and once with the stages of each batch one after another 
 the depth is 1 (by default on the CPU, unless ``--torch-threads`` leaves cores free) the pipelined run would repeat
 the serial one and is left out. Reported per run: median epoch time over the epochs after the first,
 median seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
-with the pipeline this is time spent waiting) and compute (forward, backward, step), the CPU
-seconds of that compute (the training thread's CPU time: unlike wall time it does not grow
+with the pipeline this is time spent waiting) and its CPU seconds (those of the thread that ran
+the fetch stages: serving rows, placing received ones; the rest of fetch is waiting, for the
+peers' rows or for the core), compute (forward, backward, step), the CPU seconds of that compute (the training thread's CPU time: unlike wall time it does not grow
 when other jobs share the cores, so it tells work from contention), rows fetched per epoch
 against the simulator's prediction for the same seeds, and
 ``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,
@@ -35,17 +36,20 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from ..cache import PolicyContext, Workload, parse_fanouts, simulate
+from ..distributed.health import Stage
 from ..distributed.launcher import WorkerError
 from ..distributed.threads import PIPELINE_DEPTH, ThreadBudget
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
+from ..pipeline import StageTimes
 from ..train import TrainConfig, train
 from ..train.config import FP32, PRECISIONS
+from ..train.state import TRAIN_CPU
 from .pyg_baseline import OURS, PYG, BaselineConfig, run_baseline, sampling_backend, unavailable_reason
 
-FETCH_STAGES = ("counts", "ids", "rows", "assemble")
+FETCH_STAGES = tuple(stage.value for stage in (Stage.COUNTS, Stage.IDS, Stage.ROWS, Stage.ASSEMBLE))
 # The baselines' models (--baselines), and how their rows name them.
 BASELINE_MODELS = {PYG: "PyG's SAGE", OURS: "salientpp's model"}
 
@@ -91,9 +95,10 @@ def median_row(history: list[dict]) -> dict:
     """Medians of the epoch time and of the stage seconds over the epochs after the first (the warm-up)."""
     timed = _timed(history)
     stage = lambda names: statistics.median(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
-    return {"epoch_s": statistics.median(h["epoch_s"] for h in timed), "sample_s": stage(("sample",)),
-            "fetch_s": stage(FETCH_STAGES), "compute_s": stage(("train",)),
-            "compute_cpu_s": stage(("train_cpu",)), "steps": history[0]["steps"]}
+    return {"epoch_s": statistics.median(h["epoch_s"] for h in timed), "sample_s": stage((Stage.SAMPLE.value,)),
+            "fetch_s": stage(FETCH_STAGES), "fetch_cpu_s": stage(tuple(map(StageTimes.cpu_key, FETCH_STAGES))),
+            "compute_s": stage((Stage.TRAIN.value,)), "compute_cpu_s": stage((TRAIN_CPU,)),
+            "steps": history[0]["steps"]}
 
 
 def _baselines(args) -> Iterator[dict]:
@@ -220,16 +225,17 @@ def main(args: argparse.Namespace) -> int:
     if depth == 1:
         print("the pipelined runs would be the runs with the pipeline off, so they are left out "
               f"(--pipeline-depth {PIPELINE_DEPTH} times them)")
-    print("| cache | alpha | precision | pipeline | epoch s | sampling s | fetch s | compute s | compute CPU s "
-          "| rows/epoch | vs simulator | epoch / slowest stage |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| cache | alpha | precision | pipeline | epoch s | sampling s | fetch s | fetch CPU s | compute s "
+          "| compute CPU s | rows/epoch | vs simulator | epoch / slowest stage |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
         print(f"| {r['cache']} | {r['alpha']:g} | {r['precision']} | {pipe} | {r['epoch_s']:.3f} | "
-              f"{r['sample_s']:.3f} | {r['fetch_s']:.3f} | {r['compute_s']:.3f} | {r['compute_cpu_s']:.3f} | "
+              f"{r['sample_s']:.3f} | {r['fetch_s']:.3f} | {r['fetch_cpu_s']:.3f} | {r['compute_s']:.3f} | "
+              f"{r['compute_cpu_s']:.3f} | "
               f"{r['rows_per_epoch']:,.0f} | {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |", flush=True)
     for b in [] if args.no_baseline else _baselines(args):
-        print(f"| {b['cache']} | all rows | {b['precision']} | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - "
+        print(f"| {b['cache']} | all rows | {b['precision']} | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | - "
               f"| {b['compute_s']:.3f} | {b['compute_cpu_s']:.3f} | 0 | - | - |", flush=True)
         rows.append(b)
     if args.outside_load:

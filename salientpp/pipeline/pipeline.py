@@ -16,10 +16,17 @@ from .stages import InFlight
 
 
 class StageTimes(defaultdict):
-    """Seconds spent in each named stage (a ``defaultdict(float)``)."""
+    """Seconds spent in each named stage (a ``defaultdict(float)``): the wall time under the
+    stage's name, and the CPU time of the thread that ran it under :meth:`cpu_key` of the name.
+    Wall time minus CPU time is what the stage waited (for a peer, or for the core)."""
 
     def __init__(self):
         super().__init__(float)
+
+    @staticmethod
+    def cpu_key(name: str) -> str:
+        """The key of a stage's CPU seconds, e.g. ``"rows_cpu"``."""
+        return f"{name}_cpu"
 
 
 class Pipeline:
@@ -29,7 +36,7 @@ class Pipeline:
         source: called once per new record; returns an :class:`InFlight` or ``None`` when done.
         stages: callables ``InFlight -> InFlight``, each with a ``name``.
         depth: most records in flight (>= 1).
-        times: where to add the seconds spent in each stage (``source.name`` included).
+        times: where to add the wall and CPU seconds spent in each stage (``source.name`` included).
         on_stage: called as ``on_stage(name, step)`` before a stage runs on the record of
             ``step`` (the source: before it draws record ``source.step``).
     """
@@ -48,9 +55,10 @@ class Pipeline:
         name = getattr(fn, "name", type(fn).__name__)
         if self.on_stage is not None:
             self.on_stage(name, step)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         out = fn(*args)
         self.times[name] += time.perf_counter() - start
+        self.times[StageTimes.cpu_key(name)] += time.thread_time() - cpu_start
         return out
 
     def __iter__(self) -> Iterator[InFlight]:

@@ -11,12 +11,14 @@ from typing import Any
 import torch
 
 from ..distributed import CommStats
+from ..distributed.health import Stage
+from ..pipeline import StageTimes
 
 # Keys of an epoch's record (besides the stage times and exchange counters).
 EPOCH, TRAIN_LOSS, METRIC = "epoch", "train_loss", "metric"
 TRAIN_METRIC, VALID_METRIC, TEST_METRIC = "train_metric", "valid_metric", "test_metric"
 # Stage-time key of the training thread's CPU seconds (beside the wall time of each Stage).
-TRAIN_CPU = "train_cpu"
+TRAIN_CPU = StageTimes.cpu_key(Stage.TRAIN.value)
 # The exchange counters of a DistEmbedding's lookups in an epoch (beside "comm", the features').
 EMBEDDING_COMM = "embedding_comm"
 # Width of the metric sums a decomposable metric keeps (F1 needs three: tp, fp, fn).
