@@ -86,11 +86,17 @@ def test_plots_have_one_line_per_policy_and_one_bar_per_variant(outputs):
     assert list(line.get_xdata()) == sim["replication"] and list(line.get_ydata()) == sim["rows_per_epoch"]["random"]
     bars = figs["epoch-breakdown.png"].axes[0].patches
     rows = [t.row for t in results.train]
-    assert len(bars) == 4 * len(rows)  # sampling, fetch, compute, rest per variant
+    # sampling, fetch (CPU, waiting), compute (CPU, waiting), rest per variant
+    assert len(bars) == 6 * len(rows)
     for i, row in enumerate(rows):
         # The segments of one bar end at the epoch time, or at the sum of the stages when the
         # pipeline overlaps them (sum > epoch time).
         segments = bars[i::len(rows)]
+        # fetch and compute split into the thread's CPU seconds and the rest, waiting
+        assert segments[1].get_width() == pytest.approx(row["fetch_cpu_s"]) and row["fetch_cpu_s"] > 0
+        assert segments[1].get_width() + segments[2].get_width() == pytest.approx(row["fetch_s"])
+        assert segments[3].get_width() == pytest.approx(min(row["compute_cpu_s"], row["compute_s"]))
+        assert segments[3].get_width() + segments[4].get_width() == pytest.approx(row["compute_s"])
         end = max(s.get_x() + s.get_width() for s in segments)
         assert end == pytest.approx(max(row["epoch_s"], row["sample_s"] + row["fetch_s"] + row["compute_s"]))
     assert "scaling.png" not in figs  # one rank count only: nothing to scale over
@@ -166,3 +172,19 @@ def test_bad_input(outputs, tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "new").exists()
     assert cli(["bench", "report", str(outputs["vip"]), "--out", str(tmp_path / "new"), "--no-plots"]) == 0
     assert [p.name for p in (tmp_path / "new").iterdir()] == ["report.md"]
+
+
+def test_rows_from_before_the_fetch_cpu_was_measured_show_their_fetch_as_unsplit(outputs, tmp_path):
+    rows = json.loads(outputs["train-2"].read_text())
+    for row in rows:
+        del row["fetch_cpu_s"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(rows))
+    results = report.load_results([old])
+    markdown = report.render_markdown(results)
+    for row in rows:  # fetch s, then "-" for the fetch CPU it did not record
+        assert f"| {row['fetch_s']:.3f} | - | {row['compute_s']:.3f} |" in markdown
+    bars = dict(report.figures(results))["epoch-breakdown.png"].axes[0].patches
+    fetch_cpu, fetch_rest = bars[len(rows):2 * len(rows)], bars[2 * len(rows):3 * len(rows)]
+    assert [b.get_width() for b in fetch_cpu] == [0.0] * len(rows)
+    assert [b.get_width() for b in fetch_rest] == pytest.approx([row["fetch_s"] for row in rows])

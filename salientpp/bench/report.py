@@ -21,7 +21,23 @@ from ..io import atomic_output_dir, check_output_dir
 from ..train.config import FP32
 
 EXPERIMENT_KIND = "salientpp-experiment"
-STAGES = (("sample_s", "sampling"), ("fetch_s", "fetch (wait)"), ("compute_s", "compute"))
+
+def _cpu_part(row: dict[str, Any], wall: str, cpu: str) -> float:
+    """The CPU seconds of a stage, at most its wall time; 0 where the row has none (``bench train``
+    JSON from before 2026-11-26 has no fetch CPU)."""
+    return min(row.get(cpu, 0.0), row[wall])
+
+
+# The segments of an epoch's bar, in order: (label, seconds of a bench train row, colour, hatched).
+# A stage's wall time minus its thread's CPU time is waiting (hatched, in the stage's colour): for
+# a peer or the core, or (pipelined) for a batch.
+SEGMENTS = (
+    ("sampling", lambda r: r["sample_s"], "C0", False),
+    ("fetch: CPU", lambda r: _cpu_part(r, "fetch_s", "fetch_cpu_s"), "C1", False),
+    ("fetch: waiting", lambda r: r["fetch_s"] - _cpu_part(r, "fetch_s", "fetch_cpu_s"), "C1", True),
+    ("compute: CPU", lambda r: _cpu_part(r, "compute_s", "compute_cpu_s"), "C2", False),
+    ("compute: waiting", lambda r: r["compute_s"] - _cpu_part(r, "compute_s", "compute_cpu_s"), "C2", True),
+)
 
 
 @dataclass
@@ -167,11 +183,12 @@ def render_markdown(results: Results, plots: list[Path] | None = None) -> str:
             r = t.row
             acc = r.get("test_at_best")
             rows.append([t.source, "?" if t.num_parts is None else str(t.num_parts), t.variant, f"{r['epoch_s']:.3f}",
-                         f"{r['sample_s']:.3f}", f"{r['fetch_s']:.3f}", f"{r['compute_s']:.3f}",
+                         f"{r['sample_s']:.3f}", f"{r['fetch_s']:.3f}",
+                         f"{r['fetch_cpu_s']:.3f}" if "fetch_cpu_s" in r else "-", f"{r['compute_s']:.3f}",
                          f"{r['rows_per_epoch']:,.0f}", "" if acc is None else f"{acc:.4f}"])
         lines += ["", "## Epoch time and its breakdown (seconds per epoch)", "",
-                  *_table(["file", "ranks", "variant", "epoch s", "sampling s", "fetch s", "compute s", "rows/epoch",
-                           "test acc"], rows, 3)]
+                  *_table(["file", "ranks", "variant", "epoch s", "sampling s", "fetch s", "fetch CPU s", "compute s",
+                           "rows/epoch", "test acc"], rows, 3)]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines) + "\n"
@@ -209,22 +226,24 @@ def plot_communication(label: str, sim: dict[str, Any]):
 
 
 def plot_breakdown(rows: list[TrainRow]):
-    """Stacked bars per variant: sampling, fetch, compute and the rest of the epoch; returns the figure."""
+    """Stacked bars per variant: sampling, fetch and compute (each of the last two split into its
+    thread's CPU time and waiting) and the rest of the epoch; returns the figure."""
     plt = _pyplot()
     names = [f"{t.variant} ({t.source})" if t.num_parts is None or str(t.num_parts) in t.source
              else f"{t.variant} ({t.num_parts} ranks, {t.source})" for t in rows]
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.45 * len(rows)))
+    fig, ax = plt.subplots(figsize=(8.5, 1.6 + 0.45 * len(rows)))
     left = [0.0] * len(rows)
-    segments = [(key, label, [t.row[key] for t in rows]) for key, label in STAGES]
-    rest = [max(0.0, t.row["epoch_s"] - sum(t.row[k] for k, _ in STAGES)) for t in rows]
-    for _, label, values in segments + [("", "other / overlap", rest)]:
-        ax.barh(range(len(rows)), values, left=left, label=label)
+    rest = [max(0.0, t.row["epoch_s"] - sum(seconds(t.row) for _, seconds, _, _ in SEGMENTS)) for t in rows]
+    for label, seconds, colour, hatched in SEGMENTS + (("other / overlap", None, "C7", False),):
+        values = rest if seconds is None else [seconds(t.row) for t in rows]
+        ax.barh(range(len(rows)), values, left=left, label=label, color=colour, hatch="//" if hatched else None,
+                alpha=0.45 if hatched else 1.0, edgecolor="white" if hatched else None)
         left = [a + b for a, b in zip(left, values)]
     ax.set_yticks(range(len(rows)), names, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch")
     ax.set_title("epoch time breakdown per variant", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     return fig
 
