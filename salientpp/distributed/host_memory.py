@@ -6,7 +6,7 @@ block above 32 MB with a fresh ``mmap`` and unmaps it when it is freed, so every
 its pages in again and the kernel zeroes each one; blocks that sampler threads allocate come
 from per-thread arenas that do the same above 64 MB. On the ``products`` preset in 2 parts
 (2 cores) that cost about 40% of the model step's CPU time and half of the loader's
-(docs/training.md, "Host memory reuse").
+(docs/training-performance.md, "Host memory reuse").
 
 :func:`keep_freed_memory` makes malloc keep freed blocks for the next step instead: no
 ``mmap`` for large blocks, one arena for every thread, and the heap's free top returned to the

@@ -3,7 +3,7 @@ ReLU + dropout with a counter-based mask.
 
 On CPU tensors they call the extension (``csrc/model_ops.cpp``); on other devices they fall back to
 torch's own operations with the same results in distribution. Measured against the alternatives
-with ``salientpp bench aggregate`` (docs/benchmarks.md, "Model step on CPU").
+with ``salientpp bench step`` (docs/training-performance.md, "The model step on CPU").
 
 * :func:`aggregate` ``(x, rowptr, col, mean)``: ``out[d] = mean/sum of x[col[e]]`` over the edges
   ``rowptr[d]:rowptr[d+1]`` of destination ``d``. It reads each source row in place: no
