@@ -154,8 +154,8 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
             dist.all_reduce(mine)
         per_rank = [int(n) for n in mine.tolist()]
         history = []
+        sample, train = Stage.SAMPLE.value, Stage.TRAIN.value  # the stage-time keys of our trainer
         for _ in range(config.epochs):
-            sample, train = Stage.SAMPLE.value, Stage.TRAIN.value
             times = {sample: 0.0, train: 0.0, TRAIN_CPU: 0.0}
             start = time.perf_counter()
             batches = iter(loader)

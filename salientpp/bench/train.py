@@ -8,7 +8,8 @@ the serial one and is left out. Reported per run: median epoch time over the epo
 median seconds per epoch in sampling (waiting for the loader), fetch (counts, ids, rows, assemble;
 with the pipeline this is time spent waiting) and its CPU seconds (those of the thread that ran
 the fetch stages: serving rows, placing received ones; the rest of fetch is waiting, for the
-peers' rows or for the core), compute (forward, backward, step), the CPU seconds of that compute (the training thread's CPU time: unlike wall time it does not grow
+peers' rows or for the core), compute (forward, backward, step), the CPU seconds of that
+compute (the training thread's CPU time: unlike wall time it does not grow
 when other jobs share the cores, so it tells work from contention), rows fetched per epoch
 against the simulator's prediction for the same seeds, and
 ``pipelined / slowest stage alone``, where the slowest stage alone is the largest of sampling,

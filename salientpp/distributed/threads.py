@@ -178,7 +178,8 @@ class ThreadBudget:
         On the CPU the pipeline overlaps CPU work with CPU work, so without a free core its
         sampler and exchange threads only take cores from the model's threads: on 2 cores,
         depth 4 took 0.97-1.07x the serial epoch on ``products`` with 4 ranks, 1.05x with 2
-        ranks, and 1.06-1.23x with 1 rank of 2 torch threads on ``small`` (docs/training-performance.md)."""
+        ranks, and 1.06-1.23x with 1 rank of 2 torch threads on ``small``
+        (docs/training-performance.md)."""
         if requested is not None:
             return requested
         return PIPELINE_DEPTH if torch.device(device).type != "cpu" or self.spare_cores else 1
