@@ -22,6 +22,7 @@ from ..train.config import FP32
 
 EXPERIMENT_KIND = "salientpp-experiment"
 
+
 def _cpu_part(row: dict[str, Any], wall: str, cpu: str) -> float:
     """The CPU seconds of a stage, at most its wall time; 0 where the row has none (``bench train``
     JSON from before 2026-11-26 has no fetch CPU)."""
