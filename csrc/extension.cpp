@@ -131,7 +131,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("ctx"), py::arg("n_id"));
 
   m.def("csr_aggregate", &csr_aggregate, py::arg("rowptr"), py::arg("col"), py::arg("x"), py::arg("mean"),
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("widen"), py::call_guard<py::gil_scoped_release>());
   m.def("csr_aggregate_backward", &csr_aggregate_backward, py::arg("rowptr"), py::arg("col"), py::arg("grad_out"),
         py::arg("num_src"), py::arg("mean"), py::call_guard<py::gil_scoped_release>());
   m.def("dropout_forward", &dropout_forward, py::arg("x"), py::arg("p"), py::arg("seed"), py::arg("relu"),

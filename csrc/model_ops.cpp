@@ -107,9 +107,9 @@ void dropout_dispatch(const scalar_t* x, const scalar_t* ref, scalar_t* out, int
   });
 }
 
-// out[d] = s_d * sum of x[col[e]] for destinations d in [begin, end).
-template <typename scalar_t, typename acc_t>
-SALIENTPP_CLONES void aggregate_rows(const int64_t* rp, const int64_t* cl, const scalar_t* x, scalar_t* out, int64_t f,
+// out[d] = s_d * sum of x[col[e]] for destinations d in [begin, end), written as out_t.
+template <typename scalar_t, typename acc_t, typename out_t>
+SALIENTPP_CLONES void aggregate_rows(const int64_t* rp, const int64_t* cl, const scalar_t* x, out_t* out, int64_t f,
                                      int64_t begin, int64_t end, bool mean, acc_t* acc) {
   for (int64_t d = begin; d < end; ++d) {
     for (int64_t c = 0; c < f; ++c) acc[c] = acc_t(0);
@@ -119,8 +119,8 @@ SALIENTPP_CLONES void aggregate_rows(const int64_t* rp, const int64_t* cl, const
     }
     const int64_t deg = rp[d + 1] - rp[d];
     const acc_t s = (mean && deg > 0) ? acc_t(1) / static_cast<acc_t>(deg) : acc_t(1);
-    scalar_t* o = out + d * f;
-    for (int64_t c = 0; c < f; ++c) o[c] = static_cast<scalar_t>(acc[c] * s);
+    out_t* o = out + d * f;
+    for (int64_t c = 0; c < f; ++c) o[c] = static_cast<out_t>(acc[c] * s);
   }
 }
 
@@ -143,21 +143,26 @@ SALIENTPP_CLONES void aggregate_grad_columns(const int64_t* rp, const int64_t* c
 }  // namespace
 
 torch::Tensor csr_aggregate(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x_in,
-                            bool mean) {
+                            bool mean, bool widen) {
   TORCH_CHECK(x_in.device().is_cpu() && x_in.dim() == 2, "x must be a 2-D CPU tensor");
   check_csr(rowptr, col, x_in.size(0));
   const torch::Tensor x = x_in.contiguous();
   const int64_t num_dst = rowptr.size(0) - 1, f = x.size(1);
-  torch::Tensor out = torch::empty({num_dst, f}, x.options());
+  const auto out_dtype = widen ? at::toOpMathType(x.scalar_type()) : x.scalar_type();
+  torch::Tensor out = torch::empty({num_dst, f}, x.options().dtype(out_dtype));
   const int64_t* rp = rowptr.data_ptr<int64_t>();
   const int64_t* cl = col.data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "csr_aggregate", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* xp = x.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
     at::parallel_for(0, num_dst, kRowGrain, [&](int64_t begin, int64_t end) {
       std::vector<acc_t> acc(f);
-      aggregate_rows<scalar_t, acc_t>(rp, cl, xp, op, f, begin, end, mean, acc.data());
+      if (widen) {
+        aggregate_rows<scalar_t, acc_t, acc_t>(rp, cl, xp, out.data_ptr<acc_t>(), f, begin, end, mean, acc.data());
+      } else {
+        aggregate_rows<scalar_t, acc_t, scalar_t>(rp, cl, xp, out.data_ptr<scalar_t>(), f, begin, end, mean,
+                                                  acc.data());
+      }
     });
   });
   return out;

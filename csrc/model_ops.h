@@ -7,12 +7,15 @@
 
 namespace salientpp {
 
-// out [num_dst, F] (x's dtype): out[d] = s_d * sum of x[col[e]] over e in [rowptr[d], rowptr[d+1]),
+// out [num_dst, F] (x's dtype, or with `widen` the accumulation type: float for bfloat16/half,
+// so 16-bit input rows are read in place into float32 output without a float32 copy of x):
+// out[d] = s_d * sum of x[col[e]] over e in [rowptr[d], rowptr[d+1]),
 // s_d = 1 / degree (0 for no edges) when `mean`, else 1. rowptr int64 [num_dst + 1], col int64 [E]
 // with entries in [0, x.size(0)), x [num_src, F] float/double/bfloat16/half. Sums are kept in
 // float (double for double) and each output row is written by one thread, so the result does
 // not depend on the number of threads.
-torch::Tensor csr_aggregate(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x, bool mean);
+torch::Tensor csr_aggregate(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x, bool mean,
+                            bool widen);
 
 // The gradient of csr_aggregate with respect to x: grad_x [num_src, F], grad_x[col[e]] += s_d *
 // grad_out[d]. Threads split the F columns (so no two threads add to the same element), and each

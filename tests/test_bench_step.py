@@ -48,3 +48,18 @@ def test_bench_step_ratios_divide_the_first_row_of_each_group(dataset, tmp_path)
         for r in members:
             assert r["speedup"] == pytest.approx(first / max(r["cpu_s"], 1e-12))
             assert r["cpu_ms_per_batch"] == pytest.approx(1e3 * r["cpu_s"] / 2)
+
+
+def test_bench_step_times_float16_features_converted_and_read_in_place_only_when_the_dataset_has_them(
+        dataset, tmp_path):
+    half = tmp_path / "half"
+    assert cli(["prepare", "synthetic:tiny,num_nodes=500", str(half), "--feature-dtype", "float16"]) == 0
+    groups = {}
+    for name, path in (("float32", dataset), ("float16", half)):
+        out = tmp_path / f"{name}.json"
+        assert cli(["bench", "step", str(path), *TINY, "--json", str(out)]) == 0
+        groups[name] = [r for r in json.loads(out.read_text()) if "float16 features" in r["group"]]
+    assert groups["float32"] == []
+    assert [r["impl"] for r in groups["float16"]] == ["x converted to float32 first",
+                                                      "float16 x read by the first layer"]
+    assert all(r["cpu_s"] > 0 for r in groups["float16"])

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch_geometric.nn import GINConv, SAGEConv
 
 from salientpp._ext import extension
+from salientpp.models.factory import SeedForward
 from salientpp.models.gnn import MFGModel, MeanGCNConv
 from salientpp.models.ops import aggregate, aggregate_reference, aggregate_with_root, dropout
 from salientpp.sampling.types import MFG
@@ -85,6 +87,30 @@ def test_aggregate_in_16_bit_types_sums_in_float32():
         # Inputs rounded to the type (relative 2^-8 / 2^-11), sums in float32, one final rounding.
         eps = 2.0 ** (-8 if dtype == torch.bfloat16 else -11)
         torch.testing.assert_close(out.double(), exact, rtol=2 * eps, atol=2 * eps * x.abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mean", [True, False])
+def test_16_bit_features_aggregate_into_float32_exactly_as_their_float32_copy_would(dtype, mean):
+    """Read in place, 16-bit rows give the float32 path's sums bit for bit (each value converts
+    exactly and is added in the same order), and the root rows are their float32 values."""
+    rowptr, col = random_csr(60, 150, 9, seed=4)
+    x = torch.randn(150, 11).to(dtype)
+    total, root = aggregate_with_root(x, rowptr, col, mean, dtype=torch.float32)
+    want_total, want_root = aggregate_with_root(x.float(), rowptr, col, mean)
+    assert total.dtype == root.dtype == torch.float32
+    assert torch.equal(total, want_total) and torch.equal(root, want_root)
+    assert torch.equal(aggregate(x, rowptr, col, mean, dtype=torch.float32), want_total)
+
+
+def test_aggregate_converts_a_16_bit_input_that_needs_a_gradient_and_passes_the_gradient_back():
+    rowptr, col = random_csr(20, 50, 5, seed=6)
+    x = torch.randn(50, 4).half().requires_grad_()
+    out = aggregate(x, rowptr, col, True, dtype=torch.float32)
+    assert out.dtype == torch.float32
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    (want,) = torch.autograd.grad(aggregate_reference(x.float(), rowptr, col, True).sum(), x)
+    assert grad.dtype == torch.float16 and torch.equal(grad, want)
 
 
 def test_aggregate_results_do_not_depend_on_the_thread_count(threads):
@@ -213,3 +239,37 @@ def test_the_model_under_bfloat16_autocast_stays_close_to_float32():
     assert low.dtype == torch.bfloat16
     # Every product and sum is rounded to 8 significant bits: relative error of a few 2^-8.
     assert float((low.float() - exact).norm() / exact.norm()) < 0.03
+
+
+@pytest.mark.parametrize("model", ["sage", "gin", "gcn", "gat"])
+def test_the_models_read_float16_features_as_they_would_read_their_float32_values(model):
+    """A float16 ``x`` gives the outputs and parameter gradients of ``x.float()``, bit for bit:
+    the CSR layers read the 16-bit rows in place, GAT converts them first."""
+    torch.manual_seed(0)
+    net = MFGModel(model, 12, 16, 5, 2).eval()
+    blocks = [_block(40, 90, 1), _block(10, 40, 2)]
+    x = torch.randn(90, 12).half()
+
+    def run(features):
+        net.zero_grad()
+        out = net(features, blocks)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+    (out16, grads16), (out32, grads32) = run(x), run(x.float())
+    assert out16.dtype == torch.float32 and torch.equal(out16, out32)
+    for a, b in zip(grads16, grads32):
+        assert torch.equal(a, b)
+
+
+def test_the_built_in_models_get_features_as_stored_and_a_users_model_gets_float32():
+    batch = SimpleNamespace(x=torch.randn(6, 3).half(), n_id=torch.arange(6))
+    builtin = SeedForward.of(MFGModel("sage", 3, 4, 2, 1))
+    assert builtin.inputs(batch) is batch.x  # no float32 copy: the first layer converts as it reads
+
+    class UserModel(torch.nn.Module):
+        def forward(self, x, edge_index):
+            return x
+
+    rows = SeedForward.of(UserModel()).inputs(batch)
+    assert rows.dtype == torch.float32 and torch.equal(rows, batch.x.float())

@@ -11,7 +11,9 @@ one run, medians over ``--repeats`` of the total over ``--batches`` batches:
   counter-based one (:func:`salientpp.models.ops.dropout`);
 * a whole training step (forward, cross-entropy, backward, Adam) of the 3-layer SAGE: PyG's
   convolutions with torch's dropout (the model before this step was rewritten), ours in float32,
-  and ours under ``torch.autocast`` bfloat16 where the CPU has bfloat16 instructions.
+  and ours under ``torch.autocast`` bfloat16 where the CPU has bfloat16 instructions;
+* on a dataset with float16 features, our training step with the batch's features converted to
+  float32 first against the first layer reading them as stored.
 
 Times are CPU seconds of the process (all threads), which unlike wall time do not grow when other
 jobs share the cores; the ratio column divides the first row of each group by the row. Like a
@@ -137,25 +139,36 @@ def main(args: argparse.Namespace) -> int:
 
     features = [x_all[b.n_id] for b in batches]
     labels = [torch.randint(num_classes, (b.batch_size,), generator=generator) for b in batches]
-    steps = [("PyG convolutions + torch dropout", PyGReferenceModel, False), ("salientpp float32", MFGModel, False)]
-    if torch.cpu._is_avx512_bf16_supported():
-        steps.append(("salientpp bfloat16 autocast", MFGModel, True))
-    for name, cls, bf16 in steps:
+
+    def step_seconds(cls, bf16: bool, inputs: list[torch.Tensor], convert: Callable = lambda x: x) -> float:
         torch.manual_seed(0)
         model = cls("sage", dims[0], args.hidden, num_classes, len(fanouts), 0.5)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
 
         def run_steps() -> None:
-            for b, x, y in zip(batches, features, labels):
+            for b, x, y in zip(batches, inputs, labels):
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    out = model(x, b.mfgs)
+                    out = model(convert(x), b.mfgs)
                 loss = F.cross_entropy(out.float(), y)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
 
+        return median_seconds(run_steps, args.repeats, time.process_time)
+
+    steps = [("PyG convolutions + torch dropout", PyGReferenceModel, False), ("salientpp float32", MFGModel, False)]
+    if torch.cpu._is_avx512_bf16_supported():
+        steps.append(("salientpp bfloat16 autocast", MFGModel, True))
+    for name, cls, bf16 in steps:
         rows.append({"group": "training step (SAGE, forward + backward + Adam)", "impl": name,
-                     "cpu_s": median_seconds(run_steps, args.repeats, time.process_time)})
+                     "cpu_s": step_seconds(cls, bf16, features)})
+    if data.x.dtype != np.float32:
+        stored = [torch.from_numpy(np.asarray(data.x)[b.n_id.numpy()]) for b in batches]
+        group = f"training step with {data.x.dtype} features (salientpp SAGE)"
+        rows.append({"group": group, "impl": "x converted to float32 first",
+                     "cpu_s": step_seconds(MFGModel, False, stored, lambda x: x.float())})
+        rows.append({"group": group, "impl": f"{data.x.dtype} x read by the first layer",
+                     "cpu_s": step_seconds(MFGModel, False, stored)})
 
     nodes = statistics.mean(int(b.n_id.shape[0]) for b in batches)
     print(f"{args.dataset}: {args.batches} batches of {args.batch_size} seeds (mean {nodes:,.0f} nodes), fanouts "

@@ -219,8 +219,8 @@ def main(args: argparse.Namespace) -> int:
             row["rows_vs_sim"] = (row["rows_per_epoch"] - predicted[alpha]) / max(predicted[alpha], 1.0)
             row["vs_slowest_stage"] = row["epoch_s"] / slowest
             rows.append(row)
-    print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, fanouts {args.fanouts}, "
-          f"batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
+    print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.feature_dtype} features, {data.num_parts} ranks, "
+          f"fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
     print(budget.describe(pipeline_depth=args.pipeline_depth, device=args.device)
           + " (the baselines: the same torch threads, PyG sampling on the training thread)")
     if depth == 1:

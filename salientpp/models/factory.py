@@ -83,6 +83,9 @@ class SeedForward:
 
     The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is
     false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given.
+    A user's model gets float32 rows; a built-in :class:`~salientpp.models.gnn.MFGModel`
+    (``stored_dtype``) gets features without an embedding as stored, float16 included, and
+    converts them as its first layer reads them.
     """
 
     model: nn.Module
@@ -90,18 +93,20 @@ class SeedForward:
     trim_keywords: bool
     embedding: Any = None
     features: bool = True
+    stored_dtype: bool = False
 
     @classmethod
     def of(cls, model: nn.Module, embedding: Any = None, features: bool = True) -> "SeedForward":
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         params = inspect.signature(inner.forward).parameters
         return cls(model, forward_kind(inner), {"num_sampled_nodes", "num_sampled_edges"} <= set(params),
-                   embedding, features)
+                   embedding, features, isinstance(inner, MFGModel))
 
     def inputs(self, batch) -> torch.Tensor:
-        """float32 ``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an embedding)."""
+        """``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an
+        embedding): float32, or the stored features' dtype for a built-in model."""
         if self.embedding is None:
-            return batch.x.float()
+            return batch.x if self.stored_dtype else batch.x.float()
         rows = self.embedding(batch.n_id)
         return torch.cat([batch.x.float(), rows], dim=1) if self.features else rows
 

@@ -156,11 +156,12 @@ def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.M
     return GINConv(mlp, train_eps=True)
 
 
-def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
+def _csr_conv(conv: nn.Module, h: torch.Tensor, block, dtype: torch.dtype) -> torch.Tensor | None:
     """``conv((h, h[:num_dst]), edge_index)`` for a SAGE (mean) or GIN (sum) convolution as the
-    built-in models configure them, aggregated over ``block.rowptr``; ``None`` for any other
-    convolution or a block without ``rowptr``. A block with ``edge_weight`` (LADIES) replaces
-    SAGE's neighbour mean by the weighted sum, its unbiased estimate."""
+    built-in models configure them, aggregated over ``block.rowptr`` into ``dtype`` (the
+    convolution's; 16-bit input features are read in place); ``None`` for any other convolution
+    or a block without ``rowptr``. A block with ``edge_weight`` (LADIES) replaces SAGE's
+    neighbour mean by the weighted sum, its unbiased estimate."""
     rowptr = getattr(block, "rowptr", None)
     if rowptr is None:
         return None
@@ -169,8 +170,9 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
     if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
             conv.project or conv.normalize):
         if weight is None:
-            mean, x_dst = aggregate_with_root(h, rowptr, col, mean=True)
+            mean, x_dst = aggregate_with_root(h, rowptr, col, mean=True, dtype=dtype)
         else:  # the destinations are the first sources
+            h = h.to(dtype)
             mean, x_dst = weighted_aggregate(h, rowptr, col, weight), h[:block.num_dst]
         out = conv.lin_l(mean)
         if out.dtype == x_dst.dtype == conv.lin_r.weight.dtype and conv.lin_r.bias is None:
@@ -181,10 +183,10 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, block) -> torch.Tensor | None:
     if weight is not None:
         return None
     if isinstance(conv, MeanGCNConv):
-        total, x_dst = aggregate_with_root(h, rowptr, col, mean=False)
+        total, x_dst = aggregate_with_root(h, rowptr, col, mean=False, dtype=dtype)
         return conv.lin((total + x_dst) / (rowptr[1:] - rowptr[:-1] + 1).unsqueeze(1).to(total.dtype))
     if isinstance(conv, GINConv) and str(conv.aggr) == "add":
-        total, x_dst = aggregate_with_root(h, rowptr, col, mean=False)
+        total, x_dst = aggregate_with_root(h, rowptr, col, mean=False, dtype=dtype)
         return conv.nn(total + (1 + conv.eps) * x_dst)
     return None
 
@@ -193,7 +195,10 @@ class MFGModel(nn.Module):
     """A stack of ``num_layers`` convolutions with ReLU and dropout between them.
 
     ``forward(x, mfgs)``: ``x`` ``[mfgs[0].num_src, in_dim]`` features of the batch nodes in
-    ``n_id`` order; returns ``[mfgs[-1].num_dst, out_dim]`` logits of the seeds.
+    ``n_id`` order; returns ``[mfgs[-1].num_dst, out_dim]`` logits of the seeds. ``x`` may be
+    float16 or bfloat16 features as stored: each layer computes in its parameters' dtype, and
+    SAGE, GIN and GCN read 16-bit rows in place as they aggregate them, converting only the
+    ``num_dst`` root rows (the others convert ``x`` first).
     """
 
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
@@ -225,12 +230,14 @@ class MFGModel(nn.Module):
     def convolve(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
         """Layer ``i``'s convolution without the ReLU and dropout that follow it (:meth:`layer`)."""
         conv = self.convs[i]
-        out = _csr_conv(conv, h, block)
+        dtype = next(conv.parameters()).dtype
+        out = _csr_conv(conv, h, block, dtype)
         if out is None:
             if getattr(block, "edge_weight", None) is not None:
                 raise InputError(f"this MFG carries LADIES edge weights, which estimate a mean aggregation; the "
                                  f"{self.model} model cannot use them, so train it with --sampler nodewise or bulk "
                                  "(or use --model sage)")
+            h = h.to(dtype)
             out = conv((h, h[:block.num_dst]), block.edge_index)
         return out
 

@@ -5,10 +5,11 @@ On CPU tensors they call the extension (``csrc/model_ops.cpp``); on other device
 torch's own operations with the same results in distribution. Measured against the alternatives
 with ``salientpp bench step`` (docs/training-performance.md, "The model step on CPU").
 
-* :func:`aggregate` ``(x, rowptr, col, mean)``: ``out[d] = mean/sum of x[col[e]]`` over the edges
-  ``rowptr[d]:rowptr[d+1]`` of destination ``d``. It reads each source row in place: no
-  ``[E, F]`` message tensor is built (PyG's scatter path gathers one), and its gradient is only
-  computed when ``x`` needs one (never for the input features).
+* :func:`aggregate` ``(x, rowptr, col, mean, dtype)``: ``out[d] = mean/sum of x[col[e]]`` over
+  the edges ``rowptr[d]:rowptr[d+1]`` of destination ``d``. It reads each source row in place: no
+  ``[E, F]`` message tensor is built (PyG's scatter path gathers one), float16 features are read
+  into float32 sums without a float32 copy of them, and its gradient is only computed when ``x``
+  needs one (never for the input features).
 * :func:`dropout` ``(x, p, training, relu)``: ``relu(x) * keep / (1 - p)``. The keep mask of each
   call is a function of a 63-bit seed drawn from torch's default generator and of the element's
   index, so ``torch.manual_seed`` (and a checkpoint's RNG state) determines it as it does torch's
@@ -31,7 +32,7 @@ class _Aggregate(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool) -> torch.Tensor:
         ctx.save_for_backward(rowptr, col)
         ctx.num_src, ctx.mean = x.shape[0], mean
-        return extension().csr_aggregate(rowptr, col, x, mean)
+        return extension().csr_aggregate(rowptr, col, x, mean, widen=False)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -65,7 +66,15 @@ def aggregate_reference(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor
     return out / degree.clamp(min=1).unsqueeze(1).to(x.dtype) if mean else out
 
 
-def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool = True) -> torch.Tensor:
+def _widens_in_place(x: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the extension can read ``x`` into ``dtype`` sums directly: 16-bit CPU rows that
+    need no gradient (input features) into float32."""
+    return (x.device.type == "cpu" and not x.requires_grad and dtype == torch.float32
+            and x.dtype in (torch.float16, torch.bfloat16))
+
+
+def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool = True,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum or mean of source rows per destination over a CSR.
 
     Args:
@@ -73,30 +82,43 @@ def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bo
         rowptr: int64 ``[num_dst + 1]``, the edges of destination ``d`` are ``rowptr[d]:rowptr[d+1]``.
         col: int64 ``[E]`` source index of each edge (an MFG's ``edge_index[0]``).
         mean: divide by the degree (0 rows for destinations without edges), else sum.
+        dtype: the output's dtype, ``x``'s by default. float16 or bfloat16 input features (no
+            gradient) are read in place into float32 sums on CPU: no float32 copy of ``x``.
 
     Returns:
-        ``[num_dst, F]`` in ``x``'s dtype (sums kept in float32 for the 16-bit types).
+        ``[num_dst, F]`` in ``dtype`` (sums kept in float32 for the 16-bit types).
     """
+    dtype = x.dtype if dtype is None else dtype
+    if _widens_in_place(x, dtype):
+        return extension().csr_aggregate(rowptr, col.contiguous(), x, mean, widen=True)
+    x = x.to(dtype)
     if x.device.type != "cpu":
         return aggregate_reference(x, rowptr, col, mean)
     return _Aggregate.apply(x, rowptr, col.contiguous(), mean)
 
 
-def aggregate_with_root(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor,
-                        mean: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(aggregate(x, rowptr, col, mean), x[:num_dst])``, the two inputs of a layer with a root
-    term, with one gradient for ``x``.
+def aggregate_with_root(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool = True,
+                        dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(aggregate(x, rowptr, col, mean, dtype), x[:num_dst])``, the two inputs of a layer with a
+    root term, with one gradient for ``x``.
 
     When ``x`` needs a gradient on CPU, the root rows are a copy whose gradient is added into the
     first ``num_dst`` rows of the aggregation's: autograd's gradient of a slice would be a zero
     ``[num_src, F]`` tensor that is then added to it (3% of a ``products`` training step).
-    Otherwise the root rows are a view of ``x``.
+    Otherwise the root rows are a view of ``x``, or of ``x`` converted to ``dtype``: only those
+    ``num_dst`` rows are converted when the aggregation reads 16-bit ``x`` in place.
 
     Returns:
-        ``[num_dst, F]`` and ``[num_dst, F]`` in ``x``'s dtype, ``num_dst = len(rowptr) - 1``.
+        ``[num_dst, F]`` and ``[num_dst, F]`` in ``dtype`` (``x``'s by default),
+        ``num_dst = len(rowptr) - 1``.
     """
+    dtype = x.dtype if dtype is None else dtype
+    num_dst = rowptr.shape[0] - 1
+    if _widens_in_place(x, dtype):
+        return aggregate(x, rowptr, col, mean, dtype), x[:num_dst].to(dtype)
+    x = x.to(dtype)
     if x.device.type != "cpu" or not x.requires_grad:
-        return aggregate(x, rowptr, col, mean), x[:rowptr.shape[0] - 1]
+        return aggregate(x, rowptr, col, mean), x[:num_dst]
     return _AggregateWithRoot.apply(x, rowptr, col.contiguous(), mean)
 
 
