@@ -527,14 +527,15 @@ def render_markdown(results: dict[str, Any]) -> str:
     by_label = {(r["experiment"], r["label"]): r for r in rows}
 
     def time_table(experiment: str, first: str) -> list[str]:
-        out = [f"| {first} | cache | α | pipeline | GPU fraction | epoch s | sampling s | fetch s | compute s "
-               "| remote rows/epoch |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+        out = [f"| {first} | cache | α | pipeline | GPU fraction | epoch s | sampling s | fetch s | fetch CPU s "
+               "| compute s | remote rows/epoch |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
         for (exp, label), r in by_label.items():
             if exp == experiment:
                 pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
+                # results.json files written before the fetch stage's CPU time was recorded lack it
                 out.append(f"| {label} | {r['cache']} | {r['alpha']:g} | {pipe} | {r['gpu_fraction']:g} | "
-                           f"{r['epoch_s']:.3f} | {r['sample_s']:.3f} | {r['fetch_s']:.3f} | {r['compute_s']:.3f} | "
-                           f"{r['rows_per_epoch']:,.0f} |")
+                           f"{r['epoch_s']:.3f} | {r['sample_s']:.3f} | {r['fetch_s']:.3f} | "
+                           f"{_fmt(r.get('fetch_cpu_s'))} | {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} |")
         return out
 
     sections = [("variants", "Per-epoch time by system variant", "variant"),
