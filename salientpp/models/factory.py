@@ -84,7 +84,7 @@ class SeedForward:
     The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is
     false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given.
     A user's model gets float32 rows; a built-in :class:`~salientpp.models.gnn.MFGModel`
-    (``stored_dtype``) gets features without an embedding as stored, float16 included, and
+    (``takes_stored_features``) gets features without an embedding as stored, float16 included, and
     converts them as its first layer reads them.
     """
 
@@ -93,7 +93,7 @@ class SeedForward:
     trim_keywords: bool
     embedding: Any = None
     features: bool = True
-    stored_dtype: bool = False
+    takes_stored_features: bool = False
 
     @classmethod
     def of(cls, model: nn.Module, embedding: Any = None, features: bool = True) -> "SeedForward":
@@ -106,7 +106,7 @@ class SeedForward:
         """``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an
         embedding): float32, or the stored features' dtype for a built-in model."""
         if self.embedding is None:
-            return batch.x if self.stored_dtype else batch.x.float()
+            return batch.x if self.takes_stored_features else batch.x.float()
         rows = self.embedding(batch.n_id)
         return torch.cat([batch.x.float(), rows], dim=1) if self.features else rows
 
