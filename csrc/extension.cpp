@@ -25,10 +25,10 @@ py::dict fetch_to_python(const FetchPlan& p) {
   d["remote_id"] = p.remote_id;
   d["remote_pos"] = p.remote_pos;
   d["remote_counts"] = p.remote_counts;
-  d["gpu_pos"] = p.gpu_pos;
-  d["gpu_slot"] = p.gpu_slot;
-  d["cpu_pos"] = p.cpu_pos;
-  d["cpu_slot"] = p.cpu_slot;
+  d["device_pos"] = p.device_pos;
+  d["device_slot"] = p.device_slot;
+  d["host_pos"] = p.host_pos;
+  d["host_slot"] = p.host_slot;
   return d;
 }
 
@@ -53,19 +53,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row gathers, model-step ops";
   py::class_<FetchContext>(m, "FetchContext")
       .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
-                       int64_t num_gpu_slots, std::optional<torch::Tensor> local_x,
+                       int64_t num_device_slots, std::optional<torch::Tensor> local_x,
                        std::optional<torch::Tensor> local_row, bool pin) {
              FetchContext c;
              c.offsets = offsets;
              c.rank = rank;
              if (cache_slot.has_value()) c.cache_slot = *cache_slot;
-             c.num_gpu_slots = num_gpu_slots;
+             c.num_device_slots = num_device_slots;
              if (local_x.has_value()) c.local_x = *local_x;
              if (local_row.has_value()) c.local_row = *local_row;
              c.pin = pin;
              return c;
            }),
-           py::arg("offsets"), py::arg("rank"), py::arg("cache_slot"), py::arg("num_gpu_slots"), py::arg("local_x"),
+           py::arg("offsets"), py::arg("rank"), py::arg("cache_slot"), py::arg("num_device_slots"), py::arg("local_x"),
            py::arg("local_row"), py::arg("pin"));
 
   py::class_<Sampler, std::shared_ptr<Sampler>>(m, "Sampler")
@@ -93,15 +93,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<BatchLoader>(m, "BatchLoader")
       .def(py::init([](std::shared_ptr<Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,
                        std::optional<torch::Tensor> labels, int64_t label_offset,
-                       std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
+                       std::optional<FetchContext> fetch, int64_t num_threads, int64_t read_ahead,
                        int64_t first_batch, bool low_priority) {
              return std::make_unique<BatchLoader>(std::move(sampler), order, bounds, seed,
                                                   make_labels(labels, label_offset), std::move(fetch), num_threads,
-                                                  queue_depth, first_batch, low_priority);
+                                                  read_ahead, first_batch, low_priority);
            }),
            py::arg("sampler"), py::arg("order"), py::arg("bounds"), py::arg("seed"),
            py::arg("labels"), py::arg("label_offset"), py::arg("fetch"), py::arg("num_threads"),
-           py::arg("queue_depth"), py::arg("first_batch") = 0, py::arg("low_priority") = false)
+           py::arg("read_ahead"), py::arg("first_batch") = 0, py::arg("low_priority") = false)
       .def("__len__", &BatchLoader::num_batches)
       .def("next",
            [](BatchLoader& l) -> py::object {

@@ -21,10 +21,10 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   const int64_t num_parts = ctx.offsets.size(0) - 1;
   const int64_t rank = ctx.rank;
   const int64_t* cache_slot = ctx.cache_slot.defined() ? ctx.cache_slot.data_ptr<int64_t>() : nullptr;
-  const int64_t num_gpu = ctx.num_gpu_slots;
+  const int64_t num_device = ctx.num_device_slots;
 
-  // Category of each position: an owner k in [0, K) for remote ids, then owned, GPU, CPU.
-  const int64_t kOwned = num_parts, kGpu = num_parts + 1, kCpu = num_parts + 2;
+  // Category of each position: an owner k in [0, K) for remote ids, then owned, device tier, host tier.
+  const int64_t kOwned = num_parts, kDevice = num_parts + 1, kHost = num_parts + 2;
   std::vector<int64_t> category(num_nodes);
   std::vector<int64_t> count(num_parts + 3, 0);
   for (int64_t i = 0; i < num_nodes; ++i) {
@@ -35,15 +35,15 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
     if (owner == rank) {
       c = kOwned;
     } else if (cache_slot != nullptr && cache_slot[id] >= 0) {
-      c = cache_slot[id] < num_gpu ? kGpu : kCpu;
+      c = cache_slot[id] < num_device ? kDevice : kHost;
     }
     category[i] = c;
     ++count[c];
   }
 
-  const int64_t n_owned = count[kOwned], n_gpu = count[kGpu], n_cpu = count[kCpu];
-  const int64_t n_remote = num_nodes - n_owned - n_gpu - n_cpu;
-  // next[c]: the next index in the concatenated row order [owned, remote by owner, GPU, CPU].
+  const int64_t n_owned = count[kOwned], n_device = count[kDevice], n_host = count[kHost];
+  const int64_t n_remote = num_nodes - n_owned - n_device - n_host;
+  // next[c]: the next index in the concatenated row order [owned, remote by owner, device tier, host tier].
   std::vector<int64_t> next(num_parts + 3);
   next[kOwned] = 0;
   int64_t base = n_owned;
@@ -51,8 +51,8 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
     next[k] = base;
     base += count[k];
   }
-  next[kGpu] = base;
-  next[kCpu] = base + n_gpu;
+  next[kDevice] = base;
+  next[kHost] = base + n_device;
 
   // Pinned when the rows go to a GPU, so that their host-to-device copies are asynchronous.
   auto make = [&](int64_t n) { return torch::empty({n}, torch::TensorOptions(torch::kInt64).pinned_memory(ctx.pin)); };
@@ -62,10 +62,10 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   plan.remote_id = make(n_remote);
   plan.remote_pos = make(n_remote);
   plan.remote_counts = make(num_parts);
-  plan.gpu_pos = make(n_gpu);
-  plan.gpu_slot = make(n_gpu);
-  plan.cpu_pos = make(n_cpu);
-  plan.cpu_slot = make(n_cpu);
+  plan.device_pos = make(n_device);
+  plan.device_slot = make(n_device);
+  plan.host_pos = make(n_host);
+  plan.host_slot = make(n_host);
   std::copy(count.begin(), count.begin() + num_parts, plan.remote_counts.data_ptr<int64_t>());
 
   const int64_t* local_row = ctx.local_row.defined() ? ctx.local_row.data_ptr<int64_t>() : nullptr;
@@ -75,10 +75,10 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   int64_t* owned_row = plan.owned_row.data_ptr<int64_t>();
   int64_t* remote_id = plan.remote_id.data_ptr<int64_t>();
   int64_t* remote_pos = plan.remote_pos.data_ptr<int64_t>();
-  int64_t* gpu_pos = plan.gpu_pos.data_ptr<int64_t>();
-  int64_t* gpu_slot = plan.gpu_slot.data_ptr<int64_t>();
-  int64_t* cpu_pos = plan.cpu_pos.data_ptr<int64_t>();
-  int64_t* cpu_slot = plan.cpu_slot.data_ptr<int64_t>();
+  int64_t* device_pos = plan.device_pos.data_ptr<int64_t>();
+  int64_t* device_slot = plan.device_slot.data_ptr<int64_t>();
+  int64_t* host_pos = plan.host_pos.data_ptr<int64_t>();
+  int64_t* host_slot = plan.host_slot.data_ptr<int64_t>();
   // With local_x, the owned rows go straight to their positions in the batch's x, which the
   // assembly completes in place (one [num_nodes, F] buffer per batch, each owned row copied once).
   char* x_out = nullptr;
@@ -91,7 +91,7 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
     x_out = static_cast<char*>(plan.x.data_ptr());
     x_src = static_cast<const char*>(x.data_ptr());
   }
-  const int64_t gpu_base = next[kGpu], cpu_base = next[kCpu];
+  const int64_t device_base = next[kDevice], host_base = next[kHost];
   for (int64_t i = 0; i < num_nodes; ++i) {
     if (local_row != nullptr && i + kAhead < num_nodes && category[i + kAhead] == kOwned) {
       __builtin_prefetch(local_row + (n_id[i + kAhead] - offsets[rank]));
@@ -108,12 +108,12 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
       }
       owned_pos[j] = i;
       owned_row[j] = row;
-    } else if (c == kGpu) {
-      gpu_pos[j - gpu_base] = i;
-      gpu_slot[j - gpu_base] = cache_slot[id];
-    } else if (c == kCpu) {
-      cpu_pos[j - cpu_base] = i;
-      cpu_slot[j - cpu_base] = cache_slot[id] - num_gpu;
+    } else if (c == kDevice) {
+      device_pos[j - device_base] = i;
+      device_slot[j - device_base] = cache_slot[id];
+    } else if (c == kHost) {
+      host_pos[j - host_base] = i;
+      host_slot[j - host_base] = cache_slot[id] - num_device;
     } else {
       remote_id[j - n_owned] = id;
       remote_pos[j - n_owned] = i;

@@ -12,7 +12,7 @@ namespace salientpp {
 
 BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds,
                          uint64_t seed, Labels labels, std::optional<FetchContext> fetch, int64_t num_threads,
-                         int64_t queue_depth, int64_t first_batch, bool low_priority)
+                         int64_t read_ahead, int64_t first_batch, bool low_priority)
     : sampler_(std::move(sampler)),
       order_(std::move(order)),
       bounds_(std::move(bounds)),
@@ -25,7 +25,7 @@ BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor o
   TORCH_CHECK(bounds_.dim() == 1 && bounds_.scalar_type() == torch::kInt64 && bounds_.is_contiguous() &&
                   bounds_.device().is_cpu() && bounds_.size(0) >= 1,
               "bounds must be a contiguous 1-D int64 CPU tensor with num_batches + 1 >= 1 entries");
-  TORCH_CHECK(num_threads >= 1 && queue_depth >= 1, "num_threads and queue_depth must be >= 1");
+  TORCH_CHECK(num_threads >= 1 && read_ahead >= 1, "num_threads and read_ahead must be >= 1");
   const int64_t n = order_.size(0);
   const int64_t* b = bounds_.data_ptr<int64_t>();
   num_batches_ = bounds_.size(0) - 1;
@@ -33,7 +33,7 @@ BatchLoader::BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor o
   for (int64_t i = 0; i < num_batches_; ++i) TORCH_CHECK(b[i] <= b[i + 1], "bounds must be non-decreasing");
   TORCH_CHECK(first_batch >= 0 && first_batch <= num_batches_, "first_batch must lie in [0, ", num_batches_, "]");
   next_claim_ = consumed_ = first_batch;
-  slots_.resize(queue_depth);
+  slots_.resize(read_ahead);
   const int64_t workers = std::max<int64_t>(1, std::min(num_threads, num_batches_ - first_batch));
   threads_.reserve(workers);
   for (int64_t t = 0; t < workers; ++t) threads_.emplace_back(&BatchLoader::work, this);

@@ -34,8 +34,8 @@ void lower_thread_priority();
 // [num_batches + 1], non-decreasing, within [0, len(order)]) is chosen by the caller: fixed-size
 // batches, or S balanced ones for ranks in lockstep; a batch may be empty (0 seeds, 0 nodes).
 // Iteration starts at batch `first_batch` (a resumed epoch), with the same batches after it.
-// Workers start batch i only once batch i - queue_depth has been taken, so at most
-// `queue_depth` batches are in flight or waiting. Waits block on condition variables.
+// Workers start batch i only once batch i - read_ahead has been taken, so at most
+// `read_ahead` batches are in flight or waiting. Waits block on condition variables.
 //
 // The consumer never waits for a batch no worker has started: it samples that batch itself.
 // With `low_priority`, the workers run kSamplerNiceOffset nice steps below the thread that
@@ -48,7 +48,7 @@ void lower_thread_priority();
 class BatchLoader {
  public:
   BatchLoader(std::shared_ptr<const Sampler> sampler, torch::Tensor order, torch::Tensor bounds, uint64_t seed,
-              Labels labels, std::optional<FetchContext> fetch, int64_t num_threads, int64_t queue_depth,
+              Labels labels, std::optional<FetchContext> fetch, int64_t num_threads, int64_t read_ahead,
               int64_t first_batch = 0, bool low_priority = false);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;

@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
 
     ctx = salientpp.init_distributed(device=args.device)     # joins torchrun's group (or runs alone)
-    graph = salientpp.DistGraph(args.part_dir)                # this rank's partition, replicated topology
+    graph = salientpp.DistGraph(args.part_dir, ctx)           # this rank's partition, replicated topology
     loader = salientpp.DistNeighborLoader(graph, split="train", fanouts=[10, 10], batch_size=64,
                                           shuffle=True, plan=args.plan,
                                           prefetch_next_epoch=True)  # the loop calls set_epoch(0, 1, ...)
@@ -66,7 +66,7 @@ def main() -> None:
         dist.all_reduce(correct)
     if ctx.rank == 0:
         print(f"test accuracy {correct[0] / correct[1]:.4f}")
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ The layer a training script programs against (imported on first use, so ``import
 stays light)::
 
     ctx = salientpp.init_distributed(device="cpu")          # joins torchrun's group, or runs alone
-    graph = salientpp.DistGraph("cora-2")                   # this rank's partition
+    graph = salientpp.DistGraph("cora-2", ctx)              # this rank's partition
     loader = salientpp.DistNeighborLoader(graph, "train", fanouts=[10, 10], batch_size=64)
     salientpp.launch(main, nprocs=2)                         # local ranks without torchrun
 """
@@ -15,11 +15,12 @@ __version__ = "0.1.0"
 _API = {
     "init_distributed": "salientpp.distributed.group",
     "shutdown_distributed": "salientpp.distributed.group",
-    "DistGraph": "salientpp.distributed.graph",
-    "DistNeighborLoader": "salientpp.distributed.loader",
-    "Batch": "salientpp.distributed.loader",
-    "launch": "salientpp.distributed.launcher",
+    "DistGraph": "salientpp.loader.graph",
+    "DistNeighborLoader": "salientpp.loader.loader",
+    "Batch": "salientpp.loader.loader",
+    "launch": "salientpp.distributed.group",
     "DistEmbedding": "salientpp.embedding",
+    "DistLinkNeighborLoader": "salientpp.loader.link_loader",
 }
 __all__ = ["__version__", *_API]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import numbers
 from typing import TypeVar
 
 Choice = TypeVar("Choice", bound=enum.Enum)
@@ -23,3 +24,14 @@ def check_choice(kind: type[Choice], value, what: str) -> Choice:
     except ValueError:
         raise InputError(f"unknown {what} {value!r}; choose one of "
                          f"{', '.join(str(m.value) for m in kind)}") from None
+
+
+def check_int(value, what: str, minimum: int = 1, hint: str = "") -> int:
+    """``value`` as an ``int`` when it is an integer (not a bool) of at least ``minimum``, else
+    :class:`InputError` naming ``what`` (e.g. ``"--batch-size"``), with ``hint`` (e.g. ``"pass e.g.
+    --batch-size 1024"``) after a semicolon. The one check of every count a user gives."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else (
+            "a non-negative integer" if minimum == 0 else f"an integer of at least {minimum}")
+        raise InputError(f"{what} must be {rule}, got {value!r}" + (f"; {hint}" if hint else ""))
+    return int(value)

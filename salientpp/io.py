@@ -508,3 +508,15 @@ def read_meta(directory: str | os.PathLike, kind: str) -> dict[str, Any]:
     if not isinstance(meta.get("files"), dict):
         raise InputError(f"{path} has no table of files; re-create the directory")
     return meta
+
+
+def check_output_paths(paths: dict[str, str | None]) -> None:
+    """Raise :class:`InputError` when two options (option -> path, ``None`` = not given) name the
+    same file: the second write would fail after all the work."""
+    given = {option: path for option, path in paths.items() if path is not None}
+    seen: dict[Path, str] = {}
+    for option, path in given.items():
+        key = Path(os.path.abspath(path))
+        if key in seen:
+            raise InputError(f"{seen[key]} and {option} name the same file {path}; give each its own path")
+        seen[key] = option

@@ -1,7 +1,13 @@
 """Text a user typed (an option value) turned into checked values, with one-sentence errors."""
 from __future__ import annotations
 
+import numbers
+import re
+
 from .errors import InputError
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
 
 def _items(text: str, what: str, example: str) -> list[str]:
@@ -37,3 +43,31 @@ def name_list(text: str, what: str, example: str) -> list[str]:
     """``"vip, degree"`` -> ``["vip", "degree"]``: names separated by commas, with the rules of
     :func:`number_list` (a blank ``text`` gives ``[]``; an empty item is refused)."""
     return _items(text, what, example)
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"512MiB"`` -> 536870912; plain integers are bytes; units B, KB/MB/GB/TB (10^3) and
+    KiB/MiB/GiB/TiB (2^10). A negative size is refused."""
+    if isinstance(text, numbers.Integral) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise InputError(f"cannot read {text!r} as a number of bytes; write e.g. 2000000000, 512MiB or 2GB")
+        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value < 0:
+        raise InputError(f"a size in bytes cannot be negative, got {text!r}")
+    return value
+
+
+def parse_memory_limit(text: str | None) -> int | None:
+    """``--memory-limit`` in bytes (``"12GiB"``, ``"16GB"``, plain bytes), or ``None`` when not given."""
+    if text is None:
+        return None
+    try:
+        limit = parse_bytes(text)
+    except InputError:
+        raise InputError(f"--memory-limit {text!r} is not a size; write e.g. 12GiB, 16GB or 16000000000") from None
+    if limit <= 0:
+        raise InputError(f"--memory-limit must be a positive size such as 12GiB, got {text!r}")
+    return limit

@@ -12,23 +12,20 @@ reclaimed, which makes the estimate err on the safe side.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from .cache.plan import Budget, parse_bytes
-from .cache.workload import Workload, check_fanouts
+from .cache.plan import Budget
+from .cache.workload import Workload
 from .errors import InputError
+from .host import MiB, format_bytes, memory_budget
 from .partition.format import PartitionedDataset
 from .partition.metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE
 from .partition.multilevel import MultilevelOptions, held_bytes, vertex_bytes
 from .partition.partitioner import CONSTRAINTS
-
-MiB = 2**20
-GiB = 2**30
+from .sampling.kinds import check_fanouts
 
 # One Python process with numpy, torch, torch_geometric, numba (LLVM) and the extension
 # imported; measured 465-508 MiB for `partition`, `analyze` and a training rank on `tiny`.
@@ -51,8 +48,8 @@ ANALYSIS_VERTEX_WORDS = 16
 VIP_ARRAYS = 4
 # Policies that run the sampler over whole epochs (salientpp.cache.policies).
 SAMPLING_POLICIES = ("oracle", "vip-simulation")
-# Sampled batches a NeighborLoader keeps ready (its default queue depth).
-LOADER_QUEUE = 4
+# Sampled batches a NeighborLoader keeps ready (its default read-ahead).
+LOADER_READ_AHEAD = 4
 # Bytes per batch node besides its feature rows: n_id and the fetch plan's int64 arrays.
 BATCH_NODE_BYTES = 48
 # Per model: float32 tensors of width d_out per destination node, and tensors per sampled edge
@@ -65,14 +62,6 @@ PARAMETER_BYTES = 20
 # beyond its live peak, as a fraction of what a step allocates (batch buffers and activations):
 # blocks that no longer fit where they were freed. Measured 0.53-0.61 on products in 2 parts, 0.4 in 4.
 KEPT_FREED_FRACTION = 0.65
-# A cgroup limit at or above this is "no limit" (v1 reports 2**63 - 4096).
-_NO_LIMIT = 1 << 60
-
-MEMINFO = Path("/proc/meminfo")
-PROC_CGROUP = Path("/proc/self/cgroup")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
 @dataclass
 class MemoryEstimate:
     """The estimated peak memory of one command.
@@ -100,128 +89,7 @@ class MemoryEstimate:
         return f"about {format_bytes(self.total)} ({', '.join(shown)})"
 
 
-def format_bytes(size: int) -> str:
-    """``"13.4 GiB"`` from 1 GiB on, ``"512 MiB"`` below."""
-    return f"{size / GiB:.1f} GiB" if size >= GiB else f"{size / MiB:.0f} MiB"
-
-
-# ---- what this process may allocate -------------------------------------------------------------
-
-def available_memory() -> int:
-    """Bytes this process may still allocate: the smaller of the kernel's ``MemAvailable`` and
-    the headroom of its memory cgroup (cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``,
-    minus the usage without the inactive file cache the kernel reclaims first); a cgroup without
-    a limit does not count. Without /proc/meminfo, the free physical pages."""
-    available = _meminfo_available()
-    headroom = _cgroup_headroom()
-    return available if headroom is None else min(available, headroom)
-
-
-def _meminfo_available() -> int:
-    try:
-        with open(MEMINFO) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the value is in kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def _read_int(path: Path) -> int | None:
-    """The integer in a cgroup file, or ``None`` when absent, unreadable or ``max``."""
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _stat_value(path: Path, key: str) -> int:
-    """``key``'s value in a cgroup ``memory.stat`` file (0 when absent)."""
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def cgroup_dirs(controller: str, v2_file: str, v1_file: str, proc_cgroup: Path | None = None,
-                cgroup_root: Path | None = None) -> list[tuple[Path, int]]:
-    """``(directory, version)`` of each cgroup of this process that can hold ``controller``'s
-    limits, in the order ``proc_cgroup`` (default :data:`PROC_CGROUP`) lists them: the v2 cgroup
-    (its limit file is ``v2_file``) and the v1 hierarchy that has ``controller`` (``v1_file``), mounted under
-    ``cgroup_root`` (default :data:`CGROUP_ROOT`) as ``controller`` or as the hierarchy's
-    controller list (``cpu,cpuacct``). A directory whose limit file is missing falls back to the
-    hierarchy's root (inside a container the namespace root is the container's cgroup)."""
-    proc_cgroup = PROC_CGROUP if proc_cgroup is None else proc_cgroup
-    cgroup_root = CGROUP_ROOT if cgroup_root is None else cgroup_root
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        lines = []
-    found = []
-    for line in lines:
-        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        relative = path.strip().lstrip("/")
-        if number == "0" and controllers == "":
-            mounts, limit_file, version = [cgroup_root], v2_file, 2
-        elif controller in controllers.split(","):
-            mounts, limit_file, version = [cgroup_root / controller, cgroup_root / controllers], v1_file, 1
-        else:
-            continue
-        root = next((mount for mount in mounts if mount.is_dir()), mounts[0])
-        found.append((root / relative if (root / relative / limit_file).exists() else root, version))
-    return found
-
-
-def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
-    """``(directory, limit file, usage file, inactive-file key)`` of this process's memory cgroups
-    (v2 and v1, :func:`cgroup_dirs`)."""
-    files = {2: ("memory.max", "memory.current", "inactive_file"),
-             1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
-    return [(directory, *files[version])
-            for directory, version in cgroup_dirs("memory", files[2][0], files[1][0])]
-
-
-def _cgroup_headroom() -> int | None:
-    """Limit minus working-set usage of the tightest memory cgroup, or ``None`` without a limit."""
-    headrooms = []
-    for directory, limit_file, usage_file, inactive_key in _cgroup_dirs():
-        limit = _read_int(directory / limit_file)
-        if limit is None or limit >= _NO_LIMIT:
-            continue
-        usage = _read_int(directory / usage_file) or 0
-        working_set = max(0, usage - _stat_value(directory / "memory.stat", inactive_key))
-        headrooms.append(max(0, limit - working_set))
-    return min(headrooms) if headrooms else None
-
-
 # ---- the check ----------------------------------------------------------------------------------
-
-def parse_memory_limit(text: str | None) -> int | None:
-    """``--memory-limit`` in bytes (``"12GiB"``, ``"16GB"``, plain bytes), or ``None`` when not given."""
-    if text is None:
-        return None
-    try:
-        limit = parse_bytes(text)
-    except InputError:
-        raise InputError(f"--memory-limit {text!r} is not a size; write e.g. 12GiB, 16GB or 16000000000") from None
-    if limit <= 0:
-        raise InputError(f"--memory-limit must be a positive size such as 12GiB, got {text!r}")
-    return limit
-
-
-def memory_budget(limit: int | None) -> tuple[int, str]:
-    """``(bytes, where that number comes from)``: ``limit`` when given and smaller than
-    :func:`available_memory` (``"--memory-limit"``), else the available memory."""
-    available = available_memory()
-    if limit is not None and limit <= available:
-        return limit, "--memory-limit"
-    return available, "available memory"
-
 
 def check_memory(estimate: MemoryEstimate, limit: int | None) -> str:
     """Raise :class:`InputError` when ``estimate`` exceeds the budget (``limit`` bytes, at most the
@@ -385,7 +253,7 @@ def _analysis_items(num_nodes: int, num_edges: int, num_parts: int, row_bytes: i
     }
     if policy in SAMPLING_POLICIES:
         sizes = [batch_size_estimate(n, num_edges, w.fanouts, w.batch_size) for w in workloads]
-        items["sampled batches"] = 8 * n + (LOADER_QUEUE + threads) * max(map(_sampled_graph_bytes, sizes))
+        items["sampled batches"] = 8 * n + (LOADER_READ_AHEAD + threads) * max(map(_sampled_graph_bytes, sizes))
         items["sampler id maps"] = (threads + 1) * max(_id_map_bytes(n, size) for size in sizes)
     return items
 
@@ -495,8 +363,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     row = data.num_features * data.feature_dtype.itemsize if features else 0
     if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
         raise InputError(f"{local_ranks!r} local ranks cannot train {k} partitions; start 1 to {k} ranks per machine")
-    if len(check_fanouts(fanouts)) != layers:
-        raise InputError(f"{len(fanouts)} fanouts for {layers} layers; pass one fanout per layer")
+    check_fanouts(fanouts, layers=layers)
     sizes = sorted((data.book.part_size(p) for p in range(k)), reverse=True)[:local_ranks]
     ranks = local_ranks
     items = {

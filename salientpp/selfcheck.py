@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ._ext import extension
-from .errors import InputError
+from .errors import InputError, check_int
 
 PRESETS = ("tiny", "small")
 # Test accuracies of two trainings that differ only in their random numbers (another device's
@@ -87,7 +87,7 @@ def random_sources(gen: torch.Generator, device: torch.device, num_rows: int, wi
     second tier, pinned on CUDA), at disjoint random positions of a ``[num_rows, width]`` output;
     ``sizes`` holds ``(n, r0, r1)`` per source. Tables and indices other than a second tier live
     on ``device``; values are integers in [-1000, 1000) cast to ``dtype``."""
-    from .distributed.gather import RowSource
+    from .distributed.device import RowSource
 
     positions = torch.randperm(num_rows, generator=gen)
     sources, at = [], 0
@@ -105,7 +105,7 @@ def random_sources(gen: torch.Generator, device: torch.device, num_rows: int, wi
 def check_gather(device: torch.device, plans: int = 200) -> Check:
     """The row gather on ``device`` against torch indexing on random plans: an owned source with
     two tiers and three more, some empty, then serving peers (one two-tier source without positions)."""
-    from .distributed.gather import gather_rows, gather_rows_reference
+    from .distributed.device import gather_rows, gather_rows_reference
 
     gen = torch.Generator().manual_seed(0)
     cases = []
@@ -204,7 +204,7 @@ def _config(part_dir: Path, device: str, epochs: int):
     from .train import TrainConfig
 
     return TrainConfig(str(part_dir), epochs=epochs, hidden=128, layers=2, fanouts=(10, 5), batch_size=256,
-                       cache="none", device=device, seed=0, progress=False).validate()
+                       cache="none", device=device, seed=0, progress=False)
 
 
 def _equal_batches(trainer, dataset) -> tuple[int, int]:
@@ -222,11 +222,11 @@ def _features_and_syncs(config, dataset) -> tuple[Check, Check | None]:
     """Every training batch's features against the dataset, then one epoch with CUDA's sync
     debug mode counting the host's waits."""
     from .distributed import init_distributed, shutdown_distributed
-    from .train import Trainer
+    from .train import trainer_for
 
     ctx = init_distributed(config.device)
     try:
-        trainer = Trainer(config, ctx)
+        trainer = trainer_for(config, ctx)
         equal, batches = _equal_batches(trainer, dataset)
         features = Check("assembled x equals x[n_id]", equal == batches > 0, f"{equal} of {batches} batches")
         syncs = None
@@ -274,14 +274,14 @@ def _rank_features(part_dir: str, preset: str, device: str) -> tuple[int, int, d
     """One rank of :func:`check_ranks`: its equal and total batches, and its exchange counters."""
     from .data.synthetic import synthetic_dataset
     from .distributed import init_distributed, shutdown_distributed
-    from .train import TrainConfig, Trainer
+    from .train import TrainConfig, trainer_for
 
     ctx = init_distributed(device)
     try:
         config = TrainConfig(part_dir, epochs=1, hidden=16, layers=2, fanouts=(10, 5), batch_size=64, cache="vip",
                              replication=0.5, gpu_fraction=0.3, pipeline_depth=3, device=device, seed=0,
-                             progress=False).validate()
-        trainer = Trainer(config, ctx)
+                             progress=False)
+        trainer = trainer_for(config, ctx)
         equal, batches = _equal_batches(trainer, synthetic_dataset(preset))
         return equal, batches, trainer.loader.stats.as_dict()
     finally:
@@ -339,8 +339,7 @@ def run(device: str, presets: list[str], epochs: int, bench: bool) -> list[Check
     for preset in presets:
         if preset not in PRESETS:
             raise InputError(f"unknown preset {preset!r} for the self-check; choose from {', '.join(PRESETS)}")
-    if epochs < 1:
-        raise InputError(f"--epochs must be at least 1, got {epochs}")
+    check_int(epochs, "--epochs")
     rows = environment(device)
     print(f"salientpp selfcheck --device {device}\n\n| check | result | detail |\n|---|---|---|", flush=True)
     for row in rows:

@@ -13,8 +13,8 @@ import pytest
 
 from salientpp.bench import train as bench_train
 from salientpp.cli import main as cli
-from salientpp.distributed import threads
-from salientpp.distributed.launcher import WorkerError
+from salientpp import host
+from salientpp.distributed.group import WorkerError
 from conftest import one_sentence
 
 TINY = ["--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--alphas", "", "--hidden", "8"]
@@ -50,7 +50,7 @@ def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_wh
     monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
     monkeypatch.setattr(bench_train, "run_baseline",
                         lambda config: models.append(config.model) or [{"epoch_s": 1.0, "stage_s": {}, "steps": 1}])
-    monkeypatch.setattr(threads, "usable_cores", lambda: (1, "affinity mask"))  # 2 ranks on 1 core
+    monkeypatch.setattr(host, "usable_cores", lambda: (1, "affinity mask"))  # 2 ranks on 1 core
     out = tmp_path / "rows.json"
     assert cli(["bench", "train", str(root / "p2"), *TINY, "--baselines", "pyg", "--json", str(out)]) == 0
     printed = capsys.readouterr().out

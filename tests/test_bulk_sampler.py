@@ -345,10 +345,10 @@ def loader_setup():
     book = PartitionBook(OFFSETS)
     owned = book.owned(RANK)
     remote = np.setdiff1d(np.arange(N), owned)
-    cached = rng.permutation(remote)[:remote.shape[0] // 2]  # first 80 in the GPU tier, the rest CPU
+    cached = rng.permutation(remote)[:remote.shape[0] // 2]  # first 80 in the device tier, the rest CPU
     cache_slot = np.full(N, -1, dtype=np.int64)
     cache_slot[cached] = np.arange(cached.shape[0])
-    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_gpu_slots=80, local_x=x[owned], pin=False)
+    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=80, local_x=x[owned], pin=False)
     return rowptr, col, x, labels, ctx, (x[cached[:80]], x[cached[80:]])
 
 
@@ -356,7 +356,7 @@ def check_plan(batch, x, ctx, caches) -> None:
     """The fetch plan covers every position once, by the right source, and rebuilds x[n_id]."""
     plan, n_id = batch.fetch, batch.n_id
     owner = torch.from_numpy(ctx.book.owner(n_id.numpy()))
-    positions = torch.cat([plan.owned_pos, plan.remote_pos, plan.gpu_pos, plan.cpu_pos])
+    positions = torch.cat([plan.owned_pos, plan.remote_pos, plan.device_pos, plan.host_pos])
     assert torch.equal(torch.sort(positions).values, torch.arange(n_id.shape[0]))
     assert (owner[plan.owned_pos] == RANK).all() and (owner[plan.remote_pos] != RANK).all()
     assert torch.equal(n_id[plan.remote_pos], plan.remote_id)
@@ -397,7 +397,7 @@ def test_loader_with_bulk_sampler_yields_the_per_batch_samples(loader_setup, met
         expected = sampler.sample(seeds, seed=loader.epoch_seed(), batch_index=i, labels=labels, fetch=ctx)
         assert_same_batch(batch, expected)
         assert torch.equal(batch.y, labels[seeds])
-        for field in ("owned_pos", "owned_row", "remote_id", "remote_pos", "gpu_pos", "cpu_pos"):
+        for field in ("owned_pos", "owned_row", "remote_id", "remote_pos", "device_pos", "host_pos"):
             assert torch.equal(getattr(batch.fetch, field), getattr(expected.fetch, field))
         check_plan(batch, x, ctx, caches)
 
@@ -467,7 +467,7 @@ def test_a_low_priority_bulk_worker_runs_some_nice_steps_below_the_consumer_and_
     rowptr, col, _, labels, _, _ = loader_setup
     sampler = BulkSampler(rowptr, col, [4, 3], minibatches_per_bulk=2)
     expected = list(NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels))
-    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels, queue_depth=1,
+    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, seed=5, labels=labels, read_ahead=1,
                             low_priority=True)
     batches = iter(loader)
     got = [next(batches)]  # the worker now waits to put the next batches, so it is alive

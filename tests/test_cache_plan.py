@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from cache_support import make_partitioned
-from salientpp.cache import (Budget, PolicyContext, Workload, build_plans, load_plan, load_plans, parse_bytes,
-                             policy_scores, register_policy, save_plans)
+from salientpp.cache import (Budget, PlanOptions, PlanRequest, PolicyContext, Workload, build_plans, check_plan,
+                             load_plan, load_plans, policy_scores, register_policy, save_plans)
 from salientpp.cache.plan import build_and_save_plans, read_plan_info
+from salientpp.cache.workload import EdgeSeeds
 from salientpp.cli import main
 from salientpp.errors import InputError
+from salientpp.parsing import parse_bytes
 
 FANOUTS = (10, 5)
 
@@ -117,17 +119,39 @@ def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
 
 
 def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
-    plan = build_plans(ctx, "degree", Budget(replication=0.1))[0]
-    plan.check_compatible(parts.path, FANOUTS, 16)  # the right setup passes
+    save_plans(build_plans(ctx, "degree", Budget(replication=0.1)), tmp_path / "plan")
+    info = read_plan_info(tmp_path / "plan")
+    found = PlanOptions("degree", Budget(replication=0.1), 0.0)  # what the default location's plan must match
+
+    def check(fanouts=FANOUTS, batch_size=16, built_with=found, data=parts):
+        check_plan(info, data, PlanRequest(Workload(fanouts, batch_size), built_with))
+    check()  # the right setup passes
+    check(built_with=None)  # a plan the user chose, with any options
+    check_plan(info, parts)  # a loader's cache serves any workload of its partitioning
     with pytest.raises(InputError, match="fanouts 10,5 but training uses 15,10,5"):
-        plan.check_compatible(parts.path, (15, 10, 5), 16)
-    with pytest.raises(InputError, match="batch size 16 but training uses 32"):
-        plan.check_compatible(parts.path, FANOUTS, 32)
+        check(fanouts=(15, 10, 5))
+    with pytest.raises(InputError, match=r"batch size 16 but training uses 32; remove .*plan and build"):
+        check(batch_size=32)
     with pytest.raises(InputError, match=r"uses 32; build a fitting plan with `salientpp analyze .* --batch-size 32 "):
-        plan.check_compatible(parts.path, FANOUTS, 32, "DIR", given=True)  # a plan the user chose is not removed
+        check(batch_size=32, built_with=None)  # a plan the user chose is not removed
+    with pytest.raises(InputError, match="built with policy degree but this run asks for vip"):
+        check(built_with=PlanOptions("vip", Budget(replication=0.1), 0.0))
+    with pytest.raises(InputError, match="built with GPU fraction 0.0 but this run asks for 0.5"):
+        check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.5))
     other = make_partitioned(tmp_path / "other", parts=4, method="random")
     with pytest.raises(InputError, match="another partitioning"):
-        plan.check_compatible(other.path, FANOUTS, 16)
+        check(data=other)
+    with pytest.raises(InputError, match="another partitioning"):
+        check_plan(info, other)
+
+
+@pytest.mark.parametrize("built_with", [None, PlanOptions("degree", Budget(replication=0.1), 0.0)],
+                         ids=["given", "found"])
+def test_the_one_plan_check_refuses_a_node_plan_for_link_training(parts, ctx, tmp_path, built_with):
+    save_plans(build_plans(ctx, "degree", Budget(replication=0.1)), tmp_path / "node")
+    link = Workload(FANOUTS, 16, edges=EdgeSeeds())  # the same fanouts and batch size, edge seeds
+    with pytest.raises(InputError, match="built for node seeds but training uses link seeds"):
+        check_plan(read_plan_info(tmp_path / "node"), parts, PlanRequest(link, built_with))
 
 
 def test_custom_policy_in_a_few_lines(parts, ctx):
@@ -166,7 +190,7 @@ def _analyze(parts, *extra):
 def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
     assert _analyze(parts, "--replication", "0.1", "--out", str(tmp_path / "p")) == 0
     plan = load_plan(tmp_path / "p", 2)
-    plan.check_compatible(parts.path, FANOUTS, 16)
+    check_plan(read_plan_info(tmp_path / "p"), parts, PlanRequest(Workload(FANOUTS, 16)))
     assert plan.gpu_ids.size == math.floor(0.1 * parts.num_nodes / 4)
     assert "predicted remote rows per epoch" in capsys.readouterr().out
     assert _analyze(parts, "--policy", "degree", "--gpu-cache-bytes", "1KiB", "--cpu-cache-bytes", "0",

@@ -18,7 +18,7 @@ import torch
 
 import salientpp
 from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
-from salientpp.distributed.launcher import free_port
+from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 
@@ -34,8 +34,8 @@ def _global_features(part_dir) -> tuple[np.ndarray, np.ndarray]:
 def _check_epoch(part_dir: str, plan: str | None, batch_size: int) -> dict:
     """One epoch of the training split on this rank (run inside a rank): checks every batch
     against the global arrays and returns what the test compares across ranks."""
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(part_dir)
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
     x, y = _global_features(part_dir)
     loader = salientpp.DistNeighborLoader(graph, "train", fanouts=[5, 5], batch_size=batch_size, plan=plan)
     loader.set_epoch(1)
@@ -49,7 +49,7 @@ def _check_epoch(part_dir: str, plan: str | None, batch_size: int) -> dict:
     seeds = np.concatenate(seeds)
     out = {"sizes": sizes, "batches": len(loader), "seeds_ok": bool(np.array_equal(np.sort(seeds), graph.split("train"))),
            "cache_hits": loader.stats.gpu_hits + loader.stats.cpu_hits, "received": loader.stats.received}
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
     return out
 
 
@@ -79,8 +79,8 @@ def _epochs_in_a_loop(part_dir: str) -> dict:
     """A user's loop over epochs (run inside a rank), with a pipelined loader that prefetches
     the next epoch and with a serial one that does not: what each iteration yields, and the
     loaders' positions during and after an epoch."""
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(part_dir)
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
     x, _ = _global_features(part_dir)
     options = dict(fanouts=[5, 5], batch_size=16, num_threads=2)
     plain = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=1, **options)
@@ -105,7 +105,7 @@ def _epochs_in_a_loop(part_dir: str) -> dict:
     resumed.load_state_dict({"epoch": 5, "next_batch": 2})
     tail = [batch.n_id.numpy().copy() for batch in resumed]
     out["resumed_same"] = len(tail) == len(ids[0]) - 2 and all(np.array_equal(a, b) for a, b in zip(ids[0][2:], tail))
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
     return out
 
 
@@ -126,8 +126,8 @@ def test_the_pyg_edge_view_is_hop_ordered_and_trim_to_layer_keeps_the_seed_outpu
     from torch_geometric.nn import SAGEConv
     from torch_geometric.utils import trim_to_layer
 
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(tiny_partitions[0] / "p1")
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(tiny_partitions[0] / "p1", ctx)
     batch = next(iter(salientpp.DistNeighborLoader(graph, "train", fanouts=[4, 3, 2], batch_size=32)))
     nodes, edges = batch.num_sampled_nodes, batch.num_sampled_edges
     assert sum(nodes) == batch.num_nodes and sum(edges) == batch.edge_index.shape[1] and nodes[0] == batch.batch_size
@@ -149,19 +149,19 @@ def test_the_pyg_edge_view_is_hop_ordered_and_trim_to_layer_keeps_the_seed_outpu
     assert torch.allclose(full[:batch.batch_size], x[:batch.batch_size], atol=1e-5)
     data = batch.to_pyg()
     assert data.batch_size == batch.batch_size and torch.equal(data.edge_index, batch.edge_index)
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
 
 
 def test_seeds_must_be_owned_distinct_ids_and_splits_known_names(tiny_partitions):
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(tiny_partitions[0] / "p1")
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(tiny_partitions[0] / "p1", ctx)
     with pytest.raises(InputError, match="unknown split 'training'"):
         graph.split("training")
     with pytest.raises(InputError, match="not owned by rank 0"):
         graph.split(torch.tensor([0, graph.num_nodes]))
     with pytest.raises(InputError, match="repeat"):
         graph.split(torch.tensor([1, 1]))
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
 
 
 def test_the_readme_example_trains_cora_under_torchrun_with_a_user_model(cora_npz, tmp_path):

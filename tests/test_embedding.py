@@ -30,8 +30,8 @@ def _train_table(part_dir: str, rounds: list[list[np.ndarray]], optimizer: str, 
     """Run the rounds on this rank: rank k looks up ``rounds[r][k]`` (or, ``as_one``, one process
     looks up every rank's ids and takes the mean of their losses), then steps; returns the table
     by original id and the fetch counters."""
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(part_dir)
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
     new_id = np.empty(graph.num_nodes, dtype=np.int64)
     new_id[np.asarray(graph.data.orig_id)] = np.arange(graph.num_nodes)
     target = torch.from_numpy(initial_rows("uniform", 99, np.arange(graph.num_nodes), DIM))  # by original id
@@ -49,7 +49,7 @@ def _train_table(part_dir: str, rounds: list[list[np.ndarray]], optimizer: str, 
     orig = graph.original_ids(np.arange(graph.offset, graph.offset + graph.num_owned))
     out = {"orig": orig, "weight": emb.weight.numpy().copy(), "received": emb.stats.received,
            "touched": emb.optimizer.touched}
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
     return out
 
 

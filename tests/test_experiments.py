@@ -204,7 +204,7 @@ def test_bad_input_fails_before_any_work(tmp_path, capsys, ogb_raw_writer):
     _fails(capsys, products, [*five, "--machines", "1"], "at least 2 ranks")
     _fails(capsys, products, [*five, *SMALL, "--experiments", "variants,speed"], "--experiments must list")
     _fails(capsys, products, [*five, *SMALL, "--gpu-fractions", "0.5,2"], "must lie in [0, 1]")
-    _fails(capsys, products, [*five, *SMALL, "--epochs", "0"], "--epochs must be at least 1")
+    _fails(capsys, products, [*five, *SMALL, "--epochs", "0"], "--epochs must be a positive integer")
     assert not work.exists() and not out.exists()
     out.mkdir()
     _fails(capsys, products, [*five, *SMALL], "already exists")

@@ -15,10 +15,12 @@ import torch
 from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
 from salientpp.distributed import WorkerError, launch
 from salientpp.distributed.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
-from salientpp.distributed.launcher import free_port
+from salientpp.distributed.health import Position
+from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
-from salientpp.train import TrainConfig, run_rank, train
+from salientpp.host import local_world_size
+from salientpp.train import TrainConfig, resolve_run, run_rank, train
 
 TINY = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=16, lr=0.01, eval_fanouts=(10, 10), progress=False)
 
@@ -40,11 +42,12 @@ def test_fault_spec_parses_and_fires_once_where_it_matches():
     faults = parse_faults("raise@rows:rank=1,epoch=0,step=2; delay@ids:seconds=0.01,attempt=1")
     assert faults == (Fault("raise", "rows", rank=1, epoch=0, step=2), Fault("delay", "ids", seconds=0.01, attempt=1))
     injector = FaultInjector(faults, rank=1, attempt=0)
-    injector("rows", 0, 1)  # wrong step: nothing happens
-    injector("ids", 0, 2)  # the delay is meant for the first restart only
+    injector(Position("rows", 0, 1))  # wrong step: nothing happens
+    injector(Position("ids", 0, 2))  # the delay is meant for the first restart only
+    injector(Position("rows", 0, 2, evaluation=True))  # the stage of an evaluation pass, not of training
     with pytest.raises(InjectedFault, match="rows of epoch 0, step 2 on rank 1"):
-        injector("rows", 0, 2)
-    injector("rows", 0, 2)  # fired once: a resumed run is not stopped again
+        injector(Position("rows", 0, 2))
+    injector(Position("rows", 0, 2))  # fired once: a resumed run is not stopped again
     assert FaultInjector(faults, rank=0, attempt=0).pending == []
 
 
@@ -154,9 +157,9 @@ def _per_rank(configs: list[TrainConfig], patch_version: bool = False):
     rank = int(os.environ["RANK"])
     if patch_version and rank == 1:
         import salientpp
-        import salientpp.train.loop as loop
-        salientpp.__version__ = loop.__version__ = "0.0.0-other"
-    return run_rank(configs[rank])
+        import salientpp.train.setup as setup
+        salientpp.__version__ = setup.__version__ = "0.0.0-other"
+    return run_rank(resolve_run(configs[rank], local_world_size()))
 
 
 def _mismatch(configs, patch_version=False) -> str:
@@ -169,6 +172,14 @@ def test_startup_refuses_ranks_with_different_options(p2):
     a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, **TINY).validate()
     b = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, **dict(TINY, fanouts=(4, 4))).validate()
     assert "rank 1 has fanouts = [4, 4] but rank 0 has [5, 5]" in _mismatch([a, b])
+
+
+@pytest.mark.parametrize("option, values", [("sampler", ("nodewise", "bulk")), ("minibatches_per_bulk", (8, 4)),
+                                            ("pipeline_depth", (1, 2))])
+def test_startup_refuses_ranks_with_different_sampling_options(p2, option, values):
+    a, b = (TrainConfig(part_dir=p2, epochs=1, timeout_s=30, cache="none", **{**TINY, option: value}) for value in values)
+    message = _mismatch([a, b])
+    assert f"rank 1 has {option} = {values[1]!r} but rank 0 has {values[0]!r}" in message, message
 
 
 def test_startup_refuses_ranks_with_different_package_versions(p2):

@@ -13,10 +13,11 @@ from salientpp.distributed import CommStats, init_distributed, launch, shutdown_
 from salientpp.distributed.feature_store import FeatureStore
 from salientpp.distributed.group import DistContext
 from salientpp.partition.book import PartitionBook
-from salientpp.pipeline.device import DeviceOps, Event, HostOps
+from salientpp.distributed.device import DeviceOps, Event, HostOps
 from salientpp.partition.partitioner import partition_dataset
-from salientpp.distributed.loader import DistNeighborLoader
-from salientpp.train import TrainConfig, Trainer
+from salientpp.loader.loader import DistNeighborLoader
+from salientpp.train import TrainConfig
+from trainers import rank_trainer
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float,
     config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(4, 3), batch_size=24, cache=cache,
                          replication=replication, gpu_fraction=gpu_fraction, pipeline_depth=depth,
                          eval_fanouts=(3, 3), eval_batch_size=200, progress=False).validate()
-    trainer = Trainer(config, ctx)
+    trainer = rank_trainer(config, ctx)
     x_new = np.asarray(load_dataset(data_dir).x)[np.asarray(trainer.graph.data.orig_id)]
     ok, batches, stats = True, 0, CommStats()
     evaluation = DistNeighborLoader(trainer.graph, trainer.evaluator.seeds, config.eval_fanouts,
@@ -115,13 +116,13 @@ def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
     owned_local = torch.randint(0, 40, (12,), generator=gen)
     plan = SimpleNamespace(x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
-                           remote_pos=pos[12:21], gpu_pos=pos[21:25], gpu_slot=torch.tensor([4, 0, 0, 2]),
-                           cpu_pos=pos[25:], cpu_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
+                           remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
+                           host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = torch.empty(31, 6)
     expected[plan.owned_pos] = torch.from_numpy(local_x)[owned_local]
     expected[plan.remote_pos] = received
-    expected[plan.gpu_pos] = store.cache_device[plan.gpu_slot]
-    expected[plan.cpu_pos] = store.cache_host[plan.cpu_slot]
+    expected[plan.device_pos] = store.cache_device[plan.device_slot]
+    expected[plan.host_pos] = store.cache_host[plan.host_slot]
 
     assert torch.equal(store.assemble(plan, received, 31, CommStats(), HostOps()), expected)
     ops = DeferredOps()
@@ -145,12 +146,12 @@ def test_assembly_completes_the_x_the_sampler_threads_started_in_place():
     started = torch.full((31, 6), float("nan"))
     started[pos[:12]] = torch.randn(12, 6, generator=gen)
     plan = SimpleNamespace(x=started.clone(), owned_pos=pos[:12], owned_row=torch.zeros(12, dtype=torch.int64),
-                           remote_pos=pos[12:21], gpu_pos=pos[21:25], gpu_slot=torch.tensor([4, 0, 0, 2]),
-                           cpu_pos=pos[25:], cpu_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
+                           remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
+                           host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = started.clone()
     expected[plan.remote_pos] = received
-    expected[plan.gpu_pos] = store.cache_device[plan.gpu_slot]
-    expected[plan.cpu_pos] = store.cache_host[plan.cpu_slot]
+    expected[plan.device_pos] = store.cache_device[plan.device_slot]
+    expected[plan.host_pos] = store.cache_host[plan.host_slot]
 
     x = store.assemble(plan, received, 31, CommStats(), HostOps())
     assert x.data_ptr() == plan.x.data_ptr()

@@ -6,20 +6,19 @@ import pytest
 import torch
 from scipy import stats
 
-from salientpp.cache.accesses import loader_seed
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.distributed import init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
 from salientpp.fullgraph import CostModel, Dependencies, FullGraphEngine, plan_dependencies
 from salientpp.fullgraph.plan import candidate_plans, in_neighbours
-from salientpp.models.factory import build_model
+from salientpp.models.gnn import build_model
 from salientpp.models.ops import keyed_dropout_mask, keyed_dropout_mask_reference, keyed_relu_dropout
 from salientpp.partition import load_partitioned
 from salientpp.partition.partitioner import partition_dataset
-from salientpp.sampling.types import MFG
+from salientpp.sampling import MFG
 from salientpp.train import TrainConfig
-from salientpp.train.fullgraph import FullGraphTrainer
-from salientpp.train.loop import DROPOUT_STREAM
+from trainers import rank_trainer
+from salientpp.streams import dropout_seed
 from salientpp.train.run import train
 from salientpp.train.tasks import task_of
 
@@ -192,7 +191,7 @@ def _reference(root, model_name: str) -> tuple[list[float], dict[str, torch.Tens
     orig = torch.from_numpy(np.asarray(data.orig_id, dtype=np.int64))
     losses = []
     for epoch in range(EPOCHS):
-        seed = loader_seed(0, 0, stream=DROPOUT_STREAM, workload=epoch)
+        seed = dropout_seed(0, epoch)
         h = x
         for i in range(LAYERS):
             h = model.convolve(i, h, whole)
@@ -219,8 +218,7 @@ def _worker(part_dir: str, model: str) -> dict[str, tuple[list[float], dict, int
     out = {}
     for plan_name in ("cache", "communicate", "mixed"):
         dependencies = "communicate" if plan_name == "mixed" else plan_name
-        trainer = FullGraphTrainer(TrainConfig(part_dir, model=model, dependencies=dependencies,
-                                               **OPTIONS).validate(), ctx)
+        trainer = rank_trainer(TrainConfig(part_dir, model=model, dependencies=dependencies, **OPTIONS), ctx)
         if plan_name == "mixed":
             graph = trainer.graph
             dims = [graph.num_features] + [HIDDEN] * (LAYERS - 1) + [trainer.task.num_outputs]
@@ -362,9 +360,9 @@ def _probe_worker(part_dir: str) -> tuple[dict[str, float], str, list[float], li
 
     ctx = init_distributed("cpu", timeout_s=120)
     fullgraph.PROBE_BAND, fullgraph.PROBE_MARGIN = float("inf"), 0.0  # probe every plan, train the fastest
-    config = TrainConfig(part_dir, dependencies="hybrid", **OPTIONS).validate()
-    hybrid = FullGraphTrainer(config, ctx)
-    direct = FullGraphTrainer(config, ctx, cost=hybrid.cost, plan=hybrid.chosen)
+    config = TrainConfig(part_dir, dependencies="hybrid", **OPTIONS)
+    hybrid = rank_trainer(config, ctx)
+    direct = rank_trainer(config, ctx, cost=hybrid.cost, plan=hybrid.chosen)
     losses = [[trainer.train_epoch(epoch)["train_loss"] for epoch in range(2)] for trainer in (hybrid, direct)]
     shutdown_distributed(ctx)
     return hybrid.probed, hybrid.chosen, *losses

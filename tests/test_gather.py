@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from salientpp.distributed.gather import RowSource, gather_rows, gather_rows_reference
+from salientpp.distributed.device import RowSource, gather_rows, gather_rows_reference
 from salientpp.selfcheck import random_sources
 
 CPU = torch.device("cpu")

@@ -253,7 +253,7 @@ def plan_dir(tiny_partitions, tmp_path_factory) -> Path:
     (lambda p: edit(p, "part_1/gpu_ids", set_at(1, np.load(npy(p, "part_1/gpu_ids"))[0])), "repeat an id"),
     (lambda p: edit(p, "part_1/local_order", set_at(0, 1)), "not a permutation"),
     (lambda p: edit(p, "part_1/local_order", set_at(0, -1)), "outside"),
-    (lambda p: write_meta(p, lambda m: m["parts"][1].update(num_gpu_local=10**6)), "on the GPU"),
+    (lambda p: write_meta(p, lambda m: m["parts"][1].update(num_gpu_local=10**6)), "on the device"),
     (lambda p: write_meta(p, lambda m: m.pop("parts")), "incomplete"),
     (lambda p: flip_byte(p, "part_1/local_order"), "checksum"),
 ], ids=["id_out_of_range", "id_twice", "order_repeats", "order_negative", "gpu_rows", "no_parts", "checksum"])

@@ -92,7 +92,7 @@ def test_sigterm_stops_the_launcher_and_its_ranks_like_ctrl_c_and_keeps_the_last
 
 
 def test_a_process_armed_by_die_with_parent_ends_when_its_parent_is_killed():
-    code = ("import os, sys, time; from salientpp.distributed.launcher import die_with_parent\n"
+    code = ("import os, sys, time; from salientpp.distributed.group import die_with_parent\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
             "    die_with_parent(os.getppid()); time.sleep(60); os._exit(0)\n"

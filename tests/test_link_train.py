@@ -41,10 +41,10 @@ def tiny_link(tmp_path_factory):
 
 def _epoch_batches(part_dir: str) -> dict:
     """One epoch of this rank's training edges through DistLinkNeighborLoader."""
-    from salientpp.distributed.link_loader import DistLinkNeighborLoader
+    from salientpp.loader.link_loader import DistLinkNeighborLoader
 
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(part_dir)
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
     data = load_partitioned(part_dir)
     x = np.concatenate([np.asarray(data.part(k).x) for k in range(data.num_parts)])
     loader = DistLinkNeighborLoader(graph, "train", [3, 3], 40, num_negatives=2, negative_sampling="per-source")
@@ -63,7 +63,7 @@ def _epoch_batches(part_dir: str) -> dict:
     edges = np.concatenate(positives, axis=1)
     out = {"edges_ok": sorted(map(tuple, edges.T)) == sorted(map(tuple, graph.edges("train").T)),
            "labels_ok": labels_ok, "features_ok": features_ok, "sources_ok": sources_ok, "batches": len(loader)}
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
     return out
 
 
@@ -110,7 +110,7 @@ def test_ranking_counts_ties_as_one_half_and_hits_at_k_by_rank():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--task", "link", "--num-negatives", "0"], "num_negatives"),
+    (["--task", "link", "--num-negatives", "0"], "--num-negatives must be a positive integer"),
     (["--task", "link", "--metric", "accuracy"], "--task link reports"),
     (["--task", "link"], "held-out edges"),
 ])

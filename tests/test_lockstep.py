@@ -67,7 +67,7 @@ def test_same_batches_for_any_thread_count_and_after_a_resume(graph):
     seeds = torch.arange(0, N, 3)
 
     def epoch(threads, depth, first=0):
-        loader = NeighborLoader(sampler, seeds, 100, seed=7, num_threads=threads, queue_depth=depth, labels=labels,
+        loader = NeighborLoader(sampler, seeds, 100, seed=7, num_threads=threads, read_ahead=depth, labels=labels,
                                 num_batches=13)
         loader.load_state_dict({"epoch": 4, "next_batch": first})
         return list(loader)
@@ -156,8 +156,8 @@ def _uneven_worker(part_dir: str) -> dict:
     import salientpp
     from salientpp.models import MFGModel
 
-    salientpp.init_distributed()
-    graph = salientpp.DistGraph(part_dir)
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
     torch.manual_seed(0)
     model = MFGModel("sage", graph.num_features, 16, graph.num_classes, 2, 0.0)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -176,7 +176,7 @@ def _uneven_worker(part_dir: str) -> dict:
     seeds = np.concatenate([graph.split("valid"), graph.split("test")])
     evaluation = salientpp.DistNeighborLoader(graph, seeds, fanouts=[4, 4], batch_size=SMALL["eval_batch_size"])
     eval_sizes = [batch.batch_size for batch in evaluation]
-    salientpp.shutdown_distributed()
+    salientpp.shutdown_distributed(ctx)
     return {"steps": len(loader), "sizes": sizes, "grad_ok": bool(ok), "eval_steps": len(evaluation),
             "eval_sizes": eval_sizes}
 

@@ -9,10 +9,10 @@ import torch
 from torch_geometric.nn import GINConv, SAGEConv
 
 from salientpp._ext import extension
-from salientpp.models.factory import SeedForward
+from salientpp.models.gnn import SeedForward
 from salientpp.models.gnn import MFGModel, MeanGCNConv
 from salientpp.models.ops import aggregate, aggregate_reference, aggregate_with_root, dropout
-from salientpp.sampling.types import MFG
+from salientpp.sampling import MFG
 from salientpp.train.config import cpu_has_bf16
 
 

@@ -26,7 +26,7 @@ import torch
 from salientpp.cli import main as cli_main
 from salientpp.data.importers import load_source
 from salientpp.distributed.faults import ENV as FAULT_ENV
-from salientpp.distributed.launcher import free_port
+from salientpp.distributed.group import free_port
 from salientpp.partition import load_partitioned
 from salientpp.partition.partitioner import partition_dataset
 
@@ -161,14 +161,16 @@ def _torchrun_options() -> list[str]:
 
 
 def _two_agents(cora_root: Path, out: Path, fault_on_b: str | None = None, max_restarts: int = 0,
-                ship_plan: bool = True, extra: tuple[str, ...] = (), stop_on: str | None = None) -> tuple[Agent, Agent]:
+                ship_plan: bool = True, extra: tuple[str, ...] = (), stop_on: str | None = None,
+                extra_on_b: tuple[str, ...] = ()) -> tuple[Agent, Agent]:
     """Run the job as two machines A and B; returns both agents once both have exited, or once
     either has printed ``stop_on`` (then both are killed).
 
     Each machine gets its own copy of the partitioned directory (with the cache plan the local
     run built, unless ``ship_plan`` is False) and its own ``--json`` file; the checkpoint
     directory is shared. Machine A hosts the rendezvous store (``is_host=1``), as the machine
-    named by ``--rdzv-endpoint`` would. ``fault_on_b``, a ``SALIENTPP_FAULT`` spec, goes to B only.
+    named by ``--rdzv-endpoint`` would. ``fault_on_b``, a ``SALIENTPP_FAULT`` spec, and
+    ``extra_on_b``, options after the others, go to B only.
     """
     out.mkdir()
     port, run_id = free_port(), f"salientpp-test-{uuid.uuid4().hex[:12]}"
@@ -189,7 +191,7 @@ def _two_agents(cora_root: Path, out: Path, fault_on_b: str | None = None, max_r
                    "--max-restarts", str(max_restarts), "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
                    "--rdzv-conf", f"is_host={is_host}", "--monitor-interval", "0.2", *_torchrun_options(),
-                   "-m", "salientpp", "train", str(part_dir), *ARGS, *extra,
+                   "-m", "salientpp", "train", str(part_dir), *ARGS, *extra, *(extra_on_b if name == "b" else ()),
                    "--checkpoint-dir", str(out / "shared-ck"), "--json", str(machine / "m.jsonl")]
             log = machine / "agent.log"
             with open(log, "w") as f:
@@ -293,3 +295,16 @@ def test_machines_without_a_cache_plan_both_build_and_save_the_same_one(cora_roo
     assert [p.name for p in plans[0]] == [p.name for p in plans[1]] == [p.name for p in local_run.plans]
     for plan_a, plan_b in zip(*plans):
         assert (plan_a / "meta.json").read_text() == (plan_b / "meta.json").read_text()
+
+
+def test_two_machines_started_with_different_samplers_are_refused_in_one_sentence_naming_the_option(
+        cora_root, tmp_path):
+    a, b = _two_agents(cora_root, tmp_path / "job", extra=("--epochs", "1", "--eval-every", "0"),
+                       extra_on_b=("--sampler", "bulk"))
+    assert a.proc.returncode != 0 and b.proc.returncode != 0, _report((a, b))
+    refusals = re.findall(r"salientpp train: error: (.*)", a.output() + b.output())
+    assert refusals, _report((a, b))
+    for sentence in refusals:
+        assert re.fullmatch(r"rank 1 has sampler = '(bulk|nodewise)' but rank 0 has '(bulk|nodewise)'; start every "
+                            r"rank with the same options and package versions", sentence), sentence
+    assert not (tmp_path / "job" / "shared-ck" / "last.pt").exists()  # nothing trained

@@ -6,13 +6,14 @@ import time
 
 import pytest
 
-from salientpp.pipeline import InFlight, Pipeline, StageTimes
+from salientpp.distributed.health import Stage
+from salientpp.loader.pipeline import InFlight, Pipeline, StageTimes
 
 WAIT_S = 0.02  # per record and stage
 
 
 class Source:
-    name = "source"
+    stage = Stage.SAMPLE
 
     def __init__(self, records: int):
         self.step, self.records = 0, records
@@ -26,7 +27,7 @@ class Source:
 
 class Waits:
     """Sleeps like a stage blocked on a peer's collective."""
-    name = "waits"
+    stage = Stage.IDS
 
     def __call__(self, item: InFlight) -> InFlight:
         time.sleep(WAIT_S)
@@ -35,7 +36,7 @@ class Waits:
 
 class Works:
     """Spins on the CPU like a stage copying rows."""
-    name = "works"
+    stage = Stage.ROWS
 
     def __call__(self, item: InFlight) -> InFlight:
         end = time.thread_time() + WAIT_S
@@ -51,11 +52,12 @@ def test_stage_times_tell_a_stage_that_waits_from_one_that_works(depth):
     steps = [item.step for item in Pipeline(Source(records), [Waits(), Works()], depth, times)]
     assert steps == list(range(records))
     cpu = StageTimes.cpu_key
+    waits, works = Waits.stage.value, Works.stage.value  # the stage-time keys
     # Each stage ran 5 times for 20 ms of wall time (sleeping) or of CPU time (spinning).
-    assert times["waits"] >= records * WAIT_S and times["works"] >= records * WAIT_S
-    assert times[cpu("works")] >= records * WAIT_S
+    assert times[waits] >= records * WAIT_S and times[works] >= records * WAIT_S
+    assert times[cpu(works)] >= records * WAIT_S
     # Sleeping takes microseconds of CPU; even a loaded machine leaves that far below half.
-    assert times[cpu("waits")] < 0.5 * records * WAIT_S
+    assert times[cpu(waits)] < 0.5 * records * WAIT_S
     # CPU time of one thread never exceeds its wall time.
-    for name in ("source", "waits", "works"):
+    for name in (Source.stage.value, waits, works):
         assert times[cpu(name)] <= times[name] + 1e-3

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import salientpp
-from salientpp import resources
+from salientpp import host
 from salientpp._ext import extension
 from salientpp.cache import Budget, Workload
 from salientpp.cli import main
@@ -20,8 +20,9 @@ from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.partition.partitioner import partition_dataset
-from salientpp.resources import (KEPT_FREED_FRACTION, MemoryEstimate, available_memory, batch_size_estimate,
-                                 check_memory, estimate_analyze, estimate_partition, estimate_train)
+from salientpp.host import available_memory
+from salientpp.resources import (KEPT_FREED_FRACTION, MemoryEstimate, batch_size_estimate, check_memory,
+                                 estimate_analyze, estimate_partition, estimate_train)
 
 REPO = Path(salientpp.__file__).resolve().parents[1]
 ANALYZE = ["--fanouts", "10,5", "--batch-size", "16", "--replication", "0.1"]
@@ -91,7 +92,7 @@ def test_a_bad_memory_limit_is_one_sentence_and_exit_2(tmp_path, tiny_dir, tiny_
 
 def test_partition_refuses_without_a_limit_when_too_little_memory_is_available(tmp_path, tiny_dir, monkeypatch,
                                                                                capsys):
-    monkeypatch.setattr(resources, "available_memory", lambda: 100 * 2**20)
+    monkeypatch.setattr(host, "available_memory", lambda: 100 * 2**20)
     # A larger --memory-limit cannot raise the budget above what is available.
     for extra in ([], ["--memory-limit", "1TiB"]):
         assert main(["partition", str(tiny_dir), str(tmp_path / "out"), "--parts", "2", *extra]) == 2
@@ -114,7 +115,7 @@ def test_partition_refuses_a_meta_json_without_counts(tmp_path, tiny_dir, capsys
 
 
 def test_check_memory_compares_the_total_with_the_budget(monkeypatch):
-    monkeypatch.setattr(resources, "available_memory", lambda: 10 * 2**30)
+    monkeypatch.setattr(host, "available_memory", lambda: 10 * 2**30)
     estimate = MemoryEstimate("the job", {"a": 3 * 2**30, "b": 2**30})
     assert estimate.total == 4 * 2**30
     assert estimate.describe() == "about 4.0 GiB (a 3.0 GiB, b 1.0 GiB)"
@@ -144,9 +145,9 @@ def _fake_system(tmp_path: Path, monkeypatch, cgroup_lines: str, files: dict[str
     for name, text in files.items():
         (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "fs" / name).write_text(text)
-    monkeypatch.setattr(resources, "MEMINFO", tmp_path / "meminfo")
-    monkeypatch.setattr(resources, "PROC_CGROUP", tmp_path / "cgroup")
-    monkeypatch.setattr(resources, "CGROUP_ROOT", tmp_path / "fs")
+    monkeypatch.setattr(host, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(host, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(host, "CGROUP_ROOT", tmp_path / "fs")
 
 
 @pytest.mark.parametrize("cgroup_lines, files, expected_mib", [

@@ -16,7 +16,7 @@ from salientpp.cli import main
 from salientpp.data.csr import build_csr
 from salientpp.data.format import Dataset, save_dataset
 from salientpp.sampling import NeighborLoader, NeighborSampler
-from salientpp.sampling.kinds import make_sampler
+from salientpp.sampling import make_sampler
 
 REPO = Path(__file__).resolve().parents[1]
 

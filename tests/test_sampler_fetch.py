@@ -21,7 +21,7 @@ def setup():
     x = torch.randn(N, F, generator=torch.Generator().manual_seed(1))
     book = PartitionBook(OFFSETS)
     owned = book.owned(RANK)
-    # Cache a random half of the remote ids: the first 120 in the GPU tier, the rest in the CPU tier.
+    # Cache a random half of the remote ids: the first 120 in the device tier, the rest in the host tier.
     remote = np.setdiff1d(np.arange(N), owned)
     cached = rng.permutation(remote)[:remote.shape[0] // 2]
     num_gpu = 120
@@ -33,7 +33,7 @@ def setup():
     local_row = np.empty_like(storage)
     local_row[storage] = np.arange(storage.shape[0])
     local_x = x[owned[storage]]
-    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_gpu_slots=num_gpu, local_x=local_x,
+    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=num_gpu, local_x=local_x,
                        local_row=local_row, pin=False)
     return NeighborSampler(rowptr, col, [4, 3]), x, ctx, gpu_cache, cpu_cache
 
@@ -42,8 +42,8 @@ def complete(plan, x, gpu_cache, cpu_cache) -> torch.Tensor:
     """The plan's x with the rows of the other sources written in (the owners send ``x[remote_id]``)."""
     out = plan.x.clone()
     out[plan.remote_pos] = x[plan.remote_id]
-    out[plan.gpu_pos] = gpu_cache[plan.gpu_slot]
-    out[plan.cpu_pos] = cpu_cache[plan.cpu_slot]
+    out[plan.device_pos] = gpu_cache[plan.device_slot]
+    out[plan.host_pos] = cpu_cache[plan.host_slot]
     return out
 
 
@@ -52,13 +52,13 @@ def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
     owner = torch.from_numpy(ctx.book.owner(n_id.numpy()))
     cache_slot = torch.from_numpy(ctx.cache_slot)
     # Every position lands in exactly one group, and the groups are what they claim.
-    positions = torch.cat([plan.owned_pos, plan.remote_pos, plan.gpu_pos, plan.cpu_pos])
+    positions = torch.cat([plan.owned_pos, plan.remote_pos, plan.device_pos, plan.host_pos])
     assert torch.equal(torch.sort(positions).values, torch.arange(n_id.shape[0]))
     assert (owner[plan.owned_pos] == RANK).all()
     assert torch.equal(n_id[plan.remote_pos], plan.remote_id)
     assert (owner[plan.remote_pos] != RANK).all() and (cache_slot[plan.remote_id] == -1).all()
-    assert torch.equal(cache_slot[n_id[plan.gpu_pos]], plan.gpu_slot) and (plan.gpu_slot < ctx.num_gpu_slots).all()
-    assert torch.equal(cache_slot[n_id[plan.cpu_pos]] - ctx.num_gpu_slots, plan.cpu_slot)
+    assert torch.equal(cache_slot[n_id[plan.device_pos]], plan.device_slot) and (plan.device_slot < ctx.num_device_slots).all()
+    assert torch.equal(cache_slot[n_id[plan.host_pos]] - ctx.num_device_slots, plan.host_slot)
     # Remote ids grouped by owner, ascending, with the right counts, n_id order within an owner.
     remote_owner = owner[plan.remote_pos]
     assert torch.equal(remote_owner, torch.sort(remote_owner, stable=True).values)
@@ -70,7 +70,7 @@ def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
     assert torch.equal(plan.x[plan.owned_pos], x[n_id[plan.owned_pos]])
     assert torch.equal(plan.x[plan.owned_pos], torch.as_tensor(ctx.local_x)[plan.owned_row])
     assert torch.equal(complete(plan, x, gpu_cache, cpu_cache), x[n_id])
-    assert plan.owned_pos.numel() and plan.remote_id.numel() and plan.gpu_pos.numel() and plan.cpu_pos.numel()
+    assert plan.owned_pos.numel() and plan.remote_id.numel() and plan.device_pos.numel() and plan.host_pos.numel()
 
 
 def test_plan_reconstructs_features(setup):
@@ -92,7 +92,7 @@ def test_plan_without_cache_or_rows(setup):
     sampler, x, ctx, _, _ = setup
     batch = sampler.sample(torch.arange(600, 700, 2), seed=1, fetch=FetchContext(ctx.book, 2, pin=False))
     plan = batch.fetch
-    assert plan.x is None and plan.gpu_pos.numel() == 0 and plan.cpu_pos.numel() == 0
+    assert plan.x is None and plan.device_pos.numel() == 0 and plan.host_pos.numel() == 0
     assert torch.equal(plan.owned_row, batch.n_id[plan.owned_pos] - OFFSETS[2])  # identity row map
     assert plan.remote_counts.sum() == plan.remote_id.numel() == batch.num_nodes - plan.owned_pos.numel()
 
@@ -110,7 +110,7 @@ def test_bad_fetch_context(setup, change, match):
     sampler, _, ctx, _, _ = setup
     if change.get("pin") and torch.cuda.is_available():
         pytest.skip("pinning is valid where CUDA exists")
-    fields = dict(book=ctx.book, rank=ctx.rank, cache_slot=ctx.cache_slot, num_gpu_slots=ctx.num_gpu_slots,
+    fields = dict(book=ctx.book, rank=ctx.rank, cache_slot=ctx.cache_slot, num_device_slots=ctx.num_device_slots,
                   local_x=ctx.local_x, local_row=ctx.local_row, pin=False) | change
     with pytest.raises(InputError, match=match):
         sampler.sample([300], fetch=FetchContext(**fields))

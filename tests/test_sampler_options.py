@@ -7,7 +7,7 @@ import pytest
 from salientpp.cli import main
 from salientpp.errors import InputError
 from salientpp.sampling import BulkSampler, NeighborLoader, make_sampler
-from salientpp.train import TrainConfig
+from salientpp.train import TrainConfig, resolve_run
 
 
 def _refused(capsys, argv: list[str], expected: str) -> None:
@@ -39,7 +39,7 @@ def test_ladies_layer_sizes_below_one_are_refused_by_the_cache_commands(tiny_par
 
 @pytest.mark.parametrize("argv, expected", [
     (["--sampler", "ladies", "--fanouts=-1,64", "--layers", "2"], "LADIES samples a number of nodes per layer"),
-    (["--sampler", "bulk", "--bulk-size", "0"], "--bulk-size (minibatches per bulk) must be a positive integer"),
+    (["--sampler", "bulk", "--bulk-size", "0"], "--bulk-size must be a positive integer"),
     (["--sampler", "ladies", "--fanouts", "64,64", "--layers", "2", "--model", "gat"], "use --model sage"),
 ])
 def test_train_refuses_bad_sampler_options_before_starting_ranks(tiny_partitions, capsys, argv, expected):
@@ -53,13 +53,14 @@ def test_a_node_wise_plan_is_refused_for_ladies_training(tiny_partitions, tmp_pa
                  "--out", str(plan)]) == 0
     capsys.readouterr()
     with pytest.raises(InputError, match="built for the nodewise sampler but training uses ladies"):
-        TrainConfig(part_dir, layers=2, fanouts=(5, 5), batch_size=32, sampler="ladies", plan=str(plan)).validate()
+        resolve_run(TrainConfig(part_dir, layers=2, fanouts=(5, 5), batch_size=32, sampler="ladies", plan=str(plan)))
     # Bulk node-wise draws the same distribution: the node-wise plan serves it.
-    TrainConfig(part_dir, layers=2, fanouts=(5, 5), batch_size=32, sampler="bulk", plan=str(plan)).validate()
+    run = resolve_run(TrainConfig(part_dir, layers=2, fanouts=(5, 5), batch_size=32, sampler="bulk", plan=str(plan)))
+    assert run.cache.info.path == plan
 
 
 @pytest.mark.parametrize("kwargs, expected", [
-    (dict(minibatches_per_bulk=0), "minibatches_per_bulk must be an integer >= 1"),
+    (dict(minibatches_per_bulk=0), r"minibatches_per_bulk \(--bulk-size\) must be a positive integer"),
     (dict(method="fastgcn"), "unknown bulk sampling method"),
     (dict(method="ladies", replace=True), "drop --replace"),
 ])

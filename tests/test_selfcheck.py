@@ -8,7 +8,7 @@ import torch
 
 from salientpp import selfcheck
 from salientpp.cli import main as cli_main
-from salientpp.distributed import gather
+from salientpp.distributed import device as gather
 from conftest import one_sentence
 
 
@@ -92,7 +92,7 @@ def test_selfcheck_on_cuda_without_a_gpu_is_one_sentence_and_exit_2(capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--presets", "huge"], "unknown preset 'huge'"),
-    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--epochs", "0"], "--epochs must be a positive integer"),
 ])
 def test_selfcheck_refuses_bad_options_before_any_work(capsys, argv, message):
     assert cli_main(["selfcheck", "--device", "cpu", "--no-bench", *argv]) == 2

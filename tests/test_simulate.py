@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from cache_support import make_partitioned
-from salientpp.cache import Budget, PolicyContext, Workload, build_plans, loader_seed, simulate
-from salientpp.cache.simulator import require_pyplot
+from salientpp.cache import Budget, PolicyContext, Workload, build_plans, simulate
+from salientpp.streams import loader_seed
+from salientpp.plots import require_pyplot
 from salientpp.cli import main
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborLoader, NeighborSampler

@@ -3,6 +3,7 @@ local ranks and within a rank, the overrides, the start-up line, and its use by 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,10 +11,11 @@ import torch
 from salientpp.cli import main as cli_main
 from salientpp import DistGraph, DistNeighborLoader
 from salientpp.distributed import init_distributed, launch
-from salientpp.distributed import threads
-from salientpp.distributed.threads import ThreadBudget, local_world_size, usable_cores
+from salientpp import host
+from salientpp.host import ThreadBudget
 from salientpp.errors import InputError
-from salientpp.train import TrainConfig, Trainer
+from salientpp.host import local_world_size, usable_cores
+from salientpp.train import MinibatchTrainer, RankSetup, TrainConfig, resolve_run
 from conftest import one_sentence
 
 SMALL = ["--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-fanouts", "5,5"]
@@ -24,12 +26,12 @@ def machine(tmp_path, monkeypatch):
     """A fake machine: ``machine(cores, cgroup_lines, {path under /sys/fs/cgroup: text})`` sets
     the affinity mask to ``cores`` cores and writes /proc/self/cgroup and the cgroup files."""
     proc, root = tmp_path / "proc-self-cgroup", tmp_path / "sys-fs-cgroup"
-    monkeypatch.setattr(threads, "PROC_CGROUP", proc)
-    monkeypatch.setattr(threads, "CGROUP_ROOT", root)
+    monkeypatch.setattr(host, "PROC_CGROUP", proc)
+    monkeypatch.setattr(host, "CGROUP_ROOT", root)
     root.mkdir()
 
     def make(cores: int, cgroup: str | None = None, files: dict[str, str] | None = None) -> None:
-        monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)))
+        monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: set(range(cores)))
         if cgroup is not None:
             proc.write_text(cgroup)
         for name, text in (files or {}).items():
@@ -100,15 +102,13 @@ def test_missing_or_unreadable_cgroup_files_leave_the_affinity_mask(machine, cgr
 
 
 def test_the_memory_check_still_reads_its_cgroup_through_the_shared_parser(tmp_path, monkeypatch):
-    from salientpp import resources
-
-    monkeypatch.setattr(resources, "PROC_CGROUP", tmp_path / "cgroup")
-    monkeypatch.setattr(resources, "CGROUP_ROOT", tmp_path / "fs")
+    monkeypatch.setattr(host, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(host, "CGROUP_ROOT", tmp_path / "fs")
     (tmp_path / "cgroup").write_text("4:memory:/job\n0::/job\n")
     for name, text in {"fs/job/memory.max": "1000", "fs/memory/job/memory.limit_in_bytes": "2000"}.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert resources._cgroup_dirs() == [
+    assert host._cgroup_dirs() == [
         (tmp_path / "fs/memory/job", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
         (tmp_path / "fs/job", "memory.max", "memory.current", "inactive_file")]
 
@@ -119,7 +119,7 @@ def test_the_memory_check_still_reads_its_cgroup_through_the_shared_parser(tmp_p
 def cores(monkeypatch):
     """``cores(n)``: make :func:`usable_cores` report ``n`` cores of the affinity mask."""
     def make(n: int) -> None:
-        monkeypatch.setattr(threads, "usable_cores", lambda: (n, "affinity mask"))
+        monkeypatch.setattr(host, "usable_cores", lambda: (n, "affinity mask"))
     return make
 
 
@@ -240,24 +240,28 @@ def parts(tiny_partitions):
 
 def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(parts):
     config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
-                         progress=False).validate()
+                         progress=False)
+    run = resolve_run(config, 1)
     budget = ThreadBudget(8, 1, 5, 3, "affinity mask")
-    trainer = Trainer(config, init_distributed("cpu"), threads=budget)
+    trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=budget), init_distributed("cpu")))
     assert trainer.threads is budget
     assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, True)
     fitting = ThreadBudget(8, 1, 5, 3, "affinity mask", torch_threads_given=True, sampler_threads_given=True)
-    trainer = Trainer(config, init_distributed("cpu"), threads=fitting)
+    trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=fitting), init_distributed("cpu")))
     assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, False)
 
 
-@pytest.mark.parametrize("given, budget_cores, depth", [(None, 8, 4), (None, 4, 1), (3, 4, 3)])
-def test_the_trainers_pipeline_depth_is_the_budgets_unless_given(parts, given, budget_cores, depth):
+@pytest.mark.parametrize("given, usable, depth", [(None, 8, 4), (None, 4, 1), (3, 4, 3)])
+def test_the_runs_pipeline_depth_is_the_budgets_unless_given_and_the_sampler_reads_as_far_ahead(
+        parts, cores, given, usable, depth):
+    cores(usable)
     config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
-                         pipeline_depth=given, progress=False).validate()
-    budget = ThreadBudget(budget_cores, 4, 1, 1, "affinity mask")  # 4 local ranks of 1 torch thread
-    trainer = Trainer(config, init_distributed("cpu"), threads=budget)
+                         pipeline_depth=given, torch_threads=1, progress=False)
+    run = resolve_run(config, 4)  # 4 local ranks of 1 torch thread: spare cores on 8, none on 4
+    assert run.config.pipeline_depth == depth
+    trainer = MinibatchTrainer(RankSetup.open(run, init_distributed("cpu")))
     assert trainer.loader.pipeline_depth == depth
-    assert trainer.loader._loader.queue_depth == depth
+    assert trainer.loader.read_ahead == trainer.loader._loader.read_ahead == depth
 
 
 def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cores, monkeypatch):
@@ -278,7 +282,7 @@ def test_the_config_refuses_thread_counts_that_are_not_positive(parts, name, val
 
 
 def test_the_config_leaves_unset_thread_counts_to_the_budget(parts):
-    config = TrainConfig(str(parts / "p2")).validate()
+    config = TrainConfig(str(parts / "p2")).resolved()
     assert (config.num_threads, config.torch_threads) == (None, None)
 
 

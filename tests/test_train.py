@@ -16,8 +16,9 @@ from salientpp.distributed import WorkerError, init_distributed, launch
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned, save_partitioned
 from salientpp.partition.partitioner import partition, partition_dataset
-from salientpp.pipeline import StageTimes
-from salientpp.train import TrainConfig, Trainer, train
+from salientpp.loader.pipeline import StageTimes
+from salientpp.train import TrainConfig, train
+from trainers import rank_trainer
 from salientpp.train.config import cpu_has_bf16
 
 TINY = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=32, lr=0.01, eval_fanouts=(10, 10), progress=False)
@@ -141,7 +142,7 @@ def test_a_partition_with_fewer_training_nodes_than_steps_is_refused(tiny, tmp_p
 
 def _raise_on_rank_one(part_dir: str) -> None:
     ctx = init_distributed("cpu", timeout_s=120)
-    trainer = Trainer(TrainConfig(part_dir, epochs=3, **TINY).validate(), ctx)
+    trainer = rank_trainer(TrainConfig(part_dir, epochs=3, **TINY), ctx)
     trainer.train_epoch(0)
     if ctx.rank == 1:
         raise RuntimeError("injected failure")
@@ -221,7 +222,7 @@ def test_the_epoch_loss_and_metric_are_the_seed_weighted_means_of_its_batches(ti
     monkeypatch.setattr(Task, "loss", loss)
     monkeypatch.setattr(Task, "metric_sums", metric_sums)
     ctx = init_distributed("cpu")
-    trainer = Trainer(TrainConfig(str(root / "p1"), epochs=1, cache="none", **TINY).validate(), ctx)
+    trainer = rank_trainer(TrainConfig(str(root / "p1"), epochs=1, cache="none", **TINY), ctx)
     record = trainer.train_epoch(0)
     steps = np.array(seen)
     assert len(seen) == record["steps"] > 1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from salientpp.bench.pyg_baseline import PyGReferenceModel, _blocks, unavailable_reason
+from salientpp.bench.pyg_baseline import PyGReferenceModel, _mfgs, unavailable_reason
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.models import MFGModel
 
@@ -23,7 +23,7 @@ class _Whole:
     edge_index: torch.Tensor
 
 
-def test_per_hop_blocks_give_the_whole_subgraph_outputs():
+def test_per_hop_mfgs_give_the_whole_subgraph_outputs():
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
@@ -42,14 +42,14 @@ def test_per_hop_blocks_give_the_whole_subgraph_outputs():
                                 batch_size=16, shuffle=True, is_sorted=True)  # as the bench passes it
         batches = [b for _, b in zip(range(3), loader)]
     for batch in batches:
-        blocks = _blocks(batch, 3)
+        mfgs = _mfgs(batch, 3)
         # The input layer has every edge, later layers drop hops; destinations shrink to the seeds.
-        edges = [b.edge_index.shape[1] for b in blocks]
+        edges = [b.edge_index.shape[1] for b in mfgs]
         assert edges[0] == batch.edge_index.shape[1] and edges[0] > edges[1] > edges[2] > 0
-        assert batch.num_nodes > blocks[0].num_dst > blocks[1].num_dst > blocks[2].num_dst == batch.batch_size
+        assert batch.num_nodes > mfgs[0].num_dst > mfgs[1].num_dst > mfgs[2].num_dst == batch.batch_size
         # Every layer over the whole subgraph, through PyG's convolutions (no rowptr used), with
-        # the same weights: the per-hop CSR blocks must give the seeds the same outputs.
+        # the same weights: the per-hop CSR MFGs must give the seeds the same outputs.
         whole = [_Whole(batch.num_nodes, batch.edge_index)] * 3
         with torch.no_grad():
-            torch.testing.assert_close(model(batch.x, blocks), reference(batch.x, whole)[:batch.batch_size],
+            torch.testing.assert_close(model(batch.x, mfgs), reference(batch.x, whole)[:batch.batch_size],
                                        rtol=1e-5, atol=1e-6)

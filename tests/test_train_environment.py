@@ -19,12 +19,12 @@ from salientpp.cli.train import summary
 from salientpp.distributed import DistContext
 from salientpp.distributed.group import init_distributed, rendezvous_error
 from salientpp.distributed.health import Health, Position
-from salientpp.distributed.launcher import free_port
+from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.train import TrainConfig, TrainResult, train
 from salientpp.cache import plan as plan_module
-from salientpp.train import cache_setup
+from salientpp.train import setup as run_setup
 from salientpp.train.checkpoint import LAST
 from conftest import one_sentence
 
@@ -137,8 +137,8 @@ def test_a_job_that_loses_the_race_to_save_a_plan_uses_the_winners(tiny_partitio
 
     part_dir = tmp_path / "p2"
     shutil.copytree(tiny_partitions[0] / "p2", part_dir, ignore=shutil.ignore_patterns("cache"))
-    config = _tiny(str(part_dir)).validate()
-    path = cache_setup.default_plan_dir(config)
+    choice = run_setup.resolve_run(_tiny(str(part_dir))).cache
+    path = choice.path
     real_build = plan_module.build_plans
 
     def build_while_another_job_saves(*args, **kwargs):
@@ -147,8 +147,8 @@ def test_a_job_that_loses_the_race_to_save_a_plan_uses_the_winners(tiny_partitio
         return plans
     # analyze's own build-and-save, as the trainer calls it: the other job wins between build and save
     monkeypatch.setattr(plan_module, "build_plans", build_while_another_job_saves)
-    resolved = cache_setup.resolve_cache(config, load_partitioned(part_dir), 0)
-    assert resolved.source == f"using {path}" and resolved.path == path
+    opened = run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 0, 1)
+    assert opened.source == f"using {path}" and opened.info.path == path and not opened.built
     assert not list(path.parent.glob(".*tmp*"))  # the loser's temporary is gone
 
 
@@ -180,7 +180,7 @@ def test_a_rank_that_never_arrives_is_not_reported_as_an_address_problem(monkeyp
 
 def test_peer_reports_never_show_negative_ages():
     store = torch.distributed.HashStore()
-    ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), "gloo", store=store, timeout_s=5)
+    ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), "gloo", rendezvous_store=store, timeout_s=5)
     future = Position("rows", 0, 3, time.time() + 0.04)  # a peer's clock a little ahead of ours
     store.set("position/1", json.dumps(future.__dict__))
     health = Health(ctx)

@@ -7,8 +7,9 @@ import torch
 
 from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
-from salientpp.sampling.types import MFG
+from salientpp.sampling import MFG
 from salientpp.train import TrainConfig, Trainer
+from trainers import rank_trainer
 
 SMALL = dict(hidden=16, layers=2, fanouts=(4, 4), batch_size=32, eval_batch_size=97, cache="none", progress=False)
 
@@ -32,7 +33,7 @@ def _dense_logits(trainer: Trainer) -> torch.Tensor:
 @pytest.mark.parametrize("model", ["sage", "gat", "gin"])
 def test_one_rank_equals_a_dense_full_graph_forward(tiny, model):
     root, _ = tiny
-    trainer = Trainer(TrainConfig(str(root / "p1"), model=model, **SMALL).validate(), init_distributed("cpu"))
+    trainer = rank_trainer(TrainConfig(str(root / "p1"), model=model, **SMALL), init_distributed("cpu"))
     n = trainer.graph.part.y.shape[0]
     # Chunks of 97 destinations: many chunks, the last one partial.
     got = trainer.evaluator.layerwise_logits(np.arange(n), CommStats())
@@ -45,7 +46,7 @@ def test_one_rank_equals_a_dense_full_graph_forward(tiny, model):
 
 def _layerwise_worker(part_dir: str, model: str) -> tuple[np.ndarray, np.ndarray, dict]:
     ctx = init_distributed("cpu", timeout_s=60)
-    trainer = Trainer(TrainConfig(part_dir, model=model, **SMALL).validate(), ctx)
+    trainer = rank_trainer(TrainConfig(part_dir, model=model, **SMALL), ctx)
     stats = CommStats()
     logits = trainer.evaluator.layerwise_logits(np.arange(trainer.graph.part.y.shape[0]), stats)
     orig = np.asarray(trainer.graph.data.orig_id)[trainer.graph.offset:trainer.graph.offset + logits.shape[0]]
@@ -70,8 +71,8 @@ def test_two_ranks_equal_one_rank_for_the_same_weights(tiny):
 
 def test_layerwise_evaluation_reports_the_dense_accuracy(tiny):
     root, _ = tiny
-    config = TrainConfig(str(root / "p1"), epochs=1, lr=0.01, inference="layerwise", **SMALL).validate()
-    trainer = Trainer(config, init_distributed("cpu"))
+    config = TrainConfig(str(root / "p1"), epochs=1, lr=0.01, inference="layerwise", **SMALL)
+    trainer = rank_trainer(config, init_distributed("cpu"))
     trainer.train_epoch(0)
     metrics = trainer.evaluate(0)
     pred = _dense_logits(trainer).argmax(-1)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from salientpp.cli import main as cli_main
 from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
+from salientpp.models import ModelInput
+from salientpp.models.gnn import SeedForward, model_input
 from salientpp.partition.partitioner import partition_dataset
 from salientpp.train import TrainConfig, train
 
@@ -97,3 +101,67 @@ def test_predict_writes_every_node_in_original_ids_and_equals_the_layerwise_eval
     # An existing output is refused, as every output is.
     assert cli_main(["predict", str(tmp_path / "p2"), "--checkpoint", str(ckpt), "--out", str(tmp_path / "pred")]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+# ---- how the trainer calls a model ----------------------------------------------------------------
+
+class _Recorder(torch.nn.Module):
+    """Records how it was called; returns one row per batch node."""
+
+    def forward(self, x, graph, **keywords):
+        self.called = (graph, keywords)
+        return x
+
+
+class _Hops(_Recorder):
+    salientpp_input = ModelInput.EDGE_INDEX_HOPS
+
+
+class _Blocks(_Recorder):
+    salientpp_input = "mfgs"  # the value works as well as the enum member
+
+
+class _NamedMfgs(torch.nn.Module):
+    """Its parameter is named mfgs but it declares nothing: it gets edge_index (names are not read)."""
+
+    def forward(self, x, mfgs):
+        self.called = mfgs
+        return x
+
+
+def _batch():
+    return SimpleNamespace(x=torch.ones(4, 2), edge_index="edge_index", mfgs="mfgs", batch_size=2,
+                           num_sampled_nodes=[2, 2], num_sampled_edges=[3], n_id=torch.arange(4))
+
+
+@pytest.mark.parametrize("model, graph, keywords", [
+    (_Recorder(), "edge_index", {}),
+    (_Hops(), "edge_index", {"num_sampled_nodes": [2, 2], "num_sampled_edges": [3]}),
+    (_Blocks(), "mfgs", {}),
+])
+def test_a_model_is_called_as_it_declares_and_the_pyg_way_by_default(model, graph, keywords):
+    out = SeedForward.of(model)(_batch())
+    assert model.called == (graph, keywords)
+    assert out.shape[0] == (4 if graph == "mfgs" else 2)  # edge_index models return every node: the seeds are kept
+
+
+def test_a_models_parameter_names_do_not_choose_its_input():
+    model = _NamedMfgs()
+    SeedForward.of(model)(_batch())
+    assert model.called == "edge_index"
+
+
+def test_a_bad_declaration_or_forward_is_one_sentence():
+    class Declared(_Recorder):
+        salientpp_input = "blocks"
+
+    class OneArgument(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(InputError, match=r"Declared.salientpp_input is 'blocks'; declare one of 'edge_index'"):
+        model_input(Declared())
+    with pytest.raises(InputError, match=r"OneArgument.forward cannot be called as forward\(x, edge_index\)"):
+        model_input(OneArgument())
+    with pytest.raises(InputError, match=r"cannot be called as forward\(x, edge_index, num_sampled_nodes=\.\.\."):
+        model_input(type("NoKeywords", (_NamedMfgs,), {"salientpp_input": ModelInput.EDGE_INDEX_HOPS})())

@@ -16,12 +16,13 @@ import torch
 from salientpp.cache.plan import read_plan_info
 from salientpp.cli import main as cli_main
 from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
-from salientpp.distributed.loader import DistNeighborLoader
+from salientpp.loader.loader import DistNeighborLoader
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.resources import estimate_train
-from salientpp.train import TrainConfig, Trainer
-from salientpp.train import cache_setup
+from salientpp.train import TrainConfig
+from salientpp.train import setup as run_setup
+from trainers import rank_trainer
 from conftest import fail_probe_in, one_sentence
 
 WORKLOAD = ["--fanouts", "5,5", "--batch-size", "16"]
@@ -83,7 +84,7 @@ def _check_features(part_dir: str, plan: str) -> dict:
     ctx = init_distributed("cpu", timeout_s=60)
     config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(5, 5), batch_size=16, plan=plan,
                          pipeline_depth=2, eval_fanouts=(5, 5), eval_batch_size=64, progress=False).validate()
-    trainer = Trainer(config, ctx)
+    trainer = rank_trainer(config, ctx)
     data = trainer.graph.data
     x = np.concatenate([np.asarray(data.part(k).x) for k in range(data.num_parts)])  # global id order
     store, info = trainer.loader.store, read_plan_info(plan)
@@ -195,13 +196,14 @@ def test_a_read_only_partitioned_dir_without_a_plan_is_refused_before_any_rank_s
 
 def test_a_failed_save_of_the_plan_is_never_swallowed(p2, tmp_path, monkeypatch):
     part_dir = _copy_without_plans(p2, tmp_path / "p2")
-    config = TrainConfig(str(part_dir), hidden=16, layers=2, fanouts=(5, 5), batch_size=16, progress=False).validate()
+    config = TrainConfig(str(part_dir), hidden=16, layers=2, fanouts=(5, 5), batch_size=16, progress=False)
+    choice = run_setup.resolve_run(config).cache
 
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr("salientpp.cache.plan.write_meta", disk_full)
     with pytest.raises(InputError, match=r"cannot write .*vip-f5-5-b16-r0\.1: no space left on device"):
-        cache_setup.resolve_cache(config, load_partitioned(part_dir), 0)
+        run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 0, 1)
     assert not list((part_dir / "cache").iterdir())  # no plan, no temporary
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from salientpp.errors import InputError
+from salientpp.errors import InputError, check_int
 from salientpp.io import atomic_output_dir, check_output_dir
 from salientpp.train.state import TEST_METRIC, VALID_METRIC
 
@@ -228,8 +228,7 @@ def make_plan(setup: PaperSetup, args: argparse.Namespace) -> Plan:
     """Check every option and the data on disk, and list the runs; raises :class:`InputError`."""
     for name in ("machines", "gpus_per_machine", "epochs", "accuracy_epochs", "sim_epochs", "batch_size",
                  "hidden", "threads"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+        check_int(getattr(args, name), f"--{name.replace('_', '-')}")
     experiments = tuple(e.strip() for e in args.experiments.split(",") if e.strip())
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if not experiments or unknown:

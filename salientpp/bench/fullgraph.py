@@ -25,18 +25,19 @@ import statistics
 import time
 from typing import Any
 
-from ..cache import parse_fanouts
+from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..fullgraph import Dependencies, check_dependencies
 from ..fullgraph.plan import candidate_plans
 from ..io import atomic_output_file, check_writable_file, write_text_atomic
 from ..distributed import init_distributed, launch, shutdown_distributed
-from ..partition import load_partitioned
+from ..plots import require_pyplot
 from ..train import TrainConfig, train
 from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY, PLAN, PREDICTED_S, PROBED_S,
                                PROBE_BAND, PROBE_PASSES, REDUNDANT, FullGraphTrainer,
                                probe_times)
-from ..train.run import check_train_memory
+from ..host import local_world_size
+from ..train.setup import RankSetup, resolve_run
 from ..train.state import VALID_METRIC
 
 # Validation accuracy below the smaller best of the two runs that counts as reached.
@@ -68,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace, **options) -> TrainConfig:
     return TrainConfig(args.part_dir, model=args.model, hidden=args.hidden, layers=args.layers, lr=args.lr,
-                       weight_decay=args.weight_decay, progress=False, **options).validate()
+                       weight_decay=args.weight_decay, progress=False, **options)
 
 
 def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -83,7 +84,7 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict
 
         def build(name: str, config: TrainConfig, **kwargs) -> None:
             start = time.perf_counter()
-            trainers[name] = FullGraphTrainer(config, ctx, **kwargs)
+            trainers[name] = FullGraphTrainer(RankSetup.open(resolve_run(config, local_world_size()), ctx), **kwargs)
             startup[name] = time.perf_counter() - start
 
         for mode in modes:  # one calibration for all, so that the predictions compare
@@ -152,10 +153,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = require_pyplot()
     names = [r["dependencies"] + ("" if r["plan"] == r["dependencies"] else f"\n({r['plan']})") for r in rows]
     x = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(rows)), 3.4))
@@ -182,10 +180,9 @@ def main(args: argparse.Namespace) -> int:
         if path:
             check_writable_file(path, option)
     # Every option checked, and the largest plan's memory, before any rank starts.
-    config = _config(args, mode="full-graph", dependencies=Dependencies.CACHE.value, epochs=args.epochs)
-    data = load_partitioned(args.part_dir, verify=False, check=False)
-    check_train_memory(config, data, data.num_parts)
-    rows, cost = launch(_side_by_side, (args, modes), data.num_parts)[0]
+    run = resolve_run(_config(args, mode="full-graph", dependencies=Dependencies.CACHE.value, epochs=args.epochs),
+                      memory_check=True)
+    rows, cost = launch(_side_by_side, (args, modes), run.local_ranks)[0]
     print(f"full-graph epochs of {args.part_dir}, {args.model} {args.layers} layers hidden {args.hidden}, "
           f"median of epochs 2..{args.epochs}, modes interleaved:\n")
     print(_table(rows))

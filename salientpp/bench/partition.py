@@ -28,12 +28,14 @@ from typing import Any
 import numpy as np
 
 from ..data.format import KIND
-from ..errors import InputError
+from ..errors import InputError, check_int
 from ..io import atomic_output_file, check_writable_file, read_meta, write_text_atomic
-from ..parsing import name_list
+from ..parsing import name_list, parse_memory_limit
+from ..plots import require_pyplot
 from ..partition.format import KIND as PARTITIONED
 from ..partition.partitioner import METHODS, check_options
-from ..resources import GiB, estimate_partition, format_bytes, multilevel_budget, parse_memory_limit
+from ..host import GiB, format_bytes
+from ..resources import estimate_partition, multilevel_budget
 
 # ogbn-papers100M: nodes and directed edges of its symmetric CSR (OGB's 1.6B undirected edges).
 PAPERS100M = (111_059_956, 3_231_371_744)
@@ -124,7 +126,6 @@ def extrapolate(rows: list[dict[str, Any]], method: str, num_nodes: int, num_edg
 
 
 def _plot(rows: list[dict[str, Any]], path: str, parts: int) -> None:
-    from ..cache.simulator import require_pyplot
     plt = require_pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for method in dict.fromkeys(r["method"] for r in rows):
@@ -148,8 +149,7 @@ def _plot(rows: list[dict[str, Any]], path: str, parts: int) -> None:
 
 def main(args: argparse.Namespace) -> int:
     methods = name_list(args.methods, "--methods", "metis,multilevel")
-    if args.repeats < 1:
-        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    check_int(args.repeats, "--repeats")
     limit = parse_memory_limit(args.memory_limit)
     for path, option in ((args.json_path, "--json"), (args.plot, "--plot")):
         if path:

@@ -10,7 +10,7 @@ the sampling and fetching gain and the other what the model step gains. Like our
 runs on its own hop's MFG (PyG's "hierarchical" trimming; the seeds' outputs equal those of
 ``model(x, edge_index)[:batch_size]`` over the whole subgraph, at a fraction of the compute).
 Ranks with fewer batches run empty steps so that DDP's all-reduces stay in lockstep, as in the
-trainer. Every rank runs under the same :class:`~salientpp.distributed.threads.ThreadBudget` as
+trainer. Every rank runs under the same :class:`~salientpp.host.ThreadBudget` as
 the trainer's (PyG's loader samples on the training thread).
 """
 from __future__ import annotations
@@ -27,10 +27,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..distributed import init_distributed, launch, shutdown_distributed
 from ..distributed.health import Stage
-from ..distributed.threads import ThreadBudget, local_world_size
-from ..models import EmptyBlock, MFGModel
+from ..host import ThreadBudget, local_world_size
+from ..models import MFGModel
 from ..partition import load_partitioned
-from ..sampling.types import MFG
+from ..sampling import MFG
 from ..train.state import TRAIN_CPU
 
 # BaselineConfig.model: PyG's SAGE (PyGReferenceModel) or salientpp's MFGModel.
@@ -97,7 +97,7 @@ def _hop_ends(edge_index: torch.Tensor, batch_size: int, num_hops: int) -> tuple
     return node_ends, edge_ends
 
 
-def _blocks(batch, num_layers: int) -> list[MFG]:
+def _mfgs(batch, num_layers: int) -> list[MFG]:
     """The MFG of each layer (model order) of a PyG subgraph batch: layer ``i`` drops the last
     ``i`` hops. PyG's edge targets ascend, so each layer's edges are already grouped by
     destination and its ``rowptr`` counts them."""
@@ -106,14 +106,14 @@ def _blocks(batch, num_layers: int) -> list[MFG]:
         node_ends, edge_ends = _hop_ends(batch.edge_index, int(batch.batch_size), num_layers)
     else:
         node_ends, edge_ends = np.cumsum(nodes).tolist(), np.cumsum(edges).tolist()
-    blocks = []
+    mfgs = []
     for i in range(num_layers):
         num_src, num_dst = int(node_ends[num_layers - i]), int(node_ends[num_layers - 1 - i])
         edge_index = batch.edge_index[:, :int(edge_ends[num_layers - 1 - i])]
         counts = torch.bincount(edge_index[1], minlength=num_dst)
         rowptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        blocks.append(MFG(num_src, num_dst, edge_index, rowptr))
-    return blocks
+        mfgs.append(MFG(num_src, num_dst, edge_index, rowptr))
+    return mfgs
 
 
 def _rank(config: BaselineConfig) -> list[dict[str, float]]:
@@ -147,7 +147,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         ddp = DistributedDataParallel(model) if ctx.distributed else model
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
         empty_x = torch.empty((0, data.num_features), device=ctx.device)
-        empty = [EmptyBlock(edge_index=torch.empty((2, 0), dtype=torch.int64, device=ctx.device))] * model.num_layers
+        empty = [MFG.empty(ctx.device)] * model.num_layers
         mine = torch.zeros(ctx.world_size, dtype=torch.float64)
         mine[ctx.rank] = len(loader)
         if ctx.distributed:
@@ -168,7 +168,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
                     loss = ddp(empty_x, empty).sum() * 0.0
                 else:
                     batch = batch.to(ctx.device)
-                    out = ddp(batch.x, _blocks(batch, model.num_layers))[:batch.batch_size]
+                    out = ddp(batch.x, _mfgs(batch, model.num_layers))[:batch.batch_size]
                     ranks_with_data = sum(n > step for n in per_rank)
                     loss = F.cross_entropy(out, batch.y[:batch.batch_size]) * (len(per_rank) / ranks_with_data)
                 loss.backward()

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_output_dir, check_output_dir
+from ..plots import require_pyplot
 from ..train.config import FP32
 
 EXPERIMENT_KIND = "salientpp-experiment"
@@ -206,7 +207,6 @@ def have_pyplot() -> bool:
 
 
 def _pyplot():
-    from ..cache.simulator import require_pyplot
     return require_pyplot()
 
 

@@ -35,13 +35,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache.workload import parse_fanouts
+from ..sampling import parse_fanouts
 from ..data.format import load_dataset
 from ..errors import InputError
-from ..io import atomic_output_file, check_output_dir, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths, write_text_atomic
 from ..parsing import name_list, number_list
+from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
-from ..sampling.kinds import SAMPLERS, SamplerKind, make_sampler
+from ..sampling import SAMPLERS, SamplerKind, make_sampler
 
 PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
                     "`pip install --no-build-isolation torch_scatter torch_sparse` (about 10 minutes each)")
@@ -177,7 +178,7 @@ def _loader_epochs(loader: NeighborLoader) -> Callable[[int], NeighborLoader]:
 
 def _salientpp_case(sampler: NeighborSampler, seeds: torch.Tensor, batch_size: int, threads: int) -> _Case:
     loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False, num_threads=threads,
-                            queue_depth=max(4, 2 * threads))
+                            read_ahead=max(4, 2 * threads))
     return _Case(NODEWISE_IMPL, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges)
 
 
@@ -348,7 +349,6 @@ def plot_bulk(config: SamplerBenchConfig, rows: list[BenchRow], path: str) -> No
     """M edges/s against ``k`` (log x) for the bulk and LADIES rows, one line per sampler and
     thread count; horizontal lines for the C++ node-wise sampler (and PyG) per thread count.
     The y axis is logarithmic when the rates span more than a factor of 10."""
-    from ..cache.simulator import require_pyplot
 
     plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -411,7 +411,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..cli.simulate import check_output_paths, check_plot_path
 
     fanouts = list(parse_fanouts(args.fanouts))
     threads = list(number_list(args.threads, int, "--threads", "1,2"))

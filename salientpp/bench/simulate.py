@@ -16,7 +16,8 @@ import numpy as np
 
 from ..cache.policies import PolicyContext, get_policy
 from ..cache.simulator import check_replication, simulate
-from ..cache.workload import Workload, parse_fanouts
+from ..cache.workload import Workload
+from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..partition.format import load_partitioned
 from ..io import check_output_dir, write_text_atomic

@@ -34,16 +34,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..cache.workload import parse_fanouts
+from ..sampling import parse_fanouts
 from ..data.format import load_dataset
 from ..distributed.host_memory import keep_freed_memory
-from ..errors import InputError
+from ..errors import check_int
 from ..io import check_output_dir, write_text_atomic
 from ..models.gnn import MFGModel
 from ..models.ops import aggregate, dropout
 from .pyg_baseline import PyGReferenceModel
 from ..sampling import NeighborSampler
-from ..sampling.types import MFG
+from ..sampling import MFG
 from ..timing import median_seconds
 
 
@@ -92,8 +92,7 @@ def main(args: argparse.Namespace) -> int:
     fanouts = parse_fanouts(args.fanouts)
     for name, value in (("--batch-size", args.batch_size), ("--hidden", args.hidden), ("--batches", args.batches),
                         ("--repeats", args.repeats), ("--torch-threads", args.torch_threads)):
-        if value < 1:
-            raise InputError(f"{name} must be at least 1, got {value}")
+        check_int(value, name)
     if args.json_path:
         check_output_dir(args.json_path, "output file")
     data = load_dataset(args.dataset)

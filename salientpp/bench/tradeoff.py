@@ -18,13 +18,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..cache.workload import Workload, parse_fanouts
-from ..errors import InputError
-from ..io import atomic_output_file, check_output_dir, write_text_atomic
+from ..cache.workload import Workload
+from ..sampling import parse_fanouts
+from ..errors import InputError, check_int
+from ..io import atomic_output_file, check_output_dir, check_output_paths, write_text_atomic
 from ..parsing import number_list
+from ..plots import check_plot_path, require_pyplot
 from ..partition import load_partitioned
 from ..sampling import NeighborLoader, SamplerKind, make_sampler
-from ..sampling.kinds import check_layer_sizes
 from ..train import TrainConfig, train
 
 _DEFAULTS = TrainConfig.__dataclass_fields__
@@ -51,7 +52,7 @@ def parse_configurations(text: str, kind: SamplerKind, option: str) -> list[tupl
     items = [item for item in text.split(":")] if text.strip() else []
     if any(not item.strip() for item in items):
         raise InputError(f"{option} has an empty configuration; separate fanout lists with ':' as in 5,5,5:10,10,5")
-    return [check_layer_sizes(kind, parse_fanouts(item)) for item in items]
+    return [parse_fanouts(item, kind) for item in items]
 
 
 def sampled_per_batch(data, kind: SamplerKind, fanouts: tuple[int, ...], batch_size: int, seed: int
@@ -99,11 +100,7 @@ def format_table(rows: list[TradeoffRow]) -> str:
 
 
 def plot_tradeoff(rows: list[TradeoffRow], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for sampler in dict.fromkeys(row.sampler for row in rows):
         mine = sorted((r for r in rows if r.sampler == sampler), key=lambda r: r.edges_per_batch)
@@ -138,7 +135,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..cli.simulate import check_output_paths, check_plot_path
 
     configurations = [(SamplerKind.NODEWISE, f) for f in parse_configurations(args.nodewise, SamplerKind.NODEWISE,
                                                                                 "--nodewise")]
@@ -149,8 +145,7 @@ def main(args: argparse.Namespace) -> int:
     seeds = list(number_list(args.seeds, int, "--seeds", "0,1"))
     if not seeds:
         raise InputError("--seeds is empty; pass at least one training seed, e.g. --seeds 0")
-    if args.epochs < 1:
-        raise InputError(f"--epochs must be at least 1, got {args.epochs}")
+    check_int(args.epochs, "--epochs")
     check_output_paths({"--json": args.json, "--plot": args.plot})
     if args.json:
         check_output_dir(args.json, "output file")

@@ -36,16 +36,17 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from ..cache import PolicyContext, Workload, parse_fanouts, simulate
+from ..cache import PolicyContext, Workload, simulate
+from ..sampling import parse_fanouts
 from ..distributed.health import Stage
-from ..distributed.launcher import WorkerError
-from ..distributed.threads import PIPELINE_DEPTH, ThreadBudget
-from ..errors import InputError
+from ..distributed.group import WorkerError
+from ..host import PIPELINE_DEPTH
+from ..errors import InputError, check_int
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
-from ..pipeline import StageTimes
-from ..train import TrainConfig, train
+from ..loader.pipeline import StageTimes
+from ..train import TrainConfig, resolve_run, train
 from ..train.config import FP32, PRECISIONS
 from ..train.state import TRAIN_CPU
 from .pyg_baseline import OURS, PYG, BaselineConfig, run_baseline, sampling_backend, unavailable_reason
@@ -135,7 +136,7 @@ def _choices(text: str, option: str, choices) -> list[str]:
     return names
 
 
-def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int = 1,
+def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int | None = 1,
             reuse_freed_memory: bool = True) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
@@ -184,17 +185,18 @@ def _uncached_run(args, depth: int, load: int = 0, reuse_freed_memory: bool = Tr
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.epochs < 1:
-        raise InputError(f"--epochs must be at least 1, got {args.epochs}")
-    if args.outside_load < 0:
-        raise InputError(f"--outside-load must be at least 0, got {args.outside_load}")
+    check_int(args.epochs, "--epochs")
+    check_int(args.outside_load, "--outside-load", minimum=0)
     alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
     args.baselines = _choices(args.baselines, "--baselines", BASELINE_MODELS)
     args.precisions = _choices(args.precisions, "--precisions", PRECISIONS)
     for precision in args.precisions:  # refuses bf16 on a CPU without it
         _config(args, precision).validate()
-    if args.pipeline_depth is not None and args.pipeline_depth < 1:
-        raise InputError(f"--pipeline-depth must be at least 1, got {args.pipeline_depth}")
+    # The pipelined runs' depth and the thread budget, as `salientpp train` resolves them.
+    run = resolve_run(_config(args, args.precisions[0], depth=args.pipeline_depth))
+    budget, depth = run.threads, run.config.pipeline_depth
+    if args.pipeline_depth is not None:
+        check_int(args.pipeline_depth, "--pipeline-depth")
     parse_fanouts(args.fanouts)
     if args.json_path:
         check_output_dir(args.json_path, "output file")
@@ -206,8 +208,6 @@ def main(args: argparse.Namespace) -> int:
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
     predicted = {0.0: float(sim.accessed.sum())}
     predicted.update({a: float(sim.rows[0, i + 1].sum()) for i, a in enumerate(alphas)})
-    budget = ThreadBudget.for_rank(data.num_parts, args.torch_threads, args.threads)
-    depth = budget.pipeline_depth(args.pipeline_depth, args.device)
     rows = []
     settings = [("none", 0.0)] + [("vip", a) for a in alphas]
     for precision, (cache, alpha) in itertools.product(args.precisions, settings):

@@ -21,8 +21,9 @@ import numpy as np
 import torch
 
 from ..cache.vip import METHODS, inclusion_probabilities, workload_probabilities
-from ..cache.workload import Workload, check_batch_size, parse_fanouts
-from ..cli.cache_options import add_task_options, edge_seeds_from
+from ..cache.workload import Workload, check_batch_size
+from ..sampling import parse_fanouts
+from ..cache.options import add_task_options, edge_seeds_from
 from ..errors import InputError
 from ..io import check_output_dir, write_text_atomic
 from ..parsing import name_list
@@ -30,7 +31,6 @@ from ..partition.format import load_partitioned
 from ..sampling import SAMPLERS, SamplerKind, make_sampler
 from ..sampling.kinds import check_sampler
 from ..sampling.link_loader import LinkNeighborLoader
-from ..train.link import require_link_split
 
 
 def _warm_up(methods) -> None:
@@ -147,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
         check_output_dir(args.json, "output file")
     dataset = load_partitioned(args.part_dir)
     if workload.edges is not None:
-        require_link_split(dataset, args.part_dir)
+        dataset.require_link_split()
     _warm_up(methods)
     timings = []
     for method in methods:

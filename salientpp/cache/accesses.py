@@ -1,10 +1,10 @@
 """Empirical access counts: run the real sampler over whole epochs and count, per vertex, the
 minibatches that touch it. The oracle and vip-simulation policies and the simulator use this.
 
-Seeding: partition k samples stream s with the loader seed :func:`loader_seed` ``(seed, k, s)``
-and calls ``loader.set_epoch(e)`` for ``e = 0 .. epochs-1``. Stream 0 is the evaluated run
-(the trainer's own batches when it seeds rank k's loader with ``loader_seed(seed, k)``); other
-streams are independent of it.
+Seeding: workload i of partition k samples stream s with the loader seed
+:func:`~salientpp.streams.loader_seed` ``(seed, k, s, i)`` and calls ``loader.set_epoch(e)`` for
+``e = 0 .. epochs-1``. :data:`~salientpp.streams.RUN_STREAM` is the training run's own batches
+(the trainer seeds rank k's training loader the same way); other streams are independent of it.
 """
 from __future__ import annotations
 
@@ -13,26 +13,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..sampling import NeighborLoader
+from ..sampling.link_loader import LinkNeighborLoader
+from ..streams import loader_seed
 from .workload import Workload
-
-EVAL_STREAM = 0
-SIMULATION_STREAM = 1
-TIEBREAK_STREAM = 2
-RANDOM_STREAM = 3
-
-
-def loader_seed(seed: int, part: int, stream: int = EVAL_STREAM, workload: int = 0) -> int:
-    """The NeighborLoader seed of partition ``part`` for one random stream and workload (a 63-bit int)."""
-    state = np.random.SeedSequence([int(seed), int(part), int(stream), int(workload)]).generate_state(2, np.uint32)
-    return int((int(state[0]) << 31) ^ int(state[1]))
-
-
-def make_sampler(rowptr: np.ndarray, col: np.ndarray, workload: Workload):
-    """The trainer's sampler for a workload's sampler kind, fanouts and replacement mode."""
-    from ..sampling import make_sampler as sampler_of
-
-    return sampler_of(rowptr, col, workload.fanouts, workload.sampler, workload.replace)
-
 
 def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k: int, *, epochs: int,
                   seed: int, stream: int, num_threads: int = 1, progress: bool = False) -> np.ndarray:
@@ -46,14 +30,12 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
     so this is the number of rows it would fetch); a batch without seeds adds nothing.
 
     Args:
-        samplers: one sampler per workload (:func:`make_sampler`).
+        samplers: one sampler per workload (the trainer's: :func:`~salientpp.sampling.make_sampler`
+            of its sampler kind, fanouts and replacement mode).
 
     Returns:
         float64 ``[N]`` summed over the epochs (divide by ``epochs`` for a per-epoch mean).
     """
-    from ..sampling import NeighborLoader
-    from ..sampling.link_loader import LinkNeighborLoader
-
     counts = np.zeros(dataset.num_nodes, dtype=np.float64)
     bar = None
     if progress:

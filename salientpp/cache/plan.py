@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,13 +23,12 @@ import numpy as np
 
 from .. import __version__
 from ..data.format import check_permutation
+from .. import streams
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
-from ..partition.format import KIND as PART_KIND
-from . import accesses
 from .policies import PolicyContext, policy_scores, rank_vertices
 from ..sampling.kinds import SamplerKind
-from .workload import Workload, check_batch_size, check_fanouts
+from .workload import Workload
 
 KIND = "salientpp-cache-plan"
 PLAN_ARRAYS = ("gpu_ids", "cpu_ids", "local_order")
@@ -38,24 +36,6 @@ FIX = "re-run `salientpp analyze`"
 # The default share of each partition's own rows kept on the GPU, of `salientpp analyze` and of
 # the plan `salientpp train` builds without --plan (TrainConfig.gpu_fraction).
 GPU_FRACTION = 0.15
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
-
-
-def parse_bytes(text: str | int) -> int:
-    """``"512MiB"`` -> 536870912; plain integers are bytes; units B, KB/MB/GB/TB (10^3) and KiB/MiB/GiB/TiB (2^10)."""
-    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
-        value = int(text)
-    else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-        if not match or match.group(2).lower() not in _UNITS:
-            raise InputError(f"cannot read {text!r} as a number of bytes; write e.g. 2000000000, 512MiB or 2GB")
-        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    if value < 0:
-        raise InputError(f"a cache budget cannot be negative, got {text!r}")
-    return value
-
-
 def partition_identity(part_dir_meta: dict[str, Any]) -> str:
     """A digest of the checksums of the topology, partition book and renumbering of a partitioned dir."""
     files = part_dir_meta.get("files", {})
@@ -138,48 +118,6 @@ class PlanMeta:
         """``workloads[0]``: its sampler, seeds, fanouts and batch size bind the trainer."""
         return self.workloads[0]
 
-    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
-                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
-                         sampler: SamplerKind = SamplerKind.NODEWISE, link: bool = False) -> None:
-        """Raise :class:`InputError` unless the plan fits this partitioned dir and training setup.
-
-        Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
-        one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes). A plan
-        scored for link prediction (edge seeds) serves ``link`` training only, and the other way round.
-
-        ``plan_dir`` names the plan in the message, which tells the user how to build a fitting
-        one: into another directory when the plan was ``given`` by the user (``--plan``), else in
-        its place once it is removed (an existing plan directory is never overwritten).
-        """
-        fanouts = check_fanouts(fanouts)
-        batch_size = check_batch_size(batch_size)
-
-        def rebuild(option: str) -> str:
-            if given:
-                return f"build a fitting plan with `salientpp analyze {part_dir} {option} ... --out DIR` and use that"
-            return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}` {option}"
-        self.check_partitioning(part_dir, plan_dir)
-        planned = self.training.sampler
-        if (planned is SamplerKind.LADIES) != (sampler is SamplerKind.LADIES):
-            raise InputError(f"{plan_dir} was built for the {planned.value} sampler but training uses "
-                             f"{sampler.value}; {rebuild('--sampler ' + sampler.value)}")
-        if (self.training.edges is not None) != link:
-            planned_task, task = ("link", "node") if self.training.edges is not None else ("node", "link")
-            raise InputError(f"{plan_dir} was built for {planned_task} seeds but training uses {task} seeds; "
-                             f"{rebuild('--task ' + task)}")
-        if fanouts != self.training.fanouts:
-            raise InputError(f"{plan_dir} was built for fanouts {_join(self.training.fanouts)} but training uses "
-                             f"{_join(fanouts)}; {rebuild('--fanouts ' + _join(fanouts))}")
-        if batch_size != self.training.batch_size:
-            raise InputError(f"{plan_dir} was built for batch size {self.training.batch_size} but training uses "
-                             f"{batch_size}; {rebuild(f'--batch-size {batch_size}')}")
-
-    def check_partitioning(self, part_dir: str | os.PathLike, plan_dir: str | os.PathLike = "the cache plan") -> None:
-        """Raise :class:`InputError` unless the plan was built for the partitioning in ``part_dir``."""
-        if partition_identity(read_meta(part_dir, PART_KIND)) != self.partition_id:
-            raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; build a plan for it "
-                             f"with `salientpp analyze {part_dir} ... --out DIR`")
-
     def to_json(self) -> dict:
         return {"policy": self.policy, "workloads": [w.to_json() for w in self.workloads],
                 "budget": self.budget.to_json(), "row_bytes": self.row_bytes, "num_nodes": self.num_nodes,
@@ -234,11 +172,6 @@ class CachePlan:
         slots[self.cpu_ids] = np.arange(n_gpu, n_gpu + self.cpu_ids.shape[0], dtype=np.int64)
         return slots
 
-    def check_compatible(self, part_dir: str | os.PathLike, fanouts: Sequence[int], batch_size: int,
-                         plan_dir: str | os.PathLike = "the cache plan", given: bool = False,
-                         sampler: SamplerKind = SamplerKind.NODEWISE, link: bool = False) -> None:
-        self.meta.check_compatible(part_dir, fanouts, batch_size, plan_dir, given, sampler)
-
     def with_gpu_fraction(self, gpu_fraction: float) -> "CachePlan":
         """The same plan with another share of the local rows on the GPU (no re-scoring needed)."""
         gpu_fraction = _check_gpu_fraction(gpu_fraction)
@@ -275,7 +208,7 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
     offsets = dataset.book.offsets
     for k in range(dataset.num_parts):
         scores = policy_scores(ctx, policy, k)
-        rng = ctx.rng(k, accesses.TIEBREAK_STREAM)
+        rng = ctx.rng(k, streams.TIEBREAK_STREAM)
         remote = rank_vertices(scores, np.flatnonzero(ctx.remote_mask(k)), rng)
         n_gpu, n_cpu = budget.rows(remote.size, dataset.num_nodes, dataset.num_parts, row_bytes)
         local = rank_vertices(scores, dataset.book.owned(k), rng) - offsets[k]
@@ -334,32 +267,17 @@ def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
     return Path(out_dir)
 
 
-def _plan_meta(plan_dir: str | os.PathLike) -> tuple[dict, PlanMeta, float, list[tuple[int, int]]]:
-    """meta.json of a plan directory, its :class:`PlanMeta`, the GPU fraction and
-    ``(num_local, num_gpu_local)`` of each partition."""
-    raw = read_meta(plan_dir, KIND)
-    try:
-        meta = PlanMeta.from_json(raw)
-        gpu_fraction = float(raw["gpu_fraction"])
-        parts = [(int(entry["num_local"]), int(entry["num_gpu_local"])) for entry in raw["parts"]]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"meta.json in {plan_dir} is incomplete ({shown(str(exc))}); {FIX}") from None
-    if len(parts) != meta.num_parts:
-        raise InputError(f"meta.json in {plan_dir} describes {len(parts)} partitions but says num_parts is "
-                         f"{meta.num_parts}; {FIX}")
-    return raw, meta, gpu_fraction, parts
-
-
 @dataclass(frozen=True)
 class PlanInfo:
-    """What a plan directory's meta.json says, read and checked without loading the arrays.
+    """What a plan directory's meta.json says, read and checked without loading the arrays
+    (:func:`read_plan_info`, the one reader of a plan's meta.json).
 
     Attributes:
         path: the plan directory.
         meta: what the plans were built for.
-        gpu_fraction: share of each partition's own rows on the GPU.
-        num_gpu, num_cpu, num_gpu_local: per partition, the rows of the GPU tier, of the CPU
-            tier, and of its own rows on the GPU.
+        gpu_fraction: share of each partition's own rows on the device.
+        num_gpu, num_cpu, num_local, num_gpu_local: per partition, the rows of the device tier
+            and of the host tier, its own rows, and those of them on the device.
         raw: meta.json as read (file checksums included): the plan's identity.
     """
 
@@ -368,6 +286,7 @@ class PlanInfo:
     gpu_fraction: float
     num_gpu: tuple[int, ...]
     num_cpu: tuple[int, ...]
+    num_local: tuple[int, ...]
     num_gpu_local: tuple[int, ...]
     raw: dict
 
@@ -379,33 +298,41 @@ class PlanInfo:
 
 def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
     """Read a plan directory's meta.json; :class:`InputError` (one sentence) unless it is one."""
-    raw, meta, gpu_fraction, parts = _plan_meta(plan_dir)
+    raw = read_meta(plan_dir, KIND)
     try:
-        counts = [(int(entry["num_gpu"]), int(entry["num_cpu"])) for entry in raw["parts"]]
-    except (KeyError, TypeError, ValueError) as exc:
+        meta = PlanMeta.from_json(raw)
+        gpu_fraction = float(raw["gpu_fraction"])
+        counts = [tuple(int(entry[key]) for key in ("num_gpu", "num_cpu", "num_local", "num_gpu_local"))
+                  for entry in raw["parts"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"meta.json in {plan_dir} is incomplete ({shown(str(exc))}); {FIX}") from None
-    return PlanInfo(Path(plan_dir), meta, gpu_fraction, tuple(g for g, _ in counts), tuple(c for _, c in counts),
-                    tuple(n for _, n in parts), raw)
+    if len(counts) != meta.num_parts:
+        raise InputError(f"meta.json in {plan_dir} describes {len(counts)} partitions but says num_parts is "
+                         f"{meta.num_parts}; {FIX}")
+    num_gpu, num_cpu, num_local, num_gpu_local = (tuple(column) for column in zip(*counts))
+    return PlanInfo(Path(plan_dir), meta, gpu_fraction, num_gpu, num_cpu, num_local, num_gpu_local, raw)
 
 
-def load_plan(plan_dir: str | os.PathLike, k: int) -> CachePlan:
-    """Load partition ``k``'s plan (arrays memory-mapped and compared with their checksums).
+def load_plan(plan: PlanInfo | str | os.PathLike, k: int) -> CachePlan:
+    """Load partition ``k``'s plan of ``plan`` (a :class:`PlanInfo` already read, or a plan
+    directory), its arrays memory-mapped and compared with their checksums.
 
     Raises :class:`InputError` unless the files match meta.json, ``gpu_ids`` and ``cpu_ids``
     are distinct ids in ``[0, N)``, ``local_order`` is a permutation of ``0..n_k-1`` and
     ``num_gpu_local <= n_k``: ids that would index out of bounds never leave here.
     """
-    raw, meta, gpu_fraction, parts = _plan_meta(plan_dir)
+    info = plan if isinstance(plan, PlanInfo) else read_plan_info(plan)
+    plan_dir, meta = info.path, info.meta
     if not 0 <= k < meta.num_parts:
         raise InputError(f"the cache plan in {plan_dir} has partitions 0..{meta.num_parts - 1}, not {k}")
-    arrays = {name: load_listed(Path(plan_dir), f"part_{k}/{name}", raw, FIX, ("int64",), 1)
+    arrays = {name: load_listed(plan_dir, f"part_{k}/{name}", info.raw, FIX, ("int64",), 1)
               for name in PLAN_ARRAYS}
-    num_local, num_gpu_local = parts[k]
-    folder = Path(plan_dir) / f"part_{k}"
+    num_local, num_gpu_local = info.num_local[k], info.num_gpu_local[k]
+    folder = plan_dir / f"part_{k}"
     order = arrays["local_order"]
     if order.shape[0] != num_local or not 0 <= num_gpu_local <= num_local:
         raise InputError(f"meta.json in {plan_dir} gives partition {k} {num_local} local rows, {num_gpu_local} of "
-                         f"them on the GPU, but local_order.npy has {order.shape[0]}; {FIX}")
+                         f"them on the device, but local_order.npy has {order.shape[0]}; {FIX}")
     check_permutation(order, num_local, str(folder / "local_order.npy"), FIX, what="rows")
     cached = np.concatenate([arrays["gpu_ids"], arrays["cpu_ids"]])
     if cached.size and (cached.min() < 0 or cached.max() >= meta.num_nodes):
@@ -413,13 +340,89 @@ def load_plan(plan_dir: str | os.PathLike, k: int) -> CachePlan:
     cached.sort()
     if np.any(cached[1:] == cached[:-1]):
         raise InputError(f"the cached ids in {folder} repeat an id; {FIX}")
-    return CachePlan(part=k, gpu_fraction=gpu_fraction, num_gpu_local=num_gpu_local, meta=meta, **arrays)
+    return CachePlan(part=k, gpu_fraction=info.gpu_fraction, num_gpu_local=num_gpu_local, meta=meta, **arrays)
 
 
 def load_plans(plan_dir: str | os.PathLike) -> list[CachePlan]:
     """Load the plans of every partition."""
-    meta = _plan_meta(plan_dir)[1]
-    return [load_plan(plan_dir, k) for k in range(meta.num_parts)]
+    info = read_plan_info(plan_dir)
+    return [load_plan(info, k) for k in range(info.meta.num_parts)]
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What ``salientpp analyze`` builds a plan with, besides the workloads: the policy, the
+    budget and the share of each partition's own rows on the device."""
+
+    policy: str
+    budget: Budget
+    gpu_fraction: float
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a training run asks of a cache plan (:func:`check_plan`).
+
+    Attributes:
+        workload: the training workload: its sampler, seeds (nodes or edges), fanouts and batch size.
+        built_with: for the plan at the default location (``salientpp train`` without ``--plan``),
+            the options it must have been built with; ``None`` for a plan the user chose
+            (``--plan``), which is used with whatever policy, budget and device share it has.
+    """
+
+    workload: Workload
+    built_with: PlanOptions | None = None
+
+
+def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> None:
+    """The one compatibility check of a cache plan: :class:`InputError` (one sentence) unless
+    ``info`` was built for the partitioned dataset ``data`` (a
+    :class:`~salientpp.partition.PartitionedDataset`) and serves ``request`` (``None``: any
+    workload, as a loader's cache serves any loader of its graph).
+
+    Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
+    one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes). A plan
+    scored for link prediction (edge seeds) serves link training only, and the other way round.
+    The message says how to build a fitting plan: into another directory for a plan the user
+    chose, else in the place of the one found, once it is removed (an existing plan directory
+    is never overwritten).
+    """
+    part_dir, plan_dir, planned = data.path, info.path, info.meta.training
+
+    def rebuild(option: str) -> str:
+        if request.built_with is None:
+            return f"build a fitting plan with `salientpp analyze {part_dir} {option} ... --out DIR` and use that"
+        return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}` {option}"
+
+    if partition_identity(data.meta) != info.meta.partition_id:
+        raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; build a plan for it "
+                         f"with `salientpp analyze {part_dir} ... --out DIR`")
+    if request is None:
+        return
+    wanted = request.workload
+    if (planned.sampler is SamplerKind.LADIES) != (wanted.sampler is SamplerKind.LADIES):
+        raise InputError(f"{plan_dir} was built for the {planned.sampler.value} sampler but training uses "
+                         f"{wanted.sampler.value}; {rebuild('--sampler ' + wanted.sampler.value)}")
+    if (planned.edges is None) != (wanted.edges is None):
+        planned_task, task = ("node", "link") if planned.edges is None else ("link", "node")
+        raise InputError(f"{plan_dir} was built for {planned_task} seeds but training uses {task} seeds; "
+                         f"{rebuild('--task ' + task)}")
+    if wanted.fanouts != planned.fanouts:
+        raise InputError(f"{plan_dir} was built for fanouts {_join(planned.fanouts)} but training uses "
+                         f"{_join(wanted.fanouts)}; {rebuild('--fanouts ' + _join(wanted.fanouts))}")
+    if wanted.batch_size != planned.batch_size:
+        raise InputError(f"{plan_dir} was built for batch size {planned.batch_size} but training uses "
+                         f"{wanted.batch_size}; {rebuild(f'--batch-size {wanted.batch_size}')}")
+    if request.built_with is None:
+        return
+    wanted_options = request.built_with
+    for what, theirs, ours in (("policy", info.meta.policy, wanted_options.policy),
+                               ("budget", info.meta.budget.to_json(), wanted_options.budget.to_json()),
+                               ("GPU fraction", info.gpu_fraction, wanted_options.gpu_fraction)):
+        if theirs != ours:
+            raise InputError(f"{plan_dir} was built with {what} {theirs} but this run asks for {ours}; train with "
+                             f"--plan {plan_dir} to use that plan as it is, or remove it so that this run builds "
+                             "the plan of its options")
 
 
 def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from .. import streams
+from ..errors import InputError, check_int
+from ..sampling import make_sampler
 from . import accesses
 from .vip import METHODS, default_method, expected_accesses, neighbour_sum
 from .workload import Workload
@@ -35,7 +37,7 @@ class PolicyContext:
         dataset: the ``PartitionedDataset``.
         workloads: what the cache serves; ``workloads[0]`` is training (fanouts, batch size).
         seed: seed of the evaluated run (the oracle counts its epochs; stream 0 of
-            :func:`salientpp.cache.accesses.loader_seed`).
+            :func:`salientpp.streams.loader_seed`).
         epochs: number of evaluated epochs.
         simulation_epochs: epochs that ``vip-simulation`` samples, from an independent stream.
         vip_method: ``exact``, ``taylor`` or ``cavity`` for the ``vip`` policy; ``None``: the
@@ -63,9 +65,7 @@ class PolicyContext:
         if self.vip_method not in METHODS:
             raise InputError(f"unknown VIP method {self.vip_method!r}; choose one of {', '.join(METHODS)}")
         for name in ("epochs", "simulation_epochs", "num_threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise InputError(f"{name.replace('_', ' ')} must be a positive integer, got {value!r}")
+            check_int(getattr(self, name), name.replace("_", " "))
 
     @property
     def training(self) -> Workload:
@@ -103,10 +103,11 @@ class PolicyContext:
                                                                         method=method))
 
     def rng(self, k: int, stream: int) -> np.random.Generator:
-        return np.random.default_rng(accesses.loader_seed(self.seed, k, stream))
+        return np.random.default_rng(streams.loader_seed(self.seed, k, stream))
 
     def samplers(self) -> list:
-        return self._memoised("samplers", lambda: [accesses.make_sampler(self.dataset.rowptr, self.dataset.col, w)
+        data = self.dataset
+        return self._memoised("samplers", lambda: [make_sampler(data.rowptr, data.col, w.fanouts, w.sampler, w.replace)
                                                    for w in self.workloads])
 
     def access_counts(self, k: int, epochs: int, stream: int) -> np.ndarray:
@@ -186,13 +187,13 @@ def vip_cavity_policy(ctx: PolicyContext, k: int) -> np.ndarray:
 @register_policy("vip-simulation")
 def vip_simulation_policy(ctx: PolicyContext, k: int) -> np.ndarray:
     """Mean accesses per epoch over ``ctx.simulation_epochs`` sampled epochs, independent of the evaluated ones."""
-    return ctx.access_counts(k, ctx.simulation_epochs, accesses.SIMULATION_STREAM) / ctx.simulation_epochs
+    return ctx.access_counts(k, ctx.simulation_epochs, streams.SIMULATION_STREAM) / ctx.simulation_epochs
 
 
 @register_policy("oracle")
 def oracle_policy(ctx: PolicyContext, k: int) -> np.ndarray:
     """True access counts of the evaluated epochs (same seeds): no static cache of equal size fetches fewer rows."""
-    return ctx.access_counts(k, ctx.epochs, accesses.EVAL_STREAM) / ctx.epochs
+    return ctx.access_counts(k, ctx.epochs, streams.RUN_STREAM) / ctx.epochs
 
 
 @register_policy("degree")
@@ -222,4 +223,4 @@ def num_paths_policy(ctx: PolicyContext, k: int) -> np.ndarray:
 @register_policy("random")
 def random_policy(ctx: PolicyContext, k: int) -> np.ndarray:
     """Uniformly random (seeded by ``ctx.seed`` and k)."""
-    return ctx.rng(k, accesses.RANDOM_STREAM).random(ctx.num_nodes)
+    return ctx.rng(k, streams.RANDOM_STREAM).random(ctx.num_nodes)

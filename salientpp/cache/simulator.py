@@ -1,7 +1,7 @@
 """The communication simulator: rows each partition fetches per epoch under each policy and α.
 
 Every evaluated epoch is sampled once per partition with the trainer's sampler and loader
-(stream 0 of :func:`salientpp.cache.accesses.loader_seed`; every partition cuts its seeds into
+(:data:`~salientpp.streams.RUN_STREAM` of :func:`salientpp.streams.loader_seed`; every partition cuts its seeds into
 the same number of balanced batches, :meth:`~salientpp.cache.workload.Workload.lockstep_steps`).
 A minibatch fetches the unique remote ids of its
 ``n_id`` that are not cached, so the rows fetched over the run are
@@ -19,8 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import streams
 from ..errors import InputError
-from . import accesses
+from ..plots import require_pyplot
 from .plan import Budget, row_bytes_of
 from .policies import PolicyContext, get_policy, policy_scores, rank_vertices
 
@@ -134,7 +135,7 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
     lockstep = [w.lockstep_steps(dataset) for w in ctx.workloads]  # S_w: every partition's batches per epoch
     for k in range(num_parts):
         start = time.perf_counter()
-        counts = ctx.access_counts(k, ctx.epochs, accesses.EVAL_STREAM)
+        counts = ctx.access_counts(k, ctx.epochs, streams.RUN_STREAM)
         seconds["sampling"] += time.perf_counter() - start
         remote = np.flatnonzero(ctx.remote_mask(k))
         accessed[k] = counts[remote].sum() / ctx.epochs
@@ -144,7 +145,7 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
             start = time.perf_counter()
             scores = policy_scores(ctx, name, k)
             seconds[name] += time.perf_counter() - start
-            order = rank_vertices(scores, remote, ctx.rng(k, accesses.TIEBREAK_STREAM))
+            order = rank_vertices(scores, remote, ctx.rng(k, streams.TIEBREAK_STREAM))
             hits = np.concatenate([[0.0], np.cumsum(counts[order])])
             rows[i, :, k] = (hits[-1] - hits[cached[:, k]]) / ctx.epochs
         ctx.forget(k)
@@ -153,18 +154,6 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
             "num_parts": num_parts, "num_nodes": num_nodes, "seconds": seconds}
     return SimulationResult(policies=policies, replication=replication, rows=rows, accessed=accessed, cached=cached,
                             steps=steps, row_bytes=row_bytes_of(dataset), epochs=ctx.epochs, meta=meta)
-
-
-def require_pyplot():
-    """``matplotlib.pyplot`` with a file-only backend; :class:`InputError` when matplotlib is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("matplotlib is not installed, so the plot cannot be drawn; "
-                         "`pip install matplotlib` or leave out --plot") from None
-    return plt
 
 
 def plot_volume(result: SimulationResult, path: str) -> None:

@@ -122,10 +122,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from ..errors import InputError
-from ..sampling.kinds import SamplerKind, check_layer_sizes, check_sampler
+from ..errors import InputError, check_int
+from ..sampling.kinds import SamplerKind, check_fanouts, check_sampler
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
-from .workload import Workload, check_batch_size, check_fanouts, lockstep_steps
+from .workload import Workload, check_batch_size, lockstep_steps
 
 METHODS = ("exact", "taylor", "cavity")
 
@@ -297,9 +297,7 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
 
 
 def _check_steps(num_batches) -> int:
-    if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
-        raise InputError(f"num_batches must be a positive integer (batches per epoch), got {num_batches!r}")
-    return int(num_batches)
+    return check_int(num_batches, "num_batches (batches per epoch)")
 
 
 def _as_csr(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +339,7 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     if method not in METHODS:
         raise InputError(f"unknown VIP method {method!r}; choose one of {', '.join(METHODS)}")
     sampler = check_sampler(sampler)
-    fanouts = check_layer_sizes(sampler, check_fanouts(fanouts))
+    fanouts = check_fanouts(fanouts, sampler)
     batch_size = check_batch_size(batch_size)
     rowptr, col = _as_csr(rowptr, col)
     num_nodes = rowptr.shape[0] - 1

@@ -10,37 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..parsing import number_list
-from ..sampling.kinds import SamplerKind, check_layer_sizes, check_sampler
+from ..data.format import SPLITS
+from ..errors import InputError, check_int
+from ..sampling.kinds import SamplerKind, check_fanouts, check_sampler
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
-
-SPLITS = ("train", "valid", "test")
-
-
-def check_fanouts(fanouts) -> tuple[int, ...]:
-    """Validate a fanout list (``fanouts[0]`` at the seeds; -1 = all neighbours) and return it as a tuple."""
-    try:
-        values = tuple(int(f) for f in fanouts)
-    except (TypeError, ValueError):
-        raise InputError(f"fanouts must be integers like 15,10,5, got {fanouts!r}; pass one integer per hop") from None
-    if not values:
-        raise InputError("the fanout list is empty; pass one integer per hop, e.g. --fanouts 15,10,5")
-    bad = [f for f in values if f < 1 and f != -1]
-    if bad:
-        raise InputError(f"fanout {bad[0]} is invalid; every fanout must be a positive integer or -1 (all neighbours)")
-    return values
-
-
-def parse_fanouts(text: str) -> tuple[int, ...]:
-    """``"15,10,5"`` -> ``(15, 10, 5)``, validated by :func:`check_fanouts`."""
-    return check_fanouts(number_list(text, int, "fanouts", "15,10,5"))
 
 
 def check_batch_size(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise InputError(f"batch size must be a positive integer, got {batch_size!r}; pass e.g. --batch-size 1024")
-    return int(batch_size)
+    return check_int(batch_size, "the batch size", hint="pass e.g. --batch-size 1024")
 
 
 def lockstep_steps(num_seeds, batch_size: int) -> int:
@@ -97,7 +74,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampler", check_sampler(self.sampler))
-        object.__setattr__(self, "fanouts", check_layer_sizes(self.sampler, check_fanouts(self.fanouts)))
+        object.__setattr__(self, "fanouts", check_fanouts(self.fanouts, self.sampler))
         if self.replace and self.sampler is SamplerKind.LADIES:
             raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
         object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..cache.plan import (GPU_FRACTION, Budget, build_and_save_plans, default_plan_dir, describe, parse_bytes,
+from ..cache.plan import (GPU_FRACTION, Budget, build_and_save_plans, default_plan_dir, describe,
                           predicted_rows, row_bytes_of)
 from ..cache.policies import available_policies, get_policy
 from ..errors import InputError
 from ..io import check_output_dir, check_writable_dir, output_errors, read_meta
 from ..partition.format import KIND as PART_KIND, load_partitioned
-from ..resources import check_memory, estimate_analyze, parse_memory_limit
-from .cache_options import add_workload_options, context_from, workloads_from
+from ..parsing import parse_bytes, parse_memory_limit
+from ..resources import check_memory, estimate_analyze
+from ..cache.options import add_workload_options, context_from, workloads_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

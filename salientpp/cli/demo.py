@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import check_int
 from ..io import check_output_dir, output_errors
 
 
@@ -44,8 +44,7 @@ def steps(work: Path, preset: str, parts: int, epochs: int) -> list[list[str]]:
 def run(args: argparse.Namespace) -> int:
     from . import main
 
-    if args.parts < 1:
-        raise InputError(f"--parts must be at least 1, got {args.parts}")
+    check_int(args.parts, "--parts")
     work = check_output_dir(args.out) if args.out else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
     with output_errors(work):
         work.mkdir(exist_ok=True)

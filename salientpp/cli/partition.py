@@ -8,7 +8,8 @@ import time
 from ..data.format import KIND, load_dataset
 from ..io import check_output_dir, read_meta
 from ..partition.partitioner import METHODS, check_options, partition_dataset
-from ..resources import check_memory, estimate_partition, multilevel_budget, parse_memory_limit
+from ..parsing import parse_memory_limit
+from ..resources import check_memory, estimate_partition, multilevel_budget
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
 
 from ..cache.policies import available_policies, get_policy
-from ..cache.simulator import check_replication, plot_volume, require_pyplot, simulate
-from ..errors import InputError
-from ..io import atomic_output_file, check_output_dir, write_text_atomic
+from ..cache.simulator import check_replication, plot_volume, simulate
+from ..io import atomic_output_file, check_output_dir, check_output_paths, write_text_atomic
 from ..partition.format import load_partitioned
 from ..parsing import name_list, number_list
-from .cache_options import add_workload_options, context_from, workloads_from
+from ..plots import check_plot_path
+from ..cache.options import add_workload_options, context_from, workloads_from
 
 DEFAULT_POLICIES = "vip,vip-simulation,degree,halo,num-paths,random,oracle"
 DEFAULT_REPLICATION = "0,0.01,0.05,0.1,0.2,0.5,1.0"
@@ -37,38 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", metavar="OUT.png",
                         help="write a log-scale plot of rows fetched vs alpha here (matplotlib; must not exist)")
     parser.set_defaults(func=run)
-
-
-def plot_formats() -> dict[str, str]:
-    """The file suffixes matplotlib can write (``{"png": "Portable Network Graphics", ...}``)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-    return FigureCanvasBase.get_supported_filetypes()
-
-
-def check_plot_path(path: str, option: str = "--plot") -> Path:
-    """Raise :class:`InputError` unless matplotlib is importable and can write the format that
-    ``path``'s suffix names, and ``path`` is a new file in a writable directory; return it."""
-    require_pyplot()
-    suffix = Path(path).suffix.lower().lstrip(".")
-    formats = plot_formats()
-    if suffix not in formats:
-        known = ", ".join("." + f for f in sorted(formats))
-        got = f"the suffix .{suffix}" if suffix else "no suffix"
-        raise InputError(f"{option} {path} has {got}, which is not an image format matplotlib writes; "
-                         f"end it with one of {known}")
-    return check_output_dir(path, "output file")
-
-
-def check_output_paths(paths: dict[str, str | None]) -> None:
-    """Raise :class:`InputError` when two options (option -> path, ``None`` = not given) name the
-    same file: the second write would fail after all the work."""
-    given = {option: path for option, path in paths.items() if path is not None}
-    seen: dict[Path, str] = {}
-    for option, path in given.items():
-        key = Path(os.path.abspath(path))
-        if key in seen:
-            raise InputError(f"{seen[key]} and {option} name the same file {path}; give each its own path")
-        seen[key] = option
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,7 +39,9 @@ from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
 
 KIND = "salientpp-dataset"
-SPLITS = ("train_idx", "valid_idx", "test_idx")
+# The seed sets of a dataset, and the files that hold their node ids.
+SPLITS = ("train", "valid", "test")
+SPLIT_FILES = tuple(f"{split}_idx" for split in SPLITS)
 FEATURE_DTYPES = (np.float32, np.float16)
 # Label kinds (meta.json "label_kind"): int64 [N] class ids, or float32/bool [N, T] targets.
 MULTICLASS = "multiclass"
@@ -50,7 +52,7 @@ MULTILABEL_DTYPES = ("float32", "bool")
 # (allowed dtypes, number of dimensions) of each array of a dataset directory; None: y's number of
 # dimensions follows its dtype (int64 1-D, float32/bool 2-D), checked by check_label_array.
 FILE_FORMATS = {"rowptr": (("int64",), 1), "col": (("int64",), 1), "x": (("float32", "float16"), 2),
-                "y": ((MULTICLASS_DTYPE,) + MULTILABEL_DTYPES, None), **{name: (("int64",), 1) for name in SPLITS},
+                "y": ((MULTICLASS_DTYPE,) + MULTILABEL_DTYPES, None), **{name: (("int64",), 1) for name in SPLIT_FILES},
                 "input_id": (("int64",), 1), **{name: (("int64",), 2) for name in EDGE_SPLITS}}
 _FINITE_CHUNK_BYTES = 1 << 25
 
@@ -348,7 +350,7 @@ class Dataset:
             raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
                              f"{bad_row}); clean or impute them first")
         check_label_array(self.y, n, f"the labels (y) of {name}", "fix the labels")
-        for split in SPLITS:
+        for split in SPLIT_FILES:
             check_ids(getattr(self, split), self.y, 0, n, f"{split} of {name}", "fix the split")
             check_unique(getattr(self, split), f"{split} of {name}")
         if self.train_idx.shape[0] == 0:
@@ -373,7 +375,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
     dataset.validate()
     with atomic_output_dir(out_dir) as tmp:
         files = {name: save_array(tmp, name, np.asarray(getattr(dataset, name)))
-                 for name in ("rowptr", "col", "x", "y") + SPLITS}
+                 for name in ("rowptr", "col", "x", "y") + SPLIT_FILES}
         if dataset.input_id is not None:
             files["input_id"] = save_array(tmp, "input_id", np.asarray(dataset.input_id))
         if dataset.link_split is not None:
@@ -414,7 +416,7 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
     meta = read_meta(path, KIND)
     arrays = {name: load_listed(Path(path), name, meta, "re-create the dataset directory", *FILE_FORMATS[name],
                                 verify=verify)
-              for name in ("rowptr", "col", "x", "y") + SPLITS}
+              for name in ("rowptr", "col", "x", "y") + SPLIT_FILES}
     if "input_id" in meta["files"]:
         arrays["input_id"] = load_listed(Path(path), "input_id", meta, "re-create the dataset directory",
                                          *FILE_FORMATS["input_id"], verify=verify)

@@ -577,7 +577,7 @@ def _check_edgelist_memory(path: Path, num_nodes: int, num_edges: int, generated
         return
     if 2 * features > need:
         fix += ", or pass a smaller --num-features"
-    from ..resources import available_memory, format_bytes
+    from ..host import available_memory, format_bytes
     available = available_memory()
     if need > available:
         raise InputError(f"edge list {path} needs about {format_bytes(need)} of memory for {num_nodes:,} nodes "

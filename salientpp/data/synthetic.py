@@ -38,7 +38,7 @@ from ..errors import InputError
 from ..hashing import GOLDEN, splitmix64
 from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
 from .csr import build_csr, sorted_unique
-from .format import SPLITS, Dataset, dataset_meta, load_dataset
+from .format import SPLIT_FILES, Dataset, dataset_meta, load_dataset
 
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
 _DEGREE_TOLERANCE = 0.01
@@ -330,9 +330,9 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
         if config.num_tasks:
             y = _targets(y, config, np.random.default_rng(model.seeds[3]))
         files["y"] = save_array(tmp, "y", y)
-        files.update({name: save_array(tmp, name, ids) for name, ids in zip(SPLITS, splits)})
+        files.update({name: save_array(tmp, name, ids) for name, ids in zip(SPLIT_FILES, splits)})
         mapped = {name: np.load(tmp / f"{name}.npy", mmap_mode="r") for name in ("rowptr", "col", "x")}
-        dataset = Dataset(**mapped, y=y, **dict(zip(SPLITS, splits)), source=f"synthetic:{spec}",
+        dataset = Dataset(**mapped, y=y, **dict(zip(SPLIT_FILES, splits)), source=f"synthetic:{spec}",
                           extra_meta={"synthetic": dataclasses.asdict(config)})
         dataset.validate()
         write_meta(tmp, dataset_meta(dataset, files))
@@ -388,7 +388,7 @@ def _csr_files(model: _Model, config: SyntheticConfig, num_draws: int, directory
 
 def fits_in_memory(config: SyntheticConfig) -> bool:
     """Whether :func:`generate` can build ``config`` in the memory available now."""
-    from ..resources import available_memory
+    from ..host import available_memory
     return _in_memory_bytes(config) <= available_memory()
 
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import InputError
-from .health import Stage
+from .health import Position, Stage
 
 ENV = "SALIENTPP_FAULT"
 ACTIONS = ("kill", "raise", "delay")
@@ -43,11 +43,13 @@ class Fault:
     attempt: int = 0
     seconds: float = 0.0
 
-    def matches(self, stage: str, epoch: int, step: int) -> bool:
-        """Whether it fires at this stage, epoch and step (the rank and attempt are chosen by
-        :class:`FaultInjector`, which keeps only the faults of its own)."""
-        return stage == self.stage and all(want is None or want == got
-                                           for want, got in ((self.epoch, epoch), (self.step, step)))
+    def matches(self, position: Position) -> bool:
+        """Whether it fires at this position: its stage, epoch and step, outside an evaluation
+        pass (the rank and attempt are chosen by :class:`FaultInjector`, which keeps only the
+        faults of its own)."""
+        return (position.stage == self.stage and not position.evaluation
+                and all(want is None or want == got for want, got in ((self.epoch, position.epoch),
+                                                                      (self.step, position.step))))
 
 
 def parse_faults(text: str) -> tuple[Fault, ...]:
@@ -80,12 +82,12 @@ class FaultInjector:
         self.pending = [f for f in faults if f.rank in (None, rank) and f.attempt == attempt]
         self.rank = rank
 
-    def __call__(self, stage: str, epoch: int, step: int) -> None:
+    def __call__(self, position: Position) -> None:
         for fault in self.pending:
-            if fault.matches(stage, epoch, step):
+            if fault.matches(position):
                 if fault.step is not None:
                     self.pending.remove(fault)
-                self._fire(fault, epoch, step)
+                self._fire(fault, position.epoch, position.step)
                 return
 
     def _fire(self, fault: Fault, epoch: int, step: int) -> None:

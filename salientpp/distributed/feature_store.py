@@ -4,7 +4,7 @@ Tiers:
 
 * owned rows, reordered by descending VIP (``local_order`` of the cache plan); the first
   ``num_device_local`` live on the training device, the rest in (pinned) CPU memory;
-* the remote cache, slot ``s < G`` in the device tier and ``G + j`` in the CPU tier, filled once
+* the remote cache, slot ``s < G`` in the device tier and ``G + j`` in the host tier, filled once
   at start-up by an all-to-all from the owners;
 * everything else is fetched per batch through :class:`~salientpp.distributed.exchange.RowExchange`.
 
@@ -13,18 +13,15 @@ counters mean the same thing everywhere.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..partition.book import PartitionBook
+from .device import DeviceOps, RowSource, gather_rows
 from .exchange import CommStats, RowExchange
-from .gather import RowSource, gather_rows
 from .group import DistContext
-
-if TYPE_CHECKING:  # the pipeline imports this module
-    from ..pipeline.device import DeviceOps
 
 
 def _inverse(perm: torch.Tensor) -> torch.Tensor:
@@ -43,7 +40,7 @@ class FeatureStore:
         local_order: int64 ``[n_k]`` local rows by descending VIP (``None``: identity).
         num_device_local: how many of the first rows of ``local_order`` live on ``ctx.device``
             (the cache plan's ``num_gpu_local`` of this partition).
-        cache_slot: int64 ``[N]``: -1 not cached, ``[0, G)`` device tier, ``[G, G + C)`` CPU tier
+        cache_slot: int64 ``[N]``: -1 not cached, ``[0, G)`` device tier, ``[G, G + C)`` host tier
             (``None``: no cache).
         num_device_slots: G.
     """
@@ -111,7 +108,7 @@ class FeatureStore:
     def fetch_context_args(self) -> dict[str, Any]:
         """Keyword arguments of the sampler's fetch context for this rank."""
         return dict(book=self.book, rank=self.ctx.rank, cache_slot=self.cache_slot,
-                    num_gpu_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
+                    num_device_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
                     pin=self.pin)
 
     def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats,
@@ -126,8 +123,8 @@ class FeatureStore:
         """
         up = ops.upload
         sources = [RowSource(up(received), pos=up(plan.remote_pos)),
-                   RowSource(self.cache_device, up(plan.gpu_slot), up(plan.gpu_pos)),
-                   RowSource(self.cache_host, up(plan.cpu_slot), up(plan.cpu_pos))]
+                   RowSource(self.cache_device, up(plan.device_slot), up(plan.device_pos)),
+                   RowSource(self.cache_host, up(plan.host_slot), up(plan.host_pos))]
         if plan.x is not None:  # the sampler threads wrote the owned rows into it (CPU runs)
             out = up(plan.x)
         else:
@@ -136,6 +133,6 @@ class FeatureStore:
                                         high=self.owned_host))
         ops.launch(lambda stream: gather_rows(out, sources, stream))
         stats.owned += int(plan.owned_pos.shape[0])
-        stats.gpu_hits += int(plan.gpu_pos.shape[0])
-        stats.cpu_hits += int(plan.cpu_pos.shape[0])
+        stats.gpu_hits += int(plan.device_pos.shape[0])
+        stats.cpu_hits += int(plan.host_pos.shape[0])
         return out

@@ -1,29 +1,46 @@
-"""Joining the process group: one rank per partition, gloo on CPU, NCCL on CUDA.
+"""The processes of a job: starting local ranks (:func:`launch`, like ``torchrun --standalone``)
+and each rank joining the process group (:func:`init_distributed`): one rank per partition, gloo
+on CPU, NCCL on CUDA.
 
-The rank and world come from the environment that :func:`salientpp.distributed.launch` or ``torchrun``
+**Joining.** The rank and world come from the environment that :func:`launch` or ``torchrun``
 set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``). Every
 collective of the group times out after ``timeout_s``, so a dead peer turns into an error, not
-a hang. The rendezvous store stays reachable through :attr:`DistContext.store`, where the ranks
+a hang. The rendezvous store stays reachable through :attr:`DistContext.rendezvous_store`, where the ranks
 post where they are (:mod:`salientpp.distributed.health`).
+
+**Launching.** Each rank is a fresh (spawned) process that joins a loopback-only process group. The parent
+watches them: when one raises or dies, the others are terminated at once and the parent raises,
+so a failure on one rank never leaves the rest waiting in a collective. The ranks also die with
+the parent: the kernel sends them SIGKILL when it dies (``PR_SET_PDEATHSIG``; a watchdog thread
+where that is unavailable), so a launcher killed by ``scancel``, ``docker stop`` or the OOM killer
+leaves no rank running. A parent stopped by SIGTERM or Ctrl-C terminates its ranks itself.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import multiprocessing as mp
 import os
 import re
+import signal
+import socket
 import sys
+import threading
 import time
+import traceback
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing.connection import wait
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from ..errors import InputError
+from .._env import CPP_LOG, OMP_WAIT, set_defaults
+from ..errors import InputError, check_int
+from ..host import ThreadBudget, local_world_size
 from .host_memory import keep_freed_memory
-from .threads import local_world_size
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 RESTART_ENV = "SALIENTPP_RESTART_COUNT"
@@ -44,9 +61,13 @@ class DistContext:
         count_group: the group of the exchange's counts, which must reach the host as split sizes:
             with NCCL a gloo group, so they travel through host memory and no device-to-host
             copy waits for the GPU; with gloo the exchange group.
-        store: the rendezvous key-value store (a ``PrefixStore`` for salientpp's own keys).
+        rendezvous_store: the rendezvous key-value store (a ``PrefixStore`` for salientpp's own
+            keys), not the feature store.
         timeout_s: the timeout of every collective and store wait.
         attempt: how many times the job has been restarted (0 on the first run).
+        agree_rounds: how many times this process has run each topic's
+            :func:`~salientpp.distributed.health.agree` check (the n-th check of a topic meets
+            under keys of its own).
     """
 
     rank: int
@@ -57,9 +78,10 @@ class DistContext:
     backend: str | None
     exchange_group: Any = None
     count_group: Any = None
-    store: Any = None
+    rendezvous_store: Any = None
     timeout_s: float = 120.0
     attempt: int = 0
+    agree_rounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def distributed(self) -> bool:
@@ -169,8 +191,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     attempt = restart_count()
     if not env_is_distributed():
         dev = resolve_device(device, 0)
-        return _remember(DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s,
-                                     attempt=attempt))
+        return DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s, attempt=attempt)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
@@ -191,35 +212,190 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     comm = dev if backend == "nccl" else torch.device("cpu")
     exchange_group = dist.new_group(backend=backend, timeout=timeout)
     count_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else exchange_group
-    return _remember(DistContext(rank, world, local_rank, dev, comm, backend, exchange_group, count_group,
-                                 dist.PrefixStore("salientpp", store), timeout_s, attempt))
-
-
-_current: DistContext | None = None
-
-
-def _remember(ctx: DistContext) -> DistContext:
-    global _current
-    _current = ctx
-    return ctx
-
-
-def current_context() -> DistContext:
-    """The context :func:`init_distributed` returned last in this process; without one, a single
-    process on the CPU (what ``init_distributed()`` returns outside a launcher)."""
-    if _current is not None:
-        return _current
-    if env_is_distributed():
-        raise InputError("this process was started as one rank of a job (RANK and WORLD_SIZE are set) but "
-                         "salientpp.init_distributed() was not called; call it first")
-    return init_distributed()
+    return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group, count_group,
+                       dist.PrefixStore("salientpp", store), timeout_s, attempt)
 
 
 def shutdown_distributed(ctx: DistContext | None = None) -> None:
-    """Leave the process group (of ``ctx``, default the current one)."""
-    global _current
-    ctx = _current if ctx is None else ctx
-    if ctx is not None and ctx.distributed and dist.is_initialized():
+    """Leave the process group, if this process joined one (``ctx``, when given, says whether it
+    did: a single-process context has nothing to leave)."""
+    if (ctx is None or ctx.distributed) and dist.is_initialized():
         dist.destroy_process_group()
-    if ctx is _current:
-        _current = None
+
+
+# ---- launching local ranks -----------------------------------------------------------------------
+
+# Seconds a terminated rank gets to exit before it is killed.
+_GRACE_S = 5.0
+# After a first failure, seconds to wait for the other ranks' reports: a peer of the failing
+# rank often fails too ("connection closed"), and the report raised first is the cause.
+_REPORT_S = 2.0
+# prctl(2) option: the signal this process gets when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
+# Seconds between two looks at the parent where the kernel cannot signal its death.
+_WATCHDOG_S = 0.5
+
+
+class WorkerError(RuntimeError):
+    """A rank raised or died; ``rank`` is the first one that failed, ``details`` its traceback,
+    ``others`` the ``(rank, message)`` reports of ranks that failed after it (most often because
+    of it: they name the stage where they lost it)."""
+
+    def __init__(self, rank: int, message: str, details: str = ""):
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank = rank
+        self.message = message
+        self.details = details
+        self.others: list[tuple[int, str]] = []
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process end when ``parent_pid``, its parent, ends.
+
+    On Linux the kernel sends SIGKILL at the parent's death (``PR_SET_PDEATHSIG``); elsewhere a
+    daemon thread checks the parent every half second. A parent that died before this call (the
+    process was already re-parented) ends this process at once.
+    """
+    try:
+        armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        armed = False
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(_WATCHDOG_S)
+            os._exit(1)
+        threading.Thread(target=watch, name="salientpp-parent-watchdog", daemon=True).start()
+
+
+def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, env: dict[str, str], conn,
+            parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    os.environ.update(env)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # The default thread budget of one of `world` local ranks; `fn` may apply its own (training
+    # applies one with the --threads and --torch-threads overrides).
+    ThreadBudget.for_rank(world).apply()
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # everything must reach the parent, which stops the other ranks
+        kind = "input" if isinstance(exc, InputError) else "error"
+        message = f"{type(exc).__name__}: {exc}" if kind == "error" else str(exc)
+        conn.send((kind, message, traceback.format_exc(), time.time()))
+        conn.close()
+        os._exit(1)
+    conn.send(("ok", result, "", time.time()))
+    conn.close()
+
+
+def _stop(procs: list[mp.Process]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + _GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _death(exitcode: int | None) -> str:
+    """Why a rank's process ended without a result, from its exit code."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"the process was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"the process died with exit code {exitcode}"
+
+
+def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s: float | None = None,
+           env: dict[str, str] | None = None) -> list[Any]:
+    """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results, rank order.
+
+    ``fn`` and ``args`` must be picklable (a module-level function). Every rank sees ``env``,
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a
+    free ``MASTER_PORT``, so :func:`salientpp.distributed.init_distributed` joins the group, and
+    starts with the default :class:`~salientpp.host.ThreadBudget` of one of
+    ``nprocs`` local ranks applied. Raises :class:`InputError` when a rank raised one (same
+    sentence), :class:`WorkerError` when a rank raised anything else, died, or the job ran past
+    ``timeout_s``; the other ranks are terminated first.
+    """
+    check_int(nprocs, "the number of processes")
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs, conns = [], []
+    unset = set_defaults(CPP_LOG, OMP_WAIT)  # the ranks inherit them; this process gets its own back
+    try:
+        for rank in range(nprocs):
+            parent_conn, child_conn = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker, name=f"salientpp-rank{rank}", daemon=True,
+                            args=(fn, args, rank, nprocs, port, env or {}, child_conn, os.getpid()))
+            p.start()
+            child_conn.close()
+            procs.append(p)
+            conns.append(parent_conn)
+    finally:
+        for key in unset:
+            del os.environ[key]
+    results: dict[int, Any] = {}
+    # (reported: 0 for a process that died without a report, else 1; when; error). A death is
+    # ordered first: the parent notices it only after the fact (its time is when the parent saw
+    # it), while a peer's report of the broken collective carries the time the peer raised.
+    failures: list[tuple[int, float, WorkerError | InputError]] = []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pending = set(range(nprocs))
+    try:
+        while pending:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if not failures:
+                    failures.append((1, time.time(), WorkerError(min(pending), f"the job ran past its "
+                                                                               f"{timeout_s:.0f} s time limit")))
+                break
+            ready = wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending], remaining)
+            for rank in sorted(pending):
+                reported = 1
+                if conns[rank] in ready or conns[rank].poll():
+                    try:
+                        kind, value, details, when = conns[rank].recv()
+                    except EOFError:  # it died before it could report
+                        procs[rank].join(_GRACE_S)
+                        kind, value, details, when = "error", _death(procs[rank].exitcode), "", time.time()
+                        reported = 0
+                elif procs[rank].sentinel in ready:
+                    procs[rank].join(_GRACE_S)
+                    kind, value, details = "error", _death(procs[rank].exitcode), ""
+                    when, reported = time.time(), 0
+                else:
+                    continue
+                pending.discard(rank)
+                if kind == "ok":
+                    results[rank] = value
+                else:
+                    error = InputError(value) if kind == "input" else WorkerError(rank, value, details)
+                    failures.append((reported, when, error))
+            if failures and (deadline is None or deadline > time.monotonic() + _REPORT_S):
+                deadline = time.monotonic() + _REPORT_S
+    except BaseException:
+        _stop(procs)
+        raise
+    _stop(procs)
+    if failures:
+        failures.sort(key=lambda f: f[:2])
+        first = failures[0][2]
+        if isinstance(first, WorkerError):
+            first.others = [(e.rank, e.message) for _, _, e in failures[1:] if isinstance(e, WorkerError)]
+        raise first
+    return [results[r] for r in range(nprocs)]

@@ -47,8 +47,6 @@ STAGE_TEXT = {
     Stage.TRAIN: "forward/backward and gradient all-reduce", Stage.CHECKPOINT: "checkpoint",
     Stage.EVAL: "evaluation", Stage.REPORT: "writing the epoch's metrics",
 }
-# Prefix of a pipeline stage run for evaluation ("eval:rows").
-EVAL_PHASE = Stage.EVAL.value + ":"
 
 
 class StageError(RuntimeError):
@@ -62,16 +60,18 @@ class StageError(RuntimeError):
 
 @dataclass(frozen=True)
 class Position:
-    """Where a rank was last: a stage of :data:`STAGE_TEXT`, the epoch and step (-1: none), when."""
+    """Where a rank was last: a :class:`Stage` (its value), the epoch and step (-1: none), when,
+    and whether the stage runs inside an evaluation pass (the pipeline stages of an evaluation
+    loader; the stage ``eval`` itself marks the start of the pass)."""
 
     stage: str
     epoch: int = -1
     step: int = -1
     time: float = 0.0
+    evaluation: bool = False
 
     def describe(self) -> str:
-        phase, _, stage = self.stage.rpartition(":")  # "eval:rows": a stage of an evaluation pass
-        text = STAGE_TEXT.get(stage, stage) + (" (evaluation)" if phase else "")
+        text = STAGE_TEXT.get(Stage(self.stage), self.stage) + (" (evaluation)" if self.evaluation else "")
         if self.step >= 0:
             return f"the {text} of epoch {self.epoch}, step {self.step}"
         return f"the {text}" + (f" of epoch {self.epoch}" if self.epoch >= 0 else "")
@@ -81,24 +81,23 @@ class Health:
     """This rank's position, posted to the store, and the fault injector called at each stage.
 
     Args:
-        ctx: the process group context (``ctx.store`` is ``None`` on a single process).
-        inject: called as ``inject(stage, epoch, step)`` on entering a stage (fault injection).
+        ctx: the process group context (its ``rendezvous_store`` is ``None`` on a single process).
+        inject: called with the new :class:`Position` on entering a stage (fault injection).
     """
 
-    def __init__(self, ctx: DistContext, inject: Callable[[str, int, int], None] | None = None):
+    def __init__(self, ctx: DistContext, inject: Callable[[Position], None] | None = None):
         self.ctx = ctx
         self.inject = inject
         self.position = Position(Stage.STARTUP.value, time=time.time())
 
-    def enter(self, stage: str, epoch: int = -1, step: int = -1) -> None:
-        """Post that this rank enters ``stage`` (a :class:`Stage`, or ``EVAL_PHASE`` + one) of
-        ``epoch``/``step``, and run the fault injector there."""
-        stage = str(stage)
-        self.position = Position(stage, epoch, step, time.time())
-        if self.ctx.store is not None:
-            self.ctx.store.set(f"position/{self.ctx.rank}", json.dumps(asdict(self.position)))
+    def enter(self, stage: Stage, epoch: int = -1, step: int = -1, evaluation: bool = False) -> None:
+        """Post that this rank enters ``stage`` of ``epoch``/``step`` (of an evaluation pass when
+        ``evaluation``), and run the fault injector there."""
+        self.position = Position(Stage(stage).value, epoch, step, time.time(), evaluation)
+        if self.ctx.rendezvous_store is not None:
+            self.ctx.rendezvous_store.set(f"position/{self.ctx.rank}", json.dumps(asdict(self.position)))
         if self.inject is not None:
-            self.inject(stage, epoch, step)
+            self.inject(self.position)
 
     def peers(self) -> dict[int, Position | None]:
         """The last posted position of every other rank (``None``: never posted). Raises
@@ -108,7 +107,7 @@ class Health:
             if rank == self.ctx.rank:
                 continue
             key = f"position/{rank}"
-            out[rank] = Position(**json.loads(self.ctx.store.get(key))) if self.ctx.store.check([key]) else None
+            out[rank] = Position(**json.loads(self.ctx.rendezvous_store.get(key))) if self.ctx.rendezvous_store.check([key]) else None
         return out
 
     def failure(self, exc: BaseException) -> StageError:
@@ -118,7 +117,7 @@ class Health:
         cause = re.sub(r"^\[[^\]]*:\d+\]\s*", "", (str(exc).strip().splitlines() or [""])[0])[:300]
         message = (f"rank {self.ctx.rank} stopped in {pos.describe()} after {max(now - pos.time, 0.0):.1f} s "
                    f"({type(exc).__name__}: {cause})")
-        if self.ctx.store is not None:
+        if self.ctx.rendezvous_store is not None:
             message += "; " + self._peer_report(now)
         return StageError(message, self.ctx.rank, pos.stage)
 
@@ -137,34 +136,29 @@ class Health:
                 f"the collective timeout is {self.ctx.timeout_s:g} s)")
 
 
-# How many times this process has checked each (store, topic): see agree.
-_AGREE_ROUNDS: dict[tuple[int, str], int] = {}
-
-
 def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:
     """Check that every rank holds the same ``facts`` (JSON-serialisable); a collective.
 
     Raises :class:`InputError` naming the first fact on which a rank differs from rank 0, or the
     ranks that did not post their facts within the timeout.
     """
-    if ctx.store is None or ctx.world_size == 1:
+    if ctx.rendezvous_store is None or ctx.world_size == 1:
         return
     # The ranks check a topic equally often, so the n-th check of each meets under its own keys.
-    round_key = (id(ctx.store), topic)
-    check = _AGREE_ROUNDS.get(round_key, 0)
-    _AGREE_ROUNDS[round_key] = check + 1
-    ctx.store.set(f"agree/{topic}/{check}/{ctx.rank}", json.dumps(facts, sort_keys=True, default=str))
+    check = ctx.agree_rounds.get(topic, 0)
+    ctx.agree_rounds[topic] = check + 1
+    ctx.rendezvous_store.set(f"agree/{topic}/{check}/{ctx.rank}", json.dumps(facts, sort_keys=True, default=str))
     keys = [f"agree/{topic}/{check}/{r}" for r in range(ctx.world_size)]
     start = time.monotonic()
-    while not ctx.store.check(keys):
+    while not ctx.rendezvous_store.check(keys):
         if time.monotonic() - start > ctx.timeout_s:
-            missing = [r for r, key in enumerate(keys) if not ctx.store.check([key])]
+            missing = [r for r, key in enumerate(keys) if not ctx.rendezvous_store.check([key])]
             raise InputError(f"rank {ctx.rank} waited {ctx.timeout_s:g} s at the {topic} check for rank(s) "
                              f"{', '.join(map(str, missing))}; start every rank of the job (or raise --timeout)")
         time.sleep(0.05)
-    reference = json.loads(ctx.store.get(keys[0]))
+    reference = json.loads(ctx.rendezvous_store.get(keys[0]))
     for rank in range(1, ctx.world_size):
-        theirs = json.loads(ctx.store.get(keys[rank]))
+        theirs = json.loads(ctx.rendezvous_store.get(keys[rank]))
         for key in sorted(set(reference) | set(theirs)):
             if reference.get(key) != theirs.get(key):
                 raise InputError(f"rank {rank} has {key} = {theirs.get(key)!r} but rank 0 has "

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import InputError
+from ..errors import InputError, check_int
 from ..hashing import GOLDEN, splitmix64_array
 from ..io import output_errors
 from .optim import SparseOptimizer, make_sparse_optimizer
@@ -114,7 +114,7 @@ class DistEmbedding:
     """A learnable ``[N, dim]`` float32 node table, row ``v`` on ``v``'s owner (module docstring).
 
     Args:
-        graph: the :class:`~salientpp.distributed.graph.DistGraph` whose nodes it embeds.
+        graph: the :class:`~salientpp.loader.graph.DistGraph` whose nodes it embeds.
         dim: D, the width of a row (>= 1).
         init: ``"normal"`` or ``"uniform"`` (variance 1/D, hashed from the original ids; see
             :func:`initial_rows`) or ``init(original_ids int64 [n], dim) -> float32 [n, dim]``.
@@ -140,8 +140,7 @@ class DistEmbedding:
                  seed: int = 0):
         from ..distributed.exchange import CommStats, RowExchange
 
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise InputError(f"the embedding dimension must be a positive integer, got {dim!r}")
+        check_int(dim, "the embedding dimension")
         if isinstance(init, str) and init not in INITS:
             raise InputError(f"unknown embedding init {init!r}; choose {' or '.join(INITS)} or pass a function "
                              "init(original_ids, dim) -> float32 [n, dim]")

@@ -24,7 +24,7 @@ from ..distributed import CommStats, DistContext
 from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..models.ops import keyed_relu_dropout
-from ..sampling.types import MFG
+from ..sampling import MFG
 from ..timing import median_seconds
 from .engine import LevelExchange, exchange_rows
 from .plan import CostModel
@@ -35,7 +35,7 @@ ROWS, DEGREE, ROWS_PER_PEER = 16384, 16, 1024
 SOURCES, SOURCE_BYTES = 1 << 16, 64 << 20
 
 
-def _random_block(rows: int, num_src: int, degree: int, generator: torch.Generator, device: torch.device) -> MFG:
+def _random_mfg(rows: int, num_src: int, degree: int, generator: torch.Generator, device: torch.device) -> MFG:
     """``rows`` destinations (the first of ``num_src`` sources) with ``degree`` random sources each."""
     sources = torch.randint(0, num_src, (rows * degree,), generator=generator)
     targets = torch.arange(rows).repeat_interleave(degree)
@@ -45,13 +45,13 @@ def _random_block(rows: int, num_src: int, degree: int, generator: torch.Generat
 
 def _layer_seconds(model: MFGModel, i: int, width: int, degree: int, repeats: int, generator: torch.Generator,
                    device: torch.device) -> float:
-    block = _random_block(ROWS, max(ROWS, min(SOURCES, SOURCE_BYTES // (4 * width))), degree, generator, device)
+    mfg = _random_mfg(ROWS, max(ROWS, min(SOURCES, SOURCE_BYTES // (4 * width))), degree, generator, device)
     # The features (layer 0's input) need no gradient; the hidden rows do.
-    x = torch.randn((block.num_src, width), generator=generator).to(device).requires_grad_(i > 0)
+    x = torch.randn((mfg.num_src, width), generator=generator).to(device).requires_grad_(i > 0)
     ids = torch.arange(ROWS, device=device)
 
     def run() -> None:
-        out = model.convolve(i, x, block)
+        out = model.convolve(i, x, mfg)
         if i < model.num_layers - 1:
             out = keyed_relu_dropout(out, ids, model.dropout, 0, True)
         out.sum().backward()

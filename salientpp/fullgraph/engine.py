@@ -24,7 +24,7 @@ from ..distributed import CommStats, DistContext, RowExchange
 from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..models.ops import keyed_relu_dropout
-from ..sampling.types import MFG
+from ..sampling import MFG
 from .plan import DependencyPlan
 
 
@@ -92,7 +92,7 @@ class _Layer:
 
     exchange: LevelExchange | None
     order: torch.Tensor | None
-    block: MFG
+    mfg: MFG
     dst_ids: torch.Tensor
 
 
@@ -117,7 +117,7 @@ class FullGraphEngine:
 
     Args:
         ctx: the process group context; graph: this rank's
-            :class:`~salientpp.distributed.graph.DistGraph`; plan: its dependency plan.
+            :class:`~salientpp.loader.graph.DistGraph`; plan: its dependency plan.
 
     Attributes:
         stats: rows and bytes of the exchanges since :meth:`reset_stats`; startup: those of the
@@ -153,10 +153,10 @@ class FullGraphEngine:
             positions, degree = row_edge_positions(rowptr, dst)
             sources = torch.from_numpy(_lookup(table_ids, np.asarray(col[positions], dtype=np.int64)))
             targets = torch.repeat_interleave(torch.arange(dst.shape[0]), torch.from_numpy(degree))
-            block = MFG(int(table_ids.shape[0]), int(dst.shape[0]), torch.stack([sources, targets]).to(device),
+            mfg = MFG(int(table_ids.shape[0]), int(dst.shape[0]), torch.stack([sources, targets]).to(device),
                         torch.from_numpy(np.concatenate([[0], np.cumsum(degree)])).to(device))
             keys = torch.from_numpy(graph.original_ids(dst).astype(np.int64))
-            self.layers.append(_Layer(level, order, block, keys.to(device)))
+            self.layers.append(_Layer(level, order, mfg, keys.to(device)))
 
     def reset_stats(self) -> None:
         """Zero the per-epoch counters: :attr:`stats` and the exchanges' seconds."""
@@ -181,7 +181,7 @@ class FullGraphEngine:
                 table = torch.cat([h, exchange_rows(h[:num_owned], layer.exchange)])
             if layer.order is not None:
                 table = table[layer.order]
-            h = model.convolve(i, table, layer.block)
+            h = model.convolve(i, table, layer.mfg)
             if i < len(self.layers) - 1:
                 h = keyed_relu_dropout(h, layer.dst_ids, model.dropout, (seed + i) % (1 << 63), model.training)
         return h

@@ -1,4 +1,5 @@
-"""GNN models over message-flow graphs (one bipartite graph per layer): SAGE, GAT, GIN."""
-from .gnn import MODELS, EmptyBlock, MFGModel
+"""GNN models over message-flow graphs (one bipartite graph per layer): SAGE, GAT, GIN, GCN; and
+how the trainer calls a model (:class:`ModelInput`), built-in or a user's."""
+from .gnn import MODELS, MFGModel, ModelInput
 
-__all__ = ["MODELS", "EmptyBlock", "MFGModel"]
+__all__ = ["MODELS", "MFGModel", "ModelInput"]

@@ -1,5 +1,6 @@
-"""SAGE, GAT, GIN and GCN, applied layer by layer to sampled MFGs (the first three are PyG's
-convolutions; GCN is :class:`MeanGCNConv`).
+"""The models: SAGE, GAT, GIN and GCN applied layer by layer to sampled MFGs (the first three
+are PyG's convolutions; GCN is :class:`MeanGCNConv`), a user's model by its factory, and how the
+trainer calls either (:class:`SeedForward`).
 
 Layer i reads the MFG ``mfgs[i]`` (model order: ``mfgs[0]`` is the input layer): its sources
 are the first ``num_src`` rows of the current hidden state and its destinations the first
@@ -9,29 +10,46 @@ are the first ``num_src`` rows of the current hidden state and its destinations 
 SAGE, GIN and GCN aggregate through the MFG's CSR (``rowptr`` and ``edge_index[0]``) with
 :func:`salientpp.models.ops.aggregate_with_root` and apply the convolution's own weights, which
 computes what the PyG convolution computes without its ``[E, F]`` message tensor; ReLU and
-dropout are one pass (:func:`salientpp.models.ops.dropout`). A block without ``rowptr`` goes
+dropout are one pass (:func:`salientpp.models.ops.dropout`). An MFG without ``rowptr`` goes
 through PyG.
 
 PyG writes the ``propagate`` (and ``edge_updater``) code it generates for each convolution class
 to a file in the temporary directory, once per class and process, and never removes it:
 :func:`no_pyg_tempfiles` and :func:`remove_pyg_tempfiles` do, and :class:`MFGModel` uses them.
+
+**Models by name** (:func:`build_model`): a built-in one, or a user's factory ``PKG.MODULE:FACTORY``,
+called as ``factory(in_dim, hidden, out_dim, num_layers)``, which returns an ``nn.Module``. A
+model declares how the trainer calls it with its attribute ``salientpp_input``
+(:class:`ModelInput`); without one it is called the PyG way:
+
+* ``forward(x, edge_index)`` (default, :attr:`ModelInput.EDGE_INDEX`): ``x`` ``[num_nodes,
+  in_dim]`` of the batch, the hop-ordered edges of :attr:`salientpp.Batch.edge_index`; returns
+  ``[num_nodes, out_dim]`` (or at least the seeds' rows first).
+* :attr:`ModelInput.EDGE_INDEX_HOPS`: the same, with the batch's ``num_sampled_nodes`` and
+  ``num_sampled_edges`` as keywords, for ``torch_geometric.utils.trim_to_layer``.
+* :attr:`ModelInput.MFGS`: ``forward(x, mfgs)``, one message-flow graph per layer (as the
+  built-in models); returns the seeds' ``[batch_size, out_dim]``.
 """
 from __future__ import annotations
 
 import atexit
+import enum
+import importlib
+import inspect
 import linecache
 import os
 import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Iterator, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 from torch_geometric.nn import GATConv, GINConv, SAGEConv
 
-from ..errors import InputError
+from ..errors import InputError, check_int
+from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
 
 MODELS = ("sage", "gat", "gin", "gcn")
@@ -100,30 +118,12 @@ def no_pyg_tempfiles() -> Iterator[None]:
 atexit.register(remove_pyg_tempfiles)
 
 
-class Block(Protocol):
-    """What a layer needs from an MFG (an :class:`~salientpp.sampling.MFG` also has ``rowptr``,
-    int64 ``[num_dst + 1]``, the CSR of ``edge_index`` over destinations)."""
-
-    num_dst: int
-    edge_index: torch.Tensor
-
-
-@dataclass(frozen=True)
-class EmptyBlock:
-    """An MFG with no nodes: the input of an empty training step, which still runs forward and
-    backward so that the DDP all-reduce of every rank has a partner."""
-
-    num_src: int = 0
-    num_dst: int = 0
-    edge_index: torch.Tensor = field(default_factory=lambda: torch.empty((2, 0), dtype=torch.int64))
-
-
 class MeanGCNConv(nn.Module):
     """GCN's layer with the row (random-walk) normalisation of the graph with self loops:
     ``out[v] = W (x[v] + sum_{u in N(v)} x[u]) / (deg(v) + 1) + b``, that is ``D~^-1 A~ X W``
     (DGL's ``GraphConv(norm="right")``; Kipf and Welling's symmetric ``D~^-1/2 A~ D~^-1/2``
     would need the degrees of the sources, which a sampled MFG does not carry). ``deg(v)`` is the
-    number of edges into ``v`` in the block: all of them in full-graph training and layer-wise
+    number of edges into ``v`` in the MFG: all of them in full-graph training and layer-wise
     inference, the sampled ones in a minibatch.
 
     ``forward((x_src, x_dst), edge_index)``: ``x_src`` ``[num_src, in_dim]``, ``x_dst``
@@ -156,24 +156,24 @@ def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.M
     return GINConv(mlp, train_eps=True)
 
 
-def _csr_conv(conv: nn.Module, h: torch.Tensor, block, dtype: torch.dtype) -> torch.Tensor | None:
+def _csr_conv(conv: nn.Module, h: torch.Tensor, mfg: MFG, dtype: torch.dtype) -> torch.Tensor | None:
     """``conv((h, h[:num_dst]), edge_index)`` for a SAGE (mean) or GIN (sum) convolution as the
-    built-in models configure them, aggregated over ``block.rowptr`` into ``dtype`` (the
+    built-in models configure them, aggregated over ``mfg.rowptr`` into ``dtype`` (the
     convolution's; 16-bit input features are read in place); ``None`` for any other convolution
-    or a block without ``rowptr``. A block with ``edge_weight`` (LADIES) replaces SAGE's
+    or an MFG without ``rowptr``. An MFG with ``edge_weight`` (LADIES) replaces SAGE's
     neighbour mean by the weighted sum, its unbiased estimate."""
-    rowptr = getattr(block, "rowptr", None)
+    rowptr = getattr(mfg, "rowptr", None)
     if rowptr is None:
         return None
-    col = block.edge_index[0]
-    weight = getattr(block, "edge_weight", None)
+    col = mfg.edge_index[0]
+    weight = getattr(mfg, "edge_weight", None)
     if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
             conv.project or conv.normalize):
         if weight is None:
             mean, x_dst = aggregate_with_root(h, rowptr, col, mean=True, dtype=dtype)
         else:  # the destinations are the first sources
             h = h.to(dtype)
-            mean, x_dst = weighted_aggregate(h, rowptr, col, weight), h[:block.num_dst]
+            mean, x_dst = weighted_aggregate(h, rowptr, col, weight), h[:mfg.num_dst]
         out = conv.lin_l(mean)
         if out.dtype == x_dst.dtype == conv.lin_r.weight.dtype and conv.lin_r.bias is None:
             # the root term accumulates into the neighbour term's output: no second [num_dst,
@@ -191,6 +191,24 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, block, dtype: torch.dtype) -> to
     return None
 
 
+class ModelInput(str, enum.Enum):
+    """How the trainer calls a model on a :class:`~salientpp.loader.loader.Batch`. A model declares
+    it as its class (or instance) attribute ``salientpp_input``; a model that declares nothing is
+    called the PyG way, :attr:`EDGE_INDEX`.
+
+    * ``EDGE_INDEX``: ``model(x, batch.edge_index)``, returning ``[num_nodes, out_dim]`` (the
+      seeds' rows first).
+    * ``EDGE_INDEX_HOPS``: the same with the keywords ``num_sampled_nodes`` and
+      ``num_sampled_edges``, for ``torch_geometric.utils.trim_to_layer``.
+    * ``MFGS``: ``model(x, batch.mfgs)``, one message-flow graph per layer, returning the seeds'
+      ``[batch_size, out_dim]`` (the built-in models).
+    """
+
+    EDGE_INDEX = "edge_index"
+    EDGE_INDEX_HOPS = "edge_index+hops"
+    MFGS = "mfgs"
+
+
 class MFGModel(nn.Module):
     """A stack of ``num_layers`` convolutions with ReLU and dropout between them.
 
@@ -201,13 +219,14 @@ class MFGModel(nn.Module):
     ``num_dst`` root rows (the others convert ``x`` first).
     """
 
+    salientpp_input = ModelInput.MFGS
+
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
                  dropout: float = 0.5, heads: int = 4):
         super().__init__()
         if model not in MODELS:
             raise InputError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
-        if num_layers < 1:
-            raise InputError(f"the number of layers must be at least 1, got {num_layers}")
+        check_int(num_layers, "the number of layers")
         if model == "gat" and hidden % heads:
             raise InputError(f"GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
@@ -221,30 +240,139 @@ class MFGModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
-    def layer(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
+    def layer(self, i: int, h: torch.Tensor, mfg: MFG) -> torch.Tensor:
         """Layer ``i`` alone: ``h`` ``[num_src, d_i]`` source rows (destinations first) ->
-        ``[block.num_dst, d_{i+1}]``, with ReLU and dropout after every layer but the last."""
-        out = self.convolve(i, h, block)
+        ``[mfg.num_dst, d_{i+1}]``, with ReLU and dropout after every layer but the last."""
+        out = self.convolve(i, h, mfg)
         return dropout(out, self.dropout, self.training, relu=True) if i < self.num_layers - 1 else out
 
-    def convolve(self, i: int, h: torch.Tensor, block: Block) -> torch.Tensor:
+    def convolve(self, i: int, h: torch.Tensor, mfg: MFG) -> torch.Tensor:
         """Layer ``i``'s convolution without the ReLU and dropout that follow it (:meth:`layer`)."""
         conv = self.convs[i]
         dtype = next(conv.parameters()).dtype
-        out = _csr_conv(conv, h, block, dtype)
+        out = _csr_conv(conv, h, mfg, dtype)
         if out is None:
-            if getattr(block, "edge_weight", None) is not None:
+            if getattr(mfg, "edge_weight", None) is not None:
                 raise InputError(f"this MFG carries LADIES edge weights, which estimate a mean aggregation; the "
                                  f"{self.model} model cannot use them, so train it with --sampler nodewise or bulk "
                                  "(or use --model sage)")
             h = h.to(dtype)
-            out = conv((h, h[:block.num_dst]), block.edge_index)
+            out = conv((h, h[:mfg.num_dst]), mfg.edge_index)
         return out
 
-    def forward(self, x: torch.Tensor, mfgs: Sequence[Block]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mfgs: Sequence[MFG]) -> torch.Tensor:
         if len(mfgs) != self.num_layers:
             raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
         h = x
         for i, mfg in enumerate(mfgs):
             h = self.layer(i, h, mfg)
         return h
+
+
+# ---- models by name, and how the trainer calls them ----------------------------------------------
+
+def _factory(spec: str) -> Callable[..., nn.Module]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"unknown model {spec!r}; choose one of {', '.join(MODELS)} or give a factory as "
+                         "PKG.MODULE:FUNCTION")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"cannot import {module_name!r} for --model {spec} ({exc}); put the module on "
+                         "PYTHONPATH or in the working directory") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise InputError(f"{module_name} has no function {attr!r} for --model {spec}; define "
+                         f"{attr}(in_dim, hidden, out_dim, num_layers) -> torch.nn.Module there")
+    return factory
+
+
+def check_model(spec: str) -> str:
+    """Check a ``--model`` value before any rank starts (a user factory is imported); returns it."""
+    if spec not in MODELS:
+        _factory(spec)
+    return spec
+
+
+def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5
+                ) -> nn.Module:
+    """The model ``spec`` names (see the module docstring); PyG's generated files are removed."""
+    if spec in MODELS:
+        return MFGModel(spec, in_dim, hidden, out_dim, num_layers, dropout)
+    with no_pyg_tempfiles():
+        model = _factory(spec)(in_dim, hidden, out_dim, num_layers)
+    if not isinstance(model, nn.Module):
+        raise InputError(f"the model factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
+    model_input(model)
+    return model
+
+
+def model_input(model: nn.Module) -> ModelInput:
+    """How ``model`` (unwrapped from DDP) is called: its declared ``salientpp_input``, else
+    :attr:`ModelInput.EDGE_INDEX`; :class:`InputError` for a declaration that is none of them or a
+    ``forward`` that cannot take ``x`` and the graph."""
+    declared = getattr(model, "salientpp_input", ModelInput.EDGE_INDEX)
+    try:
+        kind = ModelInput(declared)
+    except ValueError:
+        raise InputError(f"{type(model).__name__}.salientpp_input is {declared!r}; declare one of "
+                         f"{', '.join(repr(k.value) for k in ModelInput)} (salientpp.models.ModelInput), or leave it "
+                         "out for forward(x, edge_index)") from None
+    keywords = ("num_sampled_nodes", "num_sampled_edges") if kind is ModelInput.EDGE_INDEX_HOPS else ()
+    try:
+        inspect.signature(model.forward).bind(None, None, **dict.fromkeys(keywords))
+    except TypeError:
+        call = ", ".join(["x", "mfgs" if kind is ModelInput.MFGS else "edge_index", *(f"{k}=..." for k in keywords)])
+        raise InputError(f"{type(model).__name__}.forward cannot be called as forward({call}), as its salientpp_input "
+                         f"{kind.value!r} says; change the forward or the declaration") from None
+    return kind
+
+
+@dataclass
+class SeedForward:
+    """Calls a model on a :class:`~salientpp.loader.loader.Batch` the way the model declares
+    (:func:`model_input`) and returns the seeds' outputs ``[batch_size, out_dim]`` (float32).
+
+    The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is
+    false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given.
+    A user's model gets float32 rows; a built-in :class:`~salientpp.models.gnn.MFGModel`
+    (``takes_stored_features``) gets features without an embedding as stored, float16 included, and
+    converts them as its first layer reads them.
+    """
+
+    model: nn.Module
+    kind: ModelInput
+    embedding: Any = None
+    features: bool = True
+    takes_stored_features: bool = False
+
+    @classmethod
+    def of(cls, model: nn.Module, embedding: Any = None, features: bool = True) -> "SeedForward":
+        inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        return cls(model, model_input(inner), embedding, features, isinstance(inner, MFGModel))
+
+    def inputs(self, batch) -> torch.Tensor:
+        """``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an
+        embedding): float32, or the stored features' dtype for a built-in model."""
+        if self.embedding is None:
+            return batch.x if self.takes_stored_features else batch.x.float()
+        rows = self.embedding(batch.n_id)
+        return torch.cat([batch.x.float(), rows], dim=1) if self.features else rows
+
+    def __call__(self, batch) -> torch.Tensor:
+        x = self.inputs(batch)
+        if self.kind is ModelInput.MFGS:
+            return self.model(x, batch.mfgs)
+        extra = ({"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
+                 if self.kind is ModelInput.EDGE_INDEX_HOPS else {})
+        return self.model(x, batch.edge_index, **extra)[:batch.batch_size]
+
+    def seed_outputs(self, batch) -> torch.Tensor | None:
+        """:meth:`__call__` of a batch with seeds; ``None`` for an empty step, which still takes
+        part in the embedding's exchange (a collective) when there is one."""
+        if batch.batch_size:
+            return self(batch)
+        if self.embedding is not None:
+            self.embedding(batch.n_id)
+        return None

@@ -32,14 +32,14 @@ import numpy as np
 from .. import __version__
 from ..data.csr import check_csr
 from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTYPE, MULTILABEL, MULTILABEL_DTYPES,
-                           SPLITS, check_ids, check_label_array, check_permutation, first_nonfinite_row)
+                           SPLIT_FILES, check_ids, check_label_array, check_permutation, first_nonfinite_row)
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
 from .book import PartitionBook
 
 KIND = "salientpp-partitioned"
-PART_ARRAYS = ("x", "y") + SPLITS
+PART_ARRAYS = ("x", "y") + SPLIT_FILES
 GRAPH_ARRAYS = ("rowptr", "col", "offsets", "orig_id")
 # (allowed dtypes, number of dimensions) of each array; per-partition arrays as in a dataset.
 GRAPH_FORMAT = (("int64",), 1)
@@ -145,6 +145,12 @@ class PartitionedDataset:
         """Whether the partitions hold held-out edges (``part_<k>/train_edges`` and the others)."""
         return any(f"part_0/{name}" in self.meta["files"] for name in EDGE_SPLITS)  # part() refuses a missing one
 
+    def require_link_split(self) -> None:
+        """Refuse (InputError) link prediction on partitions without held-out edges."""
+        if not self.has_link_split:
+            raise InputError(f"--task link needs held-out edges, which {self.path} lacks; prepare the dataset with "
+                             "`salientpp prepare SOURCE OUT --link-split 0.85,0.05,0.10` and partition it again")
+
     def degree(self) -> np.ndarray:
         return np.diff(self.rowptr)
 
@@ -226,7 +232,7 @@ class PartitionedDataset:
                           num_classes=self.num_classes if multiclass else None,
                           num_tasks=None if multiclass else self.num_tasks, kind=self.label_kind,
                           dtype=str(self.label_dtype), first_id=start)
-        for name in SPLITS:
+        for name in SPLIT_FILES:
             check_ids(getattr(part, name), part.y, start, stop, str(folder / f"{name}.npy"), FIX,
                       strictly_increasing=True)
         for name in EDGE_SPLITS if self.has_link_split else ():

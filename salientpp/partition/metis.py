@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, check_int
 
 METIS_OK = 1
 # METIS 5 (64-bit indices, 4 balance constraints): edge weights, coarsened graphs and refinement
@@ -127,8 +127,7 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
     """
     n = int(rowptr.shape[0] - 1)
     weights = vertex_weights.reshape(n, -1)
-    if num_parts < 1:
-        raise InputError(f"the number of parts must be at least 1, got {num_parts}")
+    check_int(num_parts, "the number of parts")
     if weights.shape[1] < 1 or (weights < 0).any():
         raise InputError("vertex weights must have at least one column and no negative entries")
     if num_parts == 1 or n == 0:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..data.format import Dataset, label_meta
 from ..data.links import EDGE_SPLITS
-from ..errors import InputError
+from ..errors import InputError, check_int
 from ..io import atomic_output_dir, check_output_dir
 from .assemble import DirectoryTarget, MemoryTarget, assemble
 from .format import PART_ARRAYS, PartData, write_partitioned_meta
@@ -45,8 +45,7 @@ def check_options(num_nodes: int, num_parts: int, method: str, seed: int) -> Non
     """Raise :class:`InputError` on an impossible number of parts, method or seed."""
     if method not in METHODS:
         raise InputError(f"unknown partitioning method {method!r}; choose one of {', '.join(METHODS)}")
-    if num_parts < 1:
-        raise InputError(f"the number of parts must be at least 1, got {num_parts}")
+    check_int(num_parts, "the number of parts")
     if num_parts > num_nodes:
         raise InputError(f"cannot split {num_nodes} nodes into {num_parts} parts; use at most {num_nodes} parts")
     if not 0 <= seed < 2**31:

@@ -39,11 +39,10 @@ import numpy as np
 import torch
 
 from .._ext import extension
-from ..errors import InputError
+from ..errors import InputError, check_int
 from .convert import as_int64_tensor
-from .kinds import SamplerKind, check_layer_sizes
-from .sampler import BaseSampler, check_csr, check_fanout_list
-from .types import MFG, FetchPlan, SampledBatch
+from .kinds import SamplerKind, check_fanouts
+from .sampler import MFG, BaseSampler, FetchPlan, SampledBatch, check_csr_ends
 
 METHODS = ("nodewise", "ladies")
 
@@ -128,17 +127,16 @@ class BulkSampler(BaseSampler):
                  device: torch.device | str = "cpu"):
         if method not in METHODS:
             raise InputError(f"unknown bulk sampling method {method!r}; choose one of {', '.join(METHODS)}")
-        if isinstance(minibatches_per_bulk, bool) or int(minibatches_per_bulk) < 1:
-            raise InputError(f"minibatches_per_bulk must be an integer >= 1, got {minibatches_per_bulk!r}")
+        check_int(minibatches_per_bulk, "minibatches_per_bulk (--bulk-size)")
         self.kind = SamplerKind.LADIES if method == "ladies" else SamplerKind.BULK
-        self.fanouts = list(check_layer_sizes(self.kind, tuple(check_fanout_list(fanouts))))
+        self.fanouts = list(check_fanouts(fanouts, self.kind))
         if replace and self.kind is SamplerKind.LADIES:
             raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
         self.minibatches_per_bulk = int(minibatches_per_bulk)
         self.replace = bool(replace)
         self.device = torch.device(device)
         rowptr_t, col_t = _device_csr(rowptr, "rowptr", self.device), _device_csr(col, "col", self.device)
-        check_csr(rowptr_t, col_t)
+        check_csr_ends(rowptr_t, col_t)
         self.rowptr, self.col = rowptr_t, col_t
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self.degree = rowptr_t[1:] - rowptr_t[:-1]

@@ -17,10 +17,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from ..errors import InputError, check_choice
+from ..errors import InputError, check_choice, check_int
+
+
+# What a loader's seeds are, and what ``--task`` trains: nodes (node classification) or edges
+# (link prediction, over the held-out edges of `salientpp prepare --link-split`).
+NODE, LINK = "node", "link"
+TASKS = (NODE, LINK)
 
 
 class NegativeSampling(str, enum.Enum):
@@ -37,9 +42,7 @@ def check_negative_sampling(value) -> NegativeSampling:
 
 def check_num_negatives(value) -> int:
     """``value`` (negatives per positive edge) as an int >= 1; :class:`InputError` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"num_negatives must be at least 1, got {value!r}")
-    return int(value)
+    return check_int(value, "the number of negatives per edge (--num-negatives)")
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,10 @@ import numpy as np
 import torch
 
 from .._ext import extension
-from ..errors import InputError
+from ..errors import InputError, check_int
 from .convert import as_int64_tensor
-from .fetch import fetch_to_extension
 from .bulk import BulkSampler, attach
-from .sampler import NeighborSampler, check_labels, check_seeds
-from .types import FetchContext, SampledBatch, batch_from_extension
+from .sampler import FetchContext, NeighborSampler, SampledBatch, batch_from_extension, check_labels, check_seeds
 
 
 class NeighborLoader:
@@ -23,7 +21,7 @@ class NeighborLoader:
     Batch ``i`` of epoch ``e`` holds ``epoch_order()[bounds[i]:bounds[i + 1]]`` with
     ``bounds = batch_bounds()``, and is sampled with the stream ``(epoch_seed(), i)``: the same
     ``seed`` and epoch give the same batches for any ``num_threads``, and batches always come
-    out in order. At most ``queue_depth`` batches are sampled ahead of the consumer.
+    out in order. At most ``read_ahead`` batches are sampled ahead of the consumer.
 
     Two ways to cut an epoch into batches:
 
@@ -41,7 +39,7 @@ class NeighborLoader:
     the previous one; each finishes at most the batch in hand.
 
     With ``prefetch_next_epoch``, taking an epoch's last batch starts the workers on epoch
-    ``e + 1`` (at most ``queue_depth`` batches, as always), so the next epoch's first batches are
+    ``e + 1`` (at most ``read_ahead`` batches, as always), so the next epoch's first batches are
     sampled while the consumer still works on this one's last. The next iteration uses them when
     it starts batch 0 of epoch ``e + 1`` (a loop that calls ``set_epoch(e)`` with ``e = 0, 1, 2,
     ...``); any other start stops those workers and discards their batches, which are the same
@@ -53,7 +51,7 @@ class NeighborLoader:
 
     With a :class:`~salientpp.sampling.BulkSampler`, one background thread samples
     ``sampler.minibatches_per_bulk`` batches at a time (torch's intra-op threads do the work, with
-    the GIL released) and keeps at most ``queue_depth`` batches ahead; ``low_priority`` lowers that
+    the GIL released) and keeps at most ``read_ahead`` batches ahead; ``low_priority`` lowers that
     thread's priority, and ``num_threads`` does not apply. Batch ``i`` is still drawn from the
     stream ``(epoch_seed(), i)`` alone, so the batches do not depend on the bulk size.
 
@@ -68,7 +66,8 @@ class NeighborLoader:
             batches only).
         seed: base random seed.
         num_threads: C++ sampling threads.
-        queue_depth: batches sampled ahead.
+        read_ahead: the most batches sampled ahead of the consumer (the sampler read-ahead; not the
+            pipeline depth, which bounds the batches between sampling and the model).
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
         fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
         num_batches: ``None`` for fixed-size batches, or ``S >= 1`` balanced batches per epoch.
@@ -89,14 +88,13 @@ class NeighborLoader:
 
     def __init__(self, sampler: NeighborSampler | BulkSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
-                 queue_depth: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
+                 read_ahead: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
                  prefetch_next_epoch: bool = False):
         if not isinstance(sampler, (NeighborSampler, BulkSampler)):
             raise InputError(f"sampler must be a NeighborSampler or a BulkSampler, got {type(sampler).__name__}")
-        for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("queue_depth", queue_depth)):
-            if int(value) < 1:
-                raise InputError(f"{name} must be >= 1, got {value}")
+        for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("read_ahead", read_ahead)):
+            check_int(value, name)
         self.sampler = sampler
         if num_batches is not None and _is_empty(seeds):  # a rank without seeds still runs its S steps
             self.seeds = torch.empty(0, dtype=torch.int64)
@@ -110,16 +108,15 @@ class NeighborLoader:
         self.num_batches = None if num_batches is None else self._check_num_batches(num_batches)
         self.seed = int(seed)
         self.num_threads = int(num_threads)
-        self.queue_depth = int(queue_depth)
+        self.read_ahead = int(read_ahead)
         self.low_priority = bool(low_priority)
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
         self.labels_offset = int(labels_offset)
-        self._fetch = None if fetch is None else fetch_to_extension(fetch, sampler.num_nodes)
+        self._fetch = None if fetch is None else fetch.to_extension(sampler.num_nodes)
         self.epoch = 0
 
     def _check_num_batches(self, num_batches) -> int:
-        if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
-            raise InputError(f"num_batches must be a positive integer or None, got {num_batches!r}")
+        check_int(num_batches, "num_batches")
         if self.drop_last:
             raise InputError("drop_last applies to fixed-size batches only; leave it False with num_batches "
                              "(balanced batches use every seed)")
@@ -206,10 +203,10 @@ class NeighborLoader:
         order, bounds = self._order(epoch).contiguous(), self._bounds(epoch)
         seed = self._epoch_keys(epoch)[1]
         if isinstance(self.sampler, BulkSampler):
-            worker = _BulkWorker(self._bulks(order, bounds.tolist(), first, seed), self.queue_depth, self.low_priority)
+            worker = _BulkWorker(self._bulks(order, bounds.tolist(), first, seed), self.read_ahead, self.low_priority)
             return worker, lambda batch, size: batch
         return extension().BatchLoader(self.sampler._core, order, bounds, seed, self.labels, self.labels_offset,
-                                       self._fetch, self.num_threads, self.queue_depth, first,
+                                       self._fetch, self.num_threads, self.read_ahead, first,
                                        self.low_priority), batch_from_extension
 
     def _batches(self, core, bounds: list[int], first: int, wrap) -> Iterator[SampledBatch]:

@@ -1,17 +1,219 @@
-"""The Python face of the C++ node-wise neighbour sampler."""
+"""The Python face of the C++ node-wise neighbour sampler, and what every sampler returns:
+message-flow graphs (:class:`MFG`), sampled batches (:class:`SampledBatch`) and the plan of
+where each feature row of a batch comes from (:class:`FetchPlan`, made from a
+:class:`FetchContext`)."""
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from .._ext import extension
 from ..errors import InputError
-from .convert import as_int64_tensor
-from .fetch import fetch_to_extension
-from .types import FetchContext, SampledBatch, batch_from_extension
+from ..partition.book import PartitionBook
+from .convert import as_int64_tensor, as_tensor
+from .kinds import check_fanouts
+
+
+@dataclass
+class MFG:
+    """The message-flow graph of one layer (one sampling hop).
+
+    Sources are the batch nodes ``n_id[:num_src]``, destinations ``n_id[:num_dst]``
+    (destinations are a prefix of the sources), so a PyG convolution consumes it directly::
+
+        x_dst = conv((x_src, x_src[:mfg.num_dst]), mfg.edge_index)   # flow source_to_target
+
+    Attributes:
+        num_src: number of source nodes.
+        num_dst: number of destination nodes.
+        edge_index: int64 ``[2, E]``; row 0 = source local index in ``[0, num_src)``,
+            row 1 = destination local index in ``[0, num_dst)``, grouped by destination.
+        rowptr: int64 ``[num_dst + 1]``; the edges of destination ``d`` are columns
+            ``rowptr[d]:rowptr[d + 1]`` of ``edge_index`` (a CSR over destinations).
+        edge_weight: float32 ``[E]`` or None. Layer-wise samplers (LADIES) set it: the layer
+            must aggregate ``sum_e edge_weight[e] * x[src_e]`` per destination, an unbiased
+            estimate of the neighbour mean, instead of averaging the sampled neighbours.
+    """
+
+    num_src: int
+    num_dst: int
+    edge_index: torch.Tensor
+    rowptr: torch.Tensor
+    edge_weight: torch.Tensor | None = None
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @classmethod
+    def empty(cls, device: torch.device | str = "cpu") -> MFG:
+        """An MFG without nodes or edges: a layer of an empty step, which still runs forward and
+        backward so that the DDP all-reduce of every rank has a partner."""
+        return cls(0, 0, torch.empty((2, 0), dtype=torch.int64, device=device),
+                   torch.zeros(1, dtype=torch.int64, device=device))
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> MFG:
+        weight = None if self.edge_weight is None else self.edge_weight.to(device, non_blocking=non_blocking)
+        return MFG(self.num_src, self.num_dst, self.edge_index.to(device, non_blocking=non_blocking),
+                   self.rowptr.to(device, non_blocking=non_blocking), weight)
+
+
+@dataclass
+class FetchContext:
+    """What a rank knows about feature placement; given to the sampler to plan each batch's fetch.
+
+    Attributes:
+        book: the partition book (rank ``k`` owns ids ``[offsets[k], offsets[k + 1])``).
+        rank: the partition owned by this process.
+        cache_slot: int64 ``[N]``: -1 = not cached; ``0 .. num_device_slots - 1`` = slot in the device
+            cache tier; ``num_device_slots + j`` = slot ``j`` in the host cache tier. None = no cache.
+            Owned ids are never looked up in the cache.
+        num_device_slots: size of the device cache tier.
+        local_x: ``[n_rank, F]`` owned feature rows (CPU), or None: the plan then has no ``x``.
+        local_row: int64 ``[n_rank]``: storage row in ``local_x`` of local index
+            ``id - offsets[rank]`` (owned rows stored in VIP order); None = identity.
+        pin: put the plan's ``x`` in pinned memory; defaults to ``torch.cuda.is_available()``.
+    """
+
+    book: PartitionBook
+    rank: int
+    cache_slot: torch.Tensor | np.ndarray | None = None
+    num_device_slots: int = 0
+    local_x: torch.Tensor | np.ndarray | None = None
+    local_row: torch.Tensor | np.ndarray | None = None
+    pin: bool = field(default_factory=torch.cuda.is_available)
+
+    def to_extension(self, num_nodes: int):
+        """This context checked against a graph of ``num_nodes`` nodes, as a ``_C.FetchContext``."""
+        offsets = np.asarray(self.book.offsets)
+        if offsets.ndim != 1 or offsets.shape[0] < 2 or offsets.dtype != np.int64:
+            raise InputError("the partition book's offsets must be a 1-D int64 array of K + 1 >= 2 entries")
+        if offsets[0] != 0 or offsets[-1] != num_nodes or np.any(np.diff(offsets) < 0):
+            raise InputError(f"the partition book must cover ids 0..{num_nodes} with non-decreasing offsets, "
+                             f"got {offsets[0]}..{offsets[-1]}; use the book of this graph's partitioning")
+        num_parts = offsets.shape[0] - 1
+        if not 0 <= self.rank < num_parts:
+            raise InputError(f"rank {self.rank} is not a partition of this book (0..{num_parts - 1})")
+        if self.num_device_slots < 0:
+            raise InputError(f"num_device_slots must be >= 0, got {self.num_device_slots}")
+        if self.pin and not torch.cuda.is_available():
+            raise InputError("pinned memory needs CUDA, which is not available; pass pin=False")
+        part_size = int(offsets[self.rank + 1] - offsets[self.rank])
+
+        cache_slot = None
+        if self.cache_slot is not None:
+            cache_slot = as_int64_tensor(self.cache_slot, "cache_slot")
+            if cache_slot.shape[0] != num_nodes:
+                raise InputError(f"cache_slot must have one entry per node ({num_nodes}), has {cache_slot.shape[0]}")
+            if num_nodes and int(cache_slot.min()) < -1:
+                raise InputError("cache_slot holds values below -1; use -1 for ids that are not cached")
+
+        local_x = None
+        if self.local_x is not None:
+            local_x = as_tensor(self.local_x, "local_x")
+            if local_x.dim() != 2:
+                raise InputError(f"local_x must be a 2-D [rows, F] array, got shape {list(local_x.shape)}")
+        num_rows = part_size if local_x is None else int(local_x.shape[0])
+
+        local_row = None
+        if self.local_row is not None:
+            local_row = as_int64_tensor(self.local_row, "local_row")
+            if local_row.shape[0] != part_size:
+                raise InputError(f"local_row must have one entry per owned id ({part_size}), has {local_row.shape[0]}")
+            if part_size and (int(local_row.min()) < 0 or int(local_row.max()) >= num_rows):
+                raise InputError(f"local_row must map into the {num_rows} rows of local_x; fix the row order")
+        elif local_x is not None and num_rows != part_size:
+            raise InputError(f"local_x has {num_rows} rows but rank {self.rank} owns {part_size} ids; "
+                             "pass local_row or the owned rows only")
+
+        return extension().FetchContext(torch.tensor(offsets, dtype=torch.int64), int(self.rank), cache_slot,
+                                        int(self.num_device_slots), local_x, local_row, bool(self.pin))
+
+
+@dataclass
+class FetchPlan:
+    """Where each feature row of a batch comes from. Positions index ``n_id``.
+
+    The batch's features ``x[n_id]`` are ``local_x[owned_row]`` at ``owned_pos``, the rows received
+    for ``remote_id`` (in that order) at ``remote_pos``, ``device_cache[device_slot]`` at ``device_pos``
+    and ``host_cache[host_slot]`` at ``host_pos``.
+
+    Attributes:
+        owned_pos, owned_row: int64 ``[n_o]``: positions owned by this rank, their rows in local_x.
+        x: ``[num_nodes, F]`` with the owned rows already written at ``owned_pos`` and the other
+            rows not yet written (the assembly writes them in place); pinned when the context
+            says so; None when the context has no ``local_x``.
+        remote_id, remote_pos: int64 ``[n_r]``: ids to request from their owners and their
+            positions, grouped by owner (ascending), ``n_id`` order within an owner.
+        remote_counts: int64 ``[K]``: how many of ``remote_id`` each partition owns (0 at rank).
+        device_pos, device_slot: int64 ``[n_g]``: positions served by the device cache tier, slot in it.
+        host_pos, host_slot: int64 ``[n_c]``: positions served by the host cache tier, slot in it
+            (already minus ``num_device_slots``).
+    """
+
+    owned_pos: torch.Tensor
+    owned_row: torch.Tensor
+    x: torch.Tensor | None
+    remote_id: torch.Tensor
+    remote_pos: torch.Tensor
+    remote_counts: torch.Tensor
+    device_pos: torch.Tensor
+    device_slot: torch.Tensor
+    host_pos: torch.Tensor
+    host_slot: torch.Tensor
+
+
+@dataclass
+class SampledBatch:
+    """One sampled minibatch.
+
+    Attributes:
+        n_id: int64 ``[num_nodes]`` global ids of every node of the batch; the first
+            ``batch_size`` are the seeds, in order. Nested: ``n_id[:mfgs[l].num_src]`` are the
+            nodes reached after hop ``L - l``.
+        batch_size: number of seeds.
+        mfgs: one :class:`MFG` per layer in MODEL order: ``mfgs[0]`` is the input layer (its
+            sources are all of ``n_id``), ``mfgs[-1]`` has the seeds as destinations;
+            ``mfgs[l].num_dst == mfgs[l + 1].num_src``.
+        y: int64 ``[batch_size]`` seed labels, or None when the loader has no labels.
+        fetch: the :class:`FetchPlan`, or None without a fetch context.
+    """
+
+    n_id: torch.Tensor
+    batch_size: int
+    mfgs: list[MFG]
+    y: torch.Tensor | None = None
+    fetch: FetchPlan | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.n_id.shape[0])
+
+    @property
+    def num_sampled_edges(self) -> int:
+        return sum(m.num_edges for m in self.mfgs)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> SampledBatch:
+        """Moves ``n_id``, the MFGs and ``y`` (not the fetch plan) to ``device``."""
+        y = None if self.y is None else self.y.to(device, non_blocking=non_blocking)
+        return SampledBatch(self.n_id.to(device, non_blocking=non_blocking), self.batch_size,
+                            [m.to(device, non_blocking) for m in self.mfgs], y, self.fetch)
+
+
+def batch_from_extension(raw: tuple, batch_size: int) -> SampledBatch:
+    """Wraps the tuple returned by the C++ extension (hops in sampling order)."""
+    n_id, hops, y, fetch = raw
+    mfgs = [MFG(num_src, num_dst, edge_index, rowptr) for num_src, num_dst, rowptr, edge_index in reversed(hops)]
+    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else FetchPlan(**fetch))
+
+
+# ---- the node-wise sampler -----------------------------------------------------------------------
+
+
 
 
 class BaseSampler(abc.ABC):
@@ -39,7 +241,7 @@ class BaseSampler(abc.ABC):
         """
         seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
         labels_t = check_labels(labels, labels_offset, seeds_t)
-        ctx = None if fetch is None else fetch_to_extension(fetch, self.num_nodes)
+        ctx = None if fetch is None else fetch.to_extension(self.num_nodes)
         return self._sample(seeds_t, seed, batch_index, labels_t, labels_offset, ctx)
 
     @abc.abstractmethod
@@ -80,8 +282,8 @@ class NeighborSampler(BaseSampler):
                  fanouts: Sequence[int], replace: bool = False):
         rowptr_t = as_int64_tensor(rowptr, "rowptr")
         col_t = as_int64_tensor(col, "col")
-        check_csr(rowptr_t, col_t)
-        self.fanouts = fanouts = check_fanout_list(fanouts)
+        check_csr_ends(rowptr_t, col_t)
+        self.fanouts = fanouts = list(check_fanouts(fanouts))
         self.replace = bool(replace)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self._core = extension().Sampler(rowptr_t, col_t, fanouts, self.replace)
@@ -95,21 +297,15 @@ class NeighborSampler(BaseSampler):
         return batch_from_extension(raw, int(seeds.shape[0]))
 
 
-def check_csr(rowptr: torch.Tensor, col: torch.Tensor) -> None:
-    """The cheap checks of a CSR pair (a corrupt one is reported when sampling meets it)."""
+def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:
+    """The cheap checks of a CSR pair: its ``rowptr`` runs from 0 to ``len(col)`` (a corrupt one
+    is reported when sampling meets it; :func:`salientpp.data.csr.check_csr` is the full check of
+    a graph on disk)."""
     if rowptr.shape[0] < 2:
         raise InputError("rowptr must have N + 1 >= 2 entries; pass the CSR of a graph with at least one node")
     if int(rowptr[0]) != 0 or int(rowptr[-1]) != col.shape[0]:
         raise InputError(f"rowptr must run from 0 to len(col) = {col.shape[0]}, "
                          f"got {int(rowptr[0])}..{int(rowptr[-1])}; pass a matching CSR pair")
-
-
-def check_fanout_list(fanouts: Sequence[int]) -> list[int]:
-    """``fanouts`` as a non-empty list of ints, each >= 1 or -1, or :class:`InputError`."""
-    fanouts = [int(f) for f in fanouts]
-    if not fanouts or any(f != -1 and f < 1 for f in fanouts):
-        raise InputError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all neighbours), got {fanouts}")
-    return fanouts
 
 
 def to_uint64(value: int) -> int:

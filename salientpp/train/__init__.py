@@ -1,8 +1,10 @@
-"""Distributed training: the configuration, the built-in trainer (a client of the public
-loader API), evaluation, checkpoints, predictions, and the launch with restarts."""
+"""The built-in trainer: its configuration (the schema of ``salientpp train``), what a run decides
+before its ranks start, the trainers, and the launch of the ranks."""
 from .config import TrainConfig
-from .loop import Trainer
-from .run import run_rank, train
+from .loop import MinibatchTrainer, Trainer
+from .run import open_trainer, run_rank, train, trainer_for
+from .setup import RankSetup, ResolvedRun, resolve_run
 from .state import TrainResult
 
-__all__ = ["TrainConfig", "TrainResult", "Trainer", "run_rank", "train"]
+__all__ = ["MinibatchTrainer", "RankSetup", "ResolvedRun", "TrainConfig", "TrainResult", "Trainer", "open_trainer",
+           "resolve_run", "run_rank", "train", "trainer_for"]

@@ -1,59 +1,170 @@
-"""The training configuration: every option of ``salientpp train`` as one dataclass."""
+"""The training configuration: every option of ``salientpp train`` as one dataclass, the schema.
+
+Each field of :class:`TrainConfig` carries an :class:`Option` in its metadata, and everything
+else is derived from it: the command-line flag (:func:`add_options`, :func:`config_from_args`),
+the options every rank must agree on (:func:`agreed_options`), those a cache plan decides
+(``--plan`` refuses them), those a checkpoint must match to be resumed
+(:func:`checkpoint_options`), and each option's own check. Adding an option is one field.
+
+Two steps, each done once: :meth:`TrainConfig.validate` only checks (it changes nothing);
+:meth:`TrainConfig.resolved` returns a copy with every default that depends on other options
+filled in (a field left ``None`` means "the default": fanouts, evaluation fanouts and batch
+size, the cache options). The defaults that depend on the machine (threads, pipeline depth) are
+resolved with it by :func:`salientpp.train.run.resolve_run`.
+"""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from ..cache.plan import GPU_FRACTION, read_plan_info
+from ..cache.plan import GPU_FRACTION
 from ..cache.policies import get_policy
-from ..cache.workload import check_fanouts
 from ..distributed.group import restart_count
-from ..distributed.threads import ThreadBudget, local_world_size
-from ..errors import InputError
+from ..embedding.optim import SPARSE_OPTIMIZERS
+from ..errors import InputError, check_int
+from ..fullgraph.plan import Dependencies
 from ..io import check_writable_file
 from ..models import MODELS
-from ..models.factory import check_model
-from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_sizes, check_sampler
-from .link import DECODERS, LINK, TASKS, check_link_metric
-from .tasks import check_metric
+from ..models.gnn import check_model
+from ..parsing import parse_memory_limit
+from ..sampling import MINIBATCHES_PER_BULK, SAMPLERS, SamplerKind, check_fanouts, parse_fanouts
+from ..sampling.link import LINK, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
-from ..fullgraph.plan import Dependencies, check_dependencies
+from .link import DECODERS, LINK_METRICS, check_link_metric
+from .tasks import METRICS, check_metric
 
 DEVICES = ("cpu", "cuda")
 # Training modes: sampled minibatches, or every layer over the whole graph (salientpp.fullgraph).
 MINIBATCH, FULL_GRAPH = "minibatch", "full-graph"
 MODES = (MINIBATCH, FULL_GRAPH)
-INFERENCE = ("sampled", "layerwise")
+SAMPLED, LAYERWISE = "sampled", "layerwise"
+INFERENCE = (SAMPLED, LAYERWISE)
 # Number formats of the training step: float32, or bfloat16 under torch.autocast.
 FP32, BF16 = "fp32", "bf16"
 PRECISIONS = (FP32, BF16)
+# The defaults that TrainConfig.resolved() fills in where a field is left None.
+DEFAULT_FANOUTS = (15, 10, 5)
+DEFAULT_EVAL_FANOUT = 20  # per layer
+DEFAULT_CACHE = "vip"
+DEFAULT_REPLICATION = 0.1
 
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX), without which bfloat16
     matrix products are emulated and slower than float32."""
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-# What a cache plan decides, so these options cannot be combined with one (``plan``).
-PLAN_DECIDES = ("cache", "replication", "gpu_fraction")
 
 
-def plan_conflict(plan: str, options: list[str]) -> InputError:
-    """The error for ``options`` (``["--cache", ...]``) given together with ``--plan plan``."""
-    return InputError(f"{' and '.join(options)} cannot be combined with --plan {plan}: the plan decides what is "
-                      f"cached and where (it was written by `salientpp analyze`); drop "
-                      f"{'it' if len(options) == 1 else 'them'}, or train without --plan")
+# ---- the schema ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Option:
+    """How one :class:`TrainConfig` field is given and used.
+
+    Attributes:
+        help: the ``--help`` text; the default is appended (``default_text``, else the field's default).
+        flag: the command-line flag; ``None``: ``--`` and the field name with dashes; ``""``: a
+            positional argument. A bool field's flag sets the opposite of its default.
+        type: what argparse converts the text with (``int``, ``float``; ``str`` by default).
+        parse: text -> value after argparse, which may raise :class:`InputError` (fanouts, sizes).
+        choices, metavar: as in argparse.
+        default_text: how the help states a default that is not the field's own (``None`` fields).
+        check: ``check(value, flag)`` raises :class:`InputError` for a bad value (not called for ``None``).
+        agreed: every rank of a job must hold the same value (after :meth:`TrainConfig.resolved`).
+        plan_decides: a cache plan (``--plan``) decides it, so the two cannot be given together.
+        resume_matches: a checkpoint is resumed only by a run with the same value.
+        alias: ``(flag, value, help)``: a second flag that sets the field to ``value``, exclusive
+            with the first (``--no-pipeline`` for ``--pipeline-depth 1``).
+    """
+
+    help: str
+    flag: str | None = None
+    type: Callable[[str], Any] | None = None
+    parse: Callable[[Any], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    default_text: str | None = None
+    check: Callable[[Any, str], Any] | None = None
+    agreed: bool = False
+    plan_decides: bool = False
+    resume_matches: bool = False
+    alias: tuple[str, Any, str] | None = None
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return value
+def option(default: Any, help: str, **spec: Any) -> Any:
+    """A :class:`TrainConfig` field with ``default`` (``dataclasses.MISSING``: required) and the
+    :class:`Option` of ``help`` and ``spec``."""
+    return field(default=default, metadata={"option": Option(help, **spec)})
+
+
+def option_of(f: dataclasses.Field) -> Option:
+    return f.metadata["option"]
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The field's command-line flag (``--batch-size``), or its name in capitals when positional."""
+    flag = option_of(f).flag
+    return f.name.upper() if flag == "" else flag or "--" + f.name.replace("_", "-")
+
+
+def positive(value: Any, flag: str) -> None:
+    check_int(value, flag)
+
+
+def non_negative(value: Any, flag: str) -> None:
+    check_int(value, flag, minimum=0)
+
+
+def positive_number(value: Any, flag: str) -> None:
+    if not value > 0:
+        raise InputError(f"{flag} must be positive, got {value}")
+
+
+def one_of(choices: tuple[str, ...], what: str) -> Callable[[Any, str], None]:
+    """The check of a value that must be one of ``choices``; the message calls it ``what``."""
+    listed = " or ".join(choices) if len(choices) == 2 else "one of " + ", ".join(choices)
+
+    def check(value: Any, flag: str) -> None:
+        if value not in choices:
+            raise InputError(f"unknown {what} {value!r}; choose {listed}")
+    return check
+
+
+def _at_least_0(value: Any, what: str) -> None:
+    if not value >= 0:
+        raise InputError(f"{what} must be at least 0, got {value}")
+
+
+def _fraction(value: Any, flag: str) -> None:
+    if not 0 <= value <= 1:
+        raise InputError(f"{flag} must lie in [0, 1], got {value}")
+
+
+def _dropout(value: Any, flag: str) -> None:
+    if not 0 <= value < 1:
+        raise InputError(f"{flag} must lie in [0, 1), got {value}")
+
+
+def _seed(value: Any, flag: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InputError(f"the seed must be an integer in [0, 2^63), got {value!r}")
+
+
+def _policy(value: Any, flag: str) -> None:
+    if value != "none":
+        get_policy(value)
+
+
+def _metric(value: Any, flag: str) -> None:
+    if value not in LINK_METRICS:  # a node metric, or a link metric checked against --task
+        check_metric(value)
 
 
 def parse_interval(text: str) -> tuple[int, str]:
@@ -66,240 +177,156 @@ def parse_interval(text: str) -> tuple[int, str]:
     return int(match.group(1)), "epochs" if unit.startswith("epoch") else "steps"
 
 
-def _fanouts(name: str, values: Any, layers: int) -> tuple[int, ...]:
-    out = check_fanouts(values)
-    if len(out) != layers:
-        raise InputError(f"{name} gives {len(out)} hops but the model has {layers} layers; "
-                         f"pass one fanout per layer")
-    return out
+def _joined(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """What to train, where, and how.
+    """What to train, where, and how: one field per option of ``salientpp train`` (each field's
+    :class:`Option` holds its help, which is the reference; ``salientpp train --help`` prints it).
 
-    Attributes:
-        part_dir: a partitioned directory (``salientpp partition``); one partition per rank.
-        epochs: total number of epochs (a resumed run continues up to this number).
-        mode: ``minibatch`` (sampled batches) or ``full-graph``: one step per epoch over every
-            training vertex with all its neighbours at every layer (:mod:`salientpp.fullgraph`; the
-            sampling, batch, cache and pipeline options do not apply, and evaluation is layer-wise).
-        dependencies: ``full-graph``: how a rank gets the hidden embeddings of remote vertices:
-            ``cache`` (recompute them), ``communicate`` (exchange them every layer) or ``hybrid``
-            (per vertex or per level, by a cost model calibrated on this machine; the plans it
-            predicts close to the fastest are timed at start-up, and one timed clearly faster
-            than the predicted fastest replaces it).
-        model: ``sage``, ``gat``, ``gin`` or a factory ``PKG.MODULE:FUNCTION`` called as
-            ``FUNCTION(in_dim, hidden, out_dim, num_layers)`` (see :mod:`salientpp.models.factory`);
-            hidden: hidden width; layers: number of layers.
-        metric: the validation/test metric (``accuracy``, ``roc-auc``, ``f1-micro``); default:
-            accuracy for class labels, ROC-AUC for multi-label ones.
-        fanouts: neighbours sampled per hop, ``fanouts[0]`` at the seeds, one per layer (LADIES:
-            nodes sampled per layer).
-        sampler: the training loader's sampler, ``nodewise``, ``bulk`` or ``ladies``
-            (:class:`~salientpp.sampling.SamplerKind`); sampled inference is always node-wise.
-        minibatches_per_bulk: batches the bulk and LADIES samplers draw at once (``--bulk-size``).
-        batch_size: seeds per minibatch per rank; lr: Adam learning rate; weight_decay: Adam's L2
-            penalty of the model's parameters; dropout: between layers.
-        embedding_dim: D > 0 learns a ``[N, D]`` node embedding table partitioned like the
-            features (:class:`~salientpp.embedding.DistEmbedding`, never cached) and feeds the
-            model ``[x || emb]``; 0: none.
-        features: feed the dataset's features to the model (``--no-features``: the embedding
-            alone, which needs ``embedding_dim``; the features are then not fetched at all).
-        embedding_optimizer: the embedding's sparse optimiser, ``adam`` or ``adagrad``;
-            embedding_lr: its learning rate.
-        task: ``node`` (classify the labelled nodes) or ``link`` (link prediction over the
-            held-out edges of ``salientpp prepare --link-split``; :mod:`salientpp.train.link`):
-            batches of ``batch_size`` training edges with ``num_negatives`` negatives each,
-            drawn ``negative_sampling`` (``uniform`` or ``per-source``), scored by a ``decoder``
-            (``dot`` or ``mlp``) over the model's ``hidden``-wide outputs; validation and test
-            rank each held-out edge against ``eval_negatives`` negatives of its source. Its
-            metric is ``roc-auc`` (default), ``mrr`` or ``hits@10/50/100``.
-        cache: cache policy name (``vip``, ``degree``, ...) or ``none``; without ``plan``, the
-            plan ``salientpp analyze`` writes for this policy, ``replication`` and
-            ``gpu_fraction`` is used from ``PART_DIR/cache/<default name>``, or built there.
-        replication: alpha, cached remote rows per rank = floor(alpha * N / K), in [0, K - 1].
-        gpu_fraction: fraction of the owned rows kept on the device, first by the plan's order.
-        plan: a cache plan directory written by ``salientpp analyze`` (replication or byte
-            budgets, any name or ``--out``): its tiers and the device share of the owned rows
-            are used as they are, so ``cache``, ``replication`` and ``gpu_fraction`` keep their
-            defaults.
-        device: ``cpu`` or ``cuda``.
-        precision: ``fp32``, or ``bf16``: the training step's forward runs under ``torch.autocast``
-            with bfloat16 (weights, gradients and the optimizer stay float32; evaluation runs in
-            float32). On CPU it needs AVX512-BF16 or AMX.
-        nprocs: number of local ranks to start (default: one per partition).
-        pipeline_depth: batches in flight (1 = the stages of a batch one after another). ``None``:
-            the thread budget's choice (:meth:`~salientpp.distributed.threads.ThreadBudget.pipeline_depth`:
-            4 on a GPU or when ``torch_threads`` leaves cores free, else 1).
-        inference: ``sampled`` (minibatches with ``eval_fanouts``, through the cache) or
-            ``layerwise`` (exact: every layer over all neighbours, halo rows exchanged per layer).
-        eval_fanouts: fanouts of sampled inference (default 20 per layer).
-        eval_batch_size: seeds per batch of sampled inference, destinations per chunk of
-            layer-wise inference (default: batch_size).
-        eval_every: evaluate every this many epochs and after the last one (0: never).
-        checkpoint_dir: where ``last.pt`` and ``best.pt`` go; resume: continue from ``last.pt``.
-        checkpoint_every: ``"N"``/``"Nsteps"`` (after every N-th step of an epoch and at its end)
-            or ``"Nepochs"`` (after every N-th epoch and the last).
-        max_restarts: restart every rank from the last checkpoint up to this many times after a
-            rank fails (the local launcher's counterpart of ``torchrun --max-restarts``).
-        memory_limit: refuse to start when the estimated memory of this machine's ranks exceeds
-            this many bytes (or the available memory, when smaller).
-        json_path: append one JSON line per epoch to this file.
-        seed: seeds the model, dropout and the loaders (see ``salientpp.cache.accesses.loader_seed``).
-        num_threads: C++ sampler threads per rank (``--threads``); torch_threads: torch intra-op
-            threads per rank (``--torch-threads``). ``None``: from the thread budget
-            (:class:`~salientpp.distributed.threads.ThreadBudget`: the cores of this machine
-            shared by its local ranks; the samplers run at low priority unless both counts are
-            given and fit in a rank's share).
-        timeout_s: every collective fails after this many seconds instead of hanging.
-        reuse_freed_memory: each rank's host allocator keeps freed blocks for the next step
-            instead of returning them to the system (:mod:`salientpp.distributed.host_memory`;
-            glibc only): resident memory stays near its peak, and steps stop faulting in fresh pages.
-        progress: show a tqdm bar on rank 0.
+    Fields left ``None`` take a default that depends on other options, filled in by
+    :meth:`resolved`: ``fanouts`` (15,10,5; every neighbour in full-graph mode), ``eval_fanouts``
+    (20 per layer), ``eval_batch_size`` (the batch size), ``cache``/``replication``/
+    ``gpu_fraction`` (vip, 0.1, 0.15; ``None`` with ``--plan``, whose plan decides them), and
+    ``pipeline_depth``, ``num_threads``, ``torch_threads`` (the thread budget of this machine,
+    resolved with it by :func:`salientpp.train.run.resolve_run`).
     """
 
-    part_dir: str
-    epochs: int = 10
-    mode: str = MINIBATCH
-    dependencies: str = Dependencies.HYBRID.value
-    model: str = "sage"
-    metric: str | None = None
-    hidden: int = 256
-    layers: int = 3
-    fanouts: tuple[int, ...] = (15, 10, 5)
-    sampler: str = SamplerKind.NODEWISE.value
-    minibatches_per_bulk: int = MINIBATCHES_PER_BULK
-    batch_size: int = 1024
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    dropout: float = 0.5
-    embedding_dim: int = 0
-    features: bool = True
-    embedding_optimizer: str = "adam"
-    embedding_lr: float = 0.01
-    task: str = "node"
-    num_negatives: int = 1
-    negative_sampling: str = "uniform"
-    decoder: str = "dot"
-    eval_negatives: int = 100
-    cache: str = "vip"
-    replication: float = 0.1
-    gpu_fraction: float = GPU_FRACTION
-    plan: str | None = None
-    device: str = "cpu"
-    precision: str = FP32
-    nprocs: int | None = None
-    pipeline_depth: int | None = None
-    inference: str = "sampled"
-    eval_fanouts: tuple[int, ...] | None = None
-    eval_batch_size: int | None = None
-    eval_every: int = 1
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    checkpoint_every: str = "1epoch"
-    max_restarts: int = 0
-    memory_limit: int | None = None
-    json_path: str | None = None
-    seed: int = 0
-    num_threads: int | None = None
-    torch_threads: int | None = None
-    timeout_s: float = 300.0
-    reuse_freed_memory: bool = True
-    progress: bool = True
+    part_dir: str = option(dataclasses.MISSING, "a partitioned directory (salientpp partition)", flag="",
+                           metavar="PART_DIR")
+    epochs: int = option(10, "total epochs (a resumed run continues up to this number)", type=int, check=positive,
+                         agreed=True)
+    mode: str = option(MINIBATCH, "sampled minibatches, or one exact step per epoch over the whole graph (no "
+                       "sampling, batches, cache or pipeline; layer-wise evaluation)", choices=MODES,
+                       check=one_of(MODES, "mode"), agreed=True)
+    dependencies: str = option(
+        Dependencies.HYBRID.value, "--mode full-graph: recompute remote vertices' hidden rows (cache), exchange them "
+        "every layer (communicate), or choose per vertex or level by a cost model calibrated on this machine, timing "
+        "the plans it predicts close to the fastest once at start-up", choices=tuple(d.value for d in Dependencies),
+        check=one_of(tuple(d.value for d in Dependencies), "dependency mode"), agreed=True)
+    model: str = option("sage", "a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
+                        "torch.nn.Module (see salientpp.models.gnn for how the trainer calls it)",
+                        metavar="sage|gat|gin|gcn|PKG.MODULE:FUNCTION", check=lambda value, flag: check_model(value),
+                        agreed=True, resume_matches=True)
+    metric: str | None = option(None, "validation/test metric", choices=tuple(dict.fromkeys(METRICS + LINK_METRICS)),
+                                default_text="accuracy for class labels, roc-auc for multi-label and for --task link",
+                                check=_metric, agreed=True)
+    task: str = option("node", "node classification, or link prediction over the held-out edges of `salientpp "
+                       "prepare --link-split`", choices=TASKS, check=one_of(TASKS, "task"), agreed=True, resume_matches=True)
+    num_negatives: int = option(1, "--task link: negatives per training edge", type=int, check=positive, agreed=True)
+    negative_sampling: str = option(
+        NegativeSampling.UNIFORM.value, "--task link: uniform random node pairs, or random destinations of each "
+        "edge's source", choices=tuple(m.value for m in NegativeSampling),
+        check=one_of(tuple(m.value for m in NegativeSampling), "negative sampling"), agreed=True)
+    decoder: str = option("dot", "--task link: how a node pair is scored from its embeddings", choices=DECODERS,
+                          check=one_of(DECODERS, "decoder"), agreed=True, resume_matches=True)
+    eval_negatives: int = option(100, "--task link: negatives of its source each held-out edge is ranked against "
+                                 "(MRR, hits@K)", type=int, check=positive, agreed=True)
+    hidden: int = option(256, "hidden width", type=int, check=positive, agreed=True, resume_matches=True)
+    layers: int = option(3, "number of layers", type=int, check=positive, agreed=True, resume_matches=True)
+    fanouts: tuple[int, ...] | None = option(
+        None, "neighbours per hop, seeds first, one per layer; -1: every neighbour (ladies: nodes per layer)",
+        parse=parse_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True)
+    batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
+                             check=positive, agreed=True, resume_matches=True)
+    sampler: str = option(SamplerKind.NODEWISE.value, "training sampler; bulk: the same draws, many batches at "
+                          "once; ladies: layer-wise importance sampling, --fanouts are nodes per layer (SAGE)",
+                          choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True)
+    minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, "minibatches the bulk and ladies samplers draw at "
+                                       "once", flag="--bulk-size", type=int, metavar="K", check=positive, agreed=True)
+    lr: float = option(0.003, "Adam learning rate", type=float, check=positive_number, agreed=True)
+    weight_decay: float = option(0.0, "Adam's L2 penalty of the model's parameters", type=float,
+                                 check=lambda value, flag: _at_least_0(value, "the weight decay"), agreed=True)
+    dropout: float = option(0.5, "dropout between layers", type=float, check=_dropout, agreed=True)
+    embedding_dim: int = option(0, "learn a D-wide node embedding, partitioned like the features and updated by a "
+                                "sparse optimiser, and feed the model [x || emb]", type=int, metavar="D",
+                                default_text="0: none", check=non_negative, agreed=True, resume_matches=True)
+    features: bool = option(True, "feed the model the learned embedding alone (needs --embedding-dim); no features "
+                            "are fetched", flag="--no-features", agreed=True, resume_matches=True)
+    embedding_optimizer: str = option("adam", "the embedding's sparse optimiser", choices=tuple(SPARSE_OPTIMIZERS),
+                                      check=one_of(tuple(SPARSE_OPTIMIZERS), "embedding optimizer"), agreed=True)
+    embedding_lr: float = option(0.01, "the embedding's learning rate", type=float, check=positive_number,
+                                 agreed=True)
+    plan: str | None = option(None, "a cache plan directory written by `salientpp analyze` (a replication factor or "
+                              "byte budgets, any --name or --out): its device and host tiers and its owned rows on "
+                              "the device are used as they are, so --cache, --replication and --gpu-fraction cannot "
+                              "be given with it", metavar="DIR")
+    cache: str | None = option(None, "without --plan: the cache policy (vip, degree, halo, ...) or none; the plan "
+                               "`salientpp analyze` writes for it is used from PART_DIR/cache, or built there",
+                               default_text=DEFAULT_CACHE, check=_policy, agreed=True, plan_decides=True)
+    replication: float | None = option(None, "without --plan: alpha, each rank caches floor(alpha*N/K) remote rows",
+                                       type=float, default_text=str(DEFAULT_REPLICATION),
+                                       check=lambda value, flag: _at_least_0(value, "replication (alpha)"),
+                                       agreed=True, plan_decides=True)
+    gpu_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
+                                        "the plan's order", type=float, default_text=str(GPU_FRACTION),
+                                        check=_fraction, agreed=True, plan_decides=True)
+    device: str = option("cpu", "training device", choices=DEVICES, check=one_of(DEVICES, "device"), agreed=True)
+    precision: str = option(FP32, "number format of the training step: bf16 runs the forward under torch.autocast "
+                            "with bfloat16 (CPUs with AVX512-BF16 or AMX, or GPUs)", choices=PRECISIONS,
+                            check=one_of(PRECISIONS, "precision"), agreed=True)
+    nprocs: int | None = option(None, "local ranks to start", type=int, default_text="one per partition",
+                                check=positive)
+    pipeline_depth: int | None = option(
+        None, "batches in flight between sampling and the model", type=int,
+        default_text="from the thread budget: 4 on a GPU or when --torch-threads leaves cores free, else 1",
+        check=positive, agreed=True,
+        alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"))
+    inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
+                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True)
+    eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference", parse=parse_fanouts,
+                                                  default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True)
+    eval_batch_size: int | None = option(None, "seeds per batch of sampled inference, destinations per chunk of "
+                                         "layer-wise inference (lower it on power-law graphs)", type=int,
+                                         default_text="--batch-size", check=positive, agreed=True)
+    eval_every: int = option(1, "evaluate every N epochs and after the last (0: never)", type=int,
+                             check=non_negative, agreed=True)
+    checkpoint_dir: str | None = option(None, "write last.pt and best.pt here")
+    checkpoint_every: str = option("1epoch", "checkpoint after every N steps (and at each epoch's end) or every N "
+                                   "epochs", metavar="N[steps|epochs]",
+                                   check=lambda value, flag: parse_interval(value), agreed=True)
+    resume: bool = option(False, "continue from last.pt in --checkpoint-dir")
+    max_restarts: int = option(0, "when a rank fails, restart all ranks from the last checkpoint up to N times, like "
+                               "torchrun --max-restarts", type=int, check=non_negative)
+    json_path: str | None = option(None, "append one JSON line per epoch", flag="--json", metavar="FILE")
+    seed: int = option(0, "seed of the model, dropout and loaders (see salientpp.streams)", type=int, check=_seed,
+                       agreed=True, resume_matches=True)
+    num_threads: int | None = option(None, "C++ sampler threads per rank; they run at low priority unless --threads "
+                                     "and --torch-threads together fit in a rank's cores", flag="--threads",
+                                     type=int, metavar="T", default_text="from the thread budget, a rank's cores / 8, "
+                                     "at least 1", check=positive)
+    torch_threads: int | None = option(None, "torch intra-op threads per rank", type=int, metavar="T",
+                                       default_text="from the thread budget, a rank's cores = the cores of this "
+                                       "machine / local ranks", check=positive)
+    timeout_s: float = option(300.0, "seconds before a stuck collective fails", flag="--timeout", type=float,
+                              metavar="S", check=positive_number, agreed=True)
+    reuse_freed_memory: bool = option(
+        True, "let each rank's host allocator return freed blocks to the system, as glibc does by default, instead of "
+        "keeping them for the next step: less resident memory between steps, but each step faults its large tensors "
+        "in again (measured up to 1.7x slower epochs on the CPU)", flag="--no-reuse-freed-memory")
+    memory_limit: int | None = option(None, "refuse to start when this machine's ranks are estimated to need more, "
+                                      "e.g. 16GiB", metavar="SIZE", parse=parse_memory_limit,
+                                      default_text="the available memory", check=positive)
+    progress: bool = option(True, "no progress bar or per-epoch lines", flag="--quiet")
 
+    # -- the two steps ------------------------------------------------------------------------------
     def validate(self) -> "TrainConfig":
         """Check every option; raise :class:`InputError` with one sentence on the first bad one.
-        Returns ``self`` with the defaults that depend on other options filled in."""
-        if not Path(self.part_dir).is_dir():
+        Checks only: returns ``self`` unchanged."""
+        if not self.part_dir or not Path(self.part_dir).is_dir():
             raise InputError(f"{self.part_dir} is not a directory; pass a partitioned directory "
                              "written by `salientpp partition`")
-        _positive_int("the number of epochs", self.epochs)
-        if self.mode not in MODES:
-            raise InputError(f"unknown mode {self.mode!r}; choose {' or '.join(MODES)}")
-        check_model(self.model)
-        if self.task not in TASKS:
-            raise InputError(f"unknown task {self.task!r}; choose {' or '.join(TASKS)}")
-        if self.task == LINK:
-            self._check_link()
-        else:
-            self.metric = None if self.metric is None else check_metric(self.metric)
-        _positive_int("the hidden size", self.hidden)
-        _positive_int("the number of layers", self.layers)
-        if self.mode == FULL_GRAPH:  # every neighbour at every layer
-            if self.fanouts != self.__dataclass_fields__["fanouts"].default and set(self.fanouts) != {-1}:
-                raise InputError("--fanouts does not apply to --mode full-graph, which aggregates every neighbour; "
-                                 "drop it")
-            self.fanouts = (-1,) * self.layers
-        self.fanouts = _fanouts("fanouts", self.fanouts, self.layers)
-        kind = check_sampler(self.sampler)
-        self.sampler = kind.value
-        check_layer_sizes(kind, self.fanouts)
-        _positive_int("--bulk-size (minibatches per bulk)", self.minibatches_per_bulk)
-        if kind.weighted and self.model in MODELS and self.model != "sage":
-            raise InputError(f"the {kind.value} sampler's edge weights estimate a mean aggregation, which the "
-                             f"built-in {self.model} model does not compute; use --model sage (or your own model "
-                             "reading mfg.edge_weight)")
-        self.eval_fanouts = _fanouts("eval fanouts", self.eval_fanouts or (20,) * self.layers, self.layers)
-        _positive_int("the batch size", self.batch_size)
-        self.eval_batch_size = _positive_int("the evaluation batch size", self.eval_batch_size or self.batch_size)
-        if not self.lr > 0:
-            raise InputError(f"the learning rate must be positive, got {self.lr}")
-        if not self.weight_decay >= 0:
-            raise InputError(f"the weight decay must be at least 0, got {self.weight_decay}")
-        if not 0 <= self.dropout < 1:
-            raise InputError(f"dropout must lie in [0, 1), got {self.dropout}")
-        self._check_embedding()
-        if self.cache != "none":
-            get_policy(self.cache)
-        if not self.replication >= 0:
-            raise InputError(f"replication (alpha) must be at least 0, got {self.replication}")
-        if not 0 <= self.gpu_fraction <= 1:
-            raise InputError(f"the GPU fraction must lie in [0, 1], got {self.gpu_fraction}")
-        if self.plan is not None:
-            self.plan = str(self.plan)
-            fields = self.__dataclass_fields__
-            given = [f"--{name.replace('_', '-')}" for name in PLAN_DECIDES
-                     if getattr(self, name) != fields[name].default]
-            if given:
-                raise plan_conflict(self.plan, given)
-            read_plan_info(self.plan).meta.check_compatible(self.part_dir, self.fanouts, self.batch_size, self.plan,
-                                                            given=True, sampler=kind, link=self.task == LINK)
-        if self.device not in DEVICES:
-            raise InputError(f"unknown device {self.device!r}; choose cpu or cuda")
-        if self.precision not in PRECISIONS:
-            raise InputError(f"unknown precision {self.precision!r}; choose {' or '.join(PRECISIONS)}")
-        if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
-            raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
-                             "lacks (bfloat16 would be emulated and slower); use --precision fp32")
-        if self.nprocs is not None:
-            _positive_int("the number of processes", self.nprocs)
-        if self.pipeline_depth is not None:
-            _positive_int("the pipeline depth", self.pipeline_depth)
-        if self.inference not in INFERENCE:
-            raise InputError(f"unknown inference {self.inference!r}; choose sampled or layerwise")
-        if self.inference == "layerwise" and self.model not in MODELS:
-            raise InputError(f"layer-wise inference runs the built-in models layer by layer, not {self.model}; "
-                             "use --inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
-        if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise InputError(f"eval-every must be a non-negative integer, got {self.eval_every!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise InputError(f"the seed must be an integer in [0, 2^63), got {self.seed!r}")
-        if self.num_threads is not None:
-            _positive_int("--threads (sampler threads per rank)", self.num_threads)
-        if self.torch_threads is not None:
-            _positive_int("--torch-threads (torch intra-op threads per rank)", self.torch_threads)
-        if not self.timeout_s > 0:
-            raise InputError(f"the timeout must be positive, got {self.timeout_s}")
-        if self.mode == FULL_GRAPH:
-            self._check_full_graph()
-        parse_interval(self.checkpoint_every)
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise InputError(f"--max-restarts must be a non-negative integer, got {self.max_restarts!r}")
-        if self.memory_limit is not None and not self.memory_limit > 0:
-            raise InputError(f"--memory-limit must be positive, got {self.memory_limit}")
-        if self.resume and not self.checkpoint_dir:
-            raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
+        for f in fields(self):
+            check, value = option_of(f).check, getattr(self, f.name)
+            if check is not None and value is not None:
+                check(value, flag_of(f))
+        self._check_combinations()
+        filled = self._with_defaults()
+        kind = SamplerKind(filled.sampler)
+        check_fanouts(filled.fanouts, kind, self.layers)
+        check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
         if self.checkpoint_dir:
             # Under torchrun a rank of a restarted job can see TORCHELASTIC_RESTART_COUNT=0 (its
             # agent did not count the restart): run_rank checks again once the ranks agree on it.
@@ -309,63 +336,144 @@ class TrainConfig:
             check_writable_file(self.json_path, "--json", exist_ok=True)
         return self
 
-    def _check_link(self) -> None:
-        from ..sampling.link import check_negative_sampling, check_num_negatives
+    def resolved(self) -> "TrainConfig":
+        """:meth:`validate`, then a copy with every default that depends on other options filled
+        in (see the class docstring) and the names in their canonical spelling."""
+        return self.validate()._with_defaults()
 
-        self.metric = check_link_metric(self.metric)
-        self.num_negatives = check_num_negatives(self.num_negatives)
-        self.negative_sampling = check_negative_sampling(self.negative_sampling).value
-        if self.decoder not in DECODERS:
-            raise InputError(f"unknown decoder {self.decoder!r}; choose {' or '.join(DECODERS)}")
-        _positive_int("--eval-negatives", self.eval_negatives)
-        if self.inference == "layerwise":
-            raise InputError("--task link evaluates sampled batches of edges; use --inference sampled (with "
-                             "--eval-fanouts -1,-1,... for every neighbour)")
+    def _with_defaults(self) -> "TrainConfig":
+        full_graph = self.mode == FULL_GRAPH
+        planned = self.plan is not None
+        link = self.task == LINK
+        return replace(
+            self,
+            plan=None if self.plan is None else str(self.plan),
+            fanouts=(-1,) * self.layers if full_graph else tuple(self.fanouts or DEFAULT_FANOUTS),
+            eval_fanouts=tuple(self.eval_fanouts or (DEFAULT_EVAL_FANOUT,) * self.layers),
+            eval_batch_size=self.eval_batch_size or self.batch_size,
+            inference=LAYERWISE if full_graph else self.inference,
+            metric=check_link_metric(self.metric) if link else (None if self.metric is None else check_metric(self.metric)),
+            cache=None if planned else (DEFAULT_CACHE if self.cache is None else self.cache),
+            replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
+            gpu_fraction=None if planned else (GPU_FRACTION if self.gpu_fraction is None else self.gpu_fraction))
+
+    def _check_combinations(self) -> None:
+        """The rules between options, on the options as given."""
+        if self.plan is not None:
+            given = [flag_of(f) for f in fields(self) if option_of(f).plan_decides and getattr(self, f.name) is not None]
+            if given:
+                raise plan_conflict(self.plan, given)
+        if self.task == LINK:
+            check_link_metric(self.metric)
+            if self.inference == LAYERWISE:
+                raise InputError("--task link evaluates sampled batches of edges; use --inference sampled (with "
+                                 "--eval-fanouts -1,-1,... for every neighbour)")
+        kind = SamplerKind(self.sampler)
+        if kind.weighted and self.model in MODELS and self.model != "sage":
+            raise InputError(f"the {kind.value} sampler's edge weights estimate a mean aggregation, which the "
+                             f"built-in {self.model} model does not compute; use --model sage (or your own model "
+                             "reading mfg.edge_weight)")
+        if not self.features and not self.embedding_dim:
+            raise InputError("--no-features leaves the model without input; give it --embedding-dim D to learn "
+                             "a node embedding instead")
+        if self.embedding_dim and self.inference == LAYERWISE:
+            raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
+                             "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
+        if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
+            raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
+                             "lacks (bfloat16 would be emulated and slower); use --precision fp32")
+        if self.inference == LAYERWISE and self.model not in MODELS:
+            raise InputError(f"layer-wise inference runs the built-in models layer by layer, not {self.model}; "
+                             "use --inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
+        if self.resume and not self.checkpoint_dir:
+            raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
+        if self.mode == FULL_GRAPH:
+            self._check_full_graph()
 
     def _check_full_graph(self) -> None:
-        self.dependencies = check_dependencies(self.dependencies).value
+        if self.fanouts is not None and set(self.fanouts) != {-1}:
+            raise InputError("--fanouts does not apply to --mode full-graph, which aggregates every neighbour; "
+                             "drop it")
         if self.model not in MODELS:
             raise InputError(f"--mode full-graph runs the built-in models layer by layer, not {self.model}; use "
                              f"--model {' or '.join(MODELS)}, or --mode minibatch")
         refused = [(self.task == LINK, "--task link"), (self.embedding_dim > 0, "--embedding-dim"),
                    (self.plan is not None, "--plan"), (self.precision != FP32, "--precision bf16")]
-        for given, option in refused:
+        for given, flag in refused:
             if given:
-                raise InputError(f"{option} cannot be combined with --mode full-graph, which trains node "
+                raise InputError(f"{flag} cannot be combined with --mode full-graph, which trains node "
                                  "classification in float32 on the stored features without a feature cache; drop "
-                                 f"{option} or use --mode minibatch")
-        self.inference = "layerwise"
+                                 f"{flag} or use --mode minibatch")
 
-    def _check_embedding(self) -> None:
-        from ..embedding import SPARSE_OPTIMIZERS
-
-        if isinstance(self.embedding_dim, bool) or not isinstance(self.embedding_dim, int) or self.embedding_dim < 0:
-            raise InputError(f"--embedding-dim must be a non-negative integer (0: no embedding), got "
-                             f"{self.embedding_dim!r}")
-        if not self.features and not self.embedding_dim:
-            raise InputError("--no-features leaves the model without input; give it --embedding-dim D to learn "
-                             "a node embedding instead")
-        if self.embedding_optimizer not in SPARSE_OPTIMIZERS:
-            raise InputError(f"unknown embedding optimizer {self.embedding_optimizer!r}; choose "
-                             f"{' or '.join(SPARSE_OPTIMIZERS)}")
-        if not self.embedding_lr > 0:
-            raise InputError(f"the embedding learning rate must be positive, got {self.embedding_lr}")
-        if self.embedding_dim and self.inference == "layerwise":
-            raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
-                             "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
-
-    def thread_budget(self, local_ranks: int | None = None) -> ThreadBudget:
-        """This rank's :class:`~salientpp.distributed.threads.ThreadBudget`: the cores shared among
-        ``local_ranks`` ranks (default: the machine's ``LOCAL_WORLD_SIZE``; the launcher, which has
-        none yet, passes the ranks it is about to start), with ``torch_threads`` and ``num_threads``
-        as overrides."""
-        ranks = local_world_size() if local_ranks is None else local_ranks
-        return ThreadBudget.for_rank(ranks, self.torch_threads, self.num_threads)
-
+    # -- derived views -----------------------------------------------------------------------------
     @property
     def checkpoint_interval(self) -> tuple[int, str]:
         """``(count, "steps" | "epochs")`` from :attr:`checkpoint_every`."""
         return parse_interval(self.checkpoint_every)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every option, JSON-ready (tuples as lists): what checkpoints record."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def plan_conflict(plan: str, flags: list[str]) -> InputError:
+    """The error for ``flags`` (``["--cache", ...]``) given together with ``--plan plan``."""
+    return InputError(f"{' and '.join(flags)} cannot be combined with --plan {plan}: the plan decides what is "
+                      f"cached and where (it was written by `salientpp analyze`); drop "
+                      f"{'it' if len(flags) == 1 else 'them'}, or train without --plan")
+
+
+def _options_where(config: TrainConfig, rule: str) -> dict[str, Any]:
+    values = config.to_dict()
+    return {f.name: values[f.name] for f in fields(config) if getattr(option_of(f), rule)}
+
+
+def agreed_options(config: TrainConfig) -> dict[str, Any]:
+    """The options every rank of a job must hold equal (those marked ``agreed``), of a resolved config."""
+    return _options_where(config, "agreed")
+
+
+def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
+    """The options a checkpoint must match to be resumed (those marked ``resume_matches``)."""
+    return _options_where(config, "resume_matches")
+
+
+# ---- the command line -----------------------------------------------------------------------------
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """One argument per :class:`TrainConfig` field, from its :class:`Option`. Arguments left out
+    stay out of the namespace (``argparse.SUPPRESS``), so the field's default applies and
+    ``--plan`` can tell the options that were given."""
+    for f in fields(TrainConfig):
+        spec = option_of(f)
+        if spec.flag == "":
+            parser.add_argument(f.name, metavar=spec.metavar, help=spec.help)
+            continue
+        default = spec.default_text if spec.default_text is not None else f.default
+        shown = isinstance(default, str) or not (default is None or isinstance(default, bool))
+        help_text = f"{spec.help} (default {default})" if shown else spec.help
+        kwargs: dict[str, Any] = {"dest": f.name, "help": help_text, "default": argparse.SUPPRESS}
+        if isinstance(f.default, bool):
+            kwargs["action"] = "store_false" if f.default else "store_true"
+        else:
+            kwargs.update(type=spec.type, choices=spec.choices, metavar=spec.metavar)
+        group = parser
+        if spec.alias is not None:
+            group = parser.add_mutually_exclusive_group()
+            alias, value, alias_help = spec.alias
+            group.add_argument(alias, dest=f.name, action="store_const", const=value, help=alias_help,
+                               default=argparse.SUPPRESS)
+        group.add_argument(flag_of(f), **kwargs)
+
+
+def config_from_args(args: argparse.Namespace, ignore: tuple[str, ...] = ("command", "func")) -> TrainConfig:
+    """The TrainConfig of the options given on the command line (those left out keep the
+    field defaults). Every argument must map to a field (``ignore``: the parser's own keys):
+    an argument that maps to none is a programming error, reported at once."""
+    given = {name: value for name, value in vars(args).items() if name not in ignore}
+    known = {f.name: f for f in fields(TrainConfig)}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"the train parser has arguments that map to no TrainConfig field: {', '.join(unknown)}")
+    return TrainConfig(**{name: value if option_of(known[name]).parse is None else option_of(known[name]).parse(value)
+                          for name, value in given.items()})

@@ -9,16 +9,15 @@ import numpy as np
 import torch
 
 from ..distributed import CommStats
-from ..distributed.graph import DistGraph
-from ..distributed.loader import DistNeighborLoader
+from ..loader.graph import DistGraph
+from ..loader.loader import DistNeighborLoader
 from ..models import MFGModel
-from ..models.factory import SeedForward
+from ..models.gnn import SeedForward
+from .config import LAYERWISE
 from .layerwise import LayerwiseInference
 from .state import TEST_METRIC, VALID_METRIC
 from .tasks import Task
 
-SAMPLED, LAYERWISE = "sampled", "layerwise"
-INFERENCE = (SAMPLED, LAYERWISE)
 
 
 class Evaluator:
@@ -31,7 +30,7 @@ class Evaluator:
 
     Args:
         graph: this rank's :class:`DistGraph`; model: the (non-DDP) model; task: labels and metric.
-        inference: :data:`SAMPLED` or :data:`LAYERWISE`.
+        inference: :data:`~salientpp.train.config.SAMPLED` or :data:`~salientpp.train.config.LAYERWISE`.
         loader: a callable building the sampled-inference loader over given seed ids (called
             once, on the first evaluation).
         chunk_size: destinations per chunk of layer-wise inference.

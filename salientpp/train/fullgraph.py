@@ -16,20 +16,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import __version__
-from ..distributed import DistContext
-from ..distributed.graph import DistGraph
-from ..distributed.health import Health, Stage, agree
-from ..distributed.threads import ThreadBudget
+from ..distributed.health import Stage
 from ..errors import InputError
 from ..fullgraph import CostModel, Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
 from ..fullgraph.plan import DependencyPlan, candidate_plans
-from ..models.factory import build_model
-from .config import TrainConfig
-from .evaluation import LAYERWISE, Evaluator
-from .loop import AGREED_OPTIONS, DROPOUT_STREAM, Trainer
+from ..models.gnn import build_model
+from ..streams import dropout_seed
+from .config import LAYERWISE
+from .evaluation import Evaluator
+from .loop import Trainer
+from .setup import RankSetup
 from .state import METRIC_SUMS, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
-from .tasks import task_of
 
 # Keys of the "full_graph" entry of an epoch's record.
 DEPENDENCIES, PLAN, PREDICTED_S, PROBED_S, REDUNDANT, CACHED_FRACTION, EXCHANGED_BYTES = (
@@ -80,7 +77,8 @@ def probe_times(probed: dict[str, float]) -> str:
 
 
 class FullGraphTrainer(Trainer):
-    """The full-graph counterpart of :class:`~salientpp.train.loop.Trainer` (same ``fit``).
+    """The full-graph counterpart of :class:`~salientpp.train.loop.MinibatchTrainer` (the same
+    :class:`~salientpp.train.loop.Trainer`: ``fit``, checkpoints, evaluation, reports).
 
     Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
     is given: trainers compared side by side share one), plan, and fetch their remote features.
@@ -99,18 +97,9 @@ class FullGraphTrainer(Trainer):
             :data:`PROBE_PASSES`) of each plan ``hybrid`` probed, by name; empty where it did not.
     """
 
-    def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
-                 threads: ThreadBudget | None = None, cost: CostModel | None = None, plan: str | None = None):
-        self.config, self.ctx = config, ctx
-        self.health = Health(ctx) if health is None else health
-        self.threads = config.thread_budget() if threads is None else threads
-        agree(ctx, "options and package versions",
-              {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
-               **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})
-        self.graph = graph = DistGraph(config.part_dir, ctx)
-        self.task = task_of(graph.data, config.metric)
-        self.embedding, self._best_embedding = None, ""
-        self._phase, self._epoch = "", -1
+    def __init__(self, setup: RankSetup, cost: CostModel | None = None, plan: str | None = None):
+        super().__init__(setup)
+        config, ctx, graph = self.config, self.ctx, self.graph
         torch.manual_seed(config.seed)
         self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
                                  config.layers, config.dropout).to(ctx.device)
@@ -142,7 +131,7 @@ class FullGraphTrainer(Trainer):
             self.chosen = choose_plan(names, self.probed)
         self.plan = plans[self.chosen]
         self.engine = FullGraphEngine(ctx, graph, self.plan)
-        self.cache_info = {"policy": "none", "plan": None, "source": "full-graph", "cached_rows": 0,
+        self.cache_info = {"policy": "none", "plan": None, "source": setup.run.cache.reason, "cached_rows": 0,
                            "device_cached_rows": 0, "device_local_rows": 0}
         self._redundant = self._sum(self.plan.redundant_vertex_layers)
         self._remote = self._sum(self.plan.redundant_vertex_layers + self.plan.exchanged_rows)
@@ -171,17 +160,11 @@ class FullGraphTrainer(Trainer):
             times = []
             for _ in range(PROBE_PASSES + (i == 0)):
                 start = time.perf_counter()
-                self._loss(engine.forward(self.model, self._dropout_seed(0))).backward()
+                self._loss(engine.forward(self.model, dropout_seed(self.config.seed, 0))).backward()
                 self.model.zero_grad(set_to_none=True)
                 times.append(self._max(time.perf_counter() - start))
             seconds[name] = min(times[-PROBE_PASSES:])
         return seconds
-
-    def _dropout_seed(self, epoch: int) -> int:
-        """The seed of epoch ``epoch``'s dropout masks (the engine keys them by layer and vertex)."""
-        from ..cache.accesses import loader_seed
-
-        return loader_seed(self.config.seed, 0, stream=DROPOUT_STREAM, workload=epoch)
 
     def _loss(self, out: torch.Tensor) -> torch.Tensor:
         """This rank's share of the mean loss over every rank's training vertices, from ``out``
@@ -235,11 +218,11 @@ class FullGraphTrainer(Trainer):
         probe's seconds per plan (:attr:`probed`), the remote vertex-layers recomputed and the
         bytes exchanged per epoch (all ranks)."""
         self.health.enter(Stage.TRAIN, epoch, 0)
-        self._phase, self._epoch = "", epoch
+        self._epoch, self._evaluating = epoch, False
         self.model.train()
         self.engine.reset_stats()
         start, cpu_start = time.perf_counter(), time.process_time()
-        out = self.engine.forward(self.model, self._dropout_seed(epoch))
+        out = self.engine.forward(self.model, dropout_seed(self.config.seed, epoch))
         forward_s = time.perf_counter() - start
         local = out.shape[0]
         loss = self._loss(out)

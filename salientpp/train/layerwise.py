@@ -18,7 +18,7 @@ from ..distributed import CommStats, DistContext, RowExchange
 from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..partition import PartitionedDataset
-from ..sampling.types import MFG
+from ..sampling import MFG
 
 
 class LayerwiseInference:
@@ -67,8 +67,8 @@ class LayerwiseInference:
             edge_index = torch.stack([torch.arange(c, c + e), torch.repeat_interleave(torch.arange(c),
                                                                                        torch.from_numpy(degree))])
             rowptr = torch.from_numpy(np.concatenate([[0], np.cumsum(degree)]))
-            block = MFG(c + e, c, edge_index.to(device), rowptr.to(device))
-            out.append(model.layer(i, table[src].to(device), block).cpu())
+            mfg = MFG(c + e, c, edge_index.to(device), rowptr.to(device))
+            out.append(model.layer(i, table[src].to(device), mfg).cpu())
         return torch.cat(out)
 
     @torch.no_grad()

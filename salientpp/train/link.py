@@ -1,6 +1,6 @@
 """Link prediction in the built-in trainer: decoders, ranking metrics and the evaluator.
 
-The encoder (any model of :mod:`salientpp.models.factory`, output width ``hidden``) embeds a
+The encoder (any model of :mod:`salientpp.models.gnn`, output width ``hidden``) embeds a
 batch's node seeds; a decoder scores node pairs from their embeddings; the loss is binary
 cross-entropy with logits over ``edge_label`` (positives 1, negatives 0).
 
@@ -25,15 +25,12 @@ import torch.distributed as dist
 from torch import nn
 
 from ..distributed import CommStats
-from ..distributed.link_loader import DistLinkNeighborLoader
+from ..loader.link_loader import DistLinkNeighborLoader
 from ..errors import InputError
-from ..models.factory import SeedForward
+from ..models.gnn import SeedForward
 from .state import TEST_METRIC, VALID_METRIC
 from .tasks import MULTILABEL, ROC_AUC, Task, make_task
 
-NODE, LINK = "node", "link"
-TASKS = (NODE, LINK)
-"""What ``--task`` trains: node classification or link prediction."""
 DOT, MLP = "dot", "mlp"
 DECODERS = (DOT, MLP)
 MRR = "mrr"
@@ -51,13 +48,6 @@ def check_link_metric(name: str | None) -> str:
     if key not in LINK_METRICS:
         raise InputError(f"--task link reports {', '.join(LINK_METRICS)}, not {name!r}; pick one of them with --metric")
     return key
-
-
-def require_link_split(data, part_dir) -> None:
-    """Refuse (InputError) a partitioned dataset without held-out edges for link prediction."""
-    if not data.has_link_split:
-        raise InputError(f"--task link needs held-out edges, which {part_dir} lacks; prepare the dataset with "
-                         "`salientpp prepare SOURCE OUT --link-split 0.85,0.05,0.10` and partition it again")
 
 
 def link_task() -> Task:

@@ -1,10 +1,14 @@
-"""The built-in trainer: one client of the public API (DistGraph + DistNeighborLoader).
+"""The trainers: :class:`Trainer`, what both share (the epoch loop, checkpoints, evaluation and
+reports), and :class:`MinibatchTrainer`, the built-in minibatch trainer, one client of the
+public API (DistGraph + DistNeighborLoader).
 
-Each rank opens its :class:`~salientpp.distributed.graph.DistGraph`, iterates a
-:class:`~salientpp.distributed.loader.DistNeighborLoader` over its training nodes (every rank the same
-number of batches, so DDP's gradient mean needs no correction), evaluates through
+Each rank opens its :class:`~salientpp.train.setup.RankSetup` (its
+:class:`~salientpp.loader.graph.DistGraph`, task and options, agreed with the other ranks),
+iterates a :class:`~salientpp.loader.loader.DistNeighborLoader` over its training nodes (every
+rank the same number of batches, so DDP's gradient mean needs no correction), evaluates through
 :class:`~salientpp.train.evaluation.Evaluator`, and rank 0 writes checkpoints, JSON lines and
-the progress bar.
+the progress bar. The full-graph trainer (:mod:`salientpp.train.fullgraph`) shares all but the
+epoch itself.
 """
 from __future__ import annotations
 
@@ -17,39 +21,24 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import __version__
-from ..distributed import CommStats, DistContext
-from ..distributed.graph import DistGraph
-from ..distributed.health import EVAL_PHASE, Health, Stage, agree
-from ..distributed.link_loader import DistLinkNeighborLoader
-from ..distributed.loader import DistNeighborLoader
-from ..distributed.threads import ThreadBudget
+from ..distributed import CommStats
+from ..distributed.health import Stage
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard, remove_stale_shards, save_shard
 from ..errors import InputError
 from ..io import output_errors
-from ..models.factory import SeedForward, build_model
-from ..sampling.link import NegativeSampling
-from .cache_setup import resolve_cache
+from ..loader.link_loader import DistLinkNeighborLoader
+from ..loader.loader import DistNeighborLoader
+from ..models.gnn import SeedForward, build_model
+from ..sampling.link import LINK, NegativeSampling
+from ..streams import dropout_seed
 from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
-from .config import BF16, TrainConfig
+from .config import BF16, checkpoint_options
 from .evaluation import Evaluator
+from .link import LinkEvaluator, LinkModel, build_decoder
+from .setup import RankSetup
 from .state import (EMBEDDING_COMM, EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC,
                     VALID_METRIC, EpochSums, RunState, TrainResult, rng_state, set_rng_state)
-from .link import LINK, LinkEvaluator, LinkModel, build_decoder, link_task
-from .tasks import task_of
-
-# Options every rank must share (the others, such as paths, threads and progress, may differ). The
-# --plan path is not one of them (each machine may keep its copy elsewhere); the plan's contents are
-# compared by the "cache plan" check.
-AGREED_OPTIONS = ("epochs", "mode", "dependencies", "model", "hidden", "layers", "fanouts", "batch_size", "lr",
-                  "weight_decay", "dropout", "cache", "replication", "gpu_fraction", "device", "precision",
-                  "pipeline_depth", "inference", "eval_fanouts", "eval_batch_size", "eval_every", "checkpoint_every",
-                  "seed", "timeout_s", "metric",
-                  "embedding_dim", "features", "embedding_optimizer", "embedding_lr", "task", "num_negatives",
-                  "negative_sampling", "decoder", "eval_negatives")
-# The random stream of the dropout masks of an epoch (see loader_seed).
-DROPOUT_STREAM = 7
 
 
 def _fold(running: torch.Tensor, sums: EpochSums) -> None:
@@ -61,45 +50,196 @@ def _fold(running: torch.Tensor, sums: EpochSums) -> None:
 
 
 class Trainer:
-    """Everything one rank needs: its graph, loaders, model, optimizer and evaluator.
+    """What both trainers share: the rank's set-up, the epoch loop (:meth:`fit`), checkpoints,
+    evaluation and the report of each epoch. A subclass builds its model, optimizer and
+    evaluator after ``super().__init__(setup)`` (setting :attr:`model`, :attr:`optimizer`,
+    :attr:`evaluator`, :attr:`cache_info` and, with one, :attr:`embedding`) and implements
+    :meth:`train_epoch`.
 
-    ``threads`` is the rank's thread budget: its loaders run ``threads.sampler_threads`` sampler
-    threads, at low priority when ``threads.low_priority_sampler``. The default is the budget
-    of one of ``LOCAL_WORLD_SIZE`` ranks with the config's overrides (not applied: applying it
-    to the process is the caller's part, as :func:`~salientpp.train.run.run_rank` does).
+    Attributes:
+        setup: the :class:`~salientpp.train.setup.RankSetup` it starts from; config, ctx,
+            health, threads, graph and task are its own.
     """
 
-    def __init__(self, config: TrainConfig, ctx: DistContext, health: Health | None = None,
-                 threads: ThreadBudget | None = None):
-        from ..cache.accesses import loader_seed
+    def __init__(self, setup: RankSetup):
+        self.setup = setup
+        self.config, self.ctx, self.health, self.threads = setup.config, setup.ctx, setup.health, setup.threads
+        self.graph, self.task = setup.graph, setup.task
+        self.embedding = None
+        self._best_embedding = ""  # the embedding shards of best.pt
+        self._epoch, self._evaluating = -1, False  # where the stages of the loaders run, for health reports
 
-        self.config, self.ctx = config, ctx
-        self.health = Health(ctx) if health is None else health
-        self.threads = threads = config.thread_budget() if threads is None else threads
-        agree(ctx, "options and package versions",
-              {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size,
-               **{key: value for key, value in config.to_dict().items() if key in AGREED_OPTIONS}})
-        self.graph = graph = DistGraph(config.part_dir, ctx)
+    def _on_stage(self, stage: Stage, step: int) -> None:
+        """Report a loader's pipeline stage to the health reports (of an evaluation pass when evaluating)."""
+        self.health.enter(stage, self._epoch, step, evaluation=self._evaluating)
+
+    def train_epoch(self, epoch: int, first_step: int = 0, sums: EpochSums | None = None,
+                    state: RunState | None = None) -> dict[str, Any]:
+        """Train one epoch and return its record (see :meth:`MinibatchTrainer.train_epoch`)."""
+        raise NotImplementedError
+
+    def _max(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        if self.ctx.distributed:
+            t = t.to(self.ctx.comm_device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.cpu()[0])
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _gather(self, t: torch.Tensor) -> torch.Tensor:
+        """``[K, *t.shape]``: ``t`` of every rank (a collective)."""
+        if not self.ctx.distributed:
+            return t.unsqueeze(0)
+        parts = [torch.empty_like(t, device=self.ctx.comm_device) for _ in range(self.ctx.world_size)]
+        dist.all_gather(parts, t.to(self.ctx.comm_device))
+        return torch.stack(parts).cpu()
+
+    def checkpoint(self, state: RunState, epoch: int, step: int, sums: EpochSums | None = None,
+                   best: bool = False) -> None:
+        """Write a checkpoint to continue from ``step`` steps into ``epoch`` (a collective: rank 0
+        writes, then every rank waits for it, so a checkpoint any rank has passed is on disk)."""
+        if not self.config.checkpoint_dir:
+            return
+        self.health.enter(Stage.CHECKPOINT, epoch, step)
+        mid_epoch = step > 0
+        rng = self._gather(rng_state(self.ctx.device)) if mid_epoch else torch.empty((0, 0), dtype=torch.uint8)
+        partial = self._gather(sums.to_tensor()) if mid_epoch else torch.empty((0, 0), dtype=torch.float64)
+        tag = ""
+        if self.embedding is not None:  # every rank writes its shard before rank 0 writes last.pt
+            tag = f"e{epoch}s{step}"
+            save_shard(self.config.checkpoint_dir, tag, self.embedding)
+            if best:
+                self._best_embedding = tag
+            if self.ctx.distributed:
+                dist.barrier()
+        if self.ctx.rank == 0:
+            save_checkpoint(self.config.checkpoint_dir,
+                            Checkpoint(epoch, step, self.model.state_dict(), self.optimizer.state_dict(), rng,
+                                       partial, state.result.best_valid, state.result.best_epoch, state.history,
+                                       state.options, tag, self._best_embedding), best=best)
+        if self.ctx.distributed:
+            dist.barrier()
+        if self.embedding is not None:  # shards neither last.pt nor best.pt points to
+            remove_stale_shards(self.config.checkpoint_dir, {tag, self._best_embedding}, self.ctx.rank)
+
+    def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
+        """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
+        config = self.config
+        ckpt = load_checkpoint(config.checkpoint_dir, state.options, matching=("dataset", *checkpoint_options(config)))
+        try:
+            self.model.load_state_dict(ckpt.model)
+            self.optimizer.load_state_dict(ckpt.optimizer)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({exc}); "
+                             "resume with the options it was trained with or use a new --checkpoint-dir") from None
+        if self.embedding is not None:
+            load_shard(config.checkpoint_dir, ckpt.embedding, self.embedding)
+            self._best_embedding = ckpt.best_embedding
+        state.history = list(ckpt.history)
+        state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
+        state.result.test_at_best = next((h[TEST_METRIC] for h in state.history if h[EPOCH] == ckpt.best_epoch),
+                                         -1.0)
+        state.result.resumed_from = (ckpt.epoch, ckpt.step)
+        if self.ctx.rank == 0 and config.json_path:  # the lines of the epochs the checkpoint holds, no more
+            with output_errors(config.json_path), open(config.json_path, "w") as f:
+                f.writelines(json.dumps(h) + "\n" for h in state.history)
+        if ckpt.step == 0:
+            return ckpt.epoch, 0, None
+        if ckpt.rng.shape[0] != self.ctx.world_size:
+            raise InputError(f"the checkpoint in {config.checkpoint_dir} was written mid-epoch by {ckpt.rng.shape[0]} "
+                             f"ranks, not {self.ctx.world_size}; resume with as many ranks")
+        set_rng_state(ckpt.rng[self.ctx.rank], self.ctx.device)
+        return ckpt.epoch, ckpt.step, EpochSums.from_tensor(ckpt.partial[self.ctx.rank])
+
+    # -- the run -------------------------------------------------------------------------------------
+    def evaluate(self, epoch: int) -> dict[str, Any]:
+        self.health.enter(Stage.EVAL, epoch)
+        self._epoch, self._evaluating = epoch, True
+        return self.evaluator(epoch)
+
+    def fit(self) -> TrainResult:
+        config = self.config
+        state = RunState(TrainResult(metric=self.task.metric), [],
+                         {**config.to_dict(), "dataset": self.graph.identity})
+        result = state.result
+        start_epoch, start_step, sums = 0, 0, None
+        if config.resume or (self.ctx.attempt > 0 and has_checkpoint(config.checkpoint_dir)):
+            start_epoch, start_step, sums = self._resume(state)
+        every, unit = config.checkpoint_interval
+        for epoch in range(start_epoch, config.epochs):
+            first = start_step if epoch == start_epoch else 0
+            metrics = {EPOCH: epoch, METRIC: self.task.metric,
+                       **self.train_epoch(epoch, first, sums if first else None, state)}
+            if config.eval_every and ((epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1):
+                metrics.update(self.evaluate(epoch))
+            metrics["cache"] = self.cache_info
+            state.history.append(metrics)
+            result.history.append(metrics)
+            valid = metrics.get(VALID_METRIC, float("nan"))
+            improved = bool(valid > result.best_valid)  # NaN (no validation nodes) never improves
+            if improved:
+                result.best_valid, result.best_epoch = valid, epoch
+                result.test_at_best = metrics[TEST_METRIC]
+            if TEST_METRIC in metrics:
+                result.final_test = metrics[TEST_METRIC]
+            if self.ctx.rank == 0:
+                self.health.enter(Stage.REPORT, epoch)
+                self._report(metrics)
+            if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
+                self.checkpoint(state, epoch + 1, 0, best=improved)
+        result.epochs_done = config.epochs
+        if not result.history and state.history:
+            result.final_test = state.history[-1].get(TEST_METRIC, -1.0)
+        return result
+
+    def _epoch_time_note(self, metrics: dict[str, Any]) -> str:
+        """What the progress line adds after the epoch's seconds (nothing here)."""
+        return ""
+
+    def _report(self, metrics: dict[str, Any]) -> None:
+        config = self.config
+        if config.json_path:
+            with output_errors(config.json_path), open(config.json_path, "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+        if config.progress:
+            name = metrics[METRIC]
+            line = f"epoch {metrics[EPOCH]}: loss {metrics[TRAIN_LOSS]:.4f}"
+            if TRAIN_METRIC in metrics:
+                line += f" train {name} {metrics[TRAIN_METRIC]:.4f}"
+            line += f" {metrics['epoch_s']:.2f} s{self._epoch_time_note(metrics)}"
+            line += f", fetched {metrics['comm']['received']} rows"
+            if EMBEDDING_COMM in metrics:
+                line += f" and {metrics[EMBEDDING_COMM]['received']} embedding rows"
+            if VALID_METRIC in metrics:
+                line += f", valid {metrics[VALID_METRIC]:.4f} test {metrics[TEST_METRIC]:.4f}"
+            print(line, flush=True)
+
+
+class MinibatchTrainer(Trainer):
+    """The minibatch trainer: its loaders, model, optimizer and evaluator on one rank.
+
+    The loaders run ``threads.sampler_threads`` sampler threads, at low priority when
+    ``threads.low_priority_sampler``, and keep the run's resolved pipeline depth.
+    """
+
+    def __init__(self, setup: RankSetup):
+        super().__init__(setup)
+        config, ctx, graph, threads = self.config, self.ctx, self.graph, self.threads
         link = config.task == LINK
         seeds = "edges" if link else "nodes"
         if (graph.edges("train") if link else graph.split("train")).shape[-1] == 0:
             raise InputError(f"partition {ctx.rank} of {config.part_dir} has no training {seeds}, so rank {ctx.rank} "
                              "would never train; re-partition with fewer parts or a balanced training split")
-        plan = resolve_cache(config, graph.data, ctx.rank, ctx.local_rank, threads.sampler_threads)
-        self.embedding = None
+        cache = setup.open_cache()
         if config.embedding_dim:
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
                                            lr=config.embedding_lr, seed=config.seed)
-        if ctx.rank == 0 and plan.path is not None:
-            print(f"cache plan: {plan.source}", flush=True)
-        self.task = link_task() if link else task_of(graph.data, config.metric)
-        self._phase, self._epoch = "", -1
-        common = dict(plan=plan.path, seed=config.seed, num_threads=threads.sampler_threads,
-                      low_priority=threads.low_priority_sampler,
-                      pipeline_depth=threads.pipeline_depth(config.pipeline_depth, ctx.device),
-                      gpu_fraction=config.gpu_fraction,
-                      features=config.features,
-                      on_stage=lambda name, step: self.health.enter(self._phase + name, self._epoch, step))
+        if ctx.rank == 0 and cache.info is not None:
+            print(f"cache plan: {cache.source}", flush=True)
+        common = dict(plan=cache.info, seed=config.seed, num_threads=threads.sampler_threads,
+                      low_priority=threads.low_priority_sampler, pipeline_depth=config.pipeline_depth,
+                      gpu_fraction=0.0 if config.gpu_fraction is None else config.gpu_fraction,  # a plan has its own
+                      features=config.features, on_stage=self._on_stage)
         train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,
                              prefetch_next_epoch=True, **common)
         if link:
@@ -133,12 +273,10 @@ class Trainer:
                                                                         config.eval_batch_size, **common),
                                        config.eval_batch_size, eval_forward)
         store = self.loader.store
-        self.cache_info = {"policy": plan.policy, "plan": None if plan.path is None else str(plan.path),
-                           "source": plan.source, "cached_rows": 0 if store is None else store.num_cached,
+        self.cache_info = {"policy": cache.policy, "plan": None if cache.path is None else str(cache.path),
+                           "source": cache.source, "cached_rows": 0 if store is None else store.num_cached,
                            "device_cached_rows": 0 if store is None else int(store.num_device_slots),
                            "device_local_rows": 0 if store is None else store.num_device_local}
-        self._best_embedding = ""  # the embedding shards of best.pt
-        self._dropout_seed = lambda epoch: loader_seed(config.seed, ctx.rank, stream=DROPOUT_STREAM, workload=epoch)
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _bar(self, total: int, desc: str, initial: int = 0):
@@ -153,9 +291,9 @@ class Trainer:
         returns the rank-summed loss and metric, the exchange counters and this rank's stage
         times. With ``state`` it checkpoints mid-epoch as ``checkpoint_every`` asks."""
         if first_step == 0:  # a resumed epoch has its ranks' RNG states restored instead
-            torch.manual_seed(self._dropout_seed(epoch))
+            torch.manual_seed(dropout_seed(self.config.seed, epoch, self.ctx.rank))
         self.ddp.train()
-        self._phase, self._epoch = "", epoch
+        self._epoch, self._evaluating = epoch, False
         sums = EpochSums() if sums is None else sums
         start, cpu_start = time.perf_counter(), time.process_time()
         self.loader.load_state_dict({"epoch": epoch, "next_batch": first_step})
@@ -217,139 +355,3 @@ class Trainer:
         if self.task.decomposable:
             record[TRAIN_METRIC] = self.task.metric_from_sums(metric_sums[:self.task.accumulator().sums.shape[0]])
         return record
-
-    def _max(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64)
-        if self.ctx.distributed:
-            t = t.to(self.ctx.comm_device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.cpu()[0])
-
-    # -- checkpoints -------------------------------------------------------------------------------
-    def _gather(self, t: torch.Tensor) -> torch.Tensor:
-        """``[K, *t.shape]``: ``t`` of every rank (a collective)."""
-        if not self.ctx.distributed:
-            return t.unsqueeze(0)
-        parts = [torch.empty_like(t, device=self.ctx.comm_device) for _ in range(self.ctx.world_size)]
-        dist.all_gather(parts, t.to(self.ctx.comm_device))
-        return torch.stack(parts).cpu()
-
-    def checkpoint(self, state: RunState, epoch: int, step: int, sums: EpochSums | None = None,
-                   best: bool = False) -> None:
-        """Write a checkpoint to continue from ``step`` steps into ``epoch`` (a collective: rank 0
-        writes, then every rank waits for it, so a checkpoint any rank has passed is on disk)."""
-        if not self.config.checkpoint_dir:
-            return
-        self.health.enter(Stage.CHECKPOINT, epoch, step)
-        mid_epoch = step > 0
-        rng = self._gather(rng_state(self.ctx.device)) if mid_epoch else torch.empty((0, 0), dtype=torch.uint8)
-        partial = self._gather(sums.to_tensor()) if mid_epoch else torch.empty((0, 0), dtype=torch.float64)
-        tag = ""
-        if self.embedding is not None:  # every rank writes its shard before rank 0 writes last.pt
-            tag = f"e{epoch}s{step}"
-            save_shard(self.config.checkpoint_dir, tag, self.embedding)
-            if best:
-                self._best_embedding = tag
-            if self.ctx.distributed:
-                dist.barrier()
-        if self.ctx.rank == 0:
-            save_checkpoint(self.config.checkpoint_dir,
-                            Checkpoint(epoch, step, self.model.state_dict(), self.optimizer.state_dict(), rng,
-                                       partial, state.result.best_valid, state.result.best_epoch, state.history,
-                                       state.options, tag, self._best_embedding), best=best)
-        if self.ctx.distributed:
-            dist.barrier()
-        if self.embedding is not None:  # shards neither last.pt nor best.pt points to
-            remove_stale_shards(self.config.checkpoint_dir, {tag, self._best_embedding}, self.ctx.rank)
-
-    def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
-        """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
-        config = self.config
-        ckpt = load_checkpoint(config.checkpoint_dir, state.options)
-        try:
-            self.model.load_state_dict(ckpt.model)
-            self.optimizer.load_state_dict(ckpt.optimizer)
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({exc}); "
-                             "resume with the options it was trained with or use a new --checkpoint-dir") from None
-        if self.embedding is not None:
-            load_shard(config.checkpoint_dir, ckpt.embedding, self.embedding)
-            self._best_embedding = ckpt.best_embedding
-        state.history = list(ckpt.history)
-        state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
-        state.result.test_at_best = next((h[TEST_METRIC] for h in state.history if h[EPOCH] == ckpt.best_epoch),
-                                         -1.0)
-        state.result.resumed_from = (ckpt.epoch, ckpt.step)
-        if self.ctx.rank == 0 and config.json_path:  # the lines of the epochs the checkpoint holds, no more
-            with output_errors(config.json_path), open(config.json_path, "w") as f:
-                f.writelines(json.dumps(h) + "\n" for h in state.history)
-        if ckpt.step == 0:
-            return ckpt.epoch, 0, None
-        if ckpt.rng.shape[0] != self.ctx.world_size:
-            raise InputError(f"the checkpoint in {config.checkpoint_dir} was written mid-epoch by {ckpt.rng.shape[0]} "
-                             f"ranks, not {self.ctx.world_size}; resume with as many ranks")
-        set_rng_state(ckpt.rng[self.ctx.rank], self.ctx.device)
-        return ckpt.epoch, ckpt.step, EpochSums.from_tensor(ckpt.partial[self.ctx.rank])
-
-    # -- the run -------------------------------------------------------------------------------------
-    def evaluate(self, epoch: int) -> dict[str, Any]:
-        self.health.enter(Stage.EVAL, epoch)
-        self._phase, self._epoch = EVAL_PHASE, epoch
-        return self.evaluator(epoch)
-
-    def fit(self) -> TrainResult:
-        config = self.config
-        state = RunState(TrainResult(metric=self.task.metric), [],
-                         {**config.to_dict(), "dataset": self.graph.identity})
-        result = state.result
-        start_epoch, start_step, sums = 0, 0, None
-        if config.resume or (self.ctx.attempt > 0 and has_checkpoint(config.checkpoint_dir)):
-            start_epoch, start_step, sums = self._resume(state)
-        every, unit = config.checkpoint_interval
-        for epoch in range(start_epoch, config.epochs):
-            first = start_step if epoch == start_epoch else 0
-            metrics = {EPOCH: epoch, METRIC: self.task.metric,
-                       **self.train_epoch(epoch, first, sums if first else None, state)}
-            if config.eval_every and ((epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1):
-                metrics.update(self.evaluate(epoch))
-            metrics["cache"] = self.cache_info
-            state.history.append(metrics)
-            result.history.append(metrics)
-            valid = metrics.get(VALID_METRIC, float("nan"))
-            improved = bool(valid > result.best_valid)  # NaN (no validation nodes) never improves
-            if improved:
-                result.best_valid, result.best_epoch = valid, epoch
-                result.test_at_best = metrics[TEST_METRIC]
-            if TEST_METRIC in metrics:
-                result.final_test = metrics[TEST_METRIC]
-            if self.ctx.rank == 0:
-                self.health.enter(Stage.REPORT, epoch)
-                self._report(metrics)
-            if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
-                self.checkpoint(state, epoch + 1, 0, best=improved)
-        result.epochs_done = config.epochs
-        if not result.history and state.history:
-            result.final_test = state.history[-1].get(TEST_METRIC, -1.0)
-        return result
-
-    def _epoch_time_note(self, metrics: dict[str, Any]) -> str:
-        """What the progress line adds after the epoch's seconds (nothing here)."""
-        return ""
-
-    def _report(self, metrics: dict[str, Any]) -> None:
-        config = self.config
-        if config.json_path:
-            with output_errors(config.json_path), open(config.json_path, "a") as f:
-                f.write(json.dumps(metrics) + "\n")
-        if config.progress:
-            name = metrics[METRIC]
-            line = f"epoch {metrics[EPOCH]}: loss {metrics[TRAIN_LOSS]:.4f}"
-            if TRAIN_METRIC in metrics:
-                line += f" train {name} {metrics[TRAIN_METRIC]:.4f}"
-            line += f" {metrics['epoch_s']:.2f} s{self._epoch_time_note(metrics)}"
-            line += f", fetched {metrics['comm']['received']} rows"
-            if EMBEDDING_COMM in metrics:
-                line += f" and {metrics[EMBEDDING_COMM]['received']} embedding rows"
-            if VALID_METRIC in metrics:
-                line += f", valid {metrics[VALID_METRIC]:.4f} test {metrics[TEST_METRIC]:.4f}"
-            print(line, flush=True)

@@ -20,15 +20,16 @@ import numpy as np
 import torch
 
 from ..distributed import CommStats, init_distributed, launch, shutdown_distributed
-from ..distributed.graph import DistGraph
-from ..distributed.loader import DistNeighborLoader
+from ..loader.graph import DistGraph
+from ..loader.loader import DistNeighborLoader
 from ..errors import InputError
 from ..io import atomic_output_dir, check_output_dir, save_array, write_meta
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard
-from ..models.factory import SeedForward, build_model
+from ..models.gnn import SeedForward, build_model
 from ..partition import load_partitioned
 from .checkpoint import LAST, load_checkpoint
+from .config import LAYERWISE
 from .evaluation import Evaluator, supports_layerwise
 from .tasks import MULTICLASS, all_gather_rows, task_of
 
@@ -70,7 +71,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | Non
         owned = np.arange(graph.num_owned, dtype=np.int64)
         with torch.no_grad():
             if supports_layerwise(model) and embedding is None:
-                evaluator = Evaluator(graph, model, task, "layerwise", None, batch_size)
+                evaluator = Evaluator(graph, model, task, LAYERWISE, None, batch_size)
                 outputs = evaluator.layerwise_logits(owned, CommStats())
                 ids = torch.from_numpy(owned + graph.offset)
             else:

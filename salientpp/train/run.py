@@ -1,47 +1,55 @@
 """Starting a training run: local ranks (with restarts) or one rank of a torchrun job.
 
-``train(config)`` validates every option before any rank starts, checks the memory estimate of
-this machine's ranks, then either runs this process as one rank of ``torchrun``'s job, or starts
-one local rank per partition with :func:`salientpp.distributed.launch` and restarts them all from the
-last checkpoint when one fails (``--max-restarts``).
+``train(config)`` decides everything the run leaves open once, before any rank starts
+(:func:`~salientpp.train.setup.resolve_run`: the options, the thread budget and pipeline depth,
+the cache plan), checks the memory estimate of this machine's ranks, then either runs this
+process as one rank of ``torchrun``'s job, or starts one local rank per partition with
+:func:`salientpp.distributed.launch` and restarts them all from the last checkpoint when one
+fails (``--max-restarts``). Every rank receives the same :class:`~salientpp.train.setup.ResolvedRun`.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-from ..distributed import WorkerError, init_distributed, launch, shutdown_distributed
+from ..distributed import DistContext, WorkerError, init_distributed, launch, shutdown_distributed
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
 from ..errors import InputError
-from ..partition import load_partitioned
-from ..resources import check_memory, estimate_full_graph, estimate_train
-from .cache_setup import plan_source
+from ..host import local_world_size
 from .checkpoint import check_checkpoint_dir, has_checkpoint
 from .config import FULL_GRAPH, TrainConfig
 from .fullgraph import FullGraphTrainer
-from .link import LINK, require_link_split
-from .loop import Trainer
+from .loop import MinibatchTrainer, Trainer
+from .setup import RankSetup, ResolvedRun, resolve_run
 from .state import TrainResult
 
 # Set by torchrun in every worker it starts.
 TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
 
 
-def run_rank(config: TrainConfig) -> TrainResult:
+def open_trainer(setup: RankSetup) -> Trainer:
+    """The trainer of the run's mode: full-graph, or minibatches."""
+    return FullGraphTrainer(setup) if setup.config.mode == FULL_GRAPH else MinibatchTrainer(setup)
+
+
+def trainer_for(config: TrainConfig, ctx: DistContext) -> Trainer:
+    """The trainer of ``config`` on the rank of ``ctx``, for a process that joined the group
+    itself (a script, the self-check): the run resolved for this machine's
+    ``LOCAL_WORLD_SIZE`` ranks, as every rank of a launched job receives it."""
+    return open_trainer(RankSetup.open(resolve_run(config, local_world_size()), ctx))
+
+
+def run_rank(run: ResolvedRun) -> TrainResult:
     """The body of one rank: apply its thread budget, join the group, train, leave the group.
 
-    The budget shares this machine's cores among its ``LOCAL_WORLD_SIZE`` ranks (1 when unset),
-    with ``config.torch_threads`` and ``config.num_threads`` as overrides; rank 0 prints it on a
-    run with progress output. In a job of several ranks any failure other than bad input is raised as a
+    In a job of several ranks any failure other than bad input is raised as a
     :class:`~salientpp.distributed.health.StageError` naming this rank, its stage and its peers' stages.
     """
-    threads = config.thread_budget()
-    threads.apply()
+    config = run.config
+    run.threads.apply()
     ctx = init_distributed(config.device, config.timeout_s, reuse_freed_memory=config.reuse_freed_memory)
-    if ctx.rank == 0 and config.progress:
-        print(threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth, config.device), flush=True)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
@@ -49,8 +57,7 @@ def run_rank(config: TrainConfig) -> TrainResult:
             # a restart (ctx.attempt): a fresh run must not write into another run's directory.
             check_checkpoint_dir(config.checkpoint_dir, config.resume, restarted=ctx.attempt > 0)
         health.enter(Stage.STARTUP)
-        trainer = FullGraphTrainer if config.mode == FULL_GRAPH else Trainer
-        result = trainer(config, ctx, health, threads).fit()
+        result = open_trainer(RankSetup.open(run, ctx, health)).fit()
         result.restarts = ctx.attempt
         return result
     except InputError:
@@ -63,49 +70,18 @@ def run_rank(config: TrainConfig) -> TrainResult:
         shutdown_distributed(ctx)
 
 
-def check_task_data(config: TrainConfig, data) -> None:
-    """Refuse (InputError) a task the partitioned dataset has no data for: link prediction needs held-out edges."""
-    if config.task == LINK:
-        require_link_split(data, config.part_dir)
-
-
-def _minibatch_estimate(config: TrainConfig, data, local_ranks: int):
-    """:func:`estimate_train` of a minibatch run, with the cache its plan source gives."""
-    source = plan_source(config, data.num_parts)
-    if source.path is None:
-        cache = {"cache": "none"}
-    elif source.info is not None:
-        cache = {"cache": source.info.meta.policy, "cached_rows": source.info.max_cached_rows}
-    else:
-        cache = {"cache": config.cache, "replication": config.replication}
-    sampled_eval = config.eval_every > 0 and config.inference == "sampled"
-    budget = config.thread_budget(local_ranks)
-    return estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
-                          layers=config.layers, local_ranks=local_ranks,
-                          pipeline_depth=budget.pipeline_depth(config.pipeline_depth, config.device),
-                          sampler_threads=budget.sampler_threads,
-                          model=config.model, eval_fanouts=config.eval_fanouts if sampled_eval else None,
-                          eval_batch_size=config.eval_batch_size if sampled_eval else None,
-                          embedding_dim=config.embedding_dim, features=config.features,
-                          reuse_freed_memory=config.reuse_freed_memory, **cache)
-
-
-def check_train_memory(config: TrainConfig, data, local_ranks: int) -> None:
-    """Before any rank starts: check where the cache plan comes from (:func:`plan_source`: a
-    ``--plan`` or an existing default plan that fits, or a place rank 0 can save the one it
-    builds), then refuse (InputError) when ``local_ranks`` ranks of this run would not fit in
-    this machine's memory or ``config.memory_limit``; print the estimate on a run with progress
-    output. The cached rows are the plan's when it exists, else what ``replication`` gives.
-    Full-graph training has no plan; its estimate counts every layer's activations instead."""
-    if config.mode == FULL_GRAPH:
-        estimate = estimate_full_graph(data, hidden=config.hidden, layers=config.layers, model=config.model,
-                                       dependencies=config.dependencies, local_ranks=local_ranks,
-                                       reuse_freed_memory=config.reuse_freed_memory)
-    else:
-        estimate = _minibatch_estimate(config, data, local_ranks)
-    summary = check_memory(estimate, config.memory_limit)
-    if config.progress:
-        print(summary, flush=True)
+def prepare(config: TrainConfig) -> ResolvedRun:
+    """Before any rank starts (or, under torchrun, before this rank joins): :func:`resolve_run`,
+    with the memory check of this machine's ranks on one process per machine; on a run with
+    progress output, print the memory estimate and the thread budget."""
+    torchrun = env_is_distributed()
+    run = resolve_run(config, local_world_size() if torchrun else None,
+                      memory_check=not torchrun or int(os.environ.get("LOCAL_RANK", 0)) == 0)
+    if config.progress and run.memory:
+        print(run.memory, flush=True)
+    if config.progress and int(os.environ.get("RANK", 0)) == 0:
+        print(run.threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth, config.device), flush=True)
+    return run
 
 
 def train(config: TrainConfig) -> TrainResult:
@@ -118,32 +94,21 @@ def train(config: TrainConfig) -> TrainResult:
     the local launcher stops every rank and, up to ``config.max_restarts`` times, starts them
     all again; they continue from the last checkpoint in ``config.checkpoint_dir``.
     """
-    config.validate()
+    run = prepare(config)
     if env_is_distributed():
-        if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # one check per machine, for its ranks
-            data = load_partitioned(config.part_dir, verify=False, check=False)
-            check_task_data(config, data)
-            check_train_memory(config, data, int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
-        return run_rank(config)
-    data = load_partitioned(config.part_dir, verify=False, check=False)  # the ranks verify and check it
-    check_task_data(config, data)
-    num_parts = data.num_parts
-    nprocs = config.nprocs or num_parts
-    if nprocs != num_parts:
-        raise InputError(f"{config.part_dir} has {num_parts} partitions but --nprocs is {nprocs}; "
-                         f"run one rank per partition (--nprocs {num_parts})")
-    check_train_memory(config, data, nprocs)
-    if nprocs == 1 and config.max_restarts == 0:
-        return run_rank(config)
+        return run_rank(run)
+    if run.local_ranks == 1 and run.config.max_restarts == 0:
+        return run_rank(run)
     attempt = 0
     while True:
         try:
-            return launch(run_rank, (config,), nprocs, env={RESTART_ENV: str(attempt)})[0]
+            return launch(run_rank, (run,), run.local_ranks, env={RESTART_ENV: str(attempt)})[0]
         except WorkerError as exc:
-            if attempt == config.max_restarts:
+            if attempt == run.config.max_restarts:
                 raise
             attempt += 1
-            where = ("from the last checkpoint in " + config.checkpoint_dir if has_checkpoint(config.checkpoint_dir)
+            checkpoint_dir = run.config.checkpoint_dir
+            where = ("from the last checkpoint in " + checkpoint_dir if has_checkpoint(checkpoint_dir)
                      else "from the start (no checkpoint yet)")
-            print(f"\nsalientpp: {exc}; restarting all {nprocs} ranks {where} "
-                  f"(restart {attempt} of {config.max_restarts})", file=sys.stderr, flush=True)
+            print(f"\nsalientpp: {exc}; restarting all {run.local_ranks} ranks {where} "
+                  f"(restart {attempt} of {run.config.max_restarts})", file=sys.stderr, flush=True)

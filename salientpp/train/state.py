@@ -12,7 +12,7 @@ import torch
 
 from ..distributed import CommStats
 from ..distributed.health import Stage
-from ..pipeline import StageTimes
+from ..loader.pipeline import StageTimes
 
 # Keys of an epoch's record (besides the stage times and exchange counters).
 EPOCH, TRAIN_LOSS, METRIC = "epoch", "train_loss", "metric"

@@ -4,7 +4,7 @@ It owns everything between a seed split and a model's input: C++ sampling thread
 plan of each batch (owned rows, cache tiers, rows to request), the three all-to-alls, the
 assembly of ``x[n_id]`` on the device, and the pipeline that overlaps them::
 
-    Pipeline(SampleStage(loader), [counts, ids, rows, assemble], depth)   # one visible line below
+    Pipeline(SampleStage(loader), fetch_stages(...), pipeline_depth)   # one visible line in __iter__
 
 **Lockstep.** The exchange is a collective, so every rank must run the same number of steps.
 The loader gives every rank exactly ``S = max_k ceil(|seeds_k| / batch_size)`` batches per epoch,
@@ -26,36 +26,36 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..cache.accesses import loader_seed
-from ..errors import InputError
-from ..pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
-from ..pipeline.device import device_ops
-from ..sampling import FetchContext, NeighborLoader
-from ..sampling.kinds import MINIBATCHES_PER_BULK, SamplerKind, check_layer_sizes, check_sampler, make_sampler
-from ..sampling.types import MFG
-from .exchange import CommStats
+from ..cache.plan import PlanInfo
+from ..cache.workload import check_batch_size
+from ..distributed.device import device_ops
+from ..distributed.exchange import CommStats
+from ..distributed.health import Stage
+from ..host import ThreadBudget
+from ..errors import InputError, check_int
+from ..host import local_world_size
+from ..sampling import MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts, make_sampler
+from ..sampling.kinds import check_sampler
+from ..sampling import MFG
+from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
-from .threads import ThreadBudget, local_world_size
-
-# Loader workload (random stream) of the training split and of everything else: the training
-# loader draws the batches `salientpp simulate` scores for workload 0.
-TRAIN_WORKLOAD, OTHER_WORKLOAD = 0, 1
+from .pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
 
 
 def hop_layout(mfgs: list[MFG], batch_size: int) -> tuple[list[int], list[int], list[tuple[int, int, int]]]:
     """The PyG layout of a sample from its MFGs (model order, CPU): ``(num_sampled_nodes [L + 1],
-    num_sampled_edges [L], blocks)``, where block ``h - 1`` = ``(layer, first, last)`` says that
+    num_sampled_edges [L], hop_ranges)``, where range ``h - 1`` = ``(layer, first, last)`` says that
     the edges of hop ``h`` are columns ``first:last`` of ``mfgs[layer].edge_index``: those whose
     destinations were first reached at hop ``h - 1`` (edges are grouped by destination)."""
     hops = len(mfgs)
     reached = [batch_size] + [mfgs[hops - h].num_src for h in range(1, hops + 1)]  # nodes after hop h
     nodes = [reached[0]] + [reached[h] - reached[h - 1] for h in range(1, hops + 1)]
     starts = [0] + reached[:-1]
-    blocks = []
+    hop_ranges = []
     for h in range(1, hops + 1):
         rowptr = mfgs[hops - h].rowptr
-        blocks.append((hops - h, int(rowptr[starts[h - 1]]), int(rowptr[reached[h - 1]])))
-    return nodes, [last - first for _, first, last in blocks], blocks
+        hop_ranges.append((hops - h, int(rowptr[starts[h - 1]]), int(rowptr[reached[h - 1]])))
+    return nodes, [last - first for _, first, last in hop_ranges], hop_ranges
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Batch:
         n_id: int64 ``[num_nodes]`` global ids (partitioned numbering) on the device; the first
             ``batch_size`` are the seeds.
         batch_size: number of seeds (the model's outputs for them are its first rows).
-        mfgs: one :class:`~salientpp.sampling.types.MFG` per layer, model order (``mfgs[0]`` is
+        mfgs: one :class:`~salientpp.sampling.MFG` per layer, model order (``mfgs[0]`` is
             the input layer), on the device.
         num_sampled_nodes: ``[L + 1]`` nodes first reached at hop 0 (the seeds), 1, ..., L, as in
             PyG: ``n_id`` lists them hop by hop.
@@ -90,11 +90,11 @@ class Batch:
     mfgs: list[MFG]
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
-    blocks: list[tuple[int, int, int]] = field(repr=False)
+    hop_ranges: list[tuple[int, int, int]] = field(repr=False)
 
     @cached_property
     def edge_index(self) -> torch.Tensor:
-        parts = [self.mfgs[layer].edge_index[:, first:last] for layer, first, last in self.blocks]
+        parts = [self.mfgs[layer].edge_index[:, first:last] for layer, first, last in self.hop_ranges]
         return torch.cat(parts, dim=1) if parts else torch.empty((2, 0), dtype=torch.int64, device=self.x.device)
 
     @property
@@ -123,17 +123,23 @@ class DistNeighborLoader:
         fanouts: neighbours per hop, ``fanouts[0]`` at the seeds (-1: all); one per model layer.
         batch_size: at most this many seeds per batch (see the module docstring).
         shuffle: reshuffle the seeds every epoch (from ``seed`` and the epoch).
-        plan: a cache plan directory (``salientpp analyze``) built for this partitioning, or
-            ``None``: no cache, every remote row is fetched. Loaders of one graph and plan share
+        plan: a cache plan (``salientpp analyze``) built for this partitioning: its directory or
+            its :class:`~salientpp.cache.plan.PlanInfo`; ``None``: no cache, every remote row is
+            fetched. Loaders of one graph and plan share
             its cache (evaluation loaders too); it is best for the fanouts and batch size it was
             scored for.
         seed: seeds the shuffle and the sampling (with the rank and the split's stream).
         replace: sample with replacement.
         num_threads: C++ sampling threads.
-        pipeline_depth: batches in flight (1: no overlap); ``None``: the choice of this machine's
-            :class:`~salientpp.distributed.threads.ThreadBudget` for its ``LOCAL_WORLD_SIZE``
+        pipeline_depth: batches in flight between sampling and the model (1: no overlap);
+            ``None``: the choice of this machine's
+            :class:`~salientpp.host.ThreadBudget` for its ``LOCAL_WORLD_SIZE``
             ranks (4 on a GPU, 1 on the CPU, where the torch threads take every core).
-        on_stage: called as ``on_stage(stage, step)`` before each pipeline stage (health reports).
+        read_ahead: the most batches the sampling threads sample ahead of the pipeline (the
+            sampler read-ahead); ``None``: ``pipeline_depth``, so the pipeline finds its next
+            batch sampled without holding more batches than it can use.
+        on_stage: called as ``on_stage(stage, step)`` with the :class:`~salientpp.distributed.health.Stage`
+            before each pipeline stage runs on a step (health reports).
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
         gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
@@ -149,7 +155,7 @@ class DistNeighborLoader:
             The batches are identical either way: batch ``i`` is sampled from the random stream
             ``(seed, i)`` whichever thread samples it.
         prefetch_next_epoch: when an epoch's last batch is sampled, start sampling the next
-            epoch's first ``pipeline_depth`` batches, so they are ready when it starts; for a loop
+            epoch's first ``read_ahead`` batches, so they are ready when it starts; for a loop
             that calls ``set_epoch(e)`` with ``e = 0, 1, 2, ...`` (the batches are the same; any
             other next epoch discards them).
         features: assemble the batch's feature rows; ``False`` fetches none (no cache either,
@@ -161,23 +167,20 @@ class DistNeighborLoader:
     """
 
     def __init__(self, graph: DistGraph, split: str | torch.Tensor | np.ndarray, fanouts, batch_size: int,
-                 shuffle: bool = True, plan: str | os.PathLike | None = None, seed: int = 0, replace: bool = False,
-                 num_threads: int = 1, pipeline_depth: int | None = None,
-                 on_stage: Callable[[str, int], None] | None = None, allow_empty: bool | None = None,
-                 gpu_fraction: float = 0.0, low_priority: bool = False,
+                 shuffle: bool = True, plan: PlanInfo | str | os.PathLike | None = None, seed: int = 0,
+                 replace: bool = False, num_threads: int = 1, pipeline_depth: int | None = None,
+                 read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
+                 allow_empty: bool | None = None, gpu_fraction: float = 0.0, low_priority: bool = False,
                  sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
-        from ..cache.workload import check_batch_size, check_fanouts
-
         self.graph = graph
         self.sampler = check_sampler(sampler)
-        self.fanouts = check_layer_sizes(self.sampler, check_fanouts(fanouts))
+        self.fanouts = check_fanouts(fanouts, self.sampler)
         self.batch_size = check_batch_size(batch_size)
         if pipeline_depth is None:
             pipeline_depth = ThreadBudget.for_rank(local_world_size()).pipeline_depth(device=graph.ctx.device)
-        if int(pipeline_depth) < 1:
-            raise InputError(f"the pipeline depth must be at least 1, got {pipeline_depth}")
-        self.pipeline_depth = int(pipeline_depth)
+        self.pipeline_depth = check_int(pipeline_depth, "the pipeline depth")
+        self.read_ahead = self.pipeline_depth if read_ahead is None else check_int(read_ahead, "the sampler read-ahead")
         self.seeds = self._split_seeds(split)
         workload = TRAIN_WORKLOAD if isinstance(split, str) and split == "train" else OTHER_WORKLOAD
         if not features and plan is not None:
@@ -201,7 +204,7 @@ class DistNeighborLoader:
             make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk),
             batch_size=self.batch_size, shuffle=shuffle, num_batches=self.num_batches,
             seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads, low_priority=low_priority,
-            queue_depth=self.pipeline_depth, prefetch_next_epoch=prefetch_next_epoch,
+            read_ahead=self.read_ahead, prefetch_next_epoch=prefetch_next_epoch,
             fetch=FetchContext(**self.store.fetch_context_args()) if features else None)
         self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
                          if features else torch.empty((0, 0), device=graph.ctx.device))
@@ -242,7 +245,7 @@ class DistNeighborLoader:
 
     def state_dict(self) -> dict[str, int]:
         """``{"epoch", "next_batch"}``: where the running epoch stands for the loop: the batch it
-        gets next (the sampling threads run up to ``pipeline_depth`` batches ahead of it), and
+        gets next (the sampling threads run up to ``read_ahead`` batches ahead of it), and
         ``next_batch`` 0 once the epoch is over."""
         return {"epoch": self._loader.epoch, "next_batch": self._next_batch}
 
@@ -260,8 +263,7 @@ class DistNeighborLoader:
             self.exchange.stats = self.stats
         pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
                             fetch_stages(self.exchange, self.store, self.stats, self.ops, self._labels),
-                            self.pipeline_depth, self.times,
-                            on_stage=self.on_stage)
+                            self.pipeline_depth, self.times, on_stage=self.on_stage)
         finished = False
         try:
             for item in pipeline:
@@ -278,8 +280,7 @@ class DistNeighborLoader:
         batch = item.batch
         if batch is None:  # no seeds on this rank for this step
             seeds = torch.empty(0, dtype=torch.int64)
-            mfgs = [MFG(0, 0, torch.empty((2, 0), dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
-                    for _ in self.fanouts]
+            mfgs = [MFG.empty() for _ in self.fanouts]
             return Batch(self._empty_x, self._labels(seeds).to(device), seeds.to(device), 0,
                          [m.to(device) for m in mfgs], *hop_layout(mfgs, 0))
         self.ops.wait(item.ready)  # the compute stream waits for the side stream; the host does not

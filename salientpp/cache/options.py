@@ -1,18 +1,18 @@
-"""Command-line options shared by ``salientpp analyze`` and ``salientpp simulate``: the sampled
-workloads a cache serves and the policy context built from them."""
+"""Command-line options of the sampled workloads a cache serves, and the policy context built
+from them: shared by ``salientpp analyze``, ``salientpp simulate`` and ``salientpp bench vip``."""
 from __future__ import annotations
 
 import argparse
 
-from ..cache.policies import PolicyContext
-from ..cache.vip import METHODS
-from ..cache.workload import SPLITS, EdgeSeeds, Workload, parse_fanouts
-from ..errors import InputError
-from ..sampling import SAMPLERS, SamplerKind
-from ..sampling.link import NegativeSampling
-from ..train.link import LINK, NODE, TASKS, require_link_split
+from ..data.format import SPLITS
+from ..errors import check_int
 from ..parsing import name_list
 from ..partition.format import PartitionedDataset
+from ..sampling import SAMPLERS, SamplerKind, parse_fanouts
+from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
+from .policies import PolicyContext
+from .vip import METHODS
+from .workload import EdgeSeeds, Workload
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
@@ -71,10 +71,9 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
 
 
 def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
-    if args.threads < 1:
-        raise InputError(f"--threads must be at least 1, got {args.threads}")
+    check_int(args.threads, "--threads")
     if args.task == LINK:
-        require_link_split(dataset, args.part_dir)
+        dataset.require_link_split()
     return PolicyContext(dataset, workloads_from(args), seed=args.seed, epochs=epochs,
                          simulation_epochs=args.simulation_epochs, vip_method=args.vip_method,
                          num_threads=args.threads, progress=True)

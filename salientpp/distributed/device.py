@@ -1,4 +1,5 @@
-"""Where a batch's device work is queued, and how the compute stream waits for it.
+"""Where a batch's device work is queued, how the compute stream waits for it, and the one
+kernel it queues: the row gather.
 
 The assembly stage queues the host-to-device copies of a batch (fetch plan, received rows,
 MFGs, labels) and the one gather kernel that writes ``x[n_id]`` on a *side stream*, then records
@@ -19,13 +20,24 @@ That choreography is written against :class:`DeviceOps`, a small interface:
 
 :class:`HostOps` does each thing at once on the CPU, so the same stage code runs in the CPU
 tests; :class:`CudaOps` queues it on a CUDA side stream.
+
+**The row gather** (:func:`gather_rows`): one launch that writes feature rows from several tables
+by position. The fused assembly of a batch is one gather with four sources: owned rows (device
+tier, then host tier), rows received from peers, the device cache tier and the host cache tier
+(three on CPU runs, where the sampler threads already wrote the owned rows). Serving peers'
+requests is one source without positions. On CUDA the kernel (``csrc/gather.cu``) reads device
+memory and pinned host memory alike; on the CPU the extension's reference twin
+(``csrc/gather_ops.cpp``) does the same indexing and checks every index.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
+
+from .._ext import extension
 
 
 class Event:
@@ -137,3 +149,49 @@ class CudaOps(DeviceOps):
 def device_ops(device: torch.device) -> DeviceOps:
     """The ops for batches going to ``device``: a CUDA side stream, or the CPU's immediate ops."""
     return CudaOps(device) if device.type == "cuda" else HostOps()
+
+
+# ---- the row gather ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RowSource:
+    """Rows ``cat([low, high])[idx]`` written at rows ``pos`` of the output.
+
+    Attributes:
+        low: ``[r0, F]`` rows ``0 .. r0 - 1`` (a device tier).
+        high: ``[r1, F]`` rows ``r0 .. r0 + r1 - 1`` (a host tier, pinned on CUDA), or ``None``.
+        idx: int64 ``[n]`` rows to take, or ``None``: all rows in order.
+        pos: int64 ``[n]`` output rows to write, or ``None``: ``0 .. n - 1``.
+    """
+
+    low: torch.Tensor
+    idx: torch.Tensor | None = None
+    pos: torch.Tensor | None = None
+    high: torch.Tensor | None = None
+
+    def as_args(self) -> tuple:
+        return self.low, self.high, self.idx, self.pos
+
+
+def gather_rows(out: torch.Tensor, sources: list[RowSource], stream: int | None = None) -> torch.Tensor:
+    """Writes every source's rows into ``out`` (``[rows, F]``, contiguous) and returns it.
+
+    On CUDA the kernel is queued on ``stream`` (a ``cudaStream_t`` as an integer; default: the
+    current stream of ``out``'s device) and the indices are trusted; on the CPU they are checked.
+    """
+    if stream is None:
+        stream = torch.cuda.current_stream(out.device).cuda_stream if out.is_cuda else 0
+    extension().gather_rows(out, [s.as_args() for s in sources], stream)
+    return out
+
+
+def gather_rows_reference(out: torch.Tensor, sources: list[RowSource]) -> torch.Tensor:
+    """What :func:`gather_rows` writes, with torch indexing (for tests and the self-check)."""
+    for s in sources:
+        table = s.low if s.high is None else torch.cat([s.low, s.high.to(s.low.device)])
+        rows = table if s.idx is None else table[s.idx]
+        if s.pos is None:
+            out[:rows.shape[0]] = rows
+        else:
+            out[s.pos] = rows
+    return out

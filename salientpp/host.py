@@ -1,10 +1,13 @@
-"""The CPU threads of a rank: how many cores it may use, and how its threads share them.
+"""What this machine gives a process, and how a rank shares it: its cores and its memory, read
+from the affinity mask, ``/proc/meminfo`` and the cgroup limits (v1 and v2), and the thread
+budget of a rank (:class:`ThreadBudget`). Each command's memory model (:mod:`salientpp.resources`)
+reads the machine through this module only.
 
-Every rank runs two kinds of CPU threads: torch's intra-op threads (the model's forward and
-backward, the feature assembly) and the C++ sampler threads of its loaders. :class:`ThreadBudget`
-divides the cores this process may use (:func:`usable_cores`: the affinity mask, capped by the
-cgroup CPU quota) among the local ranks, and within a rank between the two kinds, so that the
-ranks of one machine never run more busy threads than it has cores.
+**The thread budget.** Every rank runs two kinds of CPU threads: torch's intra-op threads (the
+model's forward and backward, the feature assembly) and the C++ sampler threads of its loaders.
+:class:`ThreadBudget` divides the cores this process may use (:func:`usable_cores`: the affinity
+mask, capped by the cgroup CPU quota) among the local ranks, and within a rank between the two
+kinds, so that the ranks of one machine never run more busy threads than it has cores.
 """
 from __future__ import annotations
 
@@ -15,10 +18,16 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
-from ..resources import cgroup_dirs
+from .errors import check_int
 
-# Where the cgroup CPU quota is read (tests point them at a temporary directory).
+MiB = 2**20
+GiB = 2**30
+
+# A cgroup limit at or above this is "no limit" (v1 reports 2**63 - 4096).
+_NO_LIMIT = 1 << 60
+
+# Where the machine is read (tests point them at a temporary directory).
+MEMINFO = Path("/proc/meminfo")
 PROC_CGROUP = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (microseconds per period).
@@ -27,14 +36,118 @@ CPU_MAX = "cpu.max"
 CFS_QUOTA, CFS_PERIOD = "cpu.cfs_quota_us", "cpu.cfs_period_us"
 # The environment variable torchrun and salientpp's launcher set to the number of ranks on this machine.
 LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
-# Per-rank cores per default sampler thread: the samplers only fill the time the training
-# thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
-CORES_PER_SAMPLER = 8
-# Why the default pipeline is off on the CPU (the start-up line says it).
-PIPELINE_OFF = "the torch threads take every core"
-# Batches in flight when the pipeline has a core or a GPU to overlap (ThreadBudget.pipeline_depth).
-PIPELINE_DEPTH = 4
 
+
+def format_bytes(size: int) -> str:
+    """``"13.4 GiB"`` from 1 GiB on, ``"512 MiB"`` below."""
+    return f"{size / GiB:.1f} GiB" if size >= GiB else f"{size / MiB:.0f} MiB"
+
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: the smaller of the kernel's ``MemAvailable`` and
+    the headroom of its memory cgroup (cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``,
+    minus the usage without the inactive file cache the kernel reclaims first); a cgroup without
+    a limit does not count. Without /proc/meminfo, the free physical pages."""
+    available = _meminfo_available()
+    headroom = _cgroup_headroom()
+    return available if headroom is None else min(available, headroom)
+
+
+def _meminfo_available() -> int:
+    try:
+        with open(MEMINFO) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the value is in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _read_int(path: Path) -> int | None:
+    """The integer in a cgroup file, or ``None`` when absent, unreadable or ``max``."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _stat_value(path: Path, key: str) -> int:
+    """``key``'s value in a cgroup ``memory.stat`` file (0 when absent)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def cgroup_dirs(controller: str, v2_file: str, v1_file: str, proc_cgroup: Path | None = None,
+                cgroup_root: Path | None = None) -> list[tuple[Path, int]]:
+    """``(directory, version)`` of each cgroup of this process that can hold ``controller``'s
+    limits, in the order ``proc_cgroup`` (default :data:`PROC_CGROUP`) lists them: the v2 cgroup
+    (its limit file is ``v2_file``) and the v1 hierarchy that has ``controller`` (``v1_file``), mounted under
+    ``cgroup_root`` (default :data:`CGROUP_ROOT`) as ``controller`` or as the hierarchy's
+    controller list (``cpu,cpuacct``). A directory whose limit file is missing falls back to the
+    hierarchy's root (inside a container the namespace root is the container's cgroup)."""
+    proc_cgroup = PROC_CGROUP if proc_cgroup is None else proc_cgroup
+    cgroup_root = CGROUP_ROOT if cgroup_root is None else cgroup_root
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    found = []
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        relative = path.strip().lstrip("/")
+        if number == "0" and controllers == "":
+            mounts, limit_file, version = [cgroup_root], v2_file, 2
+        elif controller in controllers.split(","):
+            mounts, limit_file, version = [cgroup_root / controller, cgroup_root / controllers], v1_file, 1
+        else:
+            continue
+        root = next((mount for mount in mounts if mount.is_dir()), mounts[0])
+        found.append((root / relative if (root / relative / limit_file).exists() else root, version))
+    return found
+
+
+def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
+    """``(directory, limit file, usage file, inactive-file key)`` of this process's memory cgroups
+    (v2 and v1, :func:`cgroup_dirs`)."""
+    files = {2: ("memory.max", "memory.current", "inactive_file"),
+             1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+    return [(directory, *files[version])
+            for directory, version in cgroup_dirs("memory", files[2][0], files[1][0])]
+
+
+def _cgroup_headroom() -> int | None:
+    """Limit minus working-set usage of the tightest memory cgroup, or ``None`` without a limit."""
+    headrooms = []
+    for directory, limit_file, usage_file, inactive_key in _cgroup_dirs():
+        limit = _read_int(directory / limit_file)
+        if limit is None or limit >= _NO_LIMIT:
+            continue
+        usage = _read_int(directory / usage_file) or 0
+        working_set = max(0, usage - _stat_value(directory / "memory.stat", inactive_key))
+        headrooms.append(max(0, limit - working_set))
+    return min(headrooms) if headrooms else None
+
+
+def memory_budget(limit: int | None) -> tuple[int, str]:
+    """``(bytes, where that number comes from)``: ``limit`` when given and smaller than
+    :func:`available_memory` (``"--memory-limit"``), else the available memory."""
+    available = available_memory()
+    if limit is not None and limit <= available:
+        return limit, "--memory-limit"
+    return available, "available memory"
+
+
+# ---- cores ---------------------------------------------------------------------------------------
 
 def _read(path: Path) -> str | None:
     try:
@@ -71,7 +184,7 @@ def cgroup_cpu_limit() -> int | None:
     """The cores the CPU quota of this process's cgroups allows (the tightest quota of its
     cgroup and the cgroups above it, rounded up, at least 1), or ``None`` without a quota."""
     limits = []
-    for directory, version in cgroup_dirs("cpu", CPU_MAX, CFS_QUOTA, PROC_CGROUP, CGROUP_ROOT):
+    for directory, version in cgroup_dirs("cpu", CPU_MAX, CFS_QUOTA):
         for d in [directory, *(p for p in directory.parents if p.is_relative_to(CGROUP_ROOT))]:
             cores = _quota_cores(d, version)
             if cores is not None:
@@ -95,17 +208,22 @@ def usable_cores() -> tuple[int, str]:
 
 def local_world_size() -> int:
     """The number of ranks on this machine: ``LOCAL_WORLD_SIZE`` as torchrun and
-    :func:`~salientpp.distributed.launch` set it, 1 when it is absent or not a positive integer."""
+    :func:`~salientpp.distributed.group.launch` set it, 1 when it is absent or not a positive integer."""
     try:
         return max(1, int(os.environ.get(LOCAL_WORLD_SIZE, "1")))
     except ValueError:
         return 1
 
 
-def _check_threads(name: str, value: int | None) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return value
+# ---- the thread budget of a rank -----------------------------------------------------------------
+
+# Per-rank cores per default sampler thread: the samplers only fill the time the training
+# thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
+CORES_PER_SAMPLER = 8
+# Why the default pipeline is off on the CPU (the start-up line says it).
+PIPELINE_OFF = "the torch threads take every core"
+# Batches in flight when the pipeline has a core or a GPU to overlap (ThreadBudget.pipeline_depth).
+PIPELINE_DEPTH = 4
 
 
 def _plural(count: int, word: str) -> str:
@@ -150,9 +268,11 @@ class ThreadBudget:
                  sampler_threads: int | None = None) -> "ThreadBudget":
         """The budget of one of ``local_ranks`` ranks on this machine; ``torch_threads`` and
         ``sampler_threads`` (positive integers) override the defaults."""
-        _check_threads("the number of local ranks", local_ranks)
-        _check_threads("the number of torch threads", torch_threads)
-        _check_threads("the number of sampler threads", sampler_threads)
+        check_int(local_ranks, "the number of local ranks")
+        for what, value in (("the number of torch threads", torch_threads),
+                            ("the number of sampler threads", sampler_threads)):
+            if value is not None:
+                check_int(value, what)
         cores, source = usable_cores()
         per_rank = max(1, cores // local_ranks)
         return cls(cores, local_ranks,

@@ -1,4 +1,8 @@
-"""The stages a batch goes through before the model sees it, each a small callable object.
+"""The batch pipeline: its stages, each a small callable object, and the loop that runs them.
+
+The chain, as :func:`fetch_stages` composes it after the source::
+
+    SampleStage -> CountsStage -> IdsStage -> RowsStage -> AssembleStage
 
 A stage takes an :class:`InFlight` record, waits for what the previous stage started (if
 anything), starts its own asynchronous work and returns the record. Every rank runs the same
@@ -6,18 +10,27 @@ number of steps (its loader yields the same number of balanced batches on every 
 without seeds, which a rank with fewer seeds than steps gets in sampled evaluation, becomes an
 *empty step* (``batch is None``): it still takes part in every collective with zero rows, so
 its peers stay in lockstep.
+
+:class:`Pipeline` runs records through the stages with up to ``pipeline_depth`` of them in
+flight. At every tick the oldest record moves first, each in-flight record moves one stage, and
+a new one is drawn from the source while fewer than ``pipeline_depth`` are in flight; a record
+that has passed every stage is handed to the consumer. Every rank ticks the same way, so all
+ranks start their collectives in the same order. ``pipeline_depth=1`` runs the stages of one
+batch one after another (no overlap).
 """
 from __future__ import annotations
 
+import time
+from collections import defaultdict, deque
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ..distributed.device import DeviceOps, Event
 from ..distributed.exchange import CommStats, Pending, RowExchange
 from ..distributed.feature_store import FeatureStore
 from ..distributed.health import Stage
-from .device import DeviceOps, Event
 
 
 @dataclass
@@ -54,7 +67,7 @@ class SampleStage:
     seeds (``batch_size == 0``) becomes an empty step (``batch is None``), and so does every
     step after the loader ends early."""
 
-    name = Stage.SAMPLE.value
+    stage = Stage.SAMPLE
 
     def __init__(self, batches: Iterator[Any], num_steps: int, first_step: int = 0):
         self.batches = batches
@@ -73,7 +86,7 @@ class SampleStage:
 class CountsStage:
     """Start the all-to-all of how many rows this rank needs from each owner."""
 
-    name = Stage.COUNTS.value
+    stage = Stage.COUNTS
 
     def __init__(self, exchange: RowExchange, num_parts: int):
         self.exchange = exchange
@@ -91,7 +104,7 @@ class CountsStage:
 class IdsStage:
     """Wait for the counts, start the all-to-all of the requested ids."""
 
-    name = Stage.IDS.value
+    stage = Stage.IDS
 
     def __init__(self, exchange: RowExchange):
         self.exchange = exchange
@@ -106,7 +119,7 @@ class IdsStage:
 class RowsStage:
     """Wait for the ids others request, slice those rows, start the all-to-all of rows."""
 
-    name = Stage.ROWS.value
+    stage = Stage.ROWS
 
     def __init__(self, exchange: RowExchange):
         self.exchange = exchange
@@ -122,7 +135,7 @@ class AssembleStage:
     received rows, MFGs, ids, labels) and the one gather that writes ``x[n_id]``; record when it
     is done. ``labels(seeds)`` gives the host label rows of int64 seed ids."""
 
-    name = Stage.ASSEMBLE.value
+    stage = Stage.ASSEMBLE
 
     def __init__(self, store: FeatureStore | None, stats: CommStats, ops: DeviceOps,
                  labels: Callable[[torch.Tensor], torch.Tensor]):
@@ -161,3 +174,69 @@ def fetch_stages(exchange: RowExchange | None, store: FeatureStore | None, stats
         return [AssembleStage(None, stats, ops, labels)]
     return [CountsStage(exchange, store.book.num_parts), IdsStage(exchange), RowsStage(exchange),
             AssembleStage(store, stats, ops, labels)]
+
+
+class StageTimes(defaultdict):
+    """Seconds spent in each named stage (a ``defaultdict(float)``): the wall time under the
+    stage's name, and the CPU time of the thread that ran it under :meth:`cpu_key` of the name.
+    Wall time minus CPU time is what the stage waited (for a peer, or for the core)."""
+
+    def __init__(self):
+        super().__init__(float)
+
+    @staticmethod
+    def cpu_key(name: str) -> str:
+        """The key of a stage's CPU seconds, e.g. ``"rows_cpu"``."""
+        return f"{name}_cpu"
+
+
+class Pipeline:
+    """``Pipeline(source, stages, pipeline_depth)``: iterate to get fully processed records, in order.
+
+    Args:
+        source: called once per new record; returns an :class:`InFlight` or ``None`` when done.
+        stages: callables ``InFlight -> InFlight``, each with its :class:`Stage` as ``stage``.
+        pipeline_depth: most records in flight (>= 1).
+        times: where to add the wall and CPU seconds spent in each stage (the source's included).
+        on_stage: called as ``on_stage(stage, step)`` before a stage runs on the record of
+            ``step`` (the source: before it draws record ``source.step``).
+    """
+
+    def __init__(self, source: SampleStage, stages: Sequence[Callable[[InFlight], InFlight]],
+                 pipeline_depth: int, times: StageTimes | None = None,
+                 on_stage: Callable[[Stage, int], None] | None = None):
+        if pipeline_depth < 1:
+            raise ValueError("the pipeline depth must be at least 1")
+        self.source = source
+        self.stages = list(stages)
+        self.pipeline_depth = pipeline_depth
+        self.times = StageTimes() if times is None else times
+        self.on_stage = on_stage
+
+    def _timed(self, fn, step: int, *args):
+        if self.on_stage is not None:
+            self.on_stage(fn.stage, step)
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        out = fn(*args)
+        name = fn.stage.value
+        self.times[name] += time.perf_counter() - start
+        self.times[StageTimes.cpu_key(name)] += time.thread_time() - cpu_start
+        return out
+
+    def __iter__(self) -> Iterator[InFlight]:
+        flight: deque[list] = deque()  # [record, index of its next stage]
+        exhausted = False
+        while flight or not exhausted:
+            for entry in flight:
+                entry[0] = self._timed(self.stages[entry[1]], entry[0].step, entry[0])
+                entry[1] += 1
+            if not exhausted and len(flight) < self.pipeline_depth:
+                item = self._timed(self.source, self.source.step)
+                if item is None:
+                    exhausted = True
+                else:
+                    flight.append([item, 0])
+            if flight and flight[0][1] == len(self.stages):
+                yield flight.popleft()[0]
+            elif not flight and exhausted:
+                return

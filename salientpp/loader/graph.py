@@ -13,15 +13,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache.plan import load_plan, local_gpu_rows, partition_identity, read_plan_info
+from ..cache.plan import PlanInfo, check_plan, load_plan, local_gpu_rows, partition_identity, read_plan_info
+from ..data.format import SPLITS
+from ..distributed.exchange import RowExchange
+from ..distributed.feature_store import FeatureStore
+from ..distributed.group import DistContext
+from ..distributed.health import agree
 from ..errors import InputError
 from ..partition import load_partitioned
-from .exchange import RowExchange
-from .feature_store import FeatureStore
-from .group import DistContext, current_context
-from .health import agree
-
-SPLITS = ("train", "valid", "test")
 
 
 class DistGraph:
@@ -33,8 +32,7 @@ class DistGraph:
 
     Args:
         path: the partitioned directory.
-        ctx: the process-group context; default: the one :func:`salientpp.init_distributed`
-            returned last (a single process without a group when it was never called).
+        ctx: the process-group context :func:`salientpp.init_distributed` returned.
 
     Attributes:
         path: the directory; ctx: the context; rank, num_parts.
@@ -43,8 +41,8 @@ class DistGraph:
         x: ``[num_owned, F]`` owned feature rows (memory-mapped); y: owned labels.
     """
 
-    def __init__(self, path: str | os.PathLike, ctx: DistContext | None = None):
-        self.ctx = current_context() if ctx is None else ctx
+    def __init__(self, path: str | os.PathLike, ctx: DistContext):
+        self.ctx = ctx
         self.path = Path(path)
         data = load_partitioned(self.path)
         if data.num_parts != self.ctx.world_size:
@@ -137,22 +135,23 @@ class DistGraph:
         return np.asarray(self.data.orig_id)[np.asarray(ids)]
 
     # -- features -----------------------------------------------------------------------------------
-    def feature_store(self, plan: str | os.PathLike | None, gpu_fraction: float = 0.0
+    def feature_store(self, plan: PlanInfo | str | os.PathLike | None, gpu_fraction: float = 0.0
                       ) -> tuple[FeatureStore, RowExchange]:
-        """The feature store and row exchange of this rank with the cache of ``plan`` (a directory
-        ``salientpp analyze`` wrote for this partitioning, or ``None``: no cache); one per plan,
+        """The feature store and row exchange of this rank with the cache of ``plan`` (a plan
+        ``salientpp analyze`` wrote for this partitioning: its directory, or its
+        :class:`~salientpp.cache.plan.PlanInfo` already read; ``None``: no cache); one per plan,
         shared by every loader of this graph. Opening one is a collective (the cache is filled
         from the owners). A plan scored for other fanouts or batches still serves any loader:
         its rows are cached, only chosen for another workload. The plan says how many owned rows
         live on the device; without one, the first ``floor(gpu_fraction * num_owned)`` do."""
-        key = None if plan is None else str(Path(plan).resolve())
+        key = None if plan is None else str(Path(plan.path if isinstance(plan, PlanInfo) else plan).resolve())
         if key not in self._stores:
             local_order, cache_slot, num_device_slots, identity = None, None, 0, {}
             num_device_local = local_gpu_rows(gpu_fraction, self.num_owned)
             if plan is not None:
-                info = read_plan_info(plan)  # meta.json: what the ranks compare, file checksums included
-                info.meta.check_partitioning(self.path, plan)
-                loaded = load_plan(plan, self.rank)
+                info = plan if isinstance(plan, PlanInfo) else read_plan_info(plan)
+                check_plan(info, self.data)  # built for this partitioning (any workload serves)
+                loaded = load_plan(info, self.rank)
                 local_order, num_device_local = np.asarray(loaded.local_order), loaded.num_gpu_local
                 cache_slot, num_device_slots = loaded.slot_map(), int(loaded.gpu_ids.shape[0])
                 identity = info.raw

@@ -1,0 +1,308 @@
+"""What a run decides once before any rank starts (:func:`resolve_run`, a :class:`ResolvedRun`
+every rank receives), and what every rank opens from it before it trains (:class:`RankSetup`).
+
+A :class:`ResolvedRun` holds the configuration with every default filled in (the options'
+defaults, then the thread budget of this machine and the pipeline depth it gives), and the cache
+plan the run trains with (:func:`choose_cache`). A :class:`RankSetup` is what both trainers start
+from: the rank's context and health reports, its :class:`~salientpp.loader.graph.DistGraph`
+(after the ranks agreed on their options), its task, and its cache plan (:func:`open_cache`).
+
+The cache plan:
+
+* ``--plan DIR`` (:attr:`TrainConfig.plan`): any plan ``salientpp analyze`` wrote, with a
+  replication factor or byte budgets, under any ``--name`` or ``--out``. Its device and host
+  tiers, its order of the owned rows and its number of owned rows on the device
+  (``num_gpu_local``) are used as they are; nothing is recomputed from the training options.
+* Otherwise, with a cache policy and more than one partition: the plan ``salientpp analyze``
+  writes for ``--cache``, ``--replication`` and ``--gpu-fraction``, at analyze's default location
+  ``PART_DIR/cache/<default name>``. When it is there, it is used; else rank 0 builds it with
+  analyze's own function (:func:`~salientpp.cache.plan.build_and_save_plans`) and saves it there
+  while the other ranks wait at a barrier. Two jobs that build the same plan at once both
+  succeed: the plan is renamed into place atomically and the job that loses the race uses the
+  winner's. A rank whose machine does not share rank 0's file system finds no plan after the
+  barrier: the first rank of that machine builds and saves it there too (same options and seed,
+  so the same files). Any other failed save stops the job with one sentence; an unwritable
+  ``PART_DIR`` is refused before any rank starts, so a plan never silently lives only in memory.
+* ``--cache none``, one partition, or no features: no remote cache; the owned rows stay in id
+  order and the first ``floor(gpu_fraction * n_k)`` of them live on the device.
+
+A plan that exists is read (its meta.json, by :func:`~salientpp.cache.plan.read_plan_info`)
+and checked (:func:`~salientpp.cache.plan.check_plan`) once, in :func:`choose_cache`; the ranks
+receive that :class:`~salientpp.cache.plan.PlanInfo` and only load their arrays, which are
+compared with its checksums. A plan built by the job is read and checked once after the build.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .. import __version__
+from ..cache import plan as plans
+from ..cache.plan import Budget, PlanInfo, PlanOptions, PlanRequest, build_and_save_plans, check_plan, read_plan_info
+from ..cache.policies import PolicyContext
+from ..cache.workload import EdgeSeeds, Workload
+from ..distributed.group import DistContext
+from ..distributed.health import Health, agree
+from ..host import ThreadBudget
+from ..errors import InputError
+from ..io import check_writable_dir, output_errors
+from ..loader.graph import DistGraph
+from ..partition import PartitionedDataset, load_partitioned
+from ..resources import check_memory, estimate_full_graph, estimate_train
+from ..sampling.link import LINK
+from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options
+from .link import link_task
+from .tasks import Task, task_of
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    """The cache plan of a run, decided once before any rank starts.
+
+    Attributes:
+        policy: the plan's policy, ``none`` without a cache.
+        path: the plan directory; ``None`` without a cache.
+        info: the plan's meta.json, read and checked; ``None`` without a cache, and while the
+            plan is still to be built (:attr:`to_build`).
+        request: what the run asks of the plan (checked against a plan built by the job).
+        options: what a plan built by the job is built with; ``None`` for a given plan.
+        reason: why the run has no cache (what rank 0 prints), empty with one.
+        analyze: the ``salientpp analyze`` command that writes the plan of the run's options
+            (for messages; empty for a given plan).
+        built: a rank of this job built the plan (:func:`open_cache`).
+    """
+
+    policy: str
+    path: Path | None = None
+    info: PlanInfo | None = None
+    request: PlanRequest | None = None
+    options: PlanOptions | None = None
+    reason: str = ""
+    analyze: str = ""
+    built: bool = False
+
+    @property
+    def to_build(self) -> bool:
+        """Whether the job builds the plan (rank 0, or the first rank of a machine without it)."""
+        return self.path is not None and self.info is None
+
+    @property
+    def source(self) -> str:
+        """What rank 0 reports: ``built PATH``, ``using PATH``, or why there is no cache."""
+        return self.reason if self.path is None else f"{'built' if self.built else 'using'} {self.path}"
+
+
+def training_workload(config: TrainConfig) -> Workload:
+    """The workload of ``config``'s training loader (resolved), which a plan is scored for."""
+    edges = EdgeSeeds(config.num_negatives, config.negative_sampling) if config.task == LINK else None
+    return Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler, edges=edges)
+
+
+def analyze_command(config: TrainConfig) -> str:
+    """The ``salientpp analyze`` command that writes the plan of ``config``'s cache options to DIR."""
+    return (f"salientpp analyze {config.part_dir} --fanouts {','.join(map(str, config.fanouts))} --batch-size "
+            f"{config.batch_size} --policy {config.cache} --replication {config.replication:g} --gpu-fraction "
+            f"{config.gpu_fraction:g} --out DIR")
+
+
+def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
+    """The cache plan of ``config`` (resolved) on ``data``, read and checked when it exists;
+    :class:`InputError` (one sentence) when the plan cannot be used or, when it is to be built,
+    cannot be saved. The one place where the run's plan is decided."""
+    workload = training_workload(config)
+    if config.mode == FULL_GRAPH:  # every layer over the whole graph: no feature cache
+        return CacheChoice("none", reason="full-graph")
+    if config.plan is not None:
+        info = read_plan_info(config.plan)
+        request = PlanRequest(workload)
+        check_plan(info, data, request)
+        return CacheChoice(info.meta.policy, Path(config.plan), info, request)
+    if config.cache == "none":
+        return CacheChoice("none", reason="none")
+    if data.num_parts == 1:  # one partition has no remote rows
+        return CacheChoice("none", reason="none")
+    if not config.features:  # the embedding's rows are never cached
+        return CacheChoice("none", reason="none (no features)")
+    options = PlanOptions(config.cache, Budget(replication=config.replication), config.gpu_fraction)
+    options.budget.check(data.num_parts, 1)
+    request = PlanRequest(workload, options)
+    path = plans.default_plan_dir(config.part_dir, config.cache, (workload,), options.budget)
+    if _there(path):
+        info = read_plan_info(path)
+        check_plan(info, data, request)
+        return CacheChoice(config.cache, path, info, request, options, analyze=analyze_command(config))
+    try:
+        check_writable_dir(path.parent, "cache plan directory", exist_ok=True)
+    except InputError as exc:
+        reason = str(exc).split("; ")[0]
+        raise InputError(f"there is no cache plan at {path} and this run could not save the one it builds there "
+                         f"({reason}); write it elsewhere with `{analyze_command(config)}` and train with "
+                         "--plan DIR") from None
+    return CacheChoice(config.cache, path, None, request, options, analyze=analyze_command(config))
+
+
+def _there(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _build_unless_there(choice: CacheChoice, data: PartitionedDataset, seed: int, sampler_threads: int) -> bool:
+    """Build the plans of every partition with analyze's own function and save them at
+    ``choice.path`` (the policies that sample run ``sampler_threads`` sampler threads).
+
+    Returns True when this job saved them, False when the path already held a plan, or another
+    job that built the same plan at the same time renamed it into place first (its temporary
+    directory is then removed, and this job uses the winner's plan). Any other failure raises.
+    """
+    path, options = choice.path, choice.options
+    if _there(path):
+        return False
+    ctx = PolicyContext(data, (choice.request.workload,), seed=seed, num_threads=sampler_threads)
+    try:
+        with output_errors(path.parent):
+            path.parent.mkdir(exist_ok=True)
+        build_and_save_plans(ctx, options.policy, options.budget, options.gpu_fraction, path)
+    except InputError:
+        if _there(path):  # another job won the race to rename the same plan into place
+            return False
+        raise
+    return True
+
+
+def open_cache(choice: CacheChoice, data: PartitionedDataset, rank: int, local_rank: int, seed: int,
+               sampler_threads: int) -> CacheChoice:
+    """``choice`` as this rank trains with it: its plan built and saved first when the choice says
+    so, read and checked (a collective when distributed: every rank calls it). ``local_rank`` is the rank's index on its
+    machine: where a machine does not see the plan rank 0 saved, its local rank 0 builds and
+    saves it there. A policy that samples to build the plan (``oracle``, ``vip-simulation``)
+    runs ``sampler_threads`` sampler threads."""
+    if not choice.to_build:
+        return choice
+    built = rank == 0 and _build_unless_there(choice, data, seed, sampler_threads)
+    if dist.is_initialized():
+        dist.barrier()
+        if local_rank == 0 and not _there(choice.path):  # not rank 0's file system
+            built = _build_unless_there(choice, data, seed, sampler_threads)
+        dist.barrier()
+    if not _there(choice.path):
+        raise InputError(f"rank {rank} finds no cache plan at {choice.path}, which the first rank of its machine "
+                         f"should have built; write one with `{choice.analyze}`, copy it to every machine and train "
+                         "with --plan DIR")
+    info = read_plan_info(choice.path)
+    check_plan(info, data, choice.request)
+    return replace(choice, info=info, built=built)
+
+
+# ---- the run, before any rank starts ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """What a run decides once, before any rank starts; every rank receives it.
+
+    Attributes:
+        config: the configuration with every default filled in (:meth:`TrainConfig.resolved`),
+            the pipeline depth included (the thread budget's choice unless given).
+        threads: the thread budget of one of this machine's ranks.
+        local_ranks: the ranks this machine runs.
+        cache: the cache plan the run trains with.
+        memory: the memory estimate of this machine's ranks, one line, when it was checked.
+    """
+
+    config: TrainConfig
+    threads: ThreadBudget
+    local_ranks: int
+    cache: CacheChoice
+    memory: str = ""
+
+
+def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_check: bool = False) -> ResolvedRun:
+    """Check ``config`` and decide everything it leaves open, once: its defaults, this machine's
+    thread budget for ``local_ranks`` ranks (default: ``config.nprocs``, else one per partition,
+    which must be the number of partitions), the pipeline depth, and the cache plan (read and
+    checked when it exists); with ``memory_check``, refuse a run whose ranks would not fit in
+    this machine's memory (:func:`check_train_memory`). :class:`InputError` (one sentence) on the
+    first problem. The partitioned dataset's arrays are not verified here: the ranks do it."""
+    config = config.resolved()
+    data = load_partitioned(config.part_dir, verify=False, check=False)
+    if config.task == LINK:
+        data.require_link_split()
+    if local_ranks is None:
+        local_ranks = config.nprocs or data.num_parts
+        if local_ranks != data.num_parts:
+            raise InputError(f"{config.part_dir} has {data.num_parts} partitions but --nprocs is {local_ranks}; "
+                             f"run one rank per partition (--nprocs {data.num_parts})")
+    threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads)
+    config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth, config.device))
+    run = ResolvedRun(config, threads, local_ranks, choose_cache(config, data))
+    return replace(run, memory=check_train_memory(run, data)) if memory_check else run
+
+
+def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
+    """Refuse (InputError) a run whose ranks on this machine would not fit in its memory or in
+    ``--memory-limit``; returns the estimate's one-line summary. The cached rows are the plan's
+    when it exists, else what the replication factor gives. Full-graph training has no plan; its
+    estimate counts every layer's activations instead."""
+    config, local_ranks = run.config, run.local_ranks
+    if config.mode == FULL_GRAPH:
+        estimate = estimate_full_graph(data, hidden=config.hidden, layers=config.layers, model=config.model,
+                                       dependencies=config.dependencies, local_ranks=local_ranks,
+                                       reuse_freed_memory=config.reuse_freed_memory)
+    else:
+        sampled_eval = config.eval_every > 0 and config.inference == SAMPLED
+        cache = run.cache
+        estimate = estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
+                                  layers=config.layers, local_ranks=local_ranks, pipeline_depth=config.pipeline_depth,
+                                  sampler_threads=run.threads.sampler_threads, model=config.model,
+                                  eval_fanouts=config.eval_fanouts if sampled_eval else None,
+                                  eval_batch_size=config.eval_batch_size if sampled_eval else None,
+                                  embedding_dim=config.embedding_dim, features=config.features,
+                                  reuse_freed_memory=config.reuse_freed_memory, cache=cache.policy,
+                                  cached_rows=None if cache.info is None else cache.info.max_cached_rows,
+                                  replication=None if cache.options is None else cache.options.budget.replication)
+    return check_memory(estimate, config.memory_limit)
+
+
+# ---- a rank, before it trains ------------------------------------------------------------------------
+
+@dataclass
+class RankSetup:
+    """What every trainer of a rank starts from (:meth:`open`).
+
+    Attributes:
+        run: the run's decisions; config and threads are its own.
+        ctx: the process-group context; health: this rank's position reports.
+        graph: this rank's partition; task: the loss and metric of its labels.
+    """
+
+    run: ResolvedRun
+    ctx: DistContext
+    health: Health
+    graph: DistGraph
+    task: Task
+
+    @property
+    def config(self) -> TrainConfig:
+        return self.run.config
+
+    @property
+    def threads(self) -> ThreadBudget:
+        return self.run.threads
+
+    @classmethod
+    def open(cls, run: ResolvedRun, ctx: DistContext, health: Health | None = None) -> "RankSetup":
+        """Agree with the other ranks on the options every rank must share and on the package
+        versions (:func:`~salientpp.train.config.agreed_options`), open this rank's partition and
+        its task. A collective when distributed."""
+        config = run.config
+        agree(ctx, "options and package versions",
+              {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size, **agreed_options(config)})
+        graph = DistGraph(config.part_dir, ctx)
+        task = link_task() if config.task == LINK else task_of(graph.data, config.metric)
+        return cls(run, ctx, Health(ctx) if health is None else health, graph, task)
+
+    def open_cache(self) -> CacheChoice:
+        """This rank's cache plan (:func:`open_cache`; a collective when the job builds it)."""
+        return open_cache(self.run.cache, self.graph.data, self.ctx.rank, self.ctx.local_rank, self.config.seed,
+                          self.threads.sampler_threads)
