@@ -352,6 +352,8 @@ class TrainConfig:
             eval_fanouts=tuple(self.eval_fanouts or (DEFAULT_EVAL_FANOUT,) * self.layers),
             eval_batch_size=self.eval_batch_size or self.batch_size,
             inference=LAYERWISE if full_graph else self.inference,
+            sampler=SamplerKind(self.sampler).value, dependencies=Dependencies(self.dependencies).value,
+            negative_sampling=NegativeSampling(self.negative_sampling).value,
             metric=check_link_metric(self.metric) if link else (None if self.metric is None else check_metric(self.metric)),
             cache=None if planned else (DEFAULT_CACHE if self.cache is None else self.cache),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
