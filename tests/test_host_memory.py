@@ -41,9 +41,12 @@ def _last_fill(mode: str) -> dict:
 
 @glibc_only
 def test_a_block_freed_and_allocated_again_step_after_step_is_not_faulted_in_again():
-    kept = _last_fill("keep")
-    assert kept["kept"] is True
-    assert kept["faults"] < PAGES / 20  # a few pages of bookkeeping at most, not the block
+    # The fewer faults of two probes: the allocator's policy can only be blurred from outside by
+    # more faults (the kernel reclaiming pages of a busy machine), never by fewer; one such
+    # probe during a full suite on 2 busy cores faulted the whole block in again.
+    probes = [_last_fill("keep") for _ in range(2)]
+    assert all(probe["kept"] is True for probe in probes)
+    assert min(probe["faults"] for probe in probes) < PAGES / 20  # a few pages of bookkeeping, not the block
 
 
 @glibc_only

@@ -236,7 +236,8 @@ class TrainConfig:
                           choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True)
     minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, "minibatches the bulk and ladies samplers draw at "
                                        "once", flag="--bulk-size", type=int, metavar="K", check=positive, agreed=True)
-    lr: float = option(0.003, "Adam learning rate", type=float, check=positive_number, agreed=True)
+    lr: float = option(0.003, "Adam learning rate", type=float,
+                       check=lambda value, flag: positive_number(value, f"the learning rate ({flag})"), agreed=True)
     weight_decay: float = option(0.0, "Adam's L2 penalty of the model's parameters", type=float,
                                  check=lambda value, flag: _at_least_0(value, "the weight decay"), agreed=True)
     dropout: float = option(0.5, "dropout between layers", type=float, check=_dropout, agreed=True)
@@ -247,7 +248,8 @@ class TrainConfig:
                             "are fetched", flag="--no-features", agreed=True, resume_matches=True)
     embedding_optimizer: str = option("adam", "the embedding's sparse optimiser", choices=tuple(SPARSE_OPTIMIZERS),
                                       check=one_of(tuple(SPARSE_OPTIMIZERS), "embedding optimizer"), agreed=True)
-    embedding_lr: float = option(0.01, "the embedding's learning rate", type=float, check=positive_number,
+    embedding_lr: float = option(0.01, "the embedding's learning rate", type=float,
+                                 check=lambda value, flag: positive_number(value, f"the embedding learning rate ({flag})"),
                                  agreed=True)
     plan: str | None = option(None, "a cache plan directory written by `salientpp analyze` (a replication factor or "
                               "byte budgets, any --name or --out): its device and host tiers and its owned rows on "
