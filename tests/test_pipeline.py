@@ -61,3 +61,30 @@ def test_stage_times_tell_a_stage_that_waits_from_one_that_works(depth):
     # CPU time of one thread never exceeds its wall time.
     for name in (Source.stage.value, waits, works):
         assert times[cpu(name)] <= times[name] + 1e-3
+
+
+class Logged:
+    """A stage that logs ``(stage, step)`` when it runs."""
+
+    def __init__(self, stage: Stage, log: list):
+        self.stage, self.log = stage, log
+
+    def __call__(self, item: InFlight) -> InFlight:
+        self.log.append((self.stage.value, item.step))
+        return item
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_with_as_many_records_in_flight_as_stages_every_tick_hands_one_over(stages):
+    """The chain stays full: once filled, a record leaves after every tick, and each record's
+    last stage runs in the tick after its second-to-last (so a collective the one starts has a
+    whole model step to finish before the other waits for it)."""
+    log: list = []
+    chain = [Logged(stage, log) for stage in (Stage.COUNTS, Stage.IDS, Stage.ROWS, Stage.ASSEMBLE)[-stages:]]
+    records = 12
+    for item in Pipeline(Source(records), chain, stages):
+        log.append(("model", item.step))
+    assert [step for name, step in log if name == "model"] == list(range(records))
+    last, before_last = chain[-1].stage.value, chain[-2].stage.value
+    for step in range(1, records):  # after the first, a model step lies between the two
+        assert log.index((before_last, step)) < log.index(("model", step - 1)) < log.index((last, step)), log

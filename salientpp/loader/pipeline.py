@@ -12,11 +12,11 @@ without seeds, which a rank with fewer seeds than steps gets in sampled evaluati
 its peers stay in lockstep.
 
 :class:`Pipeline` runs records through the stages with up to ``pipeline_depth`` of them in
-flight. At every tick the oldest record moves first, each in-flight record moves one stage, and
-a new one is drawn from the source while fewer than ``pipeline_depth`` are in flight; a record
-that has passed every stage is handed to the consumer. Every rank ticks the same way, so all
-ranks start their collectives in the same order. ``pipeline_depth=1`` runs the stages of one
-batch one after another (no overlap).
+flight. At every tick the oldest record moves first and each in-flight record moves one stage;
+a record that has passed every stage is handed to the consumer, and then a new one is drawn
+from the source while fewer than ``pipeline_depth`` are in flight. Every rank ticks the same
+way, so all ranks start their collectives in the same order. ``pipeline_depth=1`` runs the
+stages of one batch one after another (no overlap).
 """
 from __future__ import annotations
 
@@ -168,10 +168,11 @@ class AssembleStage:
 
 def fetch_stages(exchange: RowExchange | None, store: FeatureStore | None, stats: CommStats, ops: DeviceOps,
                  labels: Callable[[torch.Tensor], torch.Tensor]) -> list:
-    """The stages after sampling, in order (the pipeline's visible composition); without a store
-    (a loader without features) only the upload of the structure and labels."""
-    if store is None:
-        return [AssembleStage(None, stats, ops, labels)]
+    """The stages after sampling, in order (the pipeline's visible composition). Without an
+    exchange (every rank holds every row: full replication) only the assembly; without a store
+    either (a loader without features) only the upload of the structure and labels."""
+    if exchange is None:
+        return [AssembleStage(store, stats, ops, labels)]
     return [CountsStage(exchange, store.book.num_parts), IdsStage(exchange), RowsStage(exchange),
             AssembleStage(store, stats, ops, labels)]
 
@@ -230,13 +231,16 @@ class Pipeline:
             for entry in flight:
                 entry[0] = self._timed(self.stages[entry[1]], entry[0].step, entry[0])
                 entry[1] += 1
+            # The finished record leaves before the next is drawn, so that a record drawn now
+            # passes its stages in the ticks right after, and the chain stays full: with as many
+            # records in flight as stages, every tick hands one over (drawing first would leave
+            # every (depth + 1)-th tick without one, its last stage waiting on a collective
+            # started in the same tick).
+            if flight and flight[0][1] == len(self.stages):
+                yield flight.popleft()[0]
             if not exhausted and len(flight) < self.pipeline_depth:
                 item = self._timed(self.source, self.source.step)
                 if item is None:
                     exhausted = True
                 else:
                     flight.append([item, 0])
-            if flight and flight[0][1] == len(self.stages):
-                yield flight.popleft()[0]
-            elif not flight and exhausted:
-                return
