@@ -7,6 +7,10 @@ must start the same steps in the same order; the pipeline guarantees that.
 Counts always travel through host memory (the context's ``count_group``, gloo even when rows go
 over NCCL): they become the split sizes of the next two all-to-alls, which torch takes as host
 integers, so no step ever copies a count back from the GPU and waits for it.
+
+With an emulated network (the context's ``link``, :mod:`salientpp.distributed.network`), every
+all-to-all is booked on the rank's link when it starts, and :meth:`Pending.wait` returns only
+once the link would have carried its bytes.
 """
 from __future__ import annotations
 
@@ -19,19 +23,25 @@ import torch
 import torch.distributed as dist
 
 from .group import DistContext
+from .network import EmulatedLink
 
 
 class Pending:
-    """A tensor that is complete once :meth:`wait` returns (``work`` is ``None`` when already complete)."""
+    """A tensor that is complete once :meth:`wait` returns (``work`` is ``None`` when already
+    complete), and not before ``deadline`` (``time.monotonic()``; ``None``: no emulated network)."""
 
-    def __init__(self, value: torch.Tensor, work=None):
+    def __init__(self, value: torch.Tensor, work=None, deadline: float | None = None):
         self._value = value
         self._work = work
+        self._deadline = deadline
 
     def wait(self) -> torch.Tensor:
         if self._work is not None:
             self._work.wait()
             self._work = None
+        if self._deadline is not None:
+            EmulatedLink.wait_until(self._deadline)
+            self._deadline = None
         return self._value
 
 
@@ -106,9 +116,25 @@ class RowExchange:
         if not self.ctx.distributed or self.ctx.world_size == 1:
             out.copy_(inp)
             return Pending(out)
+        deadline = None
+        if self.ctx.link is not None:  # booked when it starts, as a NIC would take it
+            deadline = self.ctx.link.reserve(*self._bytes_crossing(out, inp, out_splits, in_splits))
         work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=group or self.ctx.exchange_group,
                                       async_op=True)
-        return Pending(out, work)
+        return Pending(out, work, deadline)
+
+    def _bytes_crossing(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None,
+                        in_splits: list[int] | None) -> tuple[int, int]:
+        """``(bytes sent, bytes received)`` of an all-to-all without this rank's part for itself,
+        which crosses no link."""
+        k, rank = self.ctx.world_size, self.ctx.rank
+
+        def crossing(t: torch.Tensor, splits: list[int] | None) -> int:
+            row = (t[0].numel() if t.dim() > 1 and t.shape[0] else 1) * t.element_size()
+            rows = int(t.shape[0]) if t.dim() else 1
+            own = splits[rank] if splits is not None else rows // k
+            return (rows - own) * row
+        return crossing(inp, in_splits), crossing(out, out_splits)
 
     def counts(self, send_counts: torch.Tensor) -> Pending:
         """Start sending how many ids this rank requests from each owner (int64 ``[K]``, host);

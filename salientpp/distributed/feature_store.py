@@ -78,6 +78,12 @@ class FeatureStore:
     def num_cached(self) -> int:
         return int(self.cache_device.shape[0] + self.cache_host.shape[0])
 
+    @property
+    def holds_every_row(self) -> bool:
+        """Whether this rank holds every feature row, its own and every remote one cached (full
+        replication): its batches fetch nothing."""
+        return self.book.num_nodes - self.local_row.shape[0] == self.num_cached
+
     def serve(self, ids: torch.Tensor) -> torch.Tensor:
         """``[n, F]`` rows of owned global ids (int64 ``[n]``, on ``ctx.comm_device``), on ``ctx.comm_device``.
         With NCCL this runs on the GPU without waiting for it; with gloo and a GPU the rows
@@ -111,7 +117,7 @@ class FeatureStore:
                     num_device_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
                     pin=self.pin)
 
-    def assemble(self, plan: Any, received: torch.Tensor, num_nodes: int, stats: CommStats,
+    def assemble(self, plan: Any, received: torch.Tensor | None, num_nodes: int, stats: CommStats,
                  ops: DeviceOps) -> torch.Tensor:
         """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``: one
         launch of the row gather on ``ops``'s side stream, after the uploads of the plan's indices.
@@ -119,12 +125,14 @@ class FeatureStore:
         into one (CPU runs), else a new tensor.
 
         ``plan`` is the batch's fetch plan (positions and rows of each source), ``received``
-        the rows fetched for ``plan.remote_id`` (on the device, or on the host with gloo).
+        the rows fetched for ``plan.remote_id`` (on the device, or on the host with gloo), or
+        ``None`` where every remote row is cached (:attr:`holds_every_row`).
         """
         up = ops.upload
-        sources = [RowSource(up(received), pos=up(plan.remote_pos)),
-                   RowSource(self.cache_device, up(plan.device_slot), up(plan.device_pos)),
+        sources = [RowSource(self.cache_device, up(plan.device_slot), up(plan.device_pos)),
                    RowSource(self.cache_host, up(plan.host_slot), up(plan.host_pos))]
+        if received is not None:
+            sources.insert(0, RowSource(up(received), pos=up(plan.remote_pos)))
         if plan.x is not None:  # the sampler threads wrote the owned rows into it (CPU runs)
             out = up(plan.x)
         else:

@@ -41,6 +41,7 @@ from .._env import CPP_LOG, OMP_WAIT, set_defaults
 from ..errors import InputError, check_int
 from ..host import ThreadBudget, local_world_size
 from .host_memory import keep_freed_memory
+from .network import EmulatedLink, Network
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 RESTART_ENV = "SALIENTPP_RESTART_COUNT"
@@ -65,6 +66,8 @@ class DistContext:
             keys), not the feature store.
         timeout_s: the timeout of every collective and store wait.
         attempt: how many times the job has been restarted (0 on the first run).
+        link: this rank's emulated network link (:mod:`salientpp.distributed.network`), which
+            every row exchange of the rank shares; ``None``: the exchange runs at loopback speed.
         agree_rounds: how many times this process has run each topic's
             :func:`~salientpp.distributed.health.agree` check (the n-th check of a topic meets
             under keys of its own).
@@ -81,6 +84,7 @@ class DistContext:
     rendezvous_store: Any = None
     timeout_s: float = 120.0
     attempt: int = 0
+    link: EmulatedLink | None = field(default=None, compare=False, repr=False)
     agree_rounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -177,14 +181,15 @@ def rendezvous_error(rank: int, world: int, timeout_s: float, cause: str) -> Inp
 
 
 def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str | None = None,
-                     reuse_freed_memory: bool = True) -> DistContext:
+                     reuse_freed_memory: bool = True, network: Network | None = None) -> DistContext:
     """Join the process group described by the environment, or run alone without one.
 
     ``backend`` defaults to NCCL for ``device="cuda"`` and gloo otherwise; gloo also works with
     CUDA models (rows then cross through CPU memory). ``reuse_freed_memory`` makes this
     process's host allocator keep freed blocks for the next step instead of returning them to
     the system (:mod:`salientpp.distributed.host_memory`; glibc only), before any of the
-    group's threads start.
+    group's threads start. ``network`` emulates a cluster network for the rank's row exchanges
+    (:mod:`salientpp.distributed.network`; nothing to emulate on a single process).
     """
     if reuse_freed_memory:
         keep_freed_memory()
@@ -213,7 +218,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     exchange_group = dist.new_group(backend=backend, timeout=timeout)
     count_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else exchange_group
     return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group, count_group,
-                       dist.PrefixStore("salientpp", store), timeout_s, attempt)
+                       dist.PrefixStore("salientpp", store), timeout_s, attempt,
+                       None if network is None else EmulatedLink(network))
 
 
 def shutdown_distributed(ctx: DistContext | None = None) -> None:

@@ -186,7 +186,9 @@ class DistNeighborLoader:
         if not features and plan is not None:
             raise InputError("a loader without features has nothing to cache; pass plan=None with features=False")
         self.store, self.exchange = graph.feature_store(plan, gpu_fraction) if features else (None, None)
-        counts = self._seed_counts()
+        counts, fetching = self._seed_counts()
+        if not fetching:  # every rank holds every row (full replication): no exchange at all
+            self.exchange = None
         self.num_batches = max(-(-n // self.batch_size) for n in counts)
         if allow_empty is None:
             allow_empty = not (isinstance(split, str) and split == "train")
@@ -224,15 +226,18 @@ class DistNeighborLoader:
         """The label rows of a batch's seeds (host)."""
         return self.graph.labels(seeds)
 
-    def _seed_counts(self) -> list[int]:
-        """The number of seeds of every rank (a collective)."""
+    def _seed_counts(self) -> tuple[list[int], int]:
+        """The number of seeds of every rank, and how many ranks fetch rows from others (a
+        collective): 0 when every rank holds every feature row, or none fetches any."""
         ctx = self.graph.ctx
-        counts = torch.zeros(ctx.world_size, dtype=torch.int64)
+        counts = torch.zeros(ctx.world_size + 1, dtype=torch.int64)
         counts[ctx.rank] = int(self.seeds.shape[-1])
+        counts[-1] = int(self.store is not None and not self.store.holds_every_row)
         if ctx.distributed:
             counts = counts.to(ctx.comm_device)
             dist.all_reduce(counts)
-        return counts.cpu().tolist()
+        counts = counts.cpu().tolist()
+        return counts[:-1], counts[-1]
 
     def __len__(self) -> int:
         return self.num_batches

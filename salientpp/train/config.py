@@ -27,6 +27,7 @@ import torch
 from ..cache.plan import GPU_FRACTION
 from ..cache.policies import get_policy
 from ..distributed.group import restart_count
+from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int
 from ..fullgraph.plan import Dependencies
@@ -304,6 +305,11 @@ class TrainConfig:
                                        "machine / local ranks", check=positive)
     timeout_s: float = option(300.0, "seconds before a stuck collective fails", flag="--timeout", type=float,
                               metavar="S", check=positive_number, agreed=True)
+    network: str | None = option(None, "emulate a cluster network for the row exchange: every all-to-all takes the "
+                                 "time its bytes take on a link of RATE per rank and direction, plus LATENCY per "
+                                 "collective (tc's units, e.g. 1gbit,50us); the bytes and results are unchanged",
+                                 metavar="RATE[,LATENCY]", check=lambda value, flag: parse_network(value),
+                                 agreed=True)
     reuse_freed_memory: bool = option(
         True, "let each rank's host allocator return freed blocks to the system, as glibc does by default, instead of "
         "keeping them for the next step: less resident memory between steps, but each step faults its large tensors "

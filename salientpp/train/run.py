@@ -16,6 +16,7 @@ from ..distributed import DistContext, WorkerError, init_distributed, launch, sh
 from ..distributed.faults import injector_from_env
 from ..distributed.group import RESTART_ENV, env_is_distributed
 from ..distributed.health import Health, Stage
+from ..distributed.network import parse_network
 from ..errors import InputError
 from ..host import local_world_size
 from .checkpoint import check_checkpoint_dir, has_checkpoint
@@ -49,7 +50,8 @@ def run_rank(run: ResolvedRun) -> TrainResult:
     """
     config = run.config
     run.threads.apply()
-    ctx = init_distributed(config.device, config.timeout_s, reuse_freed_memory=config.reuse_freed_memory)
+    ctx = init_distributed(config.device, config.timeout_s, reuse_freed_memory=config.reuse_freed_memory,
+                           network=None if config.network is None else parse_network(config.network))
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
