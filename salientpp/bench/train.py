@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads per rank (default: the thread budget's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--network", default=None, metavar="RATE[,LATENCY]",
+                   help="emulate a cluster network for salientpp's row exchange, as `train --network` (default: "
+                        "loopback as it is)")
     p.add_argument("--precisions", default=TrainConfig.__dataclass_fields__["precision"].default, metavar="LIST",
                    help=f"number formats of salientpp's training step to time, of {','.join(PRECISIONS)} (default: "
                         "train's; the baselines run float32)")
@@ -142,7 +145,8 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                        batch_size=args.batch_size, cache=cache, replication=alpha, pipeline_depth=depth,
                        eval_every=0, num_threads=args.threads, torch_threads=args.torch_threads, device=args.device,
-                       precision=precision, reuse_freed_memory=reuse_freed_memory, progress=False)
+                       precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,
+                       progress=False)
 
 
 def _run(args, precision: str, cache: str, alpha: float, depth: int, reuse_freed_memory: bool = True) -> dict:

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
     "step": "CPU model step: aggregation kernels, fused dropout, whole training steps vs PyG's",
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
+    "cluster": "SALIENT++'s experiment on an emulated cluster network: epoch time against alpha per policy",
     "tradeoff": "test accuracy against sampled edges per batch, LADIES against node-wise sampling",
     "fullgraph": "full-graph training per dependency mode (cache, communicate, hybrid): time, bytes, prediction",
     "partition": "partitioning methods side by side: wall time, peak memory, edge cut, balance; scaling",

@@ -1,0 +1,61 @@
+"""`salientpp bench cluster`: SALIENT++'s experiment on an emulated network, its rows, JSON and
+figure, the rows fetched against the simulator's, and one-sentence refusals before any run."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from salientpp.cli import main as cli_main
+from conftest import one_sentence
+
+SMALL = ["--epochs", "2", "--fanouts", "5,5", "--batch-size", "32", "--hidden", "8", "--pipeline-depth", "2"]
+
+
+@pytest.fixture
+def p2(tiny_partitions, tmp_path):
+    part_dir = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part_dir, ignore=shutil.ignore_patterns("cache"))
+    return part_dir
+
+
+def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2, tmp_path, capsys):
+    out = tmp_path / "cluster.json"
+    assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit,20us", "--alphas", "0,0.1,0.5",
+                     "--policies", "vip,random", *SMALL, "--json", str(out), "--plot", str(tmp_path / "c.png")]) == 0
+    result = json.loads(out.read_text())
+    assert result["network"] == "400mbit,20us" and result["rate_bytes_per_s"] == 5e7
+    rows = result["rows"]
+    settings = [(r["setting"], r["policy"], r["alpha"], r["pipeline"]) for r in rows]
+    assert settings == [("full", "degree", 1.0, True), ("partitioned", None, None, False),
+                        ("pipelined", None, None, True), ("cache", "vip", 0.1, True), ("cache", "vip", 0.5, True),
+                        ("cache", "random", 0.1, True), ("cache", "random", 0.5, True)]
+    for r in rows:  # the trainer's batches are the simulator's
+        assert r["rows_per_epoch"] == pytest.approx(r["predicted_rows"], abs=1e-6), r
+        assert r["epoch_s"] > 0 and r["vs_full"] == pytest.approx(r["epoch_s"] / rows[0]["epoch_s"])
+    full, partitioned = rows[0], rows[1]
+    assert full["rows_per_epoch"] == 0 and full["bytes_per_epoch"] == 0
+    row_bytes = partitioned["bytes_per_epoch"] / partitioned["rows_per_epoch"]
+    assert full["feature_bytes_per_rank"] == 2000 * row_bytes  # every row of the tiny graph
+    held = {(r["policy"], r["alpha"]): r["feature_bytes_per_rank"] for r in rows[3:]}
+    assert partitioned["feature_bytes_per_rank"] < held[("vip", 0.1)] < held[("vip", 0.5)] < full["feature_bytes_per_rank"]
+    assert rows[3]["rows_per_epoch"] <= rows[5]["rows_per_epoch"]  # VIP fetches no more than random
+    assert "vs_slowest_stage" in rows[2] and (tmp_path / "c.png").stat().st_size > 0
+    assert "| full | degree |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--network", "fast"], "--network 'fast' has no rate"),
+    (["--network", "1gbit", "--policies", "vip,nope"], "nope"),
+    (["--network", "1gbit", "--alphas", "0.1,,0.2"], "empty item"),
+    (["--network", "1gbit", "--plot", "x.txt"], "not an image format"),
+])
+def test_bad_options_are_one_sentence_before_any_run(p2, capsys, no_ranks, args, expected):
+    assert cli_main(["bench", "cluster", str(p2), *args]) == 2
+    assert expected in one_sentence(capsys)
+
+
+def test_one_partition_has_no_network_to_emulate(tiny_partitions, capsys, no_ranks):
+    assert cli_main(["bench", "cluster", str(tiny_partitions[0] / "p1"), "--network", "1gbit"]) == 2
+    assert "one partition" in one_sentence(capsys)
