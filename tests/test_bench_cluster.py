@@ -32,6 +32,7 @@ def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2,
                         ("pipelined", None, None, True), ("cache", "vip", 0.1, True), ("cache", "vip", 0.5, True),
                         ("cache", "random", 0.1, True), ("cache", "random", 0.5, True)]
     for r in rows:  # the trainer's batches are the simulator's
+        assert len(r["epoch_s_rounds"]) == 1
         assert r["rows_per_epoch"] == pytest.approx(r["predicted_rows"], abs=1e-6), r
         assert r["epoch_s"] > 0 and r["vs_full"] == pytest.approx(r["epoch_s"] / rows[0]["epoch_s"])
     full, partitioned = rows[0], rows[1]
@@ -59,3 +60,13 @@ def test_bad_options_are_one_sentence_before_any_run(p2, capsys, no_ranks, args,
 def test_one_partition_has_no_network_to_emulate(tiny_partitions, capsys, no_ranks):
     assert cli_main(["bench", "cluster", str(tiny_partitions[0] / "p1"), "--network", "1gbit"]) == 2
     assert "one partition" in one_sentence(capsys)
+
+
+def test_a_setting_run_in_several_rounds_reports_the_median_of_their_times():
+    from salientpp.bench.cluster import _median_of_rounds
+
+    rounds = [{"epoch_s": e, "sample_s": 0.1, "fetch_s": f, "fetch_cpu_s": 0.0, "compute_s": 1.0, "compute_cpu_s": 1.0,
+               "rows_per_epoch": 7.0} for e, f in ((3.0, 1.0), (1.0, 3.0), (2.0, 2.0))]
+    row = _median_of_rounds(rounds)
+    assert (row["epoch_s"], row["fetch_s"], row["rows_per_epoch"]) == (2.0, 2.0, 7.0)
+    assert row["epoch_s_rounds"] == [3.0, 1.0, 2.0]

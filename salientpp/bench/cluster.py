@@ -10,8 +10,9 @@ partitioned dataset, ranks, model and batches:
 * ``pipelined``: partitioned, no cache, ``--pipeline-depth`` batches in flight;
 * ``cache``: each policy at each replication factor α > 0, pipelined (α = 0 is ``pipelined``).
 
-Each row gives the median epoch over the epochs after the first, the sampling, fetch and compute
-stages, the rows and bytes fetched per epoch and the simulator's prediction of the rows for the
+Each row gives the median epoch over the epochs after the first (with ``--repeats``, the median
+of the rounds' medians; every round runs every setting once, so that drift of a shared machine
+hits all settings alike), the sampling, fetch and compute stages, the rows and bytes fetched per epoch and the simulator's prediction of the rows for the
 same seeds, and the feature bytes a rank holds (its own rows and its cached ones). The pipelined
 uncached epoch is also given over the slowest stage of the unpipelined one. ``--plot`` draws the
 epoch against α per policy, with full replication and no cache as horizontal lines, as SALIENT++'s
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from typing import Any
 
 from ..cache import PolicyContext, Workload, simulate
@@ -52,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alphas", default=DEFAULT_ALPHAS, help=f"replication factors (default {DEFAULT_ALPHAS})")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"cache policies (default {DEFAULT_POLICIES})")
     p.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up (default 3)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every setting this many times, one round after another, and report the median of "
+                        "their epochs (default 1)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -85,6 +90,15 @@ def _run(args: argparse.Namespace, setting: str, policy: str | None, alpha: floa
             "feature_bytes_per_rank": owned_bytes + cached * row_bytes}
 
 
+def _median_of_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of a setting run in several rounds: the median of each timed quantity, the rest
+    (which is the same in every round: the batches and the cache are) from the first, and every
+    round's epoch."""
+    timed = ("epoch_s", "sample_s", "fetch_s", "fetch_cpu_s", "compute_s", "compute_cpu_s")
+    return {**runs[0], **{key: statistics.median(r[key] for r in runs) for key in timed},
+            "epoch_s_rounds": [r["epoch_s"] for r in runs]}
+
+
 def _table(rows: list[dict[str, Any]], full_s: float) -> str:
     lines = ["| setting | policy | alpha | pipeline | epoch s | / full | sampling s | fetch s | compute s | rows/epoch "
              "| predicted | MB/epoch | feature MB/rank |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -106,13 +120,15 @@ def plot_cluster(result: dict[str, Any], path: str) -> None:
     one = {r["setting"]: r for r in rows if r["setting"] != CACHE}
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for policy in dict.fromkeys(r["policy"] for r in rows if r["setting"] == CACHE):
-        mine = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["alpha"])
+        mine = sorted((r for r in rows if r["setting"] == CACHE and r["policy"] == policy), key=lambda r: r["alpha"])
         xs = [0.0] + [r["alpha"] for r in mine]
         ax.plot(xs, [one[PIPELINED]["epoch_s"]] + [r["epoch_s"] for r in mine], marker="o", label=policy)
     for setting, style, label in ((FULL, "-", "full replication"), (PIPELINED, "--", "pipelined, no cache"),
                                   (PARTITIONED, ":", "no pipeline, no cache")):
         ax.axhline(one[setting]["epoch_s"], color="grey", linestyle=style, label=label)
     ax.set_xscale("symlog", linthresh=0.01)
+    alphas = [r["alpha"] for r in rows if r["setting"] == CACHE]
+    ax.set_xlim(0, 1.5 * max(alphas, default=1.0))
     ax.set_xlabel("replication factor α")
     ax.set_ylabel("seconds per epoch")
     ax.set_title(f"{result['part_dir']}: {result['num_parts']} ranks, network {result['network']}")
@@ -127,6 +143,7 @@ def plot_cluster(result: dict[str, Any], path: str) -> None:
 def main(args: argparse.Namespace) -> int:
     network = parse_network(args.network)
     check_int(args.epochs, "--epochs")
+    check_int(args.repeats, "--repeats")
     check_int(args.pipeline_depth, "--pipeline-depth")
     alphas = [a for a in number_list(args.alphas, float, "--alphas", DEFAULT_ALPHAS) if a > 0]
     policies = name_list(args.policies, "--policies", DEFAULT_POLICIES)
@@ -143,26 +160,31 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"{args.part_dir} has one partition, so there is no network to emulate; partition it "
                          "into several parts")
     alphas = list(check_replication(alphas, data.num_parts))
-    full_alpha = float(data.num_parts - 1)  # every remote row cached
     row_bytes = data.num_features * data.feature_dtype.itemsize
     owned_bytes = max(data.book.part_size(k) for k in range(data.num_parts)) * row_bytes
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), policies, [0.0] + alphas)
     depth = args.pipeline_depth
+    # (setting, policy, alpha, pipeline depth, predicted rows per epoch), in the order of the table.
+    settings = [(FULL, FULL_POLICY, float(data.num_parts - 1), depth, 0.0),  # every remote row cached
+                (PARTITIONED, None, None, 1, float(sim.accessed.sum())),
+                (PIPELINED, None, None, depth, float(sim.accessed.sum()))]
+    settings += [(CACHE, policy, alpha, depth, float(sim.rows[i, j + 1].sum()))
+                 for i, policy in enumerate(policies) for j, alpha in enumerate(alphas)]
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, network {network}; "
-          f"{len(policies) * len(alphas) + 3} runs of {args.epochs} epochs", flush=True)
-    rows = [_run(args, FULL, FULL_POLICY, full_alpha, depth, owned_bytes, row_bytes),
-            _run(args, PARTITIONED, None, None, 1, owned_bytes, row_bytes),
-            _run(args, PIPELINED, None, None, depth, owned_bytes, row_bytes)]
+          f"{args.repeats} round(s) of {len(settings)} runs of {args.epochs} epochs", flush=True)
+    rounds = []
+    for round_ in range(args.repeats):
+        runs = []
+        for setting, policy, alpha, run_depth, _ in settings:
+            runs.append(_run(args, setting, policy, alpha, run_depth, owned_bytes, row_bytes))
+            label = setting if setting != CACHE else f"{policy} alpha {alpha:g}"
+            print(f"round {round_ + 1}: {label}: {runs[-1]['epoch_s']:.3f} s per epoch", flush=True)
+        rounds.append(runs)
+    rows = [_median_of_rounds(list(runs)) for runs in zip(*rounds)]
+    for row, (*_, predicted) in zip(rows, settings):
+        row["predicted_rows"] = predicted
     rows[0]["feature_bytes_per_rank"] = data.num_nodes * row_bytes
-    rows[0]["predicted_rows"] = 0.0
-    for row in rows[1:]:
-        row["predicted_rows"] = float(sim.accessed.sum())
-    for (i, policy), (j, alpha) in ((p, a) for p in enumerate(policies) for a in enumerate(alphas)):
-        row = _run(args, CACHE, policy, alpha, depth, owned_bytes, row_bytes)
-        row["predicted_rows"] = float(sim.rows[i, j + 1].sum())
-        rows.append(row)
-        print(f"{policy} alpha {alpha:g}: {row['epoch_s']:.3f} s per epoch", flush=True)
     full_s = rows[0]["epoch_s"]
     serial = rows[1]
     slowest = max(serial["sample_s"], serial["fetch_s"], serial["compute_s"])
@@ -173,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"\npipelined uncached epoch over the slowest stage of the unpipelined one: {rows[2]['vs_slowest_stage']:.2f}; "
           f"uncached pipelined over full replication: {rows[2]['vs_full']:.2f}")
     result = {"network": args.network, "rate_bytes_per_s": network.rate, "latency_s": network.latency,
-              "part_dir": args.part_dir, "num_parts": data.num_parts, "epochs": args.epochs,
+              "part_dir": args.part_dir, "num_parts": data.num_parts, "epochs": args.epochs, "repeats": args.repeats,
               "fanouts": list(parse_fanouts(args.fanouts)), "batch_size": args.batch_size, "hidden": args.hidden,
               "device": args.device, "rows": rows}
     if args.json_path:
