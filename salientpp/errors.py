@@ -35,3 +35,10 @@ def check_int(value, what: str, minimum: int = 1, hint: str = "") -> int:
             "a non-negative integer" if minimum == 0 else f"an integer of at least {minimum}")
         raise InputError(f"{what} must be {rule}, got {value!r}" + (f"; {hint}" if hint else ""))
     return int(value)
+
+
+def counted(count: int, noun: str, plural: str | None = None, spec: str = "") -> str:
+    """``count`` and ``noun`` for a message, singular for one: ``"1 node"``, ``"2 nodes"``,
+    ``"1 entry"``/``"3 entries"`` (``plural="entries"``); ``spec`` formats the count
+    (``","``: ``"2,708 nodes"``)."""
+    return f"{count:{spec}} {noun if count == 1 else plural or noun + 's'}"

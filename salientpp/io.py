@@ -338,9 +338,14 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:
-    """Write ``directory/name.npy`` and return its meta.json entry (dtype, shape, checksum)."""
+    """Write ``directory/name.npy`` (the bytes ``np.save`` writes) and return its meta.json entry
+    (dtype, shape, checksum). Written with Python's file I/O, not ``np.save``: numpy reports a
+    short write (a full disk) as an ``OSError`` without an errno, which no caller can recognise."""
     path = Path(directory) / f"{name}.npy"
-    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    data = np.ascontiguousarray(array)
+    with open(path, "wb") as f:
+        f.write(npy_header(data.dtype, data.shape))
+        f.write(memoryview(data.reshape(-1)).cast("B"))
     return {"dtype": str(array.dtype), "shape": list(array.shape), "checksum": file_checksum(path)}
 
 

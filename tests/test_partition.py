@@ -16,7 +16,7 @@ from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
 from salientpp.partition import assemble, load_partitioned
 from salientpp.partition.metis import part_graph_kway
-from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, partition,
+from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, check_options, partition,
                                              partition_dataset)
 from salientpp.partition.quality import imbalance
 
@@ -277,14 +277,49 @@ def test_cli_bad_input_is_one_sentence_exit_2_nothing_written(tmp_path, tiny, ti
 
 
 
-def test_cli_metis_with_too_many_parts_for_the_graph_fails_cleanly(tmp_path, tiny_dir, capfd):
-    # 1000 parts of 2 nodes: METIS's initial bisections run out of vertices and leave parts empty.
+@pytest.fixture(scope="module")
+def fifty_dir(tmp_path_factory) -> Path:
+    """50 nodes, 4 training and 1 validation node: METIS leaves parts empty for every K >= 2."""
+    dataset = synthetic_dataset("tiny,num_nodes=50,max_degree=20,num_communities=4")
+    return save_dataset(dataset, tmp_path_factory.mktemp("fifty") / "dataset")
+
+
+@pytest.mark.parametrize("method, parts", [("metis", 2), ("metis", 8), ("multilevel", 4)])
+def test_partition_falls_back_to_random_with_a_note_when_metis_leaves_a_part_empty(tmp_path, fifty_dir, capfd,
+                                                                                  method, parts):
     out = tmp_path / "out"
-    assert main(["partition", str(tiny_dir), str(out), "--parts", "1000"]) == 2
+    assert main(["partition", str(fifty_dir), str(out), "--parts", str(parts), "--method", method]) == 0
     captured = capfd.readouterr()
-    assert captured.out == ""  # METIS's printf diagnostics do not leak onto the terminal
-    assert captured.err.count("\n") == 1 and "empty" in captured.err
-    assert not out.exists()
+    assert captured.err == "" and "Cannot bisect" not in captured.out  # METIS's printf stays off the terminal
+    note = [line for line in captured.out.splitlines() if line.startswith("note: ")]
+    assert len(note) == 1 and "partitions empty" in note[0] and f"--method {method}" in note[0], captured.out
+    assert "random method" in note[0] and f"into {parts} parts with random" in captured.out
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["method"] == "random" and meta["fallback"] == note[0][len("note: "):]
+    assert min(meta["quality"]["sizes"]) >= 50 // parts  # no part empty: sizes within one of each other
+
+
+def test_partition_records_and_prints_the_imbalance_of_every_constraint(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "parts"
+    assert main(["partition", str(tiny_dir), str(out), "--parts", "4"]) == 0
+    printed = capsys.readouterr().out
+    recorded = json.loads((out / "meta.json").read_text())["quality"]["imbalance"]
+    assert sorted(recorded) == sorted(CONSTRAINTS)
+    line = next(line for line in printed.splitlines() if line.startswith("imbalance (max/mean - 1): "))
+    assert line.endswith(", ".join(f"{name} {100 * recorded[name]:.2f}%" for name in CONSTRAINTS))
+    data = load_partitioned(out)
+    sums = np.stack([np.bincount(np.searchsorted(data.book.offsets, np.arange(data.num_nodes), side="right") - 1,
+                                 weights=balance_weights(load_dataset(tiny_dir))[data.orig_id, c], minlength=4)
+                     for c in range(len(CONSTRAINTS))], axis=1)
+    assert [recorded[name] for name in CONSTRAINTS] == pytest.approx(imbalance(sums).tolist())
+
+
+def test_one_node_and_one_part_are_singular_in_messages(tmp_path, tiny_dir, capsys):
+    with pytest.raises(InputError, match=r"cannot split 1 node into 2 parts; use at most 1 part$"):
+        check_options(1, 2, "metis", 0)
+    assert main(["partition", str(tiny_dir), str(tmp_path / "p1"), "--parts", "1"]) == 0
+    summary = capsys.readouterr().out.splitlines()[0]
+    assert summary.startswith("partitioned 2,000 nodes into 1 part with metis "), summary
 
 
 @pytest.mark.parametrize("status, words", [(-2, "rejected"), (-3, "out of memory"), (-4, "internal error")])

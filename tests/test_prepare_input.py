@@ -117,8 +117,8 @@ def test_a_large_edge_list_is_parsed_exactly(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text, expected", [
     ("0 1 5\n1 2 7\n", ["line 1 ", "3 columns", "edge weights", "are not supported", "awk '{print $1, $2}'"]),
     ("# weighted\n0,1,0.5\n1,2,0.25\n", ["line 2 ", "edge weights", "cut -d, -f1,2"]),
-    ("0 1\n1 2\n2 3 1\n", ["line 3 ", "has 3 column(s)", "line 1 has 2"]),
-    ("0 1\n\n5\n", ["line 3 ", "has 1 column(s)", "'5'"]),
+    ("0 1\n1 2\n2 3 1\n", ["line 3 ", "has 3 columns", "line 1 has 2"]),
+    ("0 1\n\n5\n", ["line 3 ", "has 1 column ", "'5'"]),
     ("7\n0 1\n", ["line 1 ", "holds one node id", "two"]),
     ("0 1\n1 1.5\n", ["line 2 ", "'1.5'", "not an integer node id"]),
     ("source,target\n0,1\n", ["line 1 ", "'source'", "'#'"]),
@@ -262,7 +262,8 @@ def test_boolean_split_masks_in_an_npz_are_accepted(tmp_path):
 @pytest.mark.parametrize("option, value, expected", [
     ("--num-classes", "0", "--num-classes must be a positive count, got 0"),
     ("--num-features", "-1", "--num-features must be at least 1, got -1"),
-    ("--num-features", "0", "at least one feature column is needed"),
+    ("--num-features", "0", ("to train on a learned embedding alone, pass --num-features 1 and train with "
+                             "--embedding-dim D --no-features")),
     ("--num-nodes", "0", "--num-nodes must be a positive count, got 0"),
     ("--num-nodes", "-5", "--num-nodes must be a positive count, got -5"),
 ])
@@ -300,7 +301,7 @@ def test_repeated_ids_in_an_npz_split_are_refused(tmp_path, capsys):
 
 def test_overlapping_splits_are_refused_naming_both_and_an_example(tmp_path, capsys):
     refused(tmp_path, capsys, edgelist_with_splits(tmp_path, [0, 1], [2], [3, 1]),
-            "the train and test splits of", "share 1 node id(s) such as 1")
+            "the train and test splits of", "share 1 node id such as 1")
 
 
 def test_partition_refuses_a_hand_made_dataset_with_repeated_ids(tmp_path, capsys):

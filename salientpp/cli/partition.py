@@ -6,6 +6,7 @@ import argparse
 import time
 
 from ..data.format import KIND, load_dataset
+from ..errors import counted
 from ..io import check_output_dir, read_meta
 from ..partition.partitioner import METHODS, check_options, partition_dataset
 from ..parsing import parse_memory_limit
@@ -25,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", choices=METHODS, default="metis",
                         help="metis (default): small edge cut, balanced; multilevel: the same goals in memory "
                              "that does not grow with the edges (reads the graph in chunks, coarsens it and "
-                             "hands METIS a small graph); random: balanced random assignment")
+                             "hands METIS a small graph); random: balanced random assignment. When METIS leaves a "
+                             "part empty (a small graph), the random method stands in, with a note")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--memory-limit", metavar="SIZE",
                         help="refuse to start when the memory estimate exceeds SIZE, e.g. 12GiB "
@@ -47,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
     report = partition_dataset(dataset, args.out, args.parts, method=args.method, seed=args.seed,
                                memory_budget=budget)
     elapsed = time.perf_counter() - start
-    print(f"partitioned {dataset.num_nodes:,} nodes into {args.parts} parts with {args.method} "
-          f"(seed {args.seed}) in {elapsed:.1f} s -> {args.out}")
+    if report.fallback:
+        print(f"note: {report.fallback}")
+    print(f"partitioned {counted(dataset.num_nodes, 'node', spec=',')} into {counted(args.parts, 'part', spec=',')} "
+          f"with {report.method} (seed {args.seed}) in {elapsed:.1f} s -> {args.out}")
     print("time: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in
                                {"load+check": loaded, **report.timings}.items()))
     print(f"memory: {memory}")

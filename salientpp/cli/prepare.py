@@ -9,7 +9,7 @@ from ..data.format import MULTICLASS, Dataset, save_dataset
 from ..data.importers import ImportOptions, load_source
 from ..data.links import parse_link_split, split_edges
 from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
-from ..errors import InputError
+from ..errors import InputError, counted
 from ..io import check_output_dir
 
 
@@ -30,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="edgelist: number of nodes (default: rows of --features, else labels, else largest id + 1; "
                         "sparse ids are compacted when no .npy file is given)")
     p.add_argument("--num-features", type=int, default=128, help="edgelist: width of random features (>= 1)")
-    p.add_argument("--num-classes", type=int, default=2, help="edgelist: number of random classes (>= 1)")
+    p.add_argument("--num-classes", type=int,
+                   help="number of classes (>= 1), recorded in meta.json: of the random labels of an edge list "
+                        "without --labels (default 2); class ids that the source gives must lie below it "
+                        "(default: largest id + 1)")
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--self-loops", action="store_true", help="keep (v, v) edges (dropped by default)")
     p.add_argument("--seed", type=int, default=0,
@@ -67,15 +70,16 @@ def run(args: argparse.Namespace) -> int:
     if dataset.has_link_split:
         print(f"held-out edges train/valid/test: {dataset.link_split.counts()} (valid and test are not in the graph)")
     if dataset.input_id is not None:
-        print(f"the edge list's ids (up to {int(dataset.input_id[-1]):,}) were sparse, so its {dataset.num_nodes:,} "
-              f"distinct ids were compacted to 0..{dataset.num_nodes - 1:,}; input_id.npy holds the original id "
-              "of each node")
+        print(f"the edge list's ids (up to {int(dataset.input_id[-1]):,}) were sparse, so they were compacted to "
+              f"0..{dataset.num_nodes - 1:,} ({counted(dataset.num_nodes, 'distinct id', spec=',')}); input_id.npy "
+              "holds the original id of each node")
     return 0
 
 
 def _summary(out_dir: str, dataset: Dataset, start: float) -> None:
-    print(f"wrote {out_dir}: {dataset.num_nodes:,} nodes, {dataset.num_edges:,} directed edges, "
-          f"{dataset.num_features} {dataset.x.dtype} features, {_labels(dataset)}, "
+    print(f"wrote {out_dir}: {counted(dataset.num_nodes, 'node', spec=',')}, "
+          f"{counted(dataset.num_edges, 'directed edge', spec=',')}, "
+          f"{counted(dataset.num_features, f'{dataset.x.dtype} feature')}, {_labels(dataset)}, "
           f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
           f"({time.perf_counter() - start:.1f} s)")
 
@@ -83,5 +87,5 @@ def _summary(out_dir: str, dataset: Dataset, start: float) -> None:
 def _labels(dataset: Dataset) -> str:
     """``"7 classes"`` or ``"112 binary targets (multi-label, float32)"`` for the summary line."""
     if dataset.label_kind == MULTICLASS:
-        return f"{dataset.num_classes} classes"
-    return f"{dataset.num_tasks} binary target{'s' if dataset.num_tasks != 1 else ''} (multi-label, {dataset.y.dtype})"
+        return counted(dataset.num_classes, "class", "classes")
+    return f"{counted(dataset.num_tasks, 'binary target')} (multi-label, {dataset.y.dtype})"

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, counted
 from ..io import read_rows, row_chunks
 
 
@@ -70,7 +70,7 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
     tests, not here: they cost a sort of the edges. ``where`` names the graph and ``fix`` the repair in the message.
     """
     if rowptr.ndim != 1 or rowptr.shape[0] != num_nodes + 1:
-        raise InputError(f"rowptr of {where} must have N + 1 = {num_nodes + 1} entries, has shape "
+        raise InputError(f"rowptr of {where} must have N + 1 = {counted(num_nodes + 1, 'entry', 'entries')}, has shape "
                          f"{list(rowptr.shape)}; {fix}")
     if col.ndim != 1:
         raise InputError(f"col of {where} must be 1-D, has shape {list(col.shape)}; {fix}")

@@ -18,7 +18,7 @@ Layout (all arrays are plain ``.npy`` files, memory-mapped on load; nothing is p
                                      (:mod:`salientpp.data.links`); valid and test edges are not in the CSR
     meta.json      kind, counts, dtypes, source, one entry (dtype, shape, checksum) per file;
                    label_kind ("multiclass" | "multilabel"), label_dtype, and num_classes
-                   (multiclass) or num_tasks (multilabel)
+                   (multiclass: every class id lies in [-1, num_classes)) or num_tasks (multilabel)
 
 A node is *labelled* when it has a class (``y >= 0``) or at least one known target (a row that
 is not all NaN; every bool row). Split ids must be labelled.
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..errors import InputError
+from ..errors import InputError, counted
 from ..io import atomic_output_dir, load_listed, read_meta, read_rows, row_chunks, save_array, shown, write_meta
 from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
@@ -68,6 +68,27 @@ def first_nonfinite_row(x: np.ndarray) -> int:
         if not finite.all():
             return start + int(finite.argmin())
     return -1
+
+
+def _first_class_outside(y: np.ndarray, num_classes: int | None) -> int:
+    """Index of the first class id of int64 ``y`` ``[n]`` below -1 or, when ``num_classes`` is
+    given, not below it; -1 when there is none. Reads ``y`` once in chunks of about 32 MiB
+    (:func:`~salientpp.io.read_rows`), so a memory-mapped ``y`` leaves no pages resident."""
+    for start, stop in row_chunks(y.shape[0], y.itemsize, _FINITE_CHUNK_BYTES):
+        chunk = read_rows(y, start, stop)
+        outside = chunk < -1 if num_classes is None else (chunk < -1) | (chunk >= num_classes)
+        if outside.any():
+            return start + int(outside.argmax())
+    return -1
+
+
+def class_count(y: np.ndarray) -> int:
+    """Largest class id + 1 of the int64 class ids ``y`` ``[n]`` (0 when no node is labelled),
+    read in chunks of about 32 MiB as :func:`_first_class_outside` reads them."""
+    largest = -1
+    for start, stop in row_chunks(y.shape[0], y.itemsize, _FINITE_CHUNK_BYTES):
+        largest = max(largest, int(read_rows(y, start, stop).max()))
+    return largest + 1
 
 
 def check_ids(ids: np.ndarray, y: np.ndarray, start: int, stop: int, where: str, fix: str,
@@ -119,13 +140,13 @@ def labelled(y: np.ndarray) -> np.ndarray:
     return ~np.isnan(y).all(axis=1)
 
 
-def label_meta(y: np.ndarray) -> dict[str, Any]:
+def label_meta(y: np.ndarray, num_classes: int | None = None) -> dict[str, Any]:
     """The meta.json entries that describe labels ``y`` (checked by :func:`check_label_array`):
-    ``label_kind``, ``label_dtype`` and ``num_classes`` (multi-class: largest class id + 1) or
-    ``num_tasks`` (multi-label: T)."""
+    ``label_kind``, ``label_dtype`` and ``num_classes`` (multi-class: ``num_classes`` when
+    given, else the largest class id + 1) or ``num_tasks`` (multi-label: T)."""
     if y.ndim == 1:
         return {"label_kind": MULTICLASS, "label_dtype": str(y.dtype),
-                "num_classes": int(y.max()) + 1 if y.shape[0] else 0}
+                "num_classes": class_count(y) if num_classes is None else int(num_classes)}
     return {"label_kind": MULTILABEL, "label_dtype": str(y.dtype), "num_tasks": int(y.shape[1])}
 
 
@@ -146,8 +167,9 @@ def check_label_array(y: np.ndarray, n: int, where: str, fix: str, num_classes: 
     """Raise :class:`InputError` unless ``y`` holds valid labels for ``n`` nodes.
 
     Valid labels are int64 ``[n]`` class ids >= -1 (-1 = unlabelled), below ``num_classes`` when
-    it is given; or float32 ``[n, T]`` targets of 0, 1 or NaN (an unknown target), or bool
-    ``[n, T]``, with ``T >= 1`` and ``T == num_tasks`` when it is given.
+    it is given (the message names the first id outside and its node); or float32 ``[n, T]``
+    targets of 0, 1 or NaN (an unknown target), or bool ``[n, T]``, with ``T >= 1`` and
+    ``T == num_tasks`` when it is given.
 
     Args:
         where: names the labels in the message (e.g. ``"the labels (y) of DATASET"``).
@@ -155,7 +177,7 @@ def check_label_array(y: np.ndarray, n: int, where: str, fix: str, num_classes: 
         kind, dtype: the label kind and dtype that meta.json promises, when it does.
         first_id: global id of row 0, to name a bad row.
 
-    Cost: one pass over ``y`` (float targets in 32 MiB chunks).
+    Cost: one pass over ``y`` in 32 MiB chunks.
     """
     shape = list(y.shape)
     if y.ndim == 1 or (y.ndim != 2 and y.dtype == np.int64):
@@ -178,14 +200,18 @@ def check_label_array(y: np.ndarray, n: int, where: str, fix: str, num_classes: 
     if dtype is not None and dtype != str(y.dtype):
         raise InputError(f"{where} are {y.dtype} but meta.json says the labels are {dtype}; {fix}")
     if actual == MULTICLASS:
-        if n and num_classes is not None and (y.min() < -1 or y.max() >= num_classes):
-            raise InputError(f"{where} holds labels outside [-1, {num_classes}) (from {y.min()} to {y.max()}); {fix}")
-        if n and y.min() < -1:
-            raise InputError(f"{where} must be class ids >= 0 or -1 for unlabelled; found smaller values; {fix}")
-        return
+        bad = _first_class_outside(y, num_classes)
+        if bad < 0:
+            return
+        value = int(y[bad])
+        if num_classes is None:
+            raise InputError(f"{where} must be class ids >= 0 or -1 for unlabelled, but node {first_id + bad} has "
+                             f"{value}; {fix}")
+        raise InputError(f"{where} holds labels outside [-1, {num_classes}) for num_classes {num_classes}, such as "
+                         f"{value} at node {first_id + bad}; {fix}")
     if num_tasks is not None and y.shape[1] != num_tasks:
-        raise InputError(f"{where} have {y.shape[1]} targets per node but meta.json gives num_tasks {num_tasks}; "
-                         f"{fix}")
+        raise InputError(f"{where} have {counted(y.shape[1], 'target')} per node but meta.json gives num_tasks "
+                         f"{num_tasks}; {fix}")
     if y.dtype != np.bool_:
         bad = _first_bad_target(y)
         if bad >= 0:
@@ -204,9 +230,9 @@ def check_unique(ids: np.ndarray, where: str) -> None:
     repeated = ordered[1:] == ordered[:-1]
     if repeated.any():
         count = int(repeated.sum())
-        raise InputError(f"{where} holds node {ordered[1:][repeated][0]} more than once ({count} repeated "
-                         f"entr{'y' if count == 1 else 'ies'}); a node may appear once per split, so drop the repeats "
-                         "(e.g. with numpy.unique)")
+        raise InputError(f"{where} holds node {ordered[1:][repeated][0]} more than once "
+                         f"({counted(count, 'repeated entry', 'repeated entries')}); a node may appear once per "
+                         "split, so drop the repeats (e.g. with numpy.unique)")
 
 
 def check_disjoint_splits(splits: dict[str, np.ndarray], num_nodes: int, where: str) -> None:
@@ -221,8 +247,8 @@ def check_disjoint_splits(splits: dict[str, np.ndarray], num_nodes: int, where: 
         if clash.any():
             other = names[int(taken[clash.argmax()]) - 1]
             shared = ids[clash]
-            raise InputError(f"the {other} and {name} splits of {where} share {shared.shape[0]} node id(s) such as "
-                             f"{shared[0]}; a node may be in one split only, so remove the shared ids from all "
+            raise InputError(f"the {other} and {name} splits of {where} share {counted(shared.shape[0], 'node id')} "
+                             f"such as {shared[0]}; a node may be in one split only, so remove the shared ids from all "
                              "but one split")
         owner[ids] = i
 
@@ -255,6 +281,9 @@ class Dataset:
         link_split: the held-out edges of link prediction (:class:`~salientpp.data.links.LinkSplit`:
             int64 ``[2, E_s]`` train, valid and test edges), or ``None``; the validation and test edges
             are absent from the CSR (both directions), the training edges are in it.
+        declared_classes: multi-class labels only: the number of classes the dataset declares
+            (meta.json's ``num_classes``, or ``prepare --num-classes``), which every class id must
+            lie below; ``None``: the largest class id + 1.
     """
 
     rowptr: np.ndarray
@@ -268,6 +297,7 @@ class Dataset:
     extra_meta: dict[str, Any] = field(default_factory=dict)
     input_id: np.ndarray | None = None
     link_split: LinkSplit | None = None
+    declared_classes: int | None = None
 
     @property
     def has_link_split(self) -> bool:
@@ -293,12 +323,12 @@ class Dataset:
 
     @property
     def num_classes(self) -> int:
-        """Largest class id + 1 of multi-class labels; a ``ValueError`` for multi-label ones (use
-        :attr:`num_tasks` or :attr:`num_outputs`)."""
+        """:attr:`declared_classes`, else the largest class id + 1, of multi-class labels; a
+        ``ValueError`` for multi-label ones (use :attr:`num_tasks` or :attr:`num_outputs`)."""
         if self.y.ndim != 1:
             raise ValueError("num_classes is defined for multi-class labels only; these are multi-label targets, "
                              "use num_tasks or num_outputs")
-        return int(self.y.max()) + 1 if self.y.shape[0] else 0
+        return class_count(self.y) if self.declared_classes is None else self.declared_classes
 
     @property
     def num_tasks(self) -> int:
@@ -320,12 +350,12 @@ class Dataset:
     def validate(self, where: str | None = None) -> None:
         """Raise :class:`InputError` on any inconsistency a user can cause: a malformed CSR, ids
         out of range, wrong shapes or dtypes, no feature columns, NaN/Inf features, labels that
-        are neither int64 ``[N]`` class ids nor float32 (0/1/NaN) or bool ``[N, T]`` targets,
-        unlabelled or repeated split nodes, an empty training split, a malformed ``input_id``,
-        held-out edges that are malformed, out of range, self loops, still in the CSR (validation,
-        test) or missing from it (training). One pass over every array (features and float targets
-        in 32 MiB chunks; an unsorted split is sorted once; a binary search in the CSR per held-out
-        edge and direction).
+        are neither int64 ``[N]`` class ids (below :attr:`declared_classes` when it is set) nor
+        float32 (0/1/NaN) or bool ``[N, T]`` targets, unlabelled or repeated split nodes, an
+        empty training split, a malformed ``input_id``, held-out edges that are malformed, out of
+        range, self loops, still in the CSR (validation, test) or missing from it (training). One
+        pass over every array (features and labels in 32 MiB chunks; an unsorted split is sorted
+        once; a binary search in the CSR per held-out edge and direction).
 
         Args:
             where: names the dataset in the messages (default: its ``source``).
@@ -349,7 +379,8 @@ class Dataset:
         if bad_row >= 0:
             raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
                              f"{bad_row}); clean or impute them first")
-        check_label_array(self.y, n, f"the labels (y) of {name}", "fix the labels")
+        check_label_array(self.y, n, f"the labels (y) of {name}", "fix the labels",
+                          num_classes=self.declared_classes)
         for split in SPLIT_FILES:
             check_ids(getattr(self, split), self.y, 0, n, f"{split} of {name}", "fix the split")
             check_unique(getattr(self, split), f"{split} of {name}")
@@ -393,7 +424,7 @@ def dataset_meta(dataset: Dataset, files: dict[str, dict[str, Any]]) -> dict[str
         "num_nodes": dataset.num_nodes,
         "num_edges": dataset.num_edges,
         "num_features": dataset.num_features,
-        **label_meta(dataset.y),
+        **label_meta(dataset.y, dataset.declared_classes),
         "feature_dtype": str(dataset.x.dtype),
         "num_train": int(dataset.train_idx.shape[0]),
         "num_valid": int(dataset.valid_idx.shape[0]),
@@ -411,7 +442,9 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
             when the same directory was verified earlier in this process.
         validate: run :meth:`Dataset.validate` (one more pass over the arrays).
 
-    Raises :class:`InputError` naming the file at fault when the directory is corrupt.
+    Raises :class:`InputError` naming the file at fault when the directory is corrupt, and
+    (``validate``) when a class id lies outside ``[-1, num_classes)`` of meta.json, which
+    a ``y.npy`` replaced together with its checksum may do.
     """
     meta = read_meta(path, KIND)
     arrays = {name: load_listed(Path(path), name, meta, "re-create the dataset directory", *FILE_FORMATS[name],
@@ -427,8 +460,9 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
                 "num_classes", "num_tasks", "label_kind", "label_dtype", "feature_dtype", "num_train", "num_valid",
                 "num_test"}
+    declared = _declared_classes(meta, path) if arrays["y"].ndim == 1 else None  # else the label kind is refused
     dataset = Dataset(**arrays, source=meta.get("source", "unknown"), link_split=link_split,
-                      extra_meta={k: v for k, v in meta.items() if k not in reserved})
+                      extra_meta={k: v for k, v in meta.items() if k not in reserved}, declared_classes=declared)
     if meta.get("num_nodes") != dataset.num_nodes or meta.get("num_edges") != dataset.num_edges:
         raise InputError(f"meta.json in {path} disagrees with the arrays on the number of nodes or edges; "
                          "re-create the dataset directory")
@@ -440,3 +474,16 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
                          f"{dataset.label_kind} labels ({dataset.y.dtype} {list(dataset.y.shape)}); "
                          "re-create the dataset directory")
     return dataset
+
+
+def _declared_classes(meta: dict[str, Any], path: str | os.PathLike) -> int | None:
+    """meta.json's ``num_classes`` (a positive integer) when it says the labels are multi-class,
+    ``None`` when it says multi-label; :class:`InputError` when it is missing or not a positive
+    integer."""
+    if meta.get("label_kind", MULTICLASS) != MULTICLASS:
+        return None
+    value = meta.get("num_classes")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"meta.json in {path} gives num_classes as {shown(value)}, not a positive integer; "
+                         "re-create the dataset directory")
+    return value

@@ -28,13 +28,17 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, counted
 from .csr import build_csr
-from ..io import shown
-from .format import Dataset, check_disjoint_splits, labelled
+from ..io import read_rows, row_chunks, shown
+from .format import MULTICLASS, Dataset, check_disjoint_splits, class_count, labelled
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out, remove_edges
 
 SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc")
+# Classes of the random labels of an edge list without a labels file, unless --num-classes says.
+RANDOM_CLASSES = 2
+# The smallest magnitude that float16 rounds to infinity (its largest finite value is 65504).
+FLOAT16_OVERFLOW = 65520.0
 
 
 @dataclass
@@ -49,7 +53,10 @@ class ImportOptions:
         feature_dtype: "float32" or "float16"; features are converted to it.
         keep_self_loops: keep (v, v) edges instead of dropping them.
         seed: seeds the random split, features and labels an edge list lacks.
-        num_features, num_classes: shape of the random features/labels an edge list lacks.
+        num_features: width of the random features an edge list lacks.
+        num_classes: the number of classes, recorded as meta.json's ``num_classes``: of the random
+            labels an edge list lacks (default :data:`RANDOM_CLASSES`), or the bound that the class
+            ids a source gives must lie below (default: their largest id + 1).
     """
 
     root: str | None = None
@@ -63,7 +70,7 @@ class ImportOptions:
     keep_self_loops: bool = False
     seed: int = 0
     num_features: int = 128
-    num_classes: int = 2
+    num_classes: int | None = None
 
 
 def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
@@ -88,16 +95,54 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
         dataset = _from_ogb(arg, options)
     else:
         dataset = _from_mag240m(arg, options)
+    if options.num_classes is not None:
+        declare_classes(dataset, options.num_classes)
     return checked(dataset, options.feature_dtype)
+
+
+def declare_classes(dataset: Dataset, num_classes: int) -> None:
+    """Set ``dataset.declared_classes`` to ``num_classes`` (``prepare --num-classes``).
+
+    Raises :class:`InputError` when the labels are multi-label targets, or when a class id of
+    the int64 ``[N]`` labels is ``num_classes`` or more (one pass over the labels)."""
+    if dataset.label_kind != MULTICLASS:
+        raise InputError(f"--num-classes applies to class ids but {dataset.source} has multi-label targets "
+                         f"({dataset.y.dtype} {list(dataset.y.shape)}); drop --num-classes")
+    largest = class_count(dataset.y) - 1
+    if largest >= num_classes:
+        raise InputError(f"the labels of {dataset.source} hold the class id {largest}, outside [-1, {num_classes}) "
+                         f"for --num-classes {num_classes}; pass --num-classes {largest + 1} or more, or fix the "
+                         "labels")
+    dataset.declared_classes = num_classes
+
+
+def check_fits_float16(x: np.ndarray, where: str) -> None:
+    """Raise :class:`InputError` when finite values of the features ``x`` (numeric ``[N, F]``)
+    would overflow float16 (a magnitude of :data:`FLOAT16_OVERFLOW` or more becomes infinite),
+    naming the largest magnitude found; ``where`` names the dataset. NaN and infinities are
+    left to :meth:`Dataset.validate`. One pass over ``x`` in chunks of about 16 MiB."""
+    largest = 0.0
+    for start, stop in row_chunks(x.shape[0], x.shape[1] * x.itemsize):
+        magnitude = np.abs(read_rows(x, start, stop).astype(np.float64, copy=False))
+        finite = magnitude[np.isfinite(magnitude)]
+        if finite.size:
+            largest = max(largest, float(finite.max()))
+    if largest >= FLOAT16_OVERFLOW:
+        raise InputError(f"the features (x) of {where} hold finite values as large as {largest:.6g} in magnitude, "
+                         "which overflow float16 (its largest value is 65504); keep them float32 (--feature-dtype "
+                         "float32) or scale them down")
 
 
 def checked(dataset: Dataset, feature_dtype: str = "float32") -> Dataset:
     """``dataset`` with its features converted to ``feature_dtype`` (no copy when they have it),
-    after the checks every imported dataset passes: :meth:`Dataset.validate` (CSR, shapes and
-    dtypes, at least one feature column, finite features, labels, labelled split ids without
-    repeats, a training node) and disjoint train/valid/test splits. Raises :class:`InputError`
-    with one sentence naming ``dataset.source``."""
+    after the checks every imported dataset passes: finite features that fit ``feature_dtype``
+    (:func:`check_fits_float16`), :meth:`Dataset.validate` (CSR, shapes and dtypes, at least
+    one feature column, finite features, labels, labelled split ids without repeats, a training
+    node) and disjoint train/valid/test splits. Raises :class:`InputError` with one sentence
+    naming ``dataset.source``."""
     check_feature_dtype(feature_dtype)
+    if feature_dtype == "float16" and dataset.x.dtype != np.float16 and dataset.x.ndim == 2:
+        check_fits_float16(dataset.x, dataset.source)
     dataset.x = np.asarray(dataset.x).astype(feature_dtype, copy=False)
     dataset.validate()
     check_disjoint_splits({"train": dataset.train_idx, "valid": dataset.valid_idx, "test": dataset.test_idx},
@@ -120,7 +165,8 @@ def check_counts(options: ImportOptions) -> None:
             continue
         if flag == "--num-features":
             raise InputError(f"--num-features must be at least 1, got {value}: at least one feature column is needed "
-                             "(learnable node embeddings are not supported yet); pass --num-features 1 or more")
+                             "in a dataset; to train on a learned embedding alone, pass --num-features 1 and train "
+                             "with --embedding-dim D --no-features")
         raise InputError(f"{flag} must be a positive count, got {value}; pass {flag} 1 or more")
 
 
@@ -468,9 +514,10 @@ class _EdgeListParser:
             run = int(ragged.argmax())
             line = int(line_of[run_start[run]])
             number = line_number(line)
-            problems.append((number, 0, f"line {number} of edge list {self.path} has {int(counts[run])} "
-                             f"column(s) ('{line_text(line)}') but line {self.first_data_line} has "
-                             f"{self.columns}; write one 'u v' pair of node ids on every line"))
+            problems.append((number, 0, f"line {number} of edge list {self.path} has "
+                             f"{counted(int(counts[run]), 'column')} ('{line_text(line)}') but line "
+                             f"{self.first_data_line} has {self.columns}; write one 'u v' pair of node ids on "
+                             "every line"))
         if problems:
             raise InputError(min(problems)[2])
         return values.view(np.int64).reshape(-1, 2)
@@ -569,8 +616,9 @@ def _check_edgelist_memory(path: Path, num_nodes: int, num_edges: int, generated
     number of nodes comes from and ``fix`` how to need less, for the message.
     """
     if num_nodes > _MAX_NODES:
-        raise InputError(f"edge list {path} would have {num_nodes:,} nodes ({basis}) but at most {_MAX_NODES:,} are "
-                         f"supported; {fix if '--num-nodes' in fix else 'renumber the nodes densely (0..n-1)'}")
+        raise InputError(f"edge list {path} would have {counted(num_nodes, 'node', spec=',')} ({basis}) but at "
+                         f"most {_MAX_NODES:,} are supported; "
+                         f"{fix if '--num-nodes' in fix else 'renumber the nodes densely (0..n-1)'}")
     features = num_nodes * generated_width * (4 + (2 if feature_dtype == "float16" else 0))
     need = num_nodes * _BYTES_PER_NODE + features + num_edges * _BYTES_PER_EDGE
     if need < 2**30:
@@ -580,8 +628,9 @@ def _check_edgelist_memory(path: Path, num_nodes: int, num_edges: int, generated
     from ..host import available_memory, format_bytes
     available = available_memory()
     if need > available:
-        raise InputError(f"edge list {path} needs about {format_bytes(need)} of memory for {num_nodes:,} nodes "
-                         f"({basis}) and {num_edges:,} edges but only {format_bytes(available)} is available; {fix}")
+        raise InputError(f"edge list {path} needs about {format_bytes(need)} of memory for "
+                         f"{counted(num_nodes, 'node', spec=',')} ({basis}) and {counted(num_edges, 'edge', spec=',')} "
+                         f"but only {format_bytes(available)} is available; {fix}")
 
 
 def _from_edgelist(path: Path, options: ImportOptions) -> Dataset:
@@ -614,8 +663,8 @@ def _from_edgelist(path: Path, options: ImportOptions) -> Dataset:
     if largest >= num_nodes and input_id is None:
         fix = (f"pass --num-nodes {largest + 1} or more" if options.num_nodes is not None else
                f"give the .npy files one row per node id 0..{largest}, or renumber the nodes densely in all files")
-        raise InputError(f"edge list {path} mentions node {largest} but the graph has {num_nodes} nodes ({basis}); "
-                         f"{fix}")
+        raise InputError(f"edge list {path} mentions node {largest} but the graph has {counted(num_nodes, 'node')} "
+                         f"({basis}); {fix}")
     if x is not None:
         x = as_features(x, num_nodes, "features")
     if y is not None:
@@ -634,8 +683,10 @@ def _from_edgelist(path: Path, options: ImportOptions) -> Dataset:
     if x is None:
         x = rng.standard_normal((num_nodes, options.num_features), dtype=np.float32)
         generated.append("features")
+    declared = None
     if y is None:
-        y = rng.integers(0, options.num_classes, num_nodes)
+        declared = options.num_classes or RANDOM_CLASSES
+        y = rng.integers(0, declared, num_nodes)
         generated.append("labels")
     if all(split_files):
         splits = [_as_ids(_read_npy(f, name), name) for f, name in zip(split_files, ("train_idx", "valid_idx", "test_idx"))]
@@ -645,7 +696,7 @@ def _from_edgelist(path: Path, options: ImportOptions) -> Dataset:
     return Dataset(rowptr=rowptr, col=col, x=x, y=y, train_idx=splits[0], valid_idx=splits[1], test_idx=splits[2],
                    source=f"edgelist:{path.resolve()}",
                    extra_meta={"generated": generated, "seed": options.seed} if generated else {},
-                   input_id=input_id)
+                   input_id=input_id, declared_classes=declared)
 
 
 def _from_ogb(name: str, options: ImportOptions) -> Dataset:

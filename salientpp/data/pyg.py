@@ -17,8 +17,8 @@ from .importers import as_features, as_labels, as_split, check_feature_dtype, ch
 _REQUIRED = (
     ("edge_index", "edge_index; give it the edges as an int [2, E] tensor (the ToSparseTensor transform moves them "
                    "into adj_t, so leave that transform out)"),
-    ("x", "node features (x); give it an [N, F] tensor: salientpp needs at least one feature column (learnable "
-          "node embeddings are not supported yet)"),
+    ("x", "node features (x); give it an [N, F] tensor with F >= 1 (to train on a learned embedding alone, give "
+          "it one constant column and train with --embedding-dim D --no-features)"),
     ("y", "labels (y); give it one class id or one row of multi-label targets per node"),
 )
 # (keyword argument, PyG mask attribute) of each split.

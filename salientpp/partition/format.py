@@ -33,7 +33,7 @@ from .. import __version__
 from ..data.csr import check_csr
 from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTYPE, MULTILABEL, MULTILABEL_DTYPES,
                            SPLIT_FILES, check_ids, check_label_array, check_permutation, first_nonfinite_row)
-from ..errors import InputError
+from ..errors import InputError, counted
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
 from .book import PartitionBook
@@ -154,6 +154,17 @@ class PartitionedDataset:
     def degree(self) -> np.ndarray:
         return np.diff(self.rowptr)
 
+    def split_size(self, split: str, edges: bool = False) -> int:
+        """The ids (``edges``: the held-out edges) of ``split`` in all partitions together, from
+        the shapes meta.json lists: no partition is read, so every rank knows it without a
+        collective (each partition's file is checked against its shape when it is loaded)."""
+        name = f"{split}_edges" if edges else f"{split}_idx"
+        try:
+            return sum(int(self.meta["files"][f"part_{k}/{name}"]["shape"][-1]) for k in range(self.num_parts))
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise InputError(f"meta.json in {self.path} does not list the shape of every part's {name}; "
+                             "re-partition the dataset") from None
+
     def part(self, k: int) -> PartData:
         """Partition ``k``'s arrays, memory-mapped, verified and checked on first access (as
         ``verify`` and ``check`` say); raises :class:`InputError` on a corrupt partition."""
@@ -185,8 +196,8 @@ class PartitionedDataset:
         check_csr(self.rowptr, self.col, n, where=f"the partitioned directory {self.path}", fix=FIX)
         orig_id = self.orig_id
         if orig_id.shape[0] != n:
-            raise InputError(f"orig_id.npy in {self.path} has {orig_id.shape[0]} entries, not one per node ({n}); "
-                             f"{FIX}")
+            raise InputError(f"orig_id.npy in {self.path} has {counted(orig_id.shape[0], 'entry', 'entries')}, not "
+                             f"one per node ({n}); {FIX}")
         check_permutation(orig_id, n, f"orig_id.npy in {self.path}", FIX)
 
     def check_part(self, k: int) -> None:
@@ -217,8 +228,8 @@ class PartitionedDataset:
         folder = self.path / f"part_{k}"
         if part.x.shape != (stop - start, self.num_features) or part.x.dtype != self.feature_dtype:
             raise InputError(f"{folder / 'x.npy'} is {part.x.dtype} {list(part.x.shape)} but partition {k} owns "
-                             f"{stop - start} ids and meta.json gives {self.num_features} {self.feature_dtype} "
-                             f"features; {FIX}")
+                             f"{counted(stop - start, 'id')} and meta.json gives "
+                             f"{counted(self.num_features, f'{self.feature_dtype} feature')}; {FIX}")
         bad_row = first_nonfinite_row(part.x)
         if bad_row >= 0:
             raise InputError(f"{folder / 'x.npy'} holds NaN or infinite features in the row of global id "
@@ -226,7 +237,7 @@ class PartitionedDataset:
                              "and re-partition it")
         if part.y.shape[:1] != (stop - start,):
             raise InputError(f"{folder / 'y.npy'} has shape {list(part.y.shape)} but partition {k} owns "
-                             f"{stop - start} ids; {FIX}")
+                             f"{counted(stop - start, 'id')}; {FIX}")
         multiclass = self.label_kind == MULTICLASS
         check_label_array(part.y, stop - start, str(folder / "y.npy"), FIX,
                           num_classes=self.num_classes if multiclass else None,
@@ -298,7 +309,7 @@ def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool =
     rowptr, col, offsets = arrays["rowptr"], arrays["col"], np.asarray(arrays["offsets"])
     if (offsets.shape[0] < 2 or offsets[0] != 0 or offsets[-1] != rowptr.shape[0] - 1
             or np.any(offsets[1:] < offsets[:-1])):
-        raise InputError(f"offsets.npy in {path} is not a partition book of the {rowptr.shape[0] - 1} nodes "
+        raise InputError(f"offsets.npy in {path} is not a partition book of the {counted(rowptr.shape[0] - 1, 'node')} "
                          f"(it must rise from 0 to N); {FIX}")
     for key, value in (("num_parts", offsets.shape[0] - 1), ("num_nodes", rowptr.shape[0] - 1),
                        ("num_edges", col.shape[0])):

@@ -36,6 +36,20 @@ _STATUS_MESSAGES = {
 }
 
 
+class EmptyPartitions(InputError):
+    """METIS returned an assignment that leaves ``empty`` of the ``num_parts`` parts without a
+    vertex. It does so on small graphs, or when a constraint has too few vertices of non-zero
+    weight to spread over every part (4 training vertices of 50, 1 validation vertex, 2 parts).
+    ``reason`` says what happened (``"METIS left 1 of 2 partitions empty"``); the message adds
+    METIS's diagnostic (``said``) and how to avoid it.
+    :func:`~salientpp.partition.partitioner.assign_or_fall_back` falls back to the random
+    method on it."""
+
+    def __init__(self, empty: int, num_parts: int, said: str = ""):
+        self.reason = f"METIS left {empty} of {num_parts} partitions empty"
+        super().__init__(f"{self.reason}{said}; use fewer parts or the random method")
+
+
 @dataclass(frozen=True)
 class _Metis:
     """The loaded library: its ``METIS_PartGraphKway`` and the build's constants."""
@@ -124,6 +138,9 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
     Returns:
         ``parts`` int64 ``[N]`` partition of each vertex, and the edge cut (undirected edges)
         METIS reports.
+
+    Raises :class:`EmptyPartitions` when METIS leaves a part empty, :class:`InputError` on
+    any other failure.
     """
     n = int(rowptr.shape[0] - 1)
     weights = vertex_weights.reshape(n, -1)
@@ -165,6 +182,5 @@ def part_graph_kway(rowptr: np.ndarray, col: np.ndarray, vertex_weights: np.ndar
                                                       "try another --seed or the random method") + said)
     empty = num_parts - np.unique(parts).shape[0]
     if empty:
-        raise InputError(f"METIS left {empty} of {num_parts} partitions empty{said}; "
-                         "use fewer parts or the random method")
+        raise EmptyPartitions(empty, num_parts, said)
     return parts.astype(np.int64, copy=False), int(objval[0])

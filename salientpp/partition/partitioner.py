@@ -15,17 +15,18 @@ import numpy as np
 
 from ..data.format import Dataset, label_meta
 from ..data.links import EDGE_SPLITS
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, counted
 from ..io import atomic_output_dir, check_output_dir
 from .assemble import DirectoryTarget, MemoryTarget, assemble
 from .format import PART_ARRAYS, PartData, write_partitioned_meta
-from .metis import part_graph_kway
+from .metis import EmptyPartitions, part_graph_kway
 from .multilevel import MultilevelOptions, multilevel_partition
 from .quality import PartitionQuality
 from .reorder import Renumbering
 
 CONSTRAINTS = ("train", "valid", "other", "degree")
-METHODS = ("metis", "multilevel", "random")
+RANDOM = "random"
+METHODS = ("metis", "multilevel", RANDOM)
 # Stages of Partitioning.timings and PartitionReport.timings.
 ASSIGN, LAY_OUT, WRITE = "assign", "lay out", "write"
 
@@ -47,7 +48,8 @@ def check_options(num_nodes: int, num_parts: int, method: str, seed: int) -> Non
         raise InputError(f"unknown partitioning method {method!r}; choose one of {', '.join(METHODS)}")
     check_int(num_parts, "the number of parts")
     if num_parts > num_nodes:
-        raise InputError(f"cannot split {num_nodes} nodes into {num_parts} parts; use at most {num_nodes} parts")
+        raise InputError(f"cannot split {counted(num_nodes, 'node')} into {counted(num_parts, 'part')}; use at most "
+                         f"{counted(num_nodes, 'part')}")
     if not 0 <= seed < 2**31:
         raise InputError(f"the seed must lie in [0, 2^31), got {seed}")
 
@@ -65,7 +67,7 @@ def assign_parts(dataset: Dataset, num_parts: int, method: str = "metis", seed: 
     All are deterministic for a seed.
     """
     check_options(dataset.num_nodes, num_parts, method, seed)
-    if method == "random":
+    if method == RANDOM:
         parts = np.empty(dataset.num_nodes, dtype=np.int64)
         parts[np.random.default_rng(seed).permutation(dataset.num_nodes)] = (
             np.arange(dataset.num_nodes, dtype=np.int64) % num_parts)
@@ -91,8 +93,10 @@ class Partitioning:
         renumbering: ``orig_id`` (new -> old), ``new_id`` (old -> new) and the partition book ``offsets``.
         parts: one :class:`PartData` per partition (features, labels, split ids in the new numbering).
         quality: the quality report.
-        method, seed: how the vertices were assigned.
+        method, seed: how the vertices were assigned (``"random"`` after a fallback).
         timings: seconds spent per stage (assign, lay out).
+        fallback: ``None``, or why the random method stood in for the one asked for
+            (:func:`assign_or_fall_back`).
     """
 
     rowptr: np.ndarray
@@ -103,15 +107,19 @@ class Partitioning:
     method: str
     seed: int
     timings: dict[str, float] = field(default_factory=dict)
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)
 class PartitionReport:
-    """What :func:`partition_dataset` reports: the quality (also in meta.json) and the seconds
-    per stage (assign, write)."""
+    """What :func:`partition_dataset` reports: the quality (also in meta.json), the seconds per
+    stage (assign, write), the method that assigned the vertices and, when the random method
+    stood in for the one asked for, why (:func:`assign_or_fall_back`; meta.json's ``fallback``)."""
 
     quality: PartitionQuality
     timings: dict[str, float]
+    method: str
+    fallback: str | None = None
 
 
 class _Clock:
@@ -126,14 +134,31 @@ class _Clock:
         self.timings[stage], self._last = now - self._last, now
 
 
+def assign_or_fall_back(dataset: Dataset, num_parts: int, method: str, seed: int, weights: np.ndarray,
+                        memory_budget: int | None) -> tuple[np.ndarray, str | None]:
+    """:func:`assign_parts`, or, when METIS leaves a part empty (``metis`` and ``multilevel``:
+    :class:`~salientpp.partition.metis.EmptyPartitions`, e.g. a graph of 50 vertices with one
+    validation vertex), the random method with the same seed, which never leaves a part empty
+    (K <= N). Returns int64 ``[N]`` the partition of every vertex, and ``None`` or the note that
+    says why the random method stood in."""
+    try:
+        return assign_parts(dataset, num_parts, method, seed, weights, memory_budget), None
+    except EmptyPartitions as exc:
+        note = (f"{exc.reason} with --method {method} on this graph of {counted(dataset.num_nodes, 'node')}, so the "
+                f"random method assigned the vertices instead (part sizes within one vertex of each other, a larger "
+                f"edge cut)")
+        return assign_parts(dataset, num_parts, RANDOM, seed), note
+
+
 def _assign(dataset: Dataset, num_parts: int, method: str, seed: int,
-            memory_budget: int | None) -> tuple[_Clock, np.ndarray, np.ndarray]:
-    """The clock after :data:`ASSIGN`, the balance weights and the partition of every vertex."""
+            memory_budget: int | None) -> tuple[_Clock, np.ndarray, np.ndarray, str | None]:
+    """The clock after :data:`ASSIGN`, the balance weights, the partition of every vertex and
+    the note of a fallback to the random method (:func:`assign_or_fall_back`) or ``None``."""
     clock = _Clock()
     weights = balance_weights(dataset)
-    parts_of = assign_parts(dataset, num_parts, method, seed, weights, memory_budget)
+    parts_of, fallback = assign_or_fall_back(dataset, num_parts, method, seed, weights, memory_budget)
     clock.lap(ASSIGN)
-    return clock, weights, parts_of
+    return clock, weights, parts_of, fallback
 
 
 def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0,
@@ -141,8 +166,9 @@ def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int
     """Assign (:func:`assign_parts`), renumber (partition k = new ids ``[offsets[k],
     offsets[k+1])``, original order kept inside a partition), permute the graph and slice
     features, labels (rows of int64 ``[N]`` class ids or of ``[N, T]`` multi-label targets) and
-    splits, all in memory (:func:`~salientpp.partition.assemble.assemble`)."""
-    clock, weights, parts_of = _assign(dataset, num_parts, method, seed, memory_budget)
+    splits, all in memory (:func:`~salientpp.partition.assemble.assemble`). Falls back to the
+    random method when METIS leaves a part empty (:func:`assign_or_fall_back`)."""
+    clock, weights, parts_of, fallback = _assign(dataset, num_parts, method, seed, memory_budget)
     target = MemoryTarget()
     renumbering, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
     clock.lap(LAY_OUT)
@@ -150,7 +176,8 @@ def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int
     names = PART_ARRAYS + (EDGE_SPLITS if dataset.has_link_split else ())
     parts = [PartData(**{name: arrays[f"part_{k}/{name}"] for name in names}) for k in range(num_parts)]
     return Partitioning(rowptr=arrays["rowptr"], col=arrays["col"], renumbering=renumbering, parts=parts,
-                        quality=quality, method=method, seed=seed, timings=clock.timings)
+                        quality=quality, method=RANDOM if fallback else method, seed=seed, timings=clock.timings,
+                        fallback=fallback)
 
 
 def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: int, method: str = "metis",
@@ -159,18 +186,24 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     large array in chunks (:class:`~salientpp.partition.assemble.DirectoryTarget`), so besides
     the assignment only per-vertex arrays and one chunk are in memory.
 
+    meta.json records the method that assigned the vertices, with the note of a fallback to the
+    random method (:func:`assign_or_fall_back`) under ``fallback``, and the quality report,
+    whose ``imbalance`` is each constraint's ``max / mean - 1`` as measured (METIS aims for 3%
+    but does not guarantee it).
+
     Raises :class:`InputError` before any work when ``out_dir`` exists or the options are
     impossible.
     """
     check_output_dir(out_dir)
     check_options(dataset.num_nodes, num_parts, method, seed)
-    clock, weights, parts_of = _assign(dataset, num_parts, method, seed, memory_budget)
+    clock, weights, parts_of, fallback = _assign(dataset, num_parts, method, seed, memory_budget)
+    used = RANDOM if fallback else method
     with atomic_output_dir(out_dir) as tmp:
         target = DirectoryTarget(Path(tmp))
         _, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
         target.close()
-        write_partitioned_meta(tmp, {"source": dataset.source, **label_meta(dataset.y), "method": method,
-                                     "seed": seed, "constraints": list(CONSTRAINTS),
-                                     "quality": quality.to_dict()}, target.files)
+        write_partitioned_meta(tmp, {"source": dataset.source, **label_meta(dataset.y, dataset.declared_classes),
+                                     "method": used, **({"fallback": fallback} if fallback else {}), "seed": seed,
+                                     "constraints": list(CONSTRAINTS), "quality": quality.to_dict()}, target.files)
     clock.lap(WRITE)
-    return PartitionReport(quality, clock.timings)
+    return PartitionReport(quality, clock.timings, used, fallback)

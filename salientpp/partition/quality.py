@@ -8,6 +8,7 @@ import numba
 import numpy as np
 
 from ..data.csr import csr_chunks
+from ..errors import counted
 
 # edges of one chunk of the pass over ``col`` (16 M: 128 MiB)
 QUALITY_CHUNK_EDGES = 1 << 24
@@ -44,7 +45,8 @@ class PartitionQuality:
     def summary(self) -> str:
         """A few lines for the terminal: cut, imbalance, then one line per partition."""
         names = list(self.part_weights)
-        lines = [f"edge cut: {self.edge_cut:,} of {self.num_edges:,} edges ({100 * self.cut_fraction:.2f}%)",
+        cut = f"{self.edge_cut:,} of {counted(self.num_edges, 'edge', spec=',')} ({100 * self.cut_fraction:.2f}%)"
+        lines = [f"edge cut: {cut}",
                  "imbalance (max/mean - 1): " + ", ".join(f"{name} {100 * value:.2f}%"
                                                          for name, value in self.imbalance.items())]
         header = ["part", "nodes", *names, "halo"]

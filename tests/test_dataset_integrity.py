@@ -1,0 +1,156 @@
+"""A dataset directory keeps what meta.json promises: class ids below its num_classes (also after
+a hand edit that updated the checksum), features that fit their dtype, and a failed write
+leaves nothing behind."""
+from __future__ import annotations
+
+import errno
+import json
+import re
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from salientpp.cli import main
+from salientpp.data import format as data_format
+from salientpp.data.format import load_dataset, save_dataset
+from salientpp.data.importers import load_source
+from salientpp.errors import InputError
+from salientpp.io import file_checksum
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def refused(capsys, command: str, args: list[str], root: Path, *expected: str) -> str:
+    """Run ``salientpp COMMAND ARGS``; assert exit code 2, one sentence on one line of stderr
+    holding ``expected``, and nothing under ``root`` created or changed."""
+    before = snapshot(root)
+    assert main([command, *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.startswith(f"salientpp {command}: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err + captured.out
+    assert not re.search(r"[.!?] +[A-Z]", err.replace("e.g.", "eg")), err
+    for text in expected:
+        assert text in err, (text, err)
+    assert snapshot(root) == before
+    return err
+
+
+def small_npz(path: Path, **changes) -> Path:
+    """20 nodes, 2 classes, 3 float32 features; ``changes`` replace arrays."""
+    rng = np.random.default_rng(0)
+    arrays = {"edge_index": rng.integers(0, 20, (2, 40)), "x": rng.standard_normal((20, 3)).astype(np.float32),
+              "y": rng.integers(0, 2, 20), "train_idx": np.arange(5), "val_idx": np.arange(5, 8),
+              "test_idx": np.arange(8, 20)}
+    arrays.update(changes)
+    np.savez(path, **arrays)
+    return path
+
+
+def replace_labels(directory: Path, edit) -> None:
+    """Apply ``edit`` to y.npy and record the new checksum, as a careful hand edit would."""
+    y = np.load(directory / "y.npy")
+    edit(y)
+    np.save(directory / "y.npy", y)
+    meta = json.loads((directory / "meta.json").read_text())
+    meta["files"]["y"]["checksum"] = file_checksum(directory / "y.npy")
+    (directory / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture
+def cora_dir(tmp_path, cora_npz) -> Path:
+    return save_dataset(load_source(f"npz:{cora_npz}"), tmp_path / "cora")
+
+
+# ---- class ids against meta.json's num_classes ------------------------------------------------
+
+def test_partition_refuses_labels_outside_num_classes(tmp_path, capsys, cora_dir):
+    replace_labels(cora_dir, lambda y: y.__setitem__(5, 99))
+    refused(capsys, "partition", [str(cora_dir), str(tmp_path / "cora-2"), "--parts", "2"], tmp_path,
+            str(cora_dir), "labels outside [-1, 7) for num_classes 7", "99 at node 5")
+
+
+@pytest.mark.parametrize("value", [0, "7", None, True])
+def test_partition_refuses_a_meta_json_without_a_positive_num_classes(tmp_path, capsys, cora_dir, value):
+    meta = json.loads((cora_dir / "meta.json").read_text())
+    meta["num_classes"] = value
+    (cora_dir / "meta.json").write_text(json.dumps(meta))
+    refused(capsys, "partition", [str(cora_dir), str(tmp_path / "cora-2"), "--parts", "2"], tmp_path,
+            "gives num_classes as", "not a positive integer")
+
+
+def test_labels_are_checked_in_chunks_naming_the_node(tmp_path, monkeypatch):
+    dataset = load_source(f"npz:{small_npz(tmp_path / 'd.npz')}")
+    d = save_dataset(dataset, tmp_path / "d")
+    replace_labels(d, lambda y: y.__setitem__(17, 2))  # meta.json says 2 classes
+    monkeypatch.setattr(data_format, "_FINITE_CHUNK_BYTES", 3 * 8)  # chunks of 3 labels
+    with pytest.raises(InputError, match=r"outside \[-1, 2\) for num_classes 2, such as 2 at node 17;"):
+        load_dataset(d)
+
+
+def test_prepare_refuses_labels_at_or_above_num_classes(tmp_path, capsys):
+    (tmp_path / "g.txt").write_text("0 1\n1 2\n2 3\n3 0\n")
+    np.save(tmp_path / "y.npy", np.array([0, 3, 1, -1]))
+    refused(capsys, "prepare", [f"edgelist:{tmp_path / 'g.txt'}", "--labels", str(tmp_path / "y.npy"),
+                                "--num-classes", "3", "--num-features", "2", str(tmp_path / "out")], tmp_path,
+            "hold the class id 3, outside [-1, 3) for --num-classes 3", "pass --num-classes 4 or more")
+
+
+def test_num_classes_above_the_largest_label_is_recorded_through_partition(tmp_path, capsys):
+    source = f"npz:{small_npz(tmp_path / 'd.npz')}"
+    assert main(["prepare", source, str(tmp_path / "d"), "--num-classes", "5"]) == 0
+    assert "5 classes" in capsys.readouterr().out
+    assert json.loads((tmp_path / "d" / "meta.json").read_text())["num_classes"] == 5
+    assert main(["partition", str(tmp_path / "d"), str(tmp_path / "p"), "--parts", "2", "--method", "random"]) == 0
+    assert json.loads((tmp_path / "p" / "meta.json").read_text())["num_classes"] == 5
+
+
+# ---- float16 features --------------------------------------------------------------------------
+
+def test_prepare_says_finite_features_overflow_float16(tmp_path, capsys):
+    x = np.random.default_rng(1).standard_normal((20, 3)).astype(np.float32)
+    x[4, 2], x[9, 0] = 70000.0, -1.25e5
+    source = f"npz:{small_npz(tmp_path / 'd.npz', x=x)}"
+    err = refused(capsys, "prepare", [source, "--feature-dtype", "float16", str(tmp_path / "out")], tmp_path,
+                  "as large as 125000 in magnitude", "overflow float16", "--feature-dtype float32")
+    assert "NaN" not in err
+    assert main(["prepare", source, str(tmp_path / "out")]) == 0  # float32 holds them
+
+
+# ---- a full disk -------------------------------------------------------------------------------
+
+@contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """Writes past ``limit`` bytes of any file fail (EFBIG) as on a full disk: a short write,
+    which numpy reports without an errno."""
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_prepare_on_a_full_disk_says_so_and_leaves_no_output(tmp_path, capsys, monkeypatch):
+    x = np.ones((20, 8192), dtype=np.float32)  # a 640 KiB x.npy
+    source = f"npz:{small_npz(tmp_path / 'd.npz', x=x)}"
+    out = tmp_path / "out"
+    with file_size_limit(256 << 10):
+        refused(capsys, "prepare", [source, str(out)], tmp_path, f"cannot write {out}: ",
+                "the file grew larger than the file system allows")
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(data_format, "write_meta", no_space)
+    refused(capsys, "prepare", [source, str(out)], tmp_path, f"cannot write {out}: no space left on device",
+            "free space or choose another output path")
