@@ -10,6 +10,27 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
 
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
+_REAL = re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.ASCII | re.IGNORECASE)
+
+
+def integer(text: str) -> int:
+    """``"12"`` -> 12: ASCII digits with an optional sign, nothing else. Python's ``int`` also
+    reads ``"1_2"`` and other scripts' digits, which a user who typed them did not mean as a
+    number; raises ``ValueError`` for them (argparse reports it as an invalid integer)."""
+    if not _INTEGER.fullmatch(str(text)):
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
+
+
+def real(text: str) -> float:
+    """``"0.5"``, ``"1e-3"``, ``"inf"`` -> float, with the rules of :func:`integer` (no
+    underscores, ASCII digits only); ``ValueError`` otherwise."""
+    if not _REAL.fullmatch(str(text)):
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
 def _items(text: str, what: str, example: str) -> list[str]:
     """The comma-separated items of ``text``, stripped; ``[]`` for a blank ``text``. An empty item
     (``"5,,5"``, ``"5,"``, ``",5"``) is refused: it is a typo, not a value to skip."""
@@ -32,8 +53,9 @@ def number_list(text: str, kind: type, what: str, example: str) -> tuple:
     empty item (``"5,,5"``, a trailing comma).
     """
     items = _items(text, what, example)
+    convert = integer if kind is int else real
     try:
-        return tuple(kind(p) for p in items)
+        return tuple(convert(p) for p in items)
     except ValueError:
         noun = "integers" if kind is int else "numbers"
         raise InputError(f"{what} must be comma-separated {noun} like {example}, got {text!r}") from None

@@ -3,13 +3,15 @@ and exposes ``register(subparsers)``, which adds its parser and sets ``func(args
 
 :func:`main` is where bad input and a bad environment become one sentence and exit code 2
 (:class:`~salientpp.errors.InputError`, and an ``OSError`` of a full disk, a read-only file
-system, missing permissions... that escaped the commands' own checks), Ctrl-C exit code 130
-and SIGTERM exit code 143, both after the commands' cleanup has run.
+system, missing permissions... that escaped the commands' own checks), a failed local rank
+one line per failed rank and exit code 1, Ctrl-C exit code 130 and SIGTERM exit code 143,
+both after the commands' cleanup has run.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import signal
 import sys
 import threading
@@ -20,13 +22,17 @@ from .. import __version__
 from .._env import OMP_WAIT, set_defaults
 from ..errors import InputError
 from ..io import WRITE_ERRNOS, os_error_sentence
+from ..parsing import integer, real
 
 # Before any command imports torch and its OpenMP runtime (no import above loads torch).
 set_defaults(OMP_WAIT)
 
+from ..distributed.group import WorkerError  # noqa: E402  (loads torch: after the defaults above)
+
 # Order of the subcommands in ``salientpp --help``; each name is a module of this package.
 COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "predict", "bench", "selfcheck")
 
+EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -36,6 +42,30 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread when SIGTERM arrives during :func:`main`. A subclass of
     ``KeyboardInterrupt``, so every ``finally`` and ``except BaseException`` cleanup that runs
     for Ctrl-C (temporary output directories, local ranks) runs for SIGTERM too."""
+
+
+class Parser(argparse.ArgumentParser):
+    """salientpp's argument parser (every subcommand's too: argparse builds subparsers of the
+    parent's class). Three differences from argparse's:
+
+    * an option's value may be a list of negative numbers (``--eval-fanouts -1,-1``), which
+      argparse would read as an unknown option;
+    * ``type=int`` and ``type=float`` read ASCII numbers only (:func:`~salientpp.parsing.integer`,
+      :func:`~salientpp.parsing.real`): ``5_0`` is not 50, and other scripts' digits are refused;
+    * an error is one line and exit code 2, pointing at ``--help`` instead of printing the usage.
+    """
+
+    # argparse's own rule (-1, -.5) plus comma-separated lists of integers.
+    NEGATIVE_NUMBERS = re.compile(r"^-[0-9]+$|^-[0-9]*\.[0-9]+$|^-[0-9]+(,-?[0-9]+)+$")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self.NEGATIVE_NUMBERS
+        self.register("type", int, integer)
+        self.register("type", float, real)
+
+    def error(self, message: str):
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -48,7 +78,7 @@ def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="salientpp", allow_abbrev=False,
         description="Distributed GNN training with VIP-driven caching of remote vertex features.")
     parser.add_argument("--version", action="version", version=f"salientpp {__version__}")
@@ -95,6 +125,12 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _first_line(message: str) -> str:
+    """The first line of a rank's report (an exception's message may run over several)."""
+    lines = message.strip().splitlines()
+    return lines[0] if lines else message
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -104,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"salientpp {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except WorkerError as exc:  # a local rank raised or died: one line per failed rank
+        print(f"salientpp {args.command}: error: rank {exc.rank} failed: {_first_line(exc.message)}", file=sys.stderr)
+        for rank, message in exc.others:
+            print(f"  then rank {rank} failed: {_first_line(message)}", file=sys.stderr)
+        return EXIT_FAILED
     except Terminated:
         print(f"salientpp {args.command}: terminated", file=sys.stderr)
         return EXIT_TERMINATED

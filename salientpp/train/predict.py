@@ -19,19 +19,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..cache.plan import partition_identity
 from ..distributed import CommStats, init_distributed, launch, shutdown_distributed
-from ..loader.graph import DistGraph
-from ..loader.loader import DistNeighborLoader
-from ..errors import InputError
-from ..io import atomic_output_dir, check_output_dir, save_array, write_meta
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard
+from ..errors import InputError, check_int
+from ..io import atomic_output_dir, check_output_dir, save_array, shown, write_meta
+from ..loader.graph import DistGraph
+from ..loader.loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model
-from ..partition import load_partitioned
-from .checkpoint import LAST, load_checkpoint
+from ..partition import PartitionedDataset, load_partitioned
+from ..sampling.link import NODE
+from .checkpoint import LAST, Checkpoint, load_checkpoint
 from .config import LAYERWISE
 from .evaluation import Evaluator, supports_layerwise
-from .tasks import MULTICLASS, all_gather_rows, task_of
+from .tasks import MULTICLASS, Task, all_gather_rows, task_of
 
 KIND = "salientpp-predictions"
 FULL_NEIGHBOURHOOD = -1
@@ -46,18 +48,46 @@ def _checkpoint_file(checkpoint: str | os.PathLike) -> Path:
     return path
 
 
-def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | None:
-    """One rank: the outputs of the nodes it owns; rank 0 returns everything gathered."""
-    path = _checkpoint_file(checkpoint)
+def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path: Path) -> tuple[Checkpoint, Task]:
+    """The checkpoint at ``path`` and its task, checked before any rank starts: trained on
+    ``part_dir`` (whose partitioned dataset is ``data``), a node classifier (not a link
+    predictor), its metric one the labels allow. :class:`InputError` otherwise."""
+    ckpt = load_checkpoint(path.parent, {}, name=path.name, matching=())
+    if ckpt.options.get("dataset") != partition_identity(data.meta):
+        raise InputError(f"{path} was trained on another partitioned dataset than {part_dir}; pass the PART_DIR "
+                         "it was trained on, or the checkpoint of a run on this one")
+    kind = ckpt.options.get("task", NODE)
+    if kind != NODE:
+        raise InputError(f"{path} holds a {shown(kind)} prediction model, but `salientpp predict` writes the "
+                         "outputs of node classifiers only; pass the checkpoint of a `salientpp train` run "
+                         f"with --task {NODE}")
+    return ckpt, task_of(data, ckpt.options.get("metric"))
+
+
+def _misfit(expected: dict[str, torch.Tensor], weights: dict) -> str:
+    """Why the checkpoint's ``weights`` (name -> tensor) cannot be loaded into a model whose state
+    dict is ``expected``: a missing or extra name, or another shape; ``""`` when they fit."""
+    for name, tensor in expected.items():
+        if name not in weights:
+            return f"it lacks {shown(name)}"
+        shape = getattr(weights[name], "shape", None)
+        if shape is None or tuple(shape) != tuple(tensor.shape):
+            return f"its {shown(name)} has shape {shown(list(shape or ()))}, the model's {list(tensor.shape)}"
+    extra = sorted(set(weights) - set(expected), key=str)
+    return f"the model has no {shown(extra[0])}" if extra else ""
+
+
+def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray | None:
+    """One rank: the outputs of the nodes it owns. Rank 0 returns float32 ``[N, C]`` every node's
+    outputs in the original ids; the others return ``None``. The checkpoint is the one
+    :func:`_node_checkpoint` accepted."""
+    path = Path(checkpoint)
     ctx = init_distributed()
     try:
         graph = DistGraph(part_dir, ctx)
-        ckpt = load_checkpoint(path.parent, {"dataset": graph.identity}, name=path.name, matching=("dataset",))
+        ckpt = load_checkpoint(path.parent, {}, name=path.name, matching=())
         options = ckpt.options
         task = task_of(graph.data, options.get("metric"))
-        if options.get("task", "node") != "node":
-            raise InputError(f"{path} holds a {options['task']} prediction model; `salientpp predict` writes the "
-                             "outputs of node classifiers only")
         embedding_dim, features = options.get("embedding_dim", 0), options.get("features", True)
         embedding = None
         if embedding_dim:  # the learned rows of this rank, from the checkpoint's shard
@@ -66,6 +96,11 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | Non
         in_dim = (graph.num_features if features else 0) + embedding_dim
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"])
+        misfit = _misfit(model.state_dict(), ckpt.model)
+        if misfit:
+            raise InputError(f"the weights in {path} do not fit the {shown(options['model'])} model its options "
+                             f"describe ({misfit}); pass the checkpoint that `salientpp train` wrote, with the "
+                             "model code it was trained with")
         model.load_state_dict(ckpt.model)
         model.eval()
         owned = np.arange(graph.num_owned, dtype=np.int64)
@@ -94,26 +129,34 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> dict | Non
         order = np.asarray(graph.data.orig_id)[ids[:, 0].long().numpy()]
         out = np.empty((graph.num_nodes, task.num_outputs), dtype=np.float32)
         out[order] = outputs.numpy()
-        return {"outputs": out, "kind": task.kind, "metric": task.metric, "epoch": ckpt.epoch}
+        return out
     finally:
         shutdown_distributed(ctx)
 
 
 def predict(part_dir: str | os.PathLike, checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
             batch_size: int = 1024) -> Path:
-    """Write every node's outputs under ``out_dir`` (see the module docstring); returns it."""
+    """Write every node's outputs under ``out_dir`` (see the module docstring); returns it.
+
+    The inputs are checked before any rank starts (:class:`InputError`: ``batch_size`` not a
+    positive integer, ``out_dir`` existing, no checkpoint, one of another dataset or of a link
+    predictor). A rank that fails raises :class:`~salientpp.distributed.WorkerError`; a failed write
+    (a full disk) raises :class:`InputError` and leaves no ``out_dir``.
+    """
+    batch_size = check_int(batch_size, "--batch-size", hint="pass e.g. --batch-size 1024")
     out = check_output_dir(out_dir)
     path = _checkpoint_file(checkpoint)
-    num_parts = load_partitioned(part_dir, verify=False, check=False).num_parts
-    if num_parts == 1:
-        result = _rank_outputs(str(part_dir), str(path), batch_size)
+    data = load_partitioned(part_dir, verify=False, check=False)
+    ckpt, task = _node_checkpoint(part_dir, data, path)
+    rank_args = (str(part_dir), str(path), batch_size)
+    if data.num_parts == 1:
+        outputs = _rank_outputs(*rank_args)
     else:
-        result = launch(_rank_outputs, (str(part_dir), str(path), batch_size), num_parts)[0]
-    outputs = result["outputs"]
-    predicted = outputs.argmax(1).astype(np.int64) if result["kind"] == MULTICLASS else outputs > 0
+        outputs = launch(_rank_outputs, rank_args, data.num_parts)[0]
+    predicted = outputs.argmax(1).astype(np.int64) if task.kind == MULTICLASS else outputs > 0
     with atomic_output_dir(out) as tmp:
         files = {"outputs": save_array(tmp, "outputs", outputs), "predicted": save_array(tmp, "predicted", predicted)}
-        write_meta(tmp, {"kind": KIND, "checkpoint": str(path), "epoch": result["epoch"], "task": result["kind"],
-                         "metric": result["metric"], "ids": "original (the dataset salientpp prepare wrote)",
+        write_meta(tmp, {"kind": KIND, "checkpoint": str(path), "epoch": ckpt.epoch, "task": task.kind,
+                         "metric": task.metric, "ids": "original (the dataset salientpp prepare wrote)",
                          "files": files})
     return out
