@@ -39,7 +39,9 @@ LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 
 
 def format_bytes(size: int) -> str:
-    """``"13.4 GiB"`` from 1 GiB on, ``"512 MiB"`` below."""
+    """``"512 MiB"`` below 1 GiB, ``"13.4 GiB"`` below 1 TiB, ``"4.0 TiB"``, ``"3,072.0 TiB"`` from there."""
+    if size >= 1024 * GiB:
+        return f"{size / (1024 * GiB):,.1f} TiB"
     return f"{size / GiB:.1f} GiB" if size >= GiB else f"{size / MiB:.0f} MiB"
 
 

@@ -10,8 +10,10 @@ becomes one sentence (:func:`write_error`, :func:`output_errors`).
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -34,6 +36,32 @@ def shown(text: object) -> str:
     text = text if isinstance(text, str) else repr(text)
     text = "".join(c if c.isprintable() else "?" for c in text)
     return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
+
+
+# The key a dict written by :func:`strict_json` gains for its values that were not finite numbers.
+NULL_REASONS = "null_reasons"
+
+
+def strict_json(value: Any, indent: int | None = None) -> str:
+    """``value`` as strict JSON (RFC 8259 has no NaN or Infinity, and strict parsers refuse
+    them): a float that is not finite is written as ``null``, and the dict holding it gains
+    ``"null_reasons": {key: "not a number" | "infinite"}``, so a reader can tell why it is missing."""
+    return json.dumps(_finite(value), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        out = {key: _finite(item) for key, item in value.items()}
+        reasons = {key: "not a number" if math.isnan(item) else "infinite" for key, item in value.items()
+                   if isinstance(item, float) and not math.isfinite(item)}
+        if reasons:
+            out[NULL_REASONS] = {**out.get(NULL_REASONS, {}), **reasons}
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def file_checksum(path: Path) -> str:
@@ -203,6 +231,8 @@ def check_writable_file(path: str | os.PathLike, what: str = "output file", exis
     if _exists(out, out):
         if out.is_dir():
             raise InputError(f"{what} {out} is a directory, not a file; choose a file path")
+        if not out.is_file():  # a device (/dev/full), a FIFO or a socket: writes may fail or block later
+            raise InputError(f"{what} {out} is not a regular file; choose a file path")
         if not exist_ok:
             raise InputError(f"{what} {out} already exists; remove it or choose another path")
         try:
@@ -213,6 +243,96 @@ def check_writable_file(path: str | os.PathLike, what: str = "output file", exis
         return out
     _check_parent(out, parents)
     return out
+
+
+def owning_directory(path: str | os.PathLike) -> str | None:
+    """The directory salientpp manages that ``path`` lies in (its parent or above), described for a message
+    (``"the partitioned directory /data/p4"``), else ``None``: a directory with a
+    ``meta.json`` of a salientpp kind (a dataset, partition, cache plan, predictions,
+    experiment), or a checkpoint directory (one holding ``last.pt``). A run's outputs must not
+    go there: they would change the files the directory's checksums or checkpoints describe."""
+    for directory in Path(os.path.abspath(path)).parents:
+        meta = directory / "meta.json"
+        try:
+            if meta.is_file():
+                with open(meta) as f:
+                    kind = json.load(f).get("kind")
+                if isinstance(kind, str) and kind.startswith("salientpp-"):
+                    return f"the {shown(kind.removeprefix('salientpp-').replace('-', ' '))} directory {directory}"
+            if (directory / "last.pt").is_file():
+                return f"the checkpoint directory {directory}"
+        except (OSError, ValueError, AttributeError, RecursionError):
+            continue  # unreadable or not a JSON object: not a directory salientpp wrote
+    return None
+
+
+def check_output_location(path: str | os.PathLike, what: str) -> None:
+    """Refuse an output ``path`` (``what`` names it: ``"--json"``) that is or lies in a directory
+    salientpp manages (:func:`owning_directory`), in one sentence."""
+    owner = owning_directory(path)
+    if owner is not None:
+        raise InputError(f"{what} {path} lies in {owner}, whose files a run must not change; write it elsewhere")
+
+
+@contextmanager
+def output_lock(path: str | os.PathLike, what: str, directory: bool) -> Iterator[None]:
+    """Hold an exclusive lock on an output ``path`` (a directory, or a file appended to) for
+    the block, so two runs never write the same output: a second run is refused in one sentence
+    naming ``what`` (``"--checkpoint-dir"``).
+
+    The lock is ``flock`` on the path itself, which the kernel releases when the holder exits,
+    however it exits (a killed run leaves no stale lock). ``path`` is created when absent (its
+    parent must exist) and removed again at the end when it is still empty, so a run that fails
+    before writing leaves nothing behind.
+    """
+    out = Path(path)
+    created = not _exists(out, out)
+    try:
+        if directory:
+            out.mkdir(exist_ok=True)
+            fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    try:
+        _lock(fd, out, what)
+        try:
+            yield
+        finally:
+            if created:
+                try:
+                    if directory:
+                        out.rmdir()
+                    elif out.stat().st_size == 0:
+                        out.unlink()
+                except OSError:
+                    pass  # not empty (or already gone): the run wrote it
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, path: Path, what: str) -> None:
+    """Take the exclusive lock of :func:`output_lock` on ``fd``, or refuse in one sentence."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise InputError(f"another salientpp run is writing {what} {path} (it holds its lock); wait for it to end, "
+                         f"or choose another {what}") from None
+
+
+def check_unlocked(path: str | os.PathLike, what: str) -> None:
+    """Refuse, like :func:`output_lock`, an output that another run holds the lock of; takes no
+    lock itself (a check before the long work; the run takes the lock when it starts)."""
+    out = Path(path)
+    try:
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:
+        return  # absent or unreadable: nobody holds it, or the writability checks say why
+    try:
+        _lock(fd, out, what)
+    finally:
+        os.close(fd)  # closing releases the lock just taken
 
 
 def check_output_dir(out_dir: str | os.PathLike, what: str = "output directory") -> Path:
@@ -335,6 +455,23 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     with atomic_output_file(path) as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+def replace_file(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` (new or replaced) through a temporary sibling renamed over it,
+    so a failed write leaves the previous file as it was and becomes one sentence
+    (:func:`write_error`). Written with Python's file I/O, whose short write on a full disk raises
+    an ``OSError`` with its errno (``torch.save`` to a file raises a bare ``RuntimeError``)."""
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with output_errors(out):
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, out)
 
 
 def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:

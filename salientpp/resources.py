@@ -19,7 +19,7 @@ import numpy as np
 
 from .cache.plan import Budget
 from .cache.workload import Workload
-from .errors import InputError
+from .errors import InputError, counted
 from .host import MiB, format_bytes, memory_budget
 from .partition.format import PartitionedDataset
 from .partition.metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE
@@ -56,6 +56,10 @@ BATCH_NODE_BYTES = 48
 # (width d_in for SAGE and GIN, whose messages are gathered inputs; d_out for GAT's projected
 # messages and attention). Fitted to forward + backward peaks of a 3-layer model.
 ACTIVATION_TENSORS = {"sage": (4, 1), "gin": (6, 1), "gat": (4, 5), "gcn": (4, 1)}
+# Bytes per scored pair of link prediction besides its embedding rows: the drawn pair and its
+# index into the batch's nodes (int64, before and after deduplication), its label and score
+# (float32) and the score's gradient.
+LINK_PAIR_BYTES = 48
 # Bytes per parameter: weight, gradient, Adam's two moments, DDP's gradient bucket (float32).
 PARAMETER_BYTES = 20
 # What a rank that keeps freed host memory for reuse (salientpp.distributed.host_memory) holds
@@ -220,7 +224,8 @@ def estimate_partition(meta: dict[str, Any], parts: int, method: str,
         items["multilevel chunk and coarse graphs"] = held_bytes(n, e, options)
         advice = "use a machine with more memory (the multilevel partitioner needs its per-vertex arrays)"
     items["vertex arrays"] = max(LAYOUT_VERTEX_WORDS * 8 * n, assign_vertex)
-    return MemoryEstimate(f"partitioning {n:,} nodes and {e:,} edges into {parts} parts with {method}", items, advice)
+    return MemoryEstimate(f"partitioning {counted(n, 'node', spec=',')} and {counted(e, 'edge', spec=',')} into "
+                          f"{counted(parts, 'part')} with {method}", items, advice)
 
 
 def multilevel_budget(meta: dict[str, Any], limit: int | None) -> int:
@@ -318,7 +323,8 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
                    pipeline_depth: int, cache: str, local_ranks: int, replication: float | None = None,
                    cached_rows: int | None = None, model: str = "sage", eval_fanouts: Sequence[int] | None = None,
                    eval_batch_size: int | None = None, embedding_dim: int = 0, features: bool = True,
-                   reuse_freed_memory: bool = True, sampler_threads: int = 1) -> MemoryEstimate:
+                   reuse_freed_memory: bool = True, sampler_threads: int = 1,
+                   link_pairs: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """Peak memory of ``salientpp train`` on one machine: ``local_ranks`` ranks of the partitioned
     dataset ``data`` together.
 
@@ -345,7 +351,10 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     * with ``embedding_dim`` D > 0: ``embedding table and optimizer state``, each rank's owned
       rows three times (the table and, once every row was touched, Adam's two moments) and 16
       bytes per owned row (the optimiser's slot map and step count). Without ``features`` no
-      feature row is read or fetched, so the feature items are left out.
+      feature row is read or fetched, so the feature items are left out;
+    * with ``link_pairs`` (link prediction): ``scored pairs``, :data:`LINK_PAIR_BYTES` plus three
+      float32 rows of ``hidden`` (the two endpoints' gathered embeddings and their product) per
+      pair, for each training batch in flight and one evaluation batch.
 
     Args:
         fanouts, batch_size, hidden, layers, replication, pipeline_depth, cache, model: as in
@@ -357,7 +366,9 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         local_ranks: ranks started on this machine (1 <= R <= K).
         sampler_threads: C++ sampler threads per rank and loader.
         eval_fanouts, eval_batch_size: sampled inference (default batch size: ``batch_size``);
-            ``None`` when the run does not evaluate or evaluates layer-wise.
+            ``None`` when the run does not evaluate or evaluates layer-wise. With link
+            prediction both batch sizes count seed nodes (:func:`~salientpp.sampling.link.link_batch_bound`).
+        link_pairs: ``(training, evaluation)`` scored node pairs per batch of link prediction.
     """
     n, k, e = data.num_nodes, data.num_parts, int(data.col.shape[0])
     row = data.num_features * data.feature_dtype.itemsize if features else 0
@@ -402,12 +413,16 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         items["cache plan analysis (rank 0)"] = analysis
     else:
         items.update(running)
+    if any(link_pairs):
+        pair_bytes = LINK_PAIR_BYTES + 3 * 4 * hidden
+        items["scored pairs"] = ranks * ((pipeline_depth + 1) * link_pairs[0] + link_pairs[1]) * pair_bytes
     items["model and optimizer"] = ranks * PARAMETER_BYTES * _parameter_count(dims)
     loaders = 1 + (eval_fanouts is not None)  # the training loader and the evaluation loader, each with its sampler
     items["sampler id maps"] = ranks * loaders * (sampler_threads + 1) * id_map
+    negatives = ", --num-negatives, --eval-negatives" if any(link_pairs) else ""
     return MemoryEstimate(f"training {ranks} of {k} partitions of {n:,} nodes on this machine", items,
-                          "use fewer local ranks, a smaller --batch-size, --pipeline-depth or --replication, "
-                          "or a machine with more memory")
+                          f"use fewer local ranks, a smaller --batch-size{negatives}, --pipeline-depth or "
+                          "--replication, or a machine with more memory")
 
 
 def _kept_freed(step_bytes: int, reuse_freed_memory: bool) -> dict[str, int]:

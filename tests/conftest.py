@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
+import signal
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +112,17 @@ def fail_probe_in(monkeypatch, directory: Path, code: int) -> None:
         return real(*args, dir=dir, **kwargs)
 
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+@contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """Writes past ``limit`` bytes of any file fail (EFBIG) as on a full disk: a short write,
+    which numpy reports without an errno."""
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import errno
 import json
 import re
-import resource
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import file_size_limit
 from salientpp.cli import main
 from salientpp.data import format as data_format
 from salientpp.data.format import load_dataset, save_dataset
@@ -125,19 +122,6 @@ def test_prepare_says_finite_features_overflow_float16(tmp_path, capsys):
 
 
 # ---- a full disk -------------------------------------------------------------------------------
-
-@contextmanager
-def file_size_limit(limit: int) -> Iterator[None]:
-    """Writes past ``limit`` bytes of any file fail (EFBIG) as on a full disk: a short write,
-    which numpy reports without an errno."""
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 def test_prepare_on_a_full_disk_says_so_and_leaves_no_output(tmp_path, capsys, monkeypatch):

@@ -114,7 +114,7 @@ def test_torchrun_max_restarts_resumes_from_the_checkpoint(p2, tmp_path):
            "--checkpoint-every", "2steps", "--quiet", "--timeout", "60"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "resumed from epoch 0, step 2" in proc.stdout, proc.stdout
+    assert "resumed from the checkpoint at step 2 of epoch 0" in proc.stdout, proc.stdout
     assert proc.stdout.count("trained 2 epochs") == 1  # one summary, from rank 0
     ckpt = torch.load(tmp_path / "ck" / "last.pt", weights_only=True)
     assert (ckpt["epoch"], ckpt["step"]) == (2, 0) and [h["epoch"] for h in ckpt["history"]] == [0, 1]
@@ -174,10 +174,12 @@ def test_startup_refuses_ranks_with_different_options(p2):
     assert "rank 1 has fanouts = [4, 4] but rank 0 has [5, 5]" in _mismatch([a, b])
 
 
-@pytest.mark.parametrize("option, values", [("sampler", ("nodewise", "bulk")), ("minibatches_per_bulk", (8, 4)),
-                                            ("pipeline_depth", (1, 2))])
-def test_startup_refuses_ranks_with_different_sampling_options(p2, option, values):
-    a, b = (TrainConfig(part_dir=p2, epochs=1, timeout_s=30, cache="none", **{**TINY, option: value}) for value in values)
+@pytest.mark.parametrize("option, values, others", [("sampler", ("nodewise", "bulk"), {}),
+                                                    ("minibatches_per_bulk", (8, 4), {"sampler": "bulk"}),
+                                                    ("pipeline_depth", (1, 2), {})])
+def test_startup_refuses_ranks_with_different_sampling_options(p2, option, values, others):
+    a, b = (TrainConfig(part_dir=p2, epochs=1, timeout_s=30, cache="none", **{**TINY, **others, option: value})
+            for value in values)
     message = _mismatch([a, b])
     assert f"rank 1 has {option} = {values[1]!r} but rank 0 has {values[0]!r}" in message, message
 
@@ -195,7 +197,9 @@ def test_startup_refuses_ranks_with_different_cache_plans(p2, tmp_path):
         save_plans(build_plans(ctx, policy, Budget(replication=0.2)), tmp_path / name)
     a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, plan=str(tmp_path / "a"), **TINY).validate()
     b = TrainConfig(**{**a.to_dict(), "plan": str(tmp_path / "b")}).validate()
-    assert "start every rank with the same cache plan" in _mismatch([a, b])
+    message = _mismatch([a, b])
+    assert "rank 1 has the cache plan's policy = 'degree' but rank 0 has 'vip'" in message, message
+    assert "start every rank with the same cache plan" in message and len(message) < 300, message
 
 
 def test_startup_refuses_more_ranks_than_partitions(tiny_partitions):

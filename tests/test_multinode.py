@@ -276,8 +276,8 @@ def test_a_killed_worker_on_one_machine_restarts_both_and_the_run_ends_as_if_uni
     writer = _rank0((a, b))
     # Checkpoints after every 2nd step: the job lost step 2 of epoch 1 only, and rank 0 counts
     # one restart.
-    resumed = f"resumed from epoch {KILL_EPOCH}, step {KILL_STEP - KILL_STEP % 2} after 1 restart(s)"
-    assert resumed in writer.output(), _report((a, b))
+    resumed = f"resumed from the checkpoint at step {KILL_STEP - KILL_STEP % 2} of epoch {KILL_EPOCH}"
+    assert resumed in writer.output() and "restarted 1 time after a rank failed" in writer.output(), _report((a, b))
     lines = _lines(writer.json)
     assert [line["epoch"] for line in lines] == list(range(EPOCHS)), lines  # no epoch written twice or lost
     _assert_same_run(lines, local_run, tmp_path / "job" / "shared-ck", where=f"(killed at {fault} on B)")

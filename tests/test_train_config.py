@@ -63,8 +63,9 @@ def test_validate_only_checks_and_resolved_fills_the_defaults_in(tiny_partitions
     assert (resolved.cache, resolved.replication, resolved.gpu_fraction) == ("vip", 0.1, 0.15)
     assert resolved.resolved() == resolved  # resolving twice changes nothing
     full = TrainConfig(part_dir, mode="full-graph", layers=2).resolved()
-    assert (full.fanouts, full.inference) == ((-1, -1), "layerwise")
-    with pytest.raises(InputError, match="--fanouts does not apply to --mode full-graph"):
+    assert (full.fanouts, full.eval_fanouts, full.inference, full.cache) == (None, None, "layerwise", None)
+    assert full.resolved() == full  # what does not apply to the run stays unset, so it resolves again
+    with pytest.raises(InputError, match="--fanouts 15,10,5 applies only to runs with --mode minibatch"):
         TrainConfig(part_dir, mode="full-graph", layers=3, fanouts=DEFAULT_FANOUTS).validate()
 
 

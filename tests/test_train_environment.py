@@ -26,7 +26,7 @@ from salientpp.train import TrainConfig, TrainResult, train
 from salientpp.cache import plan as plan_module
 from salientpp.train import setup as run_setup
 from salientpp.train.checkpoint import LAST
-from conftest import one_sentence
+from conftest import file_size_limit, one_sentence
 
 SMALL = ["--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-fanouts", "5,5"]
 
@@ -110,22 +110,26 @@ def _tiny(part_dir: str, **kwargs) -> TrainConfig:
                        progress=False, **kwargs)
 
 
-def test_a_full_disk_while_writing_metrics_is_named_as_such(p1):
-    with pytest.raises(InputError, match="cannot write /dev/full: no space left on device"):
+def test_a_full_disk_while_writing_metrics_is_named_as_such(p1, tmp_path, monkeypatch):
+    with pytest.raises(InputError, match="--json /dev/full is not a regular file"):  # refused before the run
         train(_tiny(p1, epochs=1, eval_every=0, json_path="/dev/full"))
+    metrics = tmp_path / "m.jsonl"
+
+    def full(value, indent=None):
+        raise OSError(errno.ENOSPC, "No space left on device")  # a failed write names no file
+    monkeypatch.setattr("salientpp.train.loop.strict_json", full)
+    with pytest.raises(InputError, match=f"cannot write {metrics}: no space left on device"):
+        train(_tiny(p1, epochs=1, eval_every=0, json_path=str(metrics)))
 
 
-def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(p1, tmp_path, monkeypatch):
+def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(p1, tmp_path):
     ckpt = tmp_path / "ckpt"
     train(_tiny(p1, epochs=1, eval_every=0, checkpoint_dir=str(ckpt)))
     before = _snapshot(ckpt)
-
-    def full(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"partial")  # what a disk that fills up mid-write leaves
-        raise OSError(errno.ENOSPC, "No space left on device", str(f))
-    monkeypatch.setattr(torch, "save", full)
-    with pytest.raises(InputError, match=f"cannot write {ckpt}: no space left on device"):
-        train(_tiny(p1, epochs=2, eval_every=0, checkpoint_dir=str(ckpt), resume=True))
+    size = (ckpt / "last.pt").stat().st_size
+    with file_size_limit(size // 2), pytest.raises(InputError, match=f"cannot write {ckpt / 'last.pt'}: the file "
+                                                                     "grew larger than the file system allows"):
+        train(_tiny(p1, epochs=2, eval_every=0, checkpoint_dir=str(ckpt), resume=True))  # a real short write
     assert _snapshot(ckpt) == before  # last.pt intact, no temporary left
 
 
@@ -190,7 +194,7 @@ def test_peer_reports_never_show_negative_ages():
 
 
 @pytest.mark.parametrize("result, expected", [
-    (TrainResult(epochs_done=1), "trained 1 epoch (no validation accuracy"),
+    (TrainResult(epochs_done=1), "trained 1 epoch (no best validation metric: no epoch evaluated"),
     (TrainResult(metric="accuracy", epochs_done=3, best_valid=0.5, best_epoch=2, test_at_best=0.4, final_test=0.4),
      "trained 3 epochs: best valid accuracy 0.5000 (epoch 2)"),
 ])

@@ -70,7 +70,7 @@ def test_a_bad_model_spec_is_one_sentence_before_any_rank_starts(tiny_partitions
 def test_layerwise_inference_is_refused_for_a_user_model(tiny_partitions, user_module):
     with pytest.raises(InputError, match="layer-wise inference runs the built-in models"):
         TrainConfig(str(tiny_partitions[0] / "p2"), model=f"{user_module}:make", inference="layerwise",
-                    **SMALL).validate()
+                    **{**SMALL, "eval_fanouts": None}).validate()
 
 
 def test_multi_label_targets_train_with_bce_and_report_roc_auc(tmp_path, tiny_partitions):
@@ -89,7 +89,7 @@ def test_predict_writes_every_node_in_original_ids_and_equals_the_layerwise_eval
     partition_dataset(dataset, tmp_path / "p2", 2)
     ckpt = tmp_path / "ckpt"
     result = train(TrainConfig(str(tmp_path / "p2"), epochs=2, inference="layerwise", checkpoint_dir=str(ckpt),
-                               **SMALL))
+                               **{**SMALL, "eval_fanouts": None}))
     assert cli_main(["predict", str(tmp_path / "p2"), "--checkpoint", str(ckpt), "--out", str(tmp_path / "pred")]) == 0
     outputs = np.load(tmp_path / "pred" / "outputs.npy")
     predicted = np.load(tmp_path / "pred" / "predicted.npy")

@@ -21,7 +21,6 @@ figure does.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from typing import Any
 
@@ -30,7 +29,7 @@ from ..cache.policies import get_policy
 from ..cache.simulator import check_replication
 from ..distributed.network import parse_network
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_output_dir, check_output_paths, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
 from ..plots import check_plot_path, require_pyplot
@@ -199,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
               "fanouts": list(parse_fanouts(args.fanouts)), "batch_size": args.batch_size, "hidden": args.hidden,
               "device": args.device, "rows": rows}
     if args.json_path:
-        write_text_atomic(args.json_path, json.dumps(result, indent=2) + "\n")
+        write_text_atomic(args.json_path, strict_json(result, indent=2) + "\n")
         print(f"results written to {args.json_path}")
     if args.plot:
         with atomic_output_file(args.plot) as tmp:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import time
 from typing import Any
@@ -29,7 +28,7 @@ from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..fullgraph import Dependencies, check_dependencies
 from ..fullgraph.plan import candidate_plans
-from ..io import atomic_output_file, check_writable_file, write_text_atomic
+from ..io import atomic_output_file, check_writable_file, strict_json, write_text_atomic
 from ..distributed import init_distributed, launch, shutdown_distributed
 from ..plots import require_pyplot
 from ..train import TrainConfig, train
@@ -201,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
             epochs = r["epochs_to_target"] if r["epochs_to_target"] > 0 else "not reached"
             print(f"| {name} | {epochs} | {r['seconds_to_target']:.2f} | {r['epoch_s']:.3f} | {r['best_valid']:.4f} |")
     if args.json_path:
-        write_text_atomic(args.json_path, json.dumps(results, indent=2) + "\n")
+        write_text_atomic(args.json_path, strict_json(results, indent=2) + "\n")
     if args.plot:
         _plot(rows, args.plot, f"{args.part_dir}: {args.model}, {args.layers} layers, hidden {args.hidden}")
         print(f"plot: {args.plot}")

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..data.format import KIND
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_writable_file, read_meta, write_text_atomic
+from ..io import atomic_output_file, check_writable_file, read_meta, strict_json, write_text_atomic
 from ..parsing import name_list, parse_memory_limit
 from ..plots import require_pyplot
 from ..partition.format import KIND as PARTITIONED
@@ -178,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
         if line:
             print(line)
     if args.json_path:
-        write_text_atomic(args.json_path, json.dumps(rows, indent=2) + "\n")
+        write_text_atomic(args.json_path, strict_json(rows, indent=2) + "\n")
     if args.plot:
         _plot(rows, args.plot, args.parts)
         print(f"plot: {args.plot}")

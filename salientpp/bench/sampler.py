@@ -23,7 +23,6 @@ node-wise sampler at the same thread count, "vs PyG" by PyG at the same thread c
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import time
@@ -38,7 +37,7 @@ import torch
 from ..sampling import parse_fanouts
 from ..data.format import load_dataset
 from ..errors import InputError
-from ..io import atomic_output_file, check_output_dir, check_output_paths, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
@@ -434,7 +433,7 @@ def main(args: argparse.Namespace) -> int:
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
     if args.json:
-        write_text_atomic(args.json, json.dumps({"config": asdict(config), "rows": [asdict(r) for r in rows]},
+        write_text_atomic(args.json, strict_json({"config": asdict(config), "rows": [asdict(r) for r in rows]},
                                                 indent=2) + "\n")
     if args.plot:
         with atomic_output_file(args.plot) as tmp:

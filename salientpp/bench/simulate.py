@@ -9,7 +9,6 @@ rows fetched per epoch per policy and α and the saving efficiency
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -20,7 +19,7 @@ from ..cache.workload import Workload
 from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..partition.format import load_partitioned
-from ..io import check_output_dir, write_text_atomic
+from ..io import check_output_dir, strict_json, write_text_atomic
 from ..parsing import name_list, number_list
 
 DEFAULT_POLICIES = "vip,vip-cavity,vip-simulation,degree,halo,num-paths,random,oracle"
@@ -72,6 +71,6 @@ def main(args: argparse.Namespace) -> int:
             print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
         reports.append({"fanouts": list(fanouts), "batch_size": batch_size, "seconds": seconds, **result.to_json()})
     if args.json:
-        write_text_atomic(args.json, json.dumps(reports, indent=2) + "\n")
+        write_text_atomic(args.json, strict_json(reports, indent=2) + "\n")
         print(f"results written to {args.json}")
     return 0

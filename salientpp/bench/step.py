@@ -24,7 +24,6 @@ faulted in page by page; ``--no-reuse-freed-memory`` keeps glibc's default inste
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import warnings
@@ -38,7 +37,7 @@ from ..sampling import parse_fanouts
 from ..data.format import load_dataset
 from ..distributed.host_memory import keep_freed_memory
 from ..errors import check_int
-from ..io import check_output_dir, write_text_atomic
+from ..io import check_output_dir, strict_json, write_text_atomic
 from ..models.gnn import MFGModel
 from ..models.ops import aggregate, dropout
 from .pyg_baseline import PyGReferenceModel
@@ -182,5 +181,5 @@ def main(args: argparse.Namespace) -> int:
         r["speedup"] = base / max(r["cpu_s"], 1e-12)
         print(f"| {r['group']} | {r['impl']} | {r['cpu_ms_per_batch']:.1f} | {r['speedup']:.2f}x |")
     if args.json_path:
-        write_text_atomic(args.json_path, json.dumps(rows, indent=2) + "\n")
+        write_text_atomic(args.json_path, strict_json(rows, indent=2) + "\n")
     return 0

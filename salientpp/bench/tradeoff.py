@@ -9,7 +9,6 @@ validation epoch, per training seed.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from tqdm import tqdm
 from ..cache.workload import Workload
 from ..sampling import parse_fanouts
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_output_dir, check_output_paths, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
 from ..parsing import number_list
 from ..plots import check_plot_path, require_pyplot
 from ..partition import load_partitioned
@@ -159,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
     rows = run_tradeoff(args.part_dir, configurations, args.epochs, seeds, options)
     print(format_table(rows))
     if args.json:
-        write_text_atomic(args.json, json.dumps({"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds,
+        write_text_atomic(args.json, strict_json({"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds,
                                                  **options, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
         print(f"results written to {args.json}")
     if args.plot:

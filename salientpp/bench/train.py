@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH
 from ..errors import InputError, check_int
-from ..io import check_output_dir, write_text_atomic
+from ..io import check_output_dir, strict_json, write_text_atomic
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
 from ..loader.pipeline import StageTimes
@@ -260,5 +259,5 @@ def main(args: argparse.Namespace) -> int:
     if args.json_path:
         for r in rows:
             r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
-        write_text_atomic(args.json_path, json.dumps(rows, indent=2) + "\n")
+        write_text_atomic(args.json_path, strict_json(rows, indent=2) + "\n")
     return 0

@@ -11,7 +11,6 @@ mean absolute error (with the part of it expected from Monte-Carlo noise alone).
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import time
 import tracemalloc
@@ -25,7 +24,7 @@ from ..cache.workload import Workload, check_batch_size
 from ..sampling import parse_fanouts
 from ..cache.options import add_task_options, edge_seeds_from
 from ..errors import InputError
-from ..io import check_output_dir, write_text_atomic
+from ..io import check_output_dir, strict_json, write_text_atomic
 from ..parsing import name_list
 from ..partition.format import load_partitioned
 from ..sampling import SAMPLERS, SamplerKind, make_sampler
@@ -176,6 +175,6 @@ def main(args: argparse.Namespace) -> int:
         report["accuracy"] = acc
         report["mc_batches"] = args.mc_batches
     if args.json:
-        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+        write_text_atomic(args.json, strict_json(report, indent=2) + "\n")
         print(f"results written to {args.json}")
     return 0

@@ -219,14 +219,25 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
     return plans
 
 
+# The longest default plan name: file systems refuse names of more than 255 bytes.
+MAX_PLAN_NAME = 128
+
+
 def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget) -> str:
+    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload and the budget. A name
+    longer than :data:`MAX_PLAN_NAME` (the fanouts of a deep model) keeps its first characters
+    and ends in a digest of the whole name, so distinct plans keep distinct names."""
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
     training = workloads[0]
     sampler = "" if training.sampler is SamplerKind.NODEWISE else f"-{training.sampler.value}"
     if training.edges is not None:
         sampler += "-link"
-    return f"{policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}"
+    name = f"{policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}"
+    if len(name) <= MAX_PLAN_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{name[:MAX_PLAN_NAME - len(digest) - 1]}-{digest}"
 
 
 def default_plan_dir(part_dir: str | os.PathLike, policy: str, workloads: Sequence[Workload], budget: Budget,

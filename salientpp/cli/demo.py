@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from . import main
 
     check_int(args.parts, "--parts")
+    check_int(args.epochs, "--epochs")
     work = check_output_dir(args.out) if args.out else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
     with output_errors(work):
         work.mkdir(exist_ok=True)

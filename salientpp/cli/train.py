@@ -5,10 +5,12 @@ import argparse
 import os
 import sys
 
-from ..distributed import WorkerError
+from ..distributed.group import is_first_rank
 from ..distributed.health import StageError
 from ..train import TrainResult, train
+from ..train.checkpoint import describe_position
 from ..train.config import add_options, config_from_args
+from ..train.state import VALID_METRIC
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,13 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         result = train(config_from_args(args))
-    except WorkerError as exc:
-        print(f"salientpp train: error: {exc}", file=sys.stderr)
-        for rank, message in exc.others:
-            print(f"  then rank {rank} failed: {message}", file=sys.stderr)
-        if exc.details:
-            print(exc.details, file=sys.stderr)
-        return 1
     except StageError as exc:  # this process is one rank of a torchrun job
         print(f"salientpp train: error: {exc}", file=sys.stderr)
         # Leave at once: a peer is gone, so threads of the process group and the loader may still
@@ -39,19 +34,23 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    if int(os.environ.get("RANK", 0)) != 0:  # one summary per job under torchrun
+    if not is_first_rank():  # one summary per job under torchrun
         return 0
-    if result.resumed_from is not None or result.restarts:
-        epoch, step = result.resumed_from or (0, 0)
-        print(f"resumed from epoch {epoch}, step {step} after {result.restarts} restart(s)")
+    if result.resumed_from is not None:
+        print(f"resumed from the checkpoint at {describe_position(*result.resumed_from)}")
+    if result.restarts:
+        print(f"restarted {result.restarts} time{'' if result.restarts == 1 else 's'} after a rank failed")
     print(summary(result))
     return 0
 
 
 def summary(result: TrainResult) -> str:
-    """The closing line of a run: epochs, and the accuracies where the run evaluated."""
+    """The closing line of a run: epochs, and the metrics where the run evaluated."""
     line = f"trained {result.epochs_done} epoch{'' if result.epochs_done == 1 else 's'}"
     if result.best_epoch < 0:
-        return line + " (no validation accuracy: evaluation was off or there are no validation nodes)"
+        evaluated = any(VALID_METRIC in h for h in result.history)
+        why = (f"it was not a number in any epoch (e.g. {result.metric} of a split with one class)" if evaluated
+               else "no epoch evaluated a validation split (--eval-every 0, or the split is empty)")
+        return f"{line} (no best validation {result.metric or 'metric'}: {why})"
     return (f"{line}: best valid {result.metric} {result.best_valid:.4f} (epoch {result.best_epoch}), "
             f"test at best valid {result.test_at_best:.4f}, final test {result.final_test:.4f}")

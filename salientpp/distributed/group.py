@@ -93,8 +93,22 @@ class DistContext:
 
 
 def env_is_distributed() -> bool:
-    """True when a launcher (ours or torchrun) has set the rendezvous variables."""
-    return all(key in os.environ for key in ENV_KEYS)
+    """True when a launcher (ours or torchrun) has set the rendezvous variables; :class:`InputError`
+    when only some are set (``RANK`` and ``WORLD_SIZE`` without ``MASTER_ADDR``), which would
+    otherwise train alone without a word."""
+    given = [key for key in ENV_KEYS if key in os.environ]
+    if given and len(given) < len(ENV_KEYS):
+        missing = [key for key in ENV_KEYS if key not in os.environ]
+        raise InputError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} set but {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not, so this process cannot join a job; set every "
+                         f"one of {', '.join(ENV_KEYS)} (torchrun does), or none to train alone")
+    return len(given) == len(ENV_KEYS)
+
+
+def is_first_rank() -> bool:
+    """Whether this process is rank 0 of its job (``RANK``), or alone: the process that writes a
+    run's outputs and holds their locks."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def restart_count() -> int:

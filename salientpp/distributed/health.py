@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any, Callable
 
 from ..errors import InputError
+from ..io import shown
 from .group import DistContext
 
 
@@ -139,15 +140,16 @@ class Health:
 def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:
     """Check that every rank holds the same ``facts`` (JSON-serialisable); a collective.
 
-    Raises :class:`InputError` naming the first fact on which a rank differs from rank 0, or the
-    ranks that did not post their facts within the timeout.
+    Raises :class:`InputError` naming the first fact (in the order of ``facts``) on which a rank
+    differs from rank 0, with both values shortened to a line, or the ranks that did not post
+    their facts within the timeout.
     """
     if ctx.rendezvous_store is None or ctx.world_size == 1:
         return
     # The ranks check a topic equally often, so the n-th check of each meets under its own keys.
     check = ctx.agree_rounds.get(topic, 0)
     ctx.agree_rounds[topic] = check + 1
-    ctx.rendezvous_store.set(f"agree/{topic}/{check}/{ctx.rank}", json.dumps(facts, sort_keys=True, default=str))
+    ctx.rendezvous_store.set(f"agree/{topic}/{check}/{ctx.rank}", json.dumps(facts, default=str))
     keys = [f"agree/{topic}/{check}/{r}" for r in range(ctx.world_size)]
     start = time.monotonic()
     while not ctx.rendezvous_store.check(keys):
@@ -159,7 +161,7 @@ def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:
     reference = json.loads(ctx.rendezvous_store.get(keys[0]))
     for rank in range(1, ctx.world_size):
         theirs = json.loads(ctx.rendezvous_store.get(keys[rank]))
-        for key in sorted(set(reference) | set(theirs)):
+        for key in [*reference, *(key for key in theirs if key not in reference)]:  # rank 0's order first
             if reference.get(key) != theirs.get(key):
-                raise InputError(f"rank {rank} has {key} = {theirs.get(key)!r} but rank 0 has "
-                                 f"{reference.get(key)!r}; start every rank with the same {topic}")
+                raise InputError(f"rank {rank} has {key} = {shown(repr(theirs.get(key)))} but rank 0 has "
+                                 f"{shown(repr(reference.get(key)))}; start every rank with the same {topic}")

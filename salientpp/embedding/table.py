@@ -30,6 +30,7 @@ they never interleave with the loaders' exchange or with DDP's all-reduces.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,7 +43,7 @@ import torch.distributed as dist
 
 from ..errors import InputError, check_int
 from ..hashing import GOLDEN, splitmix64_array
-from ..io import output_errors
+from ..io import output_errors, replace_file
 from .optim import SparseOptimizer, make_sparse_optimizer
 
 Init = Callable[[np.ndarray, int], np.ndarray]
@@ -254,13 +255,9 @@ def save_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> No
     path = Path(directory) / shard_name(tag, emb.ctx.rank)
     with output_errors(path):
         path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name("." + path.name + ".tmp")
-        try:
-            torch.save(emb.state_dict(), tmp)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, path)
+    buffer = io.BytesIO()
+    torch.save(emb.state_dict(), buffer)
+    replace_file(path, buffer.getvalue())
 
 
 def load_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> None:

@@ -155,7 +155,11 @@ class DistGraph:
                 local_order, num_device_local = np.asarray(loaded.local_order), loaded.num_gpu_local
                 cache_slot, num_device_slots = loaded.slot_map(), int(loaded.gpu_ids.shape[0])
                 identity = info.raw
-            agree(self.ctx, "cache plan", {"cache plan": identity})
+            # one fact per field of the plan's meta.json, the plain ones (policy, budget) before
+            # the tables (files), so a disagreement names the field that tells the plans apart
+            fields = sorted(identity.items(), key=lambda item: isinstance(item[1], (dict, list)))
+            agree(self.ctx, "cache plan", {f"the cache plan's {key}": value for key, value in fields}
+                  if identity else {"cache plan": None})
             store = FeatureStore(self.ctx, self.book, self.part.x, local_order, num_device_local, cache_slot,
                                  num_device_slots)
             exchange = RowExchange(self.ctx, store.serve, store.num_features, store.dtype)

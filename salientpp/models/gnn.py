@@ -329,6 +329,27 @@ def model_input(model: nn.Module) -> ModelInput:
     return kind
 
 
+@dataclass(frozen=True)
+class ExpectedOutputs:
+    """What a model must return for a batch of ``n`` seeds: float ``[n, columns]``.
+
+    Attributes:
+        columns: outputs per seed; meaning: what they are, for a message (``"a score per class
+            of 7"``); model: the ``--model`` value that built the model, for a message.
+    """
+
+    columns: int
+    meaning: str
+    model: str
+
+    def check(self, out: torch.Tensor, seeds: int) -> None:
+        """:class:`InputError` in one sentence unless ``out`` is ``[seeds, columns]``."""
+        if out.dim() != 2 or tuple(out.shape) != (seeds, self.columns):
+            raise InputError(f"the model {self.model} returned outputs of shape {list(out.shape)} for a batch of "
+                             f"{seeds} seeds, but training needs [{seeds}, {self.columns}] ({self.meaning}); fix "
+                             "the model's forward or its factory")
+
+
 @dataclass
 class SeedForward:
     """Calls a model on a :class:`~salientpp.loader.loader.Batch` the way the model declares
@@ -338,7 +359,9 @@ class SeedForward:
     false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given.
     A user's model gets float32 rows; a built-in :class:`~salientpp.models.gnn.MFGModel`
     (``takes_stored_features``) gets features without an embedding as stored, float16 included, and
-    converts them as its first layer reads them.
+    converts them as its first layer reads them. With ``expected``, every output is checked
+    against it (:class:`ExpectedOutputs`), so a model of the wrong shape fails at its first batch
+    in one sentence.
     """
 
     model: nn.Module
@@ -346,11 +369,13 @@ class SeedForward:
     embedding: Any = None
     features: bool = True
     takes_stored_features: bool = False
+    expected: ExpectedOutputs | None = None
 
     @classmethod
-    def of(cls, model: nn.Module, embedding: Any = None, features: bool = True) -> "SeedForward":
+    def of(cls, model: nn.Module, embedding: Any = None, features: bool = True,
+           expected: ExpectedOutputs | None = None) -> "SeedForward":
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-        return cls(model, model_input(inner), embedding, features, isinstance(inner, MFGModel))
+        return cls(model, model_input(inner), embedding, features, isinstance(inner, MFGModel), expected)
 
     def inputs(self, batch) -> torch.Tensor:
         """``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an
@@ -363,10 +388,14 @@ class SeedForward:
     def __call__(self, batch) -> torch.Tensor:
         x = self.inputs(batch)
         if self.kind is ModelInput.MFGS:
-            return self.model(x, batch.mfgs)
-        extra = ({"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
-                 if self.kind is ModelInput.EDGE_INDEX_HOPS else {})
-        return self.model(x, batch.edge_index, **extra)[:batch.batch_size]
+            out = self.model(x, batch.mfgs)
+        else:
+            extra = ({"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
+                     if self.kind is ModelInput.EDGE_INDEX_HOPS else {})
+            out = self.model(x, batch.edge_index, **extra)[:batch.batch_size]
+        if self.expected is not None:
+            self.expected.check(out, batch.batch_size)
+        return out
 
     def seed_outputs(self, batch) -> torch.Tensor | None:
         """:meth:`__call__` of a batch with seeds; ``None`` for an empty step, which still takes

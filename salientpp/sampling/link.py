@@ -45,6 +45,14 @@ def check_num_negatives(value) -> int:
     return check_int(value, "the number of negatives per edge (--num-negatives)")
 
 
+def link_batch_bound(num_positives: int, num_negatives: int, mode: NegativeSampling | str) -> tuple[int, int]:
+    """``(seed nodes, pairs)`` of a batch of :func:`draw_link_seeds`: at most ``2 P + e P r``
+    distinct endpoints (``e`` = 2 new endpoints per uniform negative, 1 per per-source negative,
+    which shares its positive's source) and exactly ``P (1 + r)`` scored pairs."""
+    endpoints = 1 if NegativeSampling(mode) is NegativeSampling.PER_SOURCE else 2
+    return num_positives * (2 + endpoints * num_negatives), num_positives * (1 + num_negatives)
+
+
 @dataclass(frozen=True)
 class LinkSeeds:
     """One batch of link seeds.

@@ -12,6 +12,7 @@ previous checkpoint intact.
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +21,9 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..io import check_writable_dir, output_errors
+from ..io import check_writable_dir, output_errors, replace_file
 
 LAST, BEST = "last.pt", "best.pt"
-# Options that must be equal for a checkpoint to be resumed ("dataset" is the partitioning's identity).
-MATCHING = ("dataset", "model", "hidden", "layers", "fanouts", "batch_size", "seed", "embedding_dim", "features",
-            "task", "decoder")
 
 
 @dataclass
@@ -67,14 +65,16 @@ def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) 
     directory = Path(directory)
     with output_errors(directory):
         directory.mkdir(exist_ok=True)
-        for name in (LAST, BEST) if best else (LAST,):
-            tmp = directory / f".{name}.tmp"
-            try:
-                torch.save(ckpt.__dict__, tmp)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            os.replace(tmp, directory / name)
+    buffer = io.BytesIO()
+    torch.save(ckpt.__dict__, buffer)
+    for name in (LAST, BEST) if best else (LAST,):
+        replace_file(directory / name, buffer.getvalue())
+
+
+def describe_position(epoch: int, step: int) -> str:
+    """Where a checkpoint ``(epoch, step)`` stands, in the 0-based epochs of the progress lines:
+    ``(3, 0)`` -> ``"the end of epoch 2"``, ``(3, 40)`` -> ``"step 40 of epoch 3"``."""
+    return f"the end of epoch {epoch - 1}" if step == 0 else f"step {step} of epoch {epoch}"
 
 
 def has_checkpoint(directory: str | os.PathLike | None) -> bool:
@@ -100,10 +100,11 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
     return path
 
 
-def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], name: str = LAST,
-                    matching: tuple[str, ...] = MATCHING) -> Checkpoint:
+def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], matching: tuple[str, ...],
+                    name: str = LAST) -> Checkpoint:
     """Load ``directory/name`` and check that it was written with the same ``matching`` options as
-    ``options`` (by default the model and the data; ``predict`` checks only the data)."""
+    ``options`` (training: the data's identity ``"dataset"`` and the options a checkpoint must
+    match; ``predict``: the data only)."""
     path = Path(directory) / name
     if not path.is_file():
         raise InputError(f"there is no checkpoint {path} to resume from; run without --resume first")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -26,12 +27,12 @@ import torch
 
 from ..cache.plan import GPU_FRACTION
 from ..cache.policies import get_policy
-from ..distributed.group import restart_count
+from ..distributed.group import is_first_rank, restart_count
 from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int
 from ..fullgraph.plan import Dependencies
-from ..io import check_writable_file
+from ..io import check_output_location, check_unlocked, check_writable_file
 from ..models import MODELS
 from ..models.gnn import check_model
 from ..parsing import parse_memory_limit
@@ -83,6 +84,8 @@ class Option:
         resume_matches: a checkpoint is resumed only by a run with the same value.
         alias: ``(flag, value, help)``: a second flag that sets the field to ``value``, exclusive
             with the first (``--no-pipeline`` for ``--pipeline-depth 1``).
+        needs: the option applies only to runs where ``needs.holds(config)``; set to anything but
+            its default elsewhere, it is refused (``--dependencies`` without ``--mode full-graph``).
     """
 
     help: str
@@ -97,6 +100,26 @@ class Option:
     plan_decides: bool = False
     resume_matches: bool = False
     alias: tuple[str, Any, str] | None = None
+    needs: "Needs | None" = None
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The runs an option applies to: those where ``holds(config)``, which ``what`` names as the
+    options that make it so (``"--task link"``)."""
+
+    what: str
+    holds: Callable[["TrainConfig"], bool]
+
+
+MINIBATCH_ONLY = Needs("--mode minibatch", lambda config: config.mode == MINIBATCH)
+FULL_GRAPH_ONLY = Needs("--mode full-graph", lambda config: config.mode == FULL_GRAPH)
+LINK_ONLY = Needs("--task link", lambda config: config.task == LINK)
+BULK_ONLY = Needs("--sampler bulk or ladies", lambda config: SamplerKind(config.sampler).is_bulk)
+EMBEDDING_ONLY = Needs("--embedding-dim", lambda config: config.embedding_dim > 0)
+CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoint_dir))
+SAMPLED_INFERENCE_ONLY = Needs("--inference sampled in --mode minibatch",
+                               lambda config: config.inference == SAMPLED and config.mode == MINIBATCH)
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
@@ -124,8 +147,17 @@ def non_negative(value: Any, flag: str) -> None:
 
 
 def positive_number(value: Any, flag: str) -> None:
-    if not value > 0:
-        raise InputError(f"{flag} must be positive, got {value}")
+    if not (value > 0 and math.isfinite(value)):
+        raise InputError(f"{flag} must be a positive finite number, got {value}")
+
+
+# The longest --timeout: torch's collectives keep it in milliseconds, and a longer one is no timeout.
+MAX_TIMEOUT_S = 10**6
+
+
+def _timeout(value: Any, flag: str) -> None:
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise InputError(f"{flag} must be a number of seconds in (0, {MAX_TIMEOUT_S:,}], got {value}")
 
 
 def one_of(choices: tuple[str, ...], what: str) -> Callable[[Any, str], None]:
@@ -182,13 +214,19 @@ def _joined(values: tuple[int, ...]) -> str:
     return ",".join(map(str, values))
 
 
+def _shown(value: Any) -> str:
+    """An option's value as it is typed: ``15,10,5`` for a tuple."""
+    return _joined(value) if isinstance(value, tuple) else str(value)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """What to train, where, and how: one field per option of ``salientpp train`` (each field's
     :class:`Option` holds its help, which is the reference; ``salientpp train --help`` prints it).
 
     Fields left ``None`` take a default that depends on other options, filled in by
-    :meth:`resolved`: ``fanouts`` (15,10,5; every neighbour in full-graph mode), ``eval_fanouts``
+    :meth:`resolved` where the option applies to the run (else it stays ``None``): ``fanouts``
+    (15,10,5; full-graph mode aggregates every neighbour without them), ``eval_fanouts``
     (20 per layer), ``eval_batch_size`` (the batch size), ``cache``/``replication``/
     ``gpu_fraction`` (vip, 0.1, 0.15; ``None`` with ``--plan``, whose plan decides them), and
     ``pipeline_depth``, ``num_threads``, ``torch_threads`` (the thread budget of this machine,
@@ -206,7 +244,7 @@ class TrainConfig:
         Dependencies.HYBRID.value, "--mode full-graph: recompute remote vertices' hidden rows (cache), exchange them "
         "every layer (communicate), or choose per vertex or level by a cost model calibrated on this machine, timing "
         "the plans it predicts close to the fastest once at start-up", choices=tuple(d.value for d in Dependencies),
-        check=one_of(tuple(d.value for d in Dependencies), "dependency mode"), agreed=True)
+        check=one_of(tuple(d.value for d in Dependencies), "dependency mode"), agreed=True, needs=FULL_GRAPH_ONLY)
     model: str = option("sage", "a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
                         "torch.nn.Module (see salientpp.models.gnn for how the trainer calls it)",
                         metavar="sage|gat|gin|gcn|PKG.MODULE:FUNCTION", check=lambda value, flag: check_model(value),
@@ -215,28 +253,32 @@ class TrainConfig:
                                 default_text="accuracy for class labels, roc-auc for multi-label and for --task link",
                                 check=_metric, agreed=True)
     task: str = option("node", "node classification, or link prediction over the held-out edges of `salientpp "
-                       "prepare --link-split`", choices=TASKS, check=one_of(TASKS, "task"), agreed=True, resume_matches=True)
-    num_negatives: int = option(1, "--task link: negatives per training edge", type=int, check=positive, agreed=True)
+                       "prepare --link-split`", choices=TASKS, check=one_of(TASKS, "task"), agreed=True,
+                       resume_matches=True, needs=MINIBATCH_ONLY)
+    num_negatives: int = option(1, "--task link: negatives per training edge", type=int, check=positive, agreed=True,
+                                needs=LINK_ONLY)
     negative_sampling: str = option(
         NegativeSampling.UNIFORM.value, "--task link: uniform random node pairs, or random destinations of each "
         "edge's source", choices=tuple(m.value for m in NegativeSampling),
-        check=one_of(tuple(m.value for m in NegativeSampling), "negative sampling"), agreed=True)
+        check=one_of(tuple(m.value for m in NegativeSampling), "negative sampling"), agreed=True, needs=LINK_ONLY)
     decoder: str = option("dot", "--task link: how a node pair is scored from its embeddings", choices=DECODERS,
-                          check=one_of(DECODERS, "decoder"), agreed=True, resume_matches=True)
+                          check=one_of(DECODERS, "decoder"), agreed=True, resume_matches=True, needs=LINK_ONLY)
     eval_negatives: int = option(100, "--task link: negatives of its source each held-out edge is ranked against "
-                                 "(MRR, hits@K)", type=int, check=positive, agreed=True)
+                                 "(MRR, hits@K)", type=int, check=positive, agreed=True, needs=LINK_ONLY)
     hidden: int = option(256, "hidden width", type=int, check=positive, agreed=True, resume_matches=True)
     layers: int = option(3, "number of layers", type=int, check=positive, agreed=True, resume_matches=True)
     fanouts: tuple[int, ...] | None = option(
         None, "neighbours per hop, seeds first, one per layer; -1: every neighbour (ladies: nodes per layer)",
-        parse=parse_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True)
+        parse=parse_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True,
+        needs=MINIBATCH_ONLY)
     batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
                              check=positive, agreed=True, resume_matches=True)
     sampler: str = option(SamplerKind.NODEWISE.value, "training sampler; bulk: the same draws, many batches at "
                           "once; ladies: layer-wise importance sampling, --fanouts are nodes per layer (SAGE)",
-                          choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True)
+                          choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True, needs=MINIBATCH_ONLY)
     minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, "minibatches the bulk and ladies samplers draw at "
-                                       "once", flag="--bulk-size", type=int, metavar="K", check=positive, agreed=True)
+                                       "once", flag="--bulk-size", type=int, metavar="K", check=positive, agreed=True,
+                                       needs=BULK_ONLY)
     lr: float = option(0.003, "Adam learning rate", type=float,
                        check=lambda value, flag: positive_number(value, f"the learning rate ({flag})"), agreed=True)
     weight_decay: float = option(0.0, "Adam's L2 penalty of the model's parameters", type=float,
@@ -244,43 +286,48 @@ class TrainConfig:
     dropout: float = option(0.5, "dropout between layers", type=float, check=_dropout, agreed=True)
     embedding_dim: int = option(0, "learn a D-wide node embedding, partitioned like the features and updated by a "
                                 "sparse optimiser, and feed the model [x || emb]", type=int, metavar="D",
-                                default_text="0: none", check=non_negative, agreed=True, resume_matches=True)
+                                default_text="0: none", check=non_negative, agreed=True, resume_matches=True,
+                                needs=MINIBATCH_ONLY)
     features: bool = option(True, "feed the model the learned embedding alone (needs --embedding-dim); no features "
-                            "are fetched", flag="--no-features", agreed=True, resume_matches=True)
+                            "are fetched", flag="--no-features", agreed=True, resume_matches=True, needs=EMBEDDING_ONLY)
     embedding_optimizer: str = option("adam", "the embedding's sparse optimiser", choices=tuple(SPARSE_OPTIMIZERS),
-                                      check=one_of(tuple(SPARSE_OPTIMIZERS), "embedding optimizer"), agreed=True)
+                                      check=one_of(tuple(SPARSE_OPTIMIZERS), "embedding optimizer"), agreed=True,
+                                      needs=EMBEDDING_ONLY)
     embedding_lr: float = option(0.01, "the embedding's learning rate", type=float,
                                  check=lambda value, flag: positive_number(value, f"the embedding learning rate ({flag})"),
-                                 agreed=True)
+                                 agreed=True, needs=EMBEDDING_ONLY)
     plan: str | None = option(None, "a cache plan directory written by `salientpp analyze` (a replication factor or "
                               "byte budgets, any --name or --out): its device and host tiers and its owned rows on "
                               "the device are used as they are, so --cache, --replication and --gpu-fraction cannot "
-                              "be given with it", metavar="DIR")
+                              "be given with it", metavar="DIR", needs=MINIBATCH_ONLY)
     cache: str | None = option(None, "without --plan: the cache policy (vip, degree, halo, ...) or none; the plan "
                                "`salientpp analyze` writes for it is used from PART_DIR/cache, or built there",
-                               default_text=DEFAULT_CACHE, check=_policy, agreed=True, plan_decides=True)
+                               default_text=DEFAULT_CACHE, check=_policy, agreed=True, plan_decides=True,
+                               needs=MINIBATCH_ONLY)
     replication: float | None = option(None, "without --plan: alpha, each rank caches floor(alpha*N/K) remote rows",
                                        type=float, default_text=str(DEFAULT_REPLICATION),
                                        check=lambda value, flag: _at_least_0(value, "replication (alpha)"),
-                                       agreed=True, plan_decides=True)
+                                       agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
     gpu_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
                                         "the plan's order", type=float, default_text=str(GPU_FRACTION),
-                                        check=_fraction, agreed=True, plan_decides=True)
+                                        check=_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
     device: str = option("cpu", "training device", choices=DEVICES, check=one_of(DEVICES, "device"), agreed=True)
     precision: str = option(FP32, "number format of the training step: bf16 runs the forward under torch.autocast "
                             "with bfloat16 (CPUs with AVX512-BF16 or AMX, or GPUs)", choices=PRECISIONS,
-                            check=one_of(PRECISIONS, "precision"), agreed=True)
+                            check=one_of(PRECISIONS, "precision"), agreed=True, needs=MINIBATCH_ONLY)
     nprocs: int | None = option(None, "local ranks to start", type=int, default_text="one per partition",
                                 check=positive)
     pipeline_depth: int | None = option(
         None, "batches in flight between sampling and the model", type=int,
         default_text="from the thread budget: 4 on a GPU or when --torch-threads leaves cores free, else 1",
         check=positive, agreed=True,
-        alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"))
+        alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
+        needs=MINIBATCH_ONLY)
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
                             "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True)
     eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference", parse=parse_fanouts,
-                                                  default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True)
+                                                  default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True,
+                                                  needs=SAMPLED_INFERENCE_ONLY)
     eval_batch_size: int | None = option(None, "seeds per batch of sampled inference, destinations per chunk of "
                                          "layer-wise inference (lower it on power-law graphs)", type=int,
                                          default_text="--batch-size", check=positive, agreed=True)
@@ -289,8 +336,8 @@ class TrainConfig:
     checkpoint_dir: str | None = option(None, "write last.pt and best.pt here")
     checkpoint_every: str = option("1epoch", "checkpoint after every N steps (and at each epoch's end) or every N "
                                    "epochs", metavar="N[steps|epochs]",
-                                   check=lambda value, flag: parse_interval(value), agreed=True)
-    resume: bool = option(False, "continue from last.pt in --checkpoint-dir")
+                                   check=lambda value, flag: parse_interval(value), agreed=True, needs=CHECKPOINTS_ONLY)
+    resume: bool = option(False, "continue from last.pt in --checkpoint-dir", needs=CHECKPOINTS_ONLY)
     max_restarts: int = option(0, "when a rank fails, restart all ranks from the last checkpoint up to N times, like "
                                "torchrun --max-restarts", type=int, check=non_negative)
     json_path: str | None = option(None, "append one JSON line per epoch", flag="--json", metavar="FILE")
@@ -304,7 +351,7 @@ class TrainConfig:
                                        default_text="from the thread budget, a rank's cores = the cores of this "
                                        "machine / local ranks", check=positive)
     timeout_s: float = option(300.0, "seconds before a stuck collective fails", flag="--timeout", type=float,
-                              metavar="S", check=positive_number, agreed=True)
+                              metavar="S", check=_timeout, agreed=True)
     network: str | None = option(None, "emulate a cluster network for the row exchange: every all-to-all takes the "
                                  "time its bytes take on a link of RATE per rank and direction, plus LATENCY per "
                                  "collective (tc's units, e.g. 1gbit,50us); the bytes and results are unchanged",
@@ -332,9 +379,11 @@ class TrainConfig:
                 check(value, flag_of(f))
         self._check_combinations()
         filled = self._with_defaults()
-        kind = SamplerKind(filled.sampler)
-        check_fanouts(filled.fanouts, kind, self.layers)
-        check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
+        if filled.fanouts is not None:
+            check_fanouts(filled.fanouts, SamplerKind(filled.sampler), self.layers)
+        if filled.eval_fanouts is not None:
+            check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
+        self._check_output_paths()
         if self.checkpoint_dir:
             # Under torchrun a rank of a restarted job can see TORCHELASTIC_RESTART_COUNT=0 (its
             # agent did not count the restart): run_rank checks again once the ranks agree on it.
@@ -349,11 +398,29 @@ class TrainConfig:
         in (see the class docstring) and the names in their canonical spelling."""
         return self.validate()._with_defaults()
 
+    def _check_output_paths(self) -> None:
+        """The run's outputs go nowhere salientpp manages: not into a dataset, partition or plan
+        directory (the part directory's ``meta.json`` included), not into another run's
+        checkpoints, and the JSON lines not into the run's own checkpoint directory."""
+        outputs = (("--checkpoint-dir", self.checkpoint_dir), ("--json", self.json_path))
+        for flag, path in outputs:
+            if path:
+                check_output_location(path, flag)
+                if is_first_rank():  # the process that will hold the outputs' locks
+                    check_unlocked(path, flag)
+        if self.json_path and self.checkpoint_dir:
+            checkpoints = Path(os.path.abspath(self.checkpoint_dir))
+            if checkpoints in Path(os.path.abspath(self.json_path)).parents:
+                raise InputError(f"--json {self.json_path} lies in --checkpoint-dir {self.checkpoint_dir}, which "
+                                 "holds the run's checkpoints only; write the JSON lines elsewhere")
+
     def _with_defaults(self) -> "TrainConfig":
+        """The defaults filled in; an option that does not apply to the run (its ``needs``) is left
+        at its field default, so resolving a resolved config changes nothing."""
         full_graph = self.mode == FULL_GRAPH
         planned = self.plan is not None
         link = self.task == LINK
-        return replace(
+        filled = replace(
             self,
             plan=None if self.plan is None else str(self.plan),
             fanouts=(-1,) * self.layers if full_graph else tuple(self.fanouts or DEFAULT_FANOUTS),
@@ -366,9 +433,18 @@ class TrainConfig:
             cache=None if planned else (DEFAULT_CACHE if self.cache is None else self.cache),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
             gpu_fraction=None if planned else (GPU_FRACTION if self.gpu_fraction is None else self.gpu_fraction))
+        return replace(filled, **{f.name: f.default for f in fields(filled)
+                                  if option_of(f).needs is not None and not option_of(f).needs.holds(filled)})
 
     def _check_combinations(self) -> None:
         """The rules between options, on the options as given."""
+        for f in fields(self):
+            needs = option_of(f).needs
+            value = getattr(self, f.name)
+            if needs is not None and value != f.default and not needs.holds(self):
+                given = flag_of(f) if isinstance(value, bool) else f"{flag_of(f)} {_shown(value)}"
+                raise InputError(f"{given} applies only to runs with {needs.what}; drop it, or train with "
+                                 f"{needs.what}")
         if self.plan is not None:
             given = [flag_of(f) for f in fields(self) if option_of(f).plan_decides and getattr(self, f.name) is not None]
             if given:
@@ -383,9 +459,6 @@ class TrainConfig:
             raise InputError(f"the {kind.value} sampler's edge weights estimate a mean aggregation, which the "
                              f"built-in {self.model} model does not compute; use --model sage (or your own model "
                              "reading mfg.edge_weight)")
-        if not self.features and not self.embedding_dim:
-            raise InputError("--no-features leaves the model without input; give it --embedding-dim D to learn "
-                             "a node embedding instead")
         if self.embedding_dim and self.inference == LAYERWISE:
             raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
                              "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
@@ -395,25 +468,9 @@ class TrainConfig:
         if self.inference == LAYERWISE and self.model not in MODELS:
             raise InputError(f"layer-wise inference runs the built-in models layer by layer, not {self.model}; "
                              "use --inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
-        if self.resume and not self.checkpoint_dir:
-            raise InputError("--resume needs --checkpoint-dir, the directory of the run to continue")
-        if self.mode == FULL_GRAPH:
-            self._check_full_graph()
-
-    def _check_full_graph(self) -> None:
-        if self.fanouts is not None and set(self.fanouts) != {-1}:
-            raise InputError("--fanouts does not apply to --mode full-graph, which aggregates every neighbour; "
-                             "drop it")
-        if self.model not in MODELS:
+        if self.mode == FULL_GRAPH and self.model not in MODELS:
             raise InputError(f"--mode full-graph runs the built-in models layer by layer, not {self.model}; use "
                              f"--model {' or '.join(MODELS)}, or --mode minibatch")
-        refused = [(self.task == LINK, "--task link"), (self.embedding_dim > 0, "--embedding-dim"),
-                   (self.plan is not None, "--plan"), (self.precision != FP32, "--precision bf16")]
-        for given, flag in refused:
-            if given:
-                raise InputError(f"{flag} cannot be combined with --mode full-graph, which trains node "
-                                 "classification in float32 on the stored features without a feature cache; drop "
-                                 f"{flag} or use --mode minibatch")
 
     # -- derived views -----------------------------------------------------------------------------
     @property
@@ -446,6 +503,13 @@ def agreed_options(config: TrainConfig) -> dict[str, Any]:
 def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
     """The options a checkpoint must match to be resumed (those marked ``resume_matches``)."""
     return _options_where(config, "resume_matches")
+
+
+def resumable_flags() -> dict[str, str]:
+    """field -> flag of the options a resumed run may change that change its training (those
+    every rank agrees on, less those a checkpoint must match): ``--lr``, ``--epochs``, ..."""
+    return {f.name: flag_of(f) for f in fields(TrainConfig)
+            if option_of(f).agreed and not option_of(f).resume_matches}
 
 
 # ---- the command line -----------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from ..models import MFGModel
 from ..models.gnn import SeedForward
 from .config import LAYERWISE
 from .layerwise import LayerwiseInference
-from .state import TEST_METRIC, VALID_METRIC
-from .tasks import Task
+from .state import EVAL_SPLITS, TEST_METRIC, VALID_MAJORITY, VALID_METRIC
+from .tasks import ACCURACY, MULTICLASS, Task
 
 
 
@@ -36,18 +36,22 @@ class Evaluator:
         chunk_size: destinations per chunk of layer-wise inference.
         forward: how sampled inference calls the model on a batch (its input rows included);
             default ``SeedForward.of(model)``.
+        splits: the splits to score (of :data:`~salientpp.train.state.EVAL_SPLITS`), those with
+            nodes on some rank; the result has the metric of each.
     """
 
     def __init__(self, graph: DistGraph, model: torch.nn.Module, task: Task, inference: str,
                  loader: Callable[[np.ndarray], DistNeighborLoader], chunk_size: int,
-                 forward: SeedForward | None = None):
+                 forward: SeedForward | None = None, splits: tuple[str, ...] = EVAL_SPLITS):
         self.graph, self.model, self.task, self.inference = graph, model, task, inference
         self.forward = SeedForward.of(model) if forward is None else forward
-        self.seeds = np.concatenate([graph.split("valid"), graph.split("test")])
+        self.splits = splits
+        self.seeds = np.concatenate([graph.split(split) for split in splits])
         self.is_valid = torch.zeros(graph.num_owned, dtype=torch.bool)
         self.is_valid[torch.from_numpy(graph.split("valid") - graph.offset)] = True
         self._make_loader, self._loader = loader, None
         self._chunk_size, self._layerwise = chunk_size, None
+        self._majority: float | None = None
 
     def layerwise_logits(self, local_ids: np.ndarray, stats: CommStats) -> torch.Tensor:
         """``[len(local_ids), C]`` full-neighbour outputs for owned local ids (a collective)."""
@@ -72,6 +76,19 @@ class Evaluator:
                 yield logits, batch.y, batch.n_id[:batch.batch_size].cpu() - self.graph.offset
         stats.add(self._loader.stats)
 
+    def majority_rate(self) -> float:
+        """The share of the most common class among every rank's validation nodes (a collective,
+        computed on the first call): the accuracy of predicting that class for every node."""
+        if self._majority is None:
+            labels = self.graph.labels(torch.from_numpy(self.graph.split("valid")))
+            counts = torch.bincount(labels, minlength=self.task.num_outputs).double()
+            ctx = self.graph.ctx
+            if ctx.distributed:
+                counts = counts.to(ctx.comm_device)
+                torch.distributed.all_reduce(counts)
+            self._majority = float(counts.max() / counts.sum().clamp(min=1))
+        return self._majority
+
     @torch.no_grad()
     def __call__(self, epoch: int) -> dict[str, Any]:
         start = time.perf_counter()
@@ -84,8 +101,11 @@ class Evaluator:
             valid.update(logits[in_valid], targets[in_valid])
             test.update(logits[~in_valid], targets[~in_valid])
         ctx = self.graph.ctx
-        scores = {VALID_METRIC: valid.compute(device=ctx.comm_device, distributed=ctx.distributed),
-                  TEST_METRIC: test.compute(device=ctx.comm_device, distributed=ctx.distributed)}
+        scores = {key: accumulator.compute(device=ctx.comm_device, distributed=ctx.distributed)
+                  for split, key, accumulator in (("valid", VALID_METRIC, valid), ("test", TEST_METRIC, test))
+                  if split in self.splits}
+        if self.task.metric == ACCURACY and self.task.kind == MULTICLASS and "valid" in self.splits:
+            scores[VALID_MAJORITY] = self.majority_rate()
         return {**scores, "eval_comm": stats.summed(ctx).as_dict(), "eval_s": time.perf_counter() - start}
 
 

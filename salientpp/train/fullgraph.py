@@ -104,7 +104,8 @@ class FullGraphTrainer(Trainer):
         self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
                                  config.layers, config.dropout).to(ctx.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        self.evaluator = Evaluator(graph, self.model, self.task, LAYERWISE, None, config.eval_batch_size)
+        self.evaluator = Evaluator(graph, self.model, self.task, LAYERWISE, None, config.eval_batch_size,
+                                   splits=self.eval_splits)
         self.train_ids = graph.split("train")
         # the loss targets of this rank's training vertices, in the order the engine outputs them
         self.train_targets = self.task.targets(graph.labels(torch.from_numpy(np.array(self.train_ids)))).to(ctx.device)
@@ -162,7 +163,7 @@ class FullGraphTrainer(Trainer):
                 start = time.perf_counter()
                 self._loss(engine.forward(self.model, dropout_seed(self.config.seed, 0))).backward()
                 self.model.zero_grad(set_to_none=True)
-                times.append(self._max(time.perf_counter() - start))
+                times.append(self._reduce(time.perf_counter() - start))
             seconds[name] = min(times[-PROBE_PASSES:])
         return seconds
 
@@ -240,9 +241,10 @@ class FullGraphTrainer(Trainer):
             values = values.to(self.ctx.comm_device)
             dist.all_reduce(values)
         values = values.cpu()
+        self._stop_if_diverged(float(values[0]), epoch, 0)
         exchange_s = self.engine.exchange_seconds
         comm = self.engine.stats.summed(self.ctx)
-        record = {TRAIN_LOSS: float(values[0]), "steps": 1, "epoch_s": self._max(time.perf_counter() - start),
+        record = {TRAIN_LOSS: float(values[0]), "steps": 1, "epoch_s": self._reduce(time.perf_counter() - start),
                   "cpu_s": time.process_time() - cpu_start,
                   "stage_s": {FORWARD: forward_s, BACKWARD: train_s - forward_s, EXCHANGE: exchange_s,
                               Stage.TRAIN.value: train_s, TRAIN_CPU: time.process_time() - cpu_start},

@@ -28,7 +28,7 @@ from ..distributed import CommStats
 from ..loader.link_loader import DistLinkNeighborLoader
 from ..errors import InputError
 from ..models.gnn import SeedForward
-from .state import TEST_METRIC, VALID_METRIC
+from .state import EVAL_SPLITS, TEST_METRIC, VALID_METRIC
 from .tasks import MULTILABEL, ROC_AUC, Task, make_task
 
 DOT, MLP = "dot", "mlp"
@@ -117,13 +117,16 @@ class LinkEvaluator:
         graph: this rank's DistGraph; forward: embeds a batch's seeds; decoder: scores pairs.
         loader: ``loader(split)`` builds the loader of a split's edges with per-source negatives.
         metric: the metric returned as the validation and test metric (:data:`LINK_METRICS`).
+        splits: the splits to score (of :data:`~salientpp.train.state.EVAL_SPLITS`), those with
+            edges on some rank.
 
     Every evaluation draws the same negatives (the loaders' epoch 0), so epochs compare alike.
     """
 
     def __init__(self, graph, forward: SeedForward, decoder: nn.Module,
-                 loader: Callable[[str], DistLinkNeighborLoader], metric: str):
-        self.graph, self.forward, self.decoder, self.metric = graph, forward, decoder, metric
+                 loader: Callable[[str], DistLinkNeighborLoader], metric: str,
+                 splits: tuple[str, ...] = EVAL_SPLITS):
+        self.graph, self.forward, self.decoder, self.metric, self.splits = graph, forward, decoder, metric, splits
         self._make_loader, self._loaders = loader, {}
 
     def _split(self, split: str, stats: CommStats) -> dict[str, float]:
@@ -154,7 +157,9 @@ class LinkEvaluator:
         self.forward.model.eval()
         self.decoder.eval()
         stats = CommStats()
-        valid, test = self._split("valid", stats), self._split("test", stats)
-        return {VALID_METRIC: valid[self.metric], TEST_METRIC: test[self.metric], "valid_link": valid,
-                "test_link": test, "eval_comm": stats.summed(self.graph.ctx).as_dict(),
-                "eval_s": time.perf_counter() - start}
+        record: dict[str, Any] = {}
+        for split, key in (("valid", VALID_METRIC), ("test", TEST_METRIC)):
+            if split in self.splits:
+                scores = self._split(split, stats)
+                record.update({key: scores[self.metric], f"{split}_link": scores})
+        return {**record, "eval_comm": stats.summed(self.graph.ctx).as_dict(), "eval_s": time.perf_counter() - start}

@@ -12,7 +12,7 @@ epoch itself.
 """
 from __future__ import annotations
 
-import json
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -26,18 +26,19 @@ from ..distributed.health import Stage
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard, remove_stale_shards, save_shard
 from ..errors import InputError
-from ..io import output_errors
+from ..io import output_errors, strict_json
 from ..loader.link_loader import DistLinkNeighborLoader
 from ..loader.loader import DistNeighborLoader
-from ..models.gnn import SeedForward, build_model
+from ..models.gnn import ExpectedOutputs, ModelInput, SeedForward, build_model, model_input
+from ..sampling import SamplerKind
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
-from .checkpoint import Checkpoint, has_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import Checkpoint, describe_position, has_checkpoint, load_checkpoint, save_checkpoint
 from .config import BF16, checkpoint_options
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
 from .setup import RankSetup
-from .state import (EMBEDDING_COMM, EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC,
+from .state import (EMBEDDING_COMM, EVAL_SPLITS, VALID_MAJORITY, EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC,
                     VALID_METRIC, EpochSums, RunState, TrainResult, rng_state, set_rng_state)
 
 
@@ -68,6 +69,22 @@ class Trainer:
         self.embedding = None
         self._best_embedding = ""  # the embedding shards of best.pt
         self._epoch, self._evaluating = -1, False  # where the stages of the loaders run, for health reports
+        self._checkpointed: tuple[int, int] | None = None  # (epoch, step) of the last checkpoint written or resumed
+        self.eval_splits = self._nonempty_eval_splits()
+        self._noted_majority = False
+
+    def _nonempty_eval_splits(self) -> tuple[str, ...]:
+        """The evaluation splits (``"valid"``, ``"test"``) with a node (or, for link prediction,
+        an edge) on some rank; rank 0 says which are empty and so not evaluated."""
+        link = self.config.task == LINK
+        splits = tuple(s for s in EVAL_SPLITS if self.graph.data.split_size(s, edges=link) > 0)
+        empty = [s for s in EVAL_SPLITS if s not in splits]
+        if empty and self.config.eval_every and self.ctx.rank == 0:
+            names = [{"valid": "validation"}.get(s, s) for s in empty]
+            print(f"salientpp: there are no {' or '.join(names)} {'edges' if link else 'nodes'} in "
+                  f"{self.config.part_dir}, so {'neither split is' if len(empty) > 1 else 'that split is not'} "
+                  "evaluated", flush=True)
+        return splits
 
     def _on_stage(self, stage: Stage, step: int) -> None:
         """Report a loader's pipeline stage to the health reports (of an evaluation pass when evaluating)."""
@@ -78,12 +95,34 @@ class Trainer:
         """Train one epoch and return its record (see :meth:`MinibatchTrainer.train_epoch`)."""
         raise NotImplementedError
 
-    def _max(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64)
+    def _reduce(self, value: float | torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.MAX) -> float:
+        """``value`` (a number, or a one-element tensor on any device) reduced over the ranks with ``op``."""
+        t = torch.as_tensor(value, dtype=torch.float64).reshape(1)
         if self.ctx.distributed:
             t = t.to(self.ctx.comm_device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=op)
         return float(t.cpu()[0])
+
+    def _stop_if_diverged(self, loss_sum: float, epoch: int, first_bad_step: float | torch.Tensor) -> None:
+        """Stop the run on every rank at once when the training loss was not finite.
+
+        ``loss_sum`` must be the same on every rank (reduced over them), so every rank takes the
+        same branch; ``first_bad_step`` is this rank's first step of ``epoch`` with a loss that is
+        not finite (``inf`` if none). Raises :class:`InputError` naming the first such step of
+        any rank, the likely causes, and the last checkpoint, which holds finite weights: no
+        checkpoint is written after a loss that is not finite.
+        """
+        if math.isfinite(loss_sum):
+            return
+        step = self._reduce(first_bad_step, dist.ReduceOp.MIN)
+        where = f"epoch {epoch}, step {int(step)}" if math.isfinite(step) else f"epoch {epoch}"
+        kept = ""
+        if self.config.checkpoint_dir:
+            kept = (f"; {self.config.checkpoint_dir} keeps the last checkpoint, {describe_position(*self._checkpointed)}"
+                    if self._checkpointed else "; no checkpoint was written before it")
+        raise InputError(f"the training loss was not finite ({loss_sum}) at {where}, so training stopped: lower the "
+                         f"learning rate (--lr {self.config.lr:g}), or look for NaN or huge values in the input "
+                         f"features or the model's outputs{kept}")
 
     # -- checkpoints -------------------------------------------------------------------------------
     def _gather(self, t: torch.Tensor) -> torch.Tensor:
@@ -119,6 +158,7 @@ class Trainer:
                                        state.options, tag, self._best_embedding), best=best)
         if self.ctx.distributed:
             dist.barrier()
+        self._checkpointed = (epoch, step)
         if self.embedding is not None:  # shards neither last.pt nor best.pt points to
             remove_stale_shards(self.config.checkpoint_dir, {tag, self._best_embedding}, self.ctx.rank)
 
@@ -139,10 +179,10 @@ class Trainer:
         state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
         state.result.test_at_best = next((h[TEST_METRIC] for h in state.history if h[EPOCH] == ckpt.best_epoch),
                                          -1.0)
-        state.result.resumed_from = (ckpt.epoch, ckpt.step)
+        state.result.resumed_from = self._checkpointed = (ckpt.epoch, ckpt.step)
         if self.ctx.rank == 0 and config.json_path:  # the lines of the epochs the checkpoint holds, no more
             with output_errors(config.json_path), open(config.json_path, "w") as f:
-                f.writelines(json.dumps(h) + "\n" for h in state.history)
+                f.writelines(strict_json(h) + "\n" for h in state.history)
         if ckpt.step == 0:
             return ckpt.epoch, 0, None
         if ckpt.rng.shape[0] != self.ctx.world_size:
@@ -153,6 +193,8 @@ class Trainer:
 
     # -- the run -------------------------------------------------------------------------------------
     def evaluate(self, epoch: int) -> dict[str, Any]:
+        if not self.eval_splits:
+            return {}
         self.health.enter(Stage.EVAL, epoch)
         self._epoch, self._evaluating = epoch, True
         return self.evaluator(epoch)
@@ -179,18 +221,31 @@ class Trainer:
             improved = bool(valid > result.best_valid)  # NaN (no validation nodes) never improves
             if improved:
                 result.best_valid, result.best_epoch = valid, epoch
-                result.test_at_best = metrics[TEST_METRIC]
+                result.test_at_best = metrics.get(TEST_METRIC, -1.0)
             if TEST_METRIC in metrics:
                 result.final_test = metrics[TEST_METRIC]
             if self.ctx.rank == 0:
                 self.health.enter(Stage.REPORT, epoch)
                 self._report(metrics)
+                self._note_majority(metrics)
             if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
                 self.checkpoint(state, epoch + 1, 0, best=improved)
         result.epochs_done = config.epochs
         if not result.history and state.history:
             result.final_test = state.history[-1].get(TEST_METRIC, -1.0)
         return result
+
+    def _note_majority(self, metrics: dict[str, Any]) -> None:
+        """Say once when the validation accuracy is the share of the most common class: the model
+        may predict that class for every node, which accuracy on imbalanced classes hides."""
+        majority = metrics.get(VALID_MAJORITY)
+        if self._noted_majority or majority is None or not math.isclose(metrics[VALID_METRIC], majority, abs_tol=1e-9):
+            return
+        self._noted_majority = True
+        hint = ("; --metric roc-auc scores how the model ranks the two classes instead" if self.task.num_outputs == 2
+                else "")
+        print(f"note: the validation accuracy {majority:.4f} of epoch {metrics[EPOCH]} is the share of the most "
+              f"common class, as if the model predicted that class for every node{hint}", flush=True)
 
     def _epoch_time_note(self, metrics: dict[str, Any]) -> str:
         """What the progress line adds after the epoch's seconds (nothing here)."""
@@ -200,7 +255,7 @@ class Trainer:
         config = self.config
         if config.json_path:
             with output_errors(config.json_path), open(config.json_path, "a") as f:
-                f.write(json.dumps(metrics) + "\n")
+                f.write(strict_json(metrics) + "\n")
         if config.progress:
             name = metrics[METRIC]
             line = f"epoch {metrics[EPOCH]}: loss {metrics[TRAIN_LOSS]:.4f}"
@@ -210,8 +265,10 @@ class Trainer:
             line += f", fetched {metrics['comm']['received']} rows"
             if EMBEDDING_COMM in metrics:
                 line += f" and {metrics[EMBEDDING_COMM]['received']} embedding rows"
-            if VALID_METRIC in metrics:
-                line += f", valid {metrics[VALID_METRIC]:.4f} test {metrics[TEST_METRIC]:.4f}"
+            scores = [f"{split} {metrics[key]:.4f}" for key, split in ((VALID_METRIC, "valid"), (TEST_METRIC, "test"))
+                      if key in metrics]
+            if scores:
+                line += ", " + " ".join(scores)
             print(line, flush=True)
 
 
@@ -252,26 +309,33 @@ class MinibatchTrainer(Trainer):
         encoder = build_model(config.model, in_dim, config.hidden, config.hidden if link else self.task.num_outputs,
                               config.layers, config.dropout)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
+        if SamplerKind(config.sampler).weighted and model_input(encoder) is not ModelInput.MFGS:
+            raise InputError(f"the {config.sampler} sampler's MFGs carry edge weights, which the model {config.model} "
+                             f"cannot see: it takes {model_input(encoder).value!r} input; declare salientpp_input = "
+                             "'mfgs' and read mfg.edge_weight (see salientpp.models.gnn), or use --sampler nodewise")
         self.ddp = DistributedDataParallel(encoder) if ctx.distributed else encoder
-        self.forward = SeedForward.of(self.ddp, self.embedding, config.features)
+        expected = (ExpectedOutputs(config.hidden, f"a {config.hidden}-wide embedding per node (--hidden) for the "
+                                    f"{config.decoder} decoder", config.model) if link else
+                    ExpectedOutputs(self.task.num_outputs, self.task.outputs_meaning, config.model))
+        self.forward = SeedForward.of(self.ddp, self.embedding, config.features, expected)
         self.decoder = None
         if link:  # the decoder, under DDP of its own when it has parameters
             decoder = self.model.decoder
             has_parameters = len(list(decoder.parameters())) > 0
             self.decoder = DistributedDataParallel(decoder) if ctx.distributed and has_parameters else decoder
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        eval_forward = SeedForward.of(encoder, self.embedding, config.features)
+        eval_forward = SeedForward.of(encoder, self.embedding, config.features, expected)
         if link:
             self.evaluator = LinkEvaluator(
                 graph, eval_forward, self.model.decoder,
                 lambda split: DistLinkNeighborLoader(graph, split, config.eval_fanouts, config.eval_batch_size,
                                                      config.eval_negatives, NegativeSampling.PER_SOURCE,
-                                                     shuffle=False, **common), config.metric)
+                                                     shuffle=False, **common), config.metric, self.eval_splits)
         else:
             self.evaluator = Evaluator(graph, self.model, self.task, config.inference,
                                        lambda seeds: DistNeighborLoader(graph, seeds, config.eval_fanouts,
                                                                         config.eval_batch_size, **common),
-                                       config.eval_batch_size, eval_forward)
+                                       config.eval_batch_size, eval_forward, self.eval_splits)
         store = self.loader.store
         self.cache_info = {"policy": cache.policy, "plan": None if cache.path is None else str(cache.path),
                            "source": cache.source, "cached_rows": 0 if store is None else store.num_cached,
@@ -303,6 +367,8 @@ class MinibatchTrainer(Trainer):
         train_s = train_cpu = 0.0
         # Loss and metric sums stay on the device during the epoch, so a GPU step never waits for them.
         running = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64, device=self.ctx.device)
+        # This rank's first step with a loss that is not finite (inf: none yet), also kept on the device.
+        first_bad = torch.full((), math.inf, dtype=torch.float64, device=self.ctx.device)
         if self.embedding is not None:
             self.embedding.reset_stats()
         for step, batch in enumerate(self.loader, start=first_step):
@@ -321,6 +387,7 @@ class MinibatchTrainer(Trainer):
             if self.embedding is not None:
                 self.embedding.step()
             running[0] += loss.detach().double() * targets.shape[0]
+            first_bad = torch.where(torch.isfinite(loss.detach()), first_bad, first_bad.clamp(max=step))
             sums.count += targets.shape[0]
             if self.task.decomposable:
                 metric = self.task.metric_sums(out.detach(), targets)
@@ -334,6 +401,7 @@ class MinibatchTrainer(Trainer):
             done = step + 1
             if state is not None and unit == "steps" and done % every == 0 and done < steps:
                 _fold(running, sums)
+                self._stop_if_diverged(self._reduce(sums.loss, dist.ReduceOp.SUM), epoch, first_bad)
                 partial = replace(sums, seconds=sums.seconds + time.perf_counter() - start)
                 partial.comm = CommStats.from_tensor(sums.comm.to_tensor() + self.loader.stats.to_tensor())
                 self.checkpoint(state, epoch, done, partial)
@@ -347,8 +415,9 @@ class MinibatchTrainer(Trainer):
             values = values.to(self.ctx.comm_device)
             dist.all_reduce(values)
         loss_sum, count, metric_sums = float(values[0]), float(values[1]), values[2:].cpu()
+        self._stop_if_diverged(loss_sum, epoch, first_bad)
         record = {TRAIN_LOSS: loss_sum / max(count, 1), "steps": steps,
-                  "epoch_s": self._max(sums.seconds + time.perf_counter() - start),
+                  "epoch_s": self._reduce(sums.seconds + time.perf_counter() - start),
                   "cpu_s": time.process_time() - cpu_start, "stage_s": times, "comm": sums.comm.summed(self.ctx).as_dict()}
         if self.embedding is not None:
             record[EMBEDDING_COMM] = self.embedding.stats.summed(self.ctx).as_dict()

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
 
 from ..distributed import DistContext, WorkerError, init_distributed, launch, shutdown_distributed
 from ..distributed.faults import injector_from_env
-from ..distributed.group import RESTART_ENV, env_is_distributed
+from ..distributed.group import RESTART_ENV, env_is_distributed, is_first_rank, restart_count
 from ..distributed.health import Health, Stage
 from ..distributed.network import parse_network
 from ..errors import InputError
 from ..host import local_world_size
+from ..io import output_lock
 from .checkpoint import check_checkpoint_dir, has_checkpoint
 from .config import FULL_GRAPH, TrainConfig
 from .fullgraph import FullGraphTrainer
@@ -81,9 +84,27 @@ def prepare(config: TrainConfig) -> ResolvedRun:
                       memory_check=not torchrun or int(os.environ.get("LOCAL_RANK", 0)) == 0)
     if config.progress and run.memory:
         print(run.memory, flush=True)
-    if config.progress and int(os.environ.get("RANK", 0)) == 0:
+    if config.progress and is_first_rank():
         print(run.threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth, config.device), flush=True)
     return run
+
+
+@contextmanager
+def locked_outputs(config: TrainConfig) -> Iterator[None]:
+    """Hold the locks of the run's outputs (``--checkpoint-dir``, ``--json``) for the block, in
+    the process that writes them (this one, or rank 0 of a torchrun job), so a second run given
+    the same outputs is refused (:func:`~salientpp.io.output_lock`). Under the lock the
+    checkpoint directory is checked again: another run may have written it since
+    :meth:`TrainConfig.validate` looked."""
+    with ExitStack() as stack:
+        if is_first_rank():
+            if config.checkpoint_dir:
+                stack.enter_context(output_lock(config.checkpoint_dir, "--checkpoint-dir", directory=True))
+                check_checkpoint_dir(config.checkpoint_dir, config.resume,
+                                     restarted=restart_count() > 0 or TORCHRUN_ENV in os.environ)
+            if config.json_path:
+                stack.enter_context(output_lock(config.json_path, "--json", directory=False))
+        yield
 
 
 def train(config: TrainConfig) -> TrainResult:
@@ -97,9 +118,12 @@ def train(config: TrainConfig) -> TrainResult:
     all again; they continue from the last checkpoint in ``config.checkpoint_dir``.
     """
     run = prepare(config)
-    if env_is_distributed():
-        return run_rank(run)
-    if run.local_ranks == 1 and run.config.max_restarts == 0:
+    with locked_outputs(run.config):
+        return _train(run)
+
+
+def _train(run: ResolvedRun) -> TrainResult:
+    if env_is_distributed() or (run.local_ranks == 1 and run.config.max_restarts == 0):
         return run_rank(run)
     attempt = 0
     while True:

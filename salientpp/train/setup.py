@@ -52,8 +52,9 @@ from ..io import check_writable_dir, output_errors
 from ..loader.graph import DistGraph
 from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
-from ..sampling.link import LINK
-from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options
+from ..sampling.link import LINK, NegativeSampling, link_batch_bound
+from .checkpoint import describe_position, load_checkpoint
+from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options, checkpoint_options, resumable_flags
 from .link import link_task
 from .tasks import Task, task_of
 
@@ -112,9 +113,9 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
     """The cache plan of ``config`` (resolved) on ``data``, read and checked when it exists;
     :class:`InputError` (one sentence) when the plan cannot be used or, when it is to be built,
     cannot be saved. The one place where the run's plan is decided."""
-    workload = training_workload(config)
     if config.mode == FULL_GRAPH:  # every layer over the whole graph: no feature cache
         return CacheChoice("none", reason="full-graph")
+    workload = training_workload(config)
     if config.plan is not None:
         info = read_plan_info(config.plan)
         request = PlanRequest(workload)
@@ -234,9 +235,30 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
             raise InputError(f"{config.part_dir} has {data.num_parts} partitions but --nprocs is {local_ranks}; "
                              f"run one rank per partition (--nprocs {data.num_parts})")
     threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads)
-    config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth, config.device))
+    if config.mode != FULL_GRAPH:  # the only mode with a pipeline
+        config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth, config.device))
+    if config.resume:
+        check_resume(config, plans.partition_identity(data.meta))
     run = ResolvedRun(config, threads, local_ranks, choose_cache(config, data))
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
+
+
+def check_resume(config: TrainConfig, identity: str) -> None:
+    """Before any rank starts (and writes a cache plan): refuse a ``--resume`` whose checkpoint was
+    trained on other data (``identity``: :func:`~salientpp.cache.plan.partition_identity`) or with
+    other :func:`~salientpp.train.config.checkpoint_options`, or already holds ``--epochs``
+    epochs; print the options that changed since it was written (those a resume may change)."""
+    options = {**config.to_dict(), "dataset": identity}
+    ckpt = load_checkpoint(config.checkpoint_dir, options, matching=("dataset", *checkpoint_options(config)))
+    if ckpt.epoch >= config.epochs:
+        raise InputError(f"the checkpoint in {config.checkpoint_dir} holds the run up to "
+                         f"{describe_position(ckpt.epoch, ckpt.step)}, so --epochs {config.epochs} leaves nothing to "
+                         f"train; pass --epochs above {ckpt.epoch} to train more")
+    changed = [f"{flag} {options[name]} (was {ckpt.options[name]})" for name, flag in resumable_flags().items()
+               if name in ckpt.options and ckpt.options[name] != options[name]]
+    if changed and config.progress:
+        print(f"resuming {config.checkpoint_dir} with options changed since it was written: {', '.join(changed)}",
+              flush=True)
 
 
 def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
@@ -252,11 +274,18 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
     else:
         sampled_eval = config.eval_every > 0 and config.inference == SAMPLED
         cache = run.cache
-        estimate = estimate_train(data, fanouts=config.fanouts, batch_size=config.batch_size, hidden=config.hidden,
+        batch_size, eval_batch_size, link_pairs = config.batch_size, config.eval_batch_size, (0, 0)
+        if config.task == LINK:  # a batch of B edges seeds their endpoints and their negatives'
+            batch_size, train_pairs = link_batch_bound(config.batch_size, config.num_negatives,
+                                                       config.negative_sampling)
+            eval_batch_size, eval_pairs = link_batch_bound(config.eval_batch_size, config.eval_negatives,
+                                                           NegativeSampling.PER_SOURCE)
+            link_pairs = (train_pairs, eval_pairs if sampled_eval else 0)
+        estimate = estimate_train(data, fanouts=config.fanouts, batch_size=batch_size, hidden=config.hidden,
                                   layers=config.layers, local_ranks=local_ranks, pipeline_depth=config.pipeline_depth,
                                   sampler_threads=run.threads.sampler_threads, model=config.model,
                                   eval_fanouts=config.eval_fanouts if sampled_eval else None,
-                                  eval_batch_size=config.eval_batch_size if sampled_eval else None,
+                                  eval_batch_size=eval_batch_size if sampled_eval else None, link_pairs=link_pairs,
                                   embedding_dim=config.embedding_dim, features=config.features,
                                   reuse_freed_memory=config.reuse_freed_memory, cache=cache.policy,
                                   cached_rows=None if cache.info is None else cache.info.max_cached_rows,

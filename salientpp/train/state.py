@@ -17,6 +17,11 @@ from ..loader.pipeline import StageTimes
 # Keys of an epoch's record (besides the stage times and exchange counters).
 EPOCH, TRAIN_LOSS, METRIC = "epoch", "train_loss", "metric"
 TRAIN_METRIC, VALID_METRIC, TEST_METRIC = "train_metric", "valid_metric", "test_metric"
+# The splits evaluation scores, each under its key above.
+EVAL_SPLITS = ("valid", "test")
+# The share of the most common class among the validation nodes: the accuracy of a model that
+# predicts that class for every node (recorded with the accuracy metric).
+VALID_MAJORITY = "valid_majority"
 # Stage-time key of the training thread's CPU seconds (beside the wall time of each Stage).
 TRAIN_CPU = StageTimes.cpu_key(Stage.TRAIN.value)
 # The exchange counters of a DistEmbedding's lookups in an epoch (beside "comm", the features').

@@ -73,6 +73,11 @@ class Task:
     metric: str
 
     @property
+    def outputs_meaning(self) -> str:
+        """What the model's outputs per node are, for a message: ``"a score per class of 7"``."""
+        return f"a {'score per class' if self.kind == MULTICLASS else 'logit per target'} of {self.num_outputs}"
+
+    @property
     def loss_name(self) -> str:
         """:data:`CROSS_ENTROPY` (multi-class) or :data:`BCE_WITH_LOGITS` (multi-label)."""
         return LOSSES[self.kind]
