@@ -147,10 +147,14 @@ def _concerns(exc: OSError, out: Path) -> bool:
         parent.rstrip(os.sep) + os.sep) for n in names)
 
 
+# The names of the empty files :func:`_probe` creates and removes at once.
+_PROBE_PREFIX = ".salientpp-probe-"
+
+
 def _probe(directory: Path, target: Path) -> None:
     """Create and remove an empty file in ``directory``; :func:`write_error` of ``target`` when it fails."""
     try:
-        fd, name = tempfile.mkstemp(prefix=".salientpp-probe-", dir=directory)
+        fd, name = tempfile.mkstemp(prefix=_PROBE_PREFIX, dir=directory)
     except OSError as exc:
         raise write_error(target, exc) from None
     os.close(fd)
@@ -319,6 +323,12 @@ def _lock(fd: int, path: Path, what: str) -> None:
     except BlockingIOError:
         raise InputError(f"another salientpp run is writing {what} {path} (it holds its lock); wait for it to end, "
                          f"or choose another {what}") from None
+
+
+def holds_files(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds anything besides the writability probes of other processes
+    (:func:`check_writable_dir` of a run starting beside this one creates and removes one)."""
+    return any(not entry.name.startswith(_PROBE_PREFIX) for entry in Path(directory).iterdir())
 
 
 def check_unlocked(path: str | os.PathLike, what: str) -> None:

@@ -86,13 +86,18 @@ def tiny_partitions(tmp_path_factory):
     return root, dataset
 
 
+def refuse_ranks(monkeypatch, *starters: str) -> None:
+    """Make the functions ``starters`` (dotted paths) that start ranks fail the test when called."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rank was started")
+    for starter in starters:
+        monkeypatch.setattr(starter, refuse)
+
+
 @pytest.fixture
 def no_ranks(monkeypatch):
     """Fail the test if `salientpp train` would start any rank: the input must be refused before."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a rank was started")
-    monkeypatch.setattr("salientpp.train.run.launch", refuse)
-    monkeypatch.setattr("salientpp.train.run.run_rank", refuse)
+    refuse_ranks(monkeypatch, "salientpp.train.run.launch", "salientpp.train.run.run_rank")
 
 
 def one_sentence(capsys) -> str:

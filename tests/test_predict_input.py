@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import one_sentence
+from conftest import one_sentence, refuse_ranks
 
 from salientpp.cache.plan import partition_identity
 from salientpp.cli import main
@@ -63,10 +63,7 @@ def link_run(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture
 def no_ranks(monkeypatch):
     """Fail the test if `salientpp predict` would start any rank: the input must be refused before."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a rank was started")
-    monkeypatch.setattr("salientpp.train.predict.launch", refuse)
-    monkeypatch.setattr("salientpp.train.predict._rank_outputs", refuse)
+    refuse_ranks(monkeypatch, "salientpp.train.predict.launch", "salientpp.train.predict._rank_outputs")
 
 
 def left_behind(out: Path) -> list[str]:

@@ -28,6 +28,7 @@ from salientpp.errors import InputError
 from salientpp.io import NULL_REASONS, output_lock, strict_json
 from salientpp.models.gnn import ExpectedOutputs
 from salientpp.train import TrainConfig
+from salientpp.train.checkpoint import check_checkpoint_dir
 from salientpp.train.config import MINIBATCH_ONLY, flag_of, option_of
 from salientpp.train.setup import resolve_run
 from salientpp.train.state import TrainResult
@@ -397,3 +398,13 @@ def test_demo_refuses_zero_epochs_before_any_step(tmp_path, capsys):
     assert main(["demo", "--epochs", "0", "--out", str(tmp_path / "demo")]) == 2
     assert "--epochs must be a positive integer, got 0" in one_sentence(capsys)
     assert not (tmp_path / "demo").exists() and capsys.readouterr().out == ""
+
+
+def test_a_fresh_run_ignores_another_ranks_writability_probe_in_its_checkpoint_directory(tmp_path):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / ".salientpp-probe-abc123").touch()  # a rank of the same job checking that it can write here
+    assert check_checkpoint_dir(ck, resume=False) == ck
+    (ck / "last.pt").touch()
+    with pytest.raises(InputError, match="already holds another run's files"):
+        check_checkpoint_dir(ck, resume=False)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..io import check_writable_dir, output_errors, replace_file
+from ..io import check_writable_dir, holds_files, output_errors, replace_file
 
 LAST, BEST = "last.pt", "best.pt"
 
@@ -94,7 +94,7 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
         return path
     if resume and not has_checkpoint(path):
         raise InputError(f"there is no checkpoint {path / LAST} to resume from; run without --resume first")
-    if not resume and path.is_dir() and any(path.iterdir()):
+    if not resume and path.is_dir() and holds_files(path):
         raise InputError(f"the checkpoint directory {path} already holds another run's files; continue that run "
                          "with --resume, or choose another --checkpoint-dir")
     return path
