@@ -131,13 +131,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("ctx"), py::arg("n_id"));
 
   m.def("csr_aggregate", &csr_aggregate, py::arg("rowptr"), py::arg("col"), py::arg("x"), py::arg("mean"),
-        py::arg("widen"), py::call_guard<py::gil_scoped_release>());
+        py::arg("widen"), py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>());
   m.def("csr_aggregate_backward", &csr_aggregate_backward, py::arg("rowptr"), py::arg("col"), py::arg("grad_out"),
-        py::arg("num_src"), py::arg("mean"), py::call_guard<py::gil_scoped_release>());
+        py::arg("num_src"), py::arg("mean"), py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>());
   m.def("dropout_forward", &dropout_forward, py::arg("x"), py::arg("p"), py::arg("seed"), py::arg("relu"),
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>());
   m.def("dropout_backward", &dropout_backward, py::arg("grad_out"), py::arg("out"), py::arg("p"), py::arg("seed"),
-        py::arg("relu"), py::call_guard<py::gil_scoped_release>());
+        py::arg("relu"), py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>());
   m.def(
       "dropout_mask", [](std::vector<int64_t> shape, double p, uint64_t seed) { return dropout_mask(shape, p, seed); },
       py::arg("shape"), py::arg("p"), py::arg("seed"));

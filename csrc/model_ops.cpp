@@ -1,5 +1,8 @@
 #include "model_ops.h"
 
+#include "gather.h"
+#include "model_kernels.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/OpMathType.h>
 
@@ -140,11 +143,86 @@ SALIENTPP_CLONES void aggregate_grad_columns(const int64_t* rp, const int64_t* c
   }
 }
 
+// ---- the CUDA twins (model_kernels.cu) ----------------------------------------------------------
+
+KernelDtype kernel_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return KernelDtype::kFloat32;
+    case at::kDouble: return KernelDtype::kFloat64;
+    case at::kHalf: return KernelDtype::kFloat16;
+    case at::kBFloat16: return KernelDtype::kBFloat16;
+    default: TORCH_CHECK(false, "the CUDA kernels take float32, float64, float16 or bfloat16 tensors, got ", type);
+  }
+}
+
+// The CSR of a CUDA launch: int64, contiguous, on `device`. Its contents are not read (that would
+// wait for the device); the CPU kernels check them, and the tests compare the two.
+void check_device_csr(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Device& device) {
+  TORCH_CHECK(rowptr.device() == device && col.device() == device, "rowptr and col must be on ", device);
+  TORCH_CHECK(rowptr.dim() == 1 && rowptr.scalar_type() == torch::kInt64 && rowptr.is_contiguous() &&
+                  rowptr.size(0) >= 1,
+              "rowptr must be a contiguous 1-D int64 tensor with num_dst + 1 >= 1 entries");
+  TORCH_CHECK(col.dim() == 1 && col.scalar_type() == torch::kInt64 && col.is_contiguous(),
+              "col must be a contiguous 1-D int64 tensor");
+}
+
+void check_launch(int error, const char* what) {
+  TORCH_CHECK(error == 0, "the CUDA ", what, " failed: ", cuda_error_name(error));
+}
+
+torch::Tensor csr_aggregate_on_device(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                      const torch::Tensor& x_in, bool mean, bool widen, int64_t stream) {
+  TORCH_CHECK(x_in.dim() == 2, "x must be a 2-D tensor");
+  check_device_csr(rowptr, col, x_in.device());
+  const torch::Tensor x = x_in.contiguous();
+  const int64_t num_dst = rowptr.size(0) - 1, f = x.size(1);
+  const auto out_dtype = widen ? at::toOpMathType(x.scalar_type()) : x.scalar_type();
+  torch::Tensor out = torch::empty({num_dst, f}, x.options().dtype(out_dtype));
+  check_launch(csr_aggregate_cuda(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), x.data_ptr(), out.data_ptr(),
+                                  num_dst, f, kernel_dtype(x.scalar_type()), mean, widen,
+                                  reinterpret_cast<void*>(stream)),
+               "aggregation");
+  return out;
+}
+
+torch::Tensor csr_aggregate_backward_on_device(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                               const torch::Tensor& grad_in, int64_t num_src, bool mean,
+                                               int64_t stream) {
+  TORCH_CHECK(grad_in.dim() == 2 && grad_in.size(0) == rowptr.size(0) - 1, "grad_out must be [num_dst, F]");
+  check_device_csr(rowptr, col, grad_in.device());
+  const torch::Tensor grad_out = grad_in.contiguous();
+  const auto acc_dtype = at::toOpMathType(grad_out.scalar_type());
+  torch::Tensor acc = torch::zeros({num_src, grad_out.size(1)}, grad_out.options().dtype(acc_dtype));
+  check_launch(csr_aggregate_backward_cuda(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), grad_out.data_ptr(),
+                                           acc.data_ptr(), grad_out.size(0), grad_out.size(1),
+                                           kernel_dtype(grad_out.scalar_type()), mean, reinterpret_cast<void*>(stream)),
+               "aggregation gradient");
+  return acc.scalar_type() == grad_out.scalar_type() ? acc : acc.to(grad_out.scalar_type());
+}
+
 }  // namespace
 
+// Without CUDA (torch without it built the extension) the launches fail with cuda_error_name's
+// "this build of the extension has no CUDA kernels".
+#ifndef SALIENTPP_WITH_CUDA
+int csr_aggregate_cuda(const int64_t*, const int64_t*, const void*, void*, int64_t, int64_t, KernelDtype, bool, bool,
+                       void*) {
+  return -1;
+}
+int csr_aggregate_backward_cuda(const int64_t*, const int64_t*, const void*, void*, int64_t, int64_t, KernelDtype,
+                                bool, void*) {
+  return -1;
+}
+int dropout_cuda(const void*, const void*, void*, int64_t, KernelDtype, uint64_t, uint32_t, double, bool, bool,
+                 void*) {
+  return -1;
+}
+#endif
+
 torch::Tensor csr_aggregate(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x_in,
-                            bool mean, bool widen) {
-  TORCH_CHECK(x_in.device().is_cpu() && x_in.dim() == 2, "x must be a 2-D CPU tensor");
+                            bool mean, bool widen, int64_t stream) {
+  if (x_in.is_cuda()) return csr_aggregate_on_device(rowptr, col, x_in, mean, widen, stream);
+  TORCH_CHECK(x_in.device().is_cpu() && x_in.dim() == 2, "x must be a 2-D CPU or CUDA tensor");
   check_csr(rowptr, col, x_in.size(0));
   const torch::Tensor x = x_in.contiguous();
   const int64_t num_dst = rowptr.size(0) - 1, f = x.size(1);
@@ -169,8 +247,9 @@ torch::Tensor csr_aggregate(const torch::Tensor& rowptr, const torch::Tensor& co
 }
 
 torch::Tensor csr_aggregate_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
-                                     const torch::Tensor& grad_in, int64_t num_src, bool mean) {
-  TORCH_CHECK(grad_in.device().is_cpu() && grad_in.dim() == 2, "grad_out must be a 2-D CPU tensor");
+                                     const torch::Tensor& grad_in, int64_t num_src, bool mean, int64_t stream) {
+  if (grad_in.is_cuda()) return csr_aggregate_backward_on_device(rowptr, col, grad_in, num_src, mean, stream);
+  TORCH_CHECK(grad_in.device().is_cpu() && grad_in.dim() == 2, "grad_out must be a 2-D CPU or CUDA tensor");
   TORCH_CHECK(grad_in.size(0) == rowptr.size(0) - 1, "grad_out must have num_dst rows");
   check_csr(rowptr, col, num_src);
   const torch::Tensor grad_out = grad_in.contiguous();
@@ -194,11 +273,17 @@ torch::Tensor csr_aggregate_backward(const torch::Tensor& rowptr, const torch::T
   return acc.scalar_type() == grad_out.scalar_type() ? acc : acc.to(grad_out.scalar_type());
 }
 
-torch::Tensor dropout_forward(const torch::Tensor& x_in, double p, uint64_t seed, bool relu) {
-  TORCH_CHECK(x_in.device().is_cpu(), "x must be a CPU tensor");
+torch::Tensor dropout_forward(const torch::Tensor& x_in, double p, uint64_t seed, bool relu, int64_t stream) {
+  TORCH_CHECK(x_in.device().is_cpu() || x_in.is_cuda(), "x must be a CPU or CUDA tensor");
   const uint32_t threshold = threshold_of(p);
   const torch::Tensor x = x_in.contiguous();
   torch::Tensor out = torch::empty_like(x);
+  if (x.is_cuda()) {
+    check_launch(dropout_cuda(x.data_ptr(), x.data_ptr(), out.data_ptr(), x.numel(), kernel_dtype(x.scalar_type()),
+                              seed, threshold, 1.0 / (1.0 - p), relu, threshold > 0, reinterpret_cast<void*>(stream)),
+                 "dropout");
+    return out;
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "dropout_forward", [&] {
     const auto scale = static_cast<at::opmath_type<scalar_t>>(1.0 / (1.0 - p));
     const scalar_t* xp = x.data_ptr<scalar_t>();
@@ -209,13 +294,20 @@ torch::Tensor dropout_forward(const torch::Tensor& x_in, double p, uint64_t seed
 }
 
 torch::Tensor dropout_backward(const torch::Tensor& grad_in, const torch::Tensor& out_in, double p, uint64_t seed,
-                               bool relu) {
-  TORCH_CHECK(grad_in.device().is_cpu(), "grad_out must be a CPU tensor");
+                               bool relu, int64_t stream) {
+  TORCH_CHECK(grad_in.device().is_cpu() || grad_in.is_cuda(), "grad_out must be a CPU or CUDA tensor");
   TORCH_CHECK(!relu || out_in.sizes() == grad_in.sizes(), "out must have grad_out's shape");
   const uint32_t threshold = threshold_of(p);
   const torch::Tensor grad_out = grad_in.contiguous();
   const torch::Tensor out = relu ? out_in.contiguous().to(grad_out.scalar_type()) : grad_out;
   torch::Tensor grad_x = torch::empty_like(grad_out);
+  if (grad_out.is_cuda()) {
+    check_launch(dropout_cuda(grad_out.data_ptr(), out.data_ptr(), grad_x.data_ptr(), grad_out.numel(),
+                              kernel_dtype(grad_out.scalar_type()), seed, threshold, 1.0 / (1.0 - p), relu,
+                              !relu && threshold > 0, reinterpret_cast<void*>(stream)),
+                 "dropout gradient");
+    return grad_x;
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad_out.scalar_type(), "dropout_backward", [&] {
     const auto scale = static_cast<at::opmath_type<scalar_t>>(1.0 / (1.0 - p));
     const scalar_t* gp = grad_out.data_ptr<scalar_t>();

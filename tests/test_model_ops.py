@@ -273,3 +273,56 @@ def test_the_built_in_models_get_features_as_stored_and_a_users_model_gets_float
 
     rows = SeedForward.of(UserModel()).inputs(batch)
     assert rows.dtype == torch.float32 and torch.equal(rows, batch.x.float())
+
+
+# ---- the CUDA twins (csrc/model_kernels.cu): equal to the CPU kernels ----------------------------
+
+cuda_kernels = pytest.mark.skipif(not (torch.cuda.is_available() and extension().with_cuda),
+                                  reason="needs a GPU and the extension built with CUDA")
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mean", [True, False])
+def test_the_cuda_aggregation_and_its_gradient_equal_the_cpu_kernels(dtype, mean):
+    rowptr, col = random_csr(700, 900, 15, seed=3)
+    x = torch.randn(900, 70, dtype=dtype, requires_grad=True)
+    grad_out = torch.randn(700, 70, dtype=dtype)
+    x_gpu = x.detach().cuda().requires_grad_()
+    out, root = aggregate_with_root(x, rowptr, col, mean)
+    out_gpu, root_gpu = aggregate_with_root(x_gpu, rowptr.cuda(), col.cuda(), mean)
+    # The sums run in float in edge order on both devices: the same bits.
+    assert torch.equal(out_gpu.cpu(), out) and torch.equal(root_gpu.cpu(), root)
+    (out * grad_out).sum().backward()
+    (out_gpu * grad_out.cuda()).sum().backward()
+    # The gradient's atomic adds on the GPU sum in another order: float32 rounding apart (then
+    # rounded to the 16-bit type once).
+    tolerance = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    torch.testing.assert_close(x_gpu.grad.cpu().float(), x.grad.float(), rtol=tolerance, atol=tolerance)
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_features_aggregate_into_float32_on_cuda_as_on_the_cpu(dtype):
+    rowptr, col = random_csr(300, 400, 9, seed=5)
+    x = torch.randn(400, 33).to(dtype)
+    out = aggregate(x, rowptr, col, True, torch.float32)
+    out_gpu = aggregate(x.cuda(), rowptr.cuda(), col.cuda(), True, torch.float32)
+    assert out_gpu.dtype == torch.float32 and torch.equal(out_gpu.cpu(), out)
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("relu", [True, False])
+def test_the_cuda_dropout_draws_the_cpu_mask_bit_for_bit(dtype, relu):
+    x = torch.randn(1001, 37, dtype=dtype, requires_grad=True)  # an odd count: the last pair is half
+    x_gpu = x.detach().cuda().requires_grad_()
+    torch.manual_seed(11)
+    out = dropout(x, 0.3, relu=relu)
+    torch.manual_seed(11)  # the same seed drawn for the call
+    out_gpu = dropout(x_gpu, 0.3, relu=relu)
+    assert torch.equal(out_gpu.cpu(), out)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    out_gpu.backward(grad_out.cuda())
+    assert torch.equal(x_gpu.grad.cpu(), x.grad)

@@ -1,8 +1,10 @@
-"""The CPU model step's kernels as autograd functions: aggregation over an MFG's CSR and a fused
+"""The model step's kernels as autograd functions: aggregation over an MFG's CSR and a fused
 ReLU + dropout with a counter-based mask.
 
-On CPU tensors they call the extension (``csrc/model_ops.cpp``); on other devices they fall back to
-torch's own operations with the same results in distribution. Measured against the alternatives
+On CPU tensors they call the extension (``csrc/model_ops.cpp``), and on CUDA tensors its CUDA
+twins (``csrc/model_kernels.cu``, on the current stream) when the extension was built with CUDA
+(:func:`runs_kernels`); elsewhere they fall back to torch's own operations with the same results
+in distribution. Measured against the alternatives
 with ``salientpp bench step`` (docs/training-performance.md, "The model step on CPU").
 
 * :func:`aggregate` ``(x, rowptr, col, mean, dtype)``: ``out[d] = mean/sum of x[col[e]]`` over
@@ -32,14 +34,15 @@ class _Aggregate(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bool) -> torch.Tensor:
         ctx.save_for_backward(rowptr, col)
         ctx.num_src, ctx.mean = x.shape[0], mean
-        return extension().csr_aggregate(rowptr, col, x, mean, widen=False)
+        return extension().csr_aggregate(rowptr, col, x, mean, widen=False, stream=_stream(x))
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         rowptr, col = ctx.saved_tensors
-        return extension().csr_aggregate_backward(rowptr, col, grad_out, ctx.num_src, ctx.mean), None, None, None
+        grad = extension().csr_aggregate_backward(rowptr, col, grad_out, ctx.num_src, ctx.mean, stream=_stream(grad_out))
+        return grad, None, None, None
 
 
 class _AggregateWithRoot(torch.autograd.Function):
@@ -66,10 +69,21 @@ def aggregate_reference(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor
     return out / degree.clamp(min=1).unsqueeze(1).to(x.dtype) if mean else out
 
 
+def runs_kernels(device: torch.device) -> bool:
+    """Whether the extension's kernels run on ``device``: the CPU's always, CUDA's when the
+    extension was built with CUDA (where torch has it)."""
+    return device.type == "cpu" or (device.type == "cuda" and bool(extension().with_cuda))
+
+
+def _stream(t: torch.Tensor) -> int:
+    """The current CUDA stream of ``t``'s device as the kernels take it (0 for a CPU tensor)."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
 def _widens_in_place(x: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether the extension can read ``x`` into ``dtype`` sums directly: 16-bit CPU rows that
-    need no gradient (input features) into float32."""
-    return (x.device.type == "cpu" and not x.requires_grad and dtype == torch.float32
+    """Whether the extension can read ``x`` into ``dtype`` sums directly: 16-bit rows that need
+    no gradient (input features) into float32."""
+    return (runs_kernels(x.device) and not x.requires_grad and dtype == torch.float32
             and x.dtype in (torch.float16, torch.bfloat16))
 
 
@@ -83,16 +97,17 @@ def aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, mean: bo
         col: int64 ``[E]`` source index of each edge (an MFG's ``edge_index[0]``).
         mean: divide by the degree (0 rows for destinations without edges), else sum.
         dtype: the output's dtype, ``x``'s by default. float16 or bfloat16 input features (no
-            gradient) are read in place into float32 sums on CPU: no float32 copy of ``x``.
+            gradient) are read in place into float32 sums where the kernels run: no float32 copy
+            of ``x``.
 
     Returns:
         ``[num_dst, F]`` in ``dtype`` (sums kept in float32 for the 16-bit types).
     """
     dtype = x.dtype if dtype is None else dtype
     if _widens_in_place(x, dtype):
-        return extension().csr_aggregate(rowptr, col.contiguous(), x, mean, widen=True)
+        return extension().csr_aggregate(rowptr, col.contiguous(), x, mean, widen=True, stream=_stream(x))
     x = x.to(dtype)
-    if x.device.type != "cpu":
+    if not runs_kernels(x.device):
         return aggregate_reference(x, rowptr, col, mean)
     return _Aggregate.apply(x, rowptr, col.contiguous(), mean)
 
@@ -102,7 +117,7 @@ def aggregate_with_root(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor
     """``(aggregate(x, rowptr, col, mean, dtype), x[:num_dst])``, the two inputs of a layer with a
     root term, with one gradient for ``x``.
 
-    When ``x`` needs a gradient on CPU, the root rows are a copy whose gradient is added into the
+    When ``x`` needs a gradient where the kernels run, the root rows are a copy whose gradient is added into the
     first ``num_dst`` rows of the aggregation's: autograd's gradient of a slice would be a zero
     ``[num_src, F]`` tensor that is then added to it (3% of a ``products`` training step).
     Otherwise the root rows are a view of ``x``, or of ``x`` converted to ``dtype``: only those
@@ -117,7 +132,7 @@ def aggregate_with_root(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor
     if _widens_in_place(x, dtype):
         return aggregate(x, rowptr, col, mean, dtype), x[:num_dst].to(dtype)
     x = x.to(dtype)
-    if x.device.type != "cpu" or not x.requires_grad:
+    if not runs_kernels(x.device) or not x.requires_grad:
         return aggregate(x, rowptr, col, mean), x[:num_dst]
     return _AggregateWithRoot.apply(x, rowptr, col.contiguous(), mean)
 
@@ -144,7 +159,7 @@ def weighted_aggregate(x: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor,
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float, seed: int, relu: bool) -> torch.Tensor:
-        out = extension().dropout_forward(x, p, seed, relu)
+        out = extension().dropout_forward(x, p, seed, relu, stream=_stream(x))
         ctx.save_for_backward(out if relu else torch.empty(0))
         ctx.p, ctx.seed, ctx.relu = p, seed, relu
         return out
@@ -152,7 +167,8 @@ class _Dropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         (out,) = ctx.saved_tensors
-        return extension().dropout_backward(grad_out, out, ctx.p, ctx.seed, ctx.relu), None, None, None
+        grad = extension().dropout_backward(grad_out, out, ctx.p, ctx.seed, ctx.relu, stream=_stream(grad_out))
+        return grad, None, None, None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True, relu: bool = False) -> torch.Tensor:
@@ -160,12 +176,12 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, relu: bool = False
 
     In training, each element is kept with probability ``1 - p`` and scaled by ``1 / (1 - p)``
     (as ``torch.nn.functional.dropout``); the mask comes from the extension's counter-based
-    generator on CPU, from torch's elsewhere. Out of training, or with ``p == 0``, only the ReLU
+    generator where its kernels run (:func:`runs_kernels`), from torch's elsewhere. Out of training, or with ``p == 0``, only the ReLU
     applies.
     """
     if not training or p == 0:
         return torch.relu(x) if relu else x
-    if x.device.type != "cpu":
+    if not runs_kernels(x.device):
         return torch.nn.functional.dropout(torch.relu(x) if relu else x, p, True)
     seed = int(torch.randint(_SEED_RANGE, (1,)))
     return _Dropout.apply(x, float(p), seed, relu)
