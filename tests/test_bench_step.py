@@ -44,10 +44,11 @@ def test_bench_step_ratios_divide_the_first_row_of_each_group(dataset, tmp_path)
     assert len(groups) == 3 and rows[0]["impl"] == "PyG scatter (SAGEConv)"
     for group in groups:
         members = [r for r in rows if r["group"] == group]
-        first = members[0]["cpu_s"]
+        first = members[0]["seconds"]
         for r in members:
-            assert r["speedup"] == pytest.approx(first / max(r["cpu_s"], 1e-12))
-            assert r["cpu_ms_per_batch"] == pytest.approx(1e3 * r["cpu_s"] / 2)
+            assert r["speedup"] == pytest.approx(first / max(r["seconds"], 1e-12))
+            assert r["ms_per_batch"] == pytest.approx(1e3 * r["seconds"] / 2)
+            assert (r["device"], r["clock"]) == ("cpu", "CPU")
 
 
 def test_bench_step_times_float16_features_converted_and_read_in_place_only_when_the_dataset_has_them(
@@ -62,4 +63,12 @@ def test_bench_step_times_float16_features_converted_and_read_in_place_only_when
     assert groups["float32"] == []
     assert [r["impl"] for r in groups["float16"]] == ["x converted to float32 first",
                                                       "float16 x read by the first layer"]
-    assert all(r["cpu_s"] > 0 for r in groups["float16"])
+    assert all(r["seconds"] > 0 for r in groups["float16"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_bench_step_on_cuda_without_a_gpu_is_one_sentence(dataset, capsys):
+    assert cli(["bench", "step", str(dataset), *TINY, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["salientpp bench: error: --device cuda was asked for but torch sees no CUDA "
+                                        "GPU; use --device cpu"], err

@@ -23,11 +23,13 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
     done = _rehearse(tmp_path / "out")
     steps = (tmp_path / "out" / "steps.log").read_text().splitlines()
     assert done.returncode == 0, steps
-    assert [line.split()[:2] for line in steps] == [["env", "ok"], ["data", "ok"], ["selfcheck", "ok"],
-                                                    ["train", "ok"]], steps
+    assert [line.split()[:2] for line in steps] == [["env", "ok"], ["data", "ok"], ["step", "ok"],
+                                                    ["selfcheck", "ok"], ["train", "ok"]], steps
     assert "device cpu" in (tmp_path / "out" / "env.log").read_text()
     rows = json.loads((tmp_path / "out" / "bench-train.json").read_text())
     assert {row["cache"] for row in rows} == {"none", "vip"} and all(row["epoch_s"] > 0 for row in rows)
+    steps = json.loads((tmp_path / "out" / "bench-step.json").read_text())
+    assert {row["device"] for row in steps} == {"cpu"} and all(row["seconds"] > 0 for row in steps)
 
 
 def test_a_failed_step_is_logged_and_the_later_steps_still_run(tmp_path):

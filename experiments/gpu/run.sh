@@ -18,6 +18,7 @@
 #   pyg       when experiments/gpu/sources/ holds them (fetch-sources.sh), torch_scatter and
 #             torch_sparse built from source for the CPU (PyG's sampler runs there), timed
 #   data      salientpp prepare synthetic:$PRESET and partition into $PARTS parts, timed
+#   step      salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
 #   selfcheck salientpp selfcheck on the tiny preset (gather, training, host waits)
 #   train     salientpp bench train: epoch time and stages, no cache and VIP, pipeline on and off
 # $OUT/steps.log has one line per step with its status and seconds.
@@ -67,6 +68,7 @@ if compgen -G "$SOURCES/torch_sparse-*.tar.gz" > /dev/null; then
 fi
 step data bash -c "python3 -m salientpp prepare synthetic:$PRESET '$WORK/data' &&
                    python3 -m salientpp partition '$WORK/data' '$WORK/parts' --parts $PARTS"
+step step salientpp bench step "$WORK/data" --device "$DEVICE" --json "$OUT/bench-step.json"
 step selfcheck salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
 step train salientpp bench train "$WORK/parts" --device "$DEVICE" --epochs "$EPOCHS" --alphas 0.1 \
     --json "$OUT/bench-train.json"

@@ -13,7 +13,7 @@ BENCHMARKS = {
     "sampler": "sampled edges/s of the C++ node-wise, bulk and LADIES samplers vs PyG's NeighborLoader",
     "vip": "VIP analysis time, peak memory and accuracy against the sampler",
     "simulate": "rows fetched per epoch per cache policy and alpha, saving efficiency vs the oracle",
-    "step": "CPU model step: aggregation kernels, fused dropout, whole training steps vs PyG's",
+    "step": "the model step (CPU or --device cuda): aggregation kernels, fused dropout, whole training steps vs PyG's",
     "train": "distributed epoch time and its breakdown per cache setting, pipeline on and off",
     "cluster": "SALIENT++'s experiment on an emulated cluster network: epoch time against alpha per policy",
     "tradeoff": "test accuracy against sampled edges per batch, LADIES against node-wise sampling",
