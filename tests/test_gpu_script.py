@@ -4,6 +4,7 @@ and the benchmark's JSON holds its rows. (The build step, which CI's own install
 CUDA kernel tests, which the suite runs anyway, are skipped here.)"""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -24,7 +25,10 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
     steps = (tmp_path / "out" / "steps.log").read_text().splitlines()
     assert done.returncode == 0, steps
     assert [line.split()[:2] for line in steps] == [["env", "ok"], ["data", "ok"], ["step", "ok"],
-                                                    ["selfcheck", "ok"], ["train", "ok"]], steps
+                                                    ["selfcheck", "ok"], ["train", "ok"], ["profile", "ok"]], steps
+    with gzip.open(tmp_path / "out" / "trace.json.gz") as trace:
+        assert json.load(trace)["traceEvents"]  # a Chrome trace with events
+    assert "Self CPU" in (tmp_path / "out" / "profile.txt").read_text()
     assert "device cpu" in (tmp_path / "out" / "env.log").read_text()
     rows = json.loads((tmp_path / "out" / "bench-train.json").read_text())
     assert {row["cache"] for row in rows} == {"none", "vip"} and all(row["epoch_s"] > 0 for row in rows)

@@ -21,6 +21,8 @@
 #   step      salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
 #   selfcheck salientpp selfcheck on the tiny preset (gather, training, host waits)
 #   train     salientpp bench train: epoch time and stages, no cache and VIP, pipeline on and off
+#   profile   one epoch of the preset in 1 part (random partition) under torch.profiler
+#             (profile_epoch.py: trace.json.gz and profile.txt)
 # $OUT/steps.log has one line per step with its status and seconds.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,9 +69,11 @@ if compgen -G "$SOURCES/torch_sparse-*.tar.gz" > /dev/null; then
         --no-build-isolation "$SOURCES"/torch_scatter-*.tar.gz "$SOURCES"/torch_sparse-*.tar.gz
 fi
 step data bash -c "python3 -m salientpp prepare synthetic:$PRESET '$WORK/data' &&
-                   python3 -m salientpp partition '$WORK/data' '$WORK/parts' --parts $PARTS"
+                   python3 -m salientpp partition '$WORK/data' '$WORK/parts' --parts $PARTS &&
+                   python3 -m salientpp partition '$WORK/data' '$WORK/one' --parts 1 --method random"
 step step salientpp bench step "$WORK/data" --device "$DEVICE" --json "$OUT/bench-step.json"
 step selfcheck salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
 step train salientpp bench train "$WORK/parts" --device "$DEVICE" --epochs "$EPOCHS" --alphas 0.1 \
     --json "$OUT/bench-train.json"
+step profile python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$OUT"
 exit $failed
