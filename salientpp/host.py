@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import check_int
+from .errors import check_int, counted
 
 MiB = 2**20
 GiB = 2**30
@@ -228,10 +228,6 @@ PIPELINE_OFF = "the torch threads take every core"
 PIPELINE_DEPTH = 4
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 @dataclass(frozen=True)
 class ThreadBudget:
     """The CPU threads of one rank.
@@ -320,14 +316,14 @@ class ThreadBudget:
         threads take every core (--pipeline-depth sets it)``, with the :meth:`pipeline_depth` of
         ``pipeline_depth`` (the requested one; ``None``: the default) on ``device``; without the
         sampler threads and the pipeline when the run ``samples`` nothing (full-graph training)."""
-        torch_part = _plural(self.torch_threads, "torch intra-op thread")
+        torch_part = counted(self.torch_threads, "torch intra-op thread")
         if self.torch_threads_given:
             torch_part += " (set by --torch-threads)"
-        head = f"threads: {_plural(self.cores, 'core')} ({self.source}) for {_plural(self.local_ranks, 'local rank')}: "
+        head = f"threads: {counted(self.cores, 'core')} ({self.source}) for {counted(self.local_ranks, 'local rank')}: "
         if not samples:
             return f"{head}{torch_part} per rank"
         priority = "low-priority" if self.low_priority_sampler else "normal-priority"
-        sampler_part = _plural(self.sampler_threads, f"{priority} sampler thread")
+        sampler_part = counted(self.sampler_threads, f"{priority} sampler thread")
         if self.sampler_threads_given:
             sampler_part += " (set by --threads)"
         depth = self.pipeline_depth(pipeline_depth, device)

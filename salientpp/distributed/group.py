@@ -111,6 +111,17 @@ def is_first_rank() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+# Set by torchrun in every worker it starts.
+TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
+
+
+def may_be_a_restart() -> bool:
+    """Whether this process may continue an earlier attempt of its job, as far as it can tell
+    alone: the launcher counted a restart, or it is a torchrun worker, whose agent does not
+    always count one (only the ranks together know: ``DistContext.attempt``)."""
+    return restart_count() > 0 or TORCHRUN_ENV in os.environ
+
+
 def restart_count() -> int:
     """How many times this job has been restarted: torchrun's ``TORCHELASTIC_RESTART_COUNT`` or
     the local launcher's ``SALIENTPP_RESTART_COUNT`` (0 when neither is set)."""

@@ -176,8 +176,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, relu: bool = False
 
     In training, each element is kept with probability ``1 - p`` and scaled by ``1 / (1 - p)``
     (as ``torch.nn.functional.dropout``); the mask comes from the extension's counter-based
-    generator where its kernels run (:func:`runs_kernels`), from torch's elsewhere. Out of training, or with ``p == 0``, only the ReLU
-    applies.
+    generator where its kernels run (:func:`runs_kernels`), from torch's elsewhere. Out of
+    training, or with ``p == 0``, only the ReLU applies.
     """
     if not training or p == 0:
         return torch.relu(x) if relu else x

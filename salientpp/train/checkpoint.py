@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..io import check_writable_dir, holds_files, output_errors, replace_file
+from ..io import check_writable_dir, holds_files, output_errors, replace_file, shown
 
 LAST, BEST = "last.pt", "best.pt"
 
@@ -69,6 +69,19 @@ def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) 
     torch.save(ckpt.__dict__, buffer)
     for name in (LAST, BEST) if best else (LAST,):
         replace_file(directory / name, buffer.getvalue())
+
+
+def weights_misfit(expected: dict[str, torch.Tensor], weights: dict) -> str:
+    """Why a checkpoint's ``weights`` (name -> tensor) cannot be loaded into a model whose state
+    dict is ``expected``: a missing or extra name, or another shape; ``""`` when they fit."""
+    for name, tensor in expected.items():
+        if name not in weights:
+            return f"it lacks {shown(name)}"
+        shape = getattr(weights[name], "shape", None)
+        if shape is None or tuple(shape) != tuple(tensor.shape):
+            return f"its {shown(name)} has shape {shown(list(shape or ()))}, the model's {list(tensor.shape)}"
+    extra = sorted(set(weights) - set(expected), key=str)
+    return f"the model has no {shown(extra[0])}" if extra else ""
 
 
 def describe_position(epoch: int, step: int) -> str:

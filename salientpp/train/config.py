@@ -27,7 +27,7 @@ import torch
 
 from ..cache.plan import GPU_FRACTION
 from ..cache.policies import get_policy
-from ..distributed.group import is_first_rank, restart_count
+from ..distributed.group import is_first_rank, may_be_a_restart
 from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int
@@ -385,10 +385,8 @@ class TrainConfig:
             check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
         self._check_output_paths()
         if self.checkpoint_dir:
-            # Under torchrun a rank of a restarted job can see TORCHELASTIC_RESTART_COUNT=0 (its
-            # agent did not count the restart): run_rank checks again once the ranks agree on it.
-            check_checkpoint_dir(self.checkpoint_dir, self.resume,
-                                 restarted=restart_count() > 0 or "TORCHELASTIC_RUN_ID" in os.environ)
+            # run_rank checks again once the ranks agree on whether this is a restart.
+            check_checkpoint_dir(self.checkpoint_dir, self.resume, restarted=may_be_a_restart())
         if self.json_path:
             check_writable_file(self.json_path, "--json", exist_ok=True)
         return self

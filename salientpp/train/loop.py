@@ -33,13 +33,15 @@ from ..models.gnn import ExpectedOutputs, ModelInput, SeedForward, build_model, 
 from ..sampling import SamplerKind
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
-from .checkpoint import Checkpoint, describe_position, has_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import (Checkpoint, describe_position, has_checkpoint, load_checkpoint, save_checkpoint,
+                         weights_misfit)
 from .config import BF16, checkpoint_options
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
 from .setup import RankSetup
-from .state import (EMBEDDING_COMM, EVAL_SPLITS, VALID_MAJORITY, EPOCH, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC,
-                    VALID_METRIC, EpochSums, RunState, TrainResult, rng_state, set_rng_state)
+from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
+                    TRAIN_METRIC, VALID_MAJORITY, VALID_METRIC, EpochSums, RunState, TrainResult, rng_state,
+                    set_rng_state)
 
 
 def _fold(running: torch.Tensor, sums: EpochSums) -> None:
@@ -166,6 +168,10 @@ class Trainer:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
         config = self.config
         ckpt = load_checkpoint(config.checkpoint_dir, state.options, matching=("dataset", *checkpoint_options(config)))
+        misfit = weights_misfit(self.model.state_dict(), ckpt.model)
+        if misfit:
+            raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({misfit}); "
+                             "resume with the options it was trained with or use a new --checkpoint-dir")
         try:
             self.model.load_state_dict(ckpt.model)
             self.optimizer.load_state_dict(ckpt.optimizer)

@@ -30,7 +30,7 @@ from ..loader.loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling.link import NODE
-from .checkpoint import LAST, Checkpoint, load_checkpoint
+from .checkpoint import LAST, Checkpoint, load_checkpoint, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator, supports_layerwise
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
@@ -64,19 +64,6 @@ def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path
     return ckpt, task_of(data, ckpt.options.get("metric"))
 
 
-def _misfit(expected: dict[str, torch.Tensor], weights: dict) -> str:
-    """Why the checkpoint's ``weights`` (name -> tensor) cannot be loaded into a model whose state
-    dict is ``expected``: a missing or extra name, or another shape; ``""`` when they fit."""
-    for name, tensor in expected.items():
-        if name not in weights:
-            return f"it lacks {shown(name)}"
-        shape = getattr(weights[name], "shape", None)
-        if shape is None or tuple(shape) != tuple(tensor.shape):
-            return f"its {shown(name)} has shape {shown(list(shape or ()))}, the model's {list(tensor.shape)}"
-    extra = sorted(set(weights) - set(expected), key=str)
-    return f"the model has no {shown(extra[0])}" if extra else ""
-
-
 def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray | None:
     """One rank: the outputs of the nodes it owns. Rank 0 returns float32 ``[N, C]`` every node's
     outputs in the original ids; the others return ``None``. The checkpoint is the one
@@ -96,7 +83,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         in_dim = (graph.num_features if features else 0) + embedding_dim
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"])
-        misfit = _misfit(model.state_dict(), ckpt.model)
+        misfit = weights_misfit(model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the weights in {path} do not fit the {shown(options['model'])} model its options "
                              f"describe ({misfit}); pass the checkpoint that `salientpp train` wrote, with the "

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from ..distributed import DistContext, WorkerError, init_distributed, launch, shutdown_distributed
 from ..distributed.faults import injector_from_env
-from ..distributed.group import RESTART_ENV, env_is_distributed, is_first_rank, restart_count
+from ..distributed.group import RESTART_ENV, TORCHRUN_ENV, env_is_distributed, is_first_rank, may_be_a_restart
 from ..distributed.health import Health, Stage
 from ..distributed.network import parse_network
 from ..errors import InputError
@@ -28,9 +28,6 @@ from .fullgraph import FullGraphTrainer
 from .loop import MinibatchTrainer, Trainer
 from .setup import RankSetup, ResolvedRun, resolve_run
 from .state import TrainResult
-
-# Set by torchrun in every worker it starts.
-TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
 
 
 def open_trainer(setup: RankSetup) -> Trainer:
@@ -100,8 +97,7 @@ def locked_outputs(config: TrainConfig) -> Iterator[None]:
         if is_first_rank():
             if config.checkpoint_dir:
                 stack.enter_context(output_lock(config.checkpoint_dir, "--checkpoint-dir", directory=True))
-                check_checkpoint_dir(config.checkpoint_dir, config.resume,
-                                     restarted=restart_count() > 0 or TORCHRUN_ENV in os.environ)
+                check_checkpoint_dir(config.checkpoint_dir, config.resume, restarted=may_be_a_restart())
             if config.json_path:
                 stack.enter_context(output_lock(config.json_path, "--json", directory=False))
         yield

@@ -44,7 +44,7 @@ from ..cache import plan as plans
 from ..cache.plan import Budget, PlanInfo, PlanOptions, PlanRequest, build_and_save_plans, check_plan, read_plan_info
 from ..cache.policies import PolicyContext
 from ..cache.workload import EdgeSeeds, Workload
-from ..distributed.group import DistContext
+from ..distributed.group import DistContext, is_first_rank
 from ..distributed.health import Health, agree
 from ..host import ThreadBudget
 from ..errors import InputError
@@ -256,7 +256,7 @@ def check_resume(config: TrainConfig, identity: str) -> None:
                          f"train; pass --epochs above {ckpt.epoch} to train more")
     changed = [f"{flag} {options[name]} (was {ckpt.options[name]})" for name, flag in resumable_flags().items()
                if name in ckpt.options and ckpt.options[name] != options[name]]
-    if changed and config.progress:
+    if changed and config.progress and is_first_rank():  # once per job under torchrun
         print(f"resuming {config.checkpoint_dir} with options changed since it was written: {', '.join(changed)}",
               flush=True)
 
