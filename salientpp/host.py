@@ -219,9 +219,12 @@ def local_world_size() -> int:
 
 # ---- the thread budget of a rank -----------------------------------------------------------------
 
-# Per-rank cores per default sampler thread: the samplers only fill the time the training
-# thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
+# Per-rank cores per default sampler thread on the CPU: the samplers only fill the time the
+# training thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
 CORES_PER_SAMPLER = 8
+# Per-rank cores per default torch thread on a GPU: the model runs on the device, so its host
+# threads only plan and launch, and the other cores sample (docs/gpu.md, "Threads on a GPU").
+CORES_PER_GPU_TORCH_THREAD = 4
 # Why the default pipeline is off on the CPU (the start-up line says it).
 PIPELINE_OFF = "the torch threads take every core"
 # Batches in flight when the pipeline has a core or a GPU to overlap (ThreadBudget.pipeline_depth).
@@ -233,8 +236,10 @@ class ThreadBudget:
     """The CPU threads of one rank.
 
     The rule (:meth:`for_rank`): each of the ``local_ranks`` ranks of a machine gets
-    ``c = max(1, usable // local_ranks)`` cores, ``usable`` from :func:`usable_cores`. It runs
-    ``c`` torch intra-op threads and ``max(1, c // 8)`` C++ sampler threads. The sampler threads
+    ``c = max(1, usable // local_ranks)`` cores, ``usable`` from :func:`usable_cores`. On the CPU
+    it runs ``c`` torch intra-op threads and ``max(1, c // 8)`` C++ sampler threads; on a GPU,
+    where the model's work is on the device, ``t = max(1, c // 4)`` torch threads and
+    ``max(1, c - t)`` sampler threads. The sampler threads
     run at low priority (5 nice steps below the rank, a third of its threads' weight): they fill
     the time the training thread waits for a collective, and take at most a quarter of a core it
     wants. A loader whose next batch a starved sampler thread has not finished samples it on the
@@ -251,6 +256,7 @@ class ThreadBudget:
         sampler_threads: C++ sampler threads of each of this rank's loaders.
         source: where ``cores`` comes from (``"affinity mask"``, ``"cgroup CPU quota"``).
         torch_threads_given, sampler_threads_given: whether the counts were overrides.
+        gpu: whether the rank's model runs on a GPU (the defaults above and the pipeline's depth).
     """
 
     cores: int
@@ -260,12 +266,14 @@ class ThreadBudget:
     source: str
     torch_threads_given: bool = False
     sampler_threads_given: bool = False
+    gpu: bool = False
 
     @classmethod
     def for_rank(cls, local_ranks: int, torch_threads: int | None = None,
-                 sampler_threads: int | None = None) -> "ThreadBudget":
-        """The budget of one of ``local_ranks`` ranks on this machine; ``torch_threads`` and
-        ``sampler_threads`` (positive integers) override the defaults."""
+                 sampler_threads: int | None = None, device: str | torch.device = "cpu") -> "ThreadBudget":
+        """The budget of one of ``local_ranks`` ranks on this machine whose models run on
+        ``device``; ``torch_threads`` and ``sampler_threads`` (positive integers) override the
+        defaults."""
         check_int(local_ranks, "the number of local ranks")
         for what, value in (("the number of torch threads", torch_threads),
                             ("the number of sampler threads", sampler_threads)):
@@ -273,10 +281,16 @@ class ThreadBudget:
                 check_int(value, what)
         cores, source = usable_cores()
         per_rank = max(1, cores // local_ranks)
+        gpu = torch.device(device).type != "cpu"
+        if gpu:
+            default_torch = max(1, per_rank // CORES_PER_GPU_TORCH_THREAD)
+            default_sampler = max(1, per_rank - default_torch)
+        else:
+            default_torch, default_sampler = per_rank, max(1, per_rank // CORES_PER_SAMPLER)
         return cls(cores, local_ranks,
-                   per_rank if torch_threads is None else torch_threads,
-                   max(1, per_rank // CORES_PER_SAMPLER) if sampler_threads is None else sampler_threads,
-                   source, torch_threads is not None, sampler_threads is not None)
+                   default_torch if torch_threads is None else torch_threads,
+                   default_sampler if sampler_threads is None else sampler_threads,
+                   source, torch_threads is not None, sampler_threads is not None, gpu)
 
     @property
     def cores_per_rank(self) -> int:
@@ -289,9 +303,9 @@ class ThreadBudget:
         below :attr:`cores_per_rank`)."""
         return self.torch_threads < self.cores_per_rank
 
-    def pipeline_depth(self, requested: int | None = None, device: str | torch.device = "cpu") -> int:
+    def pipeline_depth(self, requested: int | None = None) -> int:
         """The batches a rank's pipeline keeps in flight: ``requested`` when given, else
-        :data:`PIPELINE_DEPTH` when the model runs on a GPU or the torch threads leave
+        :data:`PIPELINE_DEPTH` when the model runs on a GPU (:attr:`gpu`) or the torch threads leave
         :attr:`spare cores <spare_cores>`, else 1 (the stages of each batch one after another).
         On the CPU the pipeline overlaps CPU work with CPU work, so without a free core its
         sampler and exchange threads only take cores from the model's threads: on 2 cores,
@@ -300,7 +314,7 @@ class ThreadBudget:
         (docs/training-performance.md)."""
         if requested is not None:
             return requested
-        return PIPELINE_DEPTH if torch.device(device).type != "cpu" or self.spare_cores else 1
+        return PIPELINE_DEPTH if self.gpu or self.spare_cores else 1
 
     @property
     def low_priority_sampler(self) -> bool:
@@ -309,12 +323,11 @@ class ThreadBudget:
         return not (self.torch_threads_given and self.sampler_threads_given
                     and self.torch_threads + self.sampler_threads <= self.cores_per_rank)
 
-    def describe(self, samples: bool = True, pipeline_depth: int | None = None,
-                 device: str | torch.device = "cpu") -> str:
+    def describe(self, samples: bool = True, pipeline_depth: int | None = None) -> str:
         """The start-up line, e.g. ``threads: 2 cores (affinity mask) for 2 local ranks: 1 torch
         intra-op thread and 1 low-priority sampler thread per rank; pipeline off: the torch
         threads take every core (--pipeline-depth sets it)``, with the :meth:`pipeline_depth` of
-        ``pipeline_depth`` (the requested one; ``None``: the default) on ``device``; without the
+        ``pipeline_depth`` (the requested one; ``None``: the default); without the
         sampler threads and the pipeline when the run ``samples`` nothing (full-graph training)."""
         torch_part = counted(self.torch_threads, "torch intra-op thread")
         if self.torch_threads_given:
@@ -326,7 +339,7 @@ class ThreadBudget:
         sampler_part = counted(self.sampler_threads, f"{priority} sampler thread")
         if self.sampler_threads_given:
             sampler_part += " (set by --threads)"
-        depth = self.pipeline_depth(pipeline_depth, device)
+        depth = self.pipeline_depth(pipeline_depth)
         if pipeline_depth is not None:
             pipeline = f"pipeline depth {depth} (as given)"
         elif depth == 1:

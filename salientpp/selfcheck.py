@@ -5,7 +5,11 @@ the CPU path (the tests run them that way). Each check is a :class:`Check` row o
 
 1. the extension: loaded, built with or without CUDA kernels, and the GPUs torch sees;
 2. the row gather: the kernel against torch indexing on random fetch plans (empty parts, two
-   tiers, pinned host tables on CUDA), with and without output positions;
+   tiers, pinned host tables on CUDA), with and without output positions; the model step's
+   kernels (CSR aggregation with its root term, forward and backward, and the fused ReLU +
+   dropout) in float32 and bfloat16: on CUDA against the CPU kernels (forward and dropout equal
+   bit for bit, the aggregation's gradient within float rounding), on the CPU against torch's
+   ``index_add_``;
 3. per preset (``tiny``, ``small``), a 1-rank training on the device:
    * every assembled batch equals ``x[n_id]`` of the unpartitioned dataset;
    * the training's test accuracy against the same training on the CPU, within noise;
@@ -26,6 +30,7 @@ A check that raises is one failed row (traceback on stderr), and the checks afte
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import tempfile
 import traceback
@@ -126,6 +131,47 @@ def check_gather(device: torch.device, plans: int = 200) -> Check:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return Check("row gather vs torch indexing", failed == 0, f"{plans + 1 - failed} of {plans + 1} random plans equal")
+
+
+def check_model_kernels(device: torch.device) -> Check:
+    """The model step's kernels on ``device`` on random CSRs, mean and sum, float32 and bfloat16:
+    on CUDA against the CPU kernels (what ``tests/test_model_ops.py`` asserts where a GPU is, for
+    a GPU machine without pytest); on the CPU the aggregation against torch's ``index_add_``."""
+    from .models.ops import aggregate_reference, aggregate_with_root, dropout, runs_kernels
+
+    twins = device.type == "cuda" and runs_kernels(device)  # else torch's operations run there
+    gen = torch.Generator().manual_seed(0)
+    cases = failed = 0
+    for dtype, mean, (num_dst, num_src, max_degree) in itertools.product(
+            (torch.float32, torch.bfloat16), (True, False), ((700, 900, 15), (1, 5, 0), (3000, 20000, 40))):
+        degree = torch.randint(0, max_degree + 1, (num_dst,), generator=gen)
+        rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), degree.cumsum(0)])
+        col = torch.randint(0, num_src, (int(rowptr[-1]),), generator=gen)
+        x = torch.randn(num_src, 70, generator=gen).to(dtype).requires_grad_()
+        grad_out = torch.randn(num_dst, 70, generator=gen).to(dtype)
+        ours = x.detach().to(device).requires_grad_()
+        out, root = aggregate_with_root(ours, rowptr.to(device), col.to(device), mean)
+        (out * grad_out.to(device)).sum().backward()
+        torch.manual_seed(cases)
+        dropped = dropout(ours.detach(), 0.3, relu=True).cpu()
+        if twins:  # the same bits as the CPU kernels, the same dropout mask
+            expected, expected_root = aggregate_with_root(x, rowptr, col, mean)
+            torch.manual_seed(cases)
+            same = (torch.equal(out.cpu(), expected) and torch.equal(root.cpu(), expected_root)
+                    and torch.equal(dropped, dropout(x.detach(), 0.3, relu=True)))
+        else:  # torch's index_add_ in float32; the dropout scales what it keeps by 1 / (1 - p)
+            expected = aggregate_reference(x.float(), rowptr, col, mean).to(dtype)
+            kept = dropped != 0
+            same = (torch.allclose(out.cpu().float(), expected.float(), rtol=1e-2, atol=1e-2)
+                    and torch.allclose(dropped[kept].float(), (x.detach().float().relu() / 0.7)[kept], rtol=1e-2))
+        (expected * grad_out).sum().backward()
+        tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # atomic adds sum in another order
+        same = same and torch.allclose(ours.grad.cpu().float(), x.grad.float(), rtol=tolerance, atol=tolerance)
+        cases += 1
+        failed += not same
+    against = "CUDA kernels vs the CPU kernels" if twins else f"{device.type} kernels vs torch's index_add_"
+    return Check("model-step kernels", failed == 0, f"{against}: {cases - failed} of {cases} cases equal "
+                 "(aggregation with its root term and gradient, ReLU + dropout; float32 and bfloat16)")
 
 
 def _hop_sizes(batches) -> np.ndarray:
@@ -347,6 +393,7 @@ def run(device: str, presets: list[str], epochs: int, bench: bool) -> list[Check
     with tempfile.TemporaryDirectory(prefix="salientpp-selfcheck-") as tmp:
         work = Path(tmp)
         steps = [("row gather", lambda: [check_gather(torch.device(device))]),
+                 ("model-step kernels", lambda: [check_model_kernels(torch.device(device))]),
                  ("bulk samplers", lambda: check_bulk(torch.device(device)))]
         steps += [(f"{p}: training", lambda p=p: check_preset(p, device, work, epochs)) for p in presets]
         steps.append(("ranks", lambda: [check_ranks(device, work)]))

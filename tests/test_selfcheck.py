@@ -17,7 +17,7 @@ def test_the_cpu_selfcheck_passes_its_kernel_and_training_checks_and_prints_a_ta
     out = capsys.readouterr().out
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| check")}
-    assert rows["row gather vs torch indexing"] == "pass"
+    assert rows["row gather vs torch indexing"] == "pass" and rows["model-step kernels"] == "pass"
     assert rows["tiny: assembled x equals x[n_id]"] == "pass"
     assert rows["tiny: test accuracy"] == "info" and rows["extension"] == "pass"
     assert rows["bulk nodewise sampler on cpu"] == "pass" and rows["bulk ladies sampler on cpu"] == "pass"
@@ -82,6 +82,20 @@ def test_a_wrong_kernel_result_fails_the_gather_check(monkeypatch):
     check = selfcheck.check_gather(torch.device("cpu"), plans=20)
     equal = int(check.detail.split()[0])
     assert check.ok is False and equal < 21 // 2  # only plans that write no row (and the serve check) stay equal
+
+
+def test_a_wrong_aggregation_or_dropout_fails_the_model_kernel_check(monkeypatch):
+    from salientpp.models import ops
+
+    real = ops.aggregate_with_root
+    monkeypatch.setattr(ops, "aggregate_with_root", lambda x, *args: tuple(t * 1.05 for t in real(x, *args)))
+    check = selfcheck.check_model_kernels(torch.device("cpu"))
+    # Only the 4 cases whose destinations have no edges (all zeros, scaled or not) stay equal.
+    assert check.ok is False and check.detail.split(": ")[1].startswith("4 of 12")
+    monkeypatch.setattr(ops, "aggregate_with_root", real)
+    real_dropout = ops.dropout
+    monkeypatch.setattr(ops, "dropout", lambda x, p, relu=False: real_dropout(x, p, relu=False))  # no ReLU
+    assert selfcheck.check_model_kernels(torch.device("cpu")).ok is False
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

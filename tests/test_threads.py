@@ -166,12 +166,24 @@ def test_a_thread_count_that_is_not_a_positive_integer_is_refused(cores, args):
         ThreadBudget.for_rank(**args)
 
 
+@pytest.mark.parametrize("usable, ranks, torch_threads, sampler_threads", [
+    (16, 1, 4, 12), (16, 2, 2, 6), (16, 4, 1, 3), (2, 1, 1, 1), (1, 1, 1, 1), (3, 1, 1, 2)])
+def test_on_a_gpu_most_cores_sample_and_a_quarter_run_torch(cores, usable, ranks, torch_threads, sampler_threads):
+    cores(usable)
+    budget = ThreadBudget.for_rank(ranks, device="cuda")
+    assert (budget.torch_threads, budget.sampler_threads) == (torch_threads, sampler_threads)
+    cpu = ThreadBudget.for_rank(ranks)
+    assert cpu.torch_threads == budget.cores_per_rank and cpu.sampler_threads == max(1, budget.cores_per_rank // 8)
+    given = ThreadBudget.for_rank(ranks, 5, 7, device="cuda")  # --torch-threads and --threads win
+    assert (given.torch_threads, given.sampler_threads) == (5, 7)
+
+
 def test_describe_names_the_cores_their_source_and_the_threads(cores):
     cores(2)
     assert ThreadBudget.for_rank(2).describe() == (
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread and 1 low-priority sampler "
         "thread per rank; pipeline off: the torch threads take every core (--pipeline-depth sets it)")
-    assert ThreadBudget.for_rank(2).describe(device="cuda").endswith("per rank; pipeline depth 4")
+    assert ThreadBudget.for_rank(2, device="cuda").describe().endswith("per rank; pipeline depth 4")
     line = ThreadBudget(6, 1, 4, 2, "cgroup CPU quota", torch_threads_given=True, sampler_threads_given=True).describe()
     assert line == ("threads: 6 cores (cgroup CPU quota) for 1 local rank: 4 torch intra-op threads (set by "
                     "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank; "
@@ -191,10 +203,11 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
 def test_the_pipeline_is_on_by_default_on_a_gpu_or_when_the_torch_threads_leave_cores_free(
         cores, usable, ranks, torch_threads, device, depth):
     cores(usable)
-    budget = ThreadBudget.for_rank(ranks, torch_threads)
-    assert budget.spare_cores is (depth == 4 and device == "cpu")
-    assert budget.pipeline_depth(device=device) == depth
-    assert budget.pipeline_depth(3, device) == 3  # --pipeline-depth is used as it is
+    budget = ThreadBudget.for_rank(ranks, torch_threads, device=device)
+    assert budget.gpu is (torch.device(device).type == "cuda")
+    assert budget.gpu or budget.spare_cores is (depth == 4)
+    assert budget.pipeline_depth() == depth
+    assert budget.pipeline_depth(3) == 3  # --pipeline-depth is used as it is
 
 
 def test_apply_sets_torch_threads_and_tolerates_interop_threads_already_fixed(monkeypatch):

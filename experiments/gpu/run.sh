@@ -5,75 +5,136 @@
 #
 #   OUT=DIR bash experiments/gpu/run.sh
 #
-# Settings (environment): DEVICE (cuda), PRESET (products: the synthetic preset to generate and
-# partition), PARTS (2), EPOCHS (3), BUILD (1: build the extension with every core first; the CPU
-# rehearsal in tests/test_gpu_script.py sets 0), KERNEL_TESTS (1: the CUDA twins against the CPU
-# kernels, tests/test_model_ops.py), PYG_TIMEOUT (300: seconds the PyG baseline's build may take).
+# Settings (environment): DEVICE (cuda), PRESET (products,num_nodes=1200000: the synthetic graph
+# to generate; half of the products preset, so that it is generated and written within the
+# window), EPOCHS (3), BUILD (1: build the extension in place with every core first; the CPU
+# rehearsal in tests/test_gpu_script.py sets 0), KERNEL_TESTS (1: pytest of the CUDA twins,
+# tests/test_model_ops.py, where pytest is installed), PYG_TIMEOUT (240: seconds the PyG
+# baseline's build may take), DEADLINE (520: seconds after the start past which no step runs on;
+# each step's own limit is cut to what is left), WORK (experiments/gpu/work: the generated data,
+# and the PyG build, kept, so that a second call on the same machine skips them), SOURCES
+# (experiments/gpu/sources: the PyG sources, from fetch-sources.sh).
 #
 # Steps, in order; a failed step is logged and the next runs (a GPU window is too short to rerun
-# everything for one failure); the exit code is 1 when any step failed:
-#   env       the device, torch and CUDA versions, the cores
-#   build     the extension (ninja, MAX_JOBS = the cores)
-#   kernels   pytest of the CUDA kernels against their CPU twins
-#   pyg       when experiments/gpu/sources/ holds them (fetch-sources.sh), torch_scatter and
-#             torch_sparse built from source for the CPU (PyG's sampler runs there), timed
-#   data      salientpp prepare synthetic:$PRESET and partition into $PARTS parts, timed
-#   step      salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
-#   selfcheck salientpp selfcheck on the tiny preset (gather, training, host waits)
-#   train     salientpp bench train: epoch time and stages, no cache and VIP, pipeline on and off
-#   profile   one epoch of the preset in 1 part (random partition) under torch.profiler
-#             (profile_epoch.py: trace.json.gz and profile.txt)
+# everything for one failure); the exit code is 1 when any step failed or was cut off:
+#   env        the device, torch and CUDA versions, the cores
+#   build      the extension (ninja, MAX_JOBS = the cores), in place
+#   pyg, data  side by side, in the background: torch_scatter and torch_sparse built in place from
+#              their sources for the CPU (PyG's sampler runs there), every extension of both at
+#              once (their setup.py turns ninja off), when experiments/gpu/sources/ holds them
+#              (fetch-sources.sh); they join PYTHONPATH once both import; and salientpp prepare
+#              synthetic:$PRESET, partitioned into 1 part
+#   kernels    meanwhile: pytest of the CUDA kernels against their CPU twins
+#   selfcheck  meanwhile: salientpp selfcheck on tiny (the kernels' row covers a machine without pytest)
+#   step       salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
+#   train      salientpp bench train: epoch time and stages, pipeline on and off, against PyG's
+#              NeighborLoader on the same GPU
+#   sampler    salientpp bench sampler --device cuda: the bulk samplers on the GPU against the C++
+#              sampler on the CPU's cores
+#   profile    a few steps of an epoch under torch.profiler (profile_epoch.py: trace.json.gz and
+#              profile.txt)
+#   train-cpu-budget  bench train with the CPU's thread budget (2 sampler threads, every core for
+#              torch), to compare with the GPU's budget of the train step
+#   step-4096  bench step with batches of 4096 seeds
 # $OUT/steps.log has one line per step with its status and seconds.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 OUT=${OUT:?set OUT to the folder for the results}
 DEVICE=${DEVICE:-cuda}
-PRESET=${PRESET:-products}
-PARTS=${PARTS:-2}
+PRESET=${PRESET:-products,num_nodes=1200000}
 EPOCHS=${EPOCHS:-3}
 BUILD=${BUILD:-1}
 KERNEL_TESTS=${KERNEL_TESTS:-1}
-PYG_TIMEOUT=${PYG_TIMEOUT:-300}
-SOURCES=experiments/gpu/sources
-mkdir -p "$OUT" || exit 2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-failed=0
+PYG_TIMEOUT=${PYG_TIMEOUT:-240}
+DEADLINE=${DEADLINE:-520}
+WORK=${WORK:-experiments/gpu/work}
+SOURCES=${SOURCES:-experiments/gpu/sources}
+CORES=$(nproc)
+mkdir -p "$OUT" "$WORK" || exit 2
+WORK=$(realpath "$WORK")
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+START=$(date +%s)
 
-# step NAME COMMAND...: run COMMAND with its output in $OUT/NAME.log; one line in steps.log.
+# step NAME LIMIT COMMAND...: run COMMAND with its output in $OUT/NAME.log, for at most LIMIT
+# seconds and never past DEADLINE; one line in steps.log.
 step() {
-    local name=$1 start ms status
-    shift
+    local name=$1 limit=$2 start ms status left
+    shift 2
+    left=$(( DEADLINE - ($(date +%s) - START) ))
+    if (( left < 10 )); then
+        echo "$name SKIPPED (the deadline of $DEADLINE s has passed)" | tee -a "$OUT/steps.log"
+        return
+    fi
+    (( limit > left )) && limit=$left
     start=$(date +%s%N)
-    if "$@" > "$OUT/$name.log" 2>&1; then status=ok; else status="FAILED (exit $?)"; failed=1; fi
+    timeout --kill-after=5 "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name.log" 2>&1
+    status=$?
+    case $status in
+        0) status=ok ;;
+        124|137) status="FAILED (cut off after $limit s)" ;;
+        *) status="FAILED (exit $status)" ;;
+    esac
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     printf '%s %s %d.%03d s\n' "$name" "$status" $((ms / 1000)) $((ms % 1000)) | tee -a "$OUT/steps.log"
 }
 
 environment() {
     date -u +%Y-%m-%dT%H:%M:%SZ
-    nproc
+    echo "cores $CORES"
     if command -v nvidia-smi > /dev/null; then nvidia-smi; fi
-    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda); print('device',
+    python3 -c "import sys, torch, torch_geometric as pyg; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'cuda', torch.version.cuda, 'torch_geometric', pyg.__version__); print('device',
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')"
+    python3 -c "import pytest" 2> /dev/null && echo "pytest available" || echo "no pytest"
+    python3 -c "import ninja" 2> /dev/null && echo "ninja available" || echo "no ninja module"
+}
+
+# torch_scatter and torch_sparse in $WORK/pyg, each built in place; $WORK/pyg/ok once both import.
+PYG_DIRS="$WORK/pyg/torch_scatter:$WORK/pyg/torch_sparse"
+build_pyg() {
+    [ -f "$WORK/pyg/ok" ] && { echo "$WORK/pyg is built: kept"; return 0; }
+    rm -rf "$WORK/pyg" && mkdir -p "$WORK/pyg/torch_scatter" "$WORK/pyg/torch_sparse" || return 1
+    tar xzf "$SOURCES"/torch_scatter-*.tar.gz -C "$WORK/pyg/torch_scatter" --strip-components 1 &&
+        tar xzf "$SOURCES"/torch_sparse-*.tar.gz -C "$WORK/pyg/torch_sparse" --strip-components 1 || return 1
+    local pids=() pid status=0
+    for package in torch_scatter torch_sparse; do
+        (cd "$WORK/pyg/$package" && FORCE_ONLY_CPU=1 python3 setup.py build_ext -j "$CORES" --inplace) &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    [ "$status" = 0 ] && PYTHONPATH="$PYG_DIRS:$PYTHONPATH" python3 -c "import torch_scatter, torch_sparse
+print('torch_scatter', torch_scatter.__version__, 'torch_sparse', torch_sparse.__version__)" && touch "$WORK/pyg/ok"
+}
+
+make_data() {
+    [ -f "$WORK/one/meta.json" ] && { echo "$WORK/one exists: kept"; return 0; }
+    rm -rf "$WORK/data" "$WORK/one"
+    python3 -m salientpp prepare "synthetic:$PRESET" "$WORK/data" &&
+        python3 -m salientpp partition "$WORK/data" "$WORK/one" --parts 1 --method random
 }
 
 salientpp() { python3 -m salientpp "$@"; }
+export -f environment build_pyg make_data salientpp  # step runs each command under timeout, in a new bash
+export CORES WORK PRESET SOURCES PYG_DIRS
 
-step env environment
-[ "$BUILD" = 1 ] && step build env MAX_JOBS="$(nproc)" python3 -m pip install --no-build-isolation -e .
-[ "$KERNEL_TESTS" = 1 ] && step kernels python3 -m pytest -q -p no:cacheprovider tests/test_model_ops.py
+step env 30 environment
+[ "$BUILD" = 1 ] && step build 240 env MAX_JOBS="$CORES" python3 setup.py build_ext --inplace
 if compgen -G "$SOURCES/torch_sparse-*.tar.gz" > /dev/null; then
-    step pyg env MAX_JOBS="$(nproc)" FORCE_ONLY_CPU=1 timeout "$PYG_TIMEOUT" python3 -m pip install --no-deps \
-        --no-build-isolation "$SOURCES"/torch_scatter-*.tar.gz "$SOURCES"/torch_sparse-*.tar.gz
+    step pyg "$PYG_TIMEOUT" build_pyg &
 fi
-step data bash -c "python3 -m salientpp prepare synthetic:$PRESET '$WORK/data' &&
-                   python3 -m salientpp partition '$WORK/data' '$WORK/parts' --parts $PARTS &&
-                   python3 -m salientpp partition '$WORK/data' '$WORK/one' --parts 1 --method random"
-step step salientpp bench step "$WORK/data" --device "$DEVICE" --json "$OUT/bench-step.json"
-step selfcheck salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
-step train salientpp bench train "$WORK/parts" --device "$DEVICE" --epochs "$EPOCHS" --alphas 0.1 \
-    --json "$OUT/bench-train.json"
-step profile python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$OUT"
-exit $failed
+step data 240 make_data &
+[ "$KERNEL_TESTS" = 1 ] && step kernels 90 python3 -m pytest -q -p no:cacheprovider tests/test_model_ops.py
+step selfcheck 150 salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
+wait
+[ -f "$WORK/pyg/ok" ] && export PYTHONPATH="$PYG_DIRS:$PYTHONPATH"
+step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$OUT/bench-step.json"
+step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --json "$OUT/bench-train.json"
+step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \
+    --threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$OUT/bench-sampler.json"
+step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$OUT" 6
+step train-cpu-budget 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
+    --threads 2 --torch-threads "$CORES" --json "$OUT/bench-train-cpu-budget.json"
+step step-4096 90 salientpp bench step "$WORK/data" --device "$DEVICE" --batch-size 4096 --batches 2 \
+    --json "$OUT/bench-step-4096.json"
+! grep -qE "FAILED|SKIPPED" "$OUT/steps.log"

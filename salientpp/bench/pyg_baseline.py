@@ -61,6 +61,13 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def sampling_workers(budget: ThreadBudget) -> int:
+    """PyG's ``num_workers``: on a GPU the budget's sampler threads, as worker processes (PyG's
+    GPU examples sample in workers, and salientpp's sampler gets those cores); on the CPU 0, so
+    that PyG samples on the training thread, whose cores the model's threads hold."""
+    return budget.sampler_threads if budget.gpu else 0
+
+
 @dataclass(frozen=True)
 class BaselineConfig:
     """What the baseline trains: the same options as the compared ``salientpp train`` runs."""
@@ -120,7 +127,8 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
-    ThreadBudget.for_rank(local_world_size(), config.torch_threads).apply()
+    budget = ThreadBudget.for_rank(local_world_size(), config.torch_threads, device=config.device)
+    budget.apply()
     ctx = init_distributed(config.device, config.timeout_s)
     try:
         data = load_partitioned(config.part_dir)
@@ -139,8 +147,10 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         torch.manual_seed(config.seed + ctx.rank)
         with warnings.catch_warnings():  # PyG deprecates sampling without pyg-lib; the bench names the backend
             warnings.simplefilter("ignore", UserWarning)
+            workers = sampling_workers(budget)
             loader = NeighborLoader(graph, num_neighbors=list(config.fanouts), input_nodes=seeds,
-                                    batch_size=config.batch_size, shuffle=True, is_sorted=True)
+                                    batch_size=config.batch_size, shuffle=True, is_sorted=True,
+                                    num_workers=workers, persistent_workers=workers > 0)
         torch.manual_seed(config.seed)
         model = (PyGReferenceModel if config.model == PYG else MFGModel)("sage", data.num_features, config.hidden, data.num_classes, len(config.fanouts),
                          config.dropout).to(ctx.device)

@@ -40,7 +40,7 @@ from ..sampling import parse_fanouts
 from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, counted
 from ..io import check_output_dir, strict_json, write_text_atomic
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
@@ -48,7 +48,8 @@ from ..loader.pipeline import StageTimes
 from ..train import TrainConfig, resolve_run, train
 from ..train.config import FP32, PRECISIONS
 from ..train.state import TRAIN_CPU
-from .pyg_baseline import OURS, PYG, BaselineConfig, run_baseline, sampling_backend, unavailable_reason
+from .pyg_baseline import (OURS, PYG, BaselineConfig, run_baseline, sampling_backend, sampling_workers,
+                           unavailable_reason)
 
 FETCH_STAGES = tuple(stage.value for stage in (Stage.COUNTS, Stage.IDS, Stage.ROWS, Stage.ASSEMBLE))
 # The baselines' models (--baselines), and how their rows name them.
@@ -224,8 +225,9 @@ def main(args: argparse.Namespace) -> int:
             rows.append(row)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.feature_dtype} features, {data.num_parts} ranks, "
           f"fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
-    print(budget.describe(pipeline_depth=args.pipeline_depth, device=args.device)
-          + " (the baselines: the same torch threads, PyG sampling on the training thread)")
+    print(budget.describe(pipeline_depth=args.pipeline_depth)
+          + " (the baselines: the same torch threads, PyG sampling in "
+          + (counted(workers, "worker process") if (workers := sampling_workers(budget)) else "the training thread") + ")")
     if depth == 1:
         print("the pipelined runs would be the runs with the pipeline off, so they are left out "
               f"(--pipeline-depth {PIPELINE_DEPTH} times them)")

@@ -178,7 +178,7 @@ class DistNeighborLoader:
         self.fanouts = check_fanouts(fanouts, self.sampler)
         self.batch_size = check_batch_size(batch_size)
         if pipeline_depth is None:
-            pipeline_depth = ThreadBudget.for_rank(local_world_size()).pipeline_depth(device=graph.ctx.device)
+            pipeline_depth = ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device).pipeline_depth()
         self.pipeline_depth = check_int(pipeline_depth, "the pipeline depth")
         self.read_ahead = self.pipeline_depth if read_ahead is None else check_int(read_ahead, "the sampler read-ahead")
         self.seeds = self._split_seeds(split)

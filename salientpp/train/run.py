@@ -82,7 +82,7 @@ def prepare(config: TrainConfig) -> ResolvedRun:
     if config.progress and run.memory:
         print(run.memory, flush=True)
     if config.progress and is_first_rank():
-        print(run.threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth, config.device), flush=True)
+        print(run.threads.describe(config.mode != FULL_GRAPH, config.pipeline_depth), flush=True)
     return run
 
 

@@ -234,9 +234,9 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         if local_ranks != data.num_parts:
             raise InputError(f"{config.part_dir} has {data.num_parts} partitions but --nprocs is {local_ranks}; "
                              f"run one rank per partition (--nprocs {data.num_parts})")
-    threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads)
+    threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads, config.device)
     if config.mode != FULL_GRAPH:  # the only mode with a pipeline
-        config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth, config.device))
+        config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth))
     if config.resume:
         check_resume(config, plans.partition_identity(data.meta))
     run = ResolvedRun(config, threads, local_ranks, choose_cache(config, data))
