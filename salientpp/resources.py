@@ -20,7 +20,7 @@ import numpy as np
 from .cache.plan import Budget
 from .cache.workload import Workload
 from .errors import InputError, counted
-from .host import MiB, format_bytes, memory_budget
+from .host import MiB, format_bytes, memory_budget, sampler_read_ahead
 from .partition.format import PartitionedDataset
 from .partition.metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE
 from .partition.multilevel import MultilevelOptions, held_bytes, vertex_bytes
@@ -340,7 +340,9 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
       temporaries;
     * then the larger of two phases. Training: ``per-rank batch buffers``, ``pipeline_depth``
       batches in flight plus the one being assembled (:func:`batch_size_estimate`, rows once),
-      and ``activations`` of one training step or one inference batch, whichever is larger, and
+      ``sampled batches ahead`` (the sampled graphs a sampler read-ahead beyond the pipeline's
+      depth holds, :func:`~salientpp.host.sampler_read_ahead`), and
+      ``activations`` of one training step or one inference batch, whichever is larger, and
       with ``reuse_freed_memory`` the ``freed blocks kept for reuse``, :data:`KEPT_FREED_FRACTION`
       of those two. Start-up, when no plan exists yet (no ``cached_rows``): ``cache plan analysis (rank 0)`` (the analysis of
       :func:`estimate_analyze`, and every partition's features mapped) while the others wait;
@@ -398,16 +400,20 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         items["embedding table and optimizer state"] = sum(sizes) * (3 * 4 * embedding_dim + 16)
     dims = [data.num_features * features + embedding_dim] + [hidden] * (layers - 1) + [data.num_outputs]
     size = batch_size_estimate(n, e, fanouts, batch_size)
-    batch_bytes = _feature_batch_bytes(size, row)
+    batch_bytes, graph_bytes = _feature_batch_bytes(size, row), _feature_batch_bytes(size, 0)
     activations = _activation_bytes(model, size, dims, training=True)
     id_map = _id_map_bytes(n, size)
     if eval_fanouts is not None:
         size = batch_size_estimate(n, e, eval_fanouts, eval_batch_size or batch_size)
         batch_bytes = max(batch_bytes, _feature_batch_bytes(size, row))
+        graph_bytes = max(graph_bytes, _feature_batch_bytes(size, 0))
         activations = max(activations, _activation_bytes(model, size, dims, training=False))
         id_map = max(id_map, _id_map_bytes(n, size))
     running = {"per-rank batch buffers": ranks * (pipeline_depth + 1) * batch_bytes,
                "activations": ranks * activations}
+    ahead = sampler_read_ahead(pipeline_depth, sampler_threads) - pipeline_depth
+    if ahead:  # sampled graphs waiting for the pipeline, without their feature rows yet
+        running["sampled batches ahead"] = ranks * ahead * graph_bytes
     running.update(_kept_freed(sum(running.values()), reuse_freed_memory))
     if analysis > sum(running.values()):  # the start-up phase is the peak
         items["cache plan analysis (rank 0)"] = analysis

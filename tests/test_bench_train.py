@@ -41,6 +41,14 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     assert all(r["epoch_s"] > 0 and r["rank_cpu_s"] > 0 for r in rows)
     # the fetch stages' CPU seconds are part of their wall time (one thread runs them)
     assert all(0 < r["fetch_cpu_s"] <= r["fetch_s"] + 1e-3 for r in rows)
+    # The pipelined run's slowest stage counts its sampling timed alone at its parallelism; the
+    # run without pipeline counts its own.
+    off, piped = rows
+    assert off["sampling_alone_s"] == off["sample_s"] and piped["sampling_alone_s"] > 0
+    stages = [off["fetch_s"], off["compute_s"]]
+    assert off["vs_slowest_stage"] == pytest.approx(off["epoch_s"] / max(off["sample_s"], *stages))
+    assert piped["vs_slowest_stage"] == pytest.approx(piped["epoch_s"] / max(piped["sampling_alone_s"], *stages))
+    assert "sampling alone with the pipeline's 1 sampler thread and read-ahead 4:" in printed
 
 
 def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_when_the_pipeline_is_off(

@@ -338,6 +338,18 @@ def test_sampler_id_maps_are_counted_per_workspace_and_by_the_map_the_graph_gets
     assert 0 < maps[limit + 1] < maps[limit]  # past the limit a hash map, sized by the batch and not by N
 
 
+def test_batches_sampled_ahead_of_the_pipeline_for_idle_sampler_threads_are_counted(tiny_parts):
+    data = load_partitioned(tiny_parts)
+    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, cache="none", local_ranks=2)
+    within = estimate_train(data, pipeline_depth=4, sampler_threads=4, **common).items
+    beyond = estimate_train(data, pipeline_depth=4, sampler_threads=12, **common).items
+    serial = estimate_train(data, pipeline_depth=1, sampler_threads=12, **common).items
+    assert "sampled batches ahead" not in within and "sampled batches ahead" not in serial
+    # 8 more sampled graphs per rank than the depth, each less than a batch with its feature rows
+    assert 0 < beyond["sampled batches ahead"] < 2 * 8 * beyond["per-rank batch buffers"] / (2 * 5)
+    assert beyond["sampled batches ahead"] % (2 * 8) == 0
+
+
 def test_train_estimate_refuses_impossible_options(tiny_parts):
     data = load_partitioned(tiny_parts)
     common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4, cache="vip")

@@ -14,7 +14,7 @@ from salientpp.distributed import init_distributed, launch
 from salientpp import host
 from salientpp.host import ThreadBudget
 from salientpp.errors import InputError
-from salientpp.host import local_world_size, usable_cores
+from salientpp.host import local_world_size, sampler_read_ahead, usable_cores
 from salientpp.train import MinibatchTrainer, RankSetup, TrainConfig, resolve_run
 from conftest import one_sentence
 
@@ -178,6 +178,11 @@ def test_on_a_gpu_most_cores_sample_and_a_quarter_run_torch(cores, usable, ranks
     assert (given.torch_threads, given.sampler_threads) == (5, 7)
 
 
+@pytest.mark.parametrize("depth, threads, read_ahead", [(1, 1, 1), (1, 12, 1), (4, 1, 4), (4, 12, 12), (8, 3, 8)])
+def test_a_pipeline_samples_at_least_one_batch_ahead_per_sampler_thread(depth, threads, read_ahead):
+    assert sampler_read_ahead(depth, threads) == read_ahead
+
+
 def test_describe_names_the_cores_their_source_and_the_threads(cores):
     cores(2)
     assert ThreadBudget.for_rank(2).describe() == (
@@ -285,6 +290,11 @@ def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cor
     cores(8)
     assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 1  # 4 torch threads per rank
     assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2).pipeline_depth == 2
+    # With a pipeline, every sampler thread has a batch to sample; without, one batch at a time.
+    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2, num_threads=5).read_ahead == 5
+    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=1, num_threads=5).read_ahead == 1
+    loader = DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=3, num_threads=5, read_ahead=2)
+    assert loader.read_ahead == loader._loader.read_ahead == 2
 
 
 @pytest.mark.parametrize("name, value", [("num_threads", 0), ("torch_threads", 0), ("torch_threads", -1),

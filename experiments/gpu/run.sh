@@ -21,7 +21,7 @@
 #   build      the extension (ninja, MAX_JOBS = the cores), in place
 #   pyg, data  side by side, in the background: torch_scatter and torch_sparse built in place from
 #              their sources for the CPU (PyG's sampler runs there), every extension of both at
-#              once (their setup.py turns ninja off), when experiments/gpu/sources/ holds them
+#              once (build_inplace.py, without ninja), when experiments/gpu/sources/ holds them
 #              (fetch-sources.sh); they join PYTHONPATH once both import; and salientpp prepare
 #              synthetic:$PRESET, partitioned into 1 part
 #   kernels    meanwhile: pytest of the CUDA kernels against their CPU twins
@@ -99,7 +99,7 @@ build_pyg() {
         tar xzf "$SOURCES"/torch_sparse-*.tar.gz -C "$WORK/pyg/torch_sparse" --strip-components 1 || return 1
     local pids=() pid status=0
     for package in torch_scatter torch_sparse; do
-        (cd "$WORK/pyg/$package" && FORCE_ONLY_CPU=1 python3 setup.py build_ext -j "$CORES" --inplace) &
+        FORCE_ONLY_CPU=1 python3 experiments/gpu/build_inplace.py "$WORK/pyg/$package" "$CORES" &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done

@@ -31,9 +31,8 @@ from ..cache.workload import check_batch_size
 from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
-from ..host import ThreadBudget
 from ..errors import InputError, check_int
-from ..host import local_world_size
+from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..sampling import MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts, make_sampler
 from ..sampling.kinds import check_sampler
 from ..sampling import MFG
@@ -136,8 +135,9 @@ class DistNeighborLoader:
             :class:`~salientpp.host.ThreadBudget` for its ``LOCAL_WORLD_SIZE``
             ranks (4 on a GPU, 1 on the CPU, where the torch threads take every core).
         read_ahead: the most batches the sampling threads sample ahead of the pipeline (the
-            sampler read-ahead); ``None``: ``pipeline_depth``, so the pipeline finds its next
-            batch sampled without holding more batches than it can use.
+            sampler read-ahead); ``None``: :func:`~salientpp.host.sampler_read_ahead`, the
+            pipeline's depth and at least one batch per sampling thread when it overlaps, so that
+            the pipeline finds its next batch sampled and no thread waits for work.
         on_stage: called as ``on_stage(stage, step)`` with the :class:`~salientpp.distributed.health.Stage`
             before each pipeline stage runs on a step (health reports).
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
@@ -180,7 +180,8 @@ class DistNeighborLoader:
         if pipeline_depth is None:
             pipeline_depth = ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device).pipeline_depth()
         self.pipeline_depth = check_int(pipeline_depth, "the pipeline depth")
-        self.read_ahead = self.pipeline_depth if read_ahead is None else check_int(read_ahead, "the sampler read-ahead")
+        self.read_ahead = (sampler_read_ahead(self.pipeline_depth, num_threads) if read_ahead is None
+                           else check_int(read_ahead, "the sampler read-ahead"))
         self.seeds = self._split_seeds(split)
         workload = TRAIN_WORKLOAD if isinstance(split, str) and split == "train" else OTHER_WORKLOAD
         if not features and plan is not None:
