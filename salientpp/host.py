@@ -223,7 +223,7 @@ def local_world_size() -> int:
 # training thread waits, so a few of them keep up with the model (docs/training.md, "Threads").
 CORES_PER_SAMPLER = 8
 # Per-rank cores per default torch thread on a GPU: the model runs on the device, so its host
-# threads only plan and launch, and the other cores sample (docs/gpu.md, "Threads on a GPU").
+# threads only plan and launch, and the other cores sample (docs/training.md, "Threads").
 CORES_PER_GPU_TORCH_THREAD = 4
 # Why the default pipeline is off on the CPU (the start-up line says it).
 PIPELINE_OFF = "the torch threads take every core"

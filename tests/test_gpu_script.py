@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,36 +20,42 @@ def _rehearse(out: Path, **settings: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OUT": str(out), "DEVICE": "cpu", "PRESET": "tiny",
            "EPOCHS": "2", "BUILD": "0", "KERNEL_TESTS": "0", "WORK": str(out.parent / "work"),
            "SOURCES": str(out.parent / "no-sources"), **settings}
-    return subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
+    with tarfile.open(out / "results.tgz") as packed:  # every step's files, in one
+        packed.extractall(out / "results", filter="data")
+    return done
 
 
 def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_path):
     done = _rehearse(tmp_path / "out")
     steps = (tmp_path / "out" / "steps.log").read_text().splitlines()
     assert done.returncode == 0, steps
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results", "results.tgz", "steps.log"]
+    assert (tmp_path / "out" / "results" / "steps.log").read_text().splitlines() == steps
     # data runs in the background beside selfcheck, so the two may finish in either order.
     assert sorted(line.split()[:2] for line in steps) == sorted(
         [name, "ok"] for name in ("env", "data", "selfcheck", "step", "train", "sampler", "profile",
                                   "train-cpu-budget", "step-4096")), steps
-    with gzip.open(tmp_path / "out" / "trace.json.gz") as trace:
+    results = tmp_path / "out" / "results"
+    with gzip.open(results / "trace.json.gz") as trace:
         assert json.load(trace)["traceEvents"]  # a Chrome trace with events
-    assert "Self CPU" in (tmp_path / "out" / "profile.txt").read_text()
-    assert "device cpu" in (tmp_path / "out" / "env.log").read_text()
-    rows = json.loads((tmp_path / "out" / "bench-train.json").read_text())
+    assert "Self CPU" in (results / "profile.txt").read_text()
+    assert "device cpu" in (results / "env.log").read_text()
+    rows = json.loads((results / "bench-train.json").read_text())
     assert all(row["cache"] == "none" and row["epoch_s"] > 0 for row in rows)  # 1 part: nothing to cache
     for name in ("bench-step.json", "bench-step-4096.json"):
-        steps = json.loads((tmp_path / "out" / name).read_text())
+        steps = json.loads((results / name).read_text())
         assert {row["device"] for row in steps} == {"cpu"} and all(row["seconds"] > 0 for row in steps)
-    sampler = json.loads((tmp_path / "out" / "bench-sampler.json").read_text())
+    sampler = json.loads((results / "bench-sampler.json").read_text())
     assert {(row["impl"], row["bulk_size"]) for row in sampler["rows"]} == {
         ("salientpp", None), ("bulk", 1), ("bulk", 4), ("bulk", 16)}
     # The data is kept in WORK: a second call on the same machine skips generating it. Steps that
     # would start past the deadline (30 s after the start) are skipped, and fail the script.
     again = _rehearse(tmp_path / "again", DEADLINE="30")
     steps = dict(line.split(maxsplit=1) for line in (tmp_path / "again" / "steps.log").read_text().splitlines())
-    assert "exists: kept" in (tmp_path / "again" / "data.log").read_text()
+    assert "exists: kept" in (tmp_path / "again" / "results" / "data.log").read_text()
     assert again.returncode == 1 and steps["step-4096"].startswith("SKIPPED")
-    assert not (tmp_path / "again" / "step-4096.log").exists()
+    assert not (tmp_path / "again" / "results" / "step-4096.log").exists()
 
 
 def test_a_failed_step_is_logged_and_the_later_steps_still_run(tmp_path):
@@ -57,5 +64,5 @@ def test_a_failed_step_is_logged_and_the_later_steps_still_run(tmp_path):
     assert done.returncode == 1
     assert steps["data"].startswith("FAILED (exit 2)") and steps["selfcheck"].startswith("ok")
     assert steps["train"].startswith("FAILED")  # no partitions to train on, and said so in train.log
-    assert "error" in (tmp_path / "out" / "data.log").read_text()
+    assert "error" in (tmp_path / "out" / "results" / "data.log").read_text()
 

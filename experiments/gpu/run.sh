@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU session's one prepared script (issue #42): everything a lent GPU machine should measure,
-# in one run, each step's output in a file of its own under $OUT, so that one call of the device
-# tool brings all of it back.
+# in one run, each step's output in a file of its own, packed into $OUT/results.tgz after every
+# step (the device tool brings back only the first few files of $OUT; on 2026-11-27 it returned 8
+# of 20), so that one call of the device tool brings all of it back.
 #
 #   OUT=DIR bash experiments/gpu/run.sh
 #
@@ -36,7 +37,8 @@
 #   train-cpu-budget  bench train with the CPU's thread budget (2 sampler threads, every core for
 #              torch), to compare with the GPU's budget of the train step
 #   step-4096  bench step with batches of 4096 seeds
-# $OUT/steps.log has one line per step with its status and seconds.
+# steps.log has one line per step with its status and seconds; it is in results.tgz and, for a
+# first look, in $OUT too.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -52,23 +54,33 @@ WORK=${WORK:-experiments/gpu/work}
 SOURCES=${SOURCES:-experiments/gpu/sources}
 CORES=$(nproc)
 mkdir -p "$OUT" "$WORK" || exit 2
+RESULTS=$(mktemp -d) || exit 2  # every step's files, packed into $OUT/results.tgz after each step
+trap 'rm -rf "$RESULTS"' EXIT
 WORK=$(realpath "$WORK")
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 START=$(date +%s)
 
-# step NAME LIMIT COMMAND...: run COMMAND with its output in $OUT/NAME.log, for at most LIMIT
-# seconds and never past DEADLINE; one line in steps.log.
+# pack: $RESULTS into $OUT/results.tgz (replaced whole, so a cut-off run leaves the last one).
+pack() {
+    local tmp="$OUT/.results.tgz.$BASHPID"  # the background steps pack too
+    tar czf "$tmp" -C "$RESULTS" . && mv "$tmp" "$OUT/results.tgz"
+    cp "$RESULTS/steps.log" "$OUT/steps.log"
+}
+
+# step NAME LIMIT COMMAND...: run COMMAND with its output in $RESULTS/NAME.log, for at most LIMIT
+# seconds and never past DEADLINE; one line in steps.log; then pack.
 step() {
     local name=$1 limit=$2 start ms status left
     shift 2
     left=$(( DEADLINE - ($(date +%s) - START) ))
     if (( left < 10 )); then
-        echo "$name SKIPPED (the deadline of $DEADLINE s has passed)" | tee -a "$OUT/steps.log"
+        echo "$name SKIPPED (the deadline of $DEADLINE s has passed)" | tee -a "$RESULTS/steps.log"
+        pack
         return
     fi
     (( limit > left )) && limit=$left
     start=$(date +%s%N)
-    timeout --kill-after=5 "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name.log" 2>&1
+    timeout --kill-after=5 "$limit" bash -c '"$@"' "$name" "$@" > "$RESULTS/$name.log" 2>&1
     status=$?
     case $status in
         0) status=ok ;;
@@ -76,7 +88,8 @@ step() {
         *) status="FAILED (exit $status)" ;;
     esac
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    printf '%s %s %d.%03d s\n' "$name" "$status" $((ms / 1000)) $((ms % 1000)) | tee -a "$OUT/steps.log"
+    printf '%s %s %d.%03d s\n' "$name" "$status" $((ms / 1000)) $((ms % 1000)) | tee -a "$RESULTS/steps.log"
+    pack
 }
 
 environment() {
@@ -128,13 +141,13 @@ step data 240 make_data &
 step selfcheck 150 salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
 wait
 [ -f "$WORK/pyg/ok" ] && export PYTHONPATH="$PYG_DIRS:$PYTHONPATH"
-step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$OUT/bench-step.json"
-step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --json "$OUT/bench-train.json"
+step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$RESULTS/bench-step.json"
+step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --json "$RESULTS/bench-train.json"
 step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \
-    --threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$OUT/bench-sampler.json"
-step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$OUT" 6
+    --threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$RESULTS/bench-sampler.json"
+step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$RESULTS" 6
 step train-cpu-budget 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
-    --threads 2 --torch-threads "$CORES" --json "$OUT/bench-train-cpu-budget.json"
+    --threads 2 --torch-threads "$CORES" --json "$RESULTS/bench-train-cpu-budget.json"
 step step-4096 90 salientpp bench step "$WORK/data" --device "$DEVICE" --batch-size 4096 --batches 2 \
-    --json "$OUT/bench-step-4096.json"
-! grep -qE "FAILED|SKIPPED" "$OUT/steps.log"
+    --json "$RESULTS/bench-step-4096.json"
+! grep -qE "FAILED|SKIPPED" "$RESULTS/steps.log"
