@@ -178,6 +178,15 @@ def test_on_a_gpu_most_cores_sample_and_a_quarter_run_torch(cores, usable, ranks
     assert (given.torch_threads, given.sampler_threads) == (5, 7)
 
 
+def test_pyg_samples_in_as_many_workers_as_our_sampler_has_threads_on_a_gpu_and_inline_on_the_cpu(cores):
+    from salientpp.bench.pyg_baseline import sampling_workers
+
+    cores(16)
+    assert sampling_workers(ThreadBudget.for_rank(1, device="cuda")) == 12
+    assert sampling_workers(ThreadBudget.for_rank(2, sampler_threads=3, device="cuda")) == 3
+    assert sampling_workers(ThreadBudget.for_rank(1)) == 0
+
+
 @pytest.mark.parametrize("depth, threads, read_ahead", [(1, 1, 1), (1, 12, 1), (4, 1, 4), (4, 12, 12), (8, 3, 8)])
 def test_a_pipeline_samples_at_least_one_batch_ahead_per_sampler_thread(depth, threads, read_ahead):
     assert sampler_read_ahead(depth, threads) == read_ahead

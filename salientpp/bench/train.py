@@ -257,7 +257,7 @@ def main(args: argparse.Namespace) -> int:
           f"fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
     print(budget.describe(pipeline_depth=args.pipeline_depth)
           + " (the baselines: the same torch threads, PyG sampling in "
-          + (counted(workers, "worker process") if (workers := sampling_workers(budget)) else "the training thread") + ")")
+          + (counted(workers, "worker process", "worker processes") if (workers := sampling_workers(budget)) else "the training thread") + ")")
     if depth == 1:
         print("the pipelined runs would be the runs with the pipeline off, so they are left out "
               f"(--pipeline-depth {PIPELINE_DEPTH} times them)")
