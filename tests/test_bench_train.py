@@ -135,3 +135,13 @@ def test_busy_processes_are_running_inside_the_block_and_gone_after_it():
             time.sleep(0.05)
         assert len(spinning) == 2
     assert not any(Path(f"/proc/{pid}").exists() for pid in spinning)
+
+
+def test_the_gpu_fraction_reaches_the_timed_runs_configuration(tmp_path):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    bench_train.add_arguments(parser)
+    given = bench_train._config(parser.parse_args([str(tmp_path), "--gpu-fraction", "1"]), "fp32")
+    default = bench_train._config(parser.parse_args([str(tmp_path)]), "fp32")
+    assert given.gpu_fraction == 1.0 and default.gpu_fraction is None  # None: train's default

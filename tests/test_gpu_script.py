@@ -35,7 +35,7 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
     # data runs in the background beside selfcheck, so the two may finish in either order.
     assert sorted(line.split()[:2] for line in steps) == sorted(
         [name, "ok"] for name in ("env", "data", "selfcheck", "step", "train", "sampler", "profile",
-                                  "train-cpu-budget", "step-4096")), steps
+                                  "train-device-rows", "step-4096")), steps
     results = tmp_path / "out" / "results"
     with gzip.open(results / "trace.json.gz") as trace:
         assert json.load(trace)["traceEvents"]  # a Chrome trace with events

@@ -79,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads per rank (default: the thread budget's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--gpu-fraction", type=float, default=None, metavar="F",
+                   help="fraction of each rank's owned rows kept on the device, as `train --gpu-fraction` "
+                        "(default: train's)")
     p.add_argument("--network", default=None, metavar="RATE[,LATENCY]",
                    help="emulate a cluster network for salientpp's row exchange, as `train --network` (default: "
                         "loopback as it is)")
@@ -153,6 +156,7 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                        batch_size=args.batch_size, cache=cache, replication=alpha, pipeline_depth=depth,
                        eval_every=0, num_threads=args.threads, torch_threads=args.torch_threads, device=args.device,
+                       gpu_fraction=args.gpu_fraction,
                        precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,
                        progress=False)
 
