@@ -39,8 +39,9 @@ import torch.nn.functional as F
 
 from ..sampling import parse_fanouts
 from ..data.format import load_dataset
+from ..distributed.group import resolve_device
 from ..distributed.host_memory import keep_freed_memory
-from ..errors import InputError, check_int
+from ..errors import check_int
 from ..io import check_output_dir, strict_json, write_text_atomic
 from ..models.gnn import MFGModel
 from ..models.ops import aggregate, dropout, runs_kernels
@@ -118,9 +119,7 @@ def main(args: argparse.Namespace) -> int:
         check_int(value, name)
     if args.json_path:
         check_output_dir(args.json_path, "output file")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but torch sees no CUDA GPU; use --device cpu")
+    device = resolve_device(args.device, 0)  # refuses cuda where torch sees no GPU
     cuda = device.type == "cuda"
     clock, clock_name = (_synchronized_clock, "GPU wall") if cuda else (time.process_time, "CPU")
     data = load_dataset(args.dataset)
