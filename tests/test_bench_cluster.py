@@ -42,6 +42,13 @@ def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2,
     held = {(r["policy"], r["alpha"]): r["feature_bytes_per_rank"] for r in rows[3:]}
     assert partitioned["feature_bytes_per_rank"] < held[("vip", 0.1)] < held[("vip", 0.5)] < full["feature_bytes_per_rank"]
     assert rows[3]["rows_per_epoch"] <= rows[5]["rows_per_epoch"]  # VIP fetches no more than random
+    for r in rows:  # no cache of a row's size fetches fewer rows than the oracle's on these batches
+        if r["setting"] == "cache":
+            assert 0 <= r["oracle_rows"] <= r["rows_per_epoch"] + 1e-6, r
+        else:
+            assert r["oracle_rows"] is None
+    oracle = {r["alpha"]: r["oracle_rows"] for r in rows[3:]}
+    assert oracle[0.5] <= oracle[0.1] < partitioned["rows_per_epoch"], oracle
     assert "vs_slowest_stage" in rows[2] and (tmp_path / "c.png").stat().st_size > 0
     assert "| full | degree |" in capsys.readouterr().out
 

@@ -12,8 +12,10 @@ partitioned dataset, ranks, model and batches:
 
 Each row gives the median epoch over the epochs after the first (with ``--repeats``, the median
 of the rounds' medians; every round runs every setting once, so that drift of a shared machine
-hits all settings alike), the sampling, fetch and compute stages, the rows and bytes fetched per epoch and the simulator's prediction of the rows for the
-same seeds, and the feature bytes a rank holds (its own rows and its cached ones). The pipelined
+hits all settings alike), the sampling, fetch and compute stages, the rows and bytes fetched per
+epoch and the simulator's prediction of the rows for the same seeds, and the feature bytes a rank
+holds (its own rows and its cached ones). A cache row also gives the oracle's rows: the fewest
+that any cache of its size fetches on these batches, so the bound no policy can beat. The pipelined
 uncached epoch is also given over the slowest stage of the unpipelined one. ``--plot`` draws the
 epoch against α per policy, with full replication and no cache as horizontal lines, as SALIENT++'s
 figure does.
@@ -43,6 +45,8 @@ DEFAULT_POLICIES = "vip,degree,halo,random"
 # The policy that orders the owned rows of the full-replication plan (every remote row is
 # cached whatever the policy; on a GPU it decides which owned rows live on the device).
 FULL_POLICY = "degree"
+# The simulator's policy that caches the rows the evaluated batches fetch most often.
+ORACLE = "oracle"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,13 +104,14 @@ def _median_of_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]], full_s: float) -> str:
     lines = ["| setting | policy | alpha | pipeline | epoch s | / full | sampling s | fetch s | compute s | rows/epoch "
-             "| predicted | MB/epoch | feature MB/rank |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| predicted | oracle | MB/epoch | feature MB/rank |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         alpha = "-" if r["alpha"] is None else f"{r['alpha']:g}"
-        predicted = "-" if r["predicted_rows"] is None else f"{r['predicted_rows']:,.0f}"
+        predicted, oracle = ("-" if r[key] is None else f"{r[key]:,.0f}" for key in ("predicted_rows", "oracle_rows"))
         lines.append(f"| {r['setting']} | {r['policy'] or '-'} | {alpha} | {'depth ' + str(r['pipeline_depth']) if r['pipeline'] else 'off'} "
                      f"| {r['epoch_s']:.3f} | {r['epoch_s'] / full_s:.2f} | {r['sample_s']:.3f} | {r['fetch_s']:.3f} "
-                     f"| {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} | {predicted} | {r['bytes_per_epoch'] / 1e6:.1f} "
+                     f"| {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} | {predicted} | {oracle} | {r['bytes_per_epoch'] / 1e6:.1f} "
                      f"| {r['feature_bytes_per_rank'] / 1e6:.1f} |")
     return "\n".join(lines)
 
@@ -162,27 +167,31 @@ def main(args: argparse.Namespace) -> int:
     row_bytes = data.num_features * data.feature_dtype.itemsize
     owned_bytes = max(data.book.part_size(k) for k in range(data.num_parts)) * row_bytes
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
-    sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), policies, [0.0] + alphas)
+    simulated = tuple(dict.fromkeys([*policies, ORACLE]))
+    sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), simulated, [0.0] + alphas)
+    total = sim.total_rows()  # [policy, alpha]; alpha 0 first
+    oracle = total[simulated.index(ORACLE)]
     depth = args.pipeline_depth
-    # (setting, policy, alpha, pipeline depth, predicted rows per epoch), in the order of the table.
-    settings = [(FULL, FULL_POLICY, float(data.num_parts - 1), depth, 0.0),  # every remote row cached
-                (PARTITIONED, None, None, 1, float(sim.accessed.sum())),
-                (PIPELINED, None, None, depth, float(sim.accessed.sum()))]
-    settings += [(CACHE, policy, alpha, depth, float(sim.rows[i, j + 1].sum()))
-                 for i, policy in enumerate(policies) for j, alpha in enumerate(alphas)]
+    # (setting, policy, alpha, pipeline depth, predicted rows per epoch, the oracle's rows), in the
+    # order of the table.
+    settings = [(FULL, FULL_POLICY, float(data.num_parts - 1), depth, 0.0, None),  # every remote row cached
+                (PARTITIONED, None, None, 1, float(sim.accessed.sum()), None),
+                (PIPELINED, None, None, depth, float(sim.accessed.sum()), None)]
+    settings += [(CACHE, policy, alpha, depth, float(total[simulated.index(policy), j + 1]), float(oracle[j + 1]))
+                 for policy in policies for j, alpha in enumerate(alphas)]
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, network {network}; "
           f"{args.repeats} round(s) of {len(settings)} runs of {args.epochs} epochs", flush=True)
     rounds = []
     for round_ in range(args.repeats):
         runs = []
-        for setting, policy, alpha, run_depth, _ in settings:
+        for setting, policy, alpha, run_depth, *_ in settings:
             runs.append(_run(args, setting, policy, alpha, run_depth, owned_bytes, row_bytes))
             label = setting if setting != CACHE else f"{policy} alpha {alpha:g}"
             print(f"round {round_ + 1}: {label}: {runs[-1]['epoch_s']:.3f} s per epoch", flush=True)
         rounds.append(runs)
     rows = [_median_of_rounds(list(runs)) for runs in zip(*rounds)]
-    for row, (*_, predicted) in zip(rows, settings):
-        row["predicted_rows"] = predicted
+    for row, (*_, predicted, oracle_rows) in zip(rows, settings):
+        row["predicted_rows"], row["oracle_rows"] = predicted, oracle_rows
     rows[0]["feature_bytes_per_rank"] = data.num_nodes * row_bytes
     full_s = rows[0]["epoch_s"]
     serial = rows[1]
