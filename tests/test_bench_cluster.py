@@ -53,6 +53,15 @@ def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2,
     assert "| full | degree |" in capsys.readouterr().out
 
 
+def test_alpha_zero_alone_runs_only_the_settings_without_a_cache(p2, tmp_path):
+    out = tmp_path / "cluster.json"
+    assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit", "--alphas", "0", *SMALL,
+                     "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["setting"] for r in rows] == ["full", "partitioned", "pipelined"]
+    assert rows[1]["rows_per_epoch"] == rows[2]["rows_per_epoch"] == rows[2]["predicted_rows"] > 0
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--network", "fast"], "--network 'fast' has no rate"),
     (["--network", "1gbit", "--policies", "vip,nope"], "nope"),

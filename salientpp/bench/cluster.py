@@ -54,7 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", required=True, metavar="RATE[,LATENCY]",
                    help="the emulated link of every rank, in tc's units, e.g. 1gbit,50us (docs/cluster.md says how "
                         "to choose it for a GPU cluster's regime)")
-    p.add_argument("--alphas", default=DEFAULT_ALPHAS, help=f"replication factors (default {DEFAULT_ALPHAS})")
+    p.add_argument("--alphas", default=DEFAULT_ALPHAS,
+                   help=f"replication factors (default {DEFAULT_ALPHAS}); 0 alone runs the three settings without a "
+                        "cache, which is enough to choose the rate")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"cache policies (default {DEFAULT_POLICIES})")
     p.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up (default 3)")
     p.add_argument("--repeats", type=int, default=1,
@@ -163,7 +165,7 @@ def main(args: argparse.Namespace) -> int:
     if data.num_parts < 2:
         raise InputError(f"{args.part_dir} has one partition, so there is no network to emulate; partition it "
                          "into several parts")
-    alphas = list(check_replication(alphas, data.num_parts))
+    alphas = list(check_replication(alphas, data.num_parts)) if alphas else []  # --alphas 0: no cache rows
     row_bytes = data.num_features * data.feature_dtype.itemsize
     owned_bytes = max(data.book.part_size(k) for k in range(data.num_parts)) * row_bytes
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
