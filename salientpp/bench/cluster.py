@@ -15,7 +15,7 @@ of the rounds' medians; every round runs every setting once, so that drift of a 
 hits all settings alike), the sampling, fetch and compute stages, the rows and bytes fetched per
 epoch and the simulator's prediction of the rows for the same seeds, and the feature bytes a rank
 holds (its own rows and its cached ones). A cache row also gives the oracle's rows: the fewest
-that any cache of its size fetches on these batches, so the bound no policy can beat. The pipelined
+rows any cache of its size fetches on these batches, a bound no policy can beat. The pipelined
 uncached epoch is also given over the slowest stage of the unpipelined one. ``--plot`` draws the
 epoch against α per policy, with full replication and no cache as horizontal lines, as SALIENT++'s
 figure does.
