@@ -165,20 +165,23 @@ def main(args: argparse.Namespace) -> int:
     if data.num_parts < 2:
         raise InputError(f"{args.part_dir} has one partition, so there is no network to emulate; partition it "
                          "into several parts")
-    alphas = list(check_replication(alphas, data.num_parts)) if alphas else []  # --alphas 0: no cache rows
+    replication = check_replication([0.0, *alphas], data.num_parts)  # α = 0: the runs without a cache
+    alphas = list(replication[1:])
     row_bytes = data.num_features * data.feature_dtype.itemsize
     owned_bytes = max(data.book.part_size(k) for k in range(data.num_parts)) * row_bytes
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
-    simulated = tuple(dict.fromkeys([*policies, ORACLE]))
-    sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), simulated, [0.0] + alphas)
+    # Without a cache row (--alphas 0) no policy is scored: the oracle alone gives the rows touched.
+    simulated = tuple(dict.fromkeys([*policies, ORACLE])) if alphas else (ORACLE,)
+    sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), simulated, replication)
     total = sim.total_rows()  # [policy, alpha]; alpha 0 first
     oracle = total[simulated.index(ORACLE)]
+    touched = float(sim.accessed.sum())  # rows fetched without a cache
     depth = args.pipeline_depth
     # (setting, policy, alpha, pipeline depth, predicted rows per epoch, the oracle's rows), in the
     # order of the table.
     settings = [(FULL, FULL_POLICY, float(data.num_parts - 1), depth, 0.0, None),  # every remote row cached
-                (PARTITIONED, None, None, 1, float(sim.accessed.sum()), None),
-                (PIPELINED, None, None, depth, float(sim.accessed.sum()), None)]
+                (PARTITIONED, None, None, 1, touched, None),
+                (PIPELINED, None, None, depth, touched, None)]
     settings += [(CACHE, policy, alpha, depth, float(total[simulated.index(policy), j + 1]), float(oracle[j + 1]))
                  for policy in policies for j, alpha in enumerate(alphas)]
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.num_parts} ranks, network {network}; "
