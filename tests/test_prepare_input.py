@@ -102,15 +102,15 @@ def test_non_ascii_bytes_in_comments_are_ignored(tmp_path):
 
 def test_a_large_edge_list_is_parsed_exactly(tmp_path, monkeypatch):
     """Random ids of every length in small blocks: block boundaries cut lines anywhere."""
-    import salientpp.data.importers as importers
+    import salientpp.data.edgelist as edgelist
     rng = np.random.default_rng(0)
     edges = rng.integers(0, 10 ** rng.integers(1, 19, (3000, 2)))
     edges[5] = (2**63 - 1, 0)
     separators = (" ", ",", "\t")
     text = "# header\n" + "".join(f"{u}{separators[i % 3]}{v}\n" for i, (u, v) in enumerate(edges))
     for block in (13, 4096):
-        monkeypatch.setattr(importers, "_BLOCK_BYTES", block)
-        parsed = importers._read_edgelist(Path(write(tmp_path / "g.txt", text).removeprefix("edgelist:")))
+        monkeypatch.setattr(edgelist, "_BLOCK_BYTES", block)
+        parsed = edgelist._read_edgelist(Path(write(tmp_path / "g.txt", text).removeprefix("edgelist:")))
         np.testing.assert_array_equal(parsed, edges.T)
 
 

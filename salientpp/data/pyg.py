@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from .convert import as_features, as_labels, as_split, check_feature_dtype, checked
 from .csr import build_csr
 from .format import Dataset
-from .importers import as_features, as_labels, as_split, check_feature_dtype, checked
 
 # The attributes a Data must have, with the end of the sentence that says how to give them.
 _REQUIRED = (

@@ -1,0 +1,53 @@
+"""The options of ``salientpp prepare`` that some sources use (:class:`ImportOptions`), and the
+check of their counts made before any input is read (:func:`check_counts`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+@dataclass
+class ImportOptions:
+    """Options of ``salientpp prepare`` that some sources use.
+
+    Attributes:
+        root: directory that holds OGB datasets (``ogb:`` only).
+        features, labels, train_idx, valid_idx, test_idx: ``.npy`` files (``edgelist:`` only);
+            labels are class ids ``[N]`` or multi-label targets ``[N, T]`` (see :func:`~salientpp.data.convert.as_labels`).
+        num_nodes: number of nodes when the edge list does not mention the last ones.
+        feature_dtype: "float32" or "float16"; features are converted to it.
+        keep_self_loops: keep (v, v) edges instead of dropping them.
+        seed: seeds the random split, features and labels an edge list lacks.
+        num_features: width of the random features an edge list lacks.
+        num_classes: the number of classes, recorded as meta.json's ``num_classes``: of the random
+            labels an edge list lacks (default :data:`~salientpp.data.edgelist.RANDOM_CLASSES`), or the bound that the class
+            ids a source gives must lie below (default: their largest id + 1).
+    """
+
+    root: str | None = None
+    features: str | None = None
+    labels: str | None = None
+    train_idx: str | None = None
+    valid_idx: str | None = None
+    test_idx: str | None = None
+    num_nodes: int | None = None
+    feature_dtype: str = "float32"
+    keep_self_loops: bool = False
+    seed: int = 0
+    num_features: int = 128
+    num_classes: int | None = None
+
+
+def check_counts(options: ImportOptions) -> None:
+    """Raise :class:`InputError` unless ``num_nodes`` (when given), ``num_features`` and
+    ``num_classes`` are positive: checked before any input is read."""
+    for flag, value in (("--num-nodes", options.num_nodes), ("--num-features", options.num_features),
+                        ("--num-classes", options.num_classes)):
+        if value is None or value >= 1:
+            continue
+        if flag == "--num-features":
+            raise InputError(f"--num-features must be at least 1, got {value}: at least one feature column is needed "
+                             "in a dataset; to train on a learned embedding alone, pass --num-features 1 and train "
+                             "with --embedding-dim D --no-features")
+        raise InputError(f"{flag} must be a positive count, got {value}; pass {flag} 1 or more")
