@@ -10,7 +10,7 @@ import pytest
 from cache_support import make_partitioned
 from salientpp.cache import (Budget, PlanOptions, PlanRequest, PolicyContext, Workload, build_plans, check_plan,
                              load_plan, load_plans, policy_scores, register_policy, save_plans)
-from salientpp.cache.plan import build_and_save_plans, read_plan_info
+from salientpp.cache.plan import read_plan_info
 from salientpp.cache.workload import EdgeSeeds
 from salientpp.cli import main
 from salientpp.errors import InputError
@@ -107,7 +107,8 @@ def test_plan_round_trips_through_disk(parts, ctx, tmp_path):
 
 def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
     row = _row_bytes(parts)
-    plans = build_and_save_plans(ctx, "vip", Budget(gpu_bytes=3 * row, cpu_bytes=5 * row), 0.2, tmp_path / "p")
+    plans = build_plans(ctx, "vip", Budget(gpu_bytes=3 * row, cpu_bytes=5 * row), 0.2)
+    save_plans(plans, tmp_path / "p")
     info = read_plan_info(tmp_path / "p")  # meta.json only, no arrays
     assert info.num_gpu == (3,) * 4 and info.num_cpu == (5,) * 4 and info.max_cached_rows == 8
     assert info.gpu_fraction == 0.2 and info.num_gpu_local == tuple(p.num_gpu_local for p in plans)
@@ -121,10 +122,11 @@ def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
 def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
     save_plans(build_plans(ctx, "degree", Budget(replication=0.1)), tmp_path / "plan")
     info = read_plan_info(tmp_path / "plan")
-    found = PlanOptions("degree", Budget(replication=0.1), 0.0)  # what the default location's plan must match
+    # what the default location's plan must match: every option it was built with (ctx's epochs)
+    found = PlanOptions("degree", Budget(replication=0.1), 0.0, epochs=ctx.epochs)
 
     def check(fanouts=FANOUTS, batch_size=16, built_with=found, data=parts):
-        check_plan(info, data, PlanRequest(Workload(fanouts, batch_size), built_with))
+        check_plan(info, data, PlanRequest((Workload(fanouts, batch_size),), built_with))
     check()  # the right setup passes
     check(built_with=None)  # a plan the user chose, with any options
     check_plan(info, parts)  # a loader's cache serves any workload of its partitioning
@@ -135,9 +137,13 @@ def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
     with pytest.raises(InputError, match=r"uses 32; build a fitting plan with `salientpp analyze .* --batch-size 32 "):
         check(batch_size=32, built_with=None)  # a plan the user chose is not removed
     with pytest.raises(InputError, match="built with policy degree but this run asks for vip"):
-        check(built_with=PlanOptions("vip", Budget(replication=0.1), 0.0))
-    with pytest.raises(InputError, match="built with GPU fraction 0.0 but this run asks for 0.5"):
-        check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.5))
+        check(built_with=PlanOptions("vip", Budget(replication=0.1), 0.0, epochs=ctx.epochs))
+    with pytest.raises(InputError, match="built with gpu fraction 0.0 but this run asks for 0.5"):
+        check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.5, epochs=ctx.epochs))
+    with pytest.raises(InputError, match="built with seed 0 but this run asks for 3"):
+        check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.0, seed=3, epochs=ctx.epochs))
+    with pytest.raises(InputError, match=f"built with epochs {ctx.epochs} but this run asks for 10"):
+        check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.0))
     other = make_partitioned(tmp_path / "other", parts=4, method="random")
     with pytest.raises(InputError, match="another partitioning"):
         check(data=other)
@@ -151,7 +157,7 @@ def test_the_one_plan_check_refuses_a_node_plan_for_link_training(parts, ctx, tm
     save_plans(build_plans(ctx, "degree", Budget(replication=0.1)), tmp_path / "node")
     link = Workload(FANOUTS, 16, edges=EdgeSeeds())  # the same fanouts and batch size, edge seeds
     with pytest.raises(InputError, match="built for node seeds but training uses link seeds"):
-        check_plan(read_plan_info(tmp_path / "node"), parts, PlanRequest(link, built_with))
+        check_plan(read_plan_info(tmp_path / "node"), parts, PlanRequest((link,), built_with))
 
 
 def test_custom_policy_in_a_few_lines(parts, ctx):
@@ -190,7 +196,7 @@ def _analyze(parts, *extra):
 def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
     assert _analyze(parts, "--replication", "0.1", "--out", str(tmp_path / "p")) == 0
     plan = load_plan(tmp_path / "p", 2)
-    check_plan(read_plan_info(tmp_path / "p"), parts, PlanRequest(Workload(FANOUTS, 16)))
+    check_plan(read_plan_info(tmp_path / "p"), parts, PlanRequest((Workload(FANOUTS, 16),)))
     assert plan.gpu_ids.size == math.floor(0.1 * parts.num_nodes / 4)
     assert "predicted remote rows per epoch" in capsys.readouterr().out
     assert _analyze(parts, "--policy", "degree", "--gpu-cache-bytes", "1KiB", "--cpu-cache-bytes", "0",

@@ -56,7 +56,7 @@ def test_a_node_wise_plan_is_refused_for_ladies_training(tiny_partitions, tmp_pa
         resolve_run(TrainConfig(part_dir, layers=2, fanouts=(5, 5), batch_size=32, sampler="ladies", plan=str(plan)))
     # Bulk node-wise draws the same distribution: the node-wise plan serves it.
     run = resolve_run(TrainConfig(part_dir, layers=2, fanouts=(5, 5), batch_size=32, sampler="bulk", plan=str(plan)))
-    assert run.cache.info.path == plan
+    assert run.cache.plan.path == plan
 
 
 @pytest.mark.parametrize("kwargs, expected", [

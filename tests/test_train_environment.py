@@ -151,8 +151,8 @@ def test_a_job_that_loses_the_race_to_save_a_plan_uses_the_winners(tiny_partitio
         return plans
     # analyze's own build-and-save, as the trainer calls it: the other job wins between build and save
     monkeypatch.setattr(plan_module, "build_plans", build_while_another_job_saves)
-    opened = run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 0, 1)
-    assert opened.source == f"using {path}" and opened.info.path == path and not opened.built
+    opened = run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 1)
+    assert opened.source == f"using {path}" and opened.plan.path == path and not opened.built
     assert not list(path.parent.glob(".*tmp*"))  # the loser's temporary is gone
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import one_sentence
-from salientpp.cache.plan import MAX_PLAN_NAME, Budget, default_plan_name
+from salientpp.cache.plan import MAX_PLAN_NAME, Budget, PlanOptions, PlanRequest, default_plan_name
 from salientpp.cache.workload import Workload
 from salientpp.cli import build_parser, main
 from salientpp.cli.train import summary
@@ -358,7 +358,7 @@ def test_a_resume_with_other_training_options_says_what_changed(tiny_partitions,
 
 def test_a_long_default_plan_name_fits_a_file_name_and_stays_distinct():
     def name(fanouts):
-        return default_plan_name("vip", [Workload(fanouts, 1024)], Budget(replication=0.1))
+        return default_plan_name(PlanRequest((Workload(fanouts, 1024),), PlanOptions("vip", Budget(replication=0.1))))
     deep, deeper = name((10,) * 60), name((10,) * 61)
     assert len(deep) <= MAX_PLAN_NAME and len(deeper) <= MAX_PLAN_NAME and deep != deeper
     assert name((15, 10, 5)) == "vip-f15-10-5-b1024-r0.1"

@@ -173,12 +173,16 @@ def test_without_a_plan_the_trainer_builds_analyzes_plan_says_where_and_then_use
 
 
 def test_an_existing_default_plan_of_other_options_is_refused_before_any_rank_starts(p2, tmp_path, capsys, no_ranks):
+    """A plan of other options has another default name (-d0.5), so only one written under the
+    run's own name (--name) can stand in its way: it is refused, never used as if it fitted."""
     part_dir = _copy_without_plans(p2, tmp_path / "p2")
-    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--gpu-fraction", "0.5"]) == 0
+    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--gpu-fraction", "0.5",
+                     "--name", "vip-f5-5-b16-r0.1"]) == 0
+    assert (part_dir / "cache" / "vip-f5-5-b16-r0.1").is_dir()
     capsys.readouterr()
     assert cli_main(["train", str(part_dir), *SMALL]) == 2
     err = one_sentence(capsys)
-    assert "was built with GPU fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
+    assert "was built with gpu fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
 
 
 
@@ -203,7 +207,7 @@ def test_a_failed_save_of_the_plan_is_never_swallowed(p2, tmp_path, monkeypatch)
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr("salientpp.cache.plan.write_meta", disk_full)
     with pytest.raises(InputError, match=r"cannot write .*vip-f5-5-b16-r0\.1: no space left on device"):
-        run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 0, 1)
+        run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 1)
     assert not list((part_dir / "cache").iterdir())  # no plan, no temporary
 
 
@@ -213,3 +217,63 @@ def test_the_memory_estimate_counts_the_rows_an_existing_plan_caches(p2, byte_pl
     with_plan = estimate_train(data, cached_rows=read_plan_info(byte_plan).max_cached_rows, **common)
     assert with_plan.items["cache rows"] == 2 * 3 * (GPU_ROWS + CPU_ROWS) * ROW_BYTES
     assert "cache plan analysis (rank 0)" not in with_plan.items  # the plan exists: nothing to analyze
+
+
+@pytest.fixture(scope="module")
+def tiny_link_p2(tmp_path_factory) -> str:
+    """The tiny preset with held-out edges, in 2 partitions (for link plans)."""
+    from salientpp.data import load_dataset
+    from salientpp.partition import partition_dataset
+
+    root = tmp_path_factory.mktemp("tiny-link-plans")
+    assert cli_main(["prepare", "synthetic:tiny", str(root / "ds"), "--link-split", "0.8,0.1,0.1"]) == 0
+    partition_dataset(load_dataset(root / "ds"), root / "p2", 2)
+    return str(root / "p2")
+
+
+@pytest.mark.parametrize("options", [
+    dict(sampler="ladies", fanouts=(64, 64)),
+    dict(task="link", num_negatives=3, negative_sampling="per-source"),
+    dict(seed=3, cache="random", replication=0.2, gpu_fraction=0.5),
+    dict(cache="oracle", sampler="bulk"),
+], ids=["ladies", "link", "seed-random", "oracle-bulk"])
+def test_the_suggested_analyze_command_writes_a_plan_that_train_then_takes(p2, tiny_link_p2, options, tmp_path,
+                                                                          capsys):
+    """The plan request is derived once from the config: the analyze command suggested for it
+    writes a plan that analyze accepts, whose default name is the run's own, and that the same
+    run then takes with --plan and without it (at the default location)."""
+    import shlex
+
+    from salientpp.cache.options import analyze_command
+
+    part = _copy_without_plans(tiny_link_p2 if options.get("task") == "link" else p2, tmp_path / "p")
+    config = TrainConfig(str(part), hidden=16, layers=2, batch_size=16, fanouts=options.pop("fanouts", (5, 5)),
+                         **options)
+    request = run_setup.plan_request(config.resolved())
+    command = analyze_command(str(part), request, out=str(tmp_path / "plan"))
+    words = shlex.split(command)
+    assert words[:2] == ["salientpp", "analyze"]
+    assert cli_main(words[1:]) == 0, capsys.readouterr().err
+    # Given as --plan, the plan serves the run: checked once before the ranks, and by nothing after.
+    planned = run_setup.resolve_run(TrainConfig(str(part), hidden=16, layers=2, batch_size=16,
+                                                **{**options, "plan": str(tmp_path / "plan"), "cache": None,
+                                                   "replication": None, "gpu_fraction": None},
+                                                fanouts=config.fanouts))
+    assert planned.cache.plan is not None and planned.cache.plan.info.meta.options == request.options
+    # Without --plan the run finds it at the default location, under the name analyze gives it.
+    assert cli_main([*words[1:-2], "--memory-limit", "20GiB"]) == 0
+    chosen = run_setup.resolve_run(config).cache
+    assert chosen.path == request.default_dir(str(part)) and chosen.plan is not None and not chosen.to_build
+
+
+def test_plans_built_with_another_seed_or_oracle_epochs_never_share_a_default_name(p2):
+    from salientpp.cache.plan import default_plan_name
+
+    names = set()
+    for seed, epochs in ((0, 10), (1, 10), (0, 3)):
+        config = TrainConfig(p2, cache="oracle", seed=seed, fanouts=(5, 5), layers=2, batch_size=16).resolved()
+        request = run_setup.plan_request(config)
+        request = type(request)(request.workloads, type(request.options)(**{**request.options.__dict__,
+                                                                           "epochs": epochs}))
+        names.add(default_plan_name(request))
+    assert len(names) == 3, names

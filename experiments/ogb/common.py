@@ -355,8 +355,7 @@ def analyze_step(plan: Plan) -> dict[str, float]:
     (what `salientpp analyze PART_DIR ... --out DIR` writes). The vertices are scored once per
     policy and alpha; runs that differ only in their GPU fraction get copies with another
     fraction. Returns seconds per newly scored policy and alpha."""
-    from salientpp.cache import Budget, PolicyContext, Workload, save_plans
-    from salientpp.cache.plan import build_and_save_plans
+    from salientpp.cache import Budget, PlanOptions, PlanRequest, Workload, save_plans
     from salientpp.partition import load_partitioned
 
     todo: dict[tuple[str, float], dict[float, Path]] = {}
@@ -371,10 +370,10 @@ def analyze_step(plan: Plan) -> dict[str, float]:
     workload = (Workload(tuple(plan.args.fanouts), plan.args.batch_size),)
     for (cache, alpha), paths in todo.items():
         start = _step(f"analyze: {cache} cache plan, α = {alpha:g}")
-        ctx = PolicyContext(data, workload, seed=0, num_threads=plan.args.threads)
         (fraction, first), *others = paths.items()
+        request = PlanRequest(workload, PlanOptions(cache, Budget(replication=alpha), fraction))
         first.parent.mkdir(parents=True, exist_ok=True)
-        plans = build_and_save_plans(ctx, cache, Budget(replication=alpha), fraction, first)
+        plans = request.build_and_save(request.context(data, num_threads=plan.args.threads), first)
         for fraction, path in others:
             save_plans([p.with_gpu_fraction(fraction) for p in plans], path)
         seconds[f"{cache} α={alpha:g}"] = time.perf_counter() - start

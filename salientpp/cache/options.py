@@ -1,16 +1,21 @@
 """Command-line options of the sampled workloads a cache serves, and the policy context built
-from them: shared by ``salientpp analyze``, ``salientpp simulate`` and ``salientpp bench vip``."""
+from them: shared by ``salientpp analyze``, ``salientpp simulate`` and ``salientpp bench vip``;
+and the options of a cache plan (``salientpp analyze``): :func:`plan_request_from` reads them
+into a :class:`~salientpp.cache.plan.PlanRequest`, and :func:`analyze_command` writes a request
+back as the ``salientpp analyze`` command that builds it (its inverse, tested as such)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from ..data.format import SPLITS
 from ..errors import check_int
-from ..parsing import name_list
+from ..parsing import name_list, parse_bytes
 from ..partition.format import PartitionedDataset
 from ..sampling import SAMPLERS, SamplerKind, parse_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
-from .policies import PolicyContext
+from .plan import GPU_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest, shown_option
+from .policies import PolicyContext, available_policies
 from .vip import METHODS
 from .workload import EdgeSeeds, Workload
 
@@ -37,8 +42,8 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                              "layer-wise, --fanouts are nodes per layer)")
     add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluated run and of random choices (default 0)")
-    parser.add_argument("--simulation-epochs", type=int, default=5, metavar="E",
-                        help="epochs sampled by the vip-simulation policy (default 5)")
+    parser.add_argument("--simulation-epochs", type=int, default=SIMULATION_EPOCHS, metavar="E",
+                        help=f"epochs sampled by the vip-simulation policy (default {SIMULATION_EPOCHS})")
     parser.add_argument("--threads", type=int, default=1, metavar="T", help="sampler threads (default 1)")
 
 
@@ -70,10 +75,86 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
     return train, inference
 
 
-def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
+def _threads_for(args: argparse.Namespace, dataset: PartitionedDataset) -> int:
+    """``--threads``, checked, once the dataset has what the workload options need (the held-out
+    edges of ``--task link``)."""
     check_int(args.threads, "--threads")
     if args.task == LINK:
         dataset.require_link_split()
+    return args.threads
+
+
+def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
+    """The policy context of the workload options on ``dataset``, evaluating ``epochs`` epochs."""
+    threads = _threads_for(args, dataset)
     return PolicyContext(dataset, workloads_from(args), seed=args.seed, epochs=epochs,
                          simulation_epochs=args.simulation_epochs, vip_method=args.vip_method,
-                         num_threads=args.threads, progress=True)
+                         num_threads=threads, progress=True)
+
+
+def plan_context_from(args: argparse.Namespace, dataset: PartitionedDataset, request: PlanRequest) -> PolicyContext:
+    """The policy context that builds ``request``'s plan (read from ``args`` by :func:`plan_request_from`)."""
+    return request.context(dataset, num_threads=_threads_for(args, dataset), progress=True)
+
+
+# ---- the options of a cache plan (salientpp analyze) ---------------------------------------------
+
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    """The workload options and what a plan is built with: ``--policy``, the budget, the device
+    share and the oracle's epochs (:func:`plan_request_from` reads them)."""
+    add_workload_options(parser)
+    parser.add_argument("--policy", default="vip", metavar="NAME",
+                        help=f"cache policy, one of {', '.join(available_policies())} (default vip)")
+    parser.add_argument("--replication", type=float, metavar="ALPHA",
+                        help="cache the top ALPHA*N/K remote rows per partition (a fraction in [0, K-1])")
+    parser.add_argument("--gpu-cache-bytes", metavar="BYTES",
+                        help="GPU tier budget per partition, e.g. 2GiB (filled first); with --cpu-cache-bytes")
+    parser.add_argument("--cpu-cache-bytes", metavar="BYTES", help="CPU tier budget per partition, e.g. 8GiB")
+    parser.add_argument("--gpu-fraction", type=float, default=GPU_FRACTION, metavar="FRAC",
+                        help=f"fraction of each partition's own rows kept on the GPU, by score (default {GPU_FRACTION})")
+    parser.add_argument("--epochs", type=int, default=PLAN_EPOCHS, metavar="E",
+                        help=f"epochs counted by the oracle policy (default {PLAN_EPOCHS})")
+
+
+def plan_request_from(args: argparse.Namespace) -> PlanRequest:
+    """The :class:`PlanRequest` of :func:`add_plan_options`' options; :class:`InputError` (one
+    sentence) for a bad option."""
+    size = (None if args.gpu_cache_bytes is None else parse_bytes(args.gpu_cache_bytes),
+            None if args.cpu_cache_bytes is None else parse_bytes(args.cpu_cache_bytes))
+    budget = Budget.given(args.replication, *size)
+    return PlanRequest(workloads_from(args), PlanOptions(args.policy, budget, args.gpu_fraction, seed=args.seed,
+                                                         epochs=args.epochs, simulation_epochs=args.simulation_epochs,
+                                                         vip_method=args.vip_method))
+
+
+def _fanouts(values) -> str:
+    return ",".join(map(str, values))
+
+
+def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> str:
+    """The ``salientpp analyze`` command that writes the plan of ``request`` to ``out``: every
+    option that :func:`plan_request_from` would read back as ``request`` (the workloads, the
+    policy, the budget, the device share, the seed and the epochs), those at their defaults
+    left out."""
+    train, options = request.workload, request.options
+    words = ["salientpp", "analyze", part_dir, "--fanouts", _fanouts(train.fanouts), "--batch-size",
+             str(train.batch_size)]
+    if train.replace:
+        words.append("--replace")
+    if train.sampler is not SamplerKind.NODEWISE:
+        words += ["--sampler", train.sampler.value]
+    if train.edges is not None:
+        words += ["--task", LINK, "--num-negatives", str(train.edges.num_negatives),
+                  "--negative-sampling", train.edges.negative_sampling.value]
+    if len(request.workloads) > 1:
+        inference = request.workloads[1]
+        words += ["--inference-fanouts", _fanouts(inference.fanouts), "--inference-batch-size",
+                  str(inference.batch_size), "--inference-splits", ",".join(inference.splits),
+                  "--inference-weight", f"{inference.weight:g}"]
+    budget = options.budget
+    words += ["--policy", options.policy]
+    words += (["--replication", f"{budget.replication:g}"] if budget.replication is not None else
+              ["--gpu-cache-bytes", str(budget.gpu_bytes), "--cpu-cache-bytes", str(budget.cpu_bytes)])
+    for f in options.changed_fields(request.default_options):
+        words += [f.metadata["flag"], shown_option(getattr(options, f.name))]
+    return shlex.join([*words, "--out", out])

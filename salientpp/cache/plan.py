@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +27,7 @@ from .. import streams
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .policies import PolicyContext, policy_scores, rank_vertices
+from .vip import default_method
 from ..sampling.kinds import SamplerKind
 from .workload import Workload
 
@@ -61,10 +62,21 @@ class Budget:
     gpu_bytes: int = 0
     cpu_bytes: int = 0
 
+    def __post_init__(self) -> None:
+        if self.replication is not None and (self.gpu_bytes or self.cpu_bytes):
+            raise InputError("give either a replication factor (--replication) or byte budgets "
+                             "(--gpu-cache-bytes, --cpu-cache-bytes), not both")
+
+    @classmethod
+    def given(cls, replication: float | None, gpu_bytes: int | None, cpu_bytes: int | None) -> "Budget":
+        """The budget of the options a user gave (``None``: not given): a replication factor or
+        byte budgets, exactly one of the two (the one rule; :class:`InputError` otherwise)."""
+        if replication is None and gpu_bytes is None and cpu_bytes is None:
+            raise InputError("say how much to cache: --replication ALPHA or --gpu-cache-bytes B --cpu-cache-bytes C")
+        return cls(replication, gpu_bytes or 0, cpu_bytes or 0)
+
     def check(self, num_parts: int, row_bytes: int) -> None:
         if self.replication is not None:
-            if self.gpu_bytes or self.cpu_bytes:
-                raise InputError("give either a replication factor or byte budgets, not both")
             if not (math.isfinite(self.replication) and 0 <= self.replication <= num_parts - 1):
                 raise InputError(f"replication factor {self.replication} is outside [0, {num_parts - 1}] "
                                  f"(0 = no cache, K-1 = {num_parts - 1} = every remote row); pass a fraction "
@@ -88,50 +100,104 @@ class Budget:
         return {"replication": self.replication, "gpu_cache_bytes": self.gpu_bytes, "cpu_cache_bytes": self.cpu_bytes}
 
 
+# Epochs the oracle policy counts and epochs vip-simulation samples when a plan is built: the
+# defaults of `salientpp analyze --epochs/--simulation-epochs` and what `salientpp train` uses.
+PLAN_EPOCHS = 10
+SIMULATION_EPOCHS = 5
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Everything a set of plans is built with besides its workloads and data: each field is
+    recorded in meta.json, is compared by :func:`check_plan` for a plan at the default
+    location, and appears in the default plan name (:func:`default_plan_name`) after its
+    ``tag`` when it differs from its default.
+
+    Attributes:
+        policy: the policy's registered name.
+        budget: the replication factor or the byte budgets.
+        gpu_fraction: share of each partition's own rows on the device.
+        seed: the seed of the policy context (tie-breaks, sampled policies).
+        epochs: epochs the oracle counts; simulation_epochs: epochs vip-simulation samples.
+        vip_method: the VIP estimate of the ``vip`` policy (``None``: the training sampler's
+            default, which a :class:`PlanRequest` fills in).
+    """
+
+    policy: str
+    budget: Budget
+    gpu_fraction: float = field(default=GPU_FRACTION, metadata={"tag": "d", "flag": "--gpu-fraction"})
+    seed: int = field(default=0, metadata={"tag": "s", "flag": "--seed"})
+    epochs: int = field(default=PLAN_EPOCHS, metadata={"tag": "e", "flag": "--epochs"})
+    simulation_epochs: int = field(default=SIMULATION_EPOCHS, metadata={"tag": "se", "flag": "--simulation-epochs"})
+    vip_method: str | None = field(default=None, metadata={"tag": "", "flag": "--vip-method"})
+
+    @classmethod
+    def of(cls, ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: float) -> "PlanOptions":
+        """The options of plans built with ``policy``, ``budget`` and ``gpu_fraction`` in ``ctx``."""
+        return cls(policy, budget, gpu_fraction, ctx.seed, ctx.epochs, ctx.simulation_epochs, ctx.vip_method)
+
+    def changed_fields(self, defaults: "PlanOptions") -> list:
+        """The tagged fields (those besides the policy and the budget) whose value differs from ``defaults``'."""
+        return [f for f in fields(self) if "tag" in f.metadata and getattr(self, f.name) != getattr(defaults, f.name)]
+
+    def to_json(self) -> dict:
+        return {"policy": self.policy, "budget": self.budget.to_json(), "gpu_fraction": self.gpu_fraction,
+                "seed": self.seed, "epochs": self.epochs, "simulation_epochs": self.simulation_epochs,
+                "vip_method": self.vip_method}
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "PlanOptions":
+        budget = entry["budget"]
+        return cls(policy=entry["policy"], gpu_fraction=float(entry["gpu_fraction"]), seed=int(entry["seed"]),
+                   budget=Budget(budget["replication"], int(budget["gpu_cache_bytes"]), int(budget["cpu_cache_bytes"])),
+                   # plans of salientpp before 0.1.0's plan request did not record their epochs
+                   epochs=entry.get("epochs"), simulation_epochs=entry.get("simulation_epochs"),
+                   vip_method=entry["vip_method"])
+
+
 @dataclass(frozen=True)
 class PlanMeta:
     """What a set of plans was built for; shared by the plans of all partitions.
 
     Attributes:
-        policy: the policy's registered name.
         workloads: training workload first (its fanouts and batch size bind the trainer).
-        budget: the replication factor or the byte budgets.
+        options: the policy, budget, device share, seed and epochs (:class:`PlanOptions`).
         row_bytes: bytes of one feature row (``F * itemsize``).
         num_nodes, num_parts: of the partitioned dataset.
         partition_id: :func:`partition_identity` of the partitioned directory.
-        seed: the seed of the policy context (tie-breaks, sampled policies).
-        vip_method: the VIP estimate used by the ``vip`` policy.
     """
 
-    policy: str
     workloads: tuple[Workload, ...]
-    budget: Budget
+    options: PlanOptions
     row_bytes: int
     num_nodes: int
     num_parts: int
     partition_id: str
-    seed: int
-    vip_method: str
 
     @property
     def training(self) -> Workload:
         """``workloads[0]``: its sampler, seeds, fanouts and batch size bind the trainer."""
         return self.workloads[0]
 
+    @property
+    def policy(self) -> str:
+        return self.options.policy
+
+    @property
+    def budget(self) -> Budget:
+        return self.options.budget
+
     def to_json(self) -> dict:
-        return {"policy": self.policy, "workloads": [w.to_json() for w in self.workloads],
-                "budget": self.budget.to_json(), "row_bytes": self.row_bytes, "num_nodes": self.num_nodes,
-                "num_parts": self.num_parts, "partition_id": self.partition_id, "seed": self.seed,
-                "vip_method": self.vip_method}
+        return {**self.options.to_json(), "workloads": [w.to_json() for w in self.workloads],
+                "row_bytes": self.row_bytes, "num_nodes": self.num_nodes, "num_parts": self.num_parts,
+                "partition_id": self.partition_id}
 
     @classmethod
     def from_json(cls, entry: dict) -> "PlanMeta":
-        budget = entry["budget"]
-        return cls(policy=entry["policy"], workloads=tuple(Workload.from_json(w) for w in entry["workloads"]),
-                   budget=Budget(budget["replication"], int(budget["gpu_cache_bytes"]), int(budget["cpu_cache_bytes"])),
-                   row_bytes=int(entry["row_bytes"]), num_nodes=int(entry["num_nodes"]),
-                   num_parts=int(entry["num_parts"]), partition_id=entry["partition_id"], seed=int(entry["seed"]),
-                   vip_method=entry["vip_method"])
+        return cls(workloads=tuple(Workload.from_json(w) for w in entry["workloads"]),
+                   options=PlanOptions.from_json(entry), row_bytes=int(entry["row_bytes"]),
+                   num_nodes=int(entry["num_nodes"]), num_parts=int(entry["num_parts"]),
+                   partition_id=entry["partition_id"])
 
 
 def _join(fanouts: Sequence[int]) -> str:
@@ -147,22 +213,26 @@ class CachePlan:
         gpu_ids: int64 ``[n_gpu]`` remote global ids cached in the GPU tier, by descending score.
         cpu_ids: int64 ``[n_cpu]`` remote global ids cached in the CPU tier, by descending score.
         local_order: int64 ``[n_k]`` local row indices (``id - offsets[k]``) by descending score.
-        gpu_fraction: fraction of the local rows kept on the GPU.
         num_gpu_local: ``floor(gpu_fraction * n_k)``: rows ``local_order[:num_gpu_local]`` live on the GPU.
-        meta: what the plan was built for.
+        meta: what the plan was built for (``meta.options.gpu_fraction``: the share of the local
+            rows on the GPU).
     """
 
     part: int
     gpu_ids: np.ndarray
     cpu_ids: np.ndarray
     local_order: np.ndarray
-    gpu_fraction: float
     num_gpu_local: int
     meta: PlanMeta
 
     @property
     def num_cached(self) -> int:
         return int(self.gpu_ids.shape[0] + self.cpu_ids.shape[0])
+
+    @property
+    def gpu_fraction(self) -> float:
+        """The share of the local rows kept on the GPU."""
+        return self.meta.options.gpu_fraction
 
     def slot_map(self) -> np.ndarray:
         """int64 ``[N]``: -1 = not cached, ``0..n_gpu-1`` GPU tier slot, ``n_gpu..`` CPU tier slot ``- n_gpu``."""
@@ -175,7 +245,7 @@ class CachePlan:
     def with_gpu_fraction(self, gpu_fraction: float) -> "CachePlan":
         """The same plan with another share of the local rows on the GPU (no re-scoring needed)."""
         gpu_fraction = _check_gpu_fraction(gpu_fraction)
-        return replace(self, gpu_fraction=gpu_fraction,
+        return replace(self, meta=replace(self.meta, options=replace(self.meta.options, gpu_fraction=gpu_fraction)),
                        num_gpu_local=local_gpu_rows(gpu_fraction, int(self.local_order.shape[0])))
 
 
@@ -201,9 +271,9 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
     gpu_fraction = _check_gpu_fraction(gpu_fraction)
     row_bytes = row_bytes_of(dataset)
     budget.check(dataset.num_parts, row_bytes)
-    meta = PlanMeta(policy=policy, workloads=ctx.workloads, budget=budget, row_bytes=row_bytes,
-                    num_nodes=dataset.num_nodes, num_parts=dataset.num_parts,
-                    partition_id=partition_identity(dataset.meta), seed=ctx.seed, vip_method=ctx.vip_method)
+    meta = PlanMeta(workloads=ctx.workloads, options=PlanOptions.of(ctx, policy, budget, gpu_fraction),
+                    row_bytes=row_bytes, num_nodes=dataset.num_nodes, num_parts=dataset.num_parts,
+                    partition_id=partition_identity(dataset.meta))
     plans = []
     offsets = dataset.book.offsets
     for k in range(dataset.num_parts):
@@ -213,51 +283,102 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
         n_gpu, n_cpu = budget.rows(remote.size, dataset.num_nodes, dataset.num_parts, row_bytes)
         local = rank_vertices(scores, dataset.book.owned(k), rng) - offsets[k]
         plans.append(CachePlan(part=k, gpu_ids=remote[:n_gpu].copy(), cpu_ids=remote[n_gpu:n_gpu + n_cpu].copy(),
-                               local_order=local, gpu_fraction=gpu_fraction,
-                               num_gpu_local=local_gpu_rows(gpu_fraction, local.size), meta=meta))
+                               local_order=local, num_gpu_local=local_gpu_rows(gpu_fraction, local.size), meta=meta))
         ctx.forget(k)
     return plans
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a run asks of a cache plan, decided once: ``salientpp train`` derives it from its
+    configuration (:func:`~salientpp.train.setup.plan_request`), ``salientpp analyze`` from its
+    options (:func:`~salientpp.cache.options.plan_request_from`); choosing, naming, building,
+    checking and suggesting a plan (:func:`~salientpp.cache.options.analyze_command`) all read it.
+
+    Attributes:
+        workloads: what the cache serves, the training workload first: its sampler, seeds
+            (nodes or edges), fanouts and batch size.
+        options: the plan's policy, budget, device share, seed and epochs; ``None`` for a plan
+            the user chose (``--plan``), which is used with whatever options it has. A
+            ``vip_method`` left ``None`` becomes the training sampler's default.
+    """
+
+    workloads: tuple[Workload, ...]
+    options: PlanOptions | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workloads", tuple(self.workloads))
+        if self.options is not None and self.options.vip_method is None:
+            object.__setattr__(self, "options", replace(self.options,
+                                                        vip_method=default_method(self.workload.sampler)))
+
+    @property
+    def workload(self) -> Workload:
+        """The training workload, ``workloads[0]``."""
+        return self.workloads[0]
+
+    @property
+    def default_options(self) -> PlanOptions:
+        """The options of this request's policy and budget with every other field at its default."""
+        return PlanRequest(self.workloads, PlanOptions(self.options.policy, self.options.budget)).options
+
+    def default_dir(self, part_dir: str | os.PathLike, name: str | None = None) -> Path:
+        """Where ``salientpp analyze`` writes this plan without ``--out``: ``PART_DIR/cache/NAME``,
+        NAME by default :func:`default_plan_name`."""
+        return Path(part_dir) / "cache" / (name or default_plan_name(self))
+
+    def context(self, dataset, num_threads: int = 1, progress: bool = False) -> PolicyContext:
+        """The policy context the plan is built in."""
+        options = self.options
+        return PolicyContext(dataset, self.workloads, seed=options.seed, epochs=options.epochs,
+                             simulation_epochs=options.simulation_epochs, vip_method=options.vip_method,
+                             num_threads=num_threads, progress=progress)
+
+    def build_and_save(self, ctx: PolicyContext, out_dir: str | os.PathLike) -> list[CachePlan]:
+        """What ``salientpp analyze`` does once its input is checked, and ``salientpp train``
+        without ``--plan`` too, so that the plan train builds is the one analyze writes: in
+        ``ctx`` (:meth:`context`), score every vertex with the policy, fill the budget for every
+        partition (:func:`build_plans`) and write the plans atomically to ``out_dir``
+        (:func:`save_plans`; an existing ``out_dir`` is refused with :class:`InputError`, so two
+        jobs saving the same plan at once leave exactly one). Returns the plans."""
+        options = self.options
+        plans = build_plans(ctx, options.policy, options.budget, options.gpu_fraction)
+        if plans[0].meta.options != options or ctx.workloads != self.workloads:
+            raise ValueError("build_and_save needs the policy context of the request's own context()")
+        save_plans(plans, out_dir)
+        return plans
 
 
 # The longest default plan name: file systems refuse names of more than 255 bytes.
 MAX_PLAN_NAME = 128
 
 
-def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget) -> str:
-    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload and the budget. A name
-    longer than :data:`MAX_PLAN_NAME` (the fanouts of a deep model) keeps its first characters
-    and ends in a digest of the whole name, so distinct plans keep distinct names."""
+def default_plan_name(request: "PlanRequest") -> str:
+    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload, the budget, and each other
+    option of the request that is not its default (``-s3`` for seed 3, ``-e20`` for 20 oracle
+    epochs, ``-cavity`` for another VIP method, ``-d0.3`` for another device share), so that plans
+    built differently never share a name. A name longer than :data:`MAX_PLAN_NAME` (the fanouts
+    of a deep model) keeps its first characters and ends in a digest of the whole name, so
+    distinct plans keep distinct names."""
+    options, training = request.options, request.workload
+    budget = options.budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
-    training = workloads[0]
     sampler = "" if training.sampler is SamplerKind.NODEWISE else f"-{training.sampler.value}"
     if training.edges is not None:
         sampler += "-link"
-    name = f"{policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}"
+    others = "".join(f"-{f.metadata['tag']}{shown_option(getattr(options, f.name))}"
+                     for f in options.changed_fields(request.default_options))
+    name = f"{options.policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}{others}"
     if len(name) <= MAX_PLAN_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
     return f"{name[:MAX_PLAN_NAME - len(digest) - 1]}-{digest}"
 
 
-def default_plan_dir(part_dir: str | os.PathLike, policy: str, workloads: Sequence[Workload], budget: Budget,
-                     name: str | None = None) -> Path:
-    """Where ``salientpp analyze`` writes a plan without ``--out``: ``PART_DIR/cache/NAME``, NAME
-    by default from the policy, the training workload and the budget (:func:`default_plan_name`)."""
-    return Path(part_dir) / "cache" / (name or default_plan_name(policy, workloads, budget))
-
-
-def build_and_save_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: float,
-                         out_dir: str | os.PathLike) -> list[CachePlan]:
-    """What ``salientpp analyze`` does once its input is checked: score every vertex with
-    ``policy``, fill ``budget`` for every partition (:func:`build_plans`) and write the plans
-    atomically to ``out_dir`` (:func:`save_plans`; an existing ``out_dir`` is refused with
-    :class:`InputError`, so two jobs saving the same plan at once leave exactly one). Returns
-    the plans. ``salientpp train`` without ``--plan`` calls it too, so the plan it builds is the
-    one ``analyze`` writes with the same options."""
-    plans = build_plans(ctx, policy, budget, gpu_fraction)
-    save_plans(plans, out_dir)
-    return plans
+def shown_option(value) -> str:
+    """An option's value as it is typed (``0.3``, not ``0.30000000000000004``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
@@ -273,8 +394,8 @@ def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
                 files[f"part_{plan.part}/{name}"] = save_array(tmp / f"part_{plan.part}", name, getattr(plan, name))
             parts.append({"part": plan.part, "num_gpu": int(plan.gpu_ids.size), "num_cpu": int(plan.cpu_ids.size),
                           "num_local": int(plan.local_order.size), "num_gpu_local": plan.num_gpu_local})
-        write_meta(tmp, {"kind": KIND, "salientpp_version": __version__, **meta.to_json(),
-                         "gpu_fraction": plans[0].gpu_fraction, "parts": parts, "files": files})
+        write_meta(tmp, {"kind": KIND, "salientpp_version": __version__, **meta.to_json(), "parts": parts,
+                         "files": files})
     return Path(out_dir)
 
 
@@ -286,7 +407,6 @@ class PlanInfo:
     Attributes:
         path: the plan directory.
         meta: what the plans were built for.
-        gpu_fraction: share of each partition's own rows on the device.
         num_gpu, num_cpu, num_local, num_gpu_local: per partition, the rows of the device tier
             and of the host tier, its own rows, and those of them on the device.
         raw: meta.json as read (file checksums included): the plan's identity.
@@ -294,12 +414,16 @@ class PlanInfo:
 
     path: Path
     meta: PlanMeta
-    gpu_fraction: float
     num_gpu: tuple[int, ...]
     num_cpu: tuple[int, ...]
     num_local: tuple[int, ...]
     num_gpu_local: tuple[int, ...]
     raw: dict
+
+    @property
+    def gpu_fraction(self) -> float:
+        """The share of each partition's own rows on the device."""
+        return self.meta.options.gpu_fraction
 
     @property
     def max_cached_rows(self) -> int:
@@ -312,7 +436,6 @@ def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
     raw = read_meta(plan_dir, KIND)
     try:
         meta = PlanMeta.from_json(raw)
-        gpu_fraction = float(raw["gpu_fraction"])
         counts = [tuple(int(entry[key]) for key in ("num_gpu", "num_cpu", "num_local", "num_gpu_local"))
                   for entry in raw["parts"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -321,7 +444,7 @@ def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
         raise InputError(f"meta.json in {plan_dir} describes {len(counts)} partitions but says num_parts is "
                          f"{meta.num_parts}; {FIX}")
     num_gpu, num_cpu, num_local, num_gpu_local = (tuple(column) for column in zip(*counts))
-    return PlanInfo(Path(plan_dir), meta, gpu_fraction, num_gpu, num_cpu, num_local, num_gpu_local, raw)
+    return PlanInfo(Path(plan_dir), meta, num_gpu, num_cpu, num_local, num_gpu_local, raw)
 
 
 def load_plan(plan: PlanInfo | str | os.PathLike, k: int) -> CachePlan:
@@ -351,7 +474,7 @@ def load_plan(plan: PlanInfo | str | os.PathLike, k: int) -> CachePlan:
     cached.sort()
     if np.any(cached[1:] == cached[:-1]):
         raise InputError(f"the cached ids in {folder} repeat an id; {FIX}")
-    return CachePlan(part=k, gpu_fraction=info.gpu_fraction, num_gpu_local=num_gpu_local, meta=meta, **arrays)
+    return CachePlan(part=k, num_gpu_local=num_gpu_local, meta=meta, **arrays)
 
 
 def load_plans(plan_dir: str | os.PathLike) -> list[CachePlan]:
@@ -361,55 +484,43 @@ def load_plans(plan_dir: str | os.PathLike) -> list[CachePlan]:
 
 
 @dataclass(frozen=True)
-class PlanOptions:
-    """What ``salientpp analyze`` builds a plan with, besides the workloads: the policy, the
-    budget and the share of each partition's own rows on the device."""
+class CheckedPlan:
+    """A plan that :func:`check_plan`, the one compatibility check, accepted for a partitioned
+    dataset: what a feature store opens (:func:`open_plan`) without checking it again."""
 
-    policy: str
-    budget: Budget
-    gpu_fraction: float
+    info: PlanInfo
 
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What a training run asks of a cache plan (:func:`check_plan`).
-
-    Attributes:
-        workload: the training workload: its sampler, seeds (nodes or edges), fanouts and batch size.
-        built_with: for the plan at the default location (``salientpp train`` without ``--plan``),
-            the options it must have been built with; ``None`` for a plan the user chose
-            (``--plan``), which is used with whatever policy, budget and device share it has.
-    """
-
-    workload: Workload
-    built_with: PlanOptions | None = None
+    @property
+    def path(self) -> Path:
+        return self.info.path
 
 
-def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> None:
-    """The one compatibility check of a cache plan: :class:`InputError` (one sentence) unless
-    ``info`` was built for the partitioned dataset ``data`` (a
-    :class:`~salientpp.partition.PartitionedDataset`) and serves ``request`` (``None``: any
+def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> CheckedPlan:
+    """The one compatibility check of a cache plan: ``info`` as a :class:`CheckedPlan`, or
+    :class:`InputError` (one sentence) unless it was built for the partitioned dataset ``data``
+    (a :class:`~salientpp.partition.PartitionedDataset`) and serves ``request`` (``None``: any
     workload, as a loader's cache serves any loader of its graph).
 
     Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
     one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes). A plan
     scored for link prediction (edge seeds) serves link training only, and the other way round.
-    The message says how to build a fitting plan: into another directory for a plan the user
-    chose, else in the place of the one found, once it is removed (an existing plan directory
-    is never overwritten).
+    A request with options (the plan at the default location) must match every field of
+    :class:`PlanOptions`. The message says how to build a fitting plan: into another directory
+    for a plan the user chose, else in the place of the one found, once it is removed (an
+    existing plan directory is never overwritten).
     """
     part_dir, plan_dir, planned = data.path, info.path, info.meta.training
 
     def rebuild(option: str) -> str:
-        if request.built_with is None:
+        if request.options is None:
             return f"build a fitting plan with `salientpp analyze {part_dir} {option} ... --out DIR` and use that"
-        return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir}` {option}"
+        return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir} {option} ...`"
 
     if partition_identity(data.meta) != info.meta.partition_id:
         raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; build a plan for it "
                          f"with `salientpp analyze {part_dir} ... --out DIR`")
     if request is None:
-        return
+        return CheckedPlan(info)
     wanted = request.workload
     if (planned.sampler is SamplerKind.LADIES) != (wanted.sampler is SamplerKind.LADIES):
         raise InputError(f"{plan_dir} was built for the {planned.sampler.value} sampler but training uses "
@@ -424,16 +535,24 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> None
     if wanted.batch_size != planned.batch_size:
         raise InputError(f"{plan_dir} was built for batch size {planned.batch_size} but training uses "
                          f"{wanted.batch_size}; {rebuild(f'--batch-size {wanted.batch_size}')}")
-    if request.built_with is None:
-        return
-    wanted_options = request.built_with
-    for what, theirs, ours in (("policy", info.meta.policy, wanted_options.policy),
-                               ("budget", info.meta.budget.to_json(), wanted_options.budget.to_json()),
-                               ("GPU fraction", info.gpu_fraction, wanted_options.gpu_fraction)):
-        if theirs != ours:
-            raise InputError(f"{plan_dir} was built with {what} {theirs} but this run asks for {ours}; train with "
-                             f"--plan {plan_dir} to use that plan as it is, or remove it so that this run builds "
-                             "the plan of its options")
+    if request.options is not None:
+        for f in fields(request.options):
+            theirs, ours = getattr(info.meta.options, f.name), getattr(request.options, f.name)
+            if theirs != ours:
+                shown_theirs, shown_ours = ((theirs.to_json(), ours.to_json()) if isinstance(ours, Budget)
+                                            else (theirs, ours))
+                raise InputError(f"{plan_dir} was built with {f.name.replace('_', ' ')} {shown_theirs} but this run "
+                                 f"asks for {shown_ours}; train with --plan {plan_dir} to use that plan as it is, or "
+                                 "remove it so that this run builds the plan of its options")
+    return CheckedPlan(info)
+
+
+def open_plan(plan: CheckedPlan | PlanInfo | str | os.PathLike, data) -> CheckedPlan:
+    """``plan`` checked for the partitioned dataset ``data`` (any workload): a plan already
+    checked as it is, a :class:`PlanInfo` or a plan directory read and checked once here."""
+    if isinstance(plan, CheckedPlan):
+        return plan
+    return check_plan(plan if isinstance(plan, PlanInfo) else read_plan_info(plan), data)
 
 
 def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.ndarray, np.ndarray]:

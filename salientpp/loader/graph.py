@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache.plan import PlanInfo, check_plan, load_plan, local_gpu_rows, partition_identity, read_plan_info
+from ..cache.plan import (GPU_FRACTION, CheckedPlan, PlanInfo, load_plan, local_gpu_rows, open_plan,
+                          partition_identity)
 from ..data.format import SPLITS
 from ..distributed.exchange import RowExchange
 from ..distributed.feature_store import FeatureStore
@@ -135,22 +136,24 @@ class DistGraph:
         return np.asarray(self.data.orig_id)[np.asarray(ids)]
 
     # -- features -----------------------------------------------------------------------------------
-    def feature_store(self, plan: PlanInfo | str | os.PathLike | None, gpu_fraction: float = 0.0
-                      ) -> tuple[FeatureStore, RowExchange]:
+    def feature_store(self, plan: CheckedPlan | PlanInfo | str | os.PathLike | None,
+                      gpu_fraction: float | None = GPU_FRACTION) -> tuple[FeatureStore, RowExchange]:
         """The feature store and row exchange of this rank with the cache of ``plan`` (a plan
-        ``salientpp analyze`` wrote for this partitioning: its directory, or its
-        :class:`~salientpp.cache.plan.PlanInfo` already read; ``None``: no cache); one per plan,
-        shared by every loader of this graph. Opening one is a collective (the cache is filled
-        from the owners). A plan scored for other fanouts or batches still serves any loader:
-        its rows are cached, only chosen for another workload. The plan says how many owned rows
-        live on the device; without one, the first ``floor(gpu_fraction * num_owned)`` do."""
-        key = None if plan is None else str(Path(plan.path if isinstance(plan, PlanInfo) else plan).resolve())
+        ``salientpp analyze`` wrote for this partitioning: its directory, its
+        :class:`~salientpp.cache.plan.PlanInfo` already read, or a plan already checked for this
+        partitioning; ``None``: no cache); one per plan, shared by every loader of this graph.
+        Opening one is a collective (the cache is filled from the owners). A plan scored for
+        other fanouts or batches still serves any loader: its rows are cached, only chosen for
+        another workload. The plan says how many owned rows live on the device (``gpu_fraction``
+        is then ignored); without one, the first ``floor(gpu_fraction * num_owned)`` do."""
+        key = None if plan is None else str(Path(plan.path if isinstance(plan, (CheckedPlan, PlanInfo)) else plan
+                                                 ).resolve())
         if key not in self._stores:
             local_order, cache_slot, num_device_slots, identity = None, None, 0, {}
-            num_device_local = local_gpu_rows(gpu_fraction, self.num_owned)
-            if plan is not None:
-                info = plan if isinstance(plan, PlanInfo) else read_plan_info(plan)
-                check_plan(info, self.data)  # built for this partitioning (any workload serves)
+            if plan is None:
+                num_device_local = local_gpu_rows(gpu_fraction, self.num_owned)
+            else:
+                info = open_plan(plan, self.data).info  # built for this partitioning (any workload serves)
                 loaded = load_plan(info, self.rank)
                 local_order, num_device_local = np.asarray(loaded.local_order), loaded.num_gpu_local
                 cache_slot, num_device_slots = loaded.slot_map(), int(loaded.gpu_ids.shape[0])

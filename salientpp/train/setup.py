@@ -14,9 +14,10 @@ The cache plan:
   tiers, its order of the owned rows and its number of owned rows on the device
   (``num_gpu_local``) are used as they are; nothing is recomputed from the training options.
 * Otherwise, with a cache policy and more than one partition: the plan ``salientpp analyze``
-  writes for ``--cache``, ``--replication`` and ``--gpu-fraction``, at analyze's default location
-  ``PART_DIR/cache/<default name>``. When it is there, it is used; else rank 0 builds it with
-  analyze's own function (:func:`~salientpp.cache.plan.build_and_save_plans`) and saves it there
+  writes for the run's :func:`plan_request` (``--cache``, ``--replication``, ``--gpu-fraction``,
+  the sampler, the task and the seed), at analyze's default location ``PART_DIR/cache/<default
+  name>``. When it is there, it is used; else rank 0 builds it as analyze does
+  (:meth:`~salientpp.cache.plan.PlanRequest.build_and_save`) and saves it there
   while the other ranks wait at a barrier. Two jobs that build the same plan at once both
   succeed: the plan is renamed into place atomically and the job that loses the race uses the
   winner's. A rank whose machine does not share rank 0's file system finds no plan after the
@@ -28,8 +29,9 @@ The cache plan:
 
 A plan that exists is read (its meta.json, by :func:`~salientpp.cache.plan.read_plan_info`)
 and checked (:func:`~salientpp.cache.plan.check_plan`) once, in :func:`choose_cache`; the ranks
-receive that :class:`~salientpp.cache.plan.PlanInfo` and only load their arrays, which are
-compared with its checksums. A plan built by the job is read and checked once after the build.
+receive that :class:`~salientpp.cache.plan.CheckedPlan` and only load their arrays, which are
+compared with its checksums. A plan built by the job is read and checked once, after the build,
+in :func:`open_cache`; the loaders open the checked plan without checking it again.
 """
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ import torch.distributed as dist
 
 from .. import __version__
 from ..cache import plan as plans
-from ..cache.plan import Budget, PlanInfo, PlanOptions, PlanRequest, build_and_save_plans, check_plan, read_plan_info
-from ..cache.policies import PolicyContext
+from ..cache.options import analyze_command
+from ..cache.plan import Budget, CheckedPlan, PlanOptions, PlanRequest, check_plan, read_plan_info
 from ..cache.workload import EdgeSeeds, Workload
 from ..distributed.group import DistContext, is_first_rank
 from ..distributed.health import Health, agree
@@ -53,10 +55,9 @@ from ..loader.graph import DistGraph
 from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
-from .checkpoint import describe_position, load_checkpoint
+from .checkpoint import Checkpoint, describe_position, load_checkpoint
 from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options, checkpoint_options, resumable_flags
-from .link import link_task
-from .tasks import Task, task_of
+from .tasks import Task, link_task, task_of
 
 
 @dataclass(frozen=True)
@@ -66,21 +67,20 @@ class CacheChoice:
     Attributes:
         policy: the plan's policy, ``none`` without a cache.
         path: the plan directory; ``None`` without a cache.
-        info: the plan's meta.json, read and checked; ``None`` without a cache, and while the
-            plan is still to be built (:attr:`to_build`).
-        request: what the run asks of the plan (checked against a plan built by the job).
-        options: what a plan built by the job is built with; ``None`` for a given plan.
+        plan: the plan, read and checked (:func:`~salientpp.cache.plan.check_plan`); ``None``
+            without a cache, and while the plan is still to be built (:attr:`to_build`).
+        request: what the run asks of the plan (:func:`plan_request`); its ``options`` are
+            ``None`` for a plan given with ``--plan``.
         reason: why the run has no cache (what rank 0 prints), empty with one.
-        analyze: the ``salientpp analyze`` command that writes the plan of the run's options
+        analyze: the ``salientpp analyze`` command that writes the plan of the run's request
             (for messages; empty for a given plan).
         built: a rank of this job built the plan (:func:`open_cache`).
     """
 
     policy: str
     path: Path | None = None
-    info: PlanInfo | None = None
+    plan: CheckedPlan | None = None
     request: PlanRequest | None = None
-    options: PlanOptions | None = None
     reason: str = ""
     analyze: str = ""
     built: bool = False
@@ -88,7 +88,7 @@ class CacheChoice:
     @property
     def to_build(self) -> bool:
         """Whether the job builds the plan (rank 0, or the first rank of a machine without it)."""
-        return self.path is not None and self.info is None
+        return self.path is not None and self.plan is None
 
     @property
     def source(self) -> str:
@@ -96,17 +96,18 @@ class CacheChoice:
         return self.reason if self.path is None else f"{'built' if self.built else 'using'} {self.path}"
 
 
-def training_workload(config: TrainConfig) -> Workload:
-    """The workload of ``config``'s training loader (resolved), which a plan is scored for."""
+def plan_request(config: TrainConfig) -> PlanRequest:
+    """What ``config``'s run (resolved) asks of a cache plan, derived once here for choosing,
+    naming, building, checking and suggesting it: the training workload (fanouts, batch size,
+    sampler, node or edge seeds with their negatives) and, without ``--plan``, the plan's options
+    (the policy, replication factor and device share of ``--cache``, ``--replication`` and
+    ``--gpu-fraction``, the run's seed, and analyze's defaults for the rest)."""
     edges = EdgeSeeds(config.num_negatives, config.negative_sampling) if config.task == LINK else None
-    return Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler, edges=edges)
-
-
-def analyze_command(config: TrainConfig) -> str:
-    """The ``salientpp analyze`` command that writes the plan of ``config``'s cache options to DIR."""
-    return (f"salientpp analyze {config.part_dir} --fanouts {','.join(map(str, config.fanouts))} --batch-size "
-            f"{config.batch_size} --policy {config.cache} --replication {config.replication:g} --gpu-fraction "
-            f"{config.gpu_fraction:g} --out DIR")
+    workload = Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler, edges=edges)
+    if config.plan is not None or config.cache == "none":
+        return PlanRequest((workload,))
+    return PlanRequest((workload,), PlanOptions(config.cache, Budget(replication=config.replication),
+                                                config.gpu_fraction, seed=config.seed))
 
 
 def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
@@ -115,56 +116,48 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
     cannot be saved. The one place where the run's plan is decided."""
     if config.mode == FULL_GRAPH:  # every layer over the whole graph: no feature cache
         return CacheChoice("none", reason="full-graph")
-    workload = training_workload(config)
+    request = plan_request(config)
     if config.plan is not None:
-        info = read_plan_info(config.plan)
-        request = PlanRequest(workload)
-        check_plan(info, data, request)
-        return CacheChoice(info.meta.policy, Path(config.plan), info, request)
-    if config.cache == "none":
-        return CacheChoice("none", reason="none")
-    if data.num_parts == 1:  # one partition has no remote rows
+        plan = check_plan(read_plan_info(config.plan), data, request)
+        return CacheChoice(plan.info.meta.policy, Path(config.plan), plan, request)
+    if config.cache == "none" or data.num_parts == 1:  # one partition has no remote rows
         return CacheChoice("none", reason="none")
     if not config.features:  # the embedding's rows are never cached
         return CacheChoice("none", reason="none (no features)")
-    options = PlanOptions(config.cache, Budget(replication=config.replication), config.gpu_fraction)
-    options.budget.check(data.num_parts, 1)
-    request = PlanRequest(workload, options)
-    path = plans.default_plan_dir(config.part_dir, config.cache, (workload,), options.budget)
+    request.options.budget.check(data.num_parts, 1)
+    path = request.default_dir(config.part_dir)
+    analyze = analyze_command(config.part_dir, request)
     if _there(path):
-        info = read_plan_info(path)
-        check_plan(info, data, request)
-        return CacheChoice(config.cache, path, info, request, options, analyze=analyze_command(config))
+        return CacheChoice(config.cache, path, check_plan(read_plan_info(path), data, request), request,
+                           analyze=analyze)
     try:
         check_writable_dir(path.parent, "cache plan directory", exist_ok=True)
     except InputError as exc:
         reason = str(exc).split("; ")[0]
         raise InputError(f"there is no cache plan at {path} and this run could not save the one it builds there "
-                         f"({reason}); write it elsewhere with `{analyze_command(config)}` and train with "
-                         "--plan DIR") from None
-    return CacheChoice(config.cache, path, None, request, options, analyze=analyze_command(config))
+                         f"({reason}); write it elsewhere with `{analyze}` and train with --plan DIR") from None
+    return CacheChoice(config.cache, path, None, request, analyze=analyze)
 
 
 def _there(path: Path) -> bool:
     return path.exists() or path.is_symlink()
 
 
-def _build_unless_there(choice: CacheChoice, data: PartitionedDataset, seed: int, sampler_threads: int) -> bool:
-    """Build the plans of every partition with analyze's own function and save them at
+def _build_unless_there(choice: CacheChoice, data: PartitionedDataset, sampler_threads: int) -> bool:
+    """Build the plans of every partition as ``salientpp analyze`` does and save them at
     ``choice.path`` (the policies that sample run ``sampler_threads`` sampler threads).
 
     Returns True when this job saved them, False when the path already held a plan, or another
     job that built the same plan at the same time renamed it into place first (its temporary
     directory is then removed, and this job uses the winner's plan). Any other failure raises.
     """
-    path, options = choice.path, choice.options
+    path, request = choice.path, choice.request
     if _there(path):
         return False
-    ctx = PolicyContext(data, (choice.request.workload,), seed=seed, num_threads=sampler_threads)
     try:
         with output_errors(path.parent):
             path.parent.mkdir(exist_ok=True)
-        build_and_save_plans(ctx, options.policy, options.budget, options.gpu_fraction, path)
+        request.build_and_save(request.context(data, num_threads=sampler_threads), path)
     except InputError:
         if _there(path):  # another job won the race to rename the same plan into place
             return False
@@ -172,28 +165,27 @@ def _build_unless_there(choice: CacheChoice, data: PartitionedDataset, seed: int
     return True
 
 
-def open_cache(choice: CacheChoice, data: PartitionedDataset, rank: int, local_rank: int, seed: int,
+def open_cache(choice: CacheChoice, data: PartitionedDataset, rank: int, local_rank: int,
                sampler_threads: int) -> CacheChoice:
-    """``choice`` as this rank trains with it: its plan built and saved first when the choice says
-    so, read and checked (a collective when distributed: every rank calls it). ``local_rank`` is the rank's index on its
-    machine: where a machine does not see the plan rank 0 saved, its local rank 0 builds and
-    saves it there. A policy that samples to build the plan (``oracle``, ``vip-simulation``)
-    runs ``sampler_threads`` sampler threads."""
+    """``choice`` as this rank trains with it: when the choice says so, its plan built and saved
+    first, then read and checked (a collective when distributed: every rank calls it).
+    ``local_rank`` is the rank's index on its machine: where a machine does not see the plan rank
+    0 saved, its local rank 0 builds and saves it there. A policy that samples to build the plan
+    (``oracle``, ``vip-simulation``) runs ``sampler_threads`` sampler threads."""
     if not choice.to_build:
         return choice
-    built = rank == 0 and _build_unless_there(choice, data, seed, sampler_threads)
+    built = rank == 0 and _build_unless_there(choice, data, sampler_threads)
     if dist.is_initialized():
         dist.barrier()
         if local_rank == 0 and not _there(choice.path):  # not rank 0's file system
-            built = _build_unless_there(choice, data, seed, sampler_threads)
+            built = _build_unless_there(choice, data, sampler_threads)
         dist.barrier()
     if not _there(choice.path):
         raise InputError(f"rank {rank} finds no cache plan at {choice.path}, which the first rank of its machine "
                          f"should have built; write one with `{choice.analyze}`, copy it to every machine and train "
                          "with --plan DIR")
-    info = read_plan_info(choice.path)
-    check_plan(info, data, choice.request)
-    return replace(choice, info=info, built=built)
+    plan = check_plan(read_plan_info(choice.path), data, choice.request)
+    return replace(choice, plan=plan, built=built)
 
 
 # ---- the run, before any rank starts ----------------------------------------------------------------
@@ -207,6 +199,8 @@ class ResolvedRun:
             the pipeline depth included (the thread budget's choice unless given).
         threads: the thread budget of one of this machine's ranks.
         local_ranks: the ranks this machine runs.
+        task: the loss and metric of the labels (or of link prediction), the metric checked
+            against them.
         cache: the cache plan the run trains with.
         memory: the memory estimate of this machine's ranks, one line, when it was checked.
     """
@@ -214,6 +208,7 @@ class ResolvedRun:
     config: TrainConfig
     threads: ThreadBudget
     local_ranks: int
+    task: Task
     cache: CacheChoice
     memory: str = ""
 
@@ -239,21 +234,30 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth))
     if config.resume:
         check_resume(config, plans.partition_identity(data.meta))
-    run = ResolvedRun(config, threads, local_ranks, choose_cache(config, data))
+    task = link_task(config.metric) if config.task == LINK else task_of(data, config.metric)
+    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data))
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
 
 
+def resume_checkpoint(config: TrainConfig, identity: str) -> Checkpoint:
+    """The checkpoint a ``--resume`` run continues from: ``last.pt`` in ``--checkpoint-dir``,
+    refused (one sentence) unless it was trained on the data of ``identity``
+    (:func:`~salientpp.cache.plan.partition_identity`) with the run's
+    :func:`~salientpp.train.config.checkpoint_options`: the one match of a resumed checkpoint,
+    before any rank starts and on every rank that loads it."""
+    return load_checkpoint(config.checkpoint_dir, {"dataset": identity, **checkpoint_options(config)})
+
+
 def check_resume(config: TrainConfig, identity: str) -> None:
-    """Before any rank starts (and writes a cache plan): refuse a ``--resume`` whose checkpoint was
-    trained on other data (``identity``: :func:`~salientpp.cache.plan.partition_identity`) or with
-    other :func:`~salientpp.train.config.checkpoint_options`, or already holds ``--epochs``
-    epochs; print the options that changed since it was written (those a resume may change)."""
-    options = {**config.to_dict(), "dataset": identity}
-    ckpt = load_checkpoint(config.checkpoint_dir, options, matching=("dataset", *checkpoint_options(config)))
+    """Before any rank starts (and writes a cache plan): refuse a ``--resume`` whose checkpoint does
+    not match (:func:`resume_checkpoint`) or already holds ``--epochs`` epochs; print the options
+    that changed since it was written (those a resume may change)."""
+    ckpt = resume_checkpoint(config, identity)
     if ckpt.epoch >= config.epochs:
         raise InputError(f"the checkpoint in {config.checkpoint_dir} holds the run up to "
                          f"{describe_position(ckpt.epoch, ckpt.step)}, so --epochs {config.epochs} leaves nothing to "
                          f"train; pass --epochs above {ckpt.epoch} to train more")
+    options = config.to_dict()
     changed = [f"{flag} {options[name]} (was {ckpt.options[name]})" for name, flag in resumable_flags().items()
                if name in ckpt.options and ckpt.options[name] != options[name]]
     if changed and config.progress and is_first_rank():  # once per job under torchrun
@@ -288,8 +292,9 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
                                   eval_batch_size=eval_batch_size if sampled_eval else None, link_pairs=link_pairs,
                                   embedding_dim=config.embedding_dim, features=config.features,
                                   reuse_freed_memory=config.reuse_freed_memory, cache=cache.policy,
-                                  cached_rows=None if cache.info is None else cache.info.max_cached_rows,
-                                  replication=None if cache.options is None else cache.options.budget.replication)
+                                  cached_rows=None if cache.plan is None else cache.plan.info.max_cached_rows,
+                                  replication=None if cache.request is None or cache.request.options is None
+                                  else cache.request.options.budget.replication)
     return check_memory(estimate, config.memory_limit)
 
 
@@ -317,7 +322,8 @@ class RankSetup:
 
     @property
     def threads(self) -> ThreadBudget:
-        return self.run.threads
+        """The rank's thread budget: its context's, which ``run_rank`` gives the run's budget."""
+        return self.ctx.threads
 
     @classmethod
     def open(cls, run: ResolvedRun, ctx: DistContext, health: Health | None = None) -> "RankSetup":
@@ -328,10 +334,9 @@ class RankSetup:
         agree(ctx, "options and package versions",
               {"salientpp": __version__, "torch": torch.__version__, "ranks": ctx.world_size, **agreed_options(config)})
         graph = DistGraph(config.part_dir, ctx)
-        task = link_task() if config.task == LINK else task_of(graph.data, config.metric)
-        return cls(run, ctx, Health(ctx) if health is None else health, graph, task)
+        return cls(run, ctx, Health(ctx) if health is None else health, graph, run.task)
 
     def open_cache(self) -> CacheChoice:
         """This rank's cache plan (:func:`open_cache`; a collective when the job builds it)."""
-        return open_cache(self.run.cache, self.graph.data, self.ctx.rank, self.ctx.local_rank, self.config.seed,
+        return open_cache(self.run.cache, self.graph.data, self.ctx.rank, self.ctx.local_rank,
                           self.threads.sampler_threads)
