@@ -15,7 +15,8 @@ from salientpp.cli import main
 from salientpp.data import load_dataset
 from salientpp.partition import load_partitioned, partition_dataset
 from salientpp.train import TrainConfig, train
-from salientpp.train.link import HITS_AT, MRR, metrics_from_sums, ranking_sums
+from salientpp.train.link import metrics_from_sums, ranking_sums
+from salientpp.train.tasks import HITS_AT, MRR
 
 from conftest import one_sentence
 
@@ -74,12 +75,15 @@ def test_the_link_loader_yields_each_owned_training_edge_once_with_negatives_and
         assert out["edges_ok"] and out["labels_ok"] and out["features_ok"] and out["sources_ok"], out
 
 
-def test_link_training_fetches_exactly_the_rows_the_simulator_counts(tiny_link, tmp_path):
+def test_link_training_fetches_exactly_the_rows_the_simulator_counts_and_names_its_metric(tiny_link, tmp_path):
     metrics = tmp_path / "m.jsonl"
-    train(TrainConfig(str(tiny_link / "p2"), task="link", epochs=1, hidden=16, layers=2, fanouts=(5, 5),
-                      batch_size=64, num_negatives=2, cache="vip", replication=0.1, eval_every=0,
-                      json_path=str(metrics), progress=False))
+    result = train(TrainConfig(str(tiny_link / "p2"), task="link", epochs=1, hidden=16, layers=2, fanouts=(5, 5),
+                               batch_size=64, num_negatives=2, cache="vip", replication=0.1, metric="mrr",
+                               eval_fanouts=(5, 5), json_path=str(metrics), progress=False))
     line = json.loads(metrics.read_text().splitlines()[0])
+    # --metric mrr: the record names the metric that selects the best epoch, and its value is the MRR
+    assert line["metric"] == result.metric == MRR
+    assert line["valid_metric"] == line["valid_link"][MRR] != line["valid_link"]["roc-auc"]
     data = load_partitioned(tiny_link / "p2")
     workload = Workload((5, 5), 64, edges=EdgeSeeds(2, "uniform"))
     sim = simulate(PolicyContext(data, (workload,), seed=0, epochs=1), ["vip"], [0.1])

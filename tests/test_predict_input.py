@@ -98,7 +98,7 @@ def test_a_checkpoint_of_another_partitioning_is_refused_before_any_rank_starts(
     assert main(["predict", str(tiny_partitions[0] / "p2"), "--checkpoint", str(node_checkpoint),
                  "--out", str(out)]) == 2
     err = one_sentence(capsys)
-    assert "was trained on another partitioned dataset than" in err and "resume" not in err, err
+    assert "was trained on another partitioned dataset; pass the PART_DIR it was trained on" in err and "resume" not in err, err
     assert left_behind(out) == []
 
 

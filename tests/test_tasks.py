@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from salientpp.data import MULTICLASS, MULTILABEL
 from salientpp.distributed import init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
-from salientpp.train.tasks import (ACCURACY, BCE_WITH_LOGITS, CROSS_ENTROPY, F1_MICRO, METRICS, ROC_AUC, Task,
-                                   all_gather_rows, check_metric, make_task, roc_auc, roc_auc_per_task,
+from salientpp.train.tasks import (ACCURACY, BCE_WITH_LOGITS, CROSS_ENTROPY, F1_MICRO, LINK_METRICS, METRICS, MRR,
+                                   NODE_METRICS, ROC_AUC, Task, all_gather_rows, link_task, check_metric, make_task, roc_auc, roc_auc_per_task,
                                    task_from_labels, task_of)
 
 
@@ -76,7 +76,8 @@ def test_task_from_labels_picks_loss_and_metric():
     assert task_from_labels(np.zeros((3, 2), np.float32), metric="accuracy").metric == ACCURACY
     assert task_from_labels(np.zeros((3, 2), np.float32), metric="F1_micro").metric == F1_MICRO
     assert task_from_labels(np.array([0, 1, 1]), metric="rocauc").metric == ROC_AUC   # binary multi-class
-    assert check_metric("ROC_AUC") == ROC_AUC and set(METRICS) == {ACCURACY, ROC_AUC, F1_MICRO}
+    assert check_metric("ROC_AUC") == ROC_AUC and set(NODE_METRICS) == {ACCURACY, ROC_AUC, F1_MICRO}
+    assert set(METRICS) == set(NODE_METRICS) | set(LINK_METRICS)
 
 
 @pytest.mark.parametrize("labels, metric, message", [
@@ -186,3 +187,12 @@ def test_metrics_combine_across_ranks_with_gloo():
 def test_gather_without_a_process_group_returns_the_rows():
     rows = torch.ones((3, 2))
     assert all_gather_rows(rows) is rows
+
+
+def test_the_link_task_carries_the_metric_it_was_given_and_the_kinds_refuse_each_others_metrics():
+    assert link_task() == Task("link", 1, ROC_AUC) and link_task("MRR").metric == MRR
+    assert link_task("hits@50").loss_name == BCE_WITH_LOGITS and not link_task(MRR).decomposable
+    with pytest.raises(InputError, match="--task link reports roc-auc, mrr, hits@10"):
+        link_task(ACCURACY)
+    with pytest.raises(InputError, match="the metric mrr ranks held-out edges"):
+        make_task(MULTICLASS, 3, MRR)

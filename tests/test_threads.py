@@ -270,11 +270,11 @@ def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(pa
                          progress=False)
     run = resolve_run(config, 1)
     budget = ThreadBudget(8, 1, 5, 3, "affinity mask")
-    trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=budget), init_distributed("cpu")))
+    trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=budget), init_distributed("cpu", threads=budget)))
     assert trainer.threads is budget
     assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, True)
     fitting = ThreadBudget(8, 1, 5, 3, "affinity mask", torch_threads_given=True, sampler_threads_given=True)
-    trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=fitting), init_distributed("cpu")))
+    trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=fitting), init_distributed("cpu", threads=fitting)))
     assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, False)
 
 
@@ -351,3 +351,22 @@ def test_launched_ranks_wait_passively_unless_the_user_chose_a_policy(monkeypatc
     assert "OMP_WAIT_POLICY" not in os.environ
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert launch(_omp_wait_policy, (), 1) == ["ACTIVE"]
+
+
+def test_the_python_api_takes_the_command_lines_defaults(parts):
+    """One source of defaults: a loader a user builds without options runs what `salientpp train`
+    would run on the same rank (the budget's sampler threads and priority, the device share of
+    owned rows), and init_distributed waits as long as --timeout does."""
+    import inspect
+
+    from salientpp.train.config import TrainConfig as Config
+
+    budget = ThreadBudget(8, 1, 5, 3, "affinity mask")
+    ctx = init_distributed("cpu", threads=budget)
+    graph = DistGraph(str(parts / "p1"), ctx)
+    loader = DistNeighborLoader(graph, "train", (4, 4), 32)
+    resolved = Config(str(parts / "p1"), cache="none").resolved()
+    assert (loader._loader.num_threads, loader._loader.low_priority) == (budget.sampler_threads, True)
+    assert loader.pipeline_depth == budget.pipeline_depth()
+    assert loader.store.num_device_local == int(resolved.gpu_fraction * graph.num_owned) > 0
+    assert inspect.signature(init_distributed).parameters["timeout_s"].default == resolved.timeout_s == ctx.timeout_s

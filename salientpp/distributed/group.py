@@ -45,6 +45,8 @@ from .network import EmulatedLink, Network
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 RESTART_ENV = "SALIENTPP_RESTART_COUNT"
+# Seconds before a stuck collective or rendezvous fails: of init_distributed and `train --timeout`.
+DEFAULT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class DistContext:
         rendezvous_store: the rendezvous key-value store (a ``PrefixStore`` for salientpp's own
             keys), not the feature store.
         timeout_s: the timeout of every collective and store wait.
+        threads: this rank's thread budget (:class:`~salientpp.host.ThreadBudget`), from which
+            the loaders take their defaults: sampler threads, their priority, pipeline depth.
         attempt: how many times the job has been restarted (0 on the first run).
         link: this rank's emulated network link (:mod:`salientpp.distributed.network`), which
             every row exchange of the rank shares; ``None``: the exchange runs at loopback speed.
@@ -82,8 +86,9 @@ class DistContext:
     exchange_group: Any = None
     count_group: Any = None
     rendezvous_store: Any = None
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     attempt: int = 0
+    threads: ThreadBudget | None = field(default=None, compare=False)
     link: EmulatedLink | None = field(default=None, compare=False, repr=False)
     agree_rounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
@@ -205,8 +210,9 @@ def rendezvous_error(rank: int, world: int, timeout_s: float, cause: str) -> Inp
                       "MASTER_PORT, and that rank 0 was started")
 
 
-def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str | None = None,
-                     reuse_freed_memory: bool = True, network: Network | None = None) -> DistContext:
+def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None,
+                     reuse_freed_memory: bool = True, network: Network | None = None,
+                     threads: ThreadBudget | None = None) -> DistContext:
     """Join the process group described by the environment, or run alone without one.
 
     ``backend`` defaults to NCCL for ``device="cuda"`` and gloo otherwise; gloo also works with
@@ -214,14 +220,19 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     process's host allocator keep freed blocks for the next step instead of returning them to
     the system (:mod:`salientpp.distributed.host_memory`; glibc only), before any of the
     group's threads start. ``network`` emulates a cluster network for the rank's row exchanges
-    (:mod:`salientpp.distributed.network`; nothing to emulate on a single process).
+    (:mod:`salientpp.distributed.network`; nothing to emulate on a single process). ``threads``
+    is the rank's thread budget the loaders take their defaults from; ``None``: the default
+    budget of one of this machine's ``LOCAL_WORLD_SIZE`` ranks on ``device``, the one
+    ``salientpp train`` gives a rank without thread options (it is not applied here: torch keeps
+    its own thread count unless the caller applies it, ``threads.apply()``).
     """
     if reuse_freed_memory:
         keep_freed_memory()
     attempt = restart_count()
     if not env_is_distributed():
         dev = resolve_device(device, 0)
-        return DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s, attempt=attempt)
+        return DistContext(0, 1, 0, dev, torch.device("cpu"), None, timeout_s=timeout_s, attempt=attempt,
+                           threads=threads or ThreadBudget.for_rank(local_world_size(), device=dev))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
@@ -244,6 +255,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 120.0, backend: str
     count_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else exchange_group
     return DistContext(rank, world, local_rank, dev, comm, backend, exchange_group, count_group,
                        dist.PrefixStore("salientpp", store), timeout_s, attempt,
+                       threads or ThreadBudget.for_rank(local_world_size(), device=dev),
                        None if network is None else EmulatedLink(network))
 
 

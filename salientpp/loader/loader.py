@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..cache.plan import PlanInfo
+from ..cache.plan import GPU_FRACTION, CheckedPlan, PlanInfo
 from ..cache.workload import check_batch_size
 from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
@@ -129,11 +129,12 @@ class DistNeighborLoader:
             scored for.
         seed: seeds the shuffle and the sampling (with the rank and the split's stream).
         replace: sample with replacement.
-        num_threads: C++ sampling threads.
+        num_threads: C++ sampling threads; ``None``: the rank's thread budget's
+            (``graph.ctx.threads``, :class:`~salientpp.host.ThreadBudget`), as ``salientpp
+            train`` gives them.
         pipeline_depth: batches in flight between sampling and the model (1: no overlap);
-            ``None``: the choice of this machine's
-            :class:`~salientpp.host.ThreadBudget` for its ``LOCAL_WORLD_SIZE``
-            ranks (4 on a GPU, 1 on the CPU, where the torch threads take every core).
+            ``None``: the rank's thread budget's choice (4 on a GPU, 1 on the CPU, where the
+            torch threads take every core).
         read_ahead: the most batches the sampling threads sample ahead of the pipeline (the
             sampler read-ahead); ``None``: :func:`~salientpp.host.sampler_read_ahead`, the
             pipeline's depth and at least one batch per sampling thread when it overlaps, so that
@@ -143,14 +144,15 @@ class DistNeighborLoader:
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
         gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
-            decides it itself).
+            decides it itself); by default ``salientpp analyze``'s and ``train``'s.
         sampler: ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
             ``minibatches_per_bulk`` batches at a time with sparse-matrix operations) or ``"ladies"``
             (layer-wise: ``fanouts`` are nodes per layer, and each MFG carries ``edge_weight``,
             which the model must use; see :class:`~salientpp.sampling.BulkSampler`).
         minibatches_per_bulk: batches a bulk sampler draws at once (the batches do not depend on it).
         low_priority: run the sampling threads at a lower scheduling priority, so that they fill
-            the time the training thread waits instead of taking its cores; the consumer then
+            the time the training thread waits instead of taking its cores (``None``: the thread
+            budget's choice, when its threads do not fit in the rank's cores); the consumer then
             samples a batch itself rather than wait for one a starved thread has not finished.
             The batches are identical either way: batch ``i`` is sampled from the random stream
             ``(seed, i)`` whichever thread samples it.
@@ -167,19 +169,21 @@ class DistNeighborLoader:
     """
 
     def __init__(self, graph: DistGraph, split: str | torch.Tensor | np.ndarray, fanouts, batch_size: int,
-                 shuffle: bool = True, plan: PlanInfo | str | os.PathLike | None = None, seed: int = 0,
-                 replace: bool = False, num_threads: int = 1, pipeline_depth: int | None = None,
+                 shuffle: bool = True, plan: CheckedPlan | PlanInfo | str | os.PathLike | None = None, seed: int = 0,
+                 replace: bool = False, num_threads: int | None = None, pipeline_depth: int | None = None,
                  read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
-                 allow_empty: bool | None = None, gpu_fraction: float = 0.0, low_priority: bool = False,
+                 allow_empty: bool | None = None, gpu_fraction: float = GPU_FRACTION, low_priority: bool | None = None,
                  sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
         self.graph = graph
         self.sampler = check_sampler(sampler)
         self.fanouts = check_fanouts(fanouts, self.sampler)
         self.batch_size = check_batch_size(batch_size)
-        if pipeline_depth is None:
-            pipeline_depth = ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device).pipeline_depth()
-        self.pipeline_depth = check_int(pipeline_depth, "the pipeline depth")
+        budget = graph.ctx.threads or ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device)
+        num_threads = check_int(budget.sampler_threads if num_threads is None else num_threads,
+                                "the number of sampler threads")
+        low_priority = budget.low_priority_sampler if low_priority is None else bool(low_priority)
+        self.pipeline_depth = check_int(budget.pipeline_depth(pipeline_depth), "the pipeline depth")
         self.read_ahead = (sampler_read_ahead(self.pipeline_depth, num_threads) if read_ahead is None
                            else check_int(read_ahead, "the sampler read-ahead"))
         self.seeds = self._split_seeds(split)

@@ -250,12 +250,10 @@ class MFGModel(nn.Module):
         """Layer ``i``'s convolution without the ReLU and dropout that follow it (:meth:`layer`)."""
         conv = self.convs[i]
         dtype = next(conv.parameters()).dtype
+        if getattr(mfg, "edge_weight", None) is not None:
+            check_reads_edge_weights(self, "weighted")
         out = _csr_conv(conv, h, mfg, dtype)
         if out is None:
-            if getattr(mfg, "edge_weight", None) is not None:
-                raise InputError(f"this MFG carries LADIES edge weights, which estimate a mean aggregation; the "
-                                 f"{self.model} model cannot use them, so train it with --sampler nodewise or bulk "
-                                 "(or use --model sage)")
             h = h.to(dtype)
             out = conv((h, h[:mfg.num_dst]), mfg.edge_index)
         return out
@@ -405,3 +403,35 @@ class SeedForward:
         if self.embedding is not None:
             self.embedding(batch.n_id)
         return None
+
+
+# ---- what a model can do: decided here once, from its name or its module --------------------------
+
+# The built-in models whose aggregation reads MFG edge weights (SAGE's mean, estimated by the weighted sum).
+_WEIGHTED_MODELS = ("sage",)
+
+
+def runs_layer_by_layer(model: str | nn.Module) -> bool:
+    """Whether ``model`` (a ``--model`` value, or a model built from one) is made of layers the
+    trainer can run one at a time over the whole graph: layer-wise inference, ``predict``'s exact
+    outputs and full-graph training. The built-in models are (:class:`MFGModel`); a user's
+    factory's are not."""
+    return isinstance(model, MFGModel) if isinstance(model, nn.Module) else model in MODELS
+
+
+def check_reads_edge_weights(model: str | nn.Module, sampler: str) -> None:
+    """:class:`InputError` unless ``model`` (a ``--model`` value, or a model built from one) uses
+    the edge weights of the MFGs of ``sampler``, a weighted sampler (LADIES): a built-in model
+    whose aggregation is a mean (SAGE), or a user's model that takes the MFGs (``salientpp_input
+    = "mfgs"``) and so can read ``mfg.edge_weight``. A user's factory not yet built passes: its
+    module is checked once built."""
+    name = model.model if isinstance(model, MFGModel) else model
+    if isinstance(name, str) and name in MODELS:
+        if name not in _WEIGHTED_MODELS:
+            raise InputError(f"the {sampler} sampler's edge weights estimate a mean aggregation, which the "
+                             f"built-in {name} model does not compute; use --model sage (or your own model "
+                             "reading mfg.edge_weight), or --sampler nodewise")
+    elif isinstance(model, nn.Module) and model_input(model) is not ModelInput.MFGS:
+        raise InputError(f"the {sampler} sampler's MFGs carry edge weights, which the model {type(model).__name__} "
+                         f"cannot see: it takes {model_input(model).value!r} input; declare salientpp_input = "
+                         "'mfgs' and read mfg.edge_weight (see salientpp.models.gnn), or use --sampler nodewise")

@@ -113,11 +113,12 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
     return path
 
 
-def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], matching: tuple[str, ...],
-                    name: str = LAST) -> Checkpoint:
-    """Load ``directory/name`` and check that it was written with the same ``matching`` options as
-    ``options`` (training: the data's identity ``"dataset"`` and the options a checkpoint must
-    match; ``predict``: the data only)."""
+def load_checkpoint(directory: str | os.PathLike, expected: dict[str, Any], name: str = LAST,
+                    fix: str = "resume with the same data and options or use a new --checkpoint-dir") -> Checkpoint:
+    """Load ``directory/name`` and check that its options hold the ``expected`` values (the one
+    match of a checkpoint: training resumes one whose data identity ``"dataset"`` and
+    :func:`~salientpp.train.config.checkpoint_options` are the run's; ``predict`` one trained on
+    its data). :class:`InputError` otherwise, ending in ``fix``."""
     path = Path(directory) / name
     if not path.is_file():
         raise InputError(f"there is no checkpoint {path} to resume from; run without --resume first")
@@ -127,10 +128,9 @@ def load_checkpoint(directory: str | os.PathLike, options: dict[str, Any], match
     except Exception as exc:  # a truncated or foreign file: tell the user which one
         raise InputError(f"{path} is not a salientpp checkpoint ({type(exc).__name__}); delete it or pick "
                          "another --checkpoint-dir") from None
-    for key in matching:
-        if ckpt.options.get(key) != options.get(key):
+    for key, value in expected.items():
+        if ckpt.options.get(key) != value:
             what = ("on another partitioned dataset" if key == "dataset"
-                    else f"with {key}={ckpt.options.get(key)!r}, not {options.get(key)!r}")
-            raise InputError(f"the checkpoint in {directory} was trained {what}; resume with the same data and "
-                             "options or use a new --checkpoint-dir")
+                    else f"with {key}={ckpt.options.get(key)!r}, not {value!r}")
+            raise InputError(f"the checkpoint in {directory} was trained {what}; {fix}")
     return ckpt

@@ -27,19 +27,19 @@ import torch
 
 from ..cache.plan import GPU_FRACTION
 from ..cache.policies import get_policy
-from ..distributed.group import is_first_rank, may_be_a_restart
+from ..distributed.group import DEFAULT_TIMEOUT_S, is_first_rank, may_be_a_restart
 from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int
 from ..fullgraph.plan import Dependencies
 from ..io import check_output_location, check_unlocked, check_writable_file
 from ..models import MODELS
-from ..models.gnn import check_model
+from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..parsing import parse_memory_limit
 from ..sampling import MINIBATCHES_PER_BULK, SAMPLERS, SamplerKind, check_fanouts, parse_fanouts
 from ..sampling.link import LINK, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
-from .link import DECODERS, LINK_METRICS, check_link_metric
+from .link import DECODERS
 from .tasks import METRICS, check_metric
 
 DEVICES = ("cpu", "cuda")
@@ -82,6 +82,8 @@ class Option:
         agreed: every rank of a job must hold the same value (after :meth:`TrainConfig.resolved`).
         plan_decides: a cache plan (``--plan``) decides it, so the two cannot be given together.
         resume_matches: a checkpoint is resumed only by a run with the same value.
+        trains: the value shapes the training itself, so a resumed run that changed it says so
+            (``--checkpoint-dir`` and ``--resume`` are agreed on but only say where and whether).
         alias: ``(flag, value, help)``: a second flag that sets the field to ``value``, exclusive
             with the first (``--no-pipeline`` for ``--pipeline-depth 1``).
         needs: the option applies only to runs where ``needs.holds(config)``; set to anything but
@@ -99,6 +101,7 @@ class Option:
     agreed: bool = False
     plan_decides: bool = False
     resume_matches: bool = False
+    trains: bool = True
     alias: tuple[str, Any, str] | None = None
     needs: "Needs | None" = None
 
@@ -195,11 +198,6 @@ def _policy(value: Any, flag: str) -> None:
         get_policy(value)
 
 
-def _metric(value: Any, flag: str) -> None:
-    if value not in LINK_METRICS:  # a node metric, or a link metric checked against --task
-        check_metric(value)
-
-
 def parse_interval(text: str) -> tuple[int, str]:
     """``"500"`` or ``"500steps"`` -> ``(500, "steps")``; ``"1epoch"``/``"2epochs"`` -> ``(n, "epochs")``."""
     match = re.fullmatch(r"\s*(\d+)\s*(steps?|epochs?)?\s*", str(text))
@@ -249,9 +247,9 @@ class TrainConfig:
                         "torch.nn.Module (see salientpp.models.gnn for how the trainer calls it)",
                         metavar="sage|gat|gin|gcn|PKG.MODULE:FUNCTION", check=lambda value, flag: check_model(value),
                         agreed=True, resume_matches=True)
-    metric: str | None = option(None, "validation/test metric", choices=tuple(dict.fromkeys(METRICS + LINK_METRICS)),
+    metric: str | None = option(None, "validation/test metric", choices=METRICS,
                                 default_text="accuracy for class labels, roc-auc for multi-label and for --task link",
-                                check=_metric, agreed=True)
+                                check=lambda value, flag: check_metric(value), agreed=True)
     task: str = option("node", "node classification, or link prediction over the held-out edges of `salientpp "
                        "prepare --link-split`", choices=TASKS, check=one_of(TASKS, "task"), agreed=True,
                        resume_matches=True, needs=MINIBATCH_ONLY)
@@ -333,11 +331,12 @@ class TrainConfig:
                                          default_text="--batch-size", check=positive, agreed=True)
     eval_every: int = option(1, "evaluate every N epochs and after the last (0: never)", type=int,
                              check=non_negative, agreed=True)
-    checkpoint_dir: str | None = option(None, "write last.pt and best.pt here")
+    checkpoint_dir: str | None = option(None, "write last.pt and best.pt here", agreed=True, trains=False)
     checkpoint_every: str = option("1epoch", "checkpoint after every N steps (and at each epoch's end) or every N "
                                    "epochs", metavar="N[steps|epochs]",
                                    check=lambda value, flag: parse_interval(value), agreed=True, needs=CHECKPOINTS_ONLY)
-    resume: bool = option(False, "continue from last.pt in --checkpoint-dir", needs=CHECKPOINTS_ONLY)
+    resume: bool = option(False, "continue from last.pt in --checkpoint-dir", agreed=True, trains=False,
+                          needs=CHECKPOINTS_ONLY)
     max_restarts: int = option(0, "when a rank fails, restart all ranks from the last checkpoint up to N times, like "
                                "torchrun --max-restarts", type=int, check=non_negative)
     json_path: str | None = option(None, "append one JSON line per epoch", flag="--json", metavar="FILE")
@@ -350,7 +349,7 @@ class TrainConfig:
     torch_threads: int | None = option(None, "torch intra-op threads per rank", type=int, metavar="T",
                                        default_text="from the thread budget, a rank's cores = the cores of this "
                                        "machine / local ranks", check=positive)
-    timeout_s: float = option(300.0, "seconds before a stuck collective fails", flag="--timeout", type=float,
+    timeout_s: float = option(DEFAULT_TIMEOUT_S, "seconds before a stuck collective fails", flag="--timeout", type=float,
                               metavar="S", check=_timeout, agreed=True)
     network: str | None = option(None, "emulate a cluster network for the row exchange: every all-to-all takes the "
                                  "time its bytes take on a link of RATE per rank and direction, plus LATENCY per "
@@ -427,7 +426,7 @@ class TrainConfig:
             inference=LAYERWISE if full_graph else self.inference,
             sampler=SamplerKind(self.sampler).value, dependencies=Dependencies(self.dependencies).value,
             negative_sampling=NegativeSampling(self.negative_sampling).value,
-            metric=check_link_metric(self.metric) if link else (None if self.metric is None else check_metric(self.metric)),
+            metric=None if self.metric is None else check_metric(self.metric, LINK if link else None),
             cache=None if planned else (DEFAULT_CACHE if self.cache is None else self.cache),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
             gpu_fraction=None if planned else (GPU_FRACTION if self.gpu_fraction is None else self.gpu_fraction))
@@ -448,25 +447,22 @@ class TrainConfig:
             if given:
                 raise plan_conflict(self.plan, given)
         if self.task == LINK:
-            check_link_metric(self.metric)
             if self.inference == LAYERWISE:
                 raise InputError("--task link evaluates sampled batches of edges; use --inference sampled (with "
                                  "--eval-fanouts -1,-1,... for every neighbour)")
         kind = SamplerKind(self.sampler)
-        if kind.weighted and self.model in MODELS and self.model != "sage":
-            raise InputError(f"the {kind.value} sampler's edge weights estimate a mean aggregation, which the "
-                             f"built-in {self.model} model does not compute; use --model sage (or your own model "
-                             "reading mfg.edge_weight)")
+        if kind.weighted:
+            check_reads_edge_weights(self.model, kind.value)
         if self.embedding_dim and self.inference == LAYERWISE:
             raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
                              "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
         if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
             raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
                              "lacks (bfloat16 would be emulated and slower); use --precision fp32")
-        if self.inference == LAYERWISE and self.model not in MODELS:
+        if self.inference == LAYERWISE and not runs_layer_by_layer(self.model):
             raise InputError(f"layer-wise inference runs the built-in models layer by layer, not {self.model}; "
                              "use --inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
-        if self.mode == FULL_GRAPH and self.model not in MODELS:
+        if self.mode == FULL_GRAPH and not runs_layer_by_layer(self.model):
             raise InputError(f"--mode full-graph runs the built-in models layer by layer, not {self.model}; use "
                              f"--model {' or '.join(MODELS)}, or --mode minibatch")
 
@@ -505,9 +501,10 @@ def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
 
 def resumable_flags() -> dict[str, str]:
     """field -> flag of the options a resumed run may change that change its training (those
-    every rank agrees on, less those a checkpoint must match): ``--lr``, ``--epochs``, ..."""
+    every rank agrees on that shape the training, less those a checkpoint must match): ``--lr``,
+    ``--epochs``, ..."""
     return {f.name: flag_of(f) for f in fields(TrainConfig)
-            if option_of(f).agreed and not option_of(f).resume_matches}
+            if option_of(f).agreed and option_of(f).trains and not option_of(f).resume_matches}
 
 
 # ---- the command line -----------------------------------------------------------------------------

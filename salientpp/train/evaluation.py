@@ -11,7 +11,6 @@ import torch
 from ..distributed import CommStats
 from ..loader.graph import DistGraph
 from ..loader.loader import DistNeighborLoader
-from ..models import MFGModel
 from ..models.gnn import SeedForward
 from .config import LAYERWISE
 from .layerwise import LayerwiseInference
@@ -107,8 +106,3 @@ class Evaluator:
         if self.task.metric == ACCURACY and self.task.kind == MULTICLASS and "valid" in self.splits:
             scores[VALID_MAJORITY] = self.majority_rate()
         return {**scores, "eval_comm": stats.summed(ctx).as_dict(), "eval_s": time.perf_counter() - start}
-
-
-def supports_layerwise(model: torch.nn.Module) -> bool:
-    """Layer-wise inference needs a model made of layers it can run one at a time."""
-    return isinstance(model, MFGModel)

@@ -4,10 +4,11 @@ The encoder (any model of :mod:`salientpp.models.gnn`, output width ``hidden``) 
 batch's node seeds; a decoder scores node pairs from their embeddings; the loss is binary
 cross-entropy with logits over ``edge_label`` (positives 1, negatives 0).
 
-Metrics, over a split's positive edges, each ranked against its own ``r`` negatives (the same
-source, random destinations; OGB's protocol):
+Metrics (:data:`~salientpp.train.tasks.LINK_METRICS`; ``--metric`` picks the link task's,
+:func:`~salientpp.train.tasks.link_task`), over a split's positive edges, each ranked against
+its own ``r`` negatives (the same source, random destinations; OGB's protocol):
 
-* :data:`MRR`: the mean of ``1 / rank``, with ``rank = 1 + (#negatives scored above + #negatives
+* MRR: the mean of ``1 / rank``, with ``rank = 1 + (#negatives scored above + #negatives
   scored at least as high) / 2`` (ties count one half);
 * ``hits@K``: the fraction of positives whose rank is at most K;
 * ROC-AUC over every positive and negative score of the split.
@@ -29,30 +30,10 @@ from ..loader.link_loader import DistLinkNeighborLoader
 from ..errors import InputError
 from ..models.gnn import SeedForward
 from .state import EVAL_SPLITS, TEST_METRIC, VALID_METRIC
-from .tasks import MULTILABEL, ROC_AUC, Task, make_task
+from .tasks import HITS_AT, MRR, ROC_AUC, link_task
 
 DOT, MLP = "dot", "mlp"
 DECODERS = (DOT, MLP)
-MRR = "mrr"
-HITS_AT = (10, 50, 100)
-LINK_METRICS = (ROC_AUC, MRR, *(f"hits@{k}" for k in HITS_AT))
-"""The metrics link prediction reports (``--metric`` picks the one that selects the best epoch)."""
-
-
-def check_link_metric(name: str | None) -> str:
-    """The link metric ``name`` (default ROC-AUC), or :class:`InputError` naming the choices."""
-    if name is None:
-        return ROC_AUC
-    key = str(name).strip().lower()
-    key = {"auc": ROC_AUC, "rocauc": ROC_AUC}.get(key, key)
-    if key not in LINK_METRICS:
-        raise InputError(f"--task link reports {', '.join(LINK_METRICS)}, not {name!r}; pick one of them with --metric")
-    return key
-
-
-def link_task() -> Task:
-    """The loss of link prediction: one logit per pair, binary cross-entropy (ROC-AUC as its metric)."""
-    return make_task(MULTILABEL, 1, ROC_AUC)
 
 
 class DotDecoder(nn.Module):
@@ -116,7 +97,8 @@ class LinkEvaluator:
     Args:
         graph: this rank's DistGraph; forward: embeds a batch's seeds; decoder: scores pairs.
         loader: ``loader(split)`` builds the loader of a split's edges with per-source negatives.
-        metric: the metric returned as the validation and test metric (:data:`LINK_METRICS`).
+        metric: the metric returned as the validation and test metric (of
+            :data:`~salientpp.train.tasks.LINK_METRICS`: the link task's).
         splits: the splits to score (of :data:`~salientpp.train.state.EVAL_SPLITS`), those with
             edges on some rank.
 
@@ -135,7 +117,7 @@ class LinkEvaluator:
         loader = self._loaders[split]
         loader.set_epoch(0)
         sums = torch.zeros(2 + len(HITS_AT), dtype=torch.float64)
-        auc = link_task().accumulator()
+        auc = link_task(ROC_AUC).accumulator()
         for batch in loader:
             h = self.forward.seed_outputs(batch)
             if h is None:

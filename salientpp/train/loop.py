@@ -29,16 +29,16 @@ from ..errors import InputError
 from ..io import output_errors, strict_json
 from ..loader.link_loader import DistLinkNeighborLoader
 from ..loader.loader import DistNeighborLoader
-from ..models.gnn import ExpectedOutputs, ModelInput, SeedForward, build_model, model_input
+from ..models.gnn import ExpectedOutputs, SeedForward, build_model, check_reads_edge_weights
 from ..sampling import SamplerKind
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
-from .checkpoint import (Checkpoint, describe_position, has_checkpoint, load_checkpoint, save_checkpoint,
+from .checkpoint import (Checkpoint, describe_position, has_checkpoint, save_checkpoint,
                          weights_misfit)
-from .config import BF16, checkpoint_options
+from .config import BF16
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
-from .setup import RankSetup
+from .setup import RankSetup, resume_checkpoint
 from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
                     TRAIN_METRIC, VALID_MAJORITY, VALID_METRIC, EpochSums, RunState, TrainResult, rng_state,
                     set_rng_state)
@@ -167,7 +167,7 @@ class Trainer:
     def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
         config = self.config
-        ckpt = load_checkpoint(config.checkpoint_dir, state.options, matching=("dataset", *checkpoint_options(config)))
+        ckpt = resume_checkpoint(config, self.graph.identity)
         misfit = weights_misfit(self.model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({misfit}); "
@@ -287,7 +287,7 @@ class MinibatchTrainer(Trainer):
 
     def __init__(self, setup: RankSetup):
         super().__init__(setup)
-        config, ctx, graph, threads = self.config, self.ctx, self.graph, self.threads
+        config, ctx, graph = self.config, self.ctx, self.graph
         link = config.task == LINK
         seeds = "edges" if link else "nodes"
         if (graph.edges("train") if link else graph.split("train")).shape[-1] == 0:
@@ -297,12 +297,11 @@ class MinibatchTrainer(Trainer):
         if config.embedding_dim:
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
                                            lr=config.embedding_lr, seed=config.seed)
-        if ctx.rank == 0 and cache.info is not None:
+        if ctx.rank == 0 and cache.plan is not None:
             print(f"cache plan: {cache.source}", flush=True)
-        common = dict(plan=cache.info, seed=config.seed, num_threads=threads.sampler_threads,
-                      low_priority=threads.low_priority_sampler, pipeline_depth=config.pipeline_depth,
-                      gpu_fraction=0.0 if config.gpu_fraction is None else config.gpu_fraction,  # a plan has its own
-                      features=config.features, on_stage=self._on_stage)
+        # the sampler threads and their priority come from the rank's thread budget (ctx.threads)
+        common = dict(plan=cache.plan, seed=config.seed, pipeline_depth=config.pipeline_depth,
+                      gpu_fraction=config.gpu_fraction, features=config.features, on_stage=self._on_stage)
         train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,
                              prefetch_next_epoch=True, **common)
         if link:
@@ -315,10 +314,8 @@ class MinibatchTrainer(Trainer):
         encoder = build_model(config.model, in_dim, config.hidden, config.hidden if link else self.task.num_outputs,
                               config.layers, config.dropout)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
-        if SamplerKind(config.sampler).weighted and model_input(encoder) is not ModelInput.MFGS:
-            raise InputError(f"the {config.sampler} sampler's MFGs carry edge weights, which the model {config.model} "
-                             f"cannot see: it takes {model_input(encoder).value!r} input; declare salientpp_input = "
-                             "'mfgs' and read mfg.edge_weight (see salientpp.models.gnn), or use --sampler nodewise")
+        if SamplerKind(config.sampler).weighted:
+            check_reads_edge_weights(encoder, config.sampler)
         self.ddp = DistributedDataParallel(encoder) if ctx.distributed else encoder
         expected = (ExpectedOutputs(config.hidden, f"a {config.hidden}-wide embedding per node (--hidden) for the "
                                     f"{config.decoder} decoder", config.model) if link else
@@ -336,7 +333,7 @@ class MinibatchTrainer(Trainer):
                 graph, eval_forward, self.model.decoder,
                 lambda split: DistLinkNeighborLoader(graph, split, config.eval_fanouts, config.eval_batch_size,
                                                      config.eval_negatives, NegativeSampling.PER_SOURCE,
-                                                     shuffle=False, **common), config.metric, self.eval_splits)
+                                                     shuffle=False, **common), self.task.metric, self.eval_splits)
         else:
             self.evaluator = Evaluator(graph, self.model, self.task, config.inference,
                                        lambda seeds: DistNeighborLoader(graph, seeds, config.eval_fanouts,

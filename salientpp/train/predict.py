@@ -27,12 +27,12 @@ from ..errors import InputError, check_int
 from ..io import atomic_output_dir, check_output_dir, save_array, shown, write_meta
 from ..loader.graph import DistGraph
 from ..loader.loader import DistNeighborLoader
-from ..models.gnn import SeedForward, build_model
+from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling.link import NODE
 from .checkpoint import LAST, Checkpoint, load_checkpoint, weights_misfit
 from .config import LAYERWISE
-from .evaluation import Evaluator, supports_layerwise
+from .evaluation import Evaluator
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
 
 KIND = "salientpp-predictions"
@@ -52,10 +52,9 @@ def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path
     """The checkpoint at ``path`` and its task, checked before any rank starts: trained on
     ``part_dir`` (whose partitioned dataset is ``data``), a node classifier (not a link
     predictor), its metric one the labels allow. :class:`InputError` otherwise."""
-    ckpt = load_checkpoint(path.parent, {}, name=path.name, matching=())
-    if ckpt.options.get("dataset") != partition_identity(data.meta):
-        raise InputError(f"{path} was trained on another partitioned dataset than {part_dir}; pass the PART_DIR "
-                         "it was trained on, or the checkpoint of a run on this one")
+    ckpt = load_checkpoint(path.parent, {"dataset": partition_identity(data.meta)}, name=path.name,
+                           fix=f"pass the PART_DIR it was trained on instead of {part_dir}, or the checkpoint of a "
+                           "run on this one")
     kind = ckpt.options.get("task", NODE)
     if kind != NODE:
         raise InputError(f"{path} holds a {shown(kind)} prediction model, but `salientpp predict` writes the "
@@ -72,7 +71,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
     ctx = init_distributed()
     try:
         graph = DistGraph(part_dir, ctx)
-        ckpt = load_checkpoint(path.parent, {}, name=path.name, matching=())
+        ckpt = load_checkpoint(path.parent, {}, name=path.name)  # matched before the ranks started
         options = ckpt.options
         task = task_of(graph.data, options.get("metric"))
         embedding_dim, features = options.get("embedding_dim", 0), options.get("features", True)
@@ -92,7 +91,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         model.eval()
         owned = np.arange(graph.num_owned, dtype=np.int64)
         with torch.no_grad():
-            if supports_layerwise(model) and embedding is None:
+            if runs_layer_by_layer(model) and embedding is None:
                 evaluator = Evaluator(graph, model, task, LAYERWISE, None, batch_size)
                 outputs = evaluator.layerwise_logits(owned, CommStats())
                 ids = torch.from_numpy(owned + graph.offset)

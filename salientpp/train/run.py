@@ -51,7 +51,8 @@ def run_rank(run: ResolvedRun) -> TrainResult:
     config = run.config
     run.threads.apply()
     ctx = init_distributed(config.device, config.timeout_s, reuse_freed_memory=config.reuse_freed_memory,
-                           network=None if config.network is None else parse_network(config.network))
+                           network=None if config.network is None else parse_network(config.network),
+                           threads=run.threads)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
         if config.checkpoint_dir and TORCHRUN_ENV in os.environ:

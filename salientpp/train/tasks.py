@@ -1,13 +1,19 @@
 """The learning task a dataset's labels define: its loss and its evaluation metric.
 
-Two kinds of labels (see :mod:`salientpp.data.format`):
+Two kinds of node labels (see :mod:`salientpp.data.format`), and link prediction:
 
 * **multi-class**, int64 ``[N]`` class ids (-1 = unlabelled): one output per class,
   cross-entropy, metric :data:`ACCURACY` by default;
 * **multi-label / binary**, float32 ``[N, T]`` targets of 0, 1 or NaN (unknown) or bool
   ``[N, T]``: one output (a logit) per target, binary cross-entropy with logits over the known
   targets, metric :data:`ROC_AUC` by default (ogbn-proteins style: the mean over the tasks that
-  have both a positive and a negative known target).
+  have both a positive and a negative known target);
+* **link** prediction (``--task link``): one logit per node pair, binary cross-entropy with
+  logits over ``edge_label``, metric :data:`ROC_AUC` by default, or the ranking metrics
+  :data:`MRR` and ``hits@K`` (:mod:`salientpp.train.link` computes them).
+
+Every choice of a metric, its default, and whether it fits the labels is made in one place:
+:func:`make_task` with the tables below.
 
 Metrics and ranks: :data:`ACCURACY` and :data:`F1_MICRO` are sums (correct/count, TP/FP/FN)
 that add up across batches and ranks (one ``all_reduce``). ROC-AUC does not decompose: every
@@ -34,20 +40,26 @@ import torch.nn.functional as F
 
 from ..data.format import MULTICLASS, MULTILABEL
 from ..errors import InputError
+from ..sampling.link import LINK
 
 ACCURACY = "accuracy"
 ROC_AUC = "roc-auc"
 F1_MICRO = "f1-micro"
-METRICS = (ACCURACY, ROC_AUC, F1_MICRO)
+MRR = "mrr"
+HITS_AT = (10, 50, 100)
+NODE_METRICS = (ACCURACY, ROC_AUC, F1_MICRO)
+LINK_METRICS = (ROC_AUC, MRR, *(f"hits@{k}" for k in HITS_AT))
+"""The metrics link prediction reports (``--metric`` picks the one that selects the best epoch)."""
+METRICS = tuple(dict.fromkeys(NODE_METRICS + LINK_METRICS))
 """The metric names ``--metric`` accepts."""
-DEFAULT_METRICS = {MULTICLASS: ACCURACY, MULTILABEL: ROC_AUC}
+DEFAULT_METRICS = {MULTICLASS: ACCURACY, MULTILABEL: ROC_AUC, LINK: ROC_AUC}
 DECOMPOSABLE_METRICS = frozenset({ACCURACY, F1_MICRO})
 """Metrics that are sums over nodes, so ranks combine them with one ``all_reduce``."""
 _ALIASES = {"acc": ACCURACY, "rocauc": ROC_AUC, "auc": ROC_AUC, "f1": F1_MICRO, "micro-f1": F1_MICRO}
 
 CROSS_ENTROPY = "cross-entropy"
 BCE_WITH_LOGITS = "bce-with-logits"
-LOSSES = {MULTICLASS: CROSS_ENTROPY, MULTILABEL: BCE_WITH_LOGITS}
+LOSSES = {MULTICLASS: CROSS_ENTROPY, MULTILABEL: BCE_WITH_LOGITS, LINK: BCE_WITH_LOGITS}
 
 
 def _counts(*masks: torch.Tensor) -> torch.Tensor:
@@ -60,9 +72,12 @@ class Task:
     """What the model learns and how it is scored.
 
     Attributes:
-        kind: :data:`~salientpp.data.format.MULTICLASS` or :data:`~salientpp.data.format.MULTILABEL`.
-        num_outputs: outputs of the model: classes C (multi-class) or targets T (multi-label).
-        metric: one of :data:`METRICS`.
+        kind: :data:`~salientpp.data.format.MULTICLASS`, :data:`~salientpp.data.format.MULTILABEL`
+            or :data:`~salientpp.sampling.link.LINK`.
+        num_outputs: outputs of the model: classes C (multi-class), targets T (multi-label), or
+            1 (a logit per node pair).
+        metric: one of :data:`METRICS`, the one that selects the best epoch and that the
+            records name.
 
     Build it with :func:`task_of`, :func:`task_from_labels` or :func:`make_task`, which check
     that the metric fits the labels.
@@ -75,11 +90,13 @@ class Task:
     @property
     def outputs_meaning(self) -> str:
         """What the model's outputs per node are, for a message: ``"a score per class of 7"``."""
+        if self.kind == LINK:
+            return "a logit per node pair"
         return f"a {'score per class' if self.kind == MULTICLASS else 'logit per target'} of {self.num_outputs}"
 
     @property
     def loss_name(self) -> str:
-        """:data:`CROSS_ENTROPY` (multi-class) or :data:`BCE_WITH_LOGITS` (multi-label)."""
+        """:data:`CROSS_ENTROPY` (multi-class) or :data:`BCE_WITH_LOGITS` (multi-label, link)."""
         return LOSSES[self.kind]
 
     @property
@@ -164,12 +181,12 @@ class Task:
     def scores_and_targets(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 CPU ``([b, T'], [b, T'])`` scores and 0/1/NaN targets for :func:`roc_auc`.
 
-        Multi-label: the logits and the targets (``T' = T``). Binary multi-class (two classes):
+        Multi-label (and link): the logits and the targets (``T' = T``). Binary multi-class (two classes):
         the log-odds ``logits[:, 1] - logits[:, 0]`` and the class as a 0/1 target (-1 = NaN),
         ``T' = 1``.
         """
         logits = logits.detach()
-        if self.kind == MULTILABEL:
+        if self.kind != MULTICLASS:
             return logits.float().cpu(), targets.float().cpu()
         scores = (logits[:, 1] - logits[:, 0]).float().unsqueeze(1)
         target = torch.where(targets >= 0, targets.float(), torch.full_like(targets, float("nan"), dtype=torch.float))
@@ -248,32 +265,39 @@ class MetricAccumulator:
 
 # ---- construction ------------------------------------------------------------------------------
 
-def check_metric(name: str) -> str:
+def check_metric(name: str, kind: str | None = None) -> str:
     """The canonical metric name for ``name`` (case and ``_``/``-`` ignored; ``rocauc`` and
-    ``auc`` mean :data:`ROC_AUC`, ``acc`` :data:`ACCURACY`, ``f1`` :data:`F1_MICRO`), or
-    :class:`InputError` for an unknown one."""
+    ``auc`` mean :data:`ROC_AUC`, ``acc`` :data:`ACCURACY`, ``f1`` :data:`F1_MICRO`), one of
+    the metrics of a task of ``kind`` (default: any task's), or :class:`InputError`."""
     key = str(name).strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
+    if kind == LINK and key not in LINK_METRICS:
+        raise InputError(f"--task link reports {', '.join(LINK_METRICS)}, not {name!r}; pick one of them with --metric")
     if key not in METRICS:
-        raise InputError(f"unknown metric {name!r}; choose one of {', '.join(METRICS)}")
+        raise InputError(f"unknown metric {name!r}; choose one of {', '.join(METRICS if kind is None else NODE_METRICS)}")
+    if kind not in (None, LINK) and key not in NODE_METRICS:
+        raise InputError(f"the metric {key} ranks held-out edges (--task link); node classification reports "
+                         f"{', '.join(NODE_METRICS)}")
     return key
 
 
 def make_task(kind: str, num_outputs: int, metric: str | None = None) -> Task:
-    """The task of labels of ``kind`` with ``num_outputs`` classes or targets.
+    """The task of labels of ``kind`` with ``num_outputs`` classes or targets (link prediction:
+    ``kind`` :data:`~salientpp.sampling.link.LINK`, one output).
 
-    ``metric`` (see :func:`check_metric`) overrides the default (:data:`ACCURACY` for
-    multi-class, :data:`ROC_AUC` for multi-label). Raises :class:`InputError` with one sentence
-    when it does not fit the labels: ROC-AUC needs binary or multi-label targets (multi-class
-    labels with exactly two classes are scored by their log-odds); F1-micro needs multi-label
-    targets (on one class per node it equals accuracy).
+    ``metric`` (see :func:`check_metric`) overrides the default (:data:`DEFAULT_METRICS`:
+    :data:`ACCURACY` for multi-class, :data:`ROC_AUC` for multi-label and link). Raises
+    :class:`InputError` with one sentence when it does not fit: a link metric for node labels
+    or a node metric for link prediction; ROC-AUC needs binary or multi-label targets
+    (multi-class labels with exactly two classes are scored by their log-odds); F1-micro needs
+    multi-label targets (on one class per node it equals accuracy).
     """
     if kind not in DEFAULT_METRICS:
-        raise ValueError(f"unknown label kind {kind!r}; expected {MULTICLASS} or {MULTILABEL}")
+        raise ValueError(f"unknown task kind {kind!r}; expected one of {', '.join(DEFAULT_METRICS)}")
     if num_outputs < 1:
         raise InputError(f"the labels define {num_outputs} {'classes' if kind == MULTICLASS else 'targets'}; "
                          "a task needs at least one, so check the labels")
-    chosen = DEFAULT_METRICS[kind] if metric is None else check_metric(metric)
+    chosen = DEFAULT_METRICS[kind] if metric is None else check_metric(metric, kind)
     if kind == MULTICLASS and chosen == ROC_AUC and num_outputs != 2:
         raise InputError(f"the metric {ROC_AUC} needs binary or multi-label targets but these labels have "
                          f"{num_outputs} classes; use {ACCURACY}, or give [N, T] multi-label targets")
@@ -281,6 +305,12 @@ def make_task(kind: str, num_outputs: int, metric: str | None = None) -> Task:
         raise InputError(f"the metric {F1_MICRO} is for multi-label targets and equals {ACCURACY} when every node "
                          f"has one class, as these multi-class labels do; use {ACCURACY}")
     return Task(kind=kind, num_outputs=int(num_outputs), metric=chosen)
+
+
+def link_task(metric: str | None = None) -> Task:
+    """The task of link prediction: one logit per node pair, binary cross-entropy, ``metric``
+    (default :data:`ROC_AUC`) selecting the best epoch."""
+    return make_task(LINK, 1, metric)
 
 
 def task_from_labels(y: torch.Tensor | np.ndarray, metric: str | None = None,
