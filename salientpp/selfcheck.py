@@ -367,7 +367,7 @@ def check_bench(device: str, work: Path, epochs: int, preset: str = "small") -> 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     bench_main(parser.parse_args([str(part_dir), "--epochs", str(epochs), "--device", device, "--json", str(out)]))
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     ours = min(r["epoch_s"] for r in rows if r["cache"] == "none")
     pyg = [r["epoch_s"] for r in rows if BASELINE_MODELS[PYG] in r["cache"]]
     name = f"bench train {preset}-1"

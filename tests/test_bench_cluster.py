@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from salientpp.bench import cluster as bench_cluster
 from salientpp.cli import main as cli_main
 from conftest import one_sentence
 
@@ -25,6 +26,7 @@ def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2,
     assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit,20us", "--alphas", "0,0.1,0.5",
                      "--policies", "vip,random", *SMALL, "--json", str(out), "--plot", str(tmp_path / "c.png")]) == 0
     result = json.loads(out.read_text())
+    assert result["kind"] == bench_cluster.KIND
     assert result["network"] == "400mbit,20us" and result["rate_bytes_per_s"] == 5e7
     rows = result["rows"]
     settings = [(r["setting"], r["policy"], r["alpha"], r["pipeline"]) for r in rows]

@@ -39,7 +39,9 @@ def test_bench_step_keeps_freed_memory_like_a_rank_unless_told_not_to(dataset, t
 def test_bench_step_ratios_divide_the_first_row_of_each_group(dataset, tmp_path):
     out = tmp_path / "rows.json"
     assert cli(["bench", "step", str(dataset), *TINY, "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
+    written = json.loads(out.read_text())
+    assert written["kind"] == bench_step.KIND
+    rows = written["rows"]
     groups = list(dict.fromkeys(r["group"] for r in rows))
     assert len(groups) == 3 and rows[0]["impl"] == "PyG scatter (SAGEConv)"
     for group in groups:
@@ -59,7 +61,7 @@ def test_bench_step_times_float16_features_converted_and_read_in_place_only_when
     for name, path in (("float32", dataset), ("float16", half)):
         out = tmp_path / f"{name}.json"
         assert cli(["bench", "step", str(path), *TINY, "--json", str(out)]) == 0
-        groups[name] = [r for r in json.loads(out.read_text()) if "float16 features" in r["group"]]
+        groups[name] = [r for r in json.loads(out.read_text())["rows"] if "float16 features" in r["group"]]
     assert groups["float32"] == []
     assert [r["impl"] for r in groups["float16"]] == ["x converted to float32 first",
                                                       "float16 x read by the first layer"]

@@ -14,7 +14,9 @@ def test_tradeoff_rows_grow_in_edges_with_the_fanouts_and_write_json_and_plot(ti
     assert main(["bench", "tradeoff", part_dir, "--nodewise", "2,2:8,8", "--ladies", "16,16:128,128", "--epochs", "1",
                  "--batch-size", "32", "--hidden", "16", "--json", str(out), "--plot", str(plot)]) == 0
     table = capsys.readouterr().out
-    rows = json.loads(out.read_text())["rows"]
+    written = json.loads(out.read_text())
+    assert written["kind"] == "salientpp-bench-tradeoff"
+    rows = written["rows"]
     assert [(r["sampler"], r["fanouts"]) for r in rows] == [("nodewise", [2, 2]), ("nodewise", [8, 8]),
                                                             ("ladies", [16, 16]), ("ladies", [128, 128])]
     # More neighbours per node / more nodes per layer can only add edges: on this graph (average

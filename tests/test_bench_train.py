@@ -36,7 +36,9 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     printed = capsys.readouterr().out
     assert len(calls) == 2  # both baselines were tried
     assert printed.count("failed: rank 2 failed: the process was killed by SIGKILL") == 2
-    rows = json.loads(out.read_text())
+    written = json.loads(out.read_text())
+    assert written["kind"] == bench_train.KIND
+    rows = written["rows"]
     assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 4)]
     assert all(r["epoch_s"] > 0 and r["rank_cpu_s"] > 0 for r in rows)
     # the fetch stages' CPU seconds are part of their wall time (one thread runs them)
@@ -64,7 +66,7 @@ def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_wh
     printed = capsys.readouterr().out
     assert models == ["pyg"]
     assert "pipeline off: the torch threads take every core" in printed
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert [(r["cache"], r["depth"]) for r in rows][:1] == [("none", 1)] and len(rows) == 2
 
 
@@ -104,7 +106,7 @@ def test_outside_load_and_freed_memory_runs_alternate_and_only_the_loaded_runs_h
     printed = capsys.readouterr().out
     # the plain runs (off, depth 3); idle and loaded at depth 3, alternating; kept and returned, pipeline off
     assert calls == [(1, True, 0), (3, True, 0)] + [(3, True, 0), (3, True, 2)] * 2 + [(1, True, 0), (1, False, 0)] * 2
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert [r.get("outside_load") for r in rows] == [None, None, 0, 2, 0, 2, None, None, None, None]
     assert [r.get("reuse_freed_memory") for r in rows[6:]] == [True, False, True, False]
     assert ("median epoch 1.000 s idle and 3.000 s under 2 busy processes: 3.00x; rank 0 used 1.800 CPU s per "

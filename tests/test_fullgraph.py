@@ -302,6 +302,7 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
     assert main(["bench", "fullgraph", str(parts / "p2"), "--epochs", "2", "--hidden", str(HIDDEN), "--layers",
                  str(LAYERS), "--candidates", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
+    assert results["kind"] == "salientpp-bench-fullgraph"
     rows = {r["dependencies"]: r for r in results["modes"]}
     calibration = results["calibration"]  # the CostModel every trainer planned with, per layer where it is
     assert len(calibration["row_s"]) == len(calibration["edge_s"]) == LAYERS

@@ -41,10 +41,10 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
         assert json.load(trace)["traceEvents"]  # a Chrome trace with events
     assert "Self CPU" in (results / "profile.txt").read_text()
     assert "device cpu" in (results / "env.log").read_text()
-    rows = json.loads((results / "bench-train.json").read_text())
+    rows = json.loads((results / "bench-train.json").read_text())["rows"]
     assert all(row["cache"] == "none" and row["epoch_s"] > 0 for row in rows)  # 1 part: nothing to cache
     for name in ("bench-step.json", "bench-step-4096.json"):
-        steps = json.loads((results / name).read_text())
+        steps = json.loads((results / name).read_text())["rows"]
         assert {row["device"] for row in steps} == {"cpu"} and all(row["seconds"] > 0 for row in steps)
     sampler = json.loads((results / "bench-sampler.json").read_text())
     assert {(row["impl"], row["bulk_size"]) for row in sampler["rows"]} == {

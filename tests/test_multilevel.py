@@ -201,7 +201,9 @@ def test_bench_partition_reports_each_method_against_the_first(tmp_path, capsys)
     out = tmp_path / "bench.json"
     assert main(["bench", "partition", str(dataset_dir), "--parts", "4", "--methods", "metis,random",
                  "--json", str(out)]) == 0
-    metis, random = json.loads(out.read_text())
+    written = json.loads(out.read_text())
+    assert written["kind"] == "salientpp-bench-partition"
+    metis, random = written["rows"]
     assert (metis["method"], random["method"]) == ("metis", "random")
     assert random["edge_cut"] > 2 * metis["edge_cut"]  # as test_partition measures in-process
     assert metis["peak_bytes"] > 50 << 20  # a whole Python process with numpy and numba

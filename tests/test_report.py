@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
+import salientpp
 from salientpp.bench import report
+from salientpp.bench import sampler as bench_sampler
+from salientpp.bench import simulate as bench_simulate
+from salientpp.bench import step as bench_step
 from salientpp.bench import train as bench_train
+from salientpp.bench import vip as bench_vip
+from salientpp.bench.results import VERSION_KEY
+from salientpp.cache.simulator import RESULT_KIND as SIMULATE_KIND
 from salientpp.cli import main as cli
 
 pytest.importorskip("matplotlib")
@@ -54,12 +61,41 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
+# The kind each output declares, and the list of the report it lands in.
+DECLARED = {"sampler": (bench_sampler.KIND, "sampler"), "vip": (bench_vip.KIND, "vip"),
+            "bench-simulate": (bench_simulate.KIND, "simulate"), "simulate": (SIMULATE_KIND, "simulate"),
+            "train-1": (bench_train.KIND, "train"), "train-2": (bench_train.KIND, "train")}
+
+
+def test_every_output_declares_the_kind_of_the_benchmark_that_wrote_it(outputs):
+    for name, path in outputs.items():
+        data = json.loads(path.read_text())
+        assert isinstance(data, dict) and data["kind"] == DECLARED[name][0], name
+        assert data[VERSION_KEY] == salientpp.__version__, name
+        assert list(data)[:2] == ["kind", VERSION_KEY], name
+    assert len({kind for kind, _ in DECLARED.values()}) == 5  # bench simulate and simulate differ in shape
+
+
+def test_each_file_is_read_by_its_declared_kind(outputs, tmp_path):
+    for name, path in outputs.items():
+        results = report.load_results([path])
+        filled = {part for part in ("sampler", "vip", "simulate", "train") if getattr(results, part)}
+        assert filled == {DECLARED[name][1]}, name
+    # The kind alone decides: plain simulate's file declared as bench vip's is read as a VIP result
+    # (it has no VIP fields, so only its table would fail), not recognised by its keys.
+    sim = json.loads(outputs["simulate"].read_text())
+    relabelled = tmp_path / "relabelled.json"
+    relabelled.write_text(json.dumps({**sim, "kind": bench_vip.KIND}))
+    results = report.load_results([relabelled])
+    assert len(results.vip) == 1 and not results.simulate
+
+
 def test_classifies_and_tabulates_every_benchmark(outputs):
     results = report.load_results(list(outputs.values()))
     assert len(results.sampler) == 1 and len(results.vip) == 1
     assert len(results.simulate) == 2  # bench simulate (one setting) and plain simulate
-    train_1 = json.loads(outputs["train-1"].read_text())
-    train_2 = json.loads(outputs["train-2"].read_text())
+    train_1 = json.loads(outputs["train-1"].read_text())["rows"]
+    train_2 = json.loads(outputs["train-2"].read_text())["rows"]
     assert len(results.train) == len(train_1) + len(train_2)
     markdown = report.render_markdown(results)
     sampler = json.loads(outputs["sampler"].read_text())["rows"][0]
@@ -67,7 +103,7 @@ def test_classifies_and_tabulates_every_benchmark(outputs):
         in markdown
     vip = json.loads(outputs["vip"].read_text())["timings"][0]
     assert f"| exact | {vip['seconds']:.2f} |" in markdown
-    sim = json.loads(outputs["bench-simulate"].read_text())[0]
+    sim = json.loads(outputs["bench-simulate"].read_text())["rows"][0]
     assert "| vip | " + " | ".join(f"{v:.4g}" for v in sim["rows_per_epoch"]["vip"]) + " |" in markdown
     assert "### bench-simulate.json: 2 partitions, fanouts 5,5, batch 64, 1 epochs" in markdown
     for row in train_2:
@@ -106,10 +142,11 @@ def test_scaling_with_rank_counts(outputs, tmp_path):
     # bench train records its rank count (1 and 2 partitions here) in every row.
     tagged = []
     for k in (1, 2):
-        rows = json.loads(outputs[f"train-{k}"].read_text())
+        data = json.loads(outputs[f"train-{k}"].read_text())
+        rows = data["rows"]
         assert all(r["num_parts"] == k for r in rows)
         path = tmp_path / f"ranks-{k}.json"
-        path.write_text(json.dumps(rows))
+        path.write_text(json.dumps(data))
         tagged.append((path, rows))
     results = report.load_results([p for p, _ in tagged])
     series = report.scaling_series(results.train)
@@ -162,7 +199,18 @@ def test_bad_input(outputs, tmp_path, capsys, monkeypatch):
 
     fails([str(tmp_path / "missing.json")], "does not exist")
     (tmp_path / "other.json").write_text('{"hello": 1}')
-    fails([str(tmp_path / "other.json")], "is not the --json output")
+    fails([str(tmp_path / "other.json")], "other.json declares no kind")
+    # bench train's rows as written before the benchmarks declared their kinds: refused, not guessed
+    (tmp_path / "old.json").write_text(json.dumps(json.loads(outputs["train-2"].read_text())["rows"]))
+    fails([str(tmp_path / "old.json")], "old.json declares no kind")
+    (tmp_path / "unknown.json").write_text('{"kind": "salientpp-bench-nothing", "rows": []}')
+    fails([str(tmp_path / "unknown.json")], "declares the kind salientpp-bench-nothing;")
+    (tmp_path / "step.json").write_text(json.dumps({"kind": bench_step.KIND, "rows": []}))  # not a kind it reads
+    fails([str(tmp_path / "step.json")], f"declares the kind {bench_step.KIND};")
+    for name in ("other", "unknown"):  # the sentence names every kind it reads and the way out
+        assert cli(["bench", "report", str(tmp_path / f"{name}.json")]) == 2
+        err = capsys.readouterr().err
+        assert all(kind in err for kind in report.READERS) and "re-run" in err, err
     (tmp_path / "broken.json").write_text("{")
     fails([str(tmp_path / "broken.json")], "is not valid JSON")
     (tmp_path / "exists").mkdir()
@@ -175,11 +223,12 @@ def test_bad_input(outputs, tmp_path, capsys, monkeypatch):
 
 
 def test_rows_from_before_the_fetch_cpu_was_measured_show_their_fetch_as_unsplit(outputs, tmp_path):
-    rows = json.loads(outputs["train-2"].read_text())
+    data = json.loads(outputs["train-2"].read_text())
+    rows = data["rows"]
     for row in rows:
         del row["fetch_cpu_s"]
     old = tmp_path / "old.json"
-    old.write_text(json.dumps(rows))
+    old.write_text(json.dumps(data))
     results = report.load_results([old])
     markdown = report.render_markdown(results)
     for row in rows:  # fetch s, then "-" for the fetch CPU it did not record

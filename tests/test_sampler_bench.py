@@ -37,6 +37,7 @@ def test_bench_reports_sampled_edges(dataset_dir, tmp_path, capsys):
     assert main(["bench", "sampler", str(dataset_dir), "--fanouts", "4,3", "--batch-size", "100",
                  "--threads", "1,2", "--batches", "4", "--repeats", "1", "--no-pyg", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
+    assert result["kind"] == "salientpp-bench-sampler"
     assert result["config"]["num_batches"] == 4 and result["config"]["num_edges"] > 0
     rows = result["rows"]
     assert [(r["impl"], r["threads"]) for r in rows] == [("salientpp", 1), ("salientpp", 2)]

@@ -1,7 +1,6 @@
 """``salientpp selfcheck``: the device path's one-command proof, run here on the CPU path."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -41,9 +40,8 @@ def test_a_check_that_raises_is_one_failed_row_and_the_checks_after_it_still_run
 
 
 def test_the_bench_check_reads_our_epoch_the_pyg_ratio_and_the_pipelined_ratio_from_the_bench(monkeypatch, tmp_path):
-    import json
-
     from salientpp.bench import train as bench_train
+    from salientpp.bench.results import write_results
 
     pyg = "PyG NeighborLoader (pyg-lib) + DDP, PyG's SAGE, full replication"
     written = [{"cache": "none", "depth": 1, "epoch_s": 0.2, "vs_slowest_stage": 2.0},
@@ -53,7 +51,7 @@ def test_the_bench_check_reads_our_epoch_the_pyg_ratio_and_the_pipelined_ratio_f
 
     def fake_bench(args):
         seen.append(args)
-        Path(args.json_path).write_text(json.dumps(written))
+        write_results(args.json_path, bench_train.KIND, written)  # as bench train writes it
         return 0
 
     monkeypatch.setattr(bench_train, "main", fake_bench)

@@ -12,6 +12,7 @@ import torch
 
 from cache_support import make_partitioned
 from salientpp.cache import Budget, PolicyContext, Workload, build_plans, simulate
+from salientpp.cache.simulator import RESULT_KIND
 from salientpp.streams import loader_seed
 from salientpp.plots import require_pyplot
 from salientpp.cli import main
@@ -106,6 +107,7 @@ def test_json_table_and_plot(parts, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| vip |" in text and "Saving efficiency" in text
     data = json.loads(out.read_text())
+    assert data["kind"] == RESULT_KIND == "salientpp-simulate"
     assert data["policies"] == ["vip", "degree", "oracle"] and data["replication"] == [0.0, 0.1, 1.0]
     assert data["rows_per_epoch"]["oracle"][0] == data["no_cache_rows_per_epoch"]
     assert data["bytes_per_epoch"]["vip"][1] == data["rows_per_epoch"]["vip"][1] * data["row_bytes"]

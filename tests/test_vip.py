@@ -271,7 +271,9 @@ def test_bench_vip_monte_carlo_draws_the_lockstep_batches_whose_seed_count_vip_p
     out = tmp_path / "vip.json"
     assert cli_main(["bench", "vip", str(part_dir), "--fanouts", "5,5", "--batch-size", "64", "--methods", "exact",
                      "--mc-batches", str(3 * steps), "--json", str(out)]) == 0
-    hop0 = json.loads(out.read_text())["accuracy"]["exact"][0]
+    written = json.loads(out.read_text())
+    assert written["kind"] == "salientpp-bench-vip"
+    hop0 = written["accuracy"]["exact"][0]
     # Whole cycles of the S balanced batches hold every seed once per cycle: at hop 0 the drawn
     # batch sizes average exactly what p0 = 1/S predicts.
     assert hop0["hop"] == 0 and abs(hop0["relative_error"]) < 1e-12

@@ -31,13 +31,18 @@ from ..cache.policies import get_policy
 from ..cache.simulator import check_replication
 from ..distributed.network import parse_network
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths
+from .results import write_results
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import parse_fanouts
 from ..train import TrainConfig, train
 from .train import median_row
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-cluster"
+SUMMARY = "SALIENT++'s experiment on an emulated cluster network: epoch time against alpha per policy"
 
 FULL, PARTITIONED, PIPELINED, CACHE = "full", "partitioned", "pipelined", "cache"
 DEFAULT_ALPHAS = "0,0.01,0.04,0.16,0.32"
@@ -212,7 +217,7 @@ def main(args: argparse.Namespace) -> int:
               "fanouts": list(parse_fanouts(args.fanouts)), "batch_size": args.batch_size, "hidden": args.hidden,
               "device": args.device, "rows": rows}
     if args.json_path:
-        write_text_atomic(args.json_path, strict_json(result, indent=2) + "\n")
+        write_results(args.json_path, KIND, result)
         print(f"results written to {args.json_path}")
     if args.plot:
         with atomic_output_file(args.plot) as tmp:

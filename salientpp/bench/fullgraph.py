@@ -28,7 +28,8 @@ from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..fullgraph import Dependencies, check_dependencies
 from ..fullgraph.plan import candidate_plans
-from ..io import atomic_output_file, check_writable_file, strict_json, write_text_atomic
+from ..io import atomic_output_file, check_writable_file
+from .results import write_results
 from ..distributed import init_distributed, launch, shutdown_distributed
 from ..plots import require_pyplot
 from ..train import TrainConfig, train
@@ -38,6 +39,10 @@ from ..train.fullgraph import (CACHED_FRACTION, EXCHANGED_BYTES, FULL_GRAPH_KEY,
 from ..host import local_world_size
 from ..train.setup import RankSetup, resolve_run
 from ..train.state import VALID_METRIC
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-fullgraph"
+SUMMARY = "full-graph training per dependency mode (cache, communicate, hybrid): time, bytes, prediction"
 
 # Validation accuracy below the smaller best of the two runs that counts as reached.
 TARGET_SLACK = 0.01
@@ -200,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
             epochs = r["epochs_to_target"] if r["epochs_to_target"] > 0 else "not reached"
             print(f"| {name} | {epochs} | {r['seconds_to_target']:.2f} | {r['epoch_s']:.3f} | {r['best_valid']:.4f} |")
     if args.json_path:
-        write_text_atomic(args.json_path, strict_json(results, indent=2) + "\n")
+        write_results(args.json_path, KIND, results)
     if args.plot:
         _plot(rows, args.plot, f"{args.part_dir}: {args.model}, {args.layers} layers, hidden {args.hidden}")
         print(f"plot: {args.plot}")

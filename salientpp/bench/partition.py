@@ -27,15 +27,20 @@ from typing import Any
 
 import numpy as np
 
-from ..data.format import KIND
+from ..data.format import KIND as DATASET
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_writable_file, read_meta, strict_json, write_text_atomic
+from ..io import atomic_output_file, check_writable_file, read_meta
+from .results import write_results
 from ..parsing import name_list, parse_memory_limit
 from ..plots import require_pyplot
 from ..partition.format import KIND as PARTITIONED
 from ..partition.partitioner import METHODS, check_options
 from ..host import GiB, format_bytes
 from ..resources import estimate_partition, multilevel_budget
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-partition"
+SUMMARY = "partitioning methods side by side: wall time, peak memory, edge cut, balance; scaling"
 
 # ogbn-papers100M: nodes and directed edges of its symmetric CSR (OGB's 1.6B undirected edges).
 PAPERS100M = (111_059_956, 3_231_371_744)
@@ -154,7 +159,7 @@ def main(args: argparse.Namespace) -> int:
     for path, option in ((args.json_path, "--json"), (args.plot, "--plot")):
         if path:
             check_writable_file(path, option)
-    metas = {dataset: read_meta(dataset, KIND) for dataset in args.datasets}
+    metas = {dataset: read_meta(dataset, DATASET) for dataset in args.datasets}
     for dataset, meta in metas.items():
         for method in methods:
             check_options(meta["num_nodes"], args.parts, method, args.seed)
@@ -178,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
         if line:
             print(line)
     if args.json_path:
-        write_text_atomic(args.json_path, strict_json(rows, indent=2) + "\n")
+        write_results(args.json_path, KIND, rows)
     if args.plot:
         _plot(rows, args.plot, args.parts)
         print(f"plot: {args.plot}")

@@ -1,6 +1,7 @@
 """Report: Markdown tables and PNG plots from the ``--json`` outputs of ``salientpp bench
 sampler|vip|simulate|train`` and ``salientpp simulate``, and from the ``results.json`` of the
-OGB experiment scripts (``experiments/ogb``).
+OGB experiment scripts (``experiments/ogb``). Each file is read by the kind it declares
+(:data:`READERS`); a file without one of those kinds is refused.
 
 Tables: sampler throughput, VIP analysis time, remote rows per epoch per policy and alpha, epoch
 time and its breakdown. Plots (``--out``, needs matplotlib): communication volume vs alpha per
@@ -14,13 +15,23 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ..cache.simulator import RESULT_KIND as SIMULATE_KIND
 from ..errors import InputError
-from ..io import atomic_output_dir, check_output_dir
+from ..io import atomic_output_dir, check_output_dir, shown
 from ..plots import require_pyplot
 from ..train.config import FP32
+from .results import ROWS_KEY, declared_kind
+from .sampler import KIND as SAMPLER_KIND
+from .simulate import KIND as BENCH_SIMULATE_KIND
+from .train import KIND as TRAIN_KIND
+from .vip import KIND as VIP_KIND
 
+# Its line in `salientpp bench --help`.
+SUMMARY = "Markdown tables and PNG plots from the --json outputs of the other benchmarks"
+
+# The kind of the experiment scripts' results.json (experiments/ogb/common.py, RESULTS_KIND).
 EXPERIMENT_KIND = "salientpp-experiment"
 
 
@@ -83,35 +94,60 @@ def variant_name(row: dict[str, Any], num_parts: int | None) -> str:
     return name
 
 
-def _is_simulation(entry: Any) -> bool:
-    return isinstance(entry, dict) and "policies" in entry and "rows_per_epoch" in entry
+def _read_experiment(results: Results, label: str, data: dict[str, Any]) -> None:
+    # The system variants only (the sweeps have their own tables in results.md), named without
+    # their alpha so that the same variant lines up across rank counts.
+    name = data["setup"]["name"] if data["source"] == data["setup"]["source"] else data["source"]
+    label = f"{name}, {data['num_parts']} ranks ({label})"
+    for row in data["train"]:
+        if row["experiment"] == "variants" and row.get("epochs"):
+            results.train.append(TrainRow(label, row["label"].split(" (")[0], row["num_parts"], row))
+    if data.get("simulate"):
+        results.simulate.append((label, data["simulate"]))
+
+
+def _read_sampler(results: Results, label: str, data: dict[str, Any]) -> None:
+    results.sampler.append((label, data))
+
+
+def _read_vip(results: Results, label: str, data: dict[str, Any]) -> None:
+    results.vip.append((label, data))
+
+
+def _read_simulation(results: Results, label: str, data: dict[str, Any]) -> None:
+    results.simulate.append((label, data))
+
+
+def _read_simulations(results: Results, label: str, data: dict[str, Any]) -> None:
+    results.simulate += [(label, setting) for setting in data[ROWS_KEY]]
+
+
+def _read_train(results: Results, label: str, data: dict[str, Any]) -> None:
+    for row in data[ROWS_KEY]:
+        results.train.append(TrainRow(label, variant_name(row, row.get("num_parts")), row.get("num_parts"), row))
+
+
+# What each declared kind adds to the report; the module that writes a kind names it.
+READERS: dict[str, Callable[[Results, str, dict[str, Any]], None]] = {
+    SAMPLER_KIND: _read_sampler,
+    VIP_KIND: _read_vip,
+    BENCH_SIMULATE_KIND: _read_simulations,
+    SIMULATE_KIND: _read_simulation,
+    TRAIN_KIND: _read_train,
+    EXPERIMENT_KIND: _read_experiment,
+}
 
 
 def _add(results: Results, label: str, data: Any, path: Path) -> None:
-    if isinstance(data, dict) and data.get("kind") == EXPERIMENT_KIND:
-        # The system variants only (the sweeps have their own tables in results.md), named without
-        # their alpha so that the same variant lines up across rank counts.
-        name = data["setup"]["name"] if data["source"] == data["setup"]["source"] else data["source"]
-        label = f"{name}, {data['num_parts']} ranks ({label})"
-        for row in data["train"]:
-            if row["experiment"] == "variants" and row.get("epochs"):
-                results.train.append(TrainRow(label, row["label"].split(" (")[0], row["num_parts"], row))
-        if data.get("simulate"):
-            results.simulate.append((label, data["simulate"]))
-    elif isinstance(data, dict) and "config" in data and "rows" in data:
-        results.sampler.append((label, data))
-    elif isinstance(data, dict) and "timings" in data:
-        results.vip.append((label, data))
-    elif _is_simulation(data):
-        results.simulate.append((label, data))
-    elif isinstance(data, list) and data and all(_is_simulation(e) for e in data):
-        results.simulate += [(label, e) for e in data]
-    elif isinstance(data, list) and data and all(isinstance(r, dict) and "epoch_s" in r for r in data):
-        for row in data:
-            results.train.append(TrainRow(label, variant_name(row, row.get("num_parts")), row.get("num_parts"), row))
-    else:
-        raise InputError(f"{path} is not the --json output of salientpp bench sampler|vip|simulate|train, "
-                         "salientpp simulate, or an experiment's results.json")
+    kind = declared_kind(data)
+    reader = READERS.get(kind or "")
+    if reader is None:
+        found = ("declares no kind (a file from before the benchmarks declared theirs, or none of theirs)"
+                 if kind is None else f"declares the kind {shown(kind)}")
+        raise InputError(f"{path} {found}; bench report reads only the kinds {', '.join(READERS)}, which "
+                         "salientpp bench sampler|vip|simulate|train --json, salientpp simulate --json and the "
+                         "experiment scripts write: re-run the one that wrote these results")
+    reader(results, label, data)
 
 
 def load_results(paths: list[str | Path]) -> Results:
@@ -132,7 +168,7 @@ def load_results(paths: list[str | Path]) -> Results:
         try:
             _add(results, label, data, path)
         except (KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"{path} lacks the field {exc} that its kind of results should have; "
+            raise InputError(f"{path} lacks the field {exc} that a {declared_kind(data)} file has; "
                              "re-run the benchmark that wrote it") from None
     return results
 
@@ -307,7 +343,7 @@ def write_plots(results: Results, out_dir: Path) -> list[Path]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", metavar="RESULTS",
                    help="JSON files written by bench sampler|vip|simulate|train --json, simulate --json, or an "
-                        "experiment's results.json")
+                        f"experiment's results.json, each read by the kind it declares ({', '.join(READERS)})")
     p.add_argument("--out", metavar="DIR", help="write report.md and the PNG plots into this new directory "
                                                 "(plots need matplotlib)")
     p.add_argument("--no-plots", action="store_true", help="with --out, write only report.md")

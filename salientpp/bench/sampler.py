@@ -37,11 +37,16 @@ import torch
 from ..sampling import parse_fanouts
 from ..data.format import load_dataset
 from ..errors import InputError
-from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths
+from .results import write_results
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
 from ..sampling import SAMPLERS, SamplerKind, make_sampler
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-sampler"
+SUMMARY = "sampled edges/s of the C++ node-wise, bulk and LADIES samplers vs PyG's NeighborLoader"
 
 PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
                     "`pip install --no-build-isolation torch_scatter torch_sparse` (about 10 minutes each)")
@@ -433,8 +438,7 @@ def main(args: argparse.Namespace) -> int:
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
     if args.json:
-        write_text_atomic(args.json, strict_json({"config": asdict(config), "rows": [asdict(r) for r in rows]},
-                                                indent=2) + "\n")
+        write_results(args.json, KIND, {"config": asdict(config), "rows": [asdict(r) for r in rows]})
     if args.plot:
         with atomic_output_file(args.plot) as tmp:
             plot_bulk(config, rows, str(tmp))

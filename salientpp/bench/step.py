@@ -42,13 +42,18 @@ from ..data.format import load_dataset
 from ..distributed.group import resolve_device
 from ..distributed.host_memory import keep_freed_memory
 from ..errors import check_int
-from ..io import check_output_dir, strict_json, write_text_atomic
+from ..io import check_output_dir
+from .results import write_results
 from ..models.gnn import MFGModel
 from ..models.ops import aggregate, dropout, runs_kernels
 from .pyg_baseline import PyGReferenceModel
 from ..sampling import NeighborSampler
 from ..sampling import MFG
 from ..timing import median_seconds
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-step"
+SUMMARY = "the model step (CPU or --device cuda): aggregation kernels, fused dropout, whole training steps vs PyG's"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -212,5 +217,5 @@ def main(args: argparse.Namespace) -> int:
         r["speedup"] = base / max(r["seconds"], 1e-12)
         print(f"| {r['group']} | {r['impl']} | {r['ms_per_batch']:.1f} | {r['speedup']:.2f}x |")
     if args.json_path:
-        write_text_atomic(args.json_path, strict_json(rows, indent=2) + "\n")
+        write_results(args.json_path, KIND, rows)
     return 0

@@ -20,12 +20,17 @@ from tqdm import tqdm
 from ..cache.workload import Workload
 from ..sampling import parse_fanouts
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
+from ..io import atomic_output_file, check_output_dir, check_output_paths
+from .results import write_results
 from ..parsing import number_list
 from ..plots import check_plot_path, require_pyplot
 from ..partition import load_partitioned
 from ..sampling import NeighborLoader, SamplerKind, make_sampler
 from ..train import TrainConfig, train
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-tradeoff"
+SUMMARY = "test accuracy against sampled edges per batch, LADIES against node-wise sampling"
 
 _DEFAULTS = TrainConfig.__dataclass_fields__
 
@@ -158,8 +163,8 @@ def main(args: argparse.Namespace) -> int:
     rows = run_tradeoff(args.part_dir, configurations, args.epochs, seeds, options)
     print(format_table(rows))
     if args.json:
-        write_text_atomic(args.json, strict_json({"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds,
-                                                 **options, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+        write_results(args.json, KIND, {"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds, **options,
+                                          "rows": [asdict(r) for r in rows]})
         print(f"results written to {args.json}")
     if args.plot:
         plot_tradeoff(rows, args.plot)

@@ -49,7 +49,8 @@ from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH, sampler_read_ahead
 from ..errors import InputError, check_int, counted
-from ..io import check_output_dir, strict_json, write_text_atomic
+from ..io import check_output_dir
+from .results import write_results
 from ..parsing import name_list, number_list
 from ..partition import load_partitioned
 from ..loader.pipeline import StageTimes
@@ -58,6 +59,10 @@ from ..train.config import FP32, PRECISIONS
 from ..train.state import TRAIN_CPU
 from .pyg_baseline import (OURS, PYG, BaselineConfig, run_baseline, sampling_backend, sampling_workers,
                            unavailable_reason)
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-train"
+SUMMARY = "distributed epoch time and its breakdown per cache setting, pipeline on and off"
 
 FETCH_STAGES = tuple(stage.value for stage in (Stage.COUNTS, Stage.IDS, Stage.ROWS, Stage.ASSEMBLE))
 # The baselines' models (--baselines), and how their rows name them.
@@ -299,5 +304,5 @@ def main(args: argparse.Namespace) -> int:
     if args.json_path:
         for r in rows:
             r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
-        write_text_atomic(args.json_path, strict_json(rows, indent=2) + "\n")
+        write_results(args.json_path, KIND, rows)
     return 0

@@ -24,12 +24,17 @@ from ..cache.workload import Workload, check_batch_size
 from ..sampling import parse_fanouts
 from ..cache.options import add_task_options, edge_seeds_from
 from ..errors import InputError
-from ..io import check_output_dir, strict_json, write_text_atomic
+from ..io import check_output_dir
+from .results import write_results
 from ..parsing import name_list
 from ..partition.format import load_partitioned
 from ..sampling import SAMPLERS, SamplerKind, make_sampler
 from ..sampling.kinds import check_sampler
 from ..sampling.link_loader import LinkNeighborLoader
+
+# The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
+KIND = "salientpp-bench-vip"
+SUMMARY = "VIP analysis time, peak memory and accuracy against the sampler"
 
 
 def _warm_up(methods) -> None:
@@ -175,6 +180,6 @@ def main(args: argparse.Namespace) -> int:
         report["accuracy"] = acc
         report["mc_batches"] = args.mc_batches
     if args.json:
-        write_text_atomic(args.json, strict_json(report, indent=2) + "\n")
+        write_results(args.json, KIND, report)
         print(f"results written to {args.json}")
     return 0

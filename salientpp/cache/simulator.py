@@ -25,6 +25,10 @@ from ..plots import require_pyplot
 from .plan import Budget, row_bytes_of
 from .policies import PolicyContext, get_policy, policy_scores, rank_vertices
 
+# The kind `salientpp simulate --json` declares for its file, one :meth:`SimulationResult.to_json`
+# (salientpp.bench.results; `bench simulate` writes a list of them, one per setting, as its own kind).
+RESULT_KIND = "salientpp-simulate"
+
 
 @dataclass
 class SimulationResult:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..cache.policies import available_policies, get_policy
-from ..cache.simulator import check_replication, plot_volume, simulate
-from ..io import atomic_output_file, check_output_dir, check_output_paths, strict_json, write_text_atomic
+from ..bench.results import write_results
+from ..cache.simulator import RESULT_KIND, check_replication, plot_volume, simulate
+from ..io import atomic_output_file, check_output_dir, check_output_paths
 from ..partition.format import load_partitioned
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     seconds = result.meta["seconds"]
     print("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()))
     if args.json is not None:
-        write_text_atomic(args.json, strict_json(result.to_json(), indent=2) + "\n")
+        write_results(args.json, RESULT_KIND, result.to_json())
         print(f"results written to {args.json}")
     if args.plot is not None:
         with atomic_output_file(args.plot) as tmp:
