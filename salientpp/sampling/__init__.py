@@ -3,10 +3,10 @@
 from .bulk import BulkSampler
 from .kinds import MINIBATCHES_PER_BULK, SAMPLERS, SamplerKind, check_fanouts, check_sampler, parse_fanouts
 from .loader import NeighborLoader
-from .sampler import MFG, FetchContext, FetchPlan, NeighborSampler, SampledBatch
+from .sampler import MFG, BaseSampler, FetchContext, FetchPlan, NeighborSampler, SampledBatch
 
-__all__ = ["NeighborSampler", "BulkSampler", "NeighborLoader", "SampledBatch", "MFG", "FetchContext", "FetchPlan",
-           "SamplerKind", "SAMPLERS", "check_fanouts", "make_sampler", "parse_fanouts"]
+__all__ = ["BaseSampler", "NeighborSampler", "BulkSampler", "NeighborLoader", "SampledBatch", "MFG", "FetchContext",
+           "FetchPlan", "SamplerKind", "SAMPLERS", "check_fanouts", "make_sampler", "parse_fanouts"]
 
 
 def make_sampler(rowptr, col, fanouts, kind: SamplerKind = SamplerKind.NODEWISE, replace: bool = False,

@@ -32,7 +32,7 @@ devices' generators give different, equally distributed, batches).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,7 +109,9 @@ class BulkSampler(BaseSampler):
 
     The output is the node-wise sampler's :class:`~salientpp.sampling.SampledBatch` with one
     :class:`~salientpp.sampling.MFG` per layer (model order); LADIES MFGs carry ``edge_weight``.
-    See the module docstring for the two methods and their distributions.
+    See the module docstring for the two methods and their distributions. A loader runs it in
+    one background thread that samples ``minibatches_per_bulk`` batches at a time
+    (:meth:`_epoch_batches`).
 
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: CSR of a symmetric graph (numpy arrays,
@@ -146,6 +148,17 @@ class BulkSampler(BaseSampler):
         """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``, with labels and fetch plan."""
         (batch,) = self.sample_bulk([seeds], seed, batch_index)
         return attach(batch, labels, labels_offset, fetch)
+
+    def _epoch_batches(self, order: torch.Tensor, bounds: list[int], seed: int, first: int,
+                       labels: torch.Tensor | None, labels_offset: int, fetch) -> Iterator[SampledBatch]:
+        """The batches ``first:`` of :meth:`start_epoch`, ``minibatches_per_bulk`` at a time (one
+        background thread; torch's intra-op threads do the work, with the GIL released)."""
+        num_batches = len(bounds) - 1
+        for start in range(first, num_batches, self.minibatches_per_bulk):
+            stop = min(start + self.minibatches_per_bulk, num_batches)
+            bulk = self.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
+            for batch in bulk:
+                yield attach(batch, labels, labels_offset, fetch)
 
     def sample_bulk(self, seed_lists: Sequence[torch.Tensor], seed: int, first_index: int) -> list[SampledBatch]:
         """Samples ``len(seed_lists)`` minibatches in one bulk step.
