@@ -8,7 +8,7 @@ from ..data.format import SPLITS
 from ..errors import check_int
 from ..parsing import name_list
 from ..partition.format import PartitionedDataset
-from ..sampling import SAMPLERS, SamplerKind, parse_fanouts
+from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
 from .policies import PolicyContext
 from .vip import METHODS
@@ -32,7 +32,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vip-method", choices=METHODS,
                         help="VIP estimate of the vip policy (default exact, cavity with --sampler ladies; cavity "
                              "corrects the hop>=2 over-estimate)")
-    parser.add_argument("--sampler", default=SamplerKind.NODEWISE.value, choices=SAMPLERS,
+    parser.add_argument("--sampler", default=DEFAULT_SAMPLER.value, choices=SAMPLERS,
                         help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
                              "layer-wise, --fanouts are nodes per layer)")
     add_task_options(parser)

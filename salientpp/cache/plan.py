@@ -27,7 +27,7 @@ from .. import streams
 from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .policies import PolicyContext, policy_scores, rank_vertices
-from ..sampling.kinds import SamplerKind
+from ..sampling.kinds import DEFAULT_SAMPLER
 from .workload import Workload
 
 KIND = "salientpp-cache-plan"
@@ -224,13 +224,14 @@ MAX_PLAN_NAME = 128
 
 
 def default_plan_name(policy: str, workloads: Sequence[Workload], budget: Budget) -> str:
-    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload and the budget. A name
-    longer than :data:`MAX_PLAN_NAME` (the fanouts of a deep model) keeps its first characters
-    and ends in a digest of the whole name, so distinct plans keep distinct names."""
+    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload (its sampler kind unless it
+    is the default one: ``vip-ladies-f...``) and the budget. A name longer than
+    :data:`MAX_PLAN_NAME` (the fanouts of a deep model) keeps its first characters and ends in a
+    digest of the whole name, so distinct plans keep distinct names."""
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
     training = workloads[0]
-    sampler = "" if training.sampler is SamplerKind.NODEWISE else f"-{training.sampler.value}"
+    sampler = "" if training.sampler is DEFAULT_SAMPLER else f"-{training.sampler.value}"
     if training.edges is not None:
         sampler += "-link"
     name = f"{policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}"
@@ -391,9 +392,11 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> None
     :class:`~salientpp.partition.PartitionedDataset`) and serves ``request`` (``None``: any
     workload, as a loader's cache serves any loader of its graph).
 
-    Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
-    one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes). A plan
-    scored for link prediction (edge seeds) serves link training only, and the other way round.
+    A plan serves the sampler kinds of the distribution it was built for
+    (``SamplerKind.distribution``): node-wise and bulk node-wise sampling draw the same batches in
+    distribution, so a plan of one serves the other; a LADIES plan serves LADIES only (its fanouts
+    are layer sizes). A plan scored for link prediction (edge seeds) serves link training only,
+    and the other way round.
     The message says how to build a fitting plan: into another directory for a plan the user
     chose, else in the place of the one found, once it is removed (an existing plan directory
     is never overwritten).
@@ -411,7 +414,7 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> None
     if request is None:
         return
     wanted = request.workload
-    if (planned.sampler is SamplerKind.LADIES) != (wanted.sampler is SamplerKind.LADIES):
+    if planned.sampler.distribution != wanted.sampler.distribution:
         raise InputError(f"{plan_dir} was built for the {planned.sampler.value} sampler but training uses "
                          f"{wanted.sampler.value}; {rebuild('--sampler ' + wanted.sampler.value)}")
     if (planned.edges is None) != (wanted.edges is None):

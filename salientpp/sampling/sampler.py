@@ -1,5 +1,5 @@
 """The sampler interface (:class:`BaseSampler`), the Python face of the C++ node-wise neighbour
-sampler (:class:`NeighborSampler`), and what every sampler returns:
+sampler (:class:`NeighborSampler`, the ``nodewise`` kind), and what every sampler returns:
 message-flow graphs (:class:`MFG`), sampled batches (:class:`SampledBatch`) and the plan of
 where each feature row of a batch comes from (:class:`FetchPlan`, made from a
 :class:`FetchContext`)."""
@@ -17,7 +17,7 @@ from .._ext import extension
 from ..errors import InputError
 from ..partition.book import PartitionBook
 from .convert import as_int64_tensor, as_tensor
-from .kinds import check_fanouts
+from .kinds import SamplerKind, check_fanouts, check_replace, register_sampler
 from .worker import ThreadWorker
 
 
@@ -229,9 +229,10 @@ class BatchWorker(Protocol):
 
 
 class BaseSampler(abc.ABC):
-    """What a loader needs from a sampler, whatever its class (:class:`NeighborSampler`,
-    :class:`~salientpp.sampling.BulkSampler`): ``num_nodes``, ``fanouts``, :meth:`sample` for one
-    batch and :meth:`start_epoch` for an epoch's batches.
+    """What a loader needs from a sampler, whatever its kind (:class:`NeighborSampler`,
+    :class:`~salientpp.sampling.BulkSampler`, any kind registered with
+    :func:`~salientpp.sampling.kinds.register_sampler`): ``num_nodes``, ``fanouts``,
+    :meth:`sample` for one batch and :meth:`start_epoch` for an epoch's batches.
 
     Batch ``i`` of an epoch is drawn from the stream ``(seed, i)`` alone, so :meth:`sample` and
     :meth:`start_epoch` give the same batch, whichever thread or bulk draws it."""
@@ -326,8 +327,8 @@ class NeighborSampler(BaseSampler):
         rowptr_t = as_int64_tensor(rowptr, "rowptr")
         col_t = as_int64_tensor(col, "col")
         check_csr_ends(rowptr_t, col_t)
-        self.fanouts = fanouts = list(check_fanouts(fanouts))
-        self.replace = bool(replace)
+        self.fanouts = fanouts = list(check_fanouts(fanouts, SamplerKind.NODEWISE))
+        self.replace = check_replace(replace, SamplerKind.NODEWISE)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self._core = extension().Sampler(rowptr_t, col_t, fanouts, self.replace)
 
@@ -362,6 +363,16 @@ class _ExtensionWorker:
 
     def close(self) -> None:
         self._core.close()
+
+
+def _build_nodewise(rowptr, col, fanouts: Sequence[int], *, replace: bool, minibatches_per_bulk: int,
+                    device) -> NeighborSampler:
+    """The node-wise kind's sampler: one batch at a time on the CPU, so ``minibatches_per_bulk``
+    and ``device`` do not apply."""
+    return NeighborSampler(rowptr, col, fanouts, replace=replace)
+
+
+register_sampler(SamplerKind.NODEWISE, _build_nodewise)
 
 
 def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:

@@ -30,7 +30,7 @@ from ..io import output_errors, strict_json
 from ..loader.link_loader import DistLinkNeighborLoader
 from ..loader.loader import DistNeighborLoader
 from ..models.gnn import ExpectedOutputs, ModelInput, SeedForward, build_model, model_input
-from ..sampling import SamplerKind
+from ..sampling import check_sampler
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
 from .checkpoint import (Checkpoint, describe_position, has_checkpoint, load_checkpoint, save_checkpoint,
@@ -315,7 +315,7 @@ class MinibatchTrainer(Trainer):
         encoder = build_model(config.model, in_dim, config.hidden, config.hidden if link else self.task.num_outputs,
                               config.layers, config.dropout)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
-        if SamplerKind(config.sampler).weighted and model_input(encoder) is not ModelInput.MFGS:
+        if check_sampler(config.sampler).weighted and model_input(encoder) is not ModelInput.MFGS:
             raise InputError(f"the {config.sampler} sampler's MFGs carry edge weights, which the model {config.model} "
                              f"cannot see: it takes {model_input(encoder).value!r} input; declare salientpp_input = "
                              "'mfgs' and read mfg.edge_weight (see salientpp.models.gnn), or use --sampler nodewise")
