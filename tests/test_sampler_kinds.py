@@ -142,4 +142,4 @@ def test_the_fanout_rule_is_one_sentence_wherever_it_applies(tmp_path, capsys):
         assert main(["bench", "sampler", str(tmp_path / "absent"), "--samplers", "ladies", "--fanouts", "4,3,2",
                      "--ladies-fanouts", ladies]) == 2
         assert capsys.readouterr().err.strip() == f"salientpp bench: error: {expected}"
-    assert expected == "--ladies-fanouts gives 2 hops but 3 layers are sampled; pass one per layer"
+    assert expected == "--ladies-fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"

@@ -144,7 +144,8 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     if bad:
         raise InputError(f"fanout {bad[0]} is invalid; all {what} must be positive integers or -1 (all neighbours)")
     if layers is not None and len(values) != layers:
-        raise InputError(f"{what} gives {len(values)} hops but {layers} layers are sampled; pass one per layer")
+        raise InputError(f"{what} gives {len(values)} hops but {layers} layers are sampled; "
+                         "pass one fanout per layer")
     return values
 
 
