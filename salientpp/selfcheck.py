@@ -204,34 +204,33 @@ def _edges_valid(batches, rowptr: np.ndarray, col: np.ndarray, fanout_check: lis
 def check_bulk(device: torch.device, batches: int = 400) -> list[Check]:
     """Bulk node-wise and LADIES on ``device`` against the CPU (see the module docstring)."""
     from .data.synthetic import synthetic_dataset
-    from .sampling import BulkSampler, NeighborSampler
+    from .sampling import SamplerKind, make_sampler
 
     ds = synthetic_dataset("tiny,num_nodes=3000,avg_degree=16,seed=1")
     rowptr, col = np.asarray(ds.rowptr), np.asarray(ds.col)
     rng = np.random.default_rng(0)
     seed_lists = [torch.from_numpy(rng.choice(ds.num_nodes, 16, replace=False)) for _ in range(batches)]
     rows = []
-    for method, fanouts in (("nodewise", [10, 5]), ("ladies", [64, 64])):
-        on_device = BulkSampler(rowptr, col, fanouts, method=method, device=device)
+    # Each bulk kind on the device, against the CPU sampler of its distribution: the C++ one for
+    # node-wise, the bulk one for LADIES.
+    for name, kind, reference_kind, fanouts in (("nodewise", SamplerKind.BULK, SamplerKind.NODEWISE, [10, 5]),
+                                                ("ladies", SamplerKind.LADIES, SamplerKind.LADIES, [64, 64])):
+        on_device = make_sampler(rowptr, col, fanouts, kind, device=device)
         drawn = [b for start in range(0, batches, 50)
                  for b in on_device.sample_bulk(seed_lists[start:start + 50], seed=1, first_index=start)]
-        if method == "nodewise":
-            cpu = NeighborSampler(rowptr, col, fanouts)
-            reference = [cpu.sample(s, seed=2, batch_index=i) for i, s in enumerate(seed_lists)]
-        else:
-            cpu = BulkSampler(rowptr, col, fanouts, method=method)
-            reference = cpu.sample_bulk(seed_lists, seed=2, first_index=0)
+        cpu = make_sampler(rowptr, col, fanouts, reference_kind)
+        reference = [cpu.sample(s, seed=2, batch_index=i) for i, s in enumerate(seed_lists)]
         ours, theirs = _hop_sizes(drawn), _hop_sizes(reference)
         # Two independent samples of `batches` batches each: the difference of the means has
         # standard error sqrt(var_a / n + var_b / n); 4 of them bound a correct sampler's difference.
         se = np.sqrt((ours.var(axis=0) + theirs.var(axis=0)) / batches)
         close = bool(np.all(np.abs(ours.mean(axis=0) - theirs.mean(axis=0)) <= 4 * se + 1e-9))
-        valid = _edges_valid(drawn, rowptr, col, fanouts if method == "nodewise" else None)
+        valid = _edges_valid(drawn, rowptr, col, None if kind.layer_sizes else fanouts)
         weights = all(m.edge_weight is not None and bool((m.edge_weight > 0).all()) for b in drawn for m in b.mfgs
-                      ) if method == "ladies" else True
+                      ) if kind.weighted else True
         detail = (f"nodes per hop {np.round(ours.mean(axis=0), 1).tolist()} vs cpu "
                   f"{np.round(theirs.mean(axis=0), 1).tolist()}; edges {'valid' if valid else 'INVALID'}")
-        rows.append(Check(f"bulk {method} sampler on {device.type}", close and valid and weights, detail))
+        rows.append(Check(f"bulk {name} sampler on {device.type}", close and valid and weights, detail))
     return rows
 
 

@@ -30,7 +30,8 @@ def test_tradeoff_rows_grow_in_edges_with_the_fanouts_and_write_json_and_plot(ti
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--ladies", "16,0"], "fanout 0 is invalid"),
+    (["--nodewise", "16,0"], "fanout 0 is invalid"),
+    (["--ladies", "16,0"], "LADIES samples a number of nodes per layer"),
     (["--ladies", "16,-1"], "LADIES samples a number of nodes per layer"),
     (["--nodewise", "5,5::5,5"], "empty configuration"),
     (["--nodewise", "", "--ladies", ""], "no configuration to run"),

@@ -471,7 +471,7 @@ def test_a_low_priority_bulk_worker_runs_some_nice_steps_below_the_consumer_and_
                             low_priority=True)
     batches = iter(loader)
     got = [next(batches)]  # the worker now waits to put the next batches, so it is alive
-    workers = [t for t in threading.enumerate() if t.name == "salientpp-bulk" and t.is_alive()]
+    workers = [t for t in threading.enumerate() if t.name == "salientpp-sampler" and t.is_alive()]
     low = min(19, _nice(threading.get_native_id()) + extension().sampler_nice_offset)
     assert workers and all(_nice(t.native_id) == low for t in workers)
     got += list(batches)

@@ -196,7 +196,7 @@ def test_a_loader_without_prefetching_starts_no_workers_after_an_epoch(graph):
     sampler, _ = graph
     loader = NeighborLoader(sampler, torch.arange(500), 100, num_threads=2)
     assert len(list(loader)) == 5
-    assert loader._prefetched is None and loader._core is None
+    assert loader._prefetched is None and loader._worker is None
 
 
 def test_worker_error_reaches_the_consumer():

@@ -160,10 +160,10 @@ def _monte_carlo(rowptr, col, train, fanouts, batch_size, batches, replace=False
     hop 0 every seed is then in exactly one of them, the mean that p0 = 1/S states)."""
     import torch
 
-    from salientpp.sampling import NeighborLoader, SamplerKind, make_sampler
+    from salientpp.sampling import NeighborLoader, check_sampler, make_sampler
 
     steps = -(-len(train) // batch_size)
-    bulk = SamplerKind(sampler).is_bulk
+    bulk = check_sampler(sampler).draws_in_bulk
     sampler = make_sampler(rowptr, col, fanouts, sampler, replace, minibatches_per_bulk=steps if bulk else 1)
     loader = NeighborLoader(sampler, torch.from_numpy(np.asarray(train)), batch_size, seed=12345, num_batches=steps)
     counts = np.zeros((len(fanouts) + 1, rowptr.shape[0] - 1))
@@ -320,7 +320,7 @@ def test_ladies_plain_recurrence_over_estimates_and_cavity_removes_it(dense_grap
 
 def test_ladies_vip_refuses_layer_sizes_below_one():
     rowptr, col = line_graph(4)
-    with pytest.raises(InputError, match="fanout 0 is invalid"):
+    with pytest.raises(InputError, match="LADIES samples a number of nodes per layer"):
         inclusion_probabilities(rowptr, col, [np.array([0])], [0, 4], 1, sampler="ladies")
     with pytest.raises(InputError, match="LADIES samples a number of nodes per layer"):
         inclusion_probabilities(rowptr, col, [np.array([0])], [-1, 4], 1, sampler="ladies")

@@ -7,7 +7,8 @@ Samplers (``--samplers``, default ``nodewise``):
   ``k`` minibatches per bulk step in the loader's thread, one row per ``k`` of ``--bulk-sizes``
   and per thread count (``torch.set_num_threads``: torch's intra-op threads do the work).
 * ``ladies``: layer-wise LADIES sampling by the same bulk sampler, rows as for ``bulk``. Its
-  ``--ladies-fanouts`` are *nodes drawn per layer* (e.g. 512,512,512), not neighbours per node.
+  ``--ladies-fanouts`` are *nodes drawn per layer* (e.g. 512,512,512), not neighbours per node
+  (they serve every kind whose fanouts are layer sizes, ``SamplerKind.layer_sizes``).
 * PyG's NeighborLoader (``torch.set_num_threads``), unless ``--no-pyg``; it needs
   ``torch_sparse`` (with ``torch_scatter``) or ``pyg-lib`` and is skipped without them.
 
@@ -42,7 +43,7 @@ from .results import write_results
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
-from ..sampling import SAMPLERS, SamplerKind, make_sampler
+from ..sampling import DEFAULT_SAMPLER, SAMPLERS, SamplerKind, check_fanouts, check_sampler, make_sampler
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
 KIND = "salientpp-bench-sampler"
@@ -54,7 +55,8 @@ PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
 DEFAULT_BULK_SIZES = (1, 4, 16, 64)
 DEFAULT_LADIES_LAYER_SIZE = 512
 NODEWISE_IMPL = "salientpp"  # the C++ node-wise sampler's ``impl`` in the rows and the JSON
-TABLE_NAMES = {NODEWISE_IMPL: "nodewise"}
+TABLE_NAMES = {NODEWISE_IMPL: SamplerKind.NODEWISE.value}
+IMPLS = {name: impl for impl, name in TABLE_NAMES.items()}  # a kind's ``impl`` where it is not the kind's name
 
 
 @dataclass
@@ -90,7 +92,7 @@ class SamplerBenchConfig:
     num_batches: int
     repeats: int
     threads: list[int]
-    samplers: list[str] = field(default_factory=lambda: [SamplerKind.NODEWISE.value])
+    samplers: list[str] = field(default_factory=lambda: [DEFAULT_SAMPLER.value])
     bulk_sizes: list[int] = field(default_factory=list)
     ladies_fanouts: list[int] | None = None
     device: str = "cpu"  # where the bulk samplers run (the C++ sampler and PyG run on the CPU)
@@ -180,10 +182,11 @@ def _loader_epochs(loader: NeighborLoader) -> Callable[[int], NeighborLoader]:
     return epoch
 
 
-def _salientpp_case(sampler: NeighborSampler, seeds: torch.Tensor, batch_size: int, threads: int) -> _Case:
+def _threads_case(impl: str, sampler, seeds: torch.Tensor, batch_size: int, threads: int) -> _Case:
+    """``sampler`` (one batch at a time) in a loader of ``threads`` sampling threads."""
     loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False, num_threads=threads,
                             read_ahead=max(4, 2 * threads))
-    return _Case(NODEWISE_IMPL, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges)
+    return _Case(impl, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges)
 
 
 def _bulk_case(kind: SamplerKind, rowptr, col, seeds: torch.Tensor, fanouts: Sequence[int], batch_size: int,
@@ -211,7 +214,7 @@ def _pyg_case(loader, threads: int) -> _Case:
 
 def bench_salientpp(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size: int, threads: int,
                     repeats: int) -> BenchRow:
-    case = _salientpp_case(NeighborSampler(rowptr, col, fanouts), seeds, batch_size, threads)
+    case = _threads_case(NODEWISE_IMPL, NeighborSampler(rowptr, col, fanouts), seeds, batch_size, threads)
     return _measure_cases([case], repeats)[0]
 
 
@@ -230,7 +233,9 @@ def check_options(samplers: Sequence[str], bulk_sizes: Sequence[int], fanouts: S
                   ladies_fanouts: Sequence[int] | None, batch_size: int, num_batches: int, repeats: int,
                   threads: Sequence[int]) -> list[SamplerKind]:
     """Raise :class:`InputError` (one sentence) for an option the benchmark cannot run; return
-    the samplers as :class:`SamplerKind`. Cheap: the CLI calls it before it reads the dataset."""
+    the samplers as :class:`SamplerKind`. Cheap: the CLI calls it before it reads the dataset.
+    ``ladies_fanouts`` are checked by the one fanout rule (:func:`check_fanouts`) of each kind
+    whose fanouts are layer sizes, one per hop of ``fanouts``."""
     if batch_size < 1 or num_batches < 1 or repeats < 1 or not threads or min(threads) < 1:
         raise InputError("batch size, number of batches, repeats and thread counts must all be >= 1")
     if not samplers:
@@ -240,10 +245,11 @@ def check_options(samplers: Sequence[str], bulk_sizes: Sequence[int], fanouts: S
         if name not in SAMPLERS:
             hint = " (PyG is measured unless --no-pyg is given)" if name == "pyg" else ""
             raise InputError(f"--samplers names the unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}{hint}")
-        if SamplerKind(name) in kinds:
+        kind = check_sampler(name)
+        if kind in kinds:
             raise InputError(f"--samplers names {name} twice; name each sampler once")
-        kinds.append(SamplerKind(name))
-    if any(kind.is_bulk for kind in kinds):
+        kinds.append(kind)
+    if any(kind.draws_in_bulk for kind in kinds):
         if not bulk_sizes:
             raise InputError("--bulk-sizes is empty; give the minibatches per bulk step to measure, e.g. 1,4,16,64")
         bad = [k for k in bulk_sizes if k < 1]
@@ -252,32 +258,30 @@ def check_options(samplers: Sequence[str], bulk_sizes: Sequence[int], fanouts: S
         if len(set(bulk_sizes)) != len(bulk_sizes):
             raise InputError(f"--bulk-sizes lists a size twice ({','.join(map(str, bulk_sizes))}); "
                              "give each size once")
-    if SamplerKind.LADIES in kinds and ladies_fanouts is not None:
-        if any(s < 1 for s in ladies_fanouts):
-            raise InputError(f"--ladies-fanouts are nodes drawn per layer, so each must be >= 1, "
-                             f"got {','.join(map(str, ladies_fanouts))}")
-        if len(ladies_fanouts) != len(fanouts):
-            raise InputError(f"--ladies-fanouts has {len(ladies_fanouts)} layers but --fanouts has {len(fanouts)}; "
-                             "give one layer size per hop so that both sample as many layers")
+    if ladies_fanouts is not None:
+        for kind in kinds:
+            if kind.layer_sizes:
+                check_fanouts(ladies_fanouts, kind, len(fanouts), "--ladies-fanouts")
     return kinds
 
 
 def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: int, threads: list[int],
                       num_batches: int, repeats: int, with_pyg: bool = True,
-                      samplers: Sequence[str] = (SamplerKind.NODEWISE.value,),
+                      samplers: Sequence[str] = (DEFAULT_SAMPLER.value,),
                       bulk_sizes: Sequence[int] = DEFAULT_BULK_SIZES, ladies_fanouts: Sequence[int] | None = None,
                       device: str = "cpu") -> tuple[SamplerBenchConfig, list[BenchRow]]:
     """Measures the samplers on ``num_batches`` batches of training seeds (fixed random subset).
 
-    Rows: the C++ node-wise sampler per thread count, then ``bulk`` and ``ladies`` per bulk size
-    and thread count, then PyG per thread count; all measured side by side (:func:`_measure_cases`).
-    ``ladies_fanouts`` (nodes per layer) defaults to 512 per hop of ``fanouts``. ``device``: where
-    the bulk samplers run (``cuda``: the CSR is copied to the GPU once).
+    Rows: the samplers that draw one batch at a time (the C++ node-wise sampler) per thread count,
+    then those that draw in bulk (``bulk``, ``ladies``) per bulk size and thread count, then PyG
+    per thread count; all measured side by side (:func:`_measure_cases`). ``ladies_fanouts``
+    (nodes per layer, for the kinds whose fanouts are layer sizes) defaults to 512 per hop of
+    ``fanouts``. ``device``: where the bulk samplers run (``cuda``: the CSR is copied to the GPU once).
     """
     kinds = check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, batch_size, num_batches, repeats, threads)
-    bulk_kinds = [kind for kind in kinds if kind.is_bulk]
+    bulk_kinds = [kind for kind in kinds if kind.draws_in_bulk]
     bulk_sizes = list(bulk_sizes) if bulk_kinds else []
-    if SamplerKind.LADIES in kinds:
+    if any(kind.layer_sizes for kind in kinds):
         ladies_fanouts = list(ladies_fanouts) if ladies_fanouts is not None else default_ladies_fanouts(fanouts)
     else:
         ladies_fanouts = None
@@ -290,14 +294,15 @@ def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: i
                                 -(-take // batch_size), repeats, list(threads), [k.value for k in kinds],
                                 bulk_sizes, ladies_fanouts, device)
     cases = []
-    if SamplerKind.NODEWISE in kinds:
-        sampler = NeighborSampler(rowptr, col, fanouts)
-        cases += [_salientpp_case(sampler, seeds, batch_size, t) for t in threads]
+    for kind in kinds:
+        if not kind.draws_in_bulk:
+            sampler = make_sampler(rowptr, col, ladies_fanouts if kind.layer_sizes else fanouts, kind)
+            cases += [_threads_case(IMPLS.get(kind.value, kind.value), sampler, seeds, batch_size, t) for t in threads]
     if bulk_kinds:
         # One pair of tensors over the CSR, shared by every bulk sampler (not copied on the CPU).
         rowptr_t, col_t = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device) for a in (rowptr, col))
         for kind in bulk_kinds:
-            layers = ladies_fanouts if kind is SamplerKind.LADIES else fanouts
+            layers = ladies_fanouts if kind.layer_sizes else fanouts
             cases += [_bulk_case(kind, rowptr_t, col_t, seeds, layers, batch_size, t, k)
                       for k in bulk_sizes for t in threads]
     if with_pyg:
@@ -359,13 +364,13 @@ def plot_bulk(config: SamplerBenchConfig, rows: list[BenchRow], path: str) -> No
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     threads = sorted({r.threads for r in rows})
     color = {t: colors[i % len(colors)] for i, t in enumerate(threads)}
-    markers = {SamplerKind.BULK.value: "o", SamplerKind.LADIES.value: "s"}
-    for impl, marker in markers.items():
+    bulk_impls = dict.fromkeys(r.impl for r in rows if r.bulk_size is not None)  # in the rows' order
+    for i, impl in enumerate(bulk_impls):
         for t in threads:
             points = sorted((r.bulk_size, r.edges_per_s / 1e6) for r in rows if r.impl == impl and r.threads == t)
             if points:
-                ax.plot(*zip(*points), marker=marker, color=color[t], linestyle="-" if impl == "bulk" else "-.",
-                        label=f"{'bulk node-wise' if impl == 'bulk' else 'bulk LADIES'}, {t} thread(s)")
+                ax.plot(*zip(*points), marker="osD^v"[i % 5], color=color[t], linestyle=("-", "-.", ":")[i % 3],
+                        label=f"{check_sampler(impl).title}, {t} thread(s)")
     for impl, style, label in ((NODEWISE_IMPL, "--", "C++ node-wise"), ("pyg", ":", "PyG")):
         for r in rows:
             if r.impl == impl:
@@ -396,7 +401,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", default="1,2", help="thread counts to measure (1,2)")
     p.add_argument("--batches", type=int, default=30, help="batches per repeat (default 30)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (median reported)")
-    p.add_argument("--samplers", default=SamplerKind.NODEWISE.value, metavar="S1,S2,...",
+    p.add_argument("--samplers", default=DEFAULT_SAMPLER.value, metavar="S1,S2,...",
                    help=f"samplers to measure, from {', '.join(SAMPLERS)} (default nodewise; PyG is added "
                         "unless --no-pyg)")
     p.add_argument("--bulk-sizes", default=",".join(map(str, DEFAULT_BULK_SIZES)), metavar="K1,K2,...",

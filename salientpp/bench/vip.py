@@ -28,8 +28,7 @@ from ..io import check_output_dir
 from .results import write_results
 from ..parsing import name_list
 from ..partition.format import load_partitioned
-from ..sampling import SAMPLERS, SamplerKind, make_sampler
-from ..sampling.kinds import check_sampler
+from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, make_sampler
 from ..sampling.link_loader import LinkNeighborLoader
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
@@ -128,7 +127,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--methods", default="exact,cavity", help=f"VIP estimates, from {','.join(METHODS)}")
     p.add_argument("--replace", action="store_true", help="model sampling with replacement")
-    p.add_argument("--sampler", default=SamplerKind.NODEWISE.value, choices=SAMPLERS,
+    p.add_argument("--sampler", default=DEFAULT_SAMPLER.value, choices=SAMPLERS,
                    help="the sampler modelled and drawn (LADIES: --fanouts are layer sizes)")
     p.add_argument("--mc-batches", type=int, default=0, metavar="B",
                    help="also compare with B sampled minibatches per partition (default 0: skip)")

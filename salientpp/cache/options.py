@@ -12,7 +12,7 @@ from ..data.format import SPLITS
 from ..errors import check_int
 from ..parsing import name_list, parse_bytes
 from ..partition.format import PartitionedDataset
-from ..sampling import SAMPLERS, SamplerKind, parse_fanouts
+from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
 from .plan import GPU_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest, shown_option
 from .policies import PolicyContext, available_policies
@@ -37,7 +37,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vip-method", choices=METHODS,
                         help="VIP estimate of the vip policy (default exact, cavity with --sampler ladies; cavity "
                              "corrects the hop>=2 over-estimate)")
-    parser.add_argument("--sampler", default=SamplerKind.NODEWISE.value, choices=SAMPLERS,
+    parser.add_argument("--sampler", default=DEFAULT_SAMPLER.value, choices=SAMPLERS,
                         help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
                              "layer-wise, --fanouts are nodes per layer)")
     add_task_options(parser)
@@ -141,7 +141,7 @@ def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> st
              str(train.batch_size)]
     if train.replace:
         words.append("--replace")
-    if train.sampler is not SamplerKind.NODEWISE:
+    if train.sampler is not DEFAULT_SAMPLER:
         words += ["--sampler", train.sampler.value]
     if train.edges is not None:
         words += ["--task", LINK, "--num-negatives", str(train.edges.num_negatives),

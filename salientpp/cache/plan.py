@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
 from .policies import PolicyContext, policy_scores, rank_vertices
 from .vip import default_method
-from ..sampling.kinds import SamplerKind
+from ..sampling.kinds import DEFAULT_SAMPLER
 from .workload import Workload
 
 KIND = "salientpp-cache-plan"
@@ -364,7 +364,7 @@ def default_plan_name(request: "PlanRequest") -> str:
     budget = options.budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
-    sampler = "" if training.sampler is SamplerKind.NODEWISE else f"-{training.sampler.value}"
+    sampler = "" if training.sampler is DEFAULT_SAMPLER else f"-{training.sampler.value}"
     if training.edges is not None:
         sampler += "-link"
     others = "".join(f"-{f.metadata['tag']}{shown_option(getattr(options, f.name))}"
@@ -501,13 +501,14 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
     (a :class:`~salientpp.partition.PartitionedDataset`) and serves ``request`` (``None``: any
     workload, as a loader's cache serves any loader of its graph).
 
-    Node-wise and bulk node-wise sampling draw the same batches in distribution, so a plan of
-    one serves the other; a LADIES plan serves LADIES only (its fanouts are layer sizes). A plan
-    scored for link prediction (edge seeds) serves link training only, and the other way round.
-    A request with options (the plan at the default location) must match every field of
-    :class:`PlanOptions`. The message says how to build a fitting plan: into another directory
-    for a plan the user chose, else in the place of the one found, once it is removed (an
-    existing plan directory is never overwritten).
+    A plan serves the sampler kinds of the distribution it was built for
+    (``SamplerKind.distribution``): node-wise and bulk node-wise sampling draw the same batches in
+    distribution, so a plan of one serves the other; a LADIES plan serves LADIES only (its fanouts
+    are layer sizes). A plan scored for link prediction (edge seeds) serves link training only,
+    and the other way round. A request with options (the plan at the default location) must
+    match every field of :class:`PlanOptions`. The message says how to build a fitting plan: into
+    another directory for a plan the user chose, else in the place of the one found, once it is
+    removed (an existing plan directory is never overwritten).
     """
     part_dir, plan_dir, planned = data.path, info.path, info.meta.training
 
@@ -522,7 +523,7 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
     if request is None:
         return CheckedPlan(info)
     wanted = request.workload
-    if (planned.sampler is SamplerKind.LADIES) != (wanted.sampler is SamplerKind.LADIES):
+    if planned.sampler.distribution != wanted.sampler.distribution:
         raise InputError(f"{plan_dir} was built for the {planned.sampler.value} sampler but training uses "
                          f"{wanted.sampler.value}; {rebuild('--sampler ' + wanted.sampler.value)}")
     if (planned.edges is None) != (wanted.edges is None):

@@ -74,6 +74,11 @@ over-estimate (a vertex absent from :math:`S^{h-1}` was not drawn through its ne
 were less likely in the layer before): the ``method`` choices apply with these weights, and
 ``cavity`` is LADIES's default (:func:`default_method`). ``bench vip --sampler ladies`` measures them.
 
+**Sampler kinds.** A kind's ``distribution`` (:class:`~salientpp.sampling.SamplerKind`) selects
+its pick weights :math:`w_h` in :data:`VIP_MODELS`, never the kind itself: node-wise and bulk
+node-wise draw the ``"nodewise"`` distribution, LADIES the ``"ladies"`` one. A kind of a new
+distribution needs its weights there (:func:`vip_model` refuses it until then).
+
 **Link prediction** (:class:`~salientpp.sampling.link_loader.LinkNeighborLoader`). Partition k's
 seeds are its :math:`E_k` edges (those whose source it owns). The ranks run
 :math:`S = \max_j \lceil E_j / b \rceil` batches in lockstep: partition k shuffles its edges and
@@ -116,14 +121,14 @@ edges are not graph edges.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numba
 import numpy as np
 from numba import njit, prange
 
 from ..errors import InputError, check_int
-from ..sampling.kinds import SamplerKind, check_fanouts, check_sampler
+from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_fanouts, check_replace, check_sampler
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 from .workload import Workload, check_batch_size, lockstep_steps
 
@@ -131,9 +136,10 @@ METHODS = ("exact", "taylor", "cavity")
 
 
 def default_method(sampler: SamplerKind | str) -> str:
-    """The VIP estimate used unless one is chosen: ``exact`` for node-wise sampling, ``cavity`` for
-    LADIES, whose plain recurrence over-estimates by 4-12% from hop 2 on (``bench vip``, docs/cache.md)."""
-    return "cavity" if check_sampler(sampler) is SamplerKind.LADIES else "exact"
+    """The VIP estimate used unless one is chosen, the sampler kind's ``default_vip_method``:
+    ``exact`` for node-wise sampling, ``cavity`` for LADIES, whose plain recurrence over-estimates
+    by 4-12% from hop 2 on (``bench vip``, docs/cache.md)."""
+    return check_sampler(sampler).default_vip_method
 
 
 @njit(parallel=True, cache=True)
@@ -307,7 +313,7 @@ def _as_csr(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequence[np.ndarray],
                             fanouts: Sequence[int], batch_size: int, *, num_batches: int | None = None,
                             replace: bool = False, method: str = "exact", return_hops: bool = False,
-                            num_threads: int | None = None, sampler: SamplerKind | str = SamplerKind.NODEWISE,
+                            num_threads: int | None = None, sampler: SamplerKind | str = DEFAULT_SAMPLER,
                             seed_probs: np.ndarray | None = None) -> np.ndarray | list[np.ndarray]:
     """Per-minibatch inclusion probability of every vertex, for every partition at once.
 
@@ -327,7 +333,8 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
         method: ``"exact"``, ``"taylor"`` or ``"cavity"`` (see the module docstring).
         return_hops: return ``[p^0, ..., p^L]`` instead of ``p^L``.
         num_threads: numba threads (default: numba's, i.e. all cores).
-        sampler: node-wise and bulk node-wise share the recurrence above; ``"ladies"`` uses it with
+        sampler: the sampler kind; its ``distribution`` picks the weights (:data:`VIP_MODELS`):
+            node-wise and bulk node-wise share the recurrence above; ``"ladies"`` uses it with
             LADIES's pick weights (``fanouts`` = layer sizes; see the module docstring).
         seed_probs: float64 ``[N, K]`` :math:`p^0` to start from instead of ``1/S`` on the seed
             sets (e.g. :func:`link_seed_probabilities`; ``seed_sets`` then only gives K).
@@ -340,6 +347,8 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
         raise InputError(f"unknown VIP method {method!r}; choose one of {', '.join(METHODS)}")
     sampler = check_sampler(sampler)
     fanouts = check_fanouts(fanouts, sampler)
+    replace = check_replace(replace, sampler)
+    weights_of = vip_model(sampler)
     batch_size = check_batch_size(batch_size)
     rowptr, col = _as_csr(rowptr, col)
     num_nodes = rowptr.shape[0] - 1
@@ -357,8 +366,8 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     weights = [None]
     for fanout in fanouts:
         prev = hops[-1]
-        if sampler is SamplerKind.LADIES:  # a pick weight per partition: one column at a time
-            w = ladies_weights(degree, fanout, prev)
+        w = weights_of(degree, fanout, replace, prev)
+        if w.ndim == 2:  # a pick weight per partition: one column at a time
             out = np.empty_like(prev)
             for k in range(prev.shape[1]):
                 column = _hop(method, rowptr, col, np.ascontiguousarray(w[:, k]),
@@ -367,7 +376,6 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
                               None if len(hops) < 2 else np.ascontiguousarray(hops[-2][:, k:k + 1]))
                 out[:, k] = column[:, 0]
         else:
-            w = pick_weights(degree, fanout, replace)
             out = _hop(method, rowptr, col, w, prev, weights[-1], None if len(hops) < 2 else hops[-2])
         np.clip(out, 0.0, 1.0, out=out)
         if not return_hops and len(hops) >= 2:
@@ -398,6 +406,24 @@ def ladies_weights(degree: np.ndarray, layer_size: int, prev: np.ndarray) -> np.
     total = prev.T @ inv_degree  # E[Z] per partition, [K]
     rate = np.divide(float(layer_size), total, out=np.zeros_like(total), where=total > 0)
     return -np.expm1(-np.outer(inv_degree**2, rate))
+
+
+# The pick weights w_h of each distribution a sampler kind draws from (``SamplerKind.distribution``),
+# ``weights(degree, fanout, replace, prev)`` with ``prev`` = p^{h-1} ``[N, K]``: float64 ``[N]`` (the
+# same for every partition) or ``[N, K]``. A kind of another distribution needs its model here.
+VIP_MODELS: dict[str, Callable[[np.ndarray, int, bool, np.ndarray], np.ndarray]] = {
+    "nodewise": lambda degree, fanout, replace, prev: pick_weights(degree, fanout, replace),
+    "ladies": lambda degree, fanout, replace, prev: ladies_weights(degree, fanout, prev),
+}
+
+
+def vip_model(sampler: SamplerKind | str) -> Callable[[np.ndarray, int, bool, np.ndarray], np.ndarray]:
+    """The pick weights of ``sampler``'s distribution (:data:`VIP_MODELS`), or :class:`InputError`."""
+    kind = check_sampler(sampler)
+    if kind.distribution not in VIP_MODELS:
+        raise InputError(f"the VIP analysis has no model of the {kind.distribution} distribution that the "
+                         f"{kind.value} sampler draws; add its pick weights to VIP_MODELS in salientpp/cache/vip.py")
+    return VIP_MODELS[kind.distribution]
 
 
 def neighbour_sum(rowptr: np.ndarray, col: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..data.format import SPLITS
 from ..errors import InputError, check_int
-from ..sampling.kinds import SamplerKind, check_fanouts, check_sampler
+from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_fanouts, check_replace, check_sampler
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 
 
@@ -53,12 +53,13 @@ class Workload:
         batch_size: the most seeds per minibatch: every partition runs :meth:`lockstep_steps`
             batches per epoch, ``S = max_k ceil(|seeds_k| / batch_size)``, balanced within
             the partition.
-        replace: sampling with replacement (``f`` draws, duplicates merged) instead of without.
+        replace: sampling with replacement (``f`` draws, duplicates merged) instead of without
+            (refused for a kind that always replaces: :func:`~salientpp.sampling.kinds.check_replace`).
         splits: the seed sets of each partition it runs over, e.g. ``("train",)`` or ``("valid", "test")``.
         weight: passes of this workload per training epoch (1 for training itself; e.g. 0.2 for
             sampled inference every fifth epoch). Scores and fetched rows add up with this weight.
-        sampler: how the minibatches are drawn (:class:`~salientpp.sampling.SamplerKind`); for
-            LADIES, ``fanouts`` are the nodes drawn per layer.
+        sampler: how the minibatches are drawn (:class:`~salientpp.sampling.SamplerKind`); for a
+            kind with ``layer_sizes`` (LADIES), ``fanouts`` are the nodes drawn per layer.
         edges: ``None`` for node seeds; an :class:`EdgeSeeds` for link prediction, whose seeds are
             the splits' held-out edges (whose sources the partition owns) and ``batch_size``
             counts edges.
@@ -69,14 +70,13 @@ class Workload:
     replace: bool = False
     splits: tuple[str, ...] = ("train",)
     weight: float = 1.0
-    sampler: SamplerKind = SamplerKind.NODEWISE
+    sampler: SamplerKind = DEFAULT_SAMPLER
     edges: EdgeSeeds | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampler", check_sampler(self.sampler))
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts, self.sampler))
-        if self.replace and self.sampler is SamplerKind.LADIES:
-            raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
+        object.__setattr__(self, "replace", check_replace(self.replace, self.sampler))
         object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))
         splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
         if not splits or any(s not in SPLITS for s in splits):

@@ -33,8 +33,8 @@ from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
 from ..errors import InputError, check_int
 from ..host import ThreadBudget, local_world_size, sampler_read_ahead
-from ..sampling import MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts, make_sampler
-from ..sampling.kinds import check_sampler
+from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
+                        check_sampler, make_sampler)
 from ..sampling import MFG
 from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
@@ -145,10 +145,12 @@ class DistNeighborLoader:
             to allow them except on the training split.
         gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
             decides it itself); by default ``salientpp analyze``'s and ``train``'s.
-        sampler: ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
+        sampler: the sampler kind (:class:`~salientpp.sampling.SamplerKind` or its name):
+            ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
             ``minibatches_per_bulk`` batches at a time with sparse-matrix operations) or ``"ladies"``
             (layer-wise: ``fanouts`` are nodes per layer, and each MFG carries ``edge_weight``,
-            which the model must use; see :class:`~salientpp.sampling.BulkSampler`).
+            which the model must use; see :class:`~salientpp.sampling.BulkSampler`), or any kind
+            registered with :func:`~salientpp.sampling.register_sampler`.
         minibatches_per_bulk: batches a bulk sampler draws at once (the batches do not depend on it).
         low_priority: run the sampling threads at a lower scheduling priority, so that they fill
             the time the training thread waits instead of taking its cores (``None``: the thread
@@ -173,7 +175,7 @@ class DistNeighborLoader:
                  replace: bool = False, num_threads: int | None = None, pipeline_depth: int | None = None,
                  read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
                  allow_empty: bool | None = None, gpu_fraction: float = GPU_FRACTION, low_priority: bool | None = None,
-                 sampler: str | SamplerKind = SamplerKind.NODEWISE, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
+                 sampler: str | SamplerKind = DEFAULT_SAMPLER, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
         self.graph = graph
         self.sampler = check_sampler(sampler)

@@ -32,7 +32,8 @@ devices' generators give different, equally distributed, batches).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,10 +42,11 @@ import torch
 from .._ext import extension
 from ..errors import InputError, check_int
 from .convert import as_int64_tensor
-from .kinds import SamplerKind, check_fanouts
+from .kinds import SamplerKind, check_fanouts, check_replace, register_sampler
 from .sampler import MFG, BaseSampler, FetchPlan, SampledBatch, check_csr_ends
 
-METHODS = ("nodewise", "ladies")
+# ``method`` -> the kind it draws.
+METHODS = {"nodewise": SamplerKind.BULK, "ladies": SamplerKind.LADIES}
 
 
 def stream_seed(seed: int, batch_index: int) -> int:
@@ -109,7 +111,9 @@ class BulkSampler(BaseSampler):
 
     The output is the node-wise sampler's :class:`~salientpp.sampling.SampledBatch` with one
     :class:`~salientpp.sampling.MFG` per layer (model order); LADIES MFGs carry ``edge_weight``.
-    See the module docstring for the two methods and their distributions.
+    See the module docstring for the two methods and their distributions: ``method`` picks the
+    kind, ``bulk`` or ``ladies`` (:data:`METHODS`). A loader runs it in one background thread
+    that samples ``minibatches_per_bulk`` batches at a time (:meth:`_epoch_batches`).
 
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: CSR of a symmetric graph (numpy arrays,
@@ -128,12 +132,10 @@ class BulkSampler(BaseSampler):
         if method not in METHODS:
             raise InputError(f"unknown bulk sampling method {method!r}; choose one of {', '.join(METHODS)}")
         check_int(minibatches_per_bulk, "minibatches_per_bulk (--bulk-size)")
-        self.kind = SamplerKind.LADIES if method == "ladies" else SamplerKind.BULK
+        self.kind = METHODS[method]
         self.fanouts = list(check_fanouts(fanouts, self.kind))
-        if replace and self.kind is SamplerKind.LADIES:
-            raise InputError("LADIES always draws its layer nodes with replacement; drop --replace")
+        self.replace = check_replace(replace, self.kind)
         self.minibatches_per_bulk = int(minibatches_per_bulk)
-        self.replace = bool(replace)
         self.device = torch.device(device)
         rowptr_t, col_t = _device_csr(rowptr, "rowptr", self.device), _device_csr(col, "col", self.device)
         check_csr_ends(rowptr_t, col_t)
@@ -146,6 +148,17 @@ class BulkSampler(BaseSampler):
         """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``, with labels and fetch plan."""
         (batch,) = self.sample_bulk([seeds], seed, batch_index)
         return attach(batch, labels, labels_offset, fetch)
+
+    def _epoch_batches(self, order: torch.Tensor, bounds: list[int], seed: int, first: int,
+                       labels: torch.Tensor | None, labels_offset: int, fetch) -> Iterator[SampledBatch]:
+        """The batches ``first:`` of :meth:`start_epoch`, ``minibatches_per_bulk`` at a time (one
+        background thread; torch's intra-op threads do the work, with the GIL released)."""
+        num_batches = len(bounds) - 1
+        for start in range(first, num_batches, self.minibatches_per_bulk):
+            stop = min(start + self.minibatches_per_bulk, num_batches)
+            bulk = self.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
+            for batch in bulk:
+                yield attach(batch, labels, labels_offset, fetch)
 
     def sample_bulk(self, seed_lists: Sequence[torch.Tensor], seed: int, first_index: int) -> list[SampledBatch]:
         """Samples ``len(seed_lists)`` minibatches in one bulk step.
@@ -345,3 +358,7 @@ def attach(batch: SampledBatch, labels: torch.Tensor | None, labels_offset: int,
     if fetch is not None:
         batch.fetch = FetchPlan(**extension().plan_fetch(fetch, batch.n_id.cpu().contiguous()))
     return batch
+
+
+register_sampler(SamplerKind.BULK, functools.partial(BulkSampler, method="nodewise"))
+register_sampler(SamplerKind.LADIES, functools.partial(BulkSampler, method="ladies"))

@@ -6,10 +6,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .bulk import BulkSampler, stream_seed
+from .bulk import stream_seed
 from .link import LinkSeeds, NegativeSampling, check_negative_sampling, check_num_negatives, draw_link_seeds
 from .loader import NeighborLoader
-from .sampler import FetchContext, NeighborSampler
+from .sampler import BaseSampler, FetchContext
 
 
 def check_edges(edges: torch.Tensor | np.ndarray, num_nodes: int, what: str) -> torch.Tensor:
@@ -36,7 +36,7 @@ class LinkNeighborLoader(NeighborLoader):
     indexes them).
 
     Args:
-        sampler: a :class:`NeighborSampler` or a node-wise :class:`BulkSampler`.
+        sampler: a :class:`~salientpp.sampling.sampler.BaseSampler` of any kind, as for :class:`NeighborLoader`.
         edges: int64 ``[2, E]`` positive edges (global ids).
         batch_size: the most positive edges per batch.
         num_negatives: negatives per positive (>= 1); negative_sampling: ``"uniform"`` or
@@ -47,7 +47,7 @@ class LinkNeighborLoader(NeighborLoader):
             :class:`NeighborLoader`.
     """
 
-    def __init__(self, sampler: NeighborSampler | BulkSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
+    def __init__(self, sampler: BaseSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
                  num_negatives: int = 1, negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
                  shuffle: bool = True, seed: int = 0, num_threads: int = 1, read_ahead: int = 4,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,

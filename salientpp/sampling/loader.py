@@ -1,22 +1,18 @@
-"""An iterable loader: the C++ thread pool (or a bulk sampler) samples an epoch's batches, in order."""
+"""An iterable loader: a sampler of any kind samples an epoch's batches ahead of the consumer, in order."""
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 
-from .._ext import extension
 from ..errors import InputError, check_int
 from .convert import as_int64_tensor
-from .bulk import BulkSampler, attach
-from .sampler import FetchContext, NeighborSampler, SampledBatch, batch_from_extension, check_labels, check_seeds
+from .sampler import BaseSampler, BatchWorker, FetchContext, SampledBatch, check_labels, check_seeds
 
 
 class NeighborLoader:
-    """Iterates over minibatches of ``seeds`` sampled by ``sampler`` in C++ worker threads.
+    """Iterates over minibatches of ``seeds`` sampled by ``sampler`` in worker threads.
 
     Batch ``i`` of epoch ``e`` holds ``epoch_order()[bounds[i]:bounds[i + 1]]`` with
     ``bounds = batch_bounds()``, and is sampled with the stream ``(epoch_seed(), i)``: the same
@@ -49,14 +45,16 @@ class NeighborLoader:
     stands and :meth:`load_state_dict` makes the next iteration continue from there, with the
     same batches an uninterrupted epoch would have yielded.
 
-    With a :class:`~salientpp.sampling.BulkSampler`, one background thread samples
+    The sampler decides how its workers run (:meth:`~salientpp.sampling.sampler.BaseSampler.start_epoch`):
+    a :class:`NeighborSampler` in ``num_threads`` C++ threads; a
+    :class:`~salientpp.sampling.BulkSampler` in one background thread that samples
     ``sampler.minibatches_per_bulk`` batches at a time (torch's intra-op threads do the work, with
-    the GIL released) and keeps at most ``read_ahead`` batches ahead; ``low_priority`` lowers that
-    thread's priority, and ``num_threads`` does not apply. Batch ``i`` is still drawn from the
-    stream ``(epoch_seed(), i)`` alone, so the batches do not depend on the bulk size.
+    the GIL released; ``num_threads`` does not apply). Batch ``i`` is drawn from the stream
+    ``(epoch_seed(), i)`` alone either way, so the batches do not depend on the bulk size.
 
     Args:
-        sampler: a :class:`NeighborSampler` or a :class:`~salientpp.sampling.BulkSampler`.
+        sampler: a :class:`~salientpp.sampling.sampler.BaseSampler` of any kind
+            (:func:`~salientpp.sampling.make_sampler`).
         seeds: int64 ``[n]`` distinct node ids (e.g. the training split); ``n >= 1`` unless
             ``num_batches`` is given.
         batch_size: seeds per batch (with ``num_batches``: the most seeds a batch may hold, so
@@ -65,7 +63,7 @@ class NeighborLoader:
         drop_last: drop the last batch when it has fewer than ``batch_size`` seeds (fixed-size
             batches only).
         seed: base random seed.
-        num_threads: C++ sampling threads.
+        num_threads: sampling threads (of the C++ sampler).
         read_ahead: the most batches sampled ahead of the consumer (the sampler read-ahead; not the
             pipeline depth, which bounds the batches between sampling and the model).
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
@@ -82,17 +80,18 @@ class NeighborLoader:
             (see above).
     """
 
-    _core = None  # the C++ BatchLoader of the running iteration
-    _prefetched = None  # (epoch, worker, wrap) started on the epoch after the last one finished
+    _worker = None  # the BatchWorker of the running iteration
+    _prefetched = None  # (epoch, worker) started on the epoch after the last one finished
     _next_batch = 0  # batches the running iteration has yielded (or where the next one starts)
 
-    def __init__(self, sampler: NeighborSampler | BulkSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
+    def __init__(self, sampler: BaseSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
                  read_ahead: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
                  prefetch_next_epoch: bool = False):
-        if not isinstance(sampler, (NeighborSampler, BulkSampler)):
-            raise InputError(f"sampler must be a NeighborSampler or a BulkSampler, got {type(sampler).__name__}")
+        if not isinstance(sampler, BaseSampler):
+            raise InputError(f"sampler must be a BaseSampler such as a NeighborSampler or a BulkSampler, got "
+                             f"{type(sampler).__name__}; build one with make_sampler")
         for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("read_ahead", read_ahead)):
             check_int(value, name)
         self.sampler = sampler
@@ -188,63 +187,49 @@ class NeighborLoader:
         self.close()
         first = self._next_batch
         if prefetched is not None and (prefetched[0], first) == (self.epoch, 0):
-            core, wrap = prefetched[1:]
+            worker = prefetched[1]
         else:
             if prefetched is not None:
                 prefetched[1].close()
-            core, wrap = self._start(self.epoch, first)
-        self._core = core
-        return self._batches(core, self.batch_bounds().tolist(), first, wrap)
+            worker = self._start(self.epoch, first)
+        self._worker = worker
+        return self._batches(worker, first)
 
-    def _start(self, epoch: int, first: int) -> tuple:
-        """Workers sampling batches ``first:`` of ``epoch`` (a C++ ``BatchLoader`` or a
-        :class:`_BulkWorker`: ``next()`` and ``close()``), and ``wrap(raw, size)``, which makes
-        the :class:`SampledBatch` of what ``next()`` returns."""
-        order, bounds = self._order(epoch).contiguous(), self._bounds(epoch)
+    def _start(self, epoch: int, first: int) -> BatchWorker:
+        """The sampler's workers on batches ``first:`` of ``epoch``."""
         seed = self._epoch_keys(epoch)[1]
-        if isinstance(self.sampler, BulkSampler):
-            worker = _BulkWorker(self._bulks(order, bounds.tolist(), first, seed), self.read_ahead, self.low_priority)
-            return worker, lambda batch, size: batch
-        return extension().BatchLoader(self.sampler._core, order, bounds, seed, self.labels, self.labels_offset,
-                                       self._fetch, self.num_threads, self.read_ahead, first,
-                                       self.low_priority), batch_from_extension
+        return self.sampler.start_epoch(self._order(epoch).contiguous(), self._bounds(epoch), seed, first,
+                                        labels=self.labels, labels_offset=self.labels_offset, fetch=self._fetch,
+                                        num_threads=self.num_threads, read_ahead=self.read_ahead,
+                                        low_priority=self.low_priority)
 
-    def _batches(self, core, bounds: list[int], first: int, wrap) -> Iterator[SampledBatch]:
-        """Yields ``wrap(core.next(), batch size)`` for batches ``first:`` and stops ``core`` at
-        the end; with ``prefetch_next_epoch``, taking the last batch starts the next epoch's workers."""
+    def _batches(self, worker: BatchWorker, first: int) -> Iterator[SampledBatch]:
+        """Yields ``worker.next()`` for batches ``first:`` and stops ``worker`` at the end; with
+        ``prefetch_next_epoch``, taking the last batch starts the next epoch's workers."""
         try:
             for i in range(first, len(self)):
                 try:
-                    raw = core.next()
+                    batch = worker.next()
                 except ValueError as exc:
                     raise InputError(str(exc)) from None
-                if raw is None:
+                if batch is None:
                     raise RuntimeError("this epoch's iteration was stopped by close() or by a newer iteration "
                                        "over the same loader")
                 self._next_batch = i + 1
                 if i == len(self) - 1 and self.prefetch_next_epoch:  # this epoch's workers have nothing left
-                    self._prefetched = (self.epoch + 1, *self._start(self.epoch + 1, 0))
-                yield wrap(raw, bounds[i + 1] - bounds[i])
+                    self._prefetched = (self.epoch + 1, self._start(self.epoch + 1, 0))
+                yield batch
             self._next_batch = 0
         finally:
-            core.close()
-            if self._core is core:
-                self._core = None
-
-    def _bulks(self, order: torch.Tensor, bounds: list[int], first: int, seed: int) -> Iterator[SampledBatch]:
-        """The batches ``first:`` of an epoch with sampling seed ``seed``, ``minibatches_per_bulk`` at a time."""
-        step = self.sampler.minibatches_per_bulk
-        for start in range(first, len(self), step):
-            stop = min(start + step, len(self))
-            bulk = self.sampler.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
-            for batch in bulk:
-                yield attach(batch, self.labels, self.labels_offset, self._fetch)
+            worker.close()
+            if self._worker is worker:
+                self._worker = None
 
     def close(self) -> None:
         """Stops the worker threads of the current iteration and of a prefetched epoch, if any."""
-        if self._core is not None:
-            self._core.close()
-            self._core = None
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
         if self._prefetched is not None:
             self._prefetched[1].close()
             self._prefetched = None
@@ -258,52 +243,3 @@ def _is_empty(seeds) -> bool:
     if isinstance(seeds, (torch.Tensor, np.ndarray)):
         return seeds.ndim == 1 and seeds.shape[0] == 0
     return isinstance(seeds, (list, tuple)) and len(seeds) == 0
-
-
-class _BulkWorker:
-    """Runs ``batches`` (a generator of sampled batches) in a background thread, at most ``depth``
-    batches ahead; ``next()`` and ``close()`` as the C++ ``BatchLoader``: ``None`` once closed,
-    and the thread's exception (``ValueError`` from a corrupt graph too) raised in the consumer."""
-
-    def __init__(self, batches: Iterator[SampledBatch], depth: int, low_priority: bool):
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(batches, low_priority), name="salientpp-bulk",
-                                        daemon=True)
-        self._thread.start()
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, batches: Iterator[SampledBatch], low_priority: bool) -> None:
-        if low_priority:  # as the C++ workers; the intra-op threads this thread starts inherit it
-            extension().lower_thread_priority()
-        try:
-            for batch in batches:
-                if not self._put(batch):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            self._put(exc)
-
-    def next(self) -> SampledBatch | None:
-        while not self._stop.is_set():
-            try:
-                item = self._queue.get(timeout=0.05)
-            except queue.Empty:
-                if not self._thread.is_alive() and self._queue.empty():
-                    raise RuntimeError("the bulk sampling thread ended before its epoch did") from None
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            return item
-        return None
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()

@@ -1,12 +1,14 @@
-"""The Python face of the C++ node-wise neighbour sampler, and what every sampler returns:
+"""The sampler interface (:class:`BaseSampler`), the Python face of the C++ node-wise neighbour
+sampler (:class:`NeighborSampler`, the ``nodewise`` kind), and what every sampler returns:
 message-flow graphs (:class:`MFG`), sampled batches (:class:`SampledBatch`) and the plan of
 where each feature row of a batch comes from (:class:`FetchPlan`, made from a
 :class:`FetchContext`)."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -15,7 +17,8 @@ from .._ext import extension
 from ..errors import InputError
 from ..partition.book import PartitionBook
 from .convert import as_int64_tensor, as_tensor
-from .kinds import check_fanouts
+from .kinds import SamplerKind, check_fanouts, check_replace, register_sampler
+from .worker import ThreadWorker
 
 
 @dataclass
@@ -211,14 +214,28 @@ def batch_from_extension(raw: tuple, batch_size: int) -> SampledBatch:
     return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else FetchPlan(**fetch))
 
 
-# ---- the node-wise sampler -----------------------------------------------------------------------
+# ---- the sampler interface and the node-wise sampler ----------------------------------------------
 
 
+class BatchWorker(Protocol):
+    """What :meth:`BaseSampler.start_epoch` returns: it samples an epoch's batches in order."""
+
+    def next(self) -> SampledBatch | None:
+        """The next batch; ``None`` once closed. Raises what sampling raised (``ValueError`` for a
+        corrupt graph)."""
+
+    def close(self) -> None:
+        """Stops sampling; a batch in hand is finished first."""
 
 
 class BaseSampler(abc.ABC):
-    """What a loader needs from a sampler: ``num_nodes``, ``fanouts`` and one method that draws a
-    batch of checked seeds (:class:`NeighborSampler`, :class:`~salientpp.sampling.BulkSampler`)."""
+    """What a loader needs from a sampler, whatever its kind (:class:`NeighborSampler`,
+    :class:`~salientpp.sampling.BulkSampler`, any kind registered with
+    :func:`~salientpp.sampling.kinds.register_sampler`): ``num_nodes``, ``fanouts``,
+    :meth:`sample` for one batch and :meth:`start_epoch` for an epoch's batches.
+
+    Batch ``i`` of an epoch is drawn from the stream ``(seed, i)`` alone, so :meth:`sample` and
+    :meth:`start_epoch` give the same batch, whichever thread or bulk draws it."""
 
     num_nodes: int
     fanouts: list[int]
@@ -247,7 +264,33 @@ class BaseSampler(abc.ABC):
     @abc.abstractmethod
     def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
                 labels_offset: int, fetch) -> SampledBatch:
-        """One batch of checked ``seeds`` with checked ``labels`` and a ``_C.FetchContext`` or None."""
+        """One batch of checked ``seeds`` (possibly none: a batch of a rank without seeds) with
+        checked ``labels`` and a ``_C.FetchContext`` or None."""
+
+    def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
+                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, num_threads: int = 1,
+                    read_ahead: int = 4, low_priority: bool = False) -> BatchWorker:
+        """Starts sampling batches ``first:`` of an epoch, in order; :class:`NeighborLoader` calls it.
+
+        Batch ``i`` holds the seeds ``order[bounds[i]:bounds[i + 1]]`` (checked, possibly none) and
+        is drawn from the stream ``(seed, i)``, with ``y`` from the checked ``labels`` and a fetch
+        plan from the ``_C.FetchContext`` ``fetch``. At most ``read_ahead`` batches are sampled
+        ahead of the consumer; ``low_priority`` lowers the sampling threads' priority.
+
+        This default runs :meth:`_epoch_batches` in one background thread
+        (:class:`~salientpp.sampling.worker.ThreadWorker`; ``num_threads`` does not apply).
+
+        Args:
+            order: int64 ``[n]`` the epoch's seeds in order; bounds: int64 ``[S + 1]``.
+        """
+        batches = self._epoch_batches(order, bounds.tolist(), seed, first, labels, labels_offset, fetch)
+        return ThreadWorker(batches, read_ahead, low_priority)
+
+    def _epoch_batches(self, order: torch.Tensor, bounds: list[int], seed: int, first: int,
+                       labels: torch.Tensor | None, labels_offset: int, fetch) -> Iterator[SampledBatch]:
+        """The batches ``first:`` of :meth:`start_epoch`, one :meth:`_sample` each."""
+        for i in range(first, len(bounds) - 1):
+            yield self._sample(order[bounds[i]:bounds[i + 1]], seed, i, labels, labels_offset, fetch)
 
 
 class NeighborSampler(BaseSampler):
@@ -268,7 +311,8 @@ class NeighborSampler(BaseSampler):
     independence across nodes, a node ``u`` is in the batch after hop ``h`` with probability
     ``p^h(u) = 1 - (1 - p^{h-1}(u)) * prod_{v in N(u)} (1 - min(1, f_h / d(v)) p^{h-1}(v))``.
 
-    Randomness comes only from ``(seed, batch_index)`` (a SplitMix64 stream per batch).
+    Randomness comes only from ``(seed, batch_index)`` (a SplitMix64 stream per batch). A
+    loader's epoch runs in the C++ thread pool (:meth:`start_epoch`).
 
     Args:
         rowptr: int64 ``[N + 1]`` and col: int64 ``[nnz]``: CSR of a symmetric graph, numpy
@@ -283,8 +327,8 @@ class NeighborSampler(BaseSampler):
         rowptr_t = as_int64_tensor(rowptr, "rowptr")
         col_t = as_int64_tensor(col, "col")
         check_csr_ends(rowptr_t, col_t)
-        self.fanouts = fanouts = list(check_fanouts(fanouts))
-        self.replace = bool(replace)
+        self.fanouts = fanouts = list(check_fanouts(fanouts, SamplerKind.NODEWISE))
+        self.replace = check_replace(replace, SamplerKind.NODEWISE)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self._core = extension().Sampler(rowptr_t, col_t, fanouts, self.replace)
 
@@ -295,6 +339,40 @@ class NeighborSampler(BaseSampler):
         except ValueError as exc:
             raise InputError(str(exc)) from None
         return batch_from_extension(raw, int(seeds.shape[0]))
+
+    def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
+                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, num_threads: int = 1,
+                    read_ahead: int = 4, low_priority: bool = False) -> BatchWorker:
+        """:meth:`BaseSampler.start_epoch` in ``num_threads`` C++ threads (a ``_C.BatchLoader``)."""
+        core = extension().BatchLoader(self._core, order, bounds, seed, labels, labels_offset, fetch, num_threads,
+                                       read_ahead, first, low_priority)
+        return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist())
+
+
+class _ExtensionWorker:
+    """A ``_C.BatchLoader`` whose batches come out as :class:`SampledBatch` (a :class:`BatchWorker`);
+    ``sizes`` are the seeds of the batches it samples, in order."""
+
+    def __init__(self, core, sizes: list[int]):
+        self._core = core
+        self._sizes = iter(sizes)
+
+    def next(self) -> SampledBatch | None:
+        raw = self._core.next()
+        return None if raw is None else batch_from_extension(raw, next(self._sizes))
+
+    def close(self) -> None:
+        self._core.close()
+
+
+def _build_nodewise(rowptr, col, fanouts: Sequence[int], *, replace: bool, minibatches_per_bulk: int,
+                    device) -> NeighborSampler:
+    """The node-wise kind's sampler: one batch at a time on the CPU, so ``minibatches_per_bulk``
+    and ``device`` do not apply."""
+    return NeighborSampler(rowptr, col, fanouts, replace=replace)
+
+
+register_sampler(SamplerKind.NODEWISE, _build_nodewise)
 
 
 def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:

@@ -36,7 +36,7 @@ from ..io import check_output_location, check_unlocked, check_writable_file
 from ..models import MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..parsing import parse_memory_limit
-from ..sampling import MINIBATCHES_PER_BULK, SAMPLERS, SamplerKind, check_fanouts, parse_fanouts
+from ..sampling import DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, check_fanouts, check_sampler, parse_fanouts
 from ..sampling.link import LINK, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
 from .link import DECODERS
@@ -118,7 +118,8 @@ class Needs:
 MINIBATCH_ONLY = Needs("--mode minibatch", lambda config: config.mode == MINIBATCH)
 FULL_GRAPH_ONLY = Needs("--mode full-graph", lambda config: config.mode == FULL_GRAPH)
 LINK_ONLY = Needs("--task link", lambda config: config.task == LINK)
-BULK_ONLY = Needs("--sampler bulk or ladies", lambda config: SamplerKind(config.sampler).is_bulk)
+BULK_ONLY = Needs("--sampler " + " or ".join(name for name in SAMPLERS if check_sampler(name).draws_in_bulk),
+                  lambda config: check_sampler(config.sampler).draws_in_bulk)
 EMBEDDING_ONLY = Needs("--embedding-dim", lambda config: config.embedding_dim > 0)
 CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoint_dir))
 SAMPLED_INFERENCE_ONLY = Needs("--inference sampled in --mode minibatch",
@@ -271,7 +272,7 @@ class TrainConfig:
         needs=MINIBATCH_ONLY)
     batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
                              check=positive, agreed=True, resume_matches=True)
-    sampler: str = option(SamplerKind.NODEWISE.value, "training sampler; bulk: the same draws, many batches at "
+    sampler: str = option(DEFAULT_SAMPLER.value, "training sampler; bulk: the same draws, many batches at "
                           "once; ladies: layer-wise importance sampling, --fanouts are nodes per layer (SAGE)",
                           choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True, needs=MINIBATCH_ONLY)
     minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, "minibatches the bulk and ladies samplers draw at "
@@ -379,7 +380,7 @@ class TrainConfig:
         self._check_combinations()
         filled = self._with_defaults()
         if filled.fanouts is not None:
-            check_fanouts(filled.fanouts, SamplerKind(filled.sampler), self.layers)
+            check_fanouts(filled.fanouts, check_sampler(filled.sampler), self.layers)
         if filled.eval_fanouts is not None:
             check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
         self._check_output_paths()
@@ -424,7 +425,7 @@ class TrainConfig:
             eval_fanouts=tuple(self.eval_fanouts or (DEFAULT_EVAL_FANOUT,) * self.layers),
             eval_batch_size=self.eval_batch_size or self.batch_size,
             inference=LAYERWISE if full_graph else self.inference,
-            sampler=SamplerKind(self.sampler).value, dependencies=Dependencies(self.dependencies).value,
+            sampler=check_sampler(self.sampler).value, dependencies=Dependencies(self.dependencies).value,
             negative_sampling=NegativeSampling(self.negative_sampling).value,
             metric=None if self.metric is None else check_metric(self.metric, LINK if link else None),
             cache=None if planned else (DEFAULT_CACHE if self.cache is None else self.cache),
@@ -450,7 +451,7 @@ class TrainConfig:
             if self.inference == LAYERWISE:
                 raise InputError("--task link evaluates sampled batches of edges; use --inference sampled (with "
                                  "--eval-fanouts -1,-1,... for every neighbour)")
-        kind = SamplerKind(self.sampler)
+        kind = check_sampler(self.sampler)
         if kind.weighted:
             check_reads_edge_weights(self.model, kind.value)
         if self.embedding_dim and self.inference == LAYERWISE:

@@ -30,7 +30,7 @@ from ..io import output_errors, strict_json
 from ..loader.link_loader import DistLinkNeighborLoader
 from ..loader.loader import DistNeighborLoader
 from ..models.gnn import ExpectedOutputs, SeedForward, build_model, check_reads_edge_weights
-from ..sampling import SamplerKind
+from ..sampling import check_sampler
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
 from .checkpoint import (Checkpoint, describe_position, has_checkpoint, save_checkpoint,
@@ -314,7 +314,7 @@ class MinibatchTrainer(Trainer):
         encoder = build_model(config.model, in_dim, config.hidden, config.hidden if link else self.task.num_outputs,
                               config.layers, config.dropout)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
-        if SamplerKind(config.sampler).weighted:
+        if check_sampler(config.sampler).weighted:
             check_reads_edge_weights(encoder, config.sampler)
         self.ddp = DistributedDataParallel(encoder) if ctx.distributed else encoder
         expected = (ExpectedOutputs(config.hidden, f"a {config.hidden}-wide embedding per node (--hidden) for the "

@@ -1,0 +1,145 @@
+"""Sampler kinds: a new kind is its own module (a ``BaseSampler`` and a ``register_sampler`` call),
+and the rules of a kind (fanouts, replace) are one function wherever they apply."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from salientpp.cache.vip import default_method, inclusion_probabilities
+from salientpp.cache.workload import Workload
+from salientpp.cli import main
+from salientpp.errors import InputError
+from salientpp.partition.book import PartitionBook
+from salientpp.sampling import (BaseSampler, BulkSampler, FetchContext, NeighborLoader, NeighborSampler, SamplerKind,
+                                check_fanouts, check_replace, check_sampler, kinds, make_sampler, parse_fanouts,
+                                register_sampler)
+from salientpp.sampling.kinds import sampler_names
+from salientpp.train import TrainConfig
+
+from test_bulk_sampler import assert_same_batch
+from test_sampler import random_graph
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """Kinds registered in a test are forgotten after it."""
+    monkeypatch.setattr(kinds, "_REGISTERED", dict(kinds._REGISTERED))
+
+
+# ---- a new kind, as its own module would define it ---------------------------------------------------------------
+
+# Node-wise draws whose fanouts must all be >= 1 (the layer-size rule), drawn one batch at a time
+# by the C++ sampler's ``_sample`` in the thread that BaseSampler.start_epoch runs by default.
+TINY = SamplerKind("tiny", "TINY", "nodewise", layer_sizes=True)
+
+
+class TinySampler(BaseSampler):
+    def __init__(self, rowptr, col, fanouts, *, replace, minibatches_per_bulk, device):
+        self.fanouts = list(check_fanouts(fanouts, TINY))
+        self.inner = NeighborSampler(rowptr, col, self.fanouts, replace=check_replace(replace, TINY))
+        self.num_nodes = self.inner.num_nodes
+
+    def _sample(self, seeds, seed, batch_index, labels, labels_offset, fetch):
+        return self.inner._sample(seeds, seed, batch_index, labels, labels_offset, fetch)
+
+
+def test_a_new_kind_takes_its_own_module_and_the_loader_iterates_it(registry):
+    assert register_sampler(TINY, TinySampler) is TINY
+    assert check_sampler("tiny") is TINY and check_sampler(TINY) is TINY and sampler_names()[-1] == "tiny"
+    with pytest.raises(InputError, match="TINY samples a number of nodes per layer"):
+        parse_fanouts("4,-1", TINY)
+    with pytest.raises(InputError, match="TINY samples a number of nodes per layer"):
+        make_sampler(*random_graph(50, 200, seed=1), [4, -1], "tiny")
+    with pytest.raises(ValueError, match="registered already"):
+        register_sampler(SamplerKind("tiny", "TINY 2", "nodewise"), TinySampler)
+
+    rowptr, col = random_graph(200, 1200, seed=3)
+    sampler = make_sampler(rowptr, col, [4, 3], "tiny")
+    assert isinstance(sampler, TinySampler)
+    labels = torch.from_numpy(np.random.default_rng(0).integers(0, 5, 200))
+    fetch = FetchContext(PartitionBook(np.array([0, 100, 200])), 0, pin=False)
+    options = dict(seeds=torch.arange(0, 200, 3), batch_size=10, seed=7, labels=labels, fetch=fetch, num_batches=9,
+                   num_threads=2, read_ahead=2)
+    tiny = NeighborLoader(sampler, **options)
+    cpp = NeighborLoader(NeighborSampler(rowptr, col, [4, 3]), **options)
+    # Batch i of an epoch comes from the stream (epoch seed, i) whichever worker draws it.
+    for epoch in (0, 1):
+        tiny.set_epoch(epoch)
+        cpp.set_epoch(epoch)
+        ours, theirs = list(tiny), list(cpp)
+        assert len(ours) == len(theirs) == 9
+        for a, b in zip(ours, theirs):
+            assert_same_batch(a, b)
+            assert torch.equal(a.y, b.y) and torch.equal(a.fetch.remote_id, b.fetch.remote_id)
+    tiny.load_state_dict({"epoch": 1, "next_batch": 6})  # resumed: the same batches 6, 7, 8
+    for a, b in zip(list(tiny), theirs[6:], strict=True):
+        assert_same_batch(a, b)
+
+    # Its distribution is node-wise: the VIP analysis models it as it does the C++ sampler.
+    assert default_method("tiny") == "exact"
+    seeds = [np.arange(0, 100, 7), np.arange(100, 200, 7)]
+    assert np.array_equal(inclusion_probabilities(rowptr, col, seeds, [4, 3], 4, sampler="tiny"),
+                          inclusion_probabilities(rowptr, col, seeds, [4, 3], 4, sampler="nodewise"))
+
+
+def test_the_registry_forgets_a_kind_after_its_test():
+    assert "tiny" not in sampler_names()
+    with pytest.raises(InputError, match="unknown sampler 'tiny'; choose one of nodewise, bulk, ladies"):
+        check_sampler("tiny")
+
+
+def test_a_kind_of_a_distribution_without_a_vip_model_is_refused_by_the_vip_analysis(registry):
+    register_sampler(SamplerKind("fancy", "FANCY", "fancy"), TinySampler)
+    with pytest.raises(InputError, match="no model of the fancy distribution that the fancy sampler draws"):
+        inclusion_probabilities(*random_graph(20, 60, seed=2), [np.array([0])], [2], 1, sampler="fancy")
+
+
+def test_a_loader_refuses_what_is_not_a_sampler():
+    with pytest.raises(InputError, match="sampler must be a BaseSampler"):
+        NeighborLoader(object(), [0], 1)
+
+
+# ---- one rule, wherever it applies ----------------------------------------------------------------------------------
+
+def _message(call) -> str:
+    with pytest.raises(InputError) as info:
+        call()
+    return str(info.value)
+
+
+def test_the_replace_rule_is_one_sentence_wherever_it_applies():
+    rowptr, col = random_graph(50, 200, seed=4)
+    sentence = _message(lambda: check_replace(True, SamplerKind.LADIES))
+    assert sentence == "LADIES always draws its nodes with replacement; drop --replace"
+    assert _message(lambda: Workload((64, 64), 8, replace=True, sampler="ladies")) == sentence
+    assert _message(lambda: BulkSampler(rowptr, col, [64, 64], method="ladies", replace=True)) == sentence
+    assert _message(lambda: make_sampler(rowptr, col, [64, 64], "ladies", replace=True)) == sentence
+    assert _message(lambda: inclusion_probabilities(rowptr, col, [np.array([0])], [64, 64], 1, replace=True,
+                                                    sampler="ladies")) == sentence
+    # The kinds that draw without replacement take the flag.
+    assert Workload((4, 4), 8, replace=True, sampler="bulk").replace is True
+    assert make_sampler(rowptr, col, [4, 4], "bulk", replace=True).replace is True
+
+
+def test_the_fanout_rule_is_one_sentence_wherever_it_applies(tmp_path, capsys):
+    rowptr, col = random_graph(50, 200, seed=5)
+    sentence = _message(lambda: check_fanouts([64, 0], SamplerKind.LADIES))
+    assert sentence.startswith("LADIES samples a number of nodes per layer, so every entry of fanouts must be >= 1")
+    assert _message(lambda: Workload((64, 0), 8, sampler="ladies")) == sentence
+    assert _message(lambda: BulkSampler(rowptr, col, [64, 0], method="ladies")) == sentence
+    assert _message(lambda: make_sampler(rowptr, col, [64, 0], "ladies")) == sentence
+    assert _message(lambda: parse_fanouts("64,0", SamplerKind.LADIES)) == sentence
+    assert _message(lambda: inclusion_probabilities(rowptr, col, [np.array([0])], [64, 0], 1,
+                                                    sampler="ladies")) == sentence
+    assert _message(lambda: TrainConfig(str(tmp_path), layers=2, fanouts=(64, 0), sampler="ladies").validate()
+                    ) == sentence
+
+    # bench sampler checks its --ladies-fanouts by the same rule, named by its option, and their
+    # number by the same rule too: one per hop of --fanouts.
+    for ladies, values in (("0,64,64", [0, 64, 64]), ("64,64", [64, 64])):
+        expected = _message(lambda: check_fanouts(values, SamplerKind.LADIES, 3, "--ladies-fanouts"))
+        assert main(["bench", "sampler", str(tmp_path / "absent"), "--samplers", "ladies", "--fanouts", "4,3,2",
+                     "--ladies-fanouts", ladies]) == 2
+        assert capsys.readouterr().err.strip() == f"salientpp bench: error: {expected}"
+    assert expected == "--ladies-fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"
