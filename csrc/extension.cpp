@@ -17,7 +17,7 @@ namespace {
 
 py::object tensor_or_none(const torch::Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
-py::dict fetch_to_python(const FetchPlan& p) {
+py::dict origins_to_python(const RowOrigins& p) {
   py::dict d;
   d["owned_pos"] = p.owned_pos;
   d["owned_row"] = p.owned_row;
@@ -32,11 +32,11 @@ py::dict fetch_to_python(const FetchPlan& p) {
   return d;
 }
 
-// (n_id, [(num_src, num_dst, rowptr, edge_index) per hop, hop order], y | None, fetch dict | None)
+// (n_id, [(num_src, num_dst, rowptr, edge_index) per hop, hop order], y | None, row origins dict | None)
 py::tuple batch_to_python(const Batch& b) {
   py::list hops;
   for (const Layer& l : b.hops) hops.append(py::make_tuple(l.num_src, l.num_dst, l.rowptr, l.edge_index));
-  py::object fetch = b.fetch.has_value() ? py::object(fetch_to_python(*b.fetch)) : py::none();
+  py::object fetch = b.origins.has_value() ? py::object(origins_to_python(*b.origins)) : py::none();
   return py::make_tuple(b.n_id, hops, tensor_or_none(b.y), fetch);
 }
 
@@ -50,7 +50,7 @@ Labels make_labels(std::optional<torch::Tensor> values, int64_t offset) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "salientpp C++ kernels: neighbour sampling, fetch planning, row gathers, model-step ops";
+  m.doc() = "salientpp C++ kernels: neighbour sampling, finding row origins, row gathers, model-step ops";
   py::class_<FetchContext>(m, "FetchContext")
       .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
                        int64_t num_device_slots, std::optional<torch::Tensor> local_x,
@@ -116,17 +116,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("close", &BatchLoader::close, py::call_guard<py::gil_scoped_release>());
 
   m.def(
-      "plan_fetch",
+      "row_origins",
       [](const FetchContext& ctx, torch::Tensor n_id) {
         TORCH_CHECK(n_id.dim() == 1 && n_id.scalar_type() == torch::kInt64 && n_id.is_contiguous() &&
                         n_id.device().is_cpu(),
                     "n_id must be a contiguous 1-D int64 CPU tensor");
-        FetchPlan plan;
+        RowOrigins origins;
         {
           py::gil_scoped_release release;
-          plan = plan_fetch(ctx, n_id.data_ptr<int64_t>(), n_id.size(0));
+          origins = row_origins(ctx, n_id.data_ptr<int64_t>(), n_id.size(0));
         }
-        return fetch_to_python(plan);
+        return origins_to_python(origins);
       },
       py::arg("ctx"), py::arg("n_id"));
 

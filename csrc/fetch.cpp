@@ -16,7 +16,7 @@ constexpr int64_t kAhead = 16;
 
 }  // namespace
 
-FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes) {
+RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes) {
   const int64_t* offsets = ctx.offsets.data_ptr<int64_t>();
   const int64_t num_parts = ctx.offsets.size(0) - 1;
   const int64_t rank = ctx.rank;
@@ -56,29 +56,29 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
 
   // Pinned when the rows go to a GPU, so that their host-to-device copies are asynchronous.
   auto make = [&](int64_t n) { return torch::empty({n}, torch::TensorOptions(torch::kInt64).pinned_memory(ctx.pin)); };
-  FetchPlan plan;
-  plan.owned_pos = make(n_owned);
-  plan.owned_row = make(n_owned);
-  plan.remote_id = make(n_remote);
-  plan.remote_pos = make(n_remote);
-  plan.remote_counts = make(num_parts);
-  plan.device_pos = make(n_device);
-  plan.device_slot = make(n_device);
-  plan.host_pos = make(n_host);
-  plan.host_slot = make(n_host);
-  std::copy(count.begin(), count.begin() + num_parts, plan.remote_counts.data_ptr<int64_t>());
+  RowOrigins origins;
+  origins.owned_pos = make(n_owned);
+  origins.owned_row = make(n_owned);
+  origins.remote_id = make(n_remote);
+  origins.remote_pos = make(n_remote);
+  origins.remote_counts = make(num_parts);
+  origins.device_pos = make(n_device);
+  origins.device_slot = make(n_device);
+  origins.host_pos = make(n_host);
+  origins.host_slot = make(n_host);
+  std::copy(count.begin(), count.begin() + num_parts, origins.remote_counts.data_ptr<int64_t>());
 
   const int64_t* local_row = ctx.local_row.defined() ? ctx.local_row.data_ptr<int64_t>() : nullptr;
-  const int64_t num_local = offsets[rank + 1] - offsets[rank];
-  const int64_t num_rows = ctx.local_x.defined() ? ctx.local_x.size(0) : num_local;
-  int64_t* owned_pos = plan.owned_pos.data_ptr<int64_t>();
-  int64_t* owned_row = plan.owned_row.data_ptr<int64_t>();
-  int64_t* remote_id = plan.remote_id.data_ptr<int64_t>();
-  int64_t* remote_pos = plan.remote_pos.data_ptr<int64_t>();
-  int64_t* device_pos = plan.device_pos.data_ptr<int64_t>();
-  int64_t* device_slot = plan.device_slot.data_ptr<int64_t>();
-  int64_t* host_pos = plan.host_pos.data_ptr<int64_t>();
-  int64_t* host_slot = plan.host_slot.data_ptr<int64_t>();
+  const int64_t num_owned = offsets[rank + 1] - offsets[rank];
+  const int64_t num_rows = ctx.local_x.defined() ? ctx.local_x.size(0) : num_owned;
+  int64_t* owned_pos = origins.owned_pos.data_ptr<int64_t>();
+  int64_t* owned_row = origins.owned_row.data_ptr<int64_t>();
+  int64_t* remote_id = origins.remote_id.data_ptr<int64_t>();
+  int64_t* remote_pos = origins.remote_pos.data_ptr<int64_t>();
+  int64_t* device_pos = origins.device_pos.data_ptr<int64_t>();
+  int64_t* device_slot = origins.device_slot.data_ptr<int64_t>();
+  int64_t* host_pos = origins.host_pos.data_ptr<int64_t>();
+  int64_t* host_slot = origins.host_slot.data_ptr<int64_t>();
   // With local_x, the owned rows go straight to their positions in the batch's x, which the
   // assembly completes in place (one [num_nodes, F] buffer per batch, each owned row copied once).
   char* x_out = nullptr;
@@ -86,9 +86,9 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
   int64_t row_bytes = 0;
   if (ctx.local_x.defined()) {
     const torch::Tensor& x = ctx.local_x;
-    plan.x = torch::empty({num_nodes, x.size(1)}, x.options().pinned_memory(ctx.pin));
+    origins.x = torch::empty({num_nodes, x.size(1)}, x.options().pinned_memory(ctx.pin));
     row_bytes = x.size(1) * x.element_size();
-    x_out = static_cast<char*>(plan.x.data_ptr());
+    x_out = static_cast<char*>(origins.x.data_ptr());
     x_src = static_cast<const char*>(x.data_ptr());
   }
   const int64_t device_base = next[kDevice], host_base = next[kHost];
@@ -126,7 +126,7 @@ FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_n
     owned.pos = owned_pos;
     copy_source_rows(owned, row_bytes, x_out, num_nodes * row_bytes, 0, n_owned);
   }
-  return plan;
+  return origins;
 }
 
 }  // namespace salientpp

@@ -19,7 +19,7 @@ struct FetchContext {
 // Positions index the batch's n_id: its features are x[owned_pos] = local_x[owned_row],
 // x[remote_pos] = the rows received for remote_id, x[device_pos] = device tier[device_slot] and
 // x[host_pos] = host tier[host_slot].
-struct FetchPlan {
+struct RowOrigins {
   torch::Tensor owned_pos, owned_row;  // int64 [n_o]: positions owned by rank, their rows in local_x
   torch::Tensor x;                     // [num_nodes, F]: rows owned_pos written, the rest not yet (undefined without local_x)
   torch::Tensor remote_id, remote_pos; // int64 [n_r]: ids to request, grouped by owner (n_id order within)
@@ -29,6 +29,6 @@ struct FetchPlan {
 };
 
 // Splits n_id (int64 [num_nodes]) by owner and cache tier and writes the owned rows into x.
-FetchPlan plan_fetch(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes);
+RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes);
 
 }  // namespace salientpp

@@ -15,7 +15,7 @@ using RowSourceArgs =
 
 // Writes every source's rows into out ([rows, F], contiguous). On CPU the indices are checked and
 // the copy runs on torch's intra-op threads; on CUDA the kernel is queued on `stream` (a
-// cudaStream_t as an integer) and the indices are trusted (they come from the fetch planner,
+// cudaStream_t as an integer) and the indices are trusted (they come from the row-origin finder,
 // which checked them on the host).
 void gather_rows(torch::Tensor out, const std::vector<RowSourceArgs>& sources, int64_t stream);
 

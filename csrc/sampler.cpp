@@ -181,7 +181,7 @@ Batch Sampler::sample(const int64_t* seeds, int64_t num_seeds, uint64_t seed, ui
       y[i] = values[row];
     }
   }
-  if (fetch.has_value()) batch.fetch = plan_fetch(*fetch, ws.n_id.data(), num_nodes);
+  if (fetch.has_value()) batch.origins = row_origins(*fetch, ws.n_id.data(), num_nodes);
   return batch;
 }
 

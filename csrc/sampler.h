@@ -28,7 +28,7 @@ struct Batch {
   torch::Tensor n_id;               // int64 [num_nodes]; the first entries are the seeds, in order
   std::vector<Layer> hops;          // hops[0] expands the seeds (fanouts[0]), hops[L-1] is the last hop
   torch::Tensor y;                  // int64 [num_seeds], undefined without labels
-  std::optional<FetchPlan> fetch;   // set when the batch is sampled with a fetch context
+  std::optional<RowOrigins> origins;   // set when the batch is sampled with a fetch context
 };
 
 // Labels gathered for the seeds: y[i] = values[seeds[i] - offset].
@@ -86,7 +86,7 @@ class Sampler {
   Sampler(torch::Tensor rowptr, torch::Tensor col, std::vector<int64_t> fanouts, bool replace);
 
   // Samples the MFGs of one batch of distinct seeds with the random stream (seed, batch_index),
-  // then gathers labels and plans the feature fetch when asked. Thread-safe (const).
+  // then gathers labels and finds the row origins when asked. Thread-safe (const).
   Batch sample(const int64_t* seeds, int64_t num_seeds, uint64_t seed, uint64_t batch_index,
                const Labels& labels, const std::optional<FetchContext>& fetch, Workspace& ws) const;
 

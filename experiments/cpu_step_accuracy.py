@@ -57,7 +57,7 @@ def main() -> int:
             for name, extra in variants:
                 config = TrainConfig(str(part), epochs=args.epochs, hidden=64, layers=2, fanouts=(10, 10),
                                      batch_size=140, lr=0.01, eval_every=3, eval_fanouts=(-1, -1), seed=seed,
-                                     progress=False, cache="none", **extra)
+                                     progress=False, policy="none", **extra)
                 results[name].append(train(config).test_at_best)
                 print(f"seed {seed}: {name} {results[name][-1]:.4f}", flush=True)
     from scipy.stats import ttest_ind

@@ -16,11 +16,11 @@ _API = {
     "init_distributed": "salientpp.distributed.group",
     "shutdown_distributed": "salientpp.distributed.group",
     "DistGraph": "salientpp.loader.graph",
-    "DistNeighborLoader": "salientpp.loader.loader",
-    "Batch": "salientpp.loader.loader",
+    "DistNeighborLoader": "salientpp.loader.dist_loader",
+    "Batch": "salientpp.loader.dist_loader",
     "launch": "salientpp.distributed.group",
     "DistEmbedding": "salientpp.embedding",
-    "DistLinkNeighborLoader": "salientpp.loader.link_loader",
+    "DistLinkNeighborLoader": "salientpp.loader.dist_link_loader",
 }
 __all__ = ["__version__", *_API]
 

@@ -7,7 +7,7 @@ from .errors import InputError
 
 REBUILD = "rebuild it with `pip install --no-build-isolation -e .` in the salientpp source tree"
 # Entry points this version of the Python code calls; an older build lacks some of them.
-REQUIRED = ("Sampler", "BatchLoader", "FetchContext", "gather_rows", "plan_fetch")
+REQUIRED = ("Sampler", "BatchLoader", "FetchContext", "gather_rows", "row_origins")
 
 
 @functools.lru_cache(maxsize=1)

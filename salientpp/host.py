@@ -254,7 +254,7 @@ class ThreadBudget:
     the time the training thread waits for a collective, and take at most a quarter of a core it
     wants. A loader whose next batch a starved sampler thread has not finished samples it on the
     consuming thread instead of waiting, so the ranks never wait for a sampler. ``torch_threads`` and
-    ``sampler_threads`` given to :meth:`for_rank` (``--torch-threads``, ``--threads``) are used as
+    ``sampler_threads`` given to :meth:`for_rank` (``--torch-threads``, ``--sampler-threads``) are used as
     they are. Only when both are given and together fit in ``c`` (``torch_threads +
     sampler_threads <= c``) does every thread have a core of its own; the samplers then run at
     normal priority (:attr:`low_priority_sampler` is False).
@@ -348,7 +348,7 @@ class ThreadBudget:
         priority = "low-priority" if self.low_priority_sampler else "normal-priority"
         sampler_part = counted(self.sampler_threads, f"{priority} sampler thread")
         if self.sampler_threads_given:
-            sampler_part += " (set by --threads)"
+            sampler_part += " (set by --sampler-threads)"
         depth = self.pipeline_depth(pipeline_depth)
         if pipeline_depth is not None:
             pipeline = f"pipeline depth {depth} (as given)"

@@ -10,6 +10,35 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
 
+# Options renamed in 0.2, old flag -> new flag (one name per concept, docs/glossary.md): the old
+# flag is still accepted until the next release, and using it prints a note (salientpp.cli.main).
+RENAMED_FLAGS = {
+    "--cache": "--policy",
+    "--alphas": "--replication",
+    "--gpu-fraction": "--device-fraction",
+    "--gpu-cache-bytes": "--device-cache-bytes",
+    "--cpu-cache-bytes": "--host-cache-bytes",
+    "--inference-fanouts": "--eval-fanouts",
+    "--inference-batch-size": "--eval-batch-size",
+    "--inference-splits": "--eval-splits",
+    "--inference-weight": "--eval-weight",
+    "--threads": "--sampler-threads",
+}
+
+
+def flag_names(flag: str) -> tuple[str, ...]:
+    """``flag`` and the old name it replaced, if any (:data:`RENAMED_FLAGS`): the option strings
+    an option registers, so that the old spelling keeps working for one release."""
+    return (flag, *(old for old, new in RENAMED_FLAGS.items() if new == flag))
+
+
+def renamed_flag_notes(argv: list[str]) -> list[str]:
+    """A note for each old flag of :data:`RENAMED_FLAGS` in ``argv`` (``--old`` or ``--old=value``)."""
+    used = dict.fromkeys(word.split("=", 1)[0] for word in argv if word.split("=", 1)[0] in RENAMED_FLAGS)
+    return [f"note: {old} is now {RENAMED_FLAGS[old]}; the old name is accepted until the next release"
+            for old in used]
+
+
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
 _REAL = re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.ASCII | re.IGNORECASE)
 

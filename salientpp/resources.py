@@ -50,7 +50,7 @@ VIP_ARRAYS = 4
 SAMPLING_POLICIES = ("oracle", "vip-simulation")
 # Sampled batches a NeighborLoader keeps ready (its default read-ahead).
 LOADER_READ_AHEAD = 4
-# Bytes per batch node besides its feature rows: n_id and the fetch plan's int64 arrays.
+# Bytes per batch node besides its feature rows: n_id and the row origins' int64 arrays.
 BATCH_NODE_BYTES = 48
 # Per model: float32 tensors of width d_out per destination node, and tensors per sampled edge
 # (width d_in for SAGE and GIN, whose messages are gathered inputs; d_out for GAT's projected
@@ -250,11 +250,11 @@ def _analysis_items(num_nodes: int, num_edges: int, num_parts: int, row_bytes: i
                   + (policy == "vip-cavity" and vip_method != "cavity"))  # two memoised methods
     hops = max(len(w.fanouts) for w in workloads)
     budget.check(k, row_bytes)  # also refuses a NaN or negative budget before it is used
-    gpu_rows, cpu_rows = budget.rows(n, n, k, row_bytes)
+    device_rows, host_rows = budget.rows(n, n, k, row_bytes)
     items = {
         "VIP arrays": vip_arrays * 8 * n * k,
         "vertex work arrays": (ANALYSIS_VERTEX_WORDS + hops) * 8 * n,
-        "cache plans": 8 * n + 8 * k * (gpu_rows + cpu_rows),
+        "cache plans": 8 * n + 8 * k * (device_rows + host_rows),
     }
     if policy in SAMPLING_POLICIES:
         sizes = [batch_size_estimate(n, num_edges, w.fanouts, w.batch_size) for w in workloads]
@@ -289,7 +289,7 @@ def estimate_analyze(meta: dict[str, Any], workloads: Sequence[Workload], budget
 # ---- train --------------------------------------------------------------------------------------
 
 def _feature_batch_bytes(size: BatchSize, row_bytes: int) -> int:
-    """One batch in flight: its sampled graph and fetch plan, and its feature rows (sliced and
+    """One batch in flight: its sampled graph and row origins, and its feature rows (sliced and
     received, then assembled)."""
     return size.nodes[-1] * (row_bytes + BATCH_NODE_BYTES) + 16 * sum(size.edges)
 
@@ -320,7 +320,7 @@ def _parameter_count(dims: Sequence[int]) -> int:
 
 
 def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_size: int, hidden: int, layers: int,
-                   pipeline_depth: int, cache: str, local_ranks: int, replication: float | None = None,
+                   pipeline_depth: int, policy: str, local_ranks: int, replication: float | None = None,
                    cached_rows: int | None = None, model: str = "sage", eval_fanouts: Sequence[int] | None = None,
                    eval_batch_size: int | None = None, embedding_dim: int = 0, features: bool = True,
                    reuse_freed_memory: bool = True, sampler_threads: int = 1,
@@ -334,7 +334,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     * ``graph``: the global CSR and ``orig_id``, memory-mapped and shared by the ranks;
     * ``owned feature rows``: each rank's mapped ``part_k/x.npy`` plus the feature store's
       reordered copy, and its labels;
-    * with a cache (``cache != "none"`` and K > 1): the cached rows per rank (``cached_rows`` of
+    * with a cache (``policy != "none"`` and K > 1): the cached rows per rank (``cached_rows`` of
       an existing plan, else ``floor(replication * N / K)``), three times (the start-up all-to-all
       sends, receives and reorders them), and the int64 [N] cache-slot map with its start-up
       temporaries;
@@ -359,7 +359,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
       pair, for each training batch in flight and one evaluation batch.
 
     Args:
-        fanouts, batch_size, hidden, layers, replication, pipeline_depth, cache, model: as in
+        fanouts, batch_size, hidden, layers, replication, pipeline_depth, policy, model: as in
             :class:`~salientpp.train.TrainConfig`; ``replication`` is needed with a cache unless
             ``cached_rows`` is given.
         cached_rows: the most remote rows a partition caches in the plan the run uses, when
@@ -385,13 +385,13 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         "owned feature rows": sum(sizes) * (2 * row + 16),
     }
     analysis = 0
-    if cache != "none" and k > 1:
+    if policy != "none" and k > 1:
         if cached_rows is None:
             if replication is None:
                 raise ValueError("estimate_train needs replication or cached_rows with a cache")
             budget = Budget(replication=replication)
             workload = (Workload(tuple(fanouts), batch_size),)
-            analysis = (sum(_analysis_items(n, e, k, row, workload, budget, cache, "exact", 1).values())
+            analysis = (sum(_analysis_items(n, e, k, row, workload, budget, policy, "exact", 1).values())
                         + _node_files_bytes(n, row))
             cached_rows, _ = budget.rows(n, n, k, row)
         items["cache rows"] = ranks * 3 * cached_rows * row
@@ -440,16 +440,16 @@ def estimate_full_graph(data: PartitionedDataset, *, hidden: int, layers: int, m
                         local_ranks: int, reuse_freed_memory: bool = True) -> MemoryEstimate:
     """Peak memory of ``salientpp train --mode full-graph`` on one machine: ``local_ranks`` ranks.
 
-    Each partition's :class:`~salientpp.fullgraph.DependencyPlan` is built (``hybrid`` as
+    Each partition's :class:`~salientpp.fullgraph.DependencySchedule` is built (``hybrid`` as
     ``cache``, its upper bound: it caches a subset) and the ranks are assumed to hold the R
-    partitions whose plans need the most. Per rank, besides the process, the shared graph and
+    partitions whose schedules need the most. Per rank, besides the process, the shared graph and
     the model: its feature rows and the remote ones fetched at start-up, and the activations of
     every layer, kept for the backward pass (the input table of layer i, ``node_tensors`` rows of
     width d_{i+1} per destination as in :data:`ACTIVATION_TENSORS`, a float32 dropout mask, and
     the MFG's int64 ``[2, E]`` edges and per-edge tensors), and with ``reuse_freed_memory`` the
     freed blocks kept for reuse (:data:`KEPT_FREED_FRACTION` of the activations).
     """
-    from .fullgraph import Dependencies, plan_dependencies
+    from .fullgraph import Dependencies, schedule_dependencies
 
     n, k, e = data.num_nodes, data.num_parts, int(data.col.shape[0])
     if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
@@ -462,12 +462,12 @@ def estimate_full_graph(data: PartitionedDataset, *, hidden: int, layers: int, m
     per_rank = []
     for part in range(k):
         lo, hi = int(data.book.offsets[part]), int(data.book.offsets[part + 1])
-        plan = plan_dependencies(rowptr, col, lo, hi, np.asarray(data.part(part).train_idx), layers, mode)
-        features = plan.computed[0].shape[0] * (row + 4 * data.num_features)
+        schedule = schedule_dependencies(rowptr, col, lo, hi, np.asarray(data.part(part).train_idx), layers, mode)
+        features = schedule.computed[0].shape[0] * (row + 4 * data.num_features)
         activations = 0
         for i in range(layers):
-            sources = plan.computed[i].shape[0] + plan.fetched[i].shape[0]
-            dst, edges = plan.computed[i + 1].shape[0], plan.edges(i)
+            sources = schedule.computed[i].shape[0] + schedule.fetched[i].shape[0]
+            dst, edges = schedule.computed[i + 1].shape[0], schedule.edges(i)
             activations += 4 * (sources * dims[i] + (node_tensors + 1) * dst * dims[i + 1])
             activations += 16 * edges + 4 * edge_tensors * edges * (dims[i + 1] if model == "gat" else 0)
         per_rank.append((features + activations, features, activations))

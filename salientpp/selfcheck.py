@@ -4,7 +4,7 @@ On ``--device cuda`` it is the proof of the GPU path; on ``--device cpu`` the sa
 the CPU path (the tests run them that way). Each check is a :class:`Check` row of the table:
 
 1. the extension: loaded, built with or without CUDA kernels, and the GPUs torch sees;
-2. the row gather: the kernel against torch indexing on random fetch plans (empty parts, two
+2. the row gather: the kernel against torch indexing on random row origins (empty parts, two
    tiers, pinned host tables on CUDA), with and without output positions; the model step's
    kernels (CSR aggregation with its root term, forward and backward, and the fused ReLU +
    dropout) in float32 and bfloat16: on CUDA against the CPU kernels (forward and dropout equal
@@ -249,7 +249,7 @@ def _config(part_dir: Path, device: str, epochs: int):
     from .train import TrainConfig
 
     return TrainConfig(str(part_dir), epochs=epochs, hidden=128, layers=2, fanouts=(10, 5), batch_size=256,
-                       cache="none", device=device, seed=0, progress=False)
+                       policy="none", device=device, seed=0, progress=False)
 
 
 def _equal_batches(trainer, dataset) -> tuple[int, int]:
@@ -323,8 +323,8 @@ def _rank_features(part_dir: str, preset: str, device: str) -> tuple[int, int, d
 
     ctx = init_distributed(device)
     try:
-        config = TrainConfig(part_dir, epochs=1, hidden=16, layers=2, fanouts=(10, 5), batch_size=64, cache="vip",
-                             replication=0.5, gpu_fraction=0.3, pipeline_depth=3, device=device, seed=0,
+        config = TrainConfig(part_dir, epochs=1, hidden=16, layers=2, fanouts=(10, 5), batch_size=64, policy="vip",
+                             replication=0.5, device_fraction=0.3, pipeline_depth=3, device=device, seed=0,
                              progress=False)
         trainer = trainer_for(config, ctx)
         equal, batches = _equal_batches(trainer, synthetic_dataset(preset))
@@ -344,7 +344,7 @@ def check_ranks(device: str, work: Path, preset: str = "tiny", ranks: int = 2) -
     equal = sum(r[0] for r in results)
     batches = sum(r[1] for r in results)
     received = sum(r[2]["received"] for r in results)
-    hits = sum(r[2]["gpu_hits"] for r in results)
+    hits = sum(r[2]["device_hits"] for r in results)
     return Check(f"{preset}, {ranks} ranks, cache in both tiers: assembled x equals x[n_id]",
                  equal == batches > 0 and received > 0 and hits > 0,
                  f"{equal} of {batches} batches; {received:,.0f} rows received, {hits:,.0f} from the device tier")

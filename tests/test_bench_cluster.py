@@ -23,7 +23,7 @@ def p2(tiny_partitions, tmp_path):
 
 def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2, tmp_path, capsys):
     out = tmp_path / "cluster.json"
-    assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit,20us", "--alphas", "0,0.1,0.5",
+    assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit,20us", "--replication", "0,0.1,0.5",
                      "--policies", "vip,random", *SMALL, "--json", str(out), "--plot", str(tmp_path / "c.png")]) == 0
     result = json.loads(out.read_text())
     assert result["kind"] == bench_cluster.KIND
@@ -57,7 +57,7 @@ def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2,
 
 def test_alpha_zero_alone_runs_only_the_settings_without_a_cache(p2, tmp_path):
     out = tmp_path / "cluster.json"
-    assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit", "--alphas", "0", *SMALL,
+    assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit", "--replication", "0", *SMALL,
                      "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["setting"] for r in rows] == ["full", "partitioned", "pipelined"]
@@ -67,7 +67,7 @@ def test_alpha_zero_alone_runs_only_the_settings_without_a_cache(p2, tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (["--network", "fast"], "--network 'fast' has no rate"),
     (["--network", "1gbit", "--policies", "vip,nope"], "nope"),
-    (["--network", "1gbit", "--alphas", "0.1,,0.2"], "empty item"),
+    (["--network", "1gbit", "--replication", "0.1,,0.2"], "empty item"),
     (["--network", "1gbit", "--plot", "x.txt"], "not an image format"),
 ])
 def test_bad_options_are_one_sentence_before_any_run(p2, capsys, no_ranks, args, expected):

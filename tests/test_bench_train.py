@@ -17,7 +17,7 @@ from salientpp import host
 from salientpp.distributed.group import WorkerError
 from conftest import one_sentence
 
-TINY = ["--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--alphas", "", "--hidden", "8"]
+TINY = ["--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--replication", "", "--hidden", "8"]
 
 
 def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept(tmp_path, monkeypatch, capsys):
@@ -144,6 +144,6 @@ def test_the_gpu_fraction_reaches_the_timed_runs_configuration(tmp_path):
 
     parser = argparse.ArgumentParser()
     bench_train.add_arguments(parser)
-    given = bench_train._config(parser.parse_args([str(tmp_path), "--gpu-fraction", "1"]), "fp32")
+    given = bench_train._config(parser.parse_args([str(tmp_path), "--device-fraction", "1"]), "fp32")
     default = bench_train._config(parser.parse_args([str(tmp_path)]), "fp32")
-    assert given.gpu_fraction == 1.0 and default.gpu_fraction is None  # None: train's default
+    assert given.device_fraction == 1.0 and default.device_fraction is None  # None: train's default

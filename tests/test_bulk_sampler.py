@@ -353,8 +353,8 @@ def loader_setup():
 
 
 def check_plan(batch, x, ctx, caches) -> None:
-    """The fetch plan covers every position once, by the right source, and rebuilds x[n_id]."""
-    plan, n_id = batch.fetch, batch.n_id
+    """The row origins covers every position once, by the right source, and rebuilds x[n_id]."""
+    plan, n_id = batch.origins, batch.n_id
     owner = torch.from_numpy(ctx.book.owner(n_id.numpy()))
     positions = torch.cat([plan.owned_pos, plan.remote_pos, plan.device_pos, plan.host_pos])
     assert torch.equal(torch.sort(positions).values, torch.arange(n_id.shape[0]))
@@ -377,8 +377,8 @@ def test_a_bulk_loader_prefetching_the_next_epoch_yields_the_same_batches(loader
         assert prefetched == (epoch == 1)
         for got, expected in zip(list(loader), list(plain), strict=True):
             assert_same_batch(got, expected)
-            assert torch.equal(got.fetch.owned_pos, expected.fetch.owned_pos)
-            assert torch.equal(got.fetch.x[got.fetch.owned_pos], expected.fetch.x[expected.fetch.owned_pos])
+            assert torch.equal(got.origins.owned_pos, expected.origins.owned_pos)
+            assert torch.equal(got.origins.x[got.origins.owned_pos], expected.origins.x[expected.origins.owned_pos])
     loader.close()
 
 
@@ -398,7 +398,7 @@ def test_loader_with_bulk_sampler_yields_the_per_batch_samples(loader_setup, met
         assert_same_batch(batch, expected)
         assert torch.equal(batch.y, labels[seeds])
         for field in ("owned_pos", "owned_row", "remote_id", "remote_pos", "device_pos", "host_pos"):
-            assert torch.equal(getattr(batch.fetch, field), getattr(expected.fetch, field))
+            assert torch.equal(getattr(batch.origins, field), getattr(expected.origins, field))
         check_plan(batch, x, ctx, caches)
 
     # Stop mid-bulk (after batch 3 of bulk [3, 4, 5]) and resume in a fresh loader.

@@ -43,61 +43,61 @@ def test_replication_caches_the_top_remote_rows(parts, ctx, policy, alpha):
         remote = np.setdiff1d(np.arange(parts.num_nodes), owned)
         # alpha = K-1 is full replication: every remote row, even where a partition is smaller than N/K
         expected = remote.size if alpha == 3.0 else min(math.floor(alpha * parts.num_nodes / 4 + 1e-9), remote.size)
-        assert plan.gpu_ids.size == expected
-        assert plan.cpu_ids.size == 0
-        assert np.unique(plan.gpu_ids).size == plan.gpu_ids.size
-        assert not np.isin(plan.gpu_ids, owned).any()
+        assert plan.device_ids.size == expected
+        assert plan.host_ids.size == 0
+        assert np.unique(plan.device_ids).size == plan.device_ids.size
+        assert not np.isin(plan.device_ids, owned).any()
         scores = policy_scores(ctx, policy, k)
-        assert np.all(np.diff(scores[plan.gpu_ids]) <= 0)  # best first
-        uncached = np.setdiff1d(remote, plan.gpu_ids)
-        if plan.gpu_ids.size and uncached.size:
-            assert scores[plan.gpu_ids].min() >= scores[uncached].max()
+        assert np.all(np.diff(scores[plan.device_ids]) <= 0)  # best first
+        uncached = np.setdiff1d(remote, plan.device_ids)
+        if plan.device_ids.size and uncached.size:
+            assert scores[plan.device_ids].min() >= scores[uncached].max()
 
 
 def test_byte_budgets_are_filled_exactly_gpu_tier_first(parts, ctx):
     row = _row_bytes(parts)
-    budget = Budget(gpu_bytes=10 * row + row // 2, cpu_bytes=20 * row + 3)
+    budget = Budget(device_bytes=10 * row + row // 2, host_bytes=20 * row + 3)
     for plan in build_plans(ctx, "vip", budget):
-        assert plan.gpu_ids.size == 10 and plan.cpu_ids.size == 20
-        assert plan.gpu_ids.size * row <= budget.gpu_bytes < (plan.gpu_ids.size + 1) * row
+        assert plan.device_ids.size == 10 and plan.host_ids.size == 20
+        assert plan.device_ids.size * row <= budget.device_bytes < (plan.device_ids.size + 1) * row
         scores = policy_scores(ctx, "vip", plan.part)
-        assert scores[plan.gpu_ids].min() >= scores[plan.cpu_ids].max()
-        assert np.intersect1d(plan.gpu_ids, plan.cpu_ids).size == 0
+        assert scores[plan.device_ids].min() >= scores[plan.host_ids].max()
+        assert np.intersect1d(plan.device_ids, plan.host_ids).size == 0
     # A budget larger than the remote rows caches every remote row once, GPU tier first.
-    huge = build_plans(ctx, "degree", Budget(gpu_bytes=100 * row, cpu_bytes=10**9))
+    huge = build_plans(ctx, "degree", Budget(device_bytes=100 * row, host_bytes=10**9))
     for plan in huge:
-        assert plan.gpu_ids.size == 100
+        assert plan.device_ids.size == 100
         assert plan.num_cached == parts.num_nodes - parts.book.part_size(plan.part)
 
 
 def test_slot_map_and_local_order(parts, ctx):
     row = _row_bytes(parts)
-    plans = build_plans(ctx, "vip", Budget(gpu_bytes=7 * row, cpu_bytes=9 * row), gpu_fraction=0.3)
+    plans = build_plans(ctx, "vip", Budget(device_bytes=7 * row, host_bytes=9 * row), device_fraction=0.3)
     for plan in plans:
         slots = plan.slot_map()
         assert slots.shape == (parts.num_nodes,) and slots.dtype == np.int64
-        np.testing.assert_array_equal(slots[plan.gpu_ids], np.arange(7))
-        np.testing.assert_array_equal(slots[plan.cpu_ids], np.arange(7, 16))
+        np.testing.assert_array_equal(slots[plan.device_ids], np.arange(7))
+        np.testing.assert_array_equal(slots[plan.host_ids], np.arange(7, 16))
         assert (slots >= 0).sum() == 16
         assert np.all(slots[parts.book.owned(plan.part)] == -1)
         n_k = parts.book.part_size(plan.part)
-        np.testing.assert_array_equal(np.sort(plan.local_order), np.arange(n_k))
+        np.testing.assert_array_equal(np.sort(plan.owned_order), np.arange(n_k))
         scores = policy_scores(ctx, "vip", plan.part)[parts.book.offsets[plan.part]:][:n_k]
-        assert np.all(np.diff(scores[plan.local_order]) <= 0)
-        assert plan.num_gpu_local == math.floor(0.3 * n_k)
+        assert np.all(np.diff(scores[plan.owned_order]) <= 0)
+        assert plan.num_device_owned == math.floor(0.3 * n_k)
 
 
 def test_plan_round_trips_through_disk(parts, ctx, tmp_path):
     row = _row_bytes(parts)
-    plans = build_plans(ctx, "vip", Budget(gpu_bytes=5 * row, cpu_bytes=8 * row), gpu_fraction=0.15)
+    plans = build_plans(ctx, "vip", Budget(device_bytes=5 * row, host_bytes=8 * row), device_fraction=0.15)
     save_plans(plans, tmp_path / "plan")
     loaded = load_plans(tmp_path / "plan")
     assert len(loaded) == len(plans)
     for a, b in zip(plans, loaded):
-        for name in ("gpu_ids", "cpu_ids", "local_order"):
+        for name in ("device_ids", "host_ids", "owned_order"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
             assert getattr(b, name).dtype == np.int64
-        assert (a.part, a.gpu_fraction, a.num_gpu_local, a.meta) == (b.part, b.gpu_fraction, b.num_gpu_local, b.meta)
+        assert (a.part, a.device_fraction, a.num_device_owned, a.meta) == (b.part, b.device_fraction, b.num_device_owned, b.meta)
         np.testing.assert_array_equal(a.slot_map(), b.slot_map())
     with pytest.raises(InputError, match="already exists"):
         save_plans(plans, tmp_path / "plan")
@@ -107,15 +107,15 @@ def test_plan_round_trips_through_disk(parts, ctx, tmp_path):
 
 def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
     row = _row_bytes(parts)
-    plans = build_plans(ctx, "vip", Budget(gpu_bytes=3 * row, cpu_bytes=5 * row), 0.2)
+    plans = build_plans(ctx, "vip", Budget(device_bytes=3 * row, host_bytes=5 * row), 0.2)
     save_plans(plans, tmp_path / "p")
     info = read_plan_info(tmp_path / "p")  # meta.json only, no arrays
-    assert info.num_gpu == (3,) * 4 and info.num_cpu == (5,) * 4 and info.max_cached_rows == 8
-    assert info.gpu_fraction == 0.2 and info.num_gpu_local == tuple(p.num_gpu_local for p in plans)
+    assert info.num_device == (3,) * 4 and info.num_host == (5,) * 4 and info.max_cached_rows == 8
+    assert info.device_fraction == 0.2 and info.num_device_owned == tuple(p.num_device_owned for p in plans)
     half = plans[1].with_gpu_fraction(0.5)
-    assert half.num_gpu_local == plans[1].local_order.size // 2 and half.gpu_fraction == 0.5
-    assert half.gpu_ids is plans[1].gpu_ids and plans[1].gpu_fraction == 0.2  # the same cache, the original kept
-    with pytest.raises(InputError, match="gpu fraction 2 is outside"):
+    assert half.num_device_owned == plans[1].owned_order.size // 2 and half.device_fraction == 0.5
+    assert half.device_ids is plans[1].device_ids and plans[1].device_fraction == 0.2  # the same cache, the original kept
+    with pytest.raises(InputError, match="the device fraction 2 is outside"):
         plans[1].with_gpu_fraction(2)
 
 
@@ -138,7 +138,7 @@ def test_mismatched_plan_is_refused(parts, ctx, tmp_path):
         check(batch_size=32, built_with=None)  # a plan the user chose is not removed
     with pytest.raises(InputError, match="built with policy degree but this run asks for vip"):
         check(built_with=PlanOptions("vip", Budget(replication=0.1), 0.0, epochs=ctx.epochs))
-    with pytest.raises(InputError, match="built with gpu fraction 0.0 but this run asks for 0.5"):
+    with pytest.raises(InputError, match="built with device fraction 0.0 but this run asks for 0.5"):
         check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.5, epochs=ctx.epochs))
     with pytest.raises(InputError, match="built with seed 0 but this run asks for 3"):
         check(built_with=PlanOptions("degree", Budget(replication=0.1), 0.0, seed=3, epochs=ctx.epochs))
@@ -168,7 +168,7 @@ def test_custom_policy_in_a_few_lines(parts, ctx):
     for plan in build_plans(ctx, "test-low-degree", Budget(replication=0.2)):
         degree = np.diff(parts.rowptr)
         remote = np.setdiff1d(np.arange(parts.num_nodes), parts.book.owned(plan.part))
-        assert degree[plan.gpu_ids].max() <= degree[np.setdiff1d(remote, plan.gpu_ids)].min()
+        assert degree[plan.device_ids].max() <= degree[np.setdiff1d(remote, plan.device_ids)].min()
 
     @register_policy("test-broken")
     def broken(ctx, k):
@@ -197,12 +197,12 @@ def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
     assert _analyze(parts, "--replication", "0.1", "--out", str(tmp_path / "p")) == 0
     plan = load_plan(tmp_path / "p", 2)
     check_plan(read_plan_info(tmp_path / "p"), parts, PlanRequest((Workload(FANOUTS, 16),)))
-    assert plan.gpu_ids.size == math.floor(0.1 * parts.num_nodes / 4)
+    assert plan.device_ids.size == math.floor(0.1 * parts.num_nodes / 4)
     assert "predicted remote rows per epoch" in capsys.readouterr().out
-    assert _analyze(parts, "--policy", "degree", "--gpu-cache-bytes", "1KiB", "--cpu-cache-bytes", "0",
+    assert _analyze(parts, "--policy", "degree", "--device-cache-bytes", "1KiB", "--host-cache-bytes", "0",
                     "--name", "deg") == 0
     plan = load_plan(parts.path / "cache" / "deg", 0)
-    assert plan.gpu_ids.size == 1024 // _row_bytes(parts) and plan.cpu_ids.size == 0
+    assert plan.device_ids.size == 1024 // _row_bytes(parts) and plan.host_ids.size == 0
 
 
 @pytest.mark.parametrize("args, message", [
@@ -211,12 +211,12 @@ def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
     (["--fanouts", "10,-3", "--replication", "0.1"], "fanout -3 is invalid"),
     (["--replication", "-0.1"], "outside [0, 3]"),
     (["--replication", "3.5"], "outside [0, 3]"),
-    (["--gpu-cache-bytes", "10"], "smaller than one feature row"),
-    (["--cpu-cache-bytes", "1"], "smaller than one feature row"),
-    (["--replication", "0.1", "--gpu-cache-bytes", "1MiB"], "not both"),
+    (["--device-cache-bytes", "10"], "smaller than one feature row"),
+    (["--host-cache-bytes", "1"], "smaller than one feature row"),
+    (["--replication", "0.1", "--device-cache-bytes", "1MiB"], "not both"),
     ([], "say how much to cache"),
     (["--replication", "0.1", "--policy", "magic"], "unknown cache policy"),
-    (["--replication", "0.1", "--gpu-fraction", "1.5"], "gpu fraction"),
+    (["--replication", "0.1", "--device-fraction", "1.5"], "device fraction"),
     (["--replication", "0.1", "--batch-size", "0"], "batch size"),
 ])
 def test_analyze_bad_input_is_one_sentence_and_exit_2(parts, capsys, args, message):

@@ -13,7 +13,7 @@ from salientpp.cli import main as cli_main
 from salientpp.train import TrainConfig, train
 
 TINY = ["--layers", "2", "--fanouts", "5,5", "--hidden", "32", "--batch-size", "32", "--eval-every", "0",
-        "--cache", "none", "--quiet"]
+        "--policy", "none", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def trained(tiny_partitions, tmp_path_factory):
     root, _ = tiny_partitions
     ckpt = tmp_path_factory.mktemp("ckpt") / "sage"
     train(TrainConfig(str(root / "p1"), epochs=1, hidden=32, layers=2, fanouts=(5, 5), batch_size=32, eval_every=0,
-                      cache="none", checkpoint_dir=str(ckpt), progress=False))
+                      policy="none", checkpoint_dir=str(ckpt), progress=False))
     return root, ckpt
 
 

@@ -377,7 +377,7 @@ def test_an_empty_list_item_is_refused(text):
 
 def test_list_spacing_and_a_blank_list_are_still_read():
     assert number_list(" 15, 10,5 ", int, "--fanouts", "15,10,5") == (15, 10, 5)
-    assert number_list("", float, "--alphas", "0.1") == ()
+    assert number_list("", float, "--replication", "0.1") == ()
     assert name_list("vip, degree", "--policies", "vip") == ["vip", "degree"]
 
 
@@ -387,8 +387,8 @@ def test_list_spacing_and_a_blank_list_are_still_read():
     ["simulate", "PARTS", *SIMULATE[:4], "--policies", "vip,,degree"],
     ["analyze", "PARTS", "--fanouts", "5,", "--batch-size", "64", "--replication", "0.1"],
     ["train", "PARTS", "--fanouts", "5,,5"],
-    ["bench", "sampler", "DATASET", "--threads", "1,,2"],
-    ["bench", "train", "PARTS", "--alphas", "0.1,,0.5"],
+    ["bench", "sampler", "DATASET", "--sampler-threads", "1,,2"],
+    ["bench", "train", "PARTS", "--replication", "0.1,,0.5"],
 ], ids=["simulate-fanouts", "simulate-replication", "simulate-policies", "analyze-fanouts", "train-fanouts",
         "bench-sampler-threads", "bench-train-alphas"])
 def test_commands_refuse_an_empty_list_item(argv, parts, dataset_dir, capsys):

@@ -54,7 +54,7 @@ def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:
     cached = local_rng.choice(remote, remote.size // 3, replace=False)
     slot = np.full(num_nodes, -1, dtype=np.int64)
     slot[cached] = local_rng.permutation(cached.size)
-    store = FeatureStore(ctx, book, x[lo:hi], order, num_device_local=(hi - lo) // 2, cache_slot=slot,
+    store = FeatureStore(ctx, book, x[lo:hi], order, num_device_owned=(hi - lo) // 2, cache_slot=slot,
                          num_device_slots=cached.size // 2)
     exchange = RowExchange(ctx, store.serve, num_features, torch.float32)
     store.fill_cache(exchange)

@@ -48,7 +48,7 @@ def _check_epoch(part_dir: str, plan: str | None, batch_size: int) -> dict:
         seeds.append(n_id[:batch.batch_size])
     seeds = np.concatenate(seeds)
     out = {"sizes": sizes, "batches": len(loader), "seeds_ok": bool(np.array_equal(np.sort(seeds), graph.split("train"))),
-           "cache_hits": loader.stats.gpu_hits + loader.stats.cpu_hits, "received": loader.stats.received}
+           "cache_hits": loader.stats.device_hits + loader.stats.host_hits, "received": loader.stats.received}
     salientpp.shutdown_distributed(ctx)
     return out
 
@@ -65,8 +65,8 @@ def test_two_ranks_run_as_many_batches_and_assemble_owned_cached_and_fetched_row
     data = load_partitioned(part_dir)
     plan = tmp_path / "plan"
     ctx = PolicyContext(data, (Workload((5, 5), 48),))
-    save_plans(build_plans(ctx, "vip", Budget(gpu_bytes=60 * data.num_features * 4,
-                                              cpu_bytes=60 * data.num_features * 4), 0.5), plan)
+    save_plans(build_plans(ctx, "vip", Budget(device_bytes=60 * data.num_features * 4,
+                                              host_bytes=60 * data.num_features * 4), 0.5), plan)
     results = salientpp.launch(_check_epoch, (str(part_dir), str(plan), 48), nprocs=2)
     assert results[0]["batches"] == results[1]["batches"]
     for out in results:
@@ -82,7 +82,7 @@ def _epochs_in_a_loop(part_dir: str) -> dict:
     ctx = salientpp.init_distributed()
     graph = salientpp.DistGraph(part_dir, ctx)
     x, _ = _global_features(part_dir)
-    options = dict(fanouts=[5, 5], batch_size=16, num_threads=2)
+    options = dict(fanouts=[5, 5], batch_size=16, sampler_threads=2)
     plain = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=1, **options)
     fast = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=4, prefetch_next_epoch=True, **options)
     out = {"same": [], "features_ok": True, "states": []}

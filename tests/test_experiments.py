@@ -135,15 +135,15 @@ def test_gpu_fraction_sweep_scores_once_and_writes_one_plan_per_fraction(tmp_pat
 
     args = build_parser(products.SETUP).parse_args(
         ["--source", "synthetic:tiny", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "out"),
-         "--experiments", "gpu-fraction", "--gpu-fractions", "0,0.5", "--machines", "2", *SMALL[:-4]])
+         "--experiments", "gpu-fraction", "--device-fractions", "0,0.5", "--machines", "2", *SMALL[:-4]])
     plan = make_plan(products.SETUP, args)
     prepare_step(plan), partition_step(plan)
     assert list(analyze_step(plan)) == ["vip α=0.15"]  # scored once for both fractions
     (zero, half) = plan.runs
     metas = [read_meta(plan.cache_plan(run), "salientpp-cache-plan") for run in (zero, half)]
-    assert [m["gpu_fraction"] for m in metas] == [0.0, 0.5]
-    assert metas[0]["files"]["part_0/gpu_ids"] == metas[1]["files"]["part_0/gpu_ids"]  # the same cache
-    assert [p["num_gpu_local"] for p in metas[1]["parts"]] == [p["num_local"] // 2 for p in metas[1]["parts"]]
+    assert [m["device_fraction"] for m in metas] == [0.0, 0.5]
+    assert metas[0]["files"]["part_0/device_ids"] == metas[1]["files"]["part_0/device_ids"]  # the same cache
+    assert [p["num_device_owned"] for p in metas[1]["parts"]] == [p["num_owned"] // 2 for p in metas[1]["parts"]]
     assert f"--plan {plan.cache_plan(half).resolve()}" in torchrun_command(plan, half)
     assert analyze_step(plan) == {}  # reused
 
@@ -203,7 +203,7 @@ def test_bad_input_fails_before_any_work(tmp_path, capsys, ogb_raw_writer):
     _fails(capsys, products, [*five, "--gpus-per-machine", "8"], "more than the 5 nodes")
     _fails(capsys, products, [*five, "--machines", "1"], "at least 2 ranks")
     _fails(capsys, products, [*five, *SMALL, "--experiments", "variants,speed"], "--experiments must list")
-    _fails(capsys, products, [*five, *SMALL, "--gpu-fractions", "0.5,2"], "must lie in [0, 1]")
+    _fails(capsys, products, [*five, *SMALL, "--device-fractions", "0.5,2"], "must lie in [0, 1]")
     _fails(capsys, products, [*five, *SMALL, "--epochs", "0"], "--epochs must be a positive integer")
     assert not work.exists() and not out.exists()
     out.mkdir()

@@ -178,7 +178,7 @@ def test_startup_refuses_ranks_with_different_options(p2):
                                                     ("minibatches_per_bulk", (8, 4), {"sampler": "bulk"}),
                                                     ("pipeline_depth", (1, 2), {})])
 def test_startup_refuses_ranks_with_different_sampling_options(p2, option, values, others):
-    a, b = (TrainConfig(part_dir=p2, epochs=1, timeout_s=30, cache="none", **{**TINY, **others, option: value})
+    a, b = (TrainConfig(part_dir=p2, epochs=1, timeout_s=30, policy="none", **{**TINY, **others, option: value})
             for value in values)
     message = _mismatch([a, b])
     assert f"rank 1 has {option} = {values[1]!r} but rank 0 has {values[0]!r}" in message, message

@@ -15,7 +15,7 @@ from salientpp.distributed.group import DistContext
 from salientpp.partition.book import PartitionBook
 from salientpp.distributed.device import DeviceOps, Event, HostOps
 from salientpp.partition.partitioner import partition_dataset
-from salientpp.loader.loader import DistNeighborLoader
+from salientpp.loader.dist_loader import DistNeighborLoader
 from salientpp.train import TrainConfig
 from trainers import rank_trainer
 
@@ -30,18 +30,18 @@ def tiny_dirs(tmp_path_factory):
     return root
 
 
-def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float, gpu_fraction: float,
+def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float, device_fraction: float,
                    depth: int, deferred: bool = False) -> tuple[bool, int, dict]:
     ctx = init_distributed("cpu", timeout_s=60)
-    config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(4, 3), batch_size=24, cache=cache,
-                         replication=replication, gpu_fraction=gpu_fraction, pipeline_depth=depth,
+    config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(4, 3), batch_size=24, policy=cache,
+                         replication=replication, device_fraction=device_fraction, pipeline_depth=depth,
                          eval_fanouts=(3, 3), eval_batch_size=200, progress=False).validate()
     trainer = rank_trainer(config, ctx)
     x_new = np.asarray(load_dataset(data_dir).x)[np.asarray(trainer.graph.data.orig_id)]
     ok, batches, stats = True, 0, CommStats()
     evaluation = DistNeighborLoader(trainer.graph, trainer.evaluator.seeds, config.eval_fanouts,
                                     config.eval_batch_size, plan=trainer.cache_info["plan"],
-                                    gpu_fraction=config.gpu_fraction, pipeline_depth=depth)
+                                    device_fraction=config.device_fraction, pipeline_depth=depth)
     for loader in (trainer.loader, evaluation):
         if deferred:  # the side stream's work runs only when the loader waits for it
             loader.ops = DeferredOps()
@@ -53,22 +53,22 @@ def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float,
     return ok, batches, stats.as_dict()
 
 
-@pytest.mark.parametrize("nprocs,cache,alpha,gpu_fraction,depth,deferred", [
+@pytest.mark.parametrize("nprocs,cache,alpha,device_fraction,depth,deferred", [
     (2, "none", 0.0, 0.0, 1, False),  # everything remote is fetched, stages one after another
     (4, "vip", 0.5, 0.3, 3, False),   # owned rows split over two tiers, half the remote rows cached
     (2, "vip", 0.5, 0.3, 3, True),    # the same with the side stream's work deferred until waited for
 ])
-def test_assembled_features_equal_unpartitioned_rows(tiny_dirs, nprocs, cache, alpha, gpu_fraction, depth,
+def test_assembled_features_equal_unpartitioned_rows(tiny_dirs, nprocs, cache, alpha, device_fraction, depth,
                                                      deferred):
     results = launch(_check_batches, (str(tiny_dirs / f"p{nprocs}"), str(tiny_dirs / "data"), cache, alpha,
-                                      gpu_fraction, depth, deferred), nprocs=nprocs)
+                                      device_fraction, depth, deferred), nprocs=nprocs)
     for ok, batches, stats in results:
         assert ok and batches > 0
         assert stats["received"] > 0  # the exchange path was exercised, not only local rows
         if cache == "none":
-            assert stats["gpu_hits"] == 0
+            assert stats["device_hits"] == 0
         else:
-            assert stats["gpu_hits"] > 0
+            assert stats["device_hits"] > 0
 
 
 class DeferredOps(DeviceOps):
@@ -110,7 +110,7 @@ def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     book = PartitionBook(np.array([0, 40, 100], dtype=np.int64))
     local_x = torch.randn(40, 6, generator=gen).numpy()
     ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), None)
-    store = FeatureStore(ctx, book, local_x, np.random.default_rng(0).permutation(40), num_device_local=15)
+    store = FeatureStore(ctx, book, local_x, np.random.default_rng(0).permutation(40), num_device_owned=15)
     store.cache_device, store.cache_host = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
     received = torch.randn(9, 6, generator=gen)
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)

@@ -1,4 +1,4 @@
-"""Full-graph training: the dependency plans, the keyed dropout, and exactness against one process."""
+"""Full-graph training: the dependency schedules, the keyed dropout, and exactness against one process."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +9,8 @@ from scipy import stats
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.distributed import init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
-from salientpp.fullgraph import CostModel, Dependencies, FullGraphEngine, plan_dependencies
-from salientpp.fullgraph.plan import candidate_plans, in_neighbours
+from salientpp.fullgraph import CostModel, Dependencies, FullGraphEngine, schedule_dependencies
+from salientpp.fullgraph.schedule import candidate_schedules, in_neighbours
 from salientpp.models.gnn import build_model
 from salientpp.models.ops import keyed_dropout_mask, keyed_dropout_mask_reference, keyed_relu_dropout
 from salientpp.partition import load_partitioned
@@ -42,7 +42,7 @@ def _csr(root, k=1):
     return data, np.asarray(data.rowptr), np.asarray(data.col)
 
 
-# -- plans --------------------------------------------------------------------------------------------
+# -- schedules --------------------------------------------------------------------------------------------
 
 def _hops(rowptr, col, ids, hops):
     out = np.asarray(ids)
@@ -51,45 +51,45 @@ def _hops(rowptr, col, ids, hops):
     return out
 
 
-def _check_consistent(plan, rowptr, col):
+def _check_consistent(schedule, rowptr, col):
     """Every vertex computed at level l + 1 finds itself and its in-neighbours at level l."""
-    for level in range(plan.num_layers):
-        above = plan.computed[level + 1]
+    for level in range(schedule.num_layers):
+        above = schedule.computed[level + 1]
         need = np.union1d(above, in_neighbours(rowptr, col, above))
-        have = np.union1d(plan.computed[level], plan.fetched[level])
+        have = np.union1d(schedule.computed[level], schedule.fetched[level])
         assert np.isin(need, have).all()
-        assert not np.intersect1d(plan.computed[level], plan.fetched[level]).size  # each row has one source
+        assert not np.intersect1d(schedule.computed[level], schedule.fetched[level]).size  # each row has one source
 
 
 def test_cache_plan_computes_the_l_hop_neighbourhood_and_exchanges_nothing(parts):
     data, rowptr, col = _csr(parts, 2)
     lo, hi = int(data.book.offsets[1]), int(data.book.offsets[2])
     targets = np.asarray(data.part(1).train_idx)
-    plan = plan_dependencies(rowptr, col, lo, hi, targets, LAYERS, Dependencies.CACHE)
+    schedule = schedule_dependencies(rowptr, col, lo, hi, targets, LAYERS, Dependencies.CACHE)
     # Every owned vertex is computed at every level below the top (the owner of a vertex serves
     # its rows in the other modes); remote ones are those that the level above needs.
     want = np.sort(targets)
     for level in range(LAYERS - 1, -1, -1):
         want = np.union1d(np.arange(lo, hi), _hops(rowptr, col, want, 1))
-        assert np.array_equal(np.sort(plan.computed[level]), want)
-        assert plan.fetched[level].size == 0
-    assert plan.exchanged_rows == 0 and plan.redundant_vertex_layers > 0
-    _check_consistent(plan, rowptr, col)
+        assert np.array_equal(np.sort(schedule.computed[level]), want)
+        assert schedule.fetched[level].size == 0
+    assert schedule.exchanged_rows == 0 and schedule.redundant_vertex_layers > 0
+    _check_consistent(schedule, rowptr, col)
 
 
 def test_communicate_plan_computes_owned_vertices_and_fetches_their_halo(parts):
     data, rowptr, col = _csr(parts, 2)
     lo, hi = int(data.book.offsets[0]), int(data.book.offsets[1])
     targets = np.asarray(data.part(0).train_idx)
-    plan = plan_dependencies(rowptr, col, lo, hi, targets, LAYERS, Dependencies.COMMUNICATE)
+    schedule = schedule_dependencies(rowptr, col, lo, hi, targets, LAYERS, Dependencies.COMMUNICATE)
     owned = np.arange(lo, hi)
     for level in range(1, LAYERS):
-        assert np.array_equal(plan.computed[level], owned)
-        above = plan.computed[level + 1]
+        assert np.array_equal(schedule.computed[level], owned)
+        above = schedule.computed[level + 1]
         need = np.union1d(above, in_neighbours(rowptr, col, above))
-        assert np.array_equal(plan.fetched[level], need[(need < lo) | (need >= hi)])
-    assert plan.redundant_vertex_layers == 0 and plan.exchanged_rows > 0
-    _check_consistent(plan, rowptr, col)
+        assert np.array_equal(schedule.fetched[level], need[(need < lo) | (need >= hi)])
+    assert schedule.redundant_vertex_layers == 0 and schedule.exchanged_rows > 0
+    _check_consistent(schedule, rowptr, col)
 
 
 @pytest.mark.parametrize("byte_s", [1e-9, 1e-6, 1e-4, 1e-2])
@@ -100,11 +100,11 @@ def test_hybrid_plans_are_consistent_and_lie_between_the_pure_ones(parts, byte_s
     for part in range(4):
         lo, hi = int(data.book.offsets[part]), int(data.book.offsets[part + 1])
         targets = np.asarray(data.part(part).train_idx)
-        plans = {mode: plan_dependencies(rowptr, col, lo, hi, targets, LAYERS, mode, cost, dims) for mode in Dependencies}
-        hybrid = plans[Dependencies.HYBRID]
+        schedules = {mode: schedule_dependencies(rowptr, col, lo, hi, targets, LAYERS, mode, cost, dims) for mode in Dependencies}
+        hybrid = schedules[Dependencies.HYBRID]
         _check_consistent(hybrid, rowptr, col)
-        assert hybrid.redundant_vertex_layers <= plans[Dependencies.CACHE].redundant_vertex_layers
-        assert hybrid.exchanged_rows <= plans[Dependencies.COMMUNICATE].exchanged_rows
+        assert hybrid.redundant_vertex_layers <= schedules[Dependencies.CACHE].redundant_vertex_layers
+        assert hybrid.exchanged_rows <= schedules[Dependencies.COMMUNICATE].exchanged_rows
 
 
 def test_hybrid_follows_the_cost_model_to_either_pure_plan(parts):
@@ -113,16 +113,16 @@ def test_hybrid_follows_the_cost_model_to_either_pure_plan(parts):
     lo, hi = int(data.book.offsets[0]), int(data.book.offsets[1])
     targets = np.asarray(data.part(0).train_idx)
 
-    def plan(byte_s):
-        return plan_dependencies(rowptr, col, lo, hi, targets, LAYERS, Dependencies.HYBRID,
+    def schedule(byte_s):
+        return schedule_dependencies(rowptr, col, lo, hi, targets, LAYERS, Dependencies.HYBRID,
                                  CostModel((1e-6,) * LAYERS, (1e-7,) * LAYERS, byte_s, 0.0), dims)
-    free_exchange, dear_exchange = plan(0.0), plan(1.0)
-    pure = {mode: plan_dependencies(rowptr, col, lo, hi, targets, LAYERS, mode)
+    free_exchange, dear_exchange = schedule(0.0), schedule(1.0)
+    pure = {mode: schedule_dependencies(rowptr, col, lo, hi, targets, LAYERS, mode)
             for mode in (Dependencies.CACHE, Dependencies.COMMUNICATE)}
     for level in range(LAYERS + 1):
         assert np.array_equal(free_exchange.computed[level], pure[Dependencies.COMMUNICATE].computed[level])
         assert np.array_equal(dear_exchange.computed[level], pure[Dependencies.CACHE].computed[level])
-    # same_sets sees it (hybrid's probe then times the plan once, under its first name)
+    # same_sets sees it (hybrid's probe then times the schedule once, under its first name)
     assert free_exchange.same_sets(pure[Dependencies.COMMUNICATE]) and dear_exchange.same_sets(pure[Dependencies.CACHE])
     assert not free_exchange.same_sets(pure[Dependencies.CACHE])
 
@@ -134,10 +134,10 @@ def test_hybrid_caches_low_degree_vertices_and_communicates_hubs(parts):
     # Exchanging a row of width 16 costs as much as aggregating 8 edges: at level 1 (features below,
     # free) a remote vertex is cached exactly when its degree is below 8.
     cost = CostModel((0.0,) * LAYERS, (1.0,) * LAYERS, 8 / (8 * HIDDEN), 0.0)
-    plan = plan_dependencies(rowptr, col, lo, hi, np.asarray(data.part(0).train_idx), LAYERS, Dependencies.HYBRID,
+    schedule = schedule_dependencies(rowptr, col, lo, hi, np.asarray(data.part(0).train_idx), LAYERS, Dependencies.HYBRID,
                              cost, dims)
     degree = np.diff(rowptr)
-    cached, fetched = plan.cached(1), plan.fetched[1]
+    cached, fetched = schedule.cached(1), schedule.fetched[1]
     assert cached.size and fetched.size
     assert (degree[cached] < 8).all() and (degree[fetched] >= 8).all()
 
@@ -207,12 +207,12 @@ def _reference(root, model_name: str) -> tuple[list[float], dict[str, torch.Tens
 
 def _mixed_cost(layers: int) -> CostModel:
     """Exchanging a row costs as much as aggregating 8 of its edges: low-degree remote vertices
-    are cached, hubs communicated (a mixed plan whatever the machine)."""
+    are cached, hubs communicated (a mixed schedule whatever the machine)."""
     return CostModel((0.0,) * layers, (1.0,) * layers, 8 / (8 * HIDDEN), 0.0)
 
 
 def _worker(part_dir: str, model: str) -> dict[str, tuple[list[float], dict, int, int]]:
-    """Train EPOCHS full-graph steps with each plan; per plan: losses, weights, and this rank's
+    """Train EPOCHS full-graph steps with each schedule; per schedule: losses, weights, and this rank's
     cached and exchanged vertex-levels."""
     ctx = init_distributed("cpu", timeout_s=120)
     out = {}
@@ -222,13 +222,13 @@ def _worker(part_dir: str, model: str) -> dict[str, tuple[list[float], dict, int
         if plan_name == "mixed":
             graph = trainer.graph
             dims = [graph.num_features] + [HIDDEN] * (LAYERS - 1) + [trainer.task.num_outputs]
-            trainer.plan = plan_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
+            trainer.schedule = schedule_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
                                              trainer.train_ids, LAYERS, Dependencies.HYBRID, _mixed_cost(LAYERS), dims)
-            trainer.engine = FullGraphEngine(ctx, graph, trainer.plan)
+            trainer.engine = FullGraphEngine(ctx, graph, trainer.schedule)
         losses = [trainer.train_epoch(epoch)["train_loss"] for epoch in range(EPOCHS)]
         # numpy, not tensors: a tensor returned from a rank shares memory with the process that exits.
         out[plan_name] = (losses, {k: v.detach().numpy().copy() for k, v in trainer.model.state_dict().items()},
-                          trainer.plan.redundant_vertex_layers, trainer.plan.exchanged_rows)
+                          trainer.schedule.redundant_vertex_layers, trainer.schedule.exchanged_rows)
     shutdown_distributed(ctx)
     return out
 
@@ -243,7 +243,7 @@ def test_full_graph_training_on_1_2_and_4_ranks_equals_one_process(parts, model)
                 np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
                 for name, value in weights.items():
                     torch.testing.assert_close(torch.from_numpy(value), want_weights[name], rtol=1e-5, atol=1e-5)
-        if k > 1:  # the plans really differ: recomputation, exchange, and both at once
+        if k > 1:  # the schedules really differ: recomputation, exchange, and both at once
             totals = {name: np.sum([r[name][2:] for r in results], axis=0) for name in results[0]}
             assert totals["cache"][0] > 0 and totals["cache"][1] == 0
             assert totals["communicate"][0] == 0 and totals["communicate"][1] > 0
@@ -308,62 +308,62 @@ def test_bench_fullgraph_counts_the_bytes_and_recomputation_of_each_plan(parts, 
     assert len(calibration["row_s"]) == len(calibration["edge_s"]) == LAYERS
     assert all(r >= 0 and e >= 0 and r + e > 0 for r, e in zip(calibration["row_s"], calibration["edge_s"]))
     assert calibration["byte_s"] >= 0 and calibration["exchange_s"] >= 0
-    # the three modes, the per-vertex plan and every split by level
-    assert set(rows) == set(candidate_plans(LAYERS)) | {Dependencies.HYBRID.value}
+    # the three modes, the per-vertex schedule and every split by level
+    assert set(rows) == set(candidate_schedules(LAYERS)) | {Dependencies.HYBRID.value}
     for name in rows:  # a split by level recomputes and exchanges between the pure extremes
-        assert rows[name]["plan"] == name or name == Dependencies.HYBRID.value
+        assert rows[name]["schedule"] == name or name == Dependencies.HYBRID.value
         assert rows[name]["redundant_vertex_layers"] <= rows["cache"]["redundant_vertex_layers"]
     data, rowptr, col = _csr(parts, 2)
     fetched = 0
     for part in range(2):
         lo, hi = int(data.book.offsets[part]), int(data.book.offsets[part + 1])
-        fetched += plan_dependencies(rowptr, col, lo, hi, np.asarray(data.part(part).train_idx), LAYERS,
+        fetched += schedule_dependencies(rowptr, col, lo, hi, np.asarray(data.part(part).train_idx), LAYERS,
                                      Dependencies.COMMUNICATE).exchanged_rows
     # Every fetched row comes once forward and its gradient once back, float32 of the hidden width.
     assert rows["communicate"]["exchanged_bytes"] == 2 * fetched * HIDDEN * 4
     assert rows["communicate"]["redundant_vertex_layers"] == 0
     assert rows["cache"]["exchanged_bytes"] == 0 and rows["cache"]["redundant_vertex_layers"] > 0
     assert all(r["epoch_s"] > 0 and r["predicted_s"] > 0 for r in rows.values())
-    probed = rows["hybrid"]["probed_s"]  # hybrid trains the fastest plan its probe timed, if it probed
-    assert set(probed) <= set(candidate_plans(LAYERS))
+    probed = rows["hybrid"]["probed_s"]  # hybrid trains the fastest schedule its probe timed, if it probed
+    assert set(probed) <= set(candidate_schedules(LAYERS))
     if probed:
-        assert rows["hybrid"]["plan"] == min(probed, key=probed.__getitem__)
+        assert rows["hybrid"]["schedule"] == min(probed, key=probed.__getitem__)
     assert main(["bench", "fullgraph", str(parts / "p2"), "--dependencies", "sometimes"]) == 2
     assert "unknown dependency mode" in capsys.readouterr().err
 
 
 def test_hybrid_probes_only_the_plans_predicted_within_the_band_of_the_fastest():
-    from salientpp.fullgraph.plan import PER_VERTEX
+    from salientpp.fullgraph.schedule import PER_VERTEX
     from salientpp.train.fullgraph import PROBE_BAND, shortlist
 
     predictions = {"cache": 1.0, "communicate": 1.0 + PROBE_BAND / 2, PER_VERTEX: 1.0 + 2 * PROBE_BAND, "cache-1": 0.99}
     assert shortlist(predictions) == ["cache-1", "cache", "communicate"]  # fastest prediction first
     assert shortlist({"cache": 1.0, "communicate": 1.0 + 2 * PROBE_BAND, PER_VERTEX: 1.5}) == ["cache"]
-    # a per-vertex plan that caches nothing is communicate, predicted alike: the pure name comes first
+    # a per-vertex schedule that caches nothing is communicate, predicted alike: the pure name comes first
     assert shortlist({"cache": 2.0, PER_VERTEX: 1.0, "communicate": 1.0}) == ["communicate", PER_VERTEX]
 
 
 def test_hybrid_leaves_the_plan_predicted_fastest_only_for_one_probed_clearly_faster():
-    from salientpp.train.fullgraph import PROBE_MARGIN, choose_plan
+    from salientpp.train.fullgraph import PROBE_MARGIN, choose_schedule
 
     names = ["communicate", "cache-1", "cache"]  # fastest prediction first
-    assert choose_plan(names[:1], {}) == "communicate"  # nothing probed
+    assert choose_schedule(names[:1], {}) == "communicate"  # nothing probed
     slightly = 1.0 - PROBE_MARGIN / 2
-    assert choose_plan(names, {"communicate": 1.0, "cache-1": slightly, "cache": 1.2}) == "communicate"
+    assert choose_schedule(names, {"communicate": 1.0, "cache-1": slightly, "cache": 1.2}) == "communicate"
     clearly = 1.0 - 2 * PROBE_MARGIN
-    assert choose_plan(names, {"communicate": 1.0, "cache-1": clearly, "cache": clearly * 0.99}) == "cache"
+    assert choose_schedule(names, {"communicate": 1.0, "cache-1": clearly, "cache": clearly * 0.99}) == "cache"
 
 
 def _probe_worker(part_dir: str) -> tuple[dict[str, float], str, list[float], list[float]]:
-    """A hybrid trainer that probes every candidate plan, and one told to train the plan it
+    """A hybrid trainer that probes every candidate schedule, and one told to train the schedule it
     chose: the probe's times, the choice, and both trainers' losses."""
     import salientpp.train.fullgraph as fullgraph
 
     ctx = init_distributed("cpu", timeout_s=120)
-    fullgraph.PROBE_BAND, fullgraph.PROBE_MARGIN = float("inf"), 0.0  # probe every plan, train the fastest
+    fullgraph.PROBE_BAND, fullgraph.PROBE_MARGIN = float("inf"), 0.0  # probe every schedule, train the fastest
     config = TrainConfig(part_dir, dependencies="hybrid", **OPTIONS)
     hybrid = rank_trainer(config, ctx)
-    direct = rank_trainer(config, ctx, cost=hybrid.cost, plan=hybrid.chosen)
+    direct = rank_trainer(config, ctx, cost=hybrid.cost, schedule=hybrid.chosen)
     losses = [[trainer.train_epoch(epoch)["train_loss"] for epoch in range(2)] for trainer in (hybrid, direct)]
     shutdown_distributed(ctx)
     return hybrid.probed, hybrid.chosen, *losses
@@ -372,9 +372,9 @@ def _probe_worker(part_dir: str) -> tuple[dict[str, float], str, list[float], li
 def test_hybrid_trains_the_fastest_probed_plan_and_the_probe_leaves_no_trace(parts):
     results = launch(_probe_worker, (str(parts / "p2"),), 2)
     probed, chosen, hybrid_losses, direct_losses = results[0]
-    # every distinct candidate plan (the per-vertex one may equal a pure one and is then timed once)
-    assert {"cache", "communicate"} <= set(probed) <= set(candidate_plans(LAYERS))
-    assert len(probed) >= len(candidate_plans(LAYERS)) - 1 and all(s > 0 for s in probed.values())
+    # every distinct candidate schedule (the per-vertex one may equal a pure one and is then timed once)
+    assert {"cache", "communicate"} <= set(probed) <= set(candidate_schedules(LAYERS))
+    assert len(probed) >= len(candidate_schedules(LAYERS)) - 1 and all(s > 0 for s in probed.values())
     assert chosen == min(probed, key=probed.__getitem__)
     assert all(r[:2] == (probed, chosen) for r in results)  # every rank times the slowest rank: one choice
     # The probe's passes changed neither the weights nor the optimizer: training is as without it.

@@ -249,13 +249,13 @@ def plan_dir(tiny_partitions, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("corrupt, message", [
-    (lambda p: edit(p, "part_1/gpu_ids", set_at(0, 2000)), r"outside \[0, 2000\)"),
-    (lambda p: edit(p, "part_1/gpu_ids", set_at(1, np.load(npy(p, "part_1/gpu_ids"))[0])), "repeat an id"),
-    (lambda p: edit(p, "part_1/local_order", set_at(0, 1)), "not a permutation"),
-    (lambda p: edit(p, "part_1/local_order", set_at(0, -1)), "outside"),
-    (lambda p: write_meta(p, lambda m: m["parts"][1].update(num_gpu_local=10**6)), "on the device"),
+    (lambda p: edit(p, "part_1/device_ids", set_at(0, 2000)), r"outside \[0, 2000\)"),
+    (lambda p: edit(p, "part_1/device_ids", set_at(1, np.load(npy(p, "part_1/device_ids"))[0])), "repeat an id"),
+    (lambda p: edit(p, "part_1/owned_order", set_at(0, 1)), "not a permutation"),
+    (lambda p: edit(p, "part_1/owned_order", set_at(0, -1)), "outside"),
+    (lambda p: write_meta(p, lambda m: m["parts"][1].update(num_device_owned=10**6)), "on the device"),
     (lambda p: write_meta(p, lambda m: m.pop("parts")), "incomplete"),
-    (lambda p: flip_byte(p, "part_1/local_order"), "checksum"),
+    (lambda p: flip_byte(p, "part_1/owned_order"), "checksum"),
 ], ids=["id_out_of_range", "id_twice", "order_repeats", "order_negative", "gpu_rows", "no_parts", "checksum"])
 def test_corrupt_cache_plans_are_refused(plan_dir, tmp_path, corrupt, message):
     plan = tmp_path / "plan"

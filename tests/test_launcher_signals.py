@@ -49,7 +49,7 @@ def running_job(tiny_partitions, tmp_path):
     launcher = subprocess.Popen(
         [sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs", "10000",
          "--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-every", "0",
-         "--cache", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), "--quiet"],
+         "--policy", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     ranks: list[int] = []
     try:

@@ -42,7 +42,7 @@ def tiny_link(tmp_path_factory):
 
 def _epoch_batches(part_dir: str) -> dict:
     """One epoch of this rank's training edges through DistLinkNeighborLoader."""
-    from salientpp.loader.link_loader import DistLinkNeighborLoader
+    from salientpp.loader.dist_link_loader import DistLinkNeighborLoader
 
     ctx = salientpp.init_distributed()
     graph = salientpp.DistGraph(part_dir, ctx)
@@ -78,7 +78,7 @@ def test_the_link_loader_yields_each_owned_training_edge_once_with_negatives_and
 def test_link_training_fetches_exactly_the_rows_the_simulator_counts_and_names_its_metric(tiny_link, tmp_path):
     metrics = tmp_path / "m.jsonl"
     result = train(TrainConfig(str(tiny_link / "p2"), task="link", epochs=1, hidden=16, layers=2, fanouts=(5, 5),
-                               batch_size=64, num_negatives=2, cache="vip", replication=0.1, metric="mrr",
+                               batch_size=64, num_negatives=2, policy="vip", replication=0.1, metric="mrr",
                                eval_fanouts=(5, 5), json_path=str(metrics), progress=False))
     line = json.loads(metrics.read_text().splitlines()[0])
     # --metric mrr: the record names the metric that selects the best epoch, and its value is the MRR

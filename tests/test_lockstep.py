@@ -45,7 +45,7 @@ def same_batch(a, b) -> bool:
 def test_balanced_batches_cover_every_seed_once(graph, n, b, steps):
     sampler, labels = graph
     seeds = torch.arange(n) * 2
-    loader = NeighborLoader(sampler, seeds, b, seed=5, num_threads=2, labels=labels, num_batches=steps)
+    loader = NeighborLoader(sampler, seeds, b, seed=5, sampler_threads=2, labels=labels, num_batches=steps)
     loader.set_epoch(2)
     batches = list(loader)
     sizes = [batch.batch_size for batch in batches]
@@ -67,7 +67,7 @@ def test_same_batches_for_any_thread_count_and_after_a_resume(graph):
     seeds = torch.arange(0, N, 3)
 
     def epoch(threads, depth, first=0):
-        loader = NeighborLoader(sampler, seeds, 100, seed=7, num_threads=threads, read_ahead=depth, labels=labels,
+        loader = NeighborLoader(sampler, seeds, 100, seed=7, sampler_threads=threads, read_ahead=depth, labels=labels,
                                 num_batches=13)
         loader.load_state_dict({"epoch": 4, "next_batch": first})
         return list(loader)
@@ -102,10 +102,10 @@ def test_batches_without_seeds_are_valid_and_fetch_nothing(graph):
         for mfg in batch.mfgs:
             assert (mfg.num_src, mfg.num_dst) == (0, 0) and mfg.edge_index.shape == (2, 0)
             assert torch.equal(mfg.rowptr, torch.zeros(1, dtype=torch.int64))
-        plan = batch.fetch
+        plan = batch.origins
         assert torch.equal(plan.remote_counts, torch.zeros(2, dtype=torch.int64))
         assert plan.remote_id.numel() == plan.owned_pos.numel() == 0 and plan.x is None
-    assert batches[1].fetch.remote_counts[0] >= 1  # seed 1 lives on partition 0
+    assert batches[1].origins.remote_counts[0] >= 1  # seed 1 lives on partition 0
     # A rank without any seed still yields its S batches.
     empty = NeighborLoader(sampler, torch.empty(0, dtype=torch.int64), 4, labels=labels, fetch=fetch, num_batches=3)
     assert [b.batch_size for b in empty] == [0, 0, 0] and len(empty) == 3
@@ -128,7 +128,7 @@ def test_bad_num_batches_is_one_sentence(graph, kwargs, match):
 # -- uneven partitions through the public loader and the built-in trainer ------------------------------------
 
 SMALL = dict(hidden=16, layers=2, fanouts=(4, 4), batch_size=32, eval_fanouts=(4, 4), eval_batch_size=97,
-             cache="none", progress=False, dropout=0.0, timeout_s=60)
+             policy="none", progress=False, dropout=0.0, timeout_s=60)
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ KILL_EPOCH, KILL_STEP = 1, 3  # a mid-epoch step after the checkpoint of step 2 
 # One configuration for every run: small model, 3 epochs, one evaluation after the last epoch.
 ARGS = ["--epochs", str(EPOCHS), "--model", "sage", "--hidden", "32", "--layers", "2", "--fanouts", "5,5",
         "--batch-size", str(BATCH), "--lr", "0.01", "--eval-every", str(EPOCHS), "--eval-fanouts", "10,10",
-        "--cache", "vip", "--replication", "0.1", "--checkpoint-every", "2steps", "--timeout", "60", "--quiet",
+        "--policy", "vip", "--replication", "0.1", "--checkpoint-every", "2steps", "--timeout", "60", "--quiet",
         # One intra-op thread in every run: the thread budget would give the two local ranks one core
         # each but a lone rank per agent both cores, and a matmul summed in another order moves the
         # weights that Adam steps on near-zero gradients by ~1e-6.

@@ -84,7 +84,7 @@ def _losses(part_dir: str, tmp_path, network: str | None) -> list[float]:
     out = tmp_path / f"{network or 'loopback'}.jsonl"
     extra = [] if network is None else ["--network", network]
     assert cli_main(["train", part_dir, "--epochs", "2", "--hidden", "16", "--layers", "2", "--fanouts", "5,5",
-                     "--batch-size", "32", "--eval-fanouts", "5,5", "--cache", "none", "--quiet", "--json", str(out),
+                     "--batch-size", "32", "--eval-fanouts", "5,5", "--policy", "none", "--quiet", "--json", str(out),
                      *extra]) == 0
     return [(line["train_loss"], line["valid_metric"], line["comm"]["received"])
             for line in map(json.loads, out.read_text().splitlines())]
@@ -105,13 +105,13 @@ def test_full_replication_exchanges_nothing_and_trains_exactly_as_fetching(tiny_
     rows stage runs, nothing is received, and the losses are those of the run that fetches."""
     part_dir = str(tiny_partitions[0] / "p2")
     runs = {}
-    for name, cache in (("fetching", ["--cache", "none"]), ("full", ["--cache", "degree", "--replication", "1"])):
+    for name, cache in (("fetching", ["--policy", "none"]), ("full", ["--policy", "degree", "--replication", "1"])):
         out = tmp_path / f"{name}.jsonl"
         assert cli_main(["train", part_dir, "--epochs", "2", "--hidden", "16", "--layers", "2", "--fanouts", "5,5",
                          "--batch-size", "32", "--eval-every", "0", "--quiet", "--json", str(out), *cache]) == 0
         runs[name] = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["train_loss"] for r in runs["full"]] == [r["train_loss"] for r in runs["fetching"]]
     for record in runs["full"]:
-        assert record["comm"]["received"] == 0 and record["comm"]["gpu_hits"] > 0
+        assert record["comm"]["received"] == 0 and record["comm"]["device_hits"] > 0
         assert not {"counts", "ids", "rows"} & set(record["stage_s"])
     assert all(r["comm"]["received"] > 0 and "rows" in r["stage_s"] for r in runs["fetching"])

@@ -127,7 +127,7 @@ def test_a_rank_that_fails_is_one_line_per_failed_rank_and_exit_code_1(tiny_part
     data = load_partitioned(part_dir, verify=False, check=False)
     config = TrainConfig(str(part_dir), model="broken_predict_gnn:make", **SMALL)
     model = build_model(config.model, data.num_features, config.hidden, data.num_outputs, config.layers)
-    options = {**config.to_dict(), "dataset": partition_identity(data.meta)}
+    options = {**config.to_dict(), "partition_id": partition_identity(data.meta)}
     save_checkpoint(tmp_path / "ckpt", Checkpoint(0, 0, model.state_dict(), {}, options=options), best=False)
     out = tmp_path / "pred"
     assert main(["predict", str(part_dir), "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out)]) == 1

@@ -42,16 +42,16 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
         assert cli(["partition", str(d / "ds"), str(d / f"p{k}"), "--parts", str(k)]) == 0
     small = ["--fanouts", "5,5", "--batch-size", "64"]
     runs = {
-        "sampler": ["bench", "sampler", str(d / "ds"), *small, "--threads", "1", "--batches", "2", "--repeats", "1",
+        "sampler": ["bench", "sampler", str(d / "ds"), *small, "--sampler-threads", "1", "--batches", "2", "--repeats", "1",
                     "--no-pyg"],
         "vip": ["bench", "vip", str(d / "p2"), *small, "--methods", "exact"],
         "bench-simulate": ["bench", "simulate", str(d / "p2"), "--setting", "5,5:64", "--policies", "vip,degree,oracle",
                            "--replication", "0,0.1,0.5,1", "--epochs", "1"],
         "simulate": ["simulate", str(d / "p2"), *small, "--policies", "vip,random", "--replication", "0,0.2",
                      "--epochs", "1"],
-        "train-1": ["bench", "train", str(d / "p1"), *small, "--epochs", "1", "--alphas", "", "--hidden", "8",
+        "train-1": ["bench", "train", str(d / "p1"), *small, "--epochs", "1", "--replication", "", "--hidden", "8",
                     "--pipeline-depth", "4", *_train_flags()],
-        "train-2": ["bench", "train", str(d / "p2"), *small, "--epochs", "1", "--alphas", "", "--hidden", "8",
+        "train-2": ["bench", "train", str(d / "p2"), *small, "--epochs", "1", "--replication", "", "--hidden", "8",
                     "--pipeline-depth", "4", *_train_flags()],
     }
     paths = {}

@@ -250,7 +250,7 @@ def test_train_estimate_covers_the_measured_peak_of_one_rank(tmp_path):
                                "--fanouts", "15,10,5", "--batch-size", "1024", "--hidden", "256", "--layers", "3",
                                "--pipeline-depth", "4")
     estimate = estimate_train(load_partitioned(part_dir), fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3,
-                              replication=0.1, pipeline_depth=4, cache="vip", local_ranks=1)
+                              replication=0.1, pipeline_depth=4, policy="vip", local_ranks=1)
     assert "cache rows" not in estimate.items  # one partition has nothing remote to cache
     assert_conservative(estimate, base, peak)
 
@@ -305,16 +305,16 @@ def test_estimates_grow_with_what_drives_them(tiny_parts):
 
     data = load_partitioned(tiny_parts)
     common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4)
-    train = {(r, alpha, cache): estimate_train(data, replication=alpha, cache=cache, local_ranks=r, **common).total
+    train = {(r, alpha, cache): estimate_train(data, replication=alpha, policy=cache, local_ranks=r, **common).total
              for r in (1, 2) for alpha in (0.1, 1.0) for cache in ("vip", "none")}
     assert train[(2, 0.1, "vip")] > train[(1, 0.1, "vip")]
     assert train[(2, 1.0, "vip")] > train[(2, 0.1, "vip")] > train[(2, 0.1, "none")]
-    gat = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, model="gat", **common).total
-    evaluated = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, eval_fanouts=(20, 20, 20), **common)
+    gat = estimate_train(data, replication=0.1, policy="vip", local_ranks=2, model="gat", **common).total
+    evaluated = estimate_train(data, replication=0.1, policy="vip", local_ranks=2, eval_fanouts=(20, 20, 20), **common)
     assert gat > train[(2, 0.1, "vip")] and evaluated.total >= train[(2, 0.1, "vip")]
     # A rank that keeps freed host memory holds a fraction of each step's allocations beyond them.
-    kept = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, **common).items
-    returned = estimate_train(data, replication=0.1, cache="vip", local_ranks=2, reuse_freed_memory=False,
+    kept = estimate_train(data, replication=0.1, policy="vip", local_ranks=2, **common).items
+    returned = estimate_train(data, replication=0.1, policy="vip", local_ranks=2, reuse_freed_memory=False,
                               **common).items
     step = kept["per-rank batch buffers"] + kept["activations"]
     assert kept["freed blocks kept for reuse"] == int(KEPT_FREED_FRACTION * step) > 0
@@ -323,7 +323,7 @@ def test_estimates_grow_with_what_drives_them(tiny_parts):
 
 def test_sampler_id_maps_are_counted_per_workspace_and_by_the_map_the_graph_gets(tiny_parts):
     data = load_partitioned(tiny_parts)
-    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4, cache="none",
+    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4, policy="none",
                   local_ranks=2)
     one = estimate_train(data, sampler_threads=1, **common).items["sampler id maps"]
     three = estimate_train(data, sampler_threads=3, eval_fanouts=(20, 20, 20), **common).items["sampler id maps"]
@@ -340,7 +340,7 @@ def test_sampler_id_maps_are_counted_per_workspace_and_by_the_map_the_graph_gets
 
 def test_batches_sampled_ahead_of_the_pipeline_for_idle_sampler_threads_are_counted(tiny_parts):
     data = load_partitioned(tiny_parts)
-    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, cache="none", local_ranks=2)
+    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, policy="none", local_ranks=2)
     within = estimate_train(data, pipeline_depth=4, sampler_threads=4, **common).items
     beyond = estimate_train(data, pipeline_depth=4, sampler_threads=12, **common).items
     serial = estimate_train(data, pipeline_depth=1, sampler_threads=12, **common).items
@@ -352,7 +352,7 @@ def test_batches_sampled_ahead_of_the_pipeline_for_idle_sampler_threads_are_coun
 
 def test_train_estimate_refuses_impossible_options(tiny_parts):
     data = load_partitioned(tiny_parts)
-    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4, cache="vip")
+    common = dict(fanouts=(15, 10, 5), batch_size=1024, hidden=256, layers=3, pipeline_depth=4, policy="vip")
     with pytest.raises(InputError, match="3 local ranks cannot train 2 partitions"):
         estimate_train(data, replication=0.1, local_ranks=3, **common)
     with pytest.raises(InputError, match="outside"):

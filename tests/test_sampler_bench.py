@@ -35,7 +35,7 @@ def dataset_dir(tmp_path_factory):
 def test_bench_reports_sampled_edges(dataset_dir, tmp_path, capsys):
     out = tmp_path / "result.json"
     assert main(["bench", "sampler", str(dataset_dir), "--fanouts", "4,3", "--batch-size", "100",
-                 "--threads", "1,2", "--batches", "4", "--repeats", "1", "--no-pyg", "--json", str(out)]) == 0
+                 "--sampler-threads", "1,2", "--batches", "4", "--repeats", "1", "--no-pyg", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["kind"] == "salientpp-bench-sampler"
     assert result["config"]["num_batches"] == 4 and result["config"]["num_edges"] > 0
@@ -85,7 +85,7 @@ def test_table_ratios():
 
 def test_bench_bulk_rows(dataset_dir, tmp_path, capsys):
     out, plot = tmp_path / "bulk.json", tmp_path / "bulk.png"
-    assert main(["bench", "sampler", str(dataset_dir), "--fanouts", "4,3", "--batch-size", "50", "--threads", "1,2",
+    assert main(["bench", "sampler", str(dataset_dir), "--fanouts", "4,3", "--batch-size", "50", "--sampler-threads", "1,2",
                  "--batches", "8", "--repeats", "1", "--no-pyg", "--samplers", "nodewise,bulk,ladies",
                  "--bulk-sizes", "1,3", "--ladies-fanouts", "64,64", "--json", str(out), "--plot", str(plot)]) == 0
     table = capsys.readouterr().out.splitlines()

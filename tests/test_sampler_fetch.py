@@ -1,4 +1,4 @@
-"""Fetch plans: owner split, cache resolution, the owned rows written into the batch's x."""
+"""Row origins: owner split, cache resolution, the owned rows written into the batch's x."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,16 +24,16 @@ def setup():
     # Cache a random half of the remote ids: the first 120 in the device tier, the rest in the host tier.
     remote = np.setdiff1d(np.arange(N), owned)
     cached = rng.permutation(remote)[:remote.shape[0] // 2]
-    num_gpu = 120
+    num_device = 120
     cache_slot = np.full(N, -1, dtype=np.int64)
     cache_slot[cached] = np.arange(cached.shape[0])
-    gpu_cache, cpu_cache = x[cached[:num_gpu]], x[cached[num_gpu:]]
+    gpu_cache, cpu_cache = x[cached[:num_device]], x[cached[num_device:]]
     # Owned rows stored in a shuffled order (as the trainer stores them by VIP).
     storage = rng.permutation(owned.shape[0])  # storage[r] = local index stored in row r
     local_row = np.empty_like(storage)
     local_row[storage] = np.arange(storage.shape[0])
     local_x = x[owned[storage]]
-    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=num_gpu, local_x=local_x,
+    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=num_device, local_x=local_x,
                        local_row=local_row, pin=False)
     return NeighborSampler(rowptr, col, [4, 3]), x, ctx, gpu_cache, cpu_cache
 
@@ -48,7 +48,7 @@ def complete(plan, x, gpu_cache, cpu_cache) -> torch.Tensor:
 
 
 def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
-    plan, n_id = batch.fetch, batch.n_id
+    plan, n_id = batch.origins, batch.n_id
     owner = torch.from_numpy(ctx.book.owner(n_id.numpy()))
     cache_slot = torch.from_numpy(ctx.cache_slot)
     # Every position lands in exactly one group, and the groups are what they claim.
@@ -81,7 +81,7 @@ def test_plan_reconstructs_features(setup):
 
 def test_plan_through_loader_with_two_threads(setup):
     sampler, x, ctx, gpu_cache, cpu_cache = setup
-    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, num_threads=2, fetch=ctx)
+    loader = NeighborLoader(sampler, torch.arange(250, 600), 64, sampler_threads=2, fetch=ctx)
     batches = list(loader)
     assert len(batches) == 6
     for batch in batches:
@@ -91,7 +91,7 @@ def test_plan_through_loader_with_two_threads(setup):
 def test_plan_without_cache_or_rows(setup):
     sampler, x, ctx, _, _ = setup
     batch = sampler.sample(torch.arange(600, 700, 2), seed=1, fetch=FetchContext(ctx.book, 2, pin=False))
-    plan = batch.fetch
+    plan = batch.origins
     assert plan.x is None and plan.device_pos.numel() == 0 and plan.host_pos.numel() == 0
     assert torch.equal(plan.owned_row, batch.n_id[plan.owned_pos] - OFFSETS[2])  # identity row map
     assert plan.remote_counts.sum() == plan.remote_id.numel() == batch.num_nodes - plan.owned_pos.numel()

@@ -60,7 +60,7 @@ def test_a_new_kind_takes_its_own_module_and_the_loader_iterates_it(registry):
     labels = torch.from_numpy(np.random.default_rng(0).integers(0, 5, 200))
     fetch = FetchContext(PartitionBook(np.array([0, 100, 200])), 0, pin=False)
     options = dict(seeds=torch.arange(0, 200, 3), batch_size=10, seed=7, labels=labels, fetch=fetch, num_batches=9,
-                   num_threads=2, read_ahead=2)
+                   sampler_threads=2, read_ahead=2)
     tiny = NeighborLoader(sampler, **options)
     cpp = NeighborLoader(NeighborSampler(rowptr, col, [4, 3]), **options)
     # Batch i of an epoch comes from the stream (epoch seed, i) whichever worker draws it.
@@ -71,7 +71,7 @@ def test_a_new_kind_takes_its_own_module_and_the_loader_iterates_it(registry):
         assert len(ours) == len(theirs) == 9
         for a, b in zip(ours, theirs):
             assert_same_batch(a, b)
-            assert torch.equal(a.y, b.y) and torch.equal(a.fetch.remote_id, b.fetch.remote_id)
+            assert torch.equal(a.y, b.y) and torch.equal(a.origins.remote_id, b.origins.remote_id)
     tiny.load_state_dict({"epoch": 1, "next_batch": 6})  # resumed: the same batches 6, 7, 8
     for a, b in zip(list(tiny), theirs[6:], strict=True):
         assert_same_batch(a, b)

@@ -35,7 +35,7 @@ def same_batch(a, b) -> bool:
 def test_len_drop_last_and_cover(graph, drop_last, expected):
     sampler, labels = graph
     seeds = np.arange(1000, dtype=np.int64) * 5
-    loader = NeighborLoader(sampler, seeds, 64, drop_last=drop_last, num_threads=2, labels=labels)
+    loader = NeighborLoader(sampler, seeds, 64, drop_last=drop_last, sampler_threads=2, labels=labels)
     batches = list(loader)
     assert len(loader) == len(batches) == len(expected)
     assert [b.batch_size for b in batches] == expected
@@ -65,7 +65,7 @@ def test_same_batches_for_any_thread_count(graph):
     seeds = torch.arange(0, 5000, 2)
 
     def epoch(threads, depth):
-        loader = NeighborLoader(sampler, seeds, 128, seed=7, num_threads=threads, read_ahead=depth, labels=labels)
+        loader = NeighborLoader(sampler, seeds, 128, seed=7, sampler_threads=threads, read_ahead=depth, labels=labels)
         loader.set_epoch(3)
         return loader, list(loader)
 
@@ -104,12 +104,12 @@ def test_low_priority_workers_run_some_nice_steps_below_the_consumer_and_yield_t
     exercises both paths."""
     sampler, labels = graph
     seeds = torch.arange(0, 5000, 2)
-    reference = NeighborLoader(sampler, seeds, 64, seed=3, num_threads=1, read_ahead=1, labels=labels)
+    reference = NeighborLoader(sampler, seeds, 64, seed=3, sampler_threads=1, read_ahead=1, labels=labels)
     expected = list(reference)
     before = _nice_values()
     low = min(19, before[threading.get_native_id()] + extension().sampler_nice_offset)
     for threads, depth in ((1, 1), (2, 4), (3, 2)):
-        loader = NeighborLoader(sampler, seeds, 64, seed=3, num_threads=threads, read_ahead=depth, labels=labels,
+        loader = NeighborLoader(sampler, seeds, 64, seed=3, sampler_threads=threads, read_ahead=depth, labels=labels,
                                 low_priority=True)
         got, niced = [], set()
         for i, batch in enumerate(loader):
@@ -126,7 +126,7 @@ def test_low_priority_workers_run_some_nice_steps_below_the_consumer_and_yield_t
 def test_abandoned_epochs_shut_down(graph):
     sampler, _ = graph
     seeds = torch.arange(5000)
-    loader = NeighborLoader(sampler, seeds, 50, num_threads=2, read_ahead=2)
+    loader = NeighborLoader(sampler, seeds, 50, sampler_threads=2, read_ahead=2)
     first = iter(loader)
     next(first)
     second = iter(loader)  # stops the workers of the first iteration
@@ -135,7 +135,7 @@ def test_abandoned_epochs_shut_down(graph):
     assert next(second).batch_size == 50
     del first, second
     for _ in range(3):  # abandon with a full queue, then drop the loader entirely
-        it = iter(NeighborLoader(sampler, seeds, 50, num_threads=2, read_ahead=4))
+        it = iter(NeighborLoader(sampler, seeds, 50, sampler_threads=2, read_ahead=4))
         next(it)
         del it
         gc.collect()
@@ -158,7 +158,7 @@ def test_prefetching_the_next_epoch_gives_the_batches_a_fresh_loader_gives(graph
     them. Every iteration yields what a loader without prefetching yields."""
     sampler, labels = graph
     seeds = torch.arange(0, 5000, 4)
-    options = dict(seed=11, num_threads=2, read_ahead=3, labels=labels, low_priority=low_priority)
+    options = dict(seed=11, sampler_threads=2, read_ahead=3, labels=labels, low_priority=low_priority)
     starts = [(0, 0), (1, 0), (2, 0), (4, 0), (4, 0), (5, 3), (6, 0)]
     plain = _epochs(NeighborLoader(sampler, seeds, 100, **options), starts)
     loader = NeighborLoader(sampler, seeds, 100, prefetch_next_epoch=True, **options)
@@ -178,7 +178,7 @@ def test_prefetching_the_next_epoch_gives_the_batches_a_fresh_loader_gives(graph
 def test_a_link_loader_prefetching_the_next_epoch_yields_the_same_batches_and_links(graph):
     sampler, _ = graph
     edges = torch.from_numpy(np.random.default_rng(5).integers(0, 5000, size=(2, 700)))
-    loaders = [LinkNeighborLoader(sampler, edges, 128, num_negatives=2, seed=4, num_threads=2, prefetch_next_epoch=p)
+    loaders = [LinkNeighborLoader(sampler, edges, 128, num_negatives=2, seed=4, sampler_threads=2, prefetch_next_epoch=p)
                for p in (False, True)]
     for epoch in (0, 1, 2, 5):
         got = []
@@ -194,7 +194,7 @@ def test_a_link_loader_prefetching_the_next_epoch_yields_the_same_batches_and_li
 
 def test_a_loader_without_prefetching_starts_no_workers_after_an_epoch(graph):
     sampler, _ = graph
-    loader = NeighborLoader(sampler, torch.arange(500), 100, num_threads=2)
+    loader = NeighborLoader(sampler, torch.arange(500), 100, sampler_threads=2)
     assert len(list(loader)) == 5
     assert loader._prefetched is None and loader._worker is None
 
@@ -203,7 +203,7 @@ def test_worker_error_reaches_the_consumer():
     rowptr, col = build_csr(np.array([[0, 1, 2], [1, 2, 3]]), 4)
     col = col.copy()
     col[-1] = 99  # corrupt neighbour of node 3
-    loader = NeighborLoader(NeighborSampler(rowptr, col, [-1]), [0, 1, 2, 3], 1, shuffle=False, num_threads=2)
+    loader = NeighborLoader(NeighborSampler(rowptr, col, [-1]), [0, 1, 2, 3], 1, shuffle=False, sampler_threads=2)
     batches = iter(loader)
     assert [next(batches).batch_size for _ in range(3)] == [1, 1, 1]
     with pytest.raises(InputError, match="corrupt"):
@@ -212,7 +212,7 @@ def test_worker_error_reaches_the_consumer():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(batch_size=0), "batch_size"),
-    (dict(num_threads=0), "num_threads"),
+    (dict(sampler_threads=0), "sampler_threads"),
     (dict(read_ahead=0), "read_ahead"),
     (dict(seeds=[1, 1]), "duplicate"),
     (dict(labels=np.zeros(10, dtype=np.int64)), "labels cover"),

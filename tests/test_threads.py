@@ -174,7 +174,7 @@ def test_on_a_gpu_most_cores_sample_and_a_quarter_run_torch(cores, usable, ranks
     assert (budget.torch_threads, budget.sampler_threads) == (torch_threads, sampler_threads)
     cpu = ThreadBudget.for_rank(ranks)
     assert cpu.torch_threads == budget.cores_per_rank and cpu.sampler_threads == max(1, budget.cores_per_rank // 8)
-    given = ThreadBudget.for_rank(ranks, 5, 7, device="cuda")  # --torch-threads and --threads win
+    given = ThreadBudget.for_rank(ranks, 5, 7, device="cuda")  # --torch-threads and --sampler-threads win
     assert (given.torch_threads, given.sampler_threads) == (5, 7)
 
 
@@ -200,11 +200,11 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
     assert ThreadBudget.for_rank(2, device="cuda").describe().endswith("per rank; pipeline depth 4")
     line = ThreadBudget(6, 1, 4, 2, "cgroup CPU quota", torch_threads_given=True, sampler_threads_given=True).describe()
     assert line == ("threads: 6 cores (cgroup CPU quota) for 1 local rank: 4 torch intra-op threads (set by "
-                    "--torch-threads) and 2 normal-priority sampler threads (set by --threads) per rank; "
+                    "--torch-threads) and 2 normal-priority sampler threads (set by --sampler-threads) per rank; "
                     "pipeline depth 4")
     assert ThreadBudget.for_rank(4).describe(pipeline_depth=3).endswith("; pipeline depth 3 (as given)")
     line = ThreadBudget.for_rank(1, sampler_threads=3).describe()
-    assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --threads)" in line
+    assert "2 torch intra-op threads and 3 low-priority sampler threads (set by --sampler-threads)" in line
     # A run that samples nothing (full-graph training) is not told of sampler threads.
     assert ThreadBudget.for_rank(2).describe(samples=False) == (
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread per rank")
@@ -266,23 +266,23 @@ def parts(tiny_partitions):
 
 
 def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(parts):
-    config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
+    config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, policy="none",
                          progress=False)
     run = resolve_run(config, 1)
     budget = ThreadBudget(8, 1, 5, 3, "affinity mask")
     trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=budget), init_distributed("cpu", threads=budget)))
     assert trainer.threads is budget
-    assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, True)
+    assert (trainer.loader._loader.sampler_threads, trainer.loader._loader.low_priority) == (3, True)
     fitting = ThreadBudget(8, 1, 5, 3, "affinity mask", torch_threads_given=True, sampler_threads_given=True)
     trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=fitting), init_distributed("cpu", threads=fitting)))
-    assert (trainer.loader._loader.num_threads, trainer.loader._loader.low_priority) == (3, False)
+    assert (trainer.loader._loader.sampler_threads, trainer.loader._loader.low_priority) == (3, False)
 
 
 @pytest.mark.parametrize("given, usable, depth", [(None, 8, 4), (None, 4, 1), (3, 4, 3)])
 def test_the_runs_pipeline_depth_is_the_budgets_unless_given_and_the_sampler_reads_as_far_ahead(
         parts, cores, given, usable, depth):
     cores(usable)
-    config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, cache="none",
+    config = TrainConfig(str(parts / "p1"), hidden=16, layers=2, fanouts=(4, 4), batch_size=32, policy="none",
                          pipeline_depth=given, torch_threads=1, progress=False)
     run = resolve_run(config, 4)  # 4 local ranks of 1 torch thread: spare cores on 8, none on 4
     assert run.config.pipeline_depth == depth
@@ -300,14 +300,14 @@ def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cor
     assert DistNeighborLoader(graph, "train", (4, 4), 32).pipeline_depth == 1  # 4 torch threads per rank
     assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2).pipeline_depth == 2
     # With a pipeline, every sampler thread has a batch to sample; without, one batch at a time.
-    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2, num_threads=5).read_ahead == 5
-    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=1, num_threads=5).read_ahead == 1
-    loader = DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=3, num_threads=5, read_ahead=2)
+    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2, sampler_threads=5).read_ahead == 5
+    assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=1, sampler_threads=5).read_ahead == 1
+    loader = DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=3, sampler_threads=5, read_ahead=2)
     assert loader.read_ahead == loader._loader.read_ahead == 2
 
 
-@pytest.mark.parametrize("name, value", [("num_threads", 0), ("torch_threads", 0), ("torch_threads", -1),
-                                         ("num_threads", True)])
+@pytest.mark.parametrize("name, value", [("sampler_threads", 0), ("torch_threads", 0), ("torch_threads", -1),
+                                         ("sampler_threads", True)])
 def test_the_config_refuses_thread_counts_that_are_not_positive(parts, name, value):
     with pytest.raises(InputError, match="must be a positive integer"):
         TrainConfig(str(parts / "p2"), **{name: value}).validate()
@@ -315,10 +315,10 @@ def test_the_config_refuses_thread_counts_that_are_not_positive(parts, name, val
 
 def test_the_config_leaves_unset_thread_counts_to_the_budget(parts):
     config = TrainConfig(str(parts / "p2")).resolved()
-    assert (config.num_threads, config.torch_threads) == (None, None)
+    assert (config.sampler_threads, config.torch_threads) == (None, None)
 
 
-@pytest.mark.parametrize("option", ["--threads", "--torch-threads"])
+@pytest.mark.parametrize("option", ["--sampler-threads", "--torch-threads"])
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_train_refuses_a_thread_count_below_one_before_any_rank_starts(parts, capsys, no_ranks, option, value):
     assert cli_main(["train", str(parts / "p2"), *SMALL, option, value]) == 2
@@ -330,7 +330,7 @@ def test_a_two_rank_run_prints_the_budget_once_with_this_machines_numbers(parts,
     usable, source = usable_cores()
     per_rank = max(1, usable // 2)
     samplers = max(1, per_rank // 8)
-    assert cli_main(["train", str(parts / "p2"), *SMALL, "--epochs", "1", "--eval-every", "0", "--cache", "none"]) == 0
+    assert cli_main(["train", str(parts / "p2"), *SMALL, "--epochs", "1", "--eval-every", "0", "--policy", "none"]) == 0
     out = capfd.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("threads: ")]
     assert lines == [f"threads: {usable} core{'s' * (usable != 1)} ({source}) for 2 local ranks: "
@@ -365,8 +365,8 @@ def test_the_python_api_takes_the_command_lines_defaults(parts):
     ctx = init_distributed("cpu", threads=budget)
     graph = DistGraph(str(parts / "p1"), ctx)
     loader = DistNeighborLoader(graph, "train", (4, 4), 32)
-    resolved = Config(str(parts / "p1"), cache="none").resolved()
-    assert (loader._loader.num_threads, loader._loader.low_priority) == (budget.sampler_threads, True)
+    resolved = Config(str(parts / "p1"), policy="none").resolved()
+    assert (loader._loader.sampler_threads, loader._loader.low_priority) == (budget.sampler_threads, True)
     assert loader.pipeline_depth == budget.pipeline_depth()
-    assert loader.store.num_device_local == int(resolved.gpu_fraction * graph.num_owned) > 0
+    assert loader.store.num_device_owned == int(resolved.device_fraction * graph.num_owned) > 0
     assert inspect.signature(init_distributed).parameters["timeout_s"].default == resolved.timeout_s == ctx.timeout_s

@@ -47,7 +47,7 @@ def _mlp_test_accuracy(ds, epochs: int = 200) -> float:
 def test_tiny_learns_above_mlp_and_fetches_what_the_simulator_predicts(tiny, tmp_path):
     root, ds = tiny
     metrics = tmp_path / "m.jsonl"
-    result = train(TrainConfig(str(root / "p2"), epochs=12, cache="vip", replication=0.1, eval_every=4,
+    result = train(TrainConfig(str(root / "p2"), epochs=12, policy="vip", replication=0.1, eval_every=4,
                                json_path=str(metrics), **TINY))
     mlp = _mlp_test_accuracy(ds)
     # The features are class centroids plus heavy noise (synthetic.py); averaging mostly same-class
@@ -64,7 +64,7 @@ def test_tiny_learns_above_mlp_and_fetches_what_the_simulator_predicts(tiny, tmp
     data = load_partitioned(root / "p2")
     sim = simulate(PolicyContext(data, (Workload((5, 5), 32),), seed=0, epochs=1), ["vip"], [0.1])
     assert lines[0]["comm"]["received"] == int(round(sim.rows[0, 0].sum()))
-    assert lines[0]["comm"]["gpu_hits"] > 0 and lines[0]["cache"]["policy"] == "vip"
+    assert lines[0]["comm"]["device_hits"] > 0 and lines[0]["cache"]["policy"] == "vip"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_ladies_sage_on_cora_reaches_the_node_wise_range_on_two_ranks(cora_dirs)
 def test_bulk_and_ladies_training_fetch_what_the_simulator_predicts(tiny, tmp_path, sampler, fanouts):
     root, _ = tiny
     metrics = tmp_path / "m.jsonl"
-    train(TrainConfig(str(root / "p2"), epochs=1, cache="vip", replication=0.1, eval_every=0, json_path=str(metrics),
+    train(TrainConfig(str(root / "p2"), epochs=1, policy="vip", replication=0.1, eval_every=0, json_path=str(metrics),
                       **{**TINY, "fanouts": fanouts, "sampler": sampler, "minibatches_per_bulk": 3}))
     line = json.loads(metrics.read_text().splitlines()[0])
     data = load_partitioned(root / "p2")
@@ -159,7 +159,7 @@ def test_a_failing_rank_ends_every_rank_with_an_error(tiny):
 
 def test_resume_continues_to_the_same_total(tiny, tmp_path):
     root, _ = tiny
-    config = dict(TINY, part_dir=str(root / "p1"), eval_every=2, cache="none")
+    config = dict(TINY, part_dir=str(root / "p1"), eval_every=2, policy="none")
     straight = train(TrainConfig(epochs=4, **config))
     train(TrainConfig(epochs=2, checkpoint_dir=str(tmp_path / "ck"), **config))
     resumed = train(TrainConfig(epochs=4, checkpoint_dir=str(tmp_path / "ck"), resume=True, **config))
@@ -183,7 +183,7 @@ def test_bf16_training_learns_like_float32_on_tiny(tiny):
     runs differ, but both must learn well above the feature-only MLP and within 3 points of
     each other (1800 test nodes: binomial sd ~1.2 points per run)."""
     root, ds = tiny
-    runs = {precision: train(TrainConfig(str(root / "p1"), epochs=12, cache="none", eval_every=4,
+    runs = {precision: train(TrainConfig(str(root / "p1"), epochs=12, policy="none", eval_every=4,
                                          precision=precision, **TINY))
             for precision in ("fp32", "bf16")}
     mlp = _mlp_test_accuracy(ds)
@@ -222,7 +222,7 @@ def test_the_epoch_loss_and_metric_are_the_seed_weighted_means_of_its_batches(ti
     monkeypatch.setattr(Task, "loss", loss)
     monkeypatch.setattr(Task, "metric_sums", metric_sums)
     ctx = init_distributed("cpu")
-    trainer = rank_trainer(TrainConfig(str(root / "p1"), epochs=1, cache="none", **TINY), ctx)
+    trainer = rank_trainer(TrainConfig(str(root / "p1"), epochs=1, policy="none", **TINY), ctx)
     record = trainer.train_epoch(0)
     steps = np.array(seen)
     assert len(seen) == record["steps"] > 1
@@ -240,6 +240,6 @@ def test_float16_features_train_exactly_as_their_float32_values_on_two_ranks(tin
     for name, data in (("float16", half), ("float32", dataclasses.replace(half, x=half.x.astype(np.float32)))):
         partition_dataset(data, tmp_path / name, 2)
         assert load_partitioned(tmp_path / name).feature_dtype == np.dtype(name)
-        out = train(TrainConfig(str(tmp_path / name), epochs=2, cache="none", eval_every=2, **TINY))
+        out = train(TrainConfig(str(tmp_path / name), epochs=2, policy="none", eval_every=2, **TINY))
         runs[name] = [(h["train_loss"], h.get("valid_metric"), h.get("test_metric")) for h in out.history]
     assert runs["float16"] == runs["float32"]

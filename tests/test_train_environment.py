@@ -55,7 +55,7 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("args, expected", [
     (["--seed", "-1"], "seed must be an integer in [0, 2^63)"),
     (["--seed", str(2**63)], "seed must be an integer"),
-    (["--cache", "bogus"], "unknown cache policy 'bogus'"),
+    (["--policy", "bogus"], "unknown cache policy 'bogus'"),
     (["--fanouts", "5,,5", "--layers", "3"], "empty"),
 ])
 def test_bad_training_options_are_refused_before_any_rank_starts(p2, args, expected, capsys, no_ranks):
@@ -217,7 +217,7 @@ def test_bad_input_on_the_rank_that_hosts_the_store_is_one_sentence_without_cpp_
     env = dict(os.environ)
     env.pop("TORCH_CPP_LOG_LEVEL", None)
     done = subprocess.run([sys.executable, "-m", "salientpp", "train", str(part_dir), *SMALL, "--epochs", "1",
-                           "--quiet", "--cache", "none"], env=env, capture_output=True, text=True, timeout=300)
+                           "--quiet", "--policy", "none"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"salientpp train: error: {part_dir}/part_0/x.npy does not match its checksum "
                                         "in meta.json, so the file is corrupt; re-partition the dataset"]

@@ -201,7 +201,7 @@ NOT_APPLYING = {
     "embedding_optimizer": ("adagrad", {}), "embedding_lr": (0.1, {}),
     "plan": ("some-plan", {"mode": "full-graph"}),
     "cache": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"mode": "full-graph"}),
-    "gpu_fraction": (0.5, {"mode": "full-graph"}), "precision": ("bf16", {"mode": "full-graph"}),
+    "device_fraction": (0.5, {"mode": "full-graph"}), "precision": ("bf16", {"mode": "full-graph"}),
     "pipeline_depth": (2, {"mode": "full-graph"}),
     "eval_fanouts": ((5, 5), {"inference": "layerwise"}),
     "checkpoint_every": ("2steps", {}), "resume": (True, {}),

@@ -11,7 +11,7 @@ from salientpp.sampling import MFG
 from salientpp.train import TrainConfig, Trainer
 from trainers import rank_trainer
 
-SMALL = dict(hidden=16, layers=2, fanouts=(4, 4), batch_size=32, eval_batch_size=97, cache="none", progress=False)
+SMALL = dict(hidden=16, layers=2, fanouts=(4, 4), batch_size=32, eval_batch_size=97, policy="none", progress=False)
 
 
 @pytest.fixture(scope="module")

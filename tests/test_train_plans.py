@@ -16,7 +16,7 @@ import torch
 from salientpp.cache.plan import read_plan_info
 from salientpp.cli import main as cli_main
 from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
-from salientpp.loader.loader import DistNeighborLoader
+from salientpp.loader.dist_loader import DistNeighborLoader
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.resources import estimate_train
@@ -28,7 +28,7 @@ from conftest import fail_probe_in, one_sentence
 WORKLOAD = ["--fanouts", "5,5", "--batch-size", "16"]
 SMALL = [*WORKLOAD, "--hidden", "16", "--layers", "2", "--eval-fanouts", "5,5"]
 ROW_BYTES = 32 * 4  # the tiny preset: 32 float32 features
-GPU_ROWS, CPU_ROWS, GPU_FRACTION = 20, 200, 0.3
+GPU_ROWS, CPU_ROWS, DEVICE_FRACTION = 20, 200, 0.3
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,11 @@ def byte_plan(p2, tmp_path_factory) -> Path:
     path that no naming rule could guess, with a GPU fraction other than the default."""
     out = tmp_path_factory.mktemp("plans") / "somewhere" / "my-plan"
     out.parent.mkdir()
-    assert cli_main(["analyze", p2, *WORKLOAD, "--gpu-cache-bytes", str(GPU_ROWS * ROW_BYTES),
-                     "--cpu-cache-bytes", str(CPU_ROWS * ROW_BYTES), "--gpu-fraction", str(GPU_FRACTION),
+    assert cli_main(["analyze", p2, *WORKLOAD, "--device-cache-bytes", str(GPU_ROWS * ROW_BYTES),
+                     "--host-cache-bytes", str(CPU_ROWS * ROW_BYTES), "--device-fraction", str(DEVICE_FRACTION),
                      "--out", str(out)]) == 0
     info = read_plan_info(out)
-    assert info.num_gpu == (GPU_ROWS, GPU_ROWS) and info.num_cpu == (CPU_ROWS, CPU_ROWS)  # a non-empty CPU tier
+    assert info.num_device == (GPU_ROWS, GPU_ROWS) and info.num_host == (CPU_ROWS, CPU_ROWS)  # a non-empty CPU tier
     return out
 
 
@@ -70,13 +70,13 @@ def test_a_byte_budget_plan_trains_from_its_own_path_and_its_cpu_tier_is_hit(p2,
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [line["epoch"] for line in lines] == [0, 1]
     for line in lines:
-        assert line["comm"]["cpu_hits"] > 0 and line["comm"]["gpu_hits"] > 0
-    # Rank 0's tiers are the plan's, not recomputed from --gpu-fraction's default.
+        assert line["comm"]["host_hits"] > 0 and line["comm"]["device_hits"] > 0
+    # Rank 0's tiers are the plan's, not recomputed from --device-fraction's default.
     info = read_plan_info(byte_plan)
     assert lines[0]["cache"] == {"policy": "vip", "plan": str(byte_plan), "source": f"using {byte_plan}",
                                  "cached_rows": GPU_ROWS + CPU_ROWS, "device_cached_rows": GPU_ROWS,
-                                 "device_local_rows": info.num_gpu_local[0]}
-    assert info.num_gpu_local[0] == int(GPU_FRACTION * load_partitioned(p2).book.part_size(0))
+                                 "device_local_rows": info.num_device_owned[0]}
+    assert info.num_device_owned[0] == int(DEVICE_FRACTION * load_partitioned(p2).book.part_size(0))
 
 
 def _check_features(part_dir: str, plan: str) -> dict:
@@ -88,7 +88,7 @@ def _check_features(part_dir: str, plan: str) -> dict:
     data = trainer.graph.data
     x = np.concatenate([np.asarray(data.part(k).x) for k in range(data.num_parts)])  # global id order
     store, info = trainer.loader.store, read_plan_info(plan)
-    tiers = (store.num_device_local, store.cache_device.shape[0], store.cache_host.shape[0])
+    tiers = (store.num_device_owned, store.cache_device.shape[0], store.cache_host.shape[0])
     ok, batches, stats = True, 0, CommStats()
     evaluation = DistNeighborLoader(trainer.graph, trainer.evaluator.seeds, config.eval_fanouts,
                                     config.eval_batch_size, plan=plan, pipeline_depth=2)
@@ -98,7 +98,7 @@ def _check_features(part_dir: str, plan: str) -> dict:
             batches += batch.batch_size > 0
         stats.add(loader.stats)
     shutdown_distributed(ctx)
-    expected = (info.num_gpu_local[ctx.rank], info.num_gpu[ctx.rank], info.num_cpu[ctx.rank])
+    expected = (info.num_device_owned[ctx.rank], info.num_device[ctx.rank], info.num_host[ctx.rank])
     return {"ok": ok, "batches": batches, "tiers": tiers, "expected": expected, **stats.as_dict()}
 
 
@@ -106,7 +106,7 @@ def test_features_assembled_through_a_byte_budget_plan_equal_x_n_id(p2, byte_pla
     for rank in launch(_check_features, (p2, str(byte_plan)), nprocs=2):
         assert rank["ok"] and rank["batches"] > 0
         assert rank["tiers"] == rank["expected"]
-        assert rank["cpu_hits"] > 0 and rank["gpu_hits"] > 0 and rank["received"] > 0
+        assert rank["host_hits"] > 0 and rank["device_hits"] > 0 and rank["received"] > 0
 
 
 # -- refused before any rank starts ----------------------------------------------------------------------
@@ -127,8 +127,8 @@ def foreign_plan(tiny_partitions, tmp_path_factory) -> Path:
     ("batch", "was built for batch size 16 but training uses 32"),
     ("partitioned dir", "not a 'salientpp-cache-plan' one"),
     ("missing", "is not a directory; pass a salientpp-cache-plan directory"),
-    ("--cache", "--cache cannot be combined with --plan"),
-    ("--replication and --gpu-fraction", "--replication and --gpu-fraction cannot be combined with --plan"),
+    ("--policy", "--policy cannot be combined with --plan"),
+    ("--replication and --device-fraction", "--replication and --device-fraction cannot be combined with --plan"),
 ])
 def test_an_unusable_plan_is_one_sentence_before_any_rank_starts(p2, byte_plan, foreign_plan, tmp_path, capsys,
                                                                   no_ranks, case, expected):
@@ -143,17 +143,17 @@ def test_an_unusable_plan_is_one_sentence_before_any_rank_starts(p2, byte_plan, 
         plan = p2
     elif case == "missing":
         plan = str(tmp_path / "nowhere")
-    elif case == "--cache":
-        extra = ["--cache", "vip"]  # even the default: the plan decides
+    elif case == "--policy":
+        extra = ["--policy", "vip"]  # even the default: the plan decides
     else:
-        extra = ["--replication", "0.2", "--gpu-fraction", "0.5"]
+        extra = ["--replication", "0.2", "--device-fraction", "0.5"]
     assert cli_main(["train", p2, *SMALL, "--plan", plan, *extra]) == 2
     assert expected in one_sentence(capsys)
 
 
 def test_the_python_api_refuses_cache_options_beside_a_plan(p2, byte_plan):
-    with pytest.raises(InputError, match="--gpu-fraction cannot be combined with --plan"):
-        TrainConfig(p2, fanouts=(5, 5), layers=2, batch_size=16, plan=str(byte_plan), gpu_fraction=0.5).validate()
+    with pytest.raises(InputError, match="--device-fraction cannot be combined with --plan"):
+        TrainConfig(p2, fanouts=(5, 5), layers=2, batch_size=16, plan=str(byte_plan), device_fraction=0.5).validate()
 
 
 # -- without --plan: analyze's plan at analyze's default location ----------------------------------------
@@ -173,16 +173,16 @@ def test_without_a_plan_the_trainer_builds_analyzes_plan_says_where_and_then_use
 
 
 def test_an_existing_default_plan_of_other_options_is_refused_before_any_rank_starts(p2, tmp_path, capsys, no_ranks):
-    """A plan of other options has another default name (-d0.5), so only one written under the
+    """A plan of other options has another default name (-df0.5), so only one written under the
     run's own name (--name) can stand in its way: it is refused, never used as if it fitted."""
     part_dir = _copy_without_plans(p2, tmp_path / "p2")
-    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--gpu-fraction", "0.5",
+    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--device-fraction", "0.5",
                      "--name", "vip-f5-5-b16-r0.1"]) == 0
     assert (part_dir / "cache" / "vip-f5-5-b16-r0.1").is_dir()
     capsys.readouterr()
     assert cli_main(["train", str(part_dir), *SMALL]) == 2
     err = one_sentence(capsys)
-    assert "was built with gpu fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
+    assert "was built with device fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
 
 
 
@@ -213,7 +213,7 @@ def test_a_failed_save_of_the_plan_is_never_swallowed(p2, tmp_path, monkeypatch)
 
 def test_the_memory_estimate_counts_the_rows_an_existing_plan_caches(p2, byte_plan):
     data = load_partitioned(p2)
-    common = dict(fanouts=(5, 5), batch_size=16, hidden=16, layers=2, pipeline_depth=4, cache="vip", local_ranks=2)
+    common = dict(fanouts=(5, 5), batch_size=16, hidden=16, layers=2, pipeline_depth=4, policy="vip", local_ranks=2)
     with_plan = estimate_train(data, cached_rows=read_plan_info(byte_plan).max_cached_rows, **common)
     assert with_plan.items["cache rows"] == 2 * 3 * (GPU_ROWS + CPU_ROWS) * ROW_BYTES
     assert "cache plan analysis (rank 0)" not in with_plan.items  # the plan exists: nothing to analyze
@@ -234,8 +234,8 @@ def tiny_link_p2(tmp_path_factory) -> str:
 @pytest.mark.parametrize("options", [
     dict(sampler="ladies", fanouts=(64, 64)),
     dict(task="link", num_negatives=3, negative_sampling="per-source"),
-    dict(seed=3, cache="random", replication=0.2, gpu_fraction=0.5),
-    dict(cache="oracle", sampler="bulk"),
+    dict(seed=3, policy="random", replication=0.2, device_fraction=0.5),
+    dict(policy="oracle", sampler="bulk"),
 ], ids=["ladies", "link", "seed-random", "oracle-bulk"])
 def test_the_suggested_analyze_command_writes_a_plan_that_train_then_takes(p2, tiny_link_p2, options, tmp_path,
                                                                           capsys):
@@ -257,7 +257,7 @@ def test_the_suggested_analyze_command_writes_a_plan_that_train_then_takes(p2, t
     # Given as --plan, the plan serves the run: checked once before the ranks, and by nothing after.
     planned = run_setup.resolve_run(TrainConfig(str(part), hidden=16, layers=2, batch_size=16,
                                                 **{**options, "plan": str(tmp_path / "plan"), "cache": None,
-                                                   "replication": None, "gpu_fraction": None},
+                                                   "replication": None, "device_fraction": None},
                                                 fanouts=config.fanouts))
     assert planned.cache.plan is not None and planned.cache.plan.info.meta.options == request.options
     # Without --plan the run finds it at the default location, under the name analyze gives it.
@@ -271,7 +271,7 @@ def test_plans_built_with_another_seed_or_oracle_epochs_never_share_a_default_na
 
     names = set()
     for seed, epochs in ((0, 10), (1, 10), (0, 3)):
-        config = TrainConfig(p2, cache="oracle", seed=seed, fanouts=(5, 5), layers=2, batch_size=16).resolved()
+        config = TrainConfig(p2, policy="oracle", seed=seed, fanouts=(5, 5), layers=2, batch_size=16).resolved()
         request = run_setup.plan_request(config)
         request = type(request)(request.workloads, type(request.options)(**{**request.options.__dict__,
                                                                            "epochs": epochs}))

@@ -34,7 +34,7 @@
 #              sampler on the CPU's cores
 #   profile    a few steps of an epoch under torch.profiler (profile_epoch.py: trace.json.gz and
 #              profile.txt)
-#   train-device-rows  bench train with every owned row on the device (--gpu-fraction 1), to
+#   train-device-rows  bench train with every owned row on the device (--device-fraction 1), to
 #              compare with the train step's default device tier (15% of the rows)
 #   step-4096  bench step with batches of 4096 seeds
 # steps.log has one line per step with its status and seconds; it is in results.tgz and, for a
@@ -144,10 +144,10 @@ wait
 step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$RESULTS/bench-step.json"
 step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --json "$RESULTS/bench-train.json"
 step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \
-    --threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$RESULTS/bench-sampler.json"
+    --sampler-threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$RESULTS/bench-sampler.json"
 step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$RESULTS" 6
 step train-device-rows 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
-    --gpu-fraction 1 --json "$RESULTS/bench-train-device-rows.json"
+    --device-fraction 1 --json "$RESULTS/bench-train-device-rows.json"
 step step-4096 90 salientpp bench step "$WORK/data" --device "$DEVICE" --batch-size 4096 --batches 2 \
     --json "$RESULTS/bench-step-4096.json"
 ! grep -qE "FAILED|SKIPPED" "$RESULTS/steps.log"

@@ -51,7 +51,7 @@ class PaperSetup:
         fanouts, hidden, batch_size, lr: the model and sampling setup (3-layer SAGE; batch per GPU).
         alpha_per_part: the VIP run caches alpha = alpha_per_part * K (the artifact's cache size of
             4 K percent; 2 K percent on MAG240M), capped at K - 1.
-        gpu_fraction: share of each partition's own rows kept on the GPU in the VIP run.
+        device_fraction: share of each partition's own rows kept on the GPU in the VIP run.
         feature_dtype: stored feature type (MAG240M ships float16).
         epochs: epochs of each timing run (the artifact times 10); accuracy_epochs: of the accuracy run.
         alpha_sweep: alphas of "epoch time vs alpha" (the artifact's 0..64 percent).
@@ -65,7 +65,7 @@ class PaperSetup:
     fanouts: tuple[int, ...]
     hidden: int
     alpha_per_part: float
-    gpu_fraction: float
+    device_fraction: float
     batch_size: int = 1024
     lr: float = 0.001
     feature_dtype: str = "float32"
@@ -85,20 +85,20 @@ class Run:
     """One training run; runs with equal settings are run once and shared by the experiments.
 
     Attributes:
-        cache: ``vip`` or ``none``; alpha: replication factor; gpu_fraction: own rows on the GPU.
+        cache: ``vip`` or ``none``; alpha: replication factor; device_fraction: own rows on the GPU.
         depth: pipeline depth (1 = no pipeline); epochs: epochs run; evaluate: evaluate every epoch.
     """
 
     cache: str
     alpha: float
-    gpu_fraction: float
+    device_fraction: float
     depth: int
     epochs: int
     evaluate: bool = False
 
     @property
     def name(self) -> str:
-        return (f"{self.cache}-a{self.alpha:g}-g{self.gpu_fraction:g}-d{self.depth}-e{self.epochs}"
+        return (f"{self.cache}-a{self.alpha:g}-g{self.device_fraction:g}-d{self.depth}-e{self.epochs}"
                 + ("-eval" if self.evaluate else ""))
 
 
@@ -137,7 +137,7 @@ class Plan:
             return None
         workload = f"f{'-'.join(map(str, self.args.fanouts))}-b{self.args.batch_size}"
         return (self.work / "plans" / f"part-{self.num_parts}"
-                / f"{run.cache}-{workload}-a{run.alpha:g}-g{run.gpu_fraction:g}")
+                / f"{run.cache}-{workload}-a{run.alpha:g}-g{run.device_fraction:g}")
 
 
 # -- arguments and checks ----------------------------------------------------------------------
@@ -177,15 +177,15 @@ def build_parser(setup: PaperSetup) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=setup.epochs, help=f"epochs per timing run (default {setup.epochs})")
     p.add_argument("--accuracy-epochs", type=int, default=setup.accuracy_epochs,
                    help=f"epochs of the accuracy run (default {setup.accuracy_epochs})")
-    p.add_argument("--alphas", type=_floats, default=setup.alpha_sweep, help="alphas of the epoch time vs alpha table")
-    p.add_argument("--gpu-fractions", type=_floats, default=setup.gpu_fraction_sweep,
+    p.add_argument("--replication", type=_floats, default=setup.alpha_sweep, help="alphas of the epoch time vs alpha table")
+    p.add_argument("--device-fractions", type=_floats, default=setup.gpu_fraction_sweep,
                    help="GPU fractions of the epoch time vs GPU fraction table")
     p.add_argument("--sim-epochs", type=int, default=setup.sim_epochs,
                    help=f"epochs the simulator evaluates (default {setup.sim_epochs}; the oracle needs >= 10)")
     p.add_argument("--fanouts", type=_ints, default=setup.fanouts, help="override the paper's fanouts")
     p.add_argument("--batch-size", type=int, default=setup.batch_size, help="override the batch size per rank")
     p.add_argument("--hidden", type=int, default=setup.hidden, help="override the hidden width")
-    p.add_argument("--threads", type=int, default=1, help="sampler threads per rank (default 1)")
+    p.add_argument("--sampler-threads", type=int, default=1, help="sampler threads per rank (default 1)")
     p.add_argument("--master-addr", default="$MASTER_ADDR",
                    help="rendezvous host written into the multi-machine torchrun commands")
     return p
@@ -256,7 +256,7 @@ def make_plan(setup: PaperSetup, args: argparse.Namespace) -> Plan:
                          f"more than the {nodes} nodes of {args.source}; use fewer ranks")
     max_alpha = num_parts - 1
     vip_alpha = min(setup.alpha_per_part * num_parts, max_alpha)
-    base = dict(gpu_fraction=setup.gpu_fraction, epochs=args.epochs)
+    base = dict(device_fraction=setup.device_fraction, epochs=args.epochs)
     labelled: list[tuple[str, str, Run]] = []
     dropped: list[str] = []
     if "variants" in experiments:
@@ -267,21 +267,21 @@ def make_plan(setup: PaperSetup, args: argparse.Namespace) -> Plan:
             ("variants", f"pipelined + VIP cache (α = {vip_alpha:g})", Run("vip", vip_alpha, depth=4, **base)),
         ]
     if "alpha" in experiments:
-        for alpha in args.alphas:
+        for alpha in args.replication:
             if not 0 <= alpha <= max_alpha:
                 dropped.append(f"α = {alpha:g} left out of the α sweep: outside [0, K−1 = {max_alpha}]")
                 continue
             labelled.append(("alpha", f"α = {alpha:g}", Run("vip" if alpha > 0 else "none", alpha, depth=4, **base)))
     if "gpu-fraction" in experiments:
         alpha = min(setup.gpu_sweep_alpha, max_alpha)
-        for fraction in args.gpu_fractions:
+        for fraction in args.device_fractions:
             if not 0 <= fraction <= 1:
-                raise InputError(f"--gpu-fractions must lie in [0, 1], got {fraction:g}")
+                raise InputError(f"--device-fractions must lie in [0, 1], got {fraction:g}")
             labelled.append(("gpu-fraction", f"GPU fraction {fraction:g}",
                              Run("vip", alpha, fraction, depth=4, epochs=args.epochs)))
     if "accuracy" in experiments:
         labelled.append(("accuracy", f"pipelined + VIP cache (α = {vip_alpha:g})",
-                         Run("vip", vip_alpha, setup.gpu_fraction, depth=4, epochs=args.accuracy_epochs, evaluate=True)))
+                         Run("vip", vip_alpha, setup.device_fraction, depth=4, epochs=args.accuracy_epochs, evaluate=True)))
     return Plan(setup, args, args.source, num_parts, work, out, experiments, labelled, dropped)
 
 
@@ -341,12 +341,12 @@ def _train_config(plan: Plan, run: Run, json_path: Path | None = None):
     args = plan.args
     cache_plan = plan.cache_plan(run)
     # A cached run trains with its plan (which decides the tiers and the GPU fraction); an
-    # uncached one keeps run.gpu_fraction of its own rows on the device.
+    # uncached one keeps run.device_fraction of its own rows on the device.
     cache = (dict(plan=str(cache_plan)) if cache_plan is not None
-             else dict(cache="none", gpu_fraction=run.gpu_fraction))
+             else dict(policy="none", device_fraction=run.device_fraction))
     return TrainConfig(str(plan.part_dir), epochs=run.epochs, hidden=args.hidden, layers=len(args.fanouts),
                        fanouts=tuple(args.fanouts), batch_size=args.batch_size, lr=plan.setup.lr, device=args.device,
-                       pipeline_depth=run.depth, eval_every=1 if run.evaluate else 0, num_threads=args.threads,
+                       pipeline_depth=run.depth, eval_every=1 if run.evaluate else 0, sampler_threads=args.sampler_threads,
                        json_path=str(json_path) if json_path else None, progress=False, **cache)
 
 
@@ -362,7 +362,7 @@ def analyze_step(plan: Plan) -> dict[str, float]:
     for run in plan.runs:
         path = plan.cache_plan(run)
         if path is not None and not path.exists():
-            todo.setdefault((run.cache, run.alpha), {})[run.gpu_fraction] = path
+            todo.setdefault((run.cache, run.alpha), {})[run.device_fraction] = path
     seconds: dict[str, float] = {}
     if not todo:
         return seconds
@@ -373,7 +373,7 @@ def analyze_step(plan: Plan) -> dict[str, float]:
         (fraction, first), *others = paths.items()
         request = PlanRequest(workload, PlanOptions(cache, Budget(replication=alpha), fraction))
         first.parent.mkdir(parents=True, exist_ok=True)
-        plans = request.build_and_save(request.context(data, num_threads=plan.args.threads), first)
+        plans = request.build_and_save(request.context(data, sampler_threads=plan.args.sampler_threads), first)
         for fraction, path in others:
             save_plans([p.with_gpu_fraction(fraction) for p in plans], path)
         seconds[f"{cache} α={alpha:g}"] = time.perf_counter() - start
@@ -397,7 +397,7 @@ def simulate_step(plan: Plan) -> dict[str, Any]:
     start = _step(f"simulate: communication volume of {', '.join(plan.setup.sim_policies)}")
     data = load_partitioned(plan.part_dir)
     ctx = PolicyContext(data, (Workload(fanouts, plan.args.batch_size),), seed=0, epochs=plan.args.sim_epochs,
-                        num_threads=plan.args.threads)
+                        sampler_threads=plan.args.sampler_threads)
     result = simulate(ctx, list(plan.setup.sim_policies), replication)
     print(result.table())
     report = {"dataset": plan.setup.name, "num_parts": plan.num_parts, "fanouts": list(fanouts),
@@ -418,7 +418,7 @@ def _cache_options(plan: Plan, run: Run) -> list[str]:
     """The `salientpp train` options of ``run``'s cache: its plan, or none."""
     cache_plan = plan.cache_plan(run)
     if cache_plan is None:
-        return ["--cache", "none", "--gpu-fraction", f"{run.gpu_fraction:g}"]
+        return ["--policy", "none", "--device-fraction", f"{run.device_fraction:g}"]
     return ["--plan", str(cache_plan.resolve())]
 
 
@@ -429,7 +429,7 @@ def torchrun_command(plan: Plan, run: Run) -> str:
              "--hidden", str(args.hidden), "--layers", str(len(args.fanouts)),
              "--fanouts", ",".join(map(str, args.fanouts)), "--batch-size", str(args.batch_size),
              "--lr", str(plan.setup.lr), *_cache_options(plan, run), "--device", args.device,
-             "--eval-every", "1" if run.evaluate else "0", "--threads", str(args.threads),
+             "--eval-every", "1" if run.evaluate else "0", "--sampler-threads", str(args.sampler_threads),
              "--json", str(plan.metrics_path(run).resolve()), "--quiet"]
     train += ["--no-pipeline"] if run.depth == 1 else ["--pipeline-depth", str(run.depth)]
     head = (f"torchrun --nnodes {args.machines} --nproc-per-node {args.gpus_per_machine} --node-rank $NODE_RANK "
@@ -475,7 +475,7 @@ def summarize(run: Run, history: list[dict[str, Any]], num_parts: int) -> dict[s
     """
     from salientpp.bench.train import median_row
 
-    row = {"cache": run.cache, "alpha": run.alpha, "depth": run.depth, "gpu_fraction": run.gpu_fraction,
+    row = {"cache": run.cache, "alpha": run.alpha, "depth": run.depth, "device_fraction": run.device_fraction,
            "num_parts": num_parts, "epochs": len(history), **median_row(history),
            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in history)}
     evaluated = [h for h in history if VALID_METRIC in h]
@@ -531,7 +531,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             if exp == experiment:
                 pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
                 # results.json files written before the fetch stage's CPU time was recorded lack it
-                out.append(f"| {label} | {r['cache']} | {r['alpha']:g} | {pipe} | {r['gpu_fraction']:g} | "
+                out.append(f"| {label} | {r['cache']} | {r['alpha']:g} | {pipe} | {r['device_fraction']:g} | "
                            f"{r['epoch_s']:.3f} | {r['sample_s']:.3f} | {r['fetch_s']:.3f} | "
                            f"{_fmt(r.get('fetch_cpu_s'))} | {r['compute_s']:.3f} | {r['rows_per_epoch']:,.0f} |")
         return out

@@ -13,7 +13,7 @@ from common import PaperSetup, main
 
 SETUP = PaperSetup(
     name="MAG240M (papers)", source="ogb-lsc:mag240m", fanouts=(25, 15), hidden=1024,
-    alpha_per_part=0.02, gpu_fraction=0.1, feature_dtype="float16")
+    alpha_per_part=0.02, device_fraction=0.1, feature_dtype="float16")
 
 if __name__ == "__main__":
     sys.exit(main(SETUP))

@@ -11,7 +11,7 @@ from common import PaperSetup, main
 
 SETUP = PaperSetup(
     name="ogbn-papers100M", source="ogb:ogbn-papers100M", fanouts=(15, 10, 5), hidden=256,
-    alpha_per_part=0.04, gpu_fraction=0.15,
+    alpha_per_part=0.04, device_fraction=0.15,
     published={
         "variants": "8 x g5.8xlarge (one A10G each): SALIENT++ (VIP cache, pipelined) 3154 ms/epoch; SALIENT "
                     "(full replication) 3060 ms/epoch; partitioned, no pipeline, no cache 11582 ms/epoch.",

@@ -11,7 +11,7 @@ from common import PaperSetup, main
 
 SETUP = PaperSetup(
     name="ogbn-products", source="ogb:ogbn-products", fanouts=(15, 10, 5), hidden=256,
-    alpha_per_part=0.04, gpu_fraction=0.15,
+    alpha_per_part=0.04, device_fraction=0.15,
     published={
         "variants": "SALIENT++ (VIP cache, pipelined) 818 ms/epoch on 8 x g5.8xlarge (one A10G each); "
                     "SALIENT on one V100 2812 ms/epoch, PyG 8931 ms/epoch.",

@@ -33,7 +33,7 @@ from ..distributed.network import parse_network
 from ..errors import InputError, check_int
 from ..io import atomic_output_file, check_output_dir, check_output_paths
 from .results import write_results
-from ..parsing import name_list, number_list
+from ..parsing import flag_names, name_list, number_list
 from ..partition import load_partitioned
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import parse_fanouts
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", required=True, metavar="RATE[,LATENCY]",
                    help="the emulated link of every rank, in tc's units, e.g. 1gbit,50us (docs/cluster.md says how "
                         "to choose it for a GPU cluster's regime)")
-    p.add_argument("--alphas", default=DEFAULT_ALPHAS,
+    p.add_argument(*flag_names("--replication"), default=DEFAULT_ALPHAS,
                    help=f"replication factors (default {DEFAULT_ALPHAS}); 0 alone runs the three settings without a "
                         "cache, which is enough to choose the rate")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"cache policies (default {DEFAULT_POLICIES})")
@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--pipeline-depth", type=int, default=4, help="batches in flight of the pipelined runs (default 4)")
-    p.add_argument("--threads", type=int, default=None, help="sampler threads per rank (default: the thread budget's)")
+    p.add_argument(*flag_names("--sampler-threads"), type=int, default=None,
+                   help="sampler threads per rank (default: the thread budget's)")
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads per rank (default: the thread budget's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -82,8 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace, cache: str, alpha: float, depth: int) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
-                       batch_size=args.batch_size, cache=cache, replication=alpha, pipeline_depth=depth,
-                       eval_every=0, num_threads=args.threads, torch_threads=args.torch_threads, device=args.device,
+                       batch_size=args.batch_size, policy=cache, replication=alpha, pipeline_depth=depth,
+                       eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        network=args.network, progress=False)
 
 
@@ -156,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
     check_int(args.epochs, "--epochs")
     check_int(args.repeats, "--repeats")
     check_int(args.pipeline_depth, "--pipeline-depth")
-    alphas = [a for a in number_list(args.alphas, float, "--alphas", DEFAULT_ALPHAS) if a > 0]
+    alphas = [a for a in number_list(args.replication, float, "--replication", DEFAULT_ALPHAS) if a > 0]
     policies = name_list(args.policies, "--policies", DEFAULT_POLICIES)
     for policy in policies:
         get_policy(policy)
@@ -175,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
     row_bytes = data.num_features * data.feature_dtype.itemsize
     owned_bytes = max(data.book.part_size(k) for k in range(data.num_parts)) * row_bytes
     workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
-    # Without a cache row (--alphas 0) no policy is scored: the oracle alone gives the rows touched.
+    # Without a cache row (--replication 0) no policy is scored: the oracle alone gives the rows touched.
     simulated = tuple(dict.fromkeys([*policies, ORACLE])) if alphas else (ORACLE,)
     sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), simulated, replication)
     total = sim.total_rows()  # [policy, alpha]; alpha 0 first

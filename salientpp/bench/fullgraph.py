@@ -1,15 +1,15 @@
 """Full-graph training per dependency mode: epoch time, bytes exchanged, redundant work, prediction.
 
 Every rank builds one full-graph trainer per mode of ``--dependencies`` (and with
-``--candidates`` one per further plan ``hybrid`` chooses from; one process group, one rank per
+``--candidates`` one per further schedule ``hybrid`` chooses from; one process group, one rank per
 partition, one calibration of the cost model) and runs ``--epochs`` epochs of each without
 evaluation, interleaved: epoch e of every one, the order rotating, so all share the machine's
 conditions side by side. Reported per row: the median epoch time over the epochs after the
-first, the plan trained (``hybrid``'s choice, after its probe), the cost model's predicted epoch
+first, the schedule trained (``hybrid``'s choice, after its probe), the cost model's predicted epoch
 time, the bytes all ranks received per epoch (rows forward, gradients back), and the remote
 vertex-layers recomputed (work their owners also do). The last column is each time over the
 faster pure mode. The JSON adds each trainer's start-up seconds (the first one's include the
-calibration; ``hybrid``'s its probe), the probe's seconds per plan, and the calibration.
+calibration; ``hybrid``'s its probe), the probe's seconds per schedule, and the calibration.
 
 ``--compare-minibatch N`` also trains N full-graph epochs (the last mode given) and
 ``--minibatch-epochs`` minibatch ones (``--fanouts``, ``--batch-size``), evaluating after every
@@ -27,7 +27,7 @@ from typing import Any
 from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..fullgraph import Dependencies, check_dependencies
-from ..fullgraph.plan import candidate_plans
+from ..fullgraph.schedule import candidate_schedules
 from ..io import atomic_output_file, check_writable_file
 from .results import write_results
 from ..distributed import init_distributed, launch, shutdown_distributed
@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dependencies", default=",".join(d.value for d in Dependencies),
                    help="modes to run, comma-separated (default cache,communicate,hybrid)")
     p.add_argument("--candidates", action="store_true",
-                   help="also time every plan hybrid chooses from (cache-l: hidden level l cached whole)")
+                   help="also time every schedule hybrid chooses from (cache-l: hidden level l cached whole)")
     p.add_argument("--epochs", type=int, default=5, help="epochs per mode; the first is warm-up (default 5)")
     p.add_argument("--model", default="sage")
     p.add_argument("--hidden", type=int, default=256)
@@ -78,7 +78,7 @@ def _config(args: argparse.Namespace, **options) -> TrainConfig:
 
 def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One rank of the comparison: a trainer per mode (and with ``--candidates`` per further
-    candidate plan) in one process group, their epochs interleaved (the order rotates every
+    candidate schedule) in one process group, their epochs interleaved (the order rotates every
     epoch), so every one runs under the same conditions. Returns the rows and the calibrated
     :class:`~salientpp.fullgraph.CostModel` as a dict."""
     ctx = init_distributed("cpu", timeout_s=600.0)
@@ -97,9 +97,9 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict
             build(mode, config, cost=cost)
         if args.candidates:
             first = next(iter(trainers.values()))
-            for name in candidate_plans(args.layers):
+            for name in candidate_schedules(args.layers):
                 if name not in trainers:
-                    build(name, first.config, cost=first.cost, plan=name)
+                    build(name, first.config, cost=first.cost, schedule=name)
         modes = list(trainers)
         times: dict[str, list[float]] = {mode: [] for mode in modes}
         last: dict[str, dict[str, Any]] = {}
@@ -110,7 +110,7 @@ def _side_by_side(args: argparse.Namespace, modes: list[str]) -> tuple[list[dict
                 last[mode] = record[FULL_GRAPH_KEY]
     finally:
         shutdown_distributed(ctx)
-    rows = [{"dependencies": mode, "plan": last[mode][PLAN],
+    rows = [{"dependencies": mode, "schedule": last[mode][PLAN],
              "epoch_s": statistics.median(times[mode][1:] or times[mode]), "epoch_times": times[mode],
              "predicted_s": last[mode][PREDICTED_S], "probed_s": last[mode][PROBED_S], "startup_s": startup[mode],
              "exchanged_bytes": last[mode][EXCHANGED_BYTES], "redundant_vertex_layers": last[mode][REDUNDANT],
@@ -147,18 +147,18 @@ def compare_minibatch(args: argparse.Namespace, mode: str) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]]) -> str:
     pure = [r["epoch_s"] for r in rows if r["dependencies"] in (Dependencies.CACHE.value, Dependencies.COMMUNICATE.value)]
     best_pure = min(pure) if pure else None
-    lines = ["| dependencies | plan | remote rows recomputed | epoch s | predicted s | MB exchanged / epoch "
+    lines = ["| dependencies | schedule | remote rows recomputed | epoch s | predicted s | MB exchanged / epoch "
              "| redundant vertex-layers | / faster pure |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = f"{r['epoch_s'] / best_pure:.2f}" if best_pure else "-"
-        lines.append(f"| {r['dependencies']} | {r['plan']} | {r['cached_fraction']:.0%} | {r['epoch_s']:.3f} | {r['predicted_s']:.3f} | "
+        lines.append(f"| {r['dependencies']} | {r['schedule']} | {r['cached_fraction']:.0%} | {r['epoch_s']:.3f} | {r['predicted_s']:.3f} | "
                      f"{r['exchanged_bytes'] / 1e6:.2f} | {r['redundant_vertex_layers']:,.0f} | {ratio} |")
     return "\n".join(lines)
 
 
 def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     plt = require_pyplot()
-    names = [r["dependencies"] + ("" if r["plan"] == r["dependencies"] else f"\n({r['plan']})") for r in rows]
+    names = [r["dependencies"] + ("" if r["schedule"] == r["dependencies"] else f"\n({r['schedule']})") for r in rows]
     x = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(rows)), 3.4))
     ax.bar([i - 0.2 for i in x], [r["epoch_s"] for r in rows], 0.4, label="measured")
@@ -183,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
     for path, option in ((args.json_path, "--json"), (args.plot, "--plot")):
         if path:
             check_writable_file(path, option)
-    # Every option checked, and the largest plan's memory, before any rank starts.
+    # Every option checked, and the largest schedule's memory, before any rank starts.
     run = resolve_run(_config(args, mode="full-graph", dependencies=Dependencies.CACHE.value, epochs=args.epochs),
                       memory_check=True)
     rows, cost = launch(_side_by_side, (args, modes), run.local_ranks)[0]
@@ -192,8 +192,8 @@ def main(args: argparse.Namespace) -> int:
     print(_table(rows))
     for r in rows:
         if r["probed_s"]:
-            print(f"\n{r['dependencies']} probed each plan predicted within {PROBE_BAND:.0%} of the fastest (the "
-                  f"fastest of {PROBE_PASSES} passes): {probe_times(r['probed_s'])}; it trains {r['plan']} "
+            print(f"\n{r['dependencies']} probed each schedule predicted within {PROBE_BAND:.0%} of the fastest (the "
+                  f"fastest of {PROBE_PASSES} passes): {probe_times(r['probed_s'])}; it trains {r['schedule']} "
                   f"(start-up {r['startup_s']:.1f} s with the probe)")
     results: dict[str, Any] = {"part_dir": args.part_dir, "modes": rows, "calibration": cost}
     if args.compare_minibatch:

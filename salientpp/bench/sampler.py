@@ -2,7 +2,7 @@
 
 Samplers (``--samplers``, default ``nodewise``):
 
-* ``nodewise``: the C++ thread-pool sampler, one row per ``--threads`` count (its worker threads).
+* ``nodewise``: the C++ thread-pool sampler, one row per ``--sampler-threads`` count (its worker threads).
 * ``bulk``: the same node-wise distribution drawn by :class:`~salientpp.sampling.BulkSampler`,
   ``k`` minibatches per bulk step in the loader's thread, one row per ``k`` of ``--bulk-sizes``
   and per thread count (``torch.set_num_threads``: torch's intra-op threads do the work).
@@ -40,7 +40,7 @@ from ..data.format import load_dataset
 from ..errors import InputError
 from ..io import atomic_output_file, check_output_dir, check_output_paths
 from .results import write_results
-from ..parsing import name_list, number_list
+from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, SamplerKind, check_fanouts, check_sampler, make_sampler
@@ -184,7 +184,7 @@ def _loader_epochs(loader: NeighborLoader) -> Callable[[int], NeighborLoader]:
 
 def _threads_case(impl: str, sampler, seeds: torch.Tensor, batch_size: int, threads: int) -> _Case:
     """``sampler`` (one batch at a time) in a loader of ``threads`` sampling threads."""
-    loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False, num_threads=threads,
+    loader = NeighborLoader(sampler, seeds, batch_size, shuffle=False, sampler_threads=threads,
                             read_ahead=max(4, 2 * threads))
     return _Case(impl, threads, _loader_epochs(loader), lambda b: b.num_sampled_edges)
 
@@ -398,7 +398,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset_dir", help="dataset directory (salientpp prepare)")
     p.add_argument("--fanouts", default="15,10,5", help="per-hop fanouts, seeds first (15,10,5)")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--threads", default="1,2", help="thread counts to measure (1,2)")
+    p.add_argument(*flag_names("--sampler-threads"), default="1,2", help="sampler thread counts to measure (1,2)")
     p.add_argument("--batches", type=int, default=30, help="batches per repeat (default 30)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (median reported)")
     p.add_argument("--samplers", default=DEFAULT_SAMPLER.value, metavar="S1,S2,...",
@@ -422,7 +422,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
 
     fanouts = list(parse_fanouts(args.fanouts))
-    threads = list(number_list(args.threads, int, "--threads", "1,2"))
+    threads = list(number_list(args.sampler_threads, int, "--sampler-threads", "1,2"))
     samplers = name_list(args.samplers, "--samplers", "nodewise,bulk,ladies")
     bulk_sizes = list(number_list(args.bulk_sizes, int, "--bulk-sizes", "1,4,16,64"))
     ladies_fanouts = (None if args.ladies_fanouts is None

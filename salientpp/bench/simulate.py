@@ -21,7 +21,7 @@ from ..errors import InputError
 from ..partition.format import load_partitioned
 from ..io import check_output_dir
 from .results import write_results
-from ..parsing import name_list, number_list
+from ..parsing import flag_names, name_list, number_list
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
 KIND = "salientpp-bench-simulate"
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=10, help="evaluated epochs (default 10)")
     p.add_argument("--simulation-epochs", type=int, default=5, help="epochs sampled by vip-simulation (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluated epochs (default 0)")
-    p.add_argument("--threads", type=int, default=1, help="sampler threads (default 1)")
+    p.add_argument(*flag_names("--sampler-threads"), type=int, default=1, help="sampler threads (default 1)")
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 
 
@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     reports = []
     for fanouts, batch_size in settings:
         ctx = PolicyContext(dataset, (Workload(fanouts, batch_size),), seed=args.seed, epochs=args.epochs,
-                            simulation_epochs=args.simulation_epochs, num_threads=args.threads, progress=True)
+                            simulation_epochs=args.simulation_epochs, sampler_threads=args.sampler_threads, progress=True)
         start = time.perf_counter()
         result = simulate(ctx, policies, replication)
         seconds = time.perf_counter() - start

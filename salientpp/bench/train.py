@@ -51,7 +51,7 @@ from ..host import PIPELINE_DEPTH, sampler_read_ahead
 from ..errors import InputError, check_int, counted
 from ..io import check_output_dir
 from .results import write_results
-from ..parsing import name_list, number_list
+from ..parsing import flag_names, name_list, number_list
 from ..partition import load_partitioned
 from ..loader.pipeline import StageTimes
 from ..train import TrainConfig, resolve_run, train
@@ -72,20 +72,20 @@ BASELINE_MODELS = {PYG: "PyG's SAGE", OURS: "salientpp's model"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("part_dir", metavar="PART_DIR", help="partitioned directory, e.g. the small preset in 2 parts")
     p.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up (default 3)")
-    p.add_argument("--alphas", default="0.1,0.5", help="VIP replication factors (default 0.1,0.5)")
+    p.add_argument(*flag_names("--replication"), default="0.1,0.5", help="VIP replication factors (default 0.1,0.5)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument(*flag_names("--sampler-threads"), type=int, default=None,
                    help="sampler threads per rank (default: the thread budget's, see docs/training.md)")
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads per rank (default: the thread budget's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--gpu-fraction", type=float, default=None, metavar="F",
-                   help="fraction of each rank's owned rows kept on the device, as `train --gpu-fraction` "
+    p.add_argument(*flag_names("--device-fraction"), type=float, default=None, metavar="F",
+                   help="fraction of each rank's owned rows kept on the device, as `train --device-fraction` "
                         "(default: train's)")
     p.add_argument("--network", default=None, metavar="RATE[,LATENCY]",
                    help="emulate a cluster network for salientpp's row exchange, as `train --network` (default: "
@@ -159,9 +159,9 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
             reuse_freed_memory: bool = True) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
-                       batch_size=args.batch_size, cache=cache, replication=alpha, pipeline_depth=depth,
-                       eval_every=0, num_threads=args.threads, torch_threads=args.torch_threads, device=args.device,
-                       gpu_fraction=args.gpu_fraction,
+                       batch_size=args.batch_size, policy=cache, replication=alpha, pipeline_depth=depth,
+                       eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
+                       device_fraction=args.device_fraction,
                        precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,
                        progress=False)
 
@@ -181,7 +181,7 @@ def _sampling_alone(args, data, threads: int, depth: int) -> float:
     rowptr, col = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (data.rowptr, data.col))
     seeds = max((np.asarray(data.part(k).train_idx) for k in range(data.num_parts)), key=len)
     loader = NeighborLoader(make_sampler(rowptr, col, parse_fanouts(args.fanouts), SamplerKind.NODEWISE),
-                            torch.from_numpy(seeds), args.batch_size, num_threads=threads,
+                            torch.from_numpy(seeds), args.batch_size, sampler_threads=threads,
                             read_ahead=sampler_read_ahead(depth, threads))
     seconds = []
     for epoch in range(args.epochs):
@@ -228,7 +228,7 @@ def _uncached_run(args, depth: int, load: int = 0, reuse_freed_memory: bool = Tr
 def main(args: argparse.Namespace) -> int:
     check_int(args.epochs, "--epochs")
     check_int(args.outside_load, "--outside-load", minimum=0)
-    alphas = list(number_list(args.alphas, float, "--alphas", "0.1,0.5"))
+    alphas = list(number_list(args.replication, float, "--replication", "0.1,0.5"))
     args.baselines = _choices(args.baselines, "--baselines", BASELINE_MODELS)
     args.precisions = _choices(args.precisions, "--precisions", PRECISIONS)
     for precision in args.precisions:  # refuses bf16 on a CPU without it

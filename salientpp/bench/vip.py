@@ -162,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
     for t in timings:
         print(f"| {t['method']} | {t['seconds']:.2f} | {t['peak_alloc_bytes'] / 2**20:.0f} |")
     print(f"process peak RSS so far: {rss / 2**20:.0f} MiB (includes the memory-mapped graph)")
-    report = {"dataset": str(dataset.path), "num_nodes": dataset.num_nodes, "num_edges": int(dataset.col.shape[0]),
+    report = {"part_dir": str(dataset.path), "num_nodes": dataset.num_nodes, "num_edges": int(dataset.col.shape[0]),
               "num_parts": dataset.num_parts, "fanouts": list(fanouts), "batch_size": batch_size,
               "replace": args.replace, "sampler": sampler.value, "workload": workload.to_json(), "threads": numba.get_num_threads(), "timings": timings, "peak_rss_bytes": rss}
     if args.mc_batches:

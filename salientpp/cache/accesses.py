@@ -19,7 +19,7 @@ from ..streams import loader_seed
 from .workload import Workload
 
 def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k: int, *, epochs: int,
-                  seed: int, stream: int, num_threads: int = 1, progress: bool = False) -> np.ndarray:
+                  seed: int, stream: int, sampler_threads: int = 1, progress: bool = False) -> np.ndarray:
     """Weighted number of minibatches of partition ``k`` that contain each vertex, over ``epochs`` epochs.
 
     Every workload runs ``epochs`` epochs of the trainer's loader over partition k's seeds:
@@ -48,7 +48,7 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
                 bar.update(epochs)
             continue
         options = dict(batch_size=workload.batch_size, shuffle=True, seed=loader_seed(seed, k, stream, i),
-                       num_threads=num_threads, num_batches=workload.lockstep_steps(dataset))
+                       sampler_threads=sampler_threads, num_batches=workload.lockstep_steps(dataset))
         if workload.edges is not None:  # the link loader: edges, negatives, then their endpoints sampled
             loader = LinkNeighborLoader(sampler, torch.from_numpy(seeds), num_negatives=workload.edges.num_negatives,
                                         negative_sampling=workload.edges.negative_sampling, **options)

@@ -10,11 +10,11 @@ import shlex
 
 from ..data.format import SPLITS
 from ..errors import check_int
-from ..parsing import name_list, parse_bytes
+from ..parsing import flag_names, name_list, parse_bytes
 from ..partition.format import PartitionedDataset
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
-from .plan import GPU_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest, shown_option
+from .plan import DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest, shown_option
 from .policies import PolicyContext, available_policies
 from .vip import METHODS
 from .workload import EdgeSeeds, Workload
@@ -26,13 +26,13 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                         help="training fanouts per hop, first at the seeds; -1 = all neighbours (e.g. 15,10,5)")
     parser.add_argument("--batch-size", type=int, required=True, metavar="B", help="training seeds per minibatch")
     parser.add_argument("--replace", action="store_true", help="the sampler draws with replacement")
-    parser.add_argument("--inference-fanouts", metavar="F1,F2,...",
+    parser.add_argument(*flag_names("--eval-fanouts"), metavar="F1,F2,...",
                         help="also serve sampled inference with these fanouts (a mixed workload)")
-    parser.add_argument("--inference-batch-size", type=int, metavar="B",
+    parser.add_argument(*flag_names("--eval-batch-size"), type=int, metavar="B",
                         help="inference seeds per minibatch (default: the training batch size)")
-    parser.add_argument("--inference-splits", default="valid", metavar="S1,S2",
+    parser.add_argument(*flag_names("--eval-splits"), default="valid", metavar="S1,S2",
                         help=f"seed splits of inference, from {','.join(SPLITS)} (default valid)")
-    parser.add_argument("--inference-weight", type=float, default=1.0, metavar="W",
+    parser.add_argument(*flag_names("--eval-weight"), type=float, default=1.0, metavar="W",
                         help="inference passes per training epoch (default 1)")
     parser.add_argument("--vip-method", choices=METHODS,
                         help="VIP estimate of the vip policy (default exact, cavity with --sampler ladies; cavity "
@@ -44,7 +44,8 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluated run and of random choices (default 0)")
     parser.add_argument("--simulation-epochs", type=int, default=SIMULATION_EPOCHS, metavar="E",
                         help=f"epochs sampled by the vip-simulation policy (default {SIMULATION_EPOCHS})")
-    parser.add_argument("--threads", type=int, default=1, metavar="T", help="sampler threads (default 1)")
+    parser.add_argument(*flag_names("--sampler-threads"), type=int, default=1, metavar="T",
+                        help="sampler threads (default 1)")
 
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:
@@ -67,21 +68,21 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
     edges = edge_seeds_from(args)
     train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace, sampler=args.sampler,
                      edges=edges)
-    if args.inference_fanouts is None:
+    if args.eval_fanouts is None:
         return (train,)
-    splits = tuple(name_list(args.inference_splits, "--inference-splits", "valid,test"))
-    inference = Workload(parse_fanouts(args.inference_fanouts), args.inference_batch_size or args.batch_size,
-                         replace=args.replace, splits=splits, weight=args.inference_weight, edges=edges)
+    splits = tuple(name_list(args.eval_splits, "--eval-splits", "valid,test"))
+    inference = Workload(parse_fanouts(args.eval_fanouts), args.eval_batch_size or args.batch_size,
+                         replace=args.replace, splits=splits, weight=args.eval_weight, edges=edges)
     return train, inference
 
 
 def _threads_for(args: argparse.Namespace, dataset: PartitionedDataset) -> int:
-    """``--threads``, checked, once the dataset has what the workload options need (the held-out
+    """``--sampler-threads``, checked, once the dataset has what the workload options need (the held-out
     edges of ``--task link``)."""
-    check_int(args.threads, "--threads")
+    check_int(args.sampler_threads, "--sampler-threads")
     if args.task == LINK:
         dataset.require_link_split()
-    return args.threads
+    return args.sampler_threads
 
 
 def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
@@ -89,12 +90,12 @@ def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: 
     threads = _threads_for(args, dataset)
     return PolicyContext(dataset, workloads_from(args), seed=args.seed, epochs=epochs,
                          simulation_epochs=args.simulation_epochs, vip_method=args.vip_method,
-                         num_threads=threads, progress=True)
+                         sampler_threads=threads, progress=True)
 
 
 def plan_context_from(args: argparse.Namespace, dataset: PartitionedDataset, request: PlanRequest) -> PolicyContext:
     """The policy context that builds ``request``'s plan (read from ``args`` by :func:`plan_request_from`)."""
-    return request.context(dataset, num_threads=_threads_for(args, dataset), progress=True)
+    return request.context(dataset, sampler_threads=_threads_for(args, dataset), progress=True)
 
 
 # ---- the options of a cache plan (salientpp analyze) ---------------------------------------------
@@ -107,11 +108,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help=f"cache policy, one of {', '.join(available_policies())} (default vip)")
     parser.add_argument("--replication", type=float, metavar="ALPHA",
                         help="cache the top ALPHA*N/K remote rows per partition (a fraction in [0, K-1])")
-    parser.add_argument("--gpu-cache-bytes", metavar="BYTES",
-                        help="GPU tier budget per partition, e.g. 2GiB (filled first); with --cpu-cache-bytes")
-    parser.add_argument("--cpu-cache-bytes", metavar="BYTES", help="CPU tier budget per partition, e.g. 8GiB")
-    parser.add_argument("--gpu-fraction", type=float, default=GPU_FRACTION, metavar="FRAC",
-                        help=f"fraction of each partition's own rows kept on the GPU, by score (default {GPU_FRACTION})")
+    parser.add_argument(*flag_names("--device-cache-bytes"), metavar="BYTES",
+                        help="device tier budget per partition, e.g. 2GiB (filled first); with --host-cache-bytes")
+    parser.add_argument(*flag_names("--host-cache-bytes"), metavar="BYTES",
+                        help="host tier budget per partition, e.g. 8GiB")
+    parser.add_argument(*flag_names("--device-fraction"), type=float, default=DEVICE_FRACTION, metavar="FRAC",
+                        help=f"fraction of each partition's own rows kept on the device, by score (default {DEVICE_FRACTION})")
     parser.add_argument("--epochs", type=int, default=PLAN_EPOCHS, metavar="E",
                         help=f"epochs counted by the oracle policy (default {PLAN_EPOCHS})")
 
@@ -119,10 +121,10 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
 def plan_request_from(args: argparse.Namespace) -> PlanRequest:
     """The :class:`PlanRequest` of :func:`add_plan_options`' options; :class:`InputError` (one
     sentence) for a bad option."""
-    size = (None if args.gpu_cache_bytes is None else parse_bytes(args.gpu_cache_bytes),
-            None if args.cpu_cache_bytes is None else parse_bytes(args.cpu_cache_bytes))
+    size = (None if args.device_cache_bytes is None else parse_bytes(args.device_cache_bytes),
+            None if args.host_cache_bytes is None else parse_bytes(args.host_cache_bytes))
     budget = Budget.given(args.replication, *size)
-    return PlanRequest(workloads_from(args), PlanOptions(args.policy, budget, args.gpu_fraction, seed=args.seed,
+    return PlanRequest(workloads_from(args), PlanOptions(args.policy, budget, args.device_fraction, seed=args.seed,
                                                          epochs=args.epochs, simulation_epochs=args.simulation_epochs,
                                                          vip_method=args.vip_method))
 
@@ -148,13 +150,13 @@ def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> st
                   "--negative-sampling", train.edges.negative_sampling.value]
     if len(request.workloads) > 1:
         inference = request.workloads[1]
-        words += ["--inference-fanouts", _fanouts(inference.fanouts), "--inference-batch-size",
-                  str(inference.batch_size), "--inference-splits", ",".join(inference.splits),
-                  "--inference-weight", f"{inference.weight:g}"]
+        words += ["--eval-fanouts", _fanouts(inference.fanouts), "--eval-batch-size",
+                  str(inference.batch_size), "--eval-splits", ",".join(inference.splits),
+                  "--eval-weight", f"{inference.weight:g}"]
     budget = options.budget
     words += ["--policy", options.policy]
     words += (["--replication", f"{budget.replication:g}"] if budget.replication is not None else
-              ["--gpu-cache-bytes", str(budget.gpu_bytes), "--cpu-cache-bytes", str(budget.cpu_bytes)])
+              ["--device-cache-bytes", str(budget.device_bytes), "--host-cache-bytes", str(budget.host_bytes)])
     for f in options.changed_fields(request.default_options):
         words += [f.metadata["flag"], shown_option(getattr(options, f.name))]
     return shlex.join([*words, "--out", out])

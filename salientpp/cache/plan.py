@@ -1,13 +1,13 @@
-"""Cache plans: which remote rows each partition caches (GPU tier, then CPU tier) and in which
+"""Cache plans: which remote rows each partition caches (device tier, then host tier) and in which
 order it keeps its own rows, saved next to the partitioned data.
 
 On-disk layout (``.npy`` + ``meta.json``, default ``PART_DIR/cache/<name>/``)::
 
-    meta.json              kind, policy, workloads, budget, gpu_fraction, row_bytes,
+    meta.json              kind, policy, workloads, budget, device_fraction, row_bytes,
                            partitioning identity, per-partition counts, files
-    part_<k>/gpu_ids.npy   int64 [n_gpu]  remote global ids of the GPU tier, best first
-    part_<k>/cpu_ids.npy   int64 [n_cpu]  remote global ids of the CPU tier, best first
-    part_<k>/local_order.npy int64 [n_k]  local row indices by descending score
+    part_<k>/device_ids.npy   int64 [n_device] remote global ids of the device tier, best first
+    part_<k>/host_ids.npy     int64 [n_host]   remote global ids of the host tier, best first
+    part_<k>/owned_order.npy int64 [n_k]  local row indices by descending score
 """
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ from ..sampling.kinds import DEFAULT_SAMPLER
 from .workload import Workload
 
 KIND = "salientpp-cache-plan"
-PLAN_ARRAYS = ("gpu_ids", "cpu_ids", "local_order")
+PLAN_ARRAYS = ("device_ids", "host_ids", "owned_order")
 FIX = "re-run `salientpp analyze`"
-# The default share of each partition's own rows kept on the GPU, of `salientpp analyze` and of
-# the plan `salientpp train` builds without --plan (TrainConfig.gpu_fraction).
-GPU_FRACTION = 0.15
+# The default share of each partition's own rows kept on the device, of `salientpp analyze` and of
+# the plan `salientpp train` builds without --plan (TrainConfig.device_fraction).
+DEVICE_FRACTION = 0.15
 def partition_identity(part_dir_meta: dict[str, Any]) -> str:
     """A digest of the checksums of the topology, partition book and renumbering of a partitioned dir."""
     files = part_dir_meta.get("files", {})
@@ -53,27 +53,27 @@ class Budget:
 
     Attributes:
         replication: alpha in ``[0, K-1]``: cache the top ``floor(alpha * N / K)`` remote rows,
-            all in the GPU tier; ``K-1`` caches every remote row (``None`` when byte budgets are used).
-        gpu_bytes, cpu_bytes: tier budgets in bytes; the GPU tier is filled first, each tier
+            all in the device tier; ``K-1`` caches every remote row (``None`` when byte budgets are used).
+        device_bytes, host_bytes: tier budgets in bytes; the device tier is filled first, each tier
             holds ``budget // row_bytes`` rows (0 = no such tier).
     """
 
     replication: float | None = None
-    gpu_bytes: int = 0
-    cpu_bytes: int = 0
+    device_bytes: int = 0
+    host_bytes: int = 0
 
     def __post_init__(self) -> None:
-        if self.replication is not None and (self.gpu_bytes or self.cpu_bytes):
+        if self.replication is not None and (self.device_bytes or self.host_bytes):
             raise InputError("give either a replication factor (--replication) or byte budgets "
-                             "(--gpu-cache-bytes, --cpu-cache-bytes), not both")
+                             "(--device-cache-bytes, --host-cache-bytes), not both")
 
     @classmethod
-    def given(cls, replication: float | None, gpu_bytes: int | None, cpu_bytes: int | None) -> "Budget":
+    def given(cls, replication: float | None, device_bytes: int | None, host_bytes: int | None) -> "Budget":
         """The budget of the options a user gave (``None``: not given): a replication factor or
         byte budgets, exactly one of the two (the one rule; :class:`InputError` otherwise)."""
-        if replication is None and gpu_bytes is None and cpu_bytes is None:
-            raise InputError("say how much to cache: --replication ALPHA or --gpu-cache-bytes B --cpu-cache-bytes C")
-        return cls(replication, gpu_bytes or 0, cpu_bytes or 0)
+        if replication is None and device_bytes is None and host_bytes is None:
+            raise InputError("say how much to cache: --replication ALPHA or --device-cache-bytes B --host-cache-bytes C")
+        return cls(replication, device_bytes or 0, host_bytes or 0)
 
     def check(self, num_parts: int, row_bytes: int) -> None:
         if self.replication is not None:
@@ -82,22 +82,22 @@ class Budget:
                                  f"(0 = no cache, K-1 = {num_parts - 1} = every remote row); pass a fraction "
                                  "such as 0.1")
             return
-        for tier, value in (("GPU", self.gpu_bytes), ("CPU", self.cpu_bytes)):
+        for tier, value in (("device", self.device_bytes), ("host", self.host_bytes)):
             if 0 < value < row_bytes:
                 raise InputError(f"the {tier} cache budget of {value} bytes is smaller than one feature row "
                                  f"({row_bytes} bytes); raise it or pass 0 for no {tier} tier")
 
     def rows(self, num_remote: int, num_nodes: int, num_parts: int, row_bytes: int) -> tuple[int, int]:
-        """(GPU rows, CPU rows) for a partition with ``num_remote`` remote vertices."""
+        """(device rows, host rows) for a partition with ``num_remote`` remote vertices."""
         if self.replication is not None:
             if self.replication >= num_parts - 1:  # full replication, also for partitions smaller than N/K
                 return num_remote, 0
             return min(num_remote, int(math.floor(self.replication * num_nodes / num_parts + 1e-9))), 0
-        n_gpu = min(num_remote, self.gpu_bytes // row_bytes)
-        return n_gpu, min(num_remote - n_gpu, self.cpu_bytes // row_bytes)
+        n_device = min(num_remote, self.device_bytes // row_bytes)
+        return n_device, min(num_remote - n_device, self.host_bytes // row_bytes)
 
     def to_json(self) -> dict:
-        return {"replication": self.replication, "gpu_cache_bytes": self.gpu_bytes, "cpu_cache_bytes": self.cpu_bytes}
+        return {"replication": self.replication, "device_cache_bytes": self.device_bytes, "host_cache_bytes": self.host_bytes}
 
 
 # Epochs the oracle policy counts and epochs vip-simulation samples when a plan is built: the
@@ -116,7 +116,7 @@ class PlanOptions:
     Attributes:
         policy: the policy's registered name.
         budget: the replication factor or the byte budgets.
-        gpu_fraction: share of each partition's own rows on the device.
+        device_fraction: share of each partition's own rows on the device.
         seed: the seed of the policy context (tie-breaks, sampled policies).
         epochs: epochs the oracle counts; simulation_epochs: epochs vip-simulation samples.
         vip_method: the VIP estimate of the ``vip`` policy (``None``: the training sampler's
@@ -125,31 +125,31 @@ class PlanOptions:
 
     policy: str
     budget: Budget
-    gpu_fraction: float = field(default=GPU_FRACTION, metadata={"tag": "d", "flag": "--gpu-fraction"})
+    device_fraction: float = field(default=DEVICE_FRACTION, metadata={"tag": "df", "flag": "--device-fraction"})
     seed: int = field(default=0, metadata={"tag": "s", "flag": "--seed"})
     epochs: int = field(default=PLAN_EPOCHS, metadata={"tag": "e", "flag": "--epochs"})
     simulation_epochs: int = field(default=SIMULATION_EPOCHS, metadata={"tag": "se", "flag": "--simulation-epochs"})
     vip_method: str | None = field(default=None, metadata={"tag": "", "flag": "--vip-method"})
 
     @classmethod
-    def of(cls, ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: float) -> "PlanOptions":
-        """The options of plans built with ``policy``, ``budget`` and ``gpu_fraction`` in ``ctx``."""
-        return cls(policy, budget, gpu_fraction, ctx.seed, ctx.epochs, ctx.simulation_epochs, ctx.vip_method)
+    def of(cls, ctx: PolicyContext, policy: str, budget: Budget, device_fraction: float) -> "PlanOptions":
+        """The options of plans built with ``policy``, ``budget`` and ``device_fraction`` in ``ctx``."""
+        return cls(policy, budget, device_fraction, ctx.seed, ctx.epochs, ctx.simulation_epochs, ctx.vip_method)
 
     def changed_fields(self, defaults: "PlanOptions") -> list:
         """The tagged fields (those besides the policy and the budget) whose value differs from ``defaults``'."""
         return [f for f in fields(self) if "tag" in f.metadata and getattr(self, f.name) != getattr(defaults, f.name)]
 
     def to_json(self) -> dict:
-        return {"policy": self.policy, "budget": self.budget.to_json(), "gpu_fraction": self.gpu_fraction,
+        return {"policy": self.policy, "budget": self.budget.to_json(), "device_fraction": self.device_fraction,
                 "seed": self.seed, "epochs": self.epochs, "simulation_epochs": self.simulation_epochs,
                 "vip_method": self.vip_method}
 
     @classmethod
     def from_json(cls, entry: dict) -> "PlanOptions":
         budget = entry["budget"]
-        return cls(policy=entry["policy"], gpu_fraction=float(entry["gpu_fraction"]), seed=int(entry["seed"]),
-                   budget=Budget(budget["replication"], int(budget["gpu_cache_bytes"]), int(budget["cpu_cache_bytes"])),
+        return cls(policy=entry["policy"], device_fraction=float(entry["device_fraction"]), seed=int(entry["seed"]),
+                   budget=Budget(budget["replication"], int(budget["device_cache_bytes"]), int(budget["host_cache_bytes"])),
                    # plans of salientpp before 0.1.0's plan request did not record their epochs
                    epochs=entry.get("epochs"), simulation_epochs=entry.get("simulation_epochs"),
                    vip_method=entry["vip_method"])
@@ -210,68 +210,68 @@ class CachePlan:
 
     Attributes:
         part: the partition k.
-        gpu_ids: int64 ``[n_gpu]`` remote global ids cached in the GPU tier, by descending score.
-        cpu_ids: int64 ``[n_cpu]`` remote global ids cached in the CPU tier, by descending score.
-        local_order: int64 ``[n_k]`` local row indices (``id - offsets[k]``) by descending score.
-        num_gpu_local: ``floor(gpu_fraction * n_k)``: rows ``local_order[:num_gpu_local]`` live on the GPU.
-        meta: what the plan was built for (``meta.options.gpu_fraction``: the share of the local
-            rows on the GPU).
+        device_ids: int64 ``[n_device]`` remote global ids cached in the device tier, by descending score.
+        host_ids: int64 ``[n_host]`` remote global ids cached in the host tier, by descending score.
+        owned_order: int64 ``[n_k]`` local row indices (``id - offsets[k]``) by descending score.
+        num_device_owned: ``floor(device_fraction * n_k)``: rows ``owned_order[:num_device_owned]`` live on the device.
+        meta: what the plan was built for (``meta.options.device_fraction``: the share of the local
+            rows on the device).
     """
 
     part: int
-    gpu_ids: np.ndarray
-    cpu_ids: np.ndarray
-    local_order: np.ndarray
-    num_gpu_local: int
+    device_ids: np.ndarray
+    host_ids: np.ndarray
+    owned_order: np.ndarray
+    num_device_owned: int
     meta: PlanMeta
 
     @property
     def num_cached(self) -> int:
-        return int(self.gpu_ids.shape[0] + self.cpu_ids.shape[0])
+        return int(self.device_ids.shape[0] + self.host_ids.shape[0])
 
     @property
-    def gpu_fraction(self) -> float:
-        """The share of the local rows kept on the GPU."""
-        return self.meta.options.gpu_fraction
+    def device_fraction(self) -> float:
+        """The share of the owned rows kept on the device."""
+        return self.meta.options.device_fraction
 
     def slot_map(self) -> np.ndarray:
-        """int64 ``[N]``: -1 = not cached, ``0..n_gpu-1`` GPU tier slot, ``n_gpu..`` CPU tier slot ``- n_gpu``."""
+        """int64 ``[N]``: -1 = not cached, ``0..n_device-1`` device tier slot, ``n_device..`` host tier slot ``- n_device``."""
         slots = np.full(self.meta.num_nodes, -1, dtype=np.int64)
-        n_gpu = self.gpu_ids.shape[0]
-        slots[self.gpu_ids] = np.arange(n_gpu, dtype=np.int64)
-        slots[self.cpu_ids] = np.arange(n_gpu, n_gpu + self.cpu_ids.shape[0], dtype=np.int64)
+        n_device = self.device_ids.shape[0]
+        slots[self.device_ids] = np.arange(n_device, dtype=np.int64)
+        slots[self.host_ids] = np.arange(n_device, n_device + self.host_ids.shape[0], dtype=np.int64)
         return slots
 
-    def with_gpu_fraction(self, gpu_fraction: float) -> "CachePlan":
-        """The same plan with another share of the local rows on the GPU (no re-scoring needed)."""
-        gpu_fraction = _check_gpu_fraction(gpu_fraction)
-        return replace(self, meta=replace(self.meta, options=replace(self.meta.options, gpu_fraction=gpu_fraction)),
-                       num_gpu_local=local_gpu_rows(gpu_fraction, int(self.local_order.shape[0])))
+    def with_gpu_fraction(self, device_fraction: float) -> "CachePlan":
+        """The same plan with another share of the owned rows on the device (no re-scoring needed)."""
+        device_fraction = _check_gpu_fraction(device_fraction)
+        return replace(self, meta=replace(self.meta, options=replace(self.meta.options, device_fraction=device_fraction)),
+                       num_device_owned=device_owned_rows(device_fraction, int(self.owned_order.shape[0])))
 
 
-def _check_gpu_fraction(gpu_fraction: float) -> float:
-    if not (math.isfinite(gpu_fraction) and 0 <= gpu_fraction <= 1):
-        raise InputError(f"gpu fraction {gpu_fraction} is outside [0, 1]; pass e.g. --gpu-fraction {GPU_FRACTION}")
-    return float(gpu_fraction)
+def _check_gpu_fraction(device_fraction: float) -> float:
+    if not (math.isfinite(device_fraction) and 0 <= device_fraction <= 1):
+        raise InputError(f"the device fraction {device_fraction} is outside [0, 1]; pass e.g. --device-fraction {DEVICE_FRACTION}")
+    return float(device_fraction)
 
 
-def local_gpu_rows(gpu_fraction: float, num_local: int) -> int:
-    """``floor(gpu_fraction * num_local)``: how many of a partition's own rows (the first of its
-    local order) live on the GPU."""
-    return int(math.floor(gpu_fraction * num_local + 1e-9))
+def device_owned_rows(device_fraction: float, num_owned: int) -> int:
+    """``floor(device_fraction * num_owned)``: how many of a partition's own rows (the first of its
+    owned order) live on the device."""
+    return int(math.floor(device_fraction * num_owned + 1e-9))
 
 
 def row_bytes_of(dataset) -> int:
     return int(dataset.num_features * dataset.feature_dtype.itemsize)
 
 
-def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: float = 0.0) -> list[CachePlan]:
+def build_plans(ctx: PolicyContext, policy: str, budget: Budget, device_fraction: float = 0.0) -> list[CachePlan]:
     """Score every vertex with ``policy`` for each partition and fill the budget with the best remote rows."""
     dataset = ctx.dataset
-    gpu_fraction = _check_gpu_fraction(gpu_fraction)
+    device_fraction = _check_gpu_fraction(device_fraction)
     row_bytes = row_bytes_of(dataset)
     budget.check(dataset.num_parts, row_bytes)
-    meta = PlanMeta(workloads=ctx.workloads, options=PlanOptions.of(ctx, policy, budget, gpu_fraction),
+    meta = PlanMeta(workloads=ctx.workloads, options=PlanOptions.of(ctx, policy, budget, device_fraction),
                     row_bytes=row_bytes, num_nodes=dataset.num_nodes, num_parts=dataset.num_parts,
                     partition_id=partition_identity(dataset.meta))
     plans = []
@@ -282,8 +282,8 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, gpu_fraction: f
         remote = rank_vertices(scores, np.flatnonzero(ctx.remote_mask(k)), rng)
         n_gpu, n_cpu = budget.rows(remote.size, dataset.num_nodes, dataset.num_parts, row_bytes)
         local = rank_vertices(scores, dataset.book.owned(k), rng) - offsets[k]
-        plans.append(CachePlan(part=k, gpu_ids=remote[:n_gpu].copy(), cpu_ids=remote[n_gpu:n_gpu + n_cpu].copy(),
-                               local_order=local, num_gpu_local=local_gpu_rows(gpu_fraction, local.size), meta=meta))
+        plans.append(CachePlan(part=k, device_ids=remote[:n_gpu].copy(), host_ids=remote[n_gpu:n_gpu + n_cpu].copy(),
+                               owned_order=local, num_device_owned=device_owned_rows(device_fraction, local.size), meta=meta))
         ctx.forget(k)
     return plans
 
@@ -327,12 +327,12 @@ class PlanRequest:
         NAME by default :func:`default_plan_name`."""
         return Path(part_dir) / "cache" / (name or default_plan_name(self))
 
-    def context(self, dataset, num_threads: int = 1, progress: bool = False) -> PolicyContext:
+    def context(self, dataset, sampler_threads: int = 1, progress: bool = False) -> PolicyContext:
         """The policy context the plan is built in."""
         options = self.options
         return PolicyContext(dataset, self.workloads, seed=options.seed, epochs=options.epochs,
                              simulation_epochs=options.simulation_epochs, vip_method=options.vip_method,
-                             num_threads=num_threads, progress=progress)
+                             sampler_threads=sampler_threads, progress=progress)
 
     def build_and_save(self, ctx: PolicyContext, out_dir: str | os.PathLike) -> list[CachePlan]:
         """What ``salientpp analyze`` does once its input is checked, and ``salientpp train``
@@ -342,7 +342,7 @@ class PlanRequest:
         (:func:`save_plans`; an existing ``out_dir`` is refused with :class:`InputError`, so two
         jobs saving the same plan at once leave exactly one). Returns the plans."""
         options = self.options
-        plans = build_plans(ctx, options.policy, options.budget, options.gpu_fraction)
+        plans = build_plans(ctx, options.policy, options.budget, options.device_fraction)
         if plans[0].meta.options != options or ctx.workloads != self.workloads:
             raise ValueError("build_and_save needs the policy context of the request's own context()")
         save_plans(plans, out_dir)
@@ -356,14 +356,14 @@ MAX_PLAN_NAME = 128
 def default_plan_name(request: "PlanRequest") -> str:
     """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload, the budget, and each other
     option of the request that is not its default (``-s3`` for seed 3, ``-e20`` for 20 oracle
-    epochs, ``-cavity`` for another VIP method, ``-d0.3`` for another device share), so that plans
+    epochs, ``-cavity`` for another VIP method, ``-df0.3`` for another device share), so that plans
     built differently never share a name. A name longer than :data:`MAX_PLAN_NAME` (the fanouts
     of a deep model) keeps its first characters and ends in a digest of the whole name, so
     distinct plans keep distinct names."""
     options, training = request.options, request.workload
     budget = options.budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
-            else f"g{budget.gpu_bytes}-c{budget.cpu_bytes}")
+            else f"d{budget.device_bytes}-h{budget.host_bytes}")
     sampler = "" if training.sampler is DEFAULT_SAMPLER else f"-{training.sampler.value}"
     if training.edges is not None:
         sampler += "-link"
@@ -392,8 +392,8 @@ def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
             (tmp / f"part_{plan.part}").mkdir()
             for name in PLAN_ARRAYS:
                 files[f"part_{plan.part}/{name}"] = save_array(tmp / f"part_{plan.part}", name, getattr(plan, name))
-            parts.append({"part": plan.part, "num_gpu": int(plan.gpu_ids.size), "num_cpu": int(plan.cpu_ids.size),
-                          "num_local": int(plan.local_order.size), "num_gpu_local": plan.num_gpu_local})
+            parts.append({"part": plan.part, "num_device": int(plan.device_ids.size), "num_host": int(plan.host_ids.size),
+                          "num_owned": int(plan.owned_order.size), "num_device_owned": plan.num_device_owned})
         write_meta(tmp, {"kind": KIND, "salientpp_version": __version__, **meta.to_json(), "parts": parts,
                          "files": files})
     return Path(out_dir)
@@ -407,28 +407,28 @@ class PlanInfo:
     Attributes:
         path: the plan directory.
         meta: what the plans were built for.
-        num_gpu, num_cpu, num_local, num_gpu_local: per partition, the rows of the device tier
+        num_device, num_host, num_owned, num_device_owned: per partition, the rows of the device tier
             and of the host tier, its own rows, and those of them on the device.
         raw: meta.json as read (file checksums included): the plan's identity.
     """
 
     path: Path
     meta: PlanMeta
-    num_gpu: tuple[int, ...]
-    num_cpu: tuple[int, ...]
-    num_local: tuple[int, ...]
-    num_gpu_local: tuple[int, ...]
+    num_device: tuple[int, ...]
+    num_host: tuple[int, ...]
+    num_owned: tuple[int, ...]
+    num_device_owned: tuple[int, ...]
     raw: dict
 
     @property
-    def gpu_fraction(self) -> float:
+    def device_fraction(self) -> float:
         """The share of each partition's own rows on the device."""
-        return self.meta.options.gpu_fraction
+        return self.meta.options.device_fraction
 
     @property
     def max_cached_rows(self) -> int:
         """The most remote rows any partition caches (both tiers)."""
-        return max(g + c for g, c in zip(self.num_gpu, self.num_cpu))
+        return max(g + c for g, c in zip(self.num_device, self.num_host))
 
 
 def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
@@ -436,24 +436,24 @@ def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
     raw = read_meta(plan_dir, KIND)
     try:
         meta = PlanMeta.from_json(raw)
-        counts = [tuple(int(entry[key]) for key in ("num_gpu", "num_cpu", "num_local", "num_gpu_local"))
+        counts = [tuple(int(entry[key]) for key in ("num_device", "num_host", "num_owned", "num_device_owned"))
                   for entry in raw["parts"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"meta.json in {plan_dir} is incomplete ({shown(str(exc))}); {FIX}") from None
     if len(counts) != meta.num_parts:
         raise InputError(f"meta.json in {plan_dir} describes {len(counts)} partitions but says num_parts is "
                          f"{meta.num_parts}; {FIX}")
-    num_gpu, num_cpu, num_local, num_gpu_local = (tuple(column) for column in zip(*counts))
-    return PlanInfo(Path(plan_dir), meta, num_gpu, num_cpu, num_local, num_gpu_local, raw)
+    num_device, num_host, num_owned, num_device_owned = (tuple(column) for column in zip(*counts))
+    return PlanInfo(Path(plan_dir), meta, num_device, num_host, num_owned, num_device_owned, raw)
 
 
 def load_plan(plan: PlanInfo | str | os.PathLike, k: int) -> CachePlan:
     """Load partition ``k``'s plan of ``plan`` (a :class:`PlanInfo` already read, or a plan
     directory), its arrays memory-mapped and compared with their checksums.
 
-    Raises :class:`InputError` unless the files match meta.json, ``gpu_ids`` and ``cpu_ids``
-    are distinct ids in ``[0, N)``, ``local_order`` is a permutation of ``0..n_k-1`` and
-    ``num_gpu_local <= n_k``: ids that would index out of bounds never leave here.
+    Raises :class:`InputError` unless the files match meta.json, ``device_ids`` and ``host_ids``
+    are distinct ids in ``[0, N)``, ``owned_order`` is a permutation of ``0..n_k-1`` and
+    ``num_device_owned <= n_k``: ids that would index out of bounds never leave here.
     """
     info = plan if isinstance(plan, PlanInfo) else read_plan_info(plan)
     plan_dir, meta = info.path, info.meta
@@ -461,20 +461,20 @@ def load_plan(plan: PlanInfo | str | os.PathLike, k: int) -> CachePlan:
         raise InputError(f"the cache plan in {plan_dir} has partitions 0..{meta.num_parts - 1}, not {k}")
     arrays = {name: load_listed(plan_dir, f"part_{k}/{name}", info.raw, FIX, ("int64",), 1)
               for name in PLAN_ARRAYS}
-    num_local, num_gpu_local = info.num_local[k], info.num_gpu_local[k]
+    num_owned, num_device_owned = info.num_owned[k], info.num_device_owned[k]
     folder = plan_dir / f"part_{k}"
-    order = arrays["local_order"]
-    if order.shape[0] != num_local or not 0 <= num_gpu_local <= num_local:
-        raise InputError(f"meta.json in {plan_dir} gives partition {k} {num_local} local rows, {num_gpu_local} of "
-                         f"them on the device, but local_order.npy has {order.shape[0]}; {FIX}")
-    check_permutation(order, num_local, str(folder / "local_order.npy"), FIX, what="rows")
-    cached = np.concatenate([arrays["gpu_ids"], arrays["cpu_ids"]])
+    order = arrays["owned_order"]
+    if order.shape[0] != num_owned or not 0 <= num_device_owned <= num_owned:
+        raise InputError(f"meta.json in {plan_dir} gives partition {k} {num_owned} local rows, {num_device_owned} of "
+                         f"them on the device, but owned_order.npy has {order.shape[0]}; {FIX}")
+    check_permutation(order, num_owned, str(folder / "owned_order.npy"), FIX, what="rows")
+    cached = np.concatenate([arrays["device_ids"], arrays["host_ids"]])
     if cached.size and (cached.min() < 0 or cached.max() >= meta.num_nodes):
         raise InputError(f"the cached ids in {folder} lie outside [0, {meta.num_nodes}); {FIX}")
     cached.sort()
     if np.any(cached[1:] == cached[:-1]):
         raise InputError(f"the cached ids in {folder} repeat an id; {FIX}")
-    return CachePlan(part=k, num_gpu_local=num_gpu_local, meta=meta, **arrays)
+    return CachePlan(part=k, num_device_owned=num_device_owned, meta=meta, **arrays)
 
 
 def load_plans(plan_dir: str | os.PathLike) -> list[CachePlan]:
@@ -560,7 +560,7 @@ def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.n
     """Analytic remote rows per epoch of each partition, float64 ``[K]`` without and with each plan's cache."""
     expected = ctx.expected_accesses()
     no_cache = np.array([expected[ctx.remote_mask(p.part), p.part].sum() for p in plans])
-    cached = np.array([expected[p.gpu_ids, p.part].sum() + expected[p.cpu_ids, p.part].sum() for p in plans])
+    cached = np.array([expected[p.device_ids, p.part].sum() + expected[p.host_ids, p.part].sum() for p in plans])
     return no_cache, no_cache - cached
 
 
@@ -572,6 +572,6 @@ def describe(plans: Sequence[CachePlan]) -> str:
              f"{'part':>4} {'local':>10} {'gpu local':>10} {'gpu cache':>10} {'cpu cache':>10} {'cache MiB':>10}"]
     for p in plans:
         mib = p.num_cached * meta.row_bytes / 2**20
-        lines.append(f"{p.part:>4} {p.local_order.size:>10} {p.num_gpu_local:>10} {p.gpu_ids.size:>10} "
-                     f"{p.cpu_ids.size:>10} {mib:>10.1f}")
+        lines.append(f"{p.part:>4} {p.owned_order.size:>10} {p.num_device_owned:>10} {p.device_ids.size:>10} "
+                     f"{p.host_ids.size:>10} {mib:>10.1f}")
     return "\n".join(lines)

@@ -52,7 +52,7 @@ class PolicyContext:
     epochs: int = 1
     simulation_epochs: int = 5
     vip_method: str | None = None
-    num_threads: int = 1
+    sampler_threads: int = 1
     progress: bool = False
     _memo: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -64,7 +64,7 @@ class PolicyContext:
             self.vip_method = default_method(self.training.sampler)
         if self.vip_method not in METHODS:
             raise InputError(f"unknown VIP method {self.vip_method!r}; choose one of {', '.join(METHODS)}")
-        for name in ("epochs", "simulation_epochs", "num_threads"):
+        for name in ("epochs", "simulation_epochs", "sampler_threads"):
             check_int(getattr(self, name), name.replace("_", " "))
 
     @property
@@ -115,7 +115,7 @@ class PolicyContext:
         epochs of one random stream (memoised; see :func:`salientpp.cache.accesses.access_counts`)."""
         return self._memoised(("counts", k, epochs, stream), lambda: accesses.access_counts(
             self.dataset, self.workloads, self.samplers(), k, epochs=epochs, seed=self.seed, stream=stream,
-            num_threads=self.num_threads, progress=self.progress))
+            sampler_threads=self.sampler_threads, progress=self.progress))
 
     def forget(self, k: int) -> None:
         """Drop the memoised access counts of partition ``k`` (they are ``[N]`` each)."""

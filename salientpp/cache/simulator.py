@@ -153,7 +153,7 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
             hits = np.concatenate([[0.0], np.cumsum(counts[order])])
             rows[i, :, k] = (hits[-1] - hits[cached[:, k]]) / ctx.epochs
         ctx.forget(k)
-    meta = {"dataset": str(dataset.path), "workloads": [w.to_json() for w in ctx.workloads], "seed": ctx.seed,
+    meta = {"part_dir": str(dataset.path), "workloads": [w.to_json() for w in ctx.workloads], "seed": ctx.seed,
             "simulation_epochs": ctx.simulation_epochs, "vip_method": ctx.vip_method,
             "num_parts": num_parts, "num_nodes": num_nodes, "seconds": seconds}
     return SimulationResult(policies=policies, replication=replication, rows=rows, accessed=accessed, cached=cached,

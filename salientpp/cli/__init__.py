@@ -22,7 +22,7 @@ from .. import __version__
 from .._env import OMP_WAIT, set_defaults
 from ..errors import InputError
 from ..io import WRITE_ERRNOS, os_error_sentence
-from ..parsing import integer, real
+from ..parsing import integer, real, renamed_flag_notes
 
 # Before any command imports torch and its OpenMP runtime (no import above loads torch).
 set_defaults(OMP_WAIT)
@@ -128,6 +128,8 @@ def _first_line(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for note in renamed_flag_notes(sys.argv[1:] if argv is None else argv):
+        print(note, file=sys.stderr)
     try:
         with sigterm_as_interrupt():
             return int(args.func(args) or 0)

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     budget, workloads = request.options.budget, request.workloads
     limit = parse_memory_limit(args.memory_limit)
     estimate = estimate_analyze(read_meta(args.part_dir, PART_KIND), workloads, budget, args.policy,
-                                vip_method=args.vip_method, threads=args.threads)
+                                vip_method=args.vip_method, threads=args.sampler_threads)
     memory = check_memory(estimate, limit)
     # The output is checked before the long work; PART_DIR/cache is created only once the data passed.
     if args.out is not None:

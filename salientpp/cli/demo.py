@@ -37,7 +37,7 @@ def steps(work: Path, preset: str, parts: int, epochs: int) -> list[list[str]]:
         ["simulate", part, *workload, "--policies", "vip,degree,halo,random,oracle",
          "--replication", "0,0.05,0.1,0.2", "--epochs", "2"],
         ["train", part, *workload, "--epochs", str(epochs), "--hidden", "64", "--layers", "2", "--lr", "0.01",
-         "--cache", "vip", "--replication", "0.1", "--json", str(work / "metrics.jsonl")],
+         "--policy", "vip", "--replication", "0.1", "--json", str(work / "metrics.jsonl")],
     ]
 
 

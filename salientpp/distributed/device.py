@@ -1,7 +1,7 @@
 """Where a batch's device work is queued, how the compute stream waits for it, and the one
 kernel it queues: the row gather.
 
-The assembly stage queues the host-to-device copies of a batch (fetch plan, received rows,
+The assembly stage queues the host-to-device copies of a batch (row origins, received rows,
 MFGs, labels) and the one gather kernel that writes ``x[n_id]`` on a *side stream*, then records
 an event. The loader makes the compute stream wait for that event before it hands the batch on,
 so the host never blocks on the device and the copies of batch ``i + 1`` overlap the model step

@@ -49,14 +49,14 @@ class Pending:
 class CommStats:
     """Counters of one epoch (or one evaluation pass) on one rank.
 
-    Rows are counted per batch node: ``owned`` (this rank's partition), ``gpu_hits`` / ``cpu_hits``
+    Rows are counted per batch node: ``owned`` (this rank's partition), ``device_hits`` / ``host_hits``
     (remote rows served by the cache tiers) and ``received`` (remote rows fetched from their
     owners). ``sent`` rows are those this rank served to the others.
     """
 
     owned: int = 0
-    gpu_hits: int = 0
-    cpu_hits: int = 0
+    device_hits: int = 0
+    host_hits: int = 0
     received: int = 0
     sent: int = 0
     bytes_received: int = 0
@@ -69,12 +69,12 @@ class CommStats:
     @property
     def remote(self) -> int:
         """Remote batch nodes: those served by a cache tier plus those fetched."""
-        return self.gpu_hits + self.cpu_hits + self.received
+        return self.device_hits + self.host_hits + self.received
 
     def as_dict(self) -> dict[str, float]:
         remote = max(self.remote, 1)
         return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "gpu_hit_rate": self.gpu_hits / remote, "cpu_hit_rate": self.cpu_hits / remote,
+                "gpu_hit_rate": self.device_hits / remote, "cpu_hit_rate": self.host_hits / remote,
                 "miss_rate": self.received / remote if self.remote else 0.0}
 
     def to_tensor(self) -> torch.Tensor:

@@ -2,8 +2,8 @@
 
 Tiers:
 
-* owned rows, reordered by descending VIP (``local_order`` of the cache plan); the first
-  ``num_device_local`` live on the training device, the rest in (pinned) CPU memory;
+* owned rows, reordered by descending VIP (``owned_order`` of the cache plan); the first
+  ``num_device_owned`` live on the training device, the rest in (pinned) CPU memory;
 * the remote cache, slot ``s < G`` in the device tier and ``G + j`` in the host tier, filled once
   at start-up by an all-to-all from the owners;
 * everything else is fetched per batch through :class:`~salientpp.distributed.exchange.RowExchange`.
@@ -37,28 +37,28 @@ class FeatureStore:
         ctx: the process group context (rank = partition).
         book: the partition book.
         local_x: ``[n_k, F]`` owned rows in local id order (row i = global id ``offsets[rank] + i``).
-        local_order: int64 ``[n_k]`` local rows by descending VIP (``None``: identity).
-        num_device_local: how many of the first rows of ``local_order`` live on ``ctx.device``
-            (the cache plan's ``num_gpu_local`` of this partition).
+        owned_order: int64 ``[n_k]`` local rows by descending VIP (``None``: identity).
+        num_device_owned: how many of the first rows of ``owned_order`` live on ``ctx.device``
+            (the cache plan's ``num_device_owned`` of this partition).
         cache_slot: int64 ``[N]``: -1 not cached, ``[0, G)`` device tier, ``[G, G + C)`` host tier
             (``None``: no cache).
         num_device_slots: G.
     """
 
     def __init__(self, ctx: DistContext, book: PartitionBook, local_x: np.ndarray,
-                 local_order: np.ndarray | None = None, num_device_local: int = 0,
+                 owned_order: np.ndarray | None = None, num_device_owned: int = 0,
                  cache_slot: np.ndarray | None = None, num_device_slots: int = 0):
         self.ctx = ctx
         self.book = book
         self.offset = int(book.offsets[ctx.rank])
         n_k = local_x.shape[0]
-        order = np.arange(n_k) if local_order is None else np.array(local_order, dtype=np.int64)
+        order = np.arange(n_k) if owned_order is None else np.array(owned_order, dtype=np.int64)
         self.local_row = _inverse(torch.from_numpy(order))  # local index -> storage row
         storage = torch.as_tensor(np.asarray(local_x)[order])  # a fresh, writable copy in storage order
-        self.num_device_local = min(int(num_device_local), n_k)
+        self.num_device_owned = min(int(num_device_owned), n_k)
         self.pin = ctx.device.type == "cuda"  # host tiers in pinned memory: the CUDA kernels read them directly
-        self.owned_device = storage[:self.num_device_local].to(ctx.device)
-        self.owned_host = storage[self.num_device_local:]
+        self.owned_device = storage[:self.num_device_owned].to(ctx.device)
+        self.owned_host = storage[self.num_device_owned:]
         if self.pin:
             self.owned_host = self.owned_host.pin_memory()
         # Serving peers looks storage rows up where the requested ids arrive (the GPU with NCCL).
@@ -117,30 +117,30 @@ class FeatureStore:
                     num_device_slots=self.num_device_slots, local_x=self.slice_source, local_row=self.local_row,
                     pin=self.pin)
 
-    def assemble(self, plan: Any, received: torch.Tensor | None, num_nodes: int, stats: CommStats,
+    def assemble(self, origins: Any, received: torch.Tensor | None, num_nodes: int, stats: CommStats,
                  ops: DeviceOps) -> torch.Tensor:
         """``[num_nodes, F]`` features of a batch, in ``n_id`` order, on ``ctx.device``: one
-        launch of the row gather on ``ops``'s side stream, after the uploads of the plan's indices.
-        It completes the plan's ``x`` in place where the sampler threads wrote the owned rows
+        launch of the row gather on ``ops``'s side stream, after the uploads of the origins' indices.
+        It completes the origins' ``x`` in place where the sampler threads wrote the owned rows
         into one (CPU runs), else a new tensor.
 
-        ``plan`` is the batch's fetch plan (positions and rows of each source), ``received``
-        the rows fetched for ``plan.remote_id`` (on the device, or on the host with gloo), or
+        ``origins`` is the batch's row origins (positions and rows of each source), ``received``
+        the rows fetched for ``origins.remote_id`` (on the device, or on the host with gloo), or
         ``None`` where every remote row is cached (:attr:`holds_every_row`).
         """
         up = ops.upload
-        sources = [RowSource(self.cache_device, up(plan.device_slot), up(plan.device_pos)),
-                   RowSource(self.cache_host, up(plan.host_slot), up(plan.host_pos))]
+        sources = [RowSource(self.cache_device, up(origins.device_slot), up(origins.device_pos)),
+                   RowSource(self.cache_host, up(origins.host_slot), up(origins.host_pos))]
         if received is not None:
-            sources.insert(0, RowSource(up(received), pos=up(plan.remote_pos)))
-        if plan.x is not None:  # the sampler threads wrote the owned rows into it (CPU runs)
-            out = up(plan.x)
+            sources.insert(0, RowSource(up(received), pos=up(origins.remote_pos)))
+        if origins.x is not None:  # the sampler threads wrote the owned rows into it (CPU runs)
+            out = up(origins.x)
         else:
             out = ops.empty((num_nodes, self.num_features), self.dtype)
-            sources.insert(0, RowSource(self.owned_device, up(plan.owned_row), up(plan.owned_pos),
+            sources.insert(0, RowSource(self.owned_device, up(origins.owned_row), up(origins.owned_pos),
                                         high=self.owned_host))
         ops.launch(lambda stream: gather_rows(out, sources, stream))
-        stats.owned += int(plan.owned_pos.shape[0])
-        stats.gpu_hits += int(plan.device_pos.shape[0])
-        stats.cpu_hits += int(plan.host_pos.shape[0])
+        stats.owned += int(origins.owned_pos.shape[0])
+        stats.device_hits += int(origins.device_pos.shape[0])
+        stats.host_hits += int(origins.host_pos.shape[0])
         return out

@@ -327,7 +327,7 @@ def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: in
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     # The default thread budget of one of `world` local ranks; `fn` may apply its own (training
-    # applies one with the --threads and --torch-threads overrides).
+    # applies one with the --sampler-threads and --torch-threads overrides).
     ThreadBudget.for_rank(world).apply()
     try:
         result = fn(*args)

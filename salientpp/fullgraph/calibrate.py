@@ -1,4 +1,4 @@
-"""Timed micro-benchmarks that fit the :class:`~salientpp.fullgraph.plan.CostModel` of this machine.
+"""Timed micro-benchmarks that fit the :class:`~salientpp.fullgraph.schedule.CostModel` of this machine.
 
 * Compute, per layer i: the model's layer i (its convolution, then ReLU and the keyed dropout
   below the last layer) forward and backward on two random blocks of ``ROWS`` destinations, with
@@ -10,7 +10,7 @@
   And the all-reduce of the parameters' gradients, once per epoch in every mode.
 
 Each is the median of ``repeats`` runs after a warm-up. Every rank measures at once (so the
-cores they share count) and the ranks keep the largest of each cost, so all of them plan with
+cores they share count) and the ranks keep the largest of each cost, so all of them schedule with
 the same numbers. One process has no exchange: both of its communication costs are 0.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..models.ops import keyed_relu_dropout
 from ..sampling import MFG
 from ..timing import median_seconds
 from .engine import LevelExchange, exchange_rows
-from .plan import CostModel
+from .schedule import CostModel
 
 ROWS, DEGREE, ROWS_PER_PEER = 16384, 16, 1024
 # Source rows of the random blocks: a table as large as a graph's (gathers miss the CPU caches as

@@ -1,4 +1,4 @@
-"""One rank's full-graph forward pass over a :class:`~salientpp.fullgraph.plan.DependencyPlan`.
+"""One rank's full-graph forward pass over a :class:`~salientpp.fullgraph.schedule.DependencySchedule`.
 
 Layer i reads a table of ``h^i`` rows: those the rank computed (``computed[i]``: the owned ones,
 then the cached remote ones) followed, at a hidden level, by the rows communicated from their
@@ -25,7 +25,7 @@ from ..distributed.exchange import Halo
 from ..models import MFGModel
 from ..models.ops import keyed_relu_dropout
 from ..sampling import MFG
-from .plan import DependencyPlan
+from .schedule import DependencySchedule
 
 
 class LevelExchange:
@@ -102,10 +102,10 @@ def _lookup(table_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return order[np.searchsorted(table_ids[order], ids)]
 
 
-def active_levels(ctx: DistContext, plan: DependencyPlan) -> list[bool]:
+def active_levels(ctx: DistContext, schedule: DependencySchedule) -> list[bool]:
     """Per level, whether any rank communicates rows there (a collective): every rank must then
     join that level's all-to-all."""
-    counts = torch.tensor([f.shape[0] for f in plan.fetched], dtype=torch.int64)
+    counts = torch.tensor([f.shape[0] for f in schedule.fetched], dtype=torch.int64)
     if ctx.distributed:
         counts = counts.to(ctx.comm_device)
         dist.all_reduce(counts)
@@ -113,37 +113,37 @@ def active_levels(ctx: DistContext, plan: DependencyPlan) -> list[bool]:
 
 
 class FullGraphEngine:
-    """Runs a model over one rank's plan (building it is a collective: every rank at once).
+    """Runs a model over one rank's schedule (building it is a collective: every rank at once).
 
     Args:
         ctx: the process group context; graph: this rank's
-            :class:`~salientpp.loader.graph.DistGraph`; plan: its dependency plan.
+            :class:`~salientpp.loader.graph.DistGraph`; schedule: its dependency schedule.
 
     Attributes:
         stats: rows and bytes of the exchanges since :meth:`reset_stats`; startup: those of the
             feature fetch.
     """
 
-    def __init__(self, ctx: DistContext, graph, plan: DependencyPlan):
-        self.ctx, self.plan = ctx, plan
-        device, lo, num_owned = ctx.device, plan.lo, plan.hi - plan.lo
+    def __init__(self, ctx: DistContext, graph, schedule: DependencySchedule):
+        self.ctx, self.schedule = ctx, schedule
+        device, lo, num_owned = ctx.device, schedule.lo, schedule.hi - schedule.lo
         self.stats, self.startup = CommStats(), CommStats()
         x_owned = torch.from_numpy(np.array(graph.x, dtype=np.float32))  # a writable copy
-        halo = Halo.build(ctx, plan.computed[0][num_owned:], graph.book)
+        halo = Halo.build(ctx, schedule.computed[0][num_owned:], graph.book)
         exchange = RowExchange(ctx, lambda ids: x_owned[ids.cpu() - lo].to(ctx.comm_device), int(x_owned.shape[1]),
                                torch.float32)
         exchange.stats = self.startup
         remote = exchange.rows(halo.requested.to(ctx.comm_device), halo.requested_counts, halo.counts).wait()
         self.x = torch.cat([x_owned, remote.cpu()]).to(device)
-        active = active_levels(ctx, plan)
+        active = active_levels(ctx, schedule)
         rowptr, col = graph.rowptr, graph.col
         self.layers: list[_Layer] = []
-        for i in range(plan.num_layers):
-            table_ids = plan.computed[i] if i == 0 else np.concatenate([plan.computed[i], plan.fetched[i]])
+        for i in range(schedule.num_layers):
+            table_ids = schedule.computed[i] if i == 0 else np.concatenate([schedule.computed[i], schedule.fetched[i]])
             level = None
             if i > 0 and active[i]:
-                level = LevelExchange(ctx, Halo.build(ctx, plan.fetched[i], graph.book), lo, num_owned, self.stats)
-            dst = plan.computed[i + 1]
+                level = LevelExchange(ctx, Halo.build(ctx, schedule.fetched[i], graph.book), lo, num_owned, self.stats)
+            dst = schedule.computed[i + 1]
             first = _lookup(table_ids, dst)
             order = None
             if not np.array_equal(first, np.arange(dst.shape[0])):
@@ -171,10 +171,10 @@ class FullGraphEngine:
         return sum(layer.exchange.seconds for layer in self.layers if layer.exchange is not None)
 
     def forward(self, model: MFGModel, seed: int) -> torch.Tensor:
-        """``[len(plan.computed[L]), out_dim]`` outputs of the training targets (a collective). The
+        """``[len(schedule.computed[L]), out_dim]`` outputs of the training targets (a collective). The
         dropout of layer i is keyed by ``seed + i`` and the vertices' original ids."""
         h = self.x
-        num_owned = self.plan.hi - self.plan.lo
+        num_owned = self.schedule.hi - self.schedule.lo
         for i, layer in enumerate(self.layers):
             table = h
             if layer.exchange is not None:
@@ -187,11 +187,11 @@ class FullGraphEngine:
         return h
 
 
-def predicted_epoch_s(ctx: DistContext, plan: DependencyPlan, cost, dims) -> float:
-    """The epoch time ``plan`` predicts (a collective): per segment between synchronisations
-    (:meth:`~salientpp.fullgraph.plan.DependencyPlan.segment_seconds`) the slowest rank's
+def predicted_epoch_s(ctx: DistContext, schedule: DependencySchedule, cost, dims) -> float:
+    """The epoch time ``schedule`` predicts (a collective): per segment between synchronisations
+    (:meth:`~salientpp.fullgraph.schedule.DependencySchedule.segment_seconds`) the slowest rank's
     seconds, summed, and the all-reduce of the gradients."""
-    seconds = torch.tensor(plan.segment_seconds(cost, dims, active_levels(ctx, plan)), dtype=torch.float64)
+    seconds = torch.tensor(schedule.segment_seconds(cost, dims, active_levels(ctx, schedule)), dtype=torch.float64)
     if ctx.distributed:
         seconds = seconds.to(ctx.comm_device)
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)

@@ -4,8 +4,8 @@ the distributed loaders that yield model-ready batches (:class:`DistNeighborLoad
 model (:mod:`salientpp.loader.pipeline`). It sits above :mod:`salientpp.distributed` (process
 groups, the row exchange, the feature store) and :mod:`salientpp.sampling`."""
 from .graph import DistGraph
-from .link_loader import DistLinkNeighborLoader, LinkBatch
-from .loader import Batch, DistNeighborLoader
+from .dist_link_loader import DistLinkNeighborLoader, LinkBatch
+from .dist_loader import Batch, DistNeighborLoader
 from .pipeline import Pipeline, StageTimes
 
 __all__ = ["Batch", "DistGraph", "DistLinkNeighborLoader", "DistNeighborLoader", "LinkBatch", "Pipeline",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache.plan import (GPU_FRACTION, CheckedPlan, PlanInfo, load_plan, local_gpu_rows, open_plan,
+from ..cache.plan import (DEVICE_FRACTION, CheckedPlan, PlanInfo, load_plan, device_owned_rows, open_plan,
                           partition_identity)
 from ..data.format import SPLITS
 from ..distributed.exchange import RowExchange
@@ -50,8 +50,8 @@ class DistGraph:
             raise InputError(f"{self.path} has {data.num_parts} partitions but the job has {self.ctx.world_size} "
                              f"ranks; run one rank per partition (--nprocs {data.num_parts}, or "
                              f"torchrun --nproc-per-node {data.num_parts})")
-        self.identity = partition_identity(data.meta)
-        agree(self.ctx, "partitioned dataset", {"partitioned dataset": self.identity})
+        self.partition_id = partition_identity(data.meta)
+        agree(self.ctx, "partitioned dataset", {"partitioned dataset": self.partition_id})
         self.data = data
         self.rank = self.ctx.rank
         self.num_parts = data.num_parts
@@ -137,33 +137,33 @@ class DistGraph:
 
     # -- features -----------------------------------------------------------------------------------
     def feature_store(self, plan: CheckedPlan | PlanInfo | str | os.PathLike | None,
-                      gpu_fraction: float | None = GPU_FRACTION) -> tuple[FeatureStore, RowExchange]:
+                      device_fraction: float | None = DEVICE_FRACTION) -> tuple[FeatureStore, RowExchange]:
         """The feature store and row exchange of this rank with the cache of ``plan`` (a plan
         ``salientpp analyze`` wrote for this partitioning: its directory, its
         :class:`~salientpp.cache.plan.PlanInfo` already read, or a plan already checked for this
         partitioning; ``None``: no cache); one per plan, shared by every loader of this graph.
         Opening one is a collective (the cache is filled from the owners). A plan scored for
         other fanouts or batches still serves any loader: its rows are cached, only chosen for
-        another workload. The plan says how many owned rows live on the device (``gpu_fraction``
-        is then ignored); without one, the first ``floor(gpu_fraction * num_owned)`` do."""
+        another workload. The plan says how many owned rows live on the device (``device_fraction``
+        is then ignored); without one, the first ``floor(device_fraction * num_owned)`` do."""
         key = None if plan is None else str(Path(plan.path if isinstance(plan, (CheckedPlan, PlanInfo)) else plan
                                                  ).resolve())
         if key not in self._stores:
-            local_order, cache_slot, num_device_slots, identity = None, None, 0, {}
+            owned_order, cache_slot, num_device_slots, identity = None, None, 0, {}
             if plan is None:
-                num_device_local = local_gpu_rows(gpu_fraction, self.num_owned)
+                num_device_owned = device_owned_rows(device_fraction, self.num_owned)
             else:
                 info = open_plan(plan, self.data).info  # built for this partitioning (any workload serves)
                 loaded = load_plan(info, self.rank)
-                local_order, num_device_local = np.asarray(loaded.local_order), loaded.num_gpu_local
-                cache_slot, num_device_slots = loaded.slot_map(), int(loaded.gpu_ids.shape[0])
+                owned_order, num_device_owned = np.asarray(loaded.owned_order), loaded.num_device_owned
+                cache_slot, num_device_slots = loaded.slot_map(), int(loaded.device_ids.shape[0])
                 identity = info.raw
             # one fact per field of the plan's meta.json, the plain ones (policy, budget) before
             # the tables (files), so a disagreement names the field that tells the plans apart
             fields = sorted(identity.items(), key=lambda item: isinstance(item[1], (dict, list)))
             agree(self.ctx, "cache plan", {f"the cache plan's {key}": value for key, value in fields}
                   if identity else {"cache plan": None})
-            store = FeatureStore(self.ctx, self.book, self.part.x, local_order, num_device_local, cache_slot,
+            store = FeatureStore(self.ctx, self.book, self.part.x, owned_order, num_device_owned, cache_slot,
                                  num_device_slots)
             exchange = RowExchange(self.ctx, store.serve, store.num_features, store.dtype)
             store.fill_cache(exchange)

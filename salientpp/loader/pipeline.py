@@ -96,7 +96,7 @@ class CountsStage:
         if item.batch is None:
             item.send_counts = torch.zeros(self.num_parts, dtype=torch.int64)
         else:
-            item.send_counts = item.batch.fetch.remote_counts
+            item.send_counts = item.batch.origins.remote_counts
         item.recv_counts = self.exchange.counts(item.send_counts)
         return item
 
@@ -111,7 +111,7 @@ class IdsStage:
 
     def __call__(self, item: InFlight) -> InFlight:
         recv_counts = item.recv_counts.wait()
-        ids = torch.empty(0, dtype=torch.int64) if item.batch is None else item.batch.fetch.remote_id
+        ids = torch.empty(0, dtype=torch.int64) if item.batch is None else item.batch.origins.remote_id
         item.requested = self.exchange.ids(ids, item.send_counts, recv_counts)
         return item
 
@@ -131,7 +131,7 @@ class RowsStage:
 
 
 class AssembleStage:
-    """Wait for the rows, then queue on the side stream the uploads of the batch (fetch plan,
+    """Wait for the rows, then queue on the side stream the uploads of the batch (row origins,
     received rows, MFGs, ids, labels) and the one gather that writes ``x[n_id]``; record when it
     is done. ``labels(seeds)`` gives the host label rows of int64 seed ids."""
 
@@ -154,7 +154,7 @@ class AssembleStage:
         if self.store is None:
             item.x = self.ops.empty((num_nodes, 0), torch.float32)
         else:
-            item.x = self.store.assemble(batch.fetch, received, num_nodes, self.stats, self.ops)
+            item.x = self.store.assemble(batch.origins, received, num_nodes, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
                              edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight))
                      for mfg in batch.mfgs]

@@ -192,7 +192,7 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, mfg: MFG, dtype: torch.dtype) ->
 
 
 class ModelInput(str, enum.Enum):
-    """How the trainer calls a model on a :class:`~salientpp.loader.loader.Batch`. A model declares
+    """How the trainer calls a model on a :class:`~salientpp.loader.dist_loader.Batch`. A model declares
     it as its class (or instance) attribute ``salientpp_input``; a model that declares nothing is
     called the PyG way, :attr:`EDGE_INDEX`.
 
@@ -350,7 +350,7 @@ class ExpectedOutputs:
 
 @dataclass
 class SeedForward:
-    """Calls a model on a :class:`~salientpp.loader.loader.Batch` the way the model declares
+    """Calls a model on a :class:`~salientpp.loader.dist_loader.Batch` the way the model declares
     (:func:`model_input`) and returns the seeds' outputs ``[batch_size, out_dim]`` (float32).
 
     The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is

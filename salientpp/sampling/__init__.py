@@ -4,11 +4,11 @@ from .bulk import BulkSampler
 from .kinds import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SamplerKind, check_fanouts, check_replace, check_sampler,
                     make_sampler, parse_fanouts, register_sampler, sampler_names)
 from .loader import NeighborLoader
-from .sampler import MFG, BaseSampler, FetchContext, FetchPlan, NeighborSampler, SampledBatch
+from .sampler import MFG, BaseSampler, FetchContext, RowOrigins, NeighborSampler, SampledBatch
 
 # The kinds that the modules imported above registered (adding a kind: salientpp/sampling/kinds.py).
 SAMPLERS = sampler_names()
 
 __all__ = ["BaseSampler", "NeighborSampler", "BulkSampler", "NeighborLoader", "SampledBatch", "MFG", "FetchContext",
-           "FetchPlan", "SamplerKind", "SAMPLERS", "DEFAULT_SAMPLER", "MINIBATCHES_PER_BULK", "check_fanouts",
+           "RowOrigins", "SamplerKind", "SAMPLERS", "DEFAULT_SAMPLER", "MINIBATCHES_PER_BULK", "check_fanouts",
            "check_replace", "check_sampler", "make_sampler", "parse_fanouts", "register_sampler"]

@@ -43,7 +43,7 @@ from .._ext import extension
 from ..errors import InputError, check_int
 from .convert import as_int64_tensor
 from .kinds import SamplerKind, check_fanouts, check_replace, register_sampler
-from .sampler import MFG, BaseSampler, FetchPlan, SampledBatch, check_csr_ends
+from .sampler import MFG, BaseSampler, RowOrigins, SampledBatch, check_csr_ends
 
 # ``method`` -> the kind it draws.
 METHODS = {"nodewise": SamplerKind.BULK, "ladies": SamplerKind.LADIES}
@@ -145,7 +145,7 @@ class BulkSampler(BaseSampler):
 
     def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
                 labels_offset: int, fetch) -> SampledBatch:
-        """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``, with labels and fetch plan."""
+        """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``, with labels and row origins."""
         (batch,) = self.sample_bulk([seeds], seed, batch_index)
         return attach(batch, labels, labels_offset, fetch)
 
@@ -168,7 +168,7 @@ class BulkSampler(BaseSampler):
             seed, first_index: minibatch ``j`` draws from the stream ``(seed, first_index + j)``.
 
         Returns:
-            one :class:`SampledBatch` per minibatch (on this sampler's device, no labels, no fetch plan).
+            one :class:`SampledBatch` per minibatch (on this sampler's device, no labels, no row origins).
         """
         device = self.device
         generators = [torch.Generator(device=device).manual_seed(stream_seed(seed, first_index + j))
@@ -351,12 +351,12 @@ def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBat
 
 
 def attach(batch: SampledBatch, labels: torch.Tensor | None, labels_offset: int, fetch) -> SampledBatch:
-    """``batch`` with its seeds' labels and, given a ``_C.FetchContext``, its fetch plan."""
+    """``batch`` with its seeds' labels and, given a ``_C.FetchContext``, its row origins."""
     seeds = batch.n_id[:batch.batch_size].cpu()
     if labels is not None:
         batch.y = labels[seeds - labels_offset]
     if fetch is not None:
-        batch.fetch = FetchPlan(**extension().plan_fetch(fetch, batch.n_id.cpu().contiguous()))
+        batch.origins = RowOrigins(**extension().row_origins(fetch, batch.n_id.cpu().contiguous()))
     return batch
 
 

@@ -43,13 +43,13 @@ class LinkNeighborLoader(NeighborLoader):
             ``"per-source"`` (:class:`~salientpp.sampling.link.NegativeSampling`).
         num_batches: S (default ``ceil(E / batch_size)``); distributed ranks pass the largest
             of any rank, so they run in lockstep (a rank with fewer edges gets empty batches).
-        shuffle, seed, num_threads, read_ahead, fetch, low_priority, prefetch_next_epoch: as for
+        shuffle, seed, sampler_threads, read_ahead, fetch, low_priority, prefetch_next_epoch: as for
             :class:`NeighborLoader`.
     """
 
     def __init__(self, sampler: BaseSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
                  num_negatives: int = 1, negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
-                 shuffle: bool = True, seed: int = 0, num_threads: int = 1, read_ahead: int = 4,
+                 shuffle: bool = True, seed: int = 0, sampler_threads: int = 1, read_ahead: int = 4,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
                  prefetch_next_epoch: bool = False):
         self.edges = check_edges(edges, sampler.num_nodes, "edges")
@@ -64,7 +64,7 @@ class LinkNeighborLoader(NeighborLoader):
             raise InputError(f"num_batches={num_batches} would put more than batch_size={batch_size} of the "
                              f"{num_edges} edges in a batch; pass num_batches >= {-(-num_edges // int(batch_size))}")
         super().__init__(sampler, torch.empty(0, dtype=torch.int64), batch_size, shuffle=shuffle, seed=seed,
-                         num_threads=num_threads, read_ahead=read_ahead, fetch=fetch, num_batches=int(num_batches),
+                         sampler_threads=sampler_threads, read_ahead=read_ahead, fetch=fetch, num_batches=int(num_batches),
                          low_priority=low_priority, prefetch_next_epoch=prefetch_next_epoch)
         self._links: dict[int, list[LinkSeeds]] = {}  # by epoch (see _links_of)
 

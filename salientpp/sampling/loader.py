@@ -16,7 +16,7 @@ class NeighborLoader:
 
     Batch ``i`` of epoch ``e`` holds ``epoch_order()[bounds[i]:bounds[i + 1]]`` with
     ``bounds = batch_bounds()``, and is sampled with the stream ``(epoch_seed(), i)``: the same
-    ``seed`` and epoch give the same batches for any ``num_threads``, and batches always come
+    ``seed`` and epoch give the same batches for any ``sampler_threads``, and batches always come
     out in order. At most ``read_ahead`` batches are sampled ahead of the consumer.
 
     Two ways to cut an epoch into batches:
@@ -29,7 +29,7 @@ class NeighborLoader:
       ``ceil(n_k / batch_size)`` of any rank) so that they run the same number of steps without
       padding. With ``n < S`` some batches have no seeds: they come out as a valid
       :class:`SampledBatch` with ``batch_size == 0``, an empty ``n_id`` and MFGs without nodes or
-      edges (and a fetch plan that requests nothing). ``seeds`` may then even be empty.
+      edges (and row origins that request nothing). ``seeds`` may then even be empty.
 
     Starting a new iteration (or :meth:`close`, or garbage collection) stops the workers of
     the previous one; each finishes at most the batch in hand.
@@ -46,10 +46,10 @@ class NeighborLoader:
     same batches an uninterrupted epoch would have yielded.
 
     The sampler decides how its workers run (:meth:`~salientpp.sampling.sampler.BaseSampler.start_epoch`):
-    a :class:`NeighborSampler` in ``num_threads`` C++ threads; a
+    a :class:`NeighborSampler` in ``sampler_threads`` C++ threads; a
     :class:`~salientpp.sampling.BulkSampler` in one background thread that samples
     ``sampler.minibatches_per_bulk`` batches at a time (torch's intra-op threads do the work, with
-    the GIL released; ``num_threads`` does not apply). Batch ``i`` is drawn from the stream
+    the GIL released; ``sampler_threads`` does not apply). Batch ``i`` is drawn from the stream
     ``(epoch_seed(), i)`` alone either way, so the batches do not depend on the bulk size.
 
     Args:
@@ -63,11 +63,11 @@ class NeighborLoader:
         drop_last: drop the last batch when it has fewer than ``batch_size`` seeds (fixed-size
             batches only).
         seed: base random seed.
-        num_threads: sampling threads (of the C++ sampler).
+        sampler_threads: sampling threads (of the C++ sampler).
         read_ahead: the most batches sampled ahead of the consumer (the sampler read-ahead; not the
             pipeline depth, which bounds the batches between sampling and the model).
         labels, labels_offset: ``y = labels[seeds - labels_offset]`` per batch (int64).
-        fetch: a :class:`FetchContext`; each batch then carries a :class:`FetchPlan`.
+        fetch: a :class:`FetchContext`; each batch then carries a :class:`RowOrigins`.
         num_batches: ``None`` for fixed-size batches, or ``S >= 1`` balanced batches per epoch.
         low_priority: run the sampling threads at a lower scheduling priority
             (``extension().sampler_nice_offset`` = 5 nice steps below the thread that starts
@@ -85,14 +85,14 @@ class NeighborLoader:
     _next_batch = 0  # batches the running iteration has yielded (or where the next one starts)
 
     def __init__(self, sampler: BaseSampler, seeds: torch.Tensor | np.ndarray, batch_size: int,
-                 shuffle: bool = True, drop_last: bool = False, seed: int = 0, num_threads: int = 1,
+                 shuffle: bool = True, drop_last: bool = False, seed: int = 0, sampler_threads: int = 1,
                  read_ahead: int = 4, labels: torch.Tensor | np.ndarray | None = None, labels_offset: int = 0,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
                  prefetch_next_epoch: bool = False):
         if not isinstance(sampler, BaseSampler):
             raise InputError(f"sampler must be a BaseSampler such as a NeighborSampler or a BulkSampler, got "
                              f"{type(sampler).__name__}; build one with make_sampler")
-        for name, value in (("batch_size", batch_size), ("num_threads", num_threads), ("read_ahead", read_ahead)):
+        for name, value in (("batch_size", batch_size), ("sampler_threads", sampler_threads), ("read_ahead", read_ahead)):
             check_int(value, name)
         self.sampler = sampler
         if num_batches is not None and _is_empty(seeds):  # a rank without seeds still runs its S steps
@@ -106,7 +106,7 @@ class NeighborLoader:
         self.drop_last = bool(drop_last)
         self.num_batches = None if num_batches is None else self._check_num_batches(num_batches)
         self.seed = int(seed)
-        self.num_threads = int(num_threads)
+        self.sampler_threads = int(sampler_threads)
         self.read_ahead = int(read_ahead)
         self.low_priority = bool(low_priority)
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
@@ -200,7 +200,7 @@ class NeighborLoader:
         seed = self._epoch_keys(epoch)[1]
         return self.sampler.start_epoch(self._order(epoch).contiguous(), self._bounds(epoch), seed, first,
                                         labels=self.labels, labels_offset=self.labels_offset, fetch=self._fetch,
-                                        num_threads=self.num_threads, read_ahead=self.read_ahead,
+                                        sampler_threads=self.sampler_threads, read_ahead=self.read_ahead,
                                         low_priority=self.low_priority)
 
     def _batches(self, worker: BatchWorker, first: int) -> Iterator[SampledBatch]:

@@ -1,7 +1,7 @@
 """The sampler interface (:class:`BaseSampler`), the Python face of the C++ node-wise neighbour
 sampler (:class:`NeighborSampler`, the ``nodewise`` kind), and what every sampler returns:
 message-flow graphs (:class:`MFG`), sampled batches (:class:`SampledBatch`) and the plan of
-where each feature row of a batch comes from (:class:`FetchPlan`, made from a
+where each feature row of a batch comes from (:class:`RowOrigins`, made from a
 :class:`FetchContext`)."""
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class MFG:
 
 @dataclass
 class FetchContext:
-    """What a rank knows about feature placement; given to the sampler to plan each batch's fetch.
+    """What a rank knows about feature placement; given to the sampler to find each batch's row origins.
 
     Attributes:
         book: the partition book (rank ``k`` owns ids ``[offsets[k], offsets[k + 1])``).
@@ -138,7 +138,7 @@ class FetchContext:
 
 
 @dataclass
-class FetchPlan:
+class RowOrigins:
     """Where each feature row of a batch comes from. Positions index ``n_id``.
 
     The batch's features ``x[n_id]`` are ``local_x[owned_row]`` at ``owned_pos``, the rows received
@@ -183,14 +183,14 @@ class SampledBatch:
             sources are all of ``n_id``), ``mfgs[-1]`` has the seeds as destinations;
             ``mfgs[l].num_dst == mfgs[l + 1].num_src``.
         y: int64 ``[batch_size]`` seed labels, or None when the loader has no labels.
-        fetch: the :class:`FetchPlan`, or None without a fetch context.
+        origins: the :class:`RowOrigins`, or None without a fetch context.
     """
 
     n_id: torch.Tensor
     batch_size: int
     mfgs: list[MFG]
     y: torch.Tensor | None = None
-    fetch: FetchPlan | None = None
+    origins: RowOrigins | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -201,17 +201,17 @@ class SampledBatch:
         return sum(m.num_edges for m in self.mfgs)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> SampledBatch:
-        """Moves ``n_id``, the MFGs and ``y`` (not the fetch plan) to ``device``."""
+        """Moves ``n_id``, the MFGs and ``y`` (not the row origins) to ``device``."""
         y = None if self.y is None else self.y.to(device, non_blocking=non_blocking)
         return SampledBatch(self.n_id.to(device, non_blocking=non_blocking), self.batch_size,
-                            [m.to(device, non_blocking) for m in self.mfgs], y, self.fetch)
+                            [m.to(device, non_blocking) for m in self.mfgs], y, self.origins)
 
 
 def batch_from_extension(raw: tuple, batch_size: int) -> SampledBatch:
     """Wraps the tuple returned by the C++ extension (hops in sampling order)."""
     n_id, hops, y, fetch = raw
     mfgs = [MFG(num_src, num_dst, edge_index, rowptr) for num_src, num_dst, rowptr, edge_index in reversed(hops)]
-    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else FetchPlan(**fetch))
+    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else RowOrigins(**fetch))
 
 
 # ---- the sampler interface and the node-wise sampler ----------------------------------------------
@@ -254,7 +254,8 @@ class BaseSampler(abc.ABC):
             seed, batch_index: the random stream; the same pair gives the same batch
                 (batch ``i`` of a :class:`NeighborLoader` epoch uses ``(loader.epoch_seed(), i)``).
             labels: int64 ``[M]``; the batch gets ``y = labels[seeds - labels_offset]``.
-            fetch: plan where each feature row comes from (see :class:`FetchPlan`).
+            fetch: what the rank knows of feature placement, from which each batch gets its
+                :class:`RowOrigins`, where each of its feature rows comes from.
         """
         seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
         labels_t = check_labels(labels, labels_offset, seeds_t)
@@ -268,17 +269,17 @@ class BaseSampler(abc.ABC):
         checked ``labels`` and a ``_C.FetchContext`` or None."""
 
     def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
-                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, num_threads: int = 1,
+                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, sampler_threads: int = 1,
                     read_ahead: int = 4, low_priority: bool = False) -> BatchWorker:
         """Starts sampling batches ``first:`` of an epoch, in order; :class:`NeighborLoader` calls it.
 
         Batch ``i`` holds the seeds ``order[bounds[i]:bounds[i + 1]]`` (checked, possibly none) and
-        is drawn from the stream ``(seed, i)``, with ``y`` from the checked ``labels`` and a fetch
-        plan from the ``_C.FetchContext`` ``fetch``. At most ``read_ahead`` batches are sampled
+        is drawn from the stream ``(seed, i)``, with ``y`` from the checked ``labels`` and its row
+        sources from the ``_C.FetchContext`` ``fetch``. At most ``read_ahead`` batches are sampled
         ahead of the consumer; ``low_priority`` lowers the sampling threads' priority.
 
         This default runs :meth:`_epoch_batches` in one background thread
-        (:class:`~salientpp.sampling.worker.ThreadWorker`; ``num_threads`` does not apply).
+        (:class:`~salientpp.sampling.worker.ThreadWorker`; ``sampler_threads`` does not apply).
 
         Args:
             order: int64 ``[n]`` the epoch's seeds in order; bounds: int64 ``[S + 1]``.
@@ -341,10 +342,10 @@ class NeighborSampler(BaseSampler):
         return batch_from_extension(raw, int(seeds.shape[0]))
 
     def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
-                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, num_threads: int = 1,
+                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, sampler_threads: int = 1,
                     read_ahead: int = 4, low_priority: bool = False) -> BatchWorker:
-        """:meth:`BaseSampler.start_epoch` in ``num_threads`` C++ threads (a ``_C.BatchLoader``)."""
-        core = extension().BatchLoader(self._core, order, bounds, seed, labels, labels_offset, fetch, num_threads,
+        """:meth:`BaseSampler.start_epoch` in ``sampler_threads`` C++ threads (a ``_C.BatchLoader``)."""
+        core = extension().BatchLoader(self._core, order, bounds, seed, labels, labels_offset, fetch, sampler_threads,
                                        read_ahead, first, low_priority)
         return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist())
 

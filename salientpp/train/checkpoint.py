@@ -24,6 +24,9 @@ from ..errors import InputError
 from ..io import check_writable_dir, holds_files, output_errors, replace_file, shown
 
 LAST, BEST = "last.pt", "best.pt"
+# The key of a checkpoint's options that holds the partitioning it was trained on
+# (:func:`~salientpp.cache.plan.partition_identity`); checkpoints of 0.1 named it "dataset".
+PARTITION_ID = "partition_id"
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Checkpoint:
             (see :class:`~salientpp.train.state.EpochSums`); ``[0, 0]`` at a boundary.
         best_valid, best_epoch: the best validation accuracy so far and its epoch.
         history: the metrics of every completed epoch.
-        options: the training options (``TrainConfig.to_dict()`` plus ``dataset``).
+        options: the training options (``TrainConfig.to_dict()`` plus :data:`PARTITION_ID`).
         embedding, best_embedding: the tags of the per-rank embedding shards (files
             ``embedding-TAG.rankK.pt`` beside it, :mod:`salientpp.embedding.table`) of this
             checkpoint and of ``best.pt``; ``""`` without an embedding.
@@ -116,7 +119,7 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
 def load_checkpoint(directory: str | os.PathLike, expected: dict[str, Any], name: str = LAST,
                     fix: str = "resume with the same data and options or use a new --checkpoint-dir") -> Checkpoint:
     """Load ``directory/name`` and check that its options hold the ``expected`` values (the one
-    match of a checkpoint: training resumes one whose data identity ``"dataset"`` and
+    match of a checkpoint: training resumes one whose partitioning (:data:`PARTITION_ID`) and
     :func:`~salientpp.train.config.checkpoint_options` are the run's; ``predict`` one trained on
     its data). :class:`InputError` otherwise, ending in ``fix``."""
     path = Path(directory) / name
@@ -128,9 +131,11 @@ def load_checkpoint(directory: str | os.PathLike, expected: dict[str, Any], name
     except Exception as exc:  # a truncated or foreign file: tell the user which one
         raise InputError(f"{path} is not a salientpp checkpoint ({type(exc).__name__}); delete it or pick "
                          "another --checkpoint-dir") from None
+    if "dataset" in ckpt.options:  # a checkpoint of 0.1: read until the next release
+        ckpt.options.setdefault(PARTITION_ID, ckpt.options.pop("dataset"))
     for key, value in expected.items():
         if ckpt.options.get(key) != value:
-            what = ("on another partitioned dataset" if key == "dataset"
+            what = ("on another partitioned dataset" if key == PARTITION_ID
                     else f"with {key}={ckpt.options.get(key)!r}, not {value!r}")
             raise InputError(f"the checkpoint in {directory} was trained {what}; {fix}")
     return ckpt

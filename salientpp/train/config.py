@@ -25,17 +25,17 @@ from typing import Any, Callable
 
 import torch
 
-from ..cache.plan import GPU_FRACTION
+from ..cache.plan import DEVICE_FRACTION
 from ..cache.policies import get_policy
 from ..distributed.group import DEFAULT_TIMEOUT_S, is_first_rank, may_be_a_restart
 from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int
-from ..fullgraph.plan import Dependencies
+from ..fullgraph.schedule import Dependencies
 from ..io import check_output_location, check_unlocked, check_writable_file
 from ..models import MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
-from ..parsing import parse_memory_limit
+from ..parsing import flag_names, parse_memory_limit
 from ..sampling import DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, check_fanouts, check_sampler, parse_fanouts
 from ..sampling.link import LINK, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
@@ -54,7 +54,7 @@ PRECISIONS = (FP32, BF16)
 # The defaults that TrainConfig.resolved() fills in where a field is left None.
 DEFAULT_FANOUTS = (15, 10, 5)
 DEFAULT_EVAL_FANOUT = 20  # per layer
-DEFAULT_CACHE = "vip"
+DEFAULT_POLICY = "vip"
 DEFAULT_REPLICATION = 0.1
 
 
@@ -79,7 +79,9 @@ class Option:
         choices, metavar: as in argparse.
         default_text: how the help states a default that is not the field's own (``None`` fields).
         check: ``check(value, flag)`` raises :class:`InputError` for a bad value (not called for ``None``).
-        agreed: every rank of a job must hold the same value (after :meth:`TrainConfig.resolved`).
+        agreed: every rank of a job must hold the same value (after :meth:`TrainConfig.resolved`);
+            a function: the same function of it (``--checkpoint-dir``: whether one is given,
+            which decides whether checkpoints' collectives run; its path may differ between machines).
         plan_decides: a cache plan (``--plan``) decides it, so the two cannot be given together.
         resume_matches: a checkpoint is resumed only by a run with the same value.
         trains: the value shapes the training itself, so a resumed run that changed it says so
@@ -98,7 +100,7 @@ class Option:
     metavar: str | None = None
     default_text: str | None = None
     check: Callable[[Any, str], Any] | None = None
-    agreed: bool = False
+    agreed: bool | Callable[[Any], Any] = False
     plan_decides: bool = False
     resume_matches: bool = False
     trains: bool = True
@@ -226,9 +228,9 @@ class TrainConfig:
     Fields left ``None`` take a default that depends on other options, filled in by
     :meth:`resolved` where the option applies to the run (else it stays ``None``): ``fanouts``
     (15,10,5; full-graph mode aggregates every neighbour without them), ``eval_fanouts``
-    (20 per layer), ``eval_batch_size`` (the batch size), ``cache``/``replication``/
-    ``gpu_fraction`` (vip, 0.1, 0.15; ``None`` with ``--plan``, whose plan decides them), and
-    ``pipeline_depth``, ``num_threads``, ``torch_threads`` (the thread budget of this machine,
+    (20 per layer), ``eval_batch_size`` (the batch size), ``policy``/``replication``/
+    ``device_fraction`` (vip, 0.1, 0.15; ``None`` with ``--plan``, whose plan decides them), and
+    ``pipeline_depth``, ``sampler_threads``, ``torch_threads`` (the thread budget of this machine,
     resolved with it by :func:`salientpp.train.run.resolve_run`).
     """
 
@@ -297,18 +299,18 @@ class TrainConfig:
                                  agreed=True, needs=EMBEDDING_ONLY)
     plan: str | None = option(None, "a cache plan directory written by `salientpp analyze` (a replication factor or "
                               "byte budgets, any --name or --out): its device and host tiers and its owned rows on "
-                              "the device are used as they are, so --cache, --replication and --gpu-fraction cannot "
+                              "the device are used as they are, so --policy, --replication and --device-fraction cannot "
                               "be given with it", metavar="DIR", needs=MINIBATCH_ONLY)
-    cache: str | None = option(None, "without --plan: the cache policy (vip, degree, halo, ...) or none; the plan "
+    policy: str | None = option(None, "without --plan: the cache policy (vip, degree, halo, ...) or none; the plan "
                                "`salientpp analyze` writes for it is used from PART_DIR/cache, or built there",
-                               default_text=DEFAULT_CACHE, check=_policy, agreed=True, plan_decides=True,
+                               default_text=DEFAULT_POLICY, check=_policy, agreed=True, plan_decides=True,
                                needs=MINIBATCH_ONLY)
     replication: float | None = option(None, "without --plan: alpha, each rank caches floor(alpha*N/K) remote rows",
                                        type=float, default_text=str(DEFAULT_REPLICATION),
                                        check=lambda value, flag: _at_least_0(value, "replication (alpha)"),
                                        agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
-    gpu_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
-                                        "the plan's order", type=float, default_text=str(GPU_FRACTION),
+    device_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
+                                        "the plan's order", type=float, default_text=str(DEVICE_FRACTION),
                                         check=_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
     device: str = option("cpu", "training device", choices=DEVICES, check=one_of(DEVICES, "device"), agreed=True)
     precision: str = option(FP32, "number format of the training step: bf16 runs the forward under torch.autocast "
@@ -332,7 +334,8 @@ class TrainConfig:
                                          default_text="--batch-size", check=positive, agreed=True)
     eval_every: int = option(1, "evaluate every N epochs and after the last (0: never)", type=int,
                              check=non_negative, agreed=True)
-    checkpoint_dir: str | None = option(None, "write last.pt and best.pt here", agreed=True, trains=False)
+    checkpoint_dir: str | None = option(None, "write last.pt and best.pt here", agreed=lambda path: path is not None,
+                                        trains=False)
     checkpoint_every: str = option("1epoch", "checkpoint after every N steps (and at each epoch's end) or every N "
                                    "epochs", metavar="N[steps|epochs]",
                                    check=lambda value, flag: parse_interval(value), agreed=True, needs=CHECKPOINTS_ONLY)
@@ -343,10 +346,10 @@ class TrainConfig:
     json_path: str | None = option(None, "append one JSON line per epoch", flag="--json", metavar="FILE")
     seed: int = option(0, "seed of the model, dropout and loaders (see salientpp.streams)", type=int, check=_seed,
                        agreed=True, resume_matches=True)
-    num_threads: int | None = option(None, "C++ sampler threads per rank; they run at low priority unless --threads "
-                                     "and --torch-threads together fit in a rank's cores", flag="--threads",
-                                     type=int, metavar="T", default_text="from the thread budget, a rank's cores / 8, "
-                                     "at least 1", check=positive)
+    sampler_threads: int | None = option(None, "C++ sampler threads per rank; they run at low priority unless "
+                                         "--sampler-threads and --torch-threads together fit in a rank's cores",
+                                         type=int, metavar="T", default_text="from the thread budget, a rank's "
+                                         "cores / 8, at least 1", check=positive)
     torch_threads: int | None = option(None, "torch intra-op threads per rank", type=int, metavar="T",
                                        default_text="from the thread budget, a rank's cores = the cores of this "
                                        "machine / local ranks", check=positive)
@@ -428,9 +431,9 @@ class TrainConfig:
             sampler=check_sampler(self.sampler).value, dependencies=Dependencies(self.dependencies).value,
             negative_sampling=NegativeSampling(self.negative_sampling).value,
             metric=None if self.metric is None else check_metric(self.metric, LINK if link else None),
-            cache=None if planned else (DEFAULT_CACHE if self.cache is None else self.cache),
+            policy=None if planned else (DEFAULT_POLICY if self.policy is None else self.policy),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
-            gpu_fraction=None if planned else (GPU_FRACTION if self.gpu_fraction is None else self.gpu_fraction))
+            device_fraction=None if planned else (DEVICE_FRACTION if self.device_fraction is None else self.device_fraction))
         return replace(filled, **{f.name: f.default for f in fields(filled)
                                   if option_of(f).needs is not None and not option_of(f).needs.holds(filled)})
 
@@ -479,7 +482,7 @@ class TrainConfig:
 
 
 def plan_conflict(plan: str, flags: list[str]) -> InputError:
-    """The error for ``flags`` (``["--cache", ...]``) given together with ``--plan plan``."""
+    """The error for ``flags`` (``["--policy", ...]``) given together with ``--plan plan``."""
     return InputError(f"{' and '.join(flags)} cannot be combined with --plan {plan}: the plan decides what is "
                       f"cached and where (it was written by `salientpp analyze`); drop "
                       f"{'it' if len(flags) == 1 else 'them'}, or train without --plan")
@@ -491,8 +494,11 @@ def _options_where(config: TrainConfig, rule: str) -> dict[str, Any]:
 
 
 def agreed_options(config: TrainConfig) -> dict[str, Any]:
-    """The options every rank of a job must hold equal (those marked ``agreed``), of a resolved config."""
-    return _options_where(config, "agreed")
+    """The options every rank of a job must hold equal (those marked ``agreed``), of a resolved
+    config: their values, or what their ``agreed`` function makes of them."""
+    values = config.to_dict()
+    return {f.name: option_of(f).agreed(values[f.name]) if callable(option_of(f).agreed) else values[f.name]
+            for f in fields(config) if option_of(f).agreed}
 
 
 def checkpoint_options(config: TrainConfig) -> dict[str, Any]:
@@ -533,7 +539,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             alias, value, alias_help = spec.alias
             group.add_argument(alias, dest=f.name, action="store_const", const=value, help=alias_help,
                                default=argparse.SUPPRESS)
-        group.add_argument(flag_of(f), **kwargs)
+        group.add_argument(*flag_names(flag_of(f)), **kwargs)
 
 
 def config_from_args(args: argparse.Namespace, ignore: tuple[str, ...] = ("command", "func")) -> TrainConfig:

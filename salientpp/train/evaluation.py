@@ -10,7 +10,7 @@ import torch
 
 from ..distributed import CommStats
 from ..loader.graph import DistGraph
-from ..loader.loader import DistNeighborLoader
+from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import SeedForward
 from .config import LAYERWISE
 from .layerwise import LayerwiseInference

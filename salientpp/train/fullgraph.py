@@ -1,7 +1,7 @@
 """Full-graph training (``salientpp train --mode full-graph``): one exact gradient step per epoch.
 
 Each rank computes every layer over all neighbours for its training vertices, getting the
-hidden rows of remote vertices as its dependency plan says (:mod:`salientpp.fullgraph`). The
+hidden rows of remote vertices as its dependency schedule says (:mod:`salientpp.fullgraph`). The
 loss of rank k is the sum of its training vertices' losses over the training vertices of all
 ranks, and the parameter gradients are summed over the ranks: together, the gradient of the
 mean loss over the whole graph, as one process would compute it. The checkpoints, the JSON
@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from ..distributed.health import Stage
 from ..errors import InputError
-from ..fullgraph import CostModel, Dependencies, FullGraphEngine, calibrate, plan_dependencies, predicted_epoch_s
-from ..fullgraph.plan import DependencyPlan, candidate_plans
+from ..fullgraph import CostModel, Dependencies, FullGraphEngine, calibrate, schedule_dependencies, predicted_epoch_s
+from ..fullgraph.schedule import DependencySchedule, candidate_schedules
 from ..models.gnn import build_model
 from ..streams import dropout_seed
 from .config import LAYERWISE
@@ -30,30 +30,30 @@ from .state import METRIC_SUMS, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
 
 # Keys of the "full_graph" entry of an epoch's record.
 DEPENDENCIES, PLAN, PREDICTED_S, PROBED_S, REDUNDANT, CACHED_FRACTION, EXCHANGED_BYTES = (
-    "dependencies", "plan", "predicted_epoch_s", "probed_s", "redundant_vertex_layers", "cached_fraction",
+    "dependencies", "schedule", "predicted_epoch_s", "probed_s", "redundant_vertex_layers", "cached_fraction",
     "exchanged_bytes")
 FULL_GRAPH_KEY = "full_graph"
 # Stage-time keys of a full-graph epoch.
 FORWARD, BACKWARD, EXCHANGE = "forward", "backward", "exchange"
 
 
-# hybrid times every candidate plan predicted within this fraction of the fastest prediction:
-# measured over predicted differed between two plans on one graph by up to 1.3x with a rank
-# per core on this project's machine (docs/full-graph.md, "The probe"), more than many plans
+# hybrid times every candidate schedule predicted within this fraction of the fastest prediction:
+# measured over predicted differed between two schedules on one graph by up to 1.3x with a rank
+# per core on this project's machine (docs/full-graph.md, "The probe"), more than many schedules
 # differ.
 PROBE_BAND = 0.30
-# ... and trains the fastest plan it timed only if that is this much faster than the plan
-# predicted fastest: the probe does not tell closer plans apart on this machine, and the goal
-# tolerates 5% ("never more than 5% slower than the faster pure plan").
+# ... and trains the fastest schedule it timed only if that is this much faster than the schedule
+# predicted fastest: the probe does not tell closer schedules apart on this machine, and the goal
+# tolerates 5% ("never more than 5% slower than the faster pure schedule").
 PROBE_MARGIN = 0.05
-# Timed passes per probed plan, the faster counts: on this machine one epoch in four was more
-# than 5% off the median of its plan's epochs, and the slow tail is the longer (5% of epochs
+# Timed passes per probed schedule, the faster counts: on this machine one epoch in four was more
+# than 5% off the median of its schedule's epochs, and the slow tail is the longer (5% of epochs
 # were 19% slower or more, 5% 11% faster or more: other processes' interference).
 PROBE_PASSES = 2
 
 
-def choose_plan(names: list[str], probed: dict[str, float]) -> str:
-    """The plan ``hybrid`` trains: of ``names`` (:func:`shortlist`'s order), the fastest one the
+def choose_schedule(names: list[str], probed: dict[str, float]) -> str:
+    """The schedule ``hybrid`` trains: of ``names`` (:func:`shortlist`'s order), the fastest one the
     probe timed if it was :data:`PROBE_MARGIN` faster than the first, else the first."""
     if not probed:
         return names[0]
@@ -62,8 +62,8 @@ def choose_plan(names: list[str], probed: dict[str, float]) -> str:
 
 
 def shortlist(predictions: dict[str, float]) -> list[str]:
-    """The plans ``hybrid`` probes, fastest prediction first (a pure plan first among equal
-    predictions, so that it names a plan equal to it): those predicted within
+    """The schedules ``hybrid`` probes, fastest prediction first (a pure schedule first among equal
+    predictions, so that it names a schedule equal to it): those predicted within
     :data:`PROBE_BAND` of the fastest (one name: no probe is needed)."""
     best = min(predictions.values())
     pure = (Dependencies.CACHE.value, Dependencies.COMMUNICATE.value)
@@ -72,7 +72,7 @@ def shortlist(predictions: dict[str, float]) -> list[str]:
 
 
 def probe_times(probed: dict[str, float]) -> str:
-    """The probe's seconds per plan, as printed: ``"cache 0.0225 s, communicate 0.0257 s"``."""
+    """The probe's seconds per schedule, as printed: ``"cache 0.0225 s, communicate 0.0257 s"``."""
     return ", ".join(f"{name} {seconds:.4f} s" for name, seconds in probed.items())
 
 
@@ -81,23 +81,23 @@ class FullGraphTrainer(Trainer):
     :class:`~salientpp.train.loop.Trainer`: ``fit``, checkpoints, evaluation, reports).
 
     Building it is a collective: the ranks calibrate the cost model together (unless ``cost``
-    is given: trainers compared side by side share one), plan, and fetch their remote features.
-    ``hybrid`` then times forward and backward passes of each plan of :func:`shortlist` (a
+    is given: trainers compared side by side share one), schedule, and fetch their remote features.
+    ``hybrid`` then times forward and backward passes of each schedule of :func:`shortlist` (a
     probe: the weights and the optimizer are left as they were) and trains the one
-    :func:`choose_plan` picks. Rank 0 prints the predicted epoch time of each candidate plan and
-    the probe's times. ``plan`` names a candidate of
-    :func:`~salientpp.fullgraph.plan.candidate_plans` to train instead of the one
+    :func:`choose_schedule` picks. Rank 0 prints the predicted epoch time of each candidate schedule and
+    the probe's times. ``schedule`` names a candidate of
+    :func:`~salientpp.fullgraph.schedule.candidate_schedules` to train instead of the one
     ``config.dependencies`` gives (``bench fullgraph --candidates``).
 
     Attributes:
-        predictions: predicted seconds per epoch of every plan of
-            :func:`~salientpp.fullgraph.plan.candidate_plans`, by name.
-        chosen: the name of the plan trained with.
+        predictions: predicted seconds per epoch of every schedule of
+            :func:`~salientpp.fullgraph.schedule.candidate_schedules`, by name.
+        chosen: the name of the schedule trained with.
         probed: seconds of one forward and backward pass (the slowest rank's, the fastest of
-            :data:`PROBE_PASSES`) of each plan ``hybrid`` probed, by name; empty where it did not.
+            :data:`PROBE_PASSES`) of each schedule ``hybrid`` probed, by name; empty where it did not.
     """
 
-    def __init__(self, setup: RankSetup, cost: CostModel | None = None, plan: str | None = None):
+    def __init__(self, setup: RankSetup, cost: CostModel | None = None, schedule: str | None = None):
         super().__init__(setup)
         config, ctx, graph = self.config, self.ctx, self.graph
         torch.manual_seed(config.seed)
@@ -117,47 +117,47 @@ class FullGraphTrainer(Trainer):
         dims = [graph.num_features] + [config.hidden] * (config.layers - 1) + [self.task.num_outputs]
         self.cost = calibrate(ctx, self.model, dims) if cost is None else cost
         # What hybrid chooses from (every candidate, so each mode's prediction is printed too).
-        plans = {name: plan_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
+        schedules = {name: schedule_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
                                          self.train_ids, config.layers, modes, self.cost, dims)
-                 for name, modes in candidate_plans(config.layers).items()}
-        self.predictions = {name: predicted_epoch_s(ctx, plan, self.cost, dims) for name, plan in plans.items()}
+                 for name, modes in candidate_schedules(config.layers).items()}
+        self.predictions = {name: predicted_epoch_s(ctx, schedule, self.cost, dims) for name, schedule in schedules.items()}
         self.chosen, self.probed = config.dependencies, {}
-        if plan is not None:
-            if plan not in plans:
-                raise InputError(f"unknown plan {plan!r} for {config.layers} layers; choose one of {', '.join(plans)}")
-            self.chosen = plan
+        if schedule is not None:
+            if schedule not in schedules:
+                raise InputError(f"unknown schedule {schedule!r} for {config.layers} layers; choose one of {', '.join(schedules)}")
+            self.chosen = schedule
         elif config.dependencies == Dependencies.HYBRID.value:
-            names = self._distinct(shortlist(self.predictions), plans)
-            self.probed = self._probe({name: plans[name] for name in names}) if len(names) > 1 else {}
-            self.chosen = choose_plan(names, self.probed)
-        self.plan = plans[self.chosen]
-        self.engine = FullGraphEngine(ctx, graph, self.plan)
+            names = self._distinct(shortlist(self.predictions), schedules)
+            self.probed = self._probe({name: schedules[name] for name in names}) if len(names) > 1 else {}
+            self.chosen = choose_schedule(names, self.probed)
+        self.schedule = schedules[self.chosen]
+        self.engine = FullGraphEngine(ctx, graph, self.schedule)
         self.cache_info = {"policy": "none", "plan": None, "source": setup.run.cache.reason, "cached_rows": 0,
                            "device_cached_rows": 0, "device_local_rows": 0}
-        self._redundant = self._sum(self.plan.redundant_vertex_layers)
-        self._remote = self._sum(self.plan.redundant_vertex_layers + self.plan.exchanged_rows)
+        self._redundant = self._sum(self.schedule.redundant_vertex_layers)
+        self._remote = self._sum(self.schedule.redundant_vertex_layers + self.schedule.exchanged_rows)
         if ctx.rank == 0 and config.progress:
             print(self.describe(), flush=True)
 
-    def _distinct(self, names: list[str], plans: dict[str, DependencyPlan]) -> list[str]:
-        """``names`` without the plans that are, on every rank, an earlier one's (a collective):
-        the per-vertex plan that caches nothing is ``communicate``."""
-        repeats = torch.tensor([any(plans[name].same_sets(plans[earlier]) for earlier in names[:i])
+    def _distinct(self, names: list[str], schedules: dict[str, DependencySchedule]) -> list[str]:
+        """``names`` without the schedules that are, on every rank, an earlier one's (a collective):
+        the per-vertex schedule that caches nothing is ``communicate``."""
+        repeats = torch.tensor([any(schedules[name].same_sets(schedules[earlier]) for earlier in names[:i])
                                 for i, name in enumerate(names)], dtype=torch.int64)
         if self.ctx.distributed:
             repeats = repeats.to(self.ctx.comm_device)
             dist.all_reduce(repeats, op=dist.ReduceOp.MIN)
         return [name for name, repeat in zip(names, repeats.cpu().tolist()) if not repeat]
 
-    def _probe(self, plans: dict[str, DependencyPlan]) -> dict[str, float]:
-        """Seconds of one forward and backward pass of each plan: the slowest rank's, the fastest
-        of :data:`PROBE_PASSES` (a collective). An untimed pass of the first plan warms up; each
-        plan's engine is built, timed and dropped in turn. The gradients are discarded: training
+    def _probe(self, schedules: dict[str, DependencySchedule]) -> dict[str, float]:
+        """Seconds of one forward and backward pass of each schedule: the slowest rank's, the fastest
+        of :data:`PROBE_PASSES` (a collective). An untimed pass of the first schedule warms up; each
+        schedule's engine is built, timed and dropped in turn. The gradients are discarded: training
         starts as without the probe."""
         self.model.train()
         seconds = {}
-        for i, (name, plan) in enumerate(plans.items()):
-            engine = FullGraphEngine(self.ctx, self.graph, plan)
+        for i, (name, schedule) in enumerate(schedules.items()):
+            engine = FullGraphEngine(self.ctx, self.graph, schedule)
             times = []
             for _ in range(PROBE_PASSES + (i == 0)):
                 start = time.perf_counter()
@@ -174,18 +174,18 @@ class FullGraphTrainer(Trainer):
         return self.task.loss(out, self.train_targets) * (local / self.num_train) if local else out.sum() * 0.0
 
     def describe(self) -> str:
-        """One line: the mode, the plan it chose, every candidate's predicted epoch time and the
+        """One line: the mode, the schedule it chose, every candidate's predicted epoch time and the
         probe's measured passes."""
         predicted = ", ".join(f"{mode} {seconds:.3f} s" for mode, seconds in self.predictions.items())
-        plan = "" if self.chosen == self.config.dependencies else f" (plan: {self.chosen})"
+        schedule = "" if self.chosen == self.config.dependencies else f" (schedule: {self.chosen})"
         if self.probed:
             predicted += "; probed " + probe_times(self.probed)
-        return (f"full-graph training, dependencies {self.config.dependencies}{plan}: predicted epoch {predicted}; "
+        return (f"full-graph training, dependencies {self.config.dependencies}{schedule}: predicted epoch {predicted}; "
                 f"{self._redundant:,.0f} remote vertex-layers recomputed ({self.cached_fraction:.0%} of the remote hidden rows), "
                 f"{self.engine.startup.received:,} remote feature rows fetched at start-up")
 
     def _epoch_time_note(self, metrics: dict[str, Any]) -> str:
-        """The plan's predicted epoch time, beside the measured one."""
+        """The schedule's predicted epoch time, beside the measured one."""
         return f" (predicted {metrics[FULL_GRAPH_KEY][PREDICTED_S]:.2f} s)"
 
     @property
@@ -215,8 +215,8 @@ class FullGraphTrainer(Trainer):
 
     def train_epoch(self, epoch: int, first_step: int = 0, sums=None, state=None) -> dict[str, Any]:
         """One full-graph gradient step; the record of a minibatch epoch (one step) plus
-        :data:`FULL_GRAPH_KEY`: the dependency mode, the plan, the predicted epoch time, the
-        probe's seconds per plan (:attr:`probed`), the remote vertex-layers recomputed and the
+        :data:`FULL_GRAPH_KEY`: the dependency mode, the schedule, the predicted epoch time, the
+        probe's seconds per schedule (:attr:`probed`), the remote vertex-layers recomputed and the
         bytes exchanged per epoch (all ranks)."""
         self.health.enter(Stage.TRAIN, epoch, 0)
         self._epoch, self._evaluating = epoch, False

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..distributed import CommStats
-from ..loader.link_loader import DistLinkNeighborLoader
+from ..loader.dist_link_loader import DistLinkNeighborLoader
 from ..errors import InputError
 from ..models.gnn import SeedForward
 from .state import EVAL_SPLITS, TEST_METRIC, VALID_METRIC

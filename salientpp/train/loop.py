@@ -4,7 +4,7 @@ public API (DistGraph + DistNeighborLoader).
 
 Each rank opens its :class:`~salientpp.train.setup.RankSetup` (its
 :class:`~salientpp.loader.graph.DistGraph`, task and options, agreed with the other ranks),
-iterates a :class:`~salientpp.loader.loader.DistNeighborLoader` over its training nodes (every
+iterates a :class:`~salientpp.loader.dist_loader.DistNeighborLoader` over its training nodes (every
 rank the same number of batches, so DDP's gradient mean needs no correction), evaluates through
 :class:`~salientpp.train.evaluation.Evaluator`, and rank 0 writes checkpoints, JSON lines and
 the progress bar. The full-graph trainer (:mod:`salientpp.train.fullgraph`) shares all but the
@@ -27,13 +27,13 @@ from ..embedding import DistEmbedding
 from ..embedding.table import load_shard, remove_stale_shards, save_shard
 from ..errors import InputError
 from ..io import output_errors, strict_json
-from ..loader.link_loader import DistLinkNeighborLoader
-from ..loader.loader import DistNeighborLoader
+from ..loader.dist_link_loader import DistLinkNeighborLoader
+from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import ExpectedOutputs, SeedForward, build_model, check_reads_edge_weights
 from ..sampling import check_sampler
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
-from .checkpoint import (Checkpoint, describe_position, has_checkpoint, save_checkpoint,
+from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkpoint, save_checkpoint,
                          weights_misfit)
 from .config import BF16
 from .evaluation import Evaluator
@@ -167,7 +167,7 @@ class Trainer:
     def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
         config = self.config
-        ckpt = resume_checkpoint(config, self.graph.identity)
+        ckpt = resume_checkpoint(config, self.graph.partition_id)
         misfit = weights_misfit(self.model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({misfit}); "
@@ -208,7 +208,7 @@ class Trainer:
     def fit(self) -> TrainResult:
         config = self.config
         state = RunState(TrainResult(metric=self.task.metric), [],
-                         {**config.to_dict(), "dataset": self.graph.identity})
+                         {**config.to_dict(), PARTITION_ID: self.graph.partition_id})
         result = state.result
         start_epoch, start_step, sums = 0, 0, None
         if config.resume or (self.ctx.attempt > 0 and has_checkpoint(config.checkpoint_dir)):
@@ -301,7 +301,7 @@ class MinibatchTrainer(Trainer):
             print(f"cache plan: {cache.source}", flush=True)
         # the sampler threads and their priority come from the rank's thread budget (ctx.threads)
         common = dict(plan=cache.plan, seed=config.seed, pipeline_depth=config.pipeline_depth,
-                      gpu_fraction=config.gpu_fraction, features=config.features, on_stage=self._on_stage)
+                      device_fraction=config.device_fraction, features=config.features, on_stage=self._on_stage)
         train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,
                              prefetch_next_epoch=True, **common)
         if link:
@@ -343,7 +343,7 @@ class MinibatchTrainer(Trainer):
         self.cache_info = {"policy": cache.policy, "plan": None if cache.path is None else str(cache.path),
                            "source": cache.source, "cached_rows": 0 if store is None else store.num_cached,
                            "device_cached_rows": 0 if store is None else int(store.num_device_slots),
-                           "device_local_rows": 0 if store is None else store.num_device_local}
+                           "device_local_rows": 0 if store is None else store.num_device_owned}
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _bar(self, total: int, desc: str, initial: int = 0):

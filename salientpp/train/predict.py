@@ -26,11 +26,11 @@ from ..embedding.table import load_shard
 from ..errors import InputError, check_int
 from ..io import atomic_output_dir, check_output_dir, save_array, shown, write_meta
 from ..loader.graph import DistGraph
-from ..loader.loader import DistNeighborLoader
+from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling.link import NODE
-from .checkpoint import LAST, Checkpoint, load_checkpoint, weights_misfit
+from .checkpoint import LAST, PARTITION_ID, Checkpoint, load_checkpoint, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
@@ -52,7 +52,7 @@ def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path
     """The checkpoint at ``path`` and its task, checked before any rank starts: trained on
     ``part_dir`` (whose partitioned dataset is ``data``), a node classifier (not a link
     predictor), its metric one the labels allow. :class:`InputError` otherwise."""
-    ckpt = load_checkpoint(path.parent, {"dataset": partition_identity(data.meta)}, name=path.name,
+    ckpt = load_checkpoint(path.parent, {PARTITION_ID: partition_identity(data.meta)}, name=path.name,
                            fix=f"pass the PART_DIR it was trained on instead of {part_dir}, or the checkpoint of a "
                            "run on this one")
     kind = ckpt.options.get("task", NODE)

@@ -12,9 +12,9 @@ The cache plan:
 * ``--plan DIR`` (:attr:`TrainConfig.plan`): any plan ``salientpp analyze`` wrote, with a
   replication factor or byte budgets, under any ``--name`` or ``--out``. Its device and host
   tiers, its order of the owned rows and its number of owned rows on the device
-  (``num_gpu_local``) are used as they are; nothing is recomputed from the training options.
+  (``num_device_owned``) are used as they are; nothing is recomputed from the training options.
 * Otherwise, with a cache policy and more than one partition: the plan ``salientpp analyze``
-  writes for the run's :func:`plan_request` (``--cache``, ``--replication``, ``--gpu-fraction``,
+  writes for the run's :func:`plan_request` (``--policy``, ``--replication``, ``--device-fraction``,
   the sampler, the task and the seed), at analyze's default location ``PART_DIR/cache/<default
   name>``. When it is there, it is used; else rank 0 builds it as analyze does
   (:meth:`~salientpp.cache.plan.PlanRequest.build_and_save`) and saves it there
@@ -24,8 +24,8 @@ The cache plan:
   barrier: the first rank of that machine builds and saves it there too (same options and seed,
   so the same files). Any other failed save stops the job with one sentence; an unwritable
   ``PART_DIR`` is refused before any rank starts, so a plan never silently lives only in memory.
-* ``--cache none``, one partition, or no features: no remote cache; the owned rows stay in id
-  order and the first ``floor(gpu_fraction * n_k)`` of them live on the device.
+* ``--policy none``, one partition, or no features: no remote cache; the owned rows stay in id
+  order and the first ``floor(device_fraction * n_k)`` of them live on the device.
 
 A plan that exists is read (its meta.json, by :func:`~salientpp.cache.plan.read_plan_info`)
 and checked (:func:`~salientpp.cache.plan.check_plan`) once, in :func:`choose_cache`; the ranks
@@ -55,7 +55,7 @@ from ..loader.graph import DistGraph
 from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
-from .checkpoint import Checkpoint, describe_position, load_checkpoint
+from .checkpoint import PARTITION_ID, Checkpoint, describe_position, load_checkpoint
 from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options, checkpoint_options, resumable_flags
 from .tasks import Task, link_task, task_of
 
@@ -100,14 +100,14 @@ def plan_request(config: TrainConfig) -> PlanRequest:
     """What ``config``'s run (resolved) asks of a cache plan, derived once here for choosing,
     naming, building, checking and suggesting it: the training workload (fanouts, batch size,
     sampler, node or edge seeds with their negatives) and, without ``--plan``, the plan's options
-    (the policy, replication factor and device share of ``--cache``, ``--replication`` and
-    ``--gpu-fraction``, the run's seed, and analyze's defaults for the rest)."""
+    (the policy, replication factor and device share of ``--policy``, ``--replication`` and
+    ``--device-fraction``, the run's seed, and analyze's defaults for the rest)."""
     edges = EdgeSeeds(config.num_negatives, config.negative_sampling) if config.task == LINK else None
     workload = Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler, edges=edges)
-    if config.plan is not None or config.cache == "none":
+    if config.plan is not None or config.policy == "none":
         return PlanRequest((workload,))
-    return PlanRequest((workload,), PlanOptions(config.cache, Budget(replication=config.replication),
-                                                config.gpu_fraction, seed=config.seed))
+    return PlanRequest((workload,), PlanOptions(config.policy, Budget(replication=config.replication),
+                                                config.device_fraction, seed=config.seed))
 
 
 def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
@@ -120,7 +120,7 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
     if config.plan is not None:
         plan = check_plan(read_plan_info(config.plan), data, request)
         return CacheChoice(plan.info.meta.policy, Path(config.plan), plan, request)
-    if config.cache == "none" or data.num_parts == 1:  # one partition has no remote rows
+    if config.policy == "none" or data.num_parts == 1:  # one partition has no remote rows
         return CacheChoice("none", reason="none")
     if not config.features:  # the embedding's rows are never cached
         return CacheChoice("none", reason="none (no features)")
@@ -128,7 +128,7 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
     path = request.default_dir(config.part_dir)
     analyze = analyze_command(config.part_dir, request)
     if _there(path):
-        return CacheChoice(config.cache, path, check_plan(read_plan_info(path), data, request), request,
+        return CacheChoice(config.policy, path, check_plan(read_plan_info(path), data, request), request,
                            analyze=analyze)
     try:
         check_writable_dir(path.parent, "cache plan directory", exist_ok=True)
@@ -136,7 +136,7 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
         reason = str(exc).split("; ")[0]
         raise InputError(f"there is no cache plan at {path} and this run could not save the one it builds there "
                          f"({reason}); write it elsewhere with `{analyze}` and train with --plan DIR") from None
-    return CacheChoice(config.cache, path, None, request, analyze=analyze)
+    return CacheChoice(config.policy, path, None, request, analyze=analyze)
 
 
 def _there(path: Path) -> bool:
@@ -157,7 +157,7 @@ def _build_unless_there(choice: CacheChoice, data: PartitionedDataset, sampler_t
     try:
         with output_errors(path.parent):
             path.parent.mkdir(exist_ok=True)
-        request.build_and_save(request.context(data, num_threads=sampler_threads), path)
+        request.build_and_save(request.context(data, sampler_threads=sampler_threads), path)
     except InputError:
         if _there(path):  # another job won the race to rename the same plan into place
             return False
@@ -229,7 +229,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         if local_ranks != data.num_parts:
             raise InputError(f"{config.part_dir} has {data.num_parts} partitions but --nprocs is {local_ranks}; "
                              f"run one rank per partition (--nprocs {data.num_parts})")
-    threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.num_threads, config.device)
+    threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.sampler_threads, config.device)
     if config.mode != FULL_GRAPH:  # the only mode with a pipeline
         config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth))
     if config.resume:
@@ -239,20 +239,20 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
 
 
-def resume_checkpoint(config: TrainConfig, identity: str) -> Checkpoint:
+def resume_checkpoint(config: TrainConfig, partition_id: str) -> Checkpoint:
     """The checkpoint a ``--resume`` run continues from: ``last.pt`` in ``--checkpoint-dir``,
-    refused (one sentence) unless it was trained on the data of ``identity``
+    refused (one sentence) unless it was trained on the data of ``partition_id``
     (:func:`~salientpp.cache.plan.partition_identity`) with the run's
     :func:`~salientpp.train.config.checkpoint_options`: the one match of a resumed checkpoint,
     before any rank starts and on every rank that loads it."""
-    return load_checkpoint(config.checkpoint_dir, {"dataset": identity, **checkpoint_options(config)})
+    return load_checkpoint(config.checkpoint_dir, {PARTITION_ID: partition_id, **checkpoint_options(config)})
 
 
-def check_resume(config: TrainConfig, identity: str) -> None:
+def check_resume(config: TrainConfig, partition_id: str) -> None:
     """Before any rank starts (and writes a cache plan): refuse a ``--resume`` whose checkpoint does
     not match (:func:`resume_checkpoint`) or already holds ``--epochs`` epochs; print the options
     that changed since it was written (those a resume may change)."""
-    ckpt = resume_checkpoint(config, identity)
+    ckpt = resume_checkpoint(config, partition_id)
     if ckpt.epoch >= config.epochs:
         raise InputError(f"the checkpoint in {config.checkpoint_dir} holds the run up to "
                          f"{describe_position(ckpt.epoch, ckpt.step)}, so --epochs {config.epochs} leaves nothing to "
@@ -291,7 +291,7 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
                                   eval_fanouts=config.eval_fanouts if sampled_eval else None,
                                   eval_batch_size=eval_batch_size if sampled_eval else None, link_pairs=link_pairs,
                                   embedding_dim=config.embedding_dim, features=config.features,
-                                  reuse_freed_memory=config.reuse_freed_memory, cache=cache.policy,
+                                  reuse_freed_memory=config.reuse_freed_memory, policy=cache.policy,
                                   cached_rows=None if cache.plan is None else cache.plan.info.max_cached_rows,
                                   replication=None if cache.request is None or cache.request.options is None
                                   else cache.request.options.budget.replication)

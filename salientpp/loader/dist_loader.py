@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..cache.plan import GPU_FRACTION, CheckedPlan, PlanInfo
+from ..cache.plan import DEVICE_FRACTION, CheckedPlan, PlanInfo
 from ..cache.workload import check_batch_size
 from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
@@ -129,7 +129,7 @@ class DistNeighborLoader:
             scored for.
         seed: seeds the shuffle and the sampling (with the rank and the split's stream).
         replace: sample with replacement.
-        num_threads: C++ sampling threads; ``None``: the rank's thread budget's
+        sampler_threads: C++ sampling threads; ``None``: the rank's thread budget's
             (``graph.ctx.threads``, :class:`~salientpp.host.ThreadBudget`), as ``salientpp
             train`` gives them.
         pipeline_depth: batches in flight between sampling and the model (1: no overlap);
@@ -143,7 +143,7 @@ class DistNeighborLoader:
             before each pipeline stage runs on a step (health reports).
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
-        gpu_fraction: without a plan, the fraction of owned rows kept on the device (a plan
+        device_fraction: without a plan, the fraction of owned rows kept on the device (a plan
             decides it itself); by default ``salientpp analyze``'s and ``train``'s.
         sampler: the sampler kind (:class:`~salientpp.sampling.SamplerKind` or its name):
             ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
@@ -172,9 +172,9 @@ class DistNeighborLoader:
 
     def __init__(self, graph: DistGraph, split: str | torch.Tensor | np.ndarray, fanouts, batch_size: int,
                  shuffle: bool = True, plan: CheckedPlan | PlanInfo | str | os.PathLike | None = None, seed: int = 0,
-                 replace: bool = False, num_threads: int | None = None, pipeline_depth: int | None = None,
+                 replace: bool = False, sampler_threads: int | None = None, pipeline_depth: int | None = None,
                  read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
-                 allow_empty: bool | None = None, gpu_fraction: float = GPU_FRACTION, low_priority: bool | None = None,
+                 allow_empty: bool | None = None, device_fraction: float = DEVICE_FRACTION, low_priority: bool | None = None,
                  sampler: str | SamplerKind = DEFAULT_SAMPLER, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
         self.graph = graph
@@ -182,17 +182,17 @@ class DistNeighborLoader:
         self.fanouts = check_fanouts(fanouts, self.sampler)
         self.batch_size = check_batch_size(batch_size)
         budget = graph.ctx.threads or ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device)
-        num_threads = check_int(budget.sampler_threads if num_threads is None else num_threads,
+        sampler_threads = check_int(budget.sampler_threads if sampler_threads is None else sampler_threads,
                                 "the number of sampler threads")
         low_priority = budget.low_priority_sampler if low_priority is None else bool(low_priority)
         self.pipeline_depth = check_int(budget.pipeline_depth(pipeline_depth), "the pipeline depth")
-        self.read_ahead = (sampler_read_ahead(self.pipeline_depth, num_threads) if read_ahead is None
+        self.read_ahead = (sampler_read_ahead(self.pipeline_depth, sampler_threads) if read_ahead is None
                            else check_int(read_ahead, "the sampler read-ahead"))
         self.seeds = self._split_seeds(split)
         workload = TRAIN_WORKLOAD if isinstance(split, str) and split == "train" else OTHER_WORKLOAD
         if not features and plan is not None:
             raise InputError("a loader without features has nothing to cache; pass plan=None with features=False")
-        self.store, self.exchange = graph.feature_store(plan, gpu_fraction) if features else (None, None)
+        self.store, self.exchange = graph.feature_store(plan, device_fraction) if features else (None, None)
         counts, fetching = self._seed_counts()
         if not fetching:  # every rank holds every row (full replication): no exchange at all
             self.exchange = None
@@ -212,7 +212,7 @@ class DistNeighborLoader:
         self._loader = self._inner_loader(
             make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk),
             batch_size=self.batch_size, shuffle=shuffle, num_batches=self.num_batches,
-            seed=loader_seed(seed, graph.rank, workload=workload), num_threads=num_threads, low_priority=low_priority,
+            seed=loader_seed(seed, graph.rank, workload=workload), sampler_threads=sampler_threads, low_priority=low_priority,
             read_ahead=self.read_ahead, prefetch_next_epoch=prefetch_next_epoch,
             fetch=FetchContext(**self.store.fetch_context_args()) if features else None)
         self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)

@@ -2,7 +2,7 @@
 
 Its seeds are edges: each rank's are the edges whose source it owns (``DistGraph.edges``). A
 batch's positive edges come with negatives, and the distinct endpoints of both are sampled and
-fetched like the node seeds of :class:`~salientpp.loader.loader.DistNeighborLoader`, through
+fetched like the node seeds of :class:`~salientpp.loader.dist_loader.DistNeighborLoader`, through
 the same cache and pipeline. Ranks run in lockstep: every rank runs
 ``S = max_k ceil(E_k / batch_size)`` batches per epoch.
 """
@@ -16,13 +16,13 @@ import torch
 from ..errors import InputError
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 from ..sampling.link_loader import LinkNeighborLoader, check_edges
-from .loader import Batch, DistNeighborLoader
+from .dist_loader import Batch, DistNeighborLoader
 from .pipeline import InFlight
 
 
 @dataclass
 class LinkBatch(Batch):
-    """A :class:`~salientpp.loader.loader.Batch` whose seeds are the endpoints of its edges.
+    """A :class:`~salientpp.loader.dist_loader.Batch` whose seeds are the endpoints of its edges.
 
     Attributes (besides Batch's; ``y`` is empty):
         edge_label_index: int64 ``[2, P + Q]`` the positive edges, then the negatives, as indices

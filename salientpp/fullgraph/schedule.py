@@ -26,10 +26,10 @@ backward), ``x_l`` the seconds to move one row of width d_l forward and its grad
 ``new_l(u)`` the vertices among u and its neighbours that level l-1 needs for u alone (beyond
 the owned vertices and their neighbours, which it needs anyway). Each must come from somewhere:
 communicated, or recomputed (estimated at the mean degree); features (l-1 = 0) cost nothing per
-epoch. :func:`plan_dependencies` builds a plan. The per-vertex rule misses what whole plans
+epoch. :func:`schedule_dependencies` builds a schedule. The per-vertex rule misses what whole schedules
 share (an all-to-all's fixed cost, saved only where a level exchanges nothing), so the trainer
-predicts the epoch of every plan of :func:`candidate_plans` (per vertex, pure, or split by
-level) and probes the plans predicted close to the fastest
+predicts the epoch of every schedule of :func:`candidate_schedules` (per vertex, pure, or split by
+level) and probes the schedules predicted close to the fastest
 (:class:`~salientpp.train.fullgraph.FullGraphTrainer`).
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ class CostModel:
 
 
 @dataclass(frozen=True)
-class DependencyPlan:
+class DependencySchedule:
     """One rank's sets per level, global ids.
 
     Attributes:
@@ -105,7 +105,7 @@ class DependencyPlan:
     def num_layers(self) -> int:
         return len(self.fetched)
 
-    def same_sets(self, other: "DependencyPlan") -> bool:
+    def same_sets(self, other: "DependencySchedule") -> bool:
         """Whether ``other`` computes and fetches the same vertices at every level."""
         return all(np.array_equal(a, b) for a, b in zip(self.computed + self.fetched, other.computed + other.fetched))
 
@@ -159,10 +159,10 @@ def _new_dependencies(rowptr: np.ndarray, col: np.ndarray, candidates: np.ndarra
     return unknown.astype(np.int64) + ~known[candidates]
 
 
-def plan_dependencies(rowptr: np.ndarray, col: np.ndarray, lo: int, hi: int, targets: np.ndarray, num_layers: int,
+def schedule_dependencies(rowptr: np.ndarray, col: np.ndarray, lo: int, hi: int, targets: np.ndarray, num_layers: int,
                       mode: Dependencies | Sequence[Dependencies], cost: CostModel | None = None,
-                      dims: Sequence[int] | None = None) -> DependencyPlan:
-    """The :class:`DependencyPlan` of the rank owning ``[lo, hi)`` whose loss needs ``h^L`` of
+                      dims: Sequence[int] | None = None) -> DependencySchedule:
+    """The :class:`DependencySchedule` of the rank owning ``[lo, hi)`` whose loss needs ``h^L`` of
     ``targets`` (owned global ids). ``mode`` is one for every hidden level, or one per level
     ``1..L-1`` (``mode[l - 1]``); ``hybrid`` needs ``cost`` and the layer widths ``dims``
     (``[d_0, ..., d_L]``)."""
@@ -175,7 +175,7 @@ def plan_dependencies(rowptr: np.ndarray, col: np.ndarray, lo: int, hi: int, tar
     if len(modes) != num_layers - 1:
         raise ValueError(f"{len(modes)} level modes for {num_layers - 1} hidden levels")
     if Dependencies.HYBRID in modes and (cost is None or dims is None):
-        raise ValueError("a hybrid plan needs a cost model and the layer widths")
+        raise ValueError("a hybrid schedule needs a cost model and the layer widths")
     computed: list[np.ndarray] = [np.empty(0, np.int64)] * (num_layers + 1)
     fetched: list[np.ndarray] = [np.empty(0, np.int64) for _ in range(num_layers)]
     computed[num_layers] = np.unique(np.asarray(targets, dtype=np.int64))
@@ -202,23 +202,23 @@ def plan_dependencies(rowptr: np.ndarray, col: np.ndarray, lo: int, hi: int, tar
         computed[level] = np.concatenate([owned, remote[cache]])
         if level > 0:
             fetched[level] = remote[~cache]
-    return DependencyPlan(lo, hi, tuple(computed), tuple(fetched), degree)
+    return DependencySchedule(lo, hi, tuple(computed), tuple(fetched), degree)
 
 
-# The name of the candidate plan that decides per vertex at every level (the rule above).
+# The name of the candidate schedule that decides per vertex at every level (the rule above).
 PER_VERTEX = "per-vertex"
 
 
-def candidate_plans(num_layers: int) -> dict[str, list[Dependencies]]:
+def candidate_schedules(num_layers: int) -> dict[str, list[Dependencies]]:
     """The per-level modes ``hybrid`` chooses from, by name: :data:`PER_VERTEX` (the rule at
     every level), ``cache``, ``communicate``, and ``cache-l1,l2`` for every other set of hidden
     levels cached whole (the rest communicated)."""
     hidden = range(1, num_layers)
-    plans = {PER_VERTEX: [Dependencies.HYBRID] * len(hidden),
+    schedules = {PER_VERTEX: [Dependencies.HYBRID] * len(hidden),
              Dependencies.CACHE.value: [Dependencies.CACHE] * len(hidden),
              Dependencies.COMMUNICATE.value: [Dependencies.COMMUNICATE] * len(hidden)}
     for mask in range(1, (1 << len(hidden)) - 1):
         levels = [level for level in hidden if mask >> (level - 1) & 1]
-        plans["cache-" + ",".join(map(str, levels))] = [
+        schedules["cache-" + ",".join(map(str, levels))] = [
             Dependencies.CACHE if level in levels else Dependencies.COMMUNICATE for level in hidden]
-    return plans
+    return schedules
