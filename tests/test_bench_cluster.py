@@ -55,13 +55,23 @@ def test_the_table_has_every_setting_and_fetches_what_the_simulator_predicts(p2,
     assert "| full | degree |" in capsys.readouterr().out
 
 
-def test_alpha_zero_alone_runs_only_the_settings_without_a_cache(p2, tmp_path):
+def test_alpha_zero_alone_runs_only_the_settings_without_a_cache(p2, tmp_path, monkeypatch):
+    """--replication 0 plans the three runs without a cache and scores no policy (the oracle alone
+    gives the rows touched); the runs themselves are the ones the test above trains for real."""
+    planned = []
+
+    def run(args, setting, policy, alpha, depth, owned_bytes, row_bytes):
+        planned.append((setting, policy, alpha, depth))
+        timed = dict.fromkeys(("epoch_s", "sample_s", "fetch_s", "fetch_cpu_s", "compute_s", "compute_cpu_s"), 1.0)
+        return {"setting": setting, "policy": policy, "alpha": alpha, "pipeline": depth > 1, "pipeline_depth": depth,
+                **timed, "rows_per_epoch": 0.0, "bytes_per_epoch": 0.0, "feature_bytes_per_rank": owned_bytes}
+    monkeypatch.setattr(bench_cluster, "_run", run)
     out = tmp_path / "cluster.json"
     assert cli_main(["bench", "cluster", str(p2), "--network", "400mbit", "--replication", "0", *SMALL,
                      "--json", str(out)]) == 0
+    assert planned == [("full", "degree", 1.0, 2), ("partitioned", None, None, 1), ("pipelined", None, None, 2)]
     rows = json.loads(out.read_text())["rows"]
-    assert [r["setting"] for r in rows] == ["full", "partitioned", "pipelined"]
-    assert rows[1]["rows_per_epoch"] == rows[2]["rows_per_epoch"] == rows[2]["predicted_rows"] > 0
+    assert rows[1]["predicted_rows"] == rows[2]["predicted_rows"] > 0 and rows[0]["predicted_rows"] == 0
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
-from salientpp.distributed import WorkerError, launch
+from salientpp.distributed import WorkerError
 from salientpp.distributed.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
 from salientpp.distributed.health import Position
 from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
-from salientpp.host import local_world_size
-from salientpp.train import TrainConfig, resolve_run, run_rank, train
+from salientpp.train import RankSetup, TrainConfig, resolve_run, train
+from trainers import on_ranks, store_contexts
 
 TINY = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=16, lr=0.01, eval_fanouts=(10, 10), progress=False)
 
@@ -150,22 +150,30 @@ def test_a_stalled_rank_is_named_by_its_peer_within_the_timeout(p2, monkeypatch)
 
 
 # -- start-up mismatches -----------------------------------------------------------------------------------
+# The ranks check their options, data and plans through the rendezvous store (health.agree), so
+# two ranks that share a store in this process check them as launched ranks do, without a launch.
 
 
-def _per_rank(configs: list[TrainConfig], patch_version: bool = False):
-    """One rank of a job whose ranks were started with different options (or package versions)."""
-    rank = int(os.environ["RANK"])
-    if patch_version and rank == 1:
-        import salientpp
-        import salientpp.train.setup as setup
-        salientpp.__version__ = setup.__version__ = "0.0.0-other"
-    return run_rank(resolve_run(configs[rank], local_world_size()))
+def _mismatch(configs, monkeypatch=None, version_of_rank_1: str | None = None) -> str:
+    """What the ranks of a job started with ``configs`` (rank r's) say when they open their
+    set-up and their cache plan's feature store; with ``version_of_rank_1``, rank 1 runs another
+    salientpp version. Every rank must refuse, with one sentence."""
+    import salientpp.train.setup as setup_module
 
+    if version_of_rank_1 is not None:
+        real = setup_module.agree
 
-def _mismatch(configs, patch_version=False) -> str:
-    with pytest.raises(InputError) as info:
-        launch(_per_rank, (configs, patch_version), nprocs=2, timeout_s=120)
-    return str(info.value)
+        def agree(ctx, topic, facts):
+            assert "salientpp" in facts and "torch" in facts  # the versions are among the facts
+            return real(ctx, topic, {**facts, "salientpp": version_of_rank_1} if ctx.rank == 1 else facts)
+        monkeypatch.setattr(setup_module, "agree", agree)
+
+    def open_rank(ctx):
+        setup = RankSetup.open(resolve_run(configs[ctx.rank], 2), ctx)
+        return setup.graph.feature_store(setup.open_cache().plan)
+    errors = on_ranks(open_rank, store_contexts(2))
+    assert all(isinstance(e, InputError) for e in errors), errors
+    return str(errors[1])
 
 
 def test_startup_refuses_ranks_with_different_options(p2):
@@ -184,9 +192,9 @@ def test_startup_refuses_ranks_with_different_sampling_options(p2, option, value
     assert f"rank 1 has {option} = {values[1]!r} but rank 0 has {values[0]!r}" in message, message
 
 
-def test_startup_refuses_ranks_with_different_package_versions(p2):
+def test_startup_refuses_ranks_with_different_package_versions(p2, monkeypatch):
     a = TrainConfig(part_dir=p2, epochs=1, timeout_s=30, **TINY).validate()
-    assert "rank 1 has salientpp = '0.0.0-other' but rank 0 has" in _mismatch([a, a], patch_version=True)
+    assert "rank 1 has salientpp = '0.0.0-other' but rank 0 has" in _mismatch([a, a], monkeypatch, "0.0.0-other")
 
 
 def test_startup_refuses_ranks_with_different_cache_plans(p2, tmp_path):

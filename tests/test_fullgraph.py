@@ -211,40 +211,46 @@ def _mixed_cost(layers: int) -> CostModel:
     return CostModel((0.0,) * layers, (1.0,) * layers, 8 / (8 * HIDDEN), 0.0)
 
 
-def _worker(part_dir: str, model: str) -> dict[str, tuple[list[float], dict, int, int]]:
-    """Train EPOCHS full-graph steps with each schedule; per schedule: losses, weights, and this rank's
-    cached and exchanged vertex-levels."""
+def _worker(part_dir: str, models: tuple[str, ...]) -> dict[tuple[str, str], tuple[list[float], dict, int, int]]:
+    """Train EPOCHS full-graph steps of each model with each schedule; per (model, schedule):
+    losses, weights, and this rank's cached and exchanged vertex-levels."""
     ctx = init_distributed("cpu", timeout_s=120)
     out = {}
-    for plan_name in ("cache", "communicate", "mixed"):
-        dependencies = "communicate" if plan_name == "mixed" else plan_name
-        trainer = rank_trainer(TrainConfig(part_dir, model=model, dependencies=dependencies, **OPTIONS), ctx)
-        if plan_name == "mixed":
-            graph = trainer.graph
-            dims = [graph.num_features] + [HIDDEN] * (LAYERS - 1) + [trainer.task.num_outputs]
-            trainer.schedule = schedule_dependencies(graph.rowptr, graph.col, graph.offset, graph.offset + graph.num_owned,
-                                             trainer.train_ids, LAYERS, Dependencies.HYBRID, _mixed_cost(LAYERS), dims)
-            trainer.engine = FullGraphEngine(ctx, graph, trainer.schedule)
-        losses = [trainer.train_epoch(epoch)["train_loss"] for epoch in range(EPOCHS)]
-        # numpy, not tensors: a tensor returned from a rank shares memory with the process that exits.
-        out[plan_name] = (losses, {k: v.detach().numpy().copy() for k, v in trainer.model.state_dict().items()},
-                          trainer.schedule.redundant_vertex_layers, trainer.schedule.exchanged_rows)
+    for model in models:
+        for name in ("cache", "communicate", "mixed"):
+            dependencies = "communicate" if name == "mixed" else name
+            trainer = rank_trainer(TrainConfig(part_dir, model=model, dependencies=dependencies, **OPTIONS), ctx)
+            if name == "mixed":
+                graph = trainer.graph
+                dims = [graph.num_features] + [HIDDEN] * (LAYERS - 1) + [trainer.task.num_outputs]
+                trainer.schedule = schedule_dependencies(graph.rowptr, graph.col, graph.offset,
+                                                         graph.offset + graph.num_owned, trainer.train_ids, LAYERS,
+                                                         Dependencies.HYBRID, _mixed_cost(LAYERS), dims)
+                trainer.engine = FullGraphEngine(ctx, graph, trainer.schedule)
+            losses = [trainer.train_epoch(epoch)["train_loss"] for epoch in range(EPOCHS)]
+            # numpy, not tensors: a tensor returned from a rank shares memory with the process that exits.
+            out[model, name] = (losses, {k: v.detach().numpy().copy() for k, v in trainer.model.state_dict().items()},
+                                trainer.schedule.redundant_vertex_layers, trainer.schedule.exchanged_rows)
     shutdown_distributed(ctx)
     return out
 
 
-@pytest.mark.parametrize("model", ["sage", "gcn"])
-def test_full_graph_training_on_1_2_and_4_ranks_equals_one_process(parts, model):
-    want_losses, want_weights = _reference(parts, model)
+def test_full_graph_training_on_1_2_and_4_ranks_equals_one_process(parts):
+    """SAGE and GCN, each with the cache, communicate and mixed schedules, trained by one job per
+    rank count (one launch serves every model and schedule)."""
+    models = ("sage", "gcn")
+    wanted = {model: _reference(parts, model) for model in models}
     for k in (1, 2, 4):
-        results = [_worker(str(parts / "p1"), model)] if k == 1 else launch(_worker, (str(parts / f"p{k}"), model), k)
-        for plan_name in ("cache", "communicate", "mixed"):
-            for losses, weights, _, _ in (r[plan_name] for r in results):
+        results = [_worker(str(parts / "p1"), models)] if k == 1 else launch(_worker, (str(parts / f"p{k}"), models), k)
+        for (model, name), _ in results[0].items():
+            want_losses, want_weights = wanted[model]
+            for losses, weights, _, _ in (r[model, name] for r in results):
                 np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
-                for name, value in weights.items():
-                    torch.testing.assert_close(torch.from_numpy(value), want_weights[name], rtol=1e-5, atol=1e-5)
+                for key, value in weights.items():
+                    torch.testing.assert_close(torch.from_numpy(value), want_weights[key], rtol=1e-5, atol=1e-5)
         if k > 1:  # the schedules really differ: recomputation, exchange, and both at once
-            totals = {name: np.sum([r[name][2:] for r in results], axis=0) for name in results[0]}
+            totals = {name: np.sum([r["sage", name][2:] for r in results], axis=0)
+                      for name in ("cache", "communicate", "mixed")}
             assert totals["cache"][0] > 0 and totals["cache"][1] == 0
             assert totals["communicate"][0] == 0 and totals["communicate"][1] > 0
             assert totals["mixed"][0] > 0 and totals["mixed"][1] > 0

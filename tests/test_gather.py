@@ -82,5 +82,5 @@ def test_the_row_gather_refuses_indices_out_of_range_and_mismatched_tables(sourc
 def test_one_gather_takes_at_most_eight_sources():
     source = RowSource(torch.zeros(1, 3), torch.tensor([0]), torch.tensor([0]))
     gather_rows(torch.zeros(1, 3), [source] * 8)
-    with pytest.raises(RuntimeError, match="at most 8 row origins"):
+    with pytest.raises(RuntimeError, match="at most 8 row sources"):
         gather_rows(torch.zeros(1, 3), [source] * 9)

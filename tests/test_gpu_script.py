@@ -49,20 +49,22 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
     sampler = json.loads((results / "bench-sampler.json").read_text())
     assert {(row["impl"], row["bulk_size"]) for row in sampler["rows"]} == {
         ("salientpp", None), ("bulk", 1), ("bulk", 4), ("bulk", 16)}
-    # The data is kept in WORK: a second call on the same machine skips generating it. Steps that
-    # would start past the deadline (30 s after the start) are skipped, and fail the script.
-    again = _rehearse(tmp_path / "again", DEADLINE="30")
-    steps = dict(line.split(maxsplit=1) for line in (tmp_path / "again" / "steps.log").read_text().splitlines())
+    # The data is kept in WORK: a second call on the same machine skips generating it, and STEPS
+    # runs only the steps it names.
+    again = _rehearse(tmp_path / "again", STEPS="data")
+    assert again.returncode == 0 and [line.split()[0] for line in (tmp_path / "again" / "steps.log").open()] == ["data"]
     assert "exists: kept" in (tmp_path / "again" / "results" / "data.log").read_text()
-    assert again.returncode == 1 and steps["step-4096"].startswith("SKIPPED")
-    assert not (tmp_path / "again" / "results" / "step-4096.log").exists()
+    # Steps that would start past the deadline (less than 10 s before it) are skipped, and fail the script.
+    late = _rehearse(tmp_path / "late", DEADLINE="5")
+    steps = dict(line.split(maxsplit=1) for line in (tmp_path / "late" / "steps.log").read_text().splitlines())
+    assert late.returncode == 1 and steps and all(status.startswith("SKIPPED") for status in steps.values())
+    assert not (tmp_path / "late" / "results" / "step-4096.log").exists()
 
 
 def test_a_failed_step_is_logged_and_the_later_steps_still_run(tmp_path):
-    done = _rehearse(tmp_path / "out", PRESET="no-such-preset")
+    done = _rehearse(tmp_path / "out", PRESET="no-such-preset", STEPS="data selfcheck train")
     steps = dict(line.split(maxsplit=1) for line in (tmp_path / "out" / "steps.log").read_text().splitlines())
-    assert done.returncode == 1
+    assert done.returncode == 1 and sorted(steps) == ["data", "selfcheck", "train"]
     assert steps["data"].startswith("FAILED (exit 2)") and steps["selfcheck"].startswith("ok")
     assert steps["train"].startswith("FAILED")  # no partitions to train on, and said so in train.log
     assert "error" in (tmp_path / "out" / "results" / "data.log").read_text()
-

@@ -339,18 +339,23 @@ def test_a_two_rank_run_prints_the_budget_once_with_this_machines_numbers(parts,
                      + "pipeline off: the torch threads take every core (--pipeline-depth sets it)"], out
 
 
-def _omp_wait_policy() -> str | None:
-    return os.environ.get("OMP_WAIT_POLICY")
+def _omp_wait_policy() -> tuple[str | None, str | None]:
+    """The rank's OMP_WAIT_POLICY, and the one OpenMP read when torch was loaded: in the
+    environment block its process image started with (a fork keeps the fork server's)."""
+    start = dict(item.split("=", 1) for item in open("/proc/self/environ").read().split("\0") if "=" in item)
+    return os.environ.get("OMP_WAIT_POLICY"), start.get("OMP_WAIT_POLICY")
 
 
 def test_launched_ranks_wait_passively_unless_the_user_chose_a_policy(monkeypatch):
     """Ranks start with OMP_WAIT_POLICY=PASSIVE (spinning OpenMP threads slow a shared machine
-    down); a policy the user set is kept, and the launcher's own environment is left as it was."""
+    down), as OpenMP read it when torch was loaded in the process they were forked from; a policy
+    the user set is kept (the fork server is started again for it), and the launcher's own
+    environment is left as it was."""
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert launch(_omp_wait_policy, (), 2) == ["PASSIVE", "PASSIVE"]
+    assert launch(_omp_wait_policy, (), 2) == [("PASSIVE", "PASSIVE")] * 2
     assert "OMP_WAIT_POLICY" not in os.environ
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert launch(_omp_wait_policy, (), 1) == ["ACTIVE"]
+    assert launch(_omp_wait_policy, (), 1) == [("ACTIVE", "ACTIVE")]
 
 
 def test_the_python_api_takes_the_command_lines_defaults(parts):

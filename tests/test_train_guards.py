@@ -156,7 +156,7 @@ def test_a_diverging_run_stops_on_every_rank_and_keeps_the_last_finite_checkpoin
         assert state["epoch"] == epoch and all(torch.isfinite(v).all() for v in state["model"].values())
 
 
-def test_a_model_that_returns_nan_stops_at_its_first_step(tiny_partitions, tmp_path):
+def test_a_model_that_returns_nan_stops_at_its_first_step(tiny_partitions, tmp_path, monkeypatch, capsys):
     module = tmp_path / "nan_model.py"
     module.write_text(textwrap.dedent("""
         import torch
@@ -169,12 +169,12 @@ def test_a_model_that_returns_nan_stops_at_its_first_step(tiny_partitions, tmp_p
         def build(in_dim, hidden, out_dim, num_layers):
             return NanModel(in_dim, out_dim)
     """))
-    proc = _train(str(tiny_partitions[0] / "p2"), *SMALL, "--model", "nan_model:build", "--epochs", "3",
-                  "--checkpoint-dir", str(tmp_path / "ck"), "--quiet",
-                  env={"PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"})
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2 and "not finite (nan) at epoch 0, step 0" in err, err
-    assert "no checkpoint was written before it" in err and not (tmp_path / "ck").exists(), err
+    monkeypatch.syspath_prepend(str(tmp_path))  # one partition: the run trains in this process
+    assert main(["train", str(tiny_partitions[0] / "p1"), *SMALL, "--model", "nan_model:build", "--epochs", "3",
+                 "--checkpoint-dir", str(tmp_path / "ck"), "--quiet"]) == 2
+    err = one_sentence(capsys)
+    assert "not finite (nan) at epoch 0, step 0" in err and "no checkpoint was written before it" in err, err
+    assert not (tmp_path / "ck").exists()
 
 
 @pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"), ("--embedding-lr", "inf"),
@@ -200,7 +200,7 @@ NOT_APPLYING = {
     "features": (False, {}),
     "embedding_optimizer": ("adagrad", {}), "embedding_lr": (0.1, {}),
     "plan": ("some-plan", {"mode": "full-graph"}),
-    "cache": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"mode": "full-graph"}),
+    "policy": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"mode": "full-graph"}),
     "device_fraction": (0.5, {"mode": "full-graph"}), "precision": ("bf16", {"mode": "full-graph"}),
     "pipeline_depth": (2, {"mode": "full-graph"}),
     "eval_fanouts": ((5, 5), {"inference": "layerwise"}),
@@ -303,7 +303,8 @@ def test_a_user_model_of_the_wrong_shape_is_named_with_what_was_expected():
             expected.check(torch.zeros(shape), 4)
 
 
-def test_a_ladies_run_refuses_a_model_that_cannot_see_edge_weights(tiny_partitions, tmp_path):
+def test_a_ladies_run_refuses_a_model_that_cannot_see_edge_weights_before_any_rank_starts(tiny_partitions, tmp_path,
+                                                                                          monkeypatch, capsys, no_ranks):
     (tmp_path / "plain_model.py").write_text(textwrap.dedent("""
         import torch
         def build(in_dim, hidden, out_dim, num_layers):
@@ -315,11 +316,10 @@ def test_a_ladies_run_refuses_a_model_that_cannot_see_edge_weights(tiny_partitio
                     return self.lin(x)
             return Plain()
     """))
-    proc = _train(str(tiny_partitions[0] / "p1"), "--model", "plain_model:build", "--sampler", "ladies", "--layers",
-                  "2", "--fanouts", "64,64", "--epochs", "1", "--quiet",
-                  env={"PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"})
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2 and "cannot see: it takes 'edge_index' input" in err, err
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--model", "plain_model:build", "--sampler", "ladies",
+                 "--layers", "2", "--fanouts", "64,64", "--epochs", "1", "--quiet"]) == 2
+    assert "cannot see: it takes 'edge_index' input" in one_sentence(capsys)
 
 
 def test_the_summary_says_why_there_is_no_best_validation_metric():

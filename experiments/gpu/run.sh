@@ -14,7 +14,8 @@
 # baseline's build may take), DEADLINE (520: seconds after the start past which no step runs on;
 # each step's own limit is cut to what is left), WORK (experiments/gpu/work: the generated data,
 # and the PyG build, kept, so that a second call on the same machine skips them), SOURCES
-# (experiments/gpu/sources: the PyG sources, from fetch-sources.sh).
+# (experiments/gpu/sources: the PyG sources, from fetch-sources.sh), STEPS (every step: the names
+# of the steps to run, e.g. "data train" for a second call that reruns only what failed).
 #
 # Steps, in order; a failed step is logged and the next runs (a GPU window is too short to rerun
 # everything for one failure); the exit code is 1 when any step failed or was cut off:
@@ -49,6 +50,7 @@ EPOCHS=${EPOCHS:-3}
 BUILD=${BUILD:-1}
 KERNEL_TESTS=${KERNEL_TESTS:-1}
 PYG_TIMEOUT=${PYG_TIMEOUT:-240}
+STEPS=${STEPS:-}
 DEADLINE=${DEADLINE:-520}
 WORK=${WORK:-experiments/gpu/work}
 SOURCES=${SOURCES:-experiments/gpu/sources}
@@ -72,6 +74,7 @@ pack() {
 step() {
     local name=$1 limit=$2 start ms status left
     shift 2
+    [ -n "$STEPS" ] && [[ " $STEPS " != *" $name "* ]] && return  # not asked for in STEPS
     left=$(( DEADLINE - ($(date +%s) - START) ))
     if (( left < 10 )); then
         echo "$name SKIPPED (the deadline of $DEADLINE s has passed)" | tee -a "$RESULTS/steps.log"

@@ -227,7 +227,7 @@ def num_nodes_on_disk(source: str, root: str | None) -> int | None:
 def make_plan(setup: PaperSetup, args: argparse.Namespace) -> Plan:
     """Check every option and the data on disk, and list the runs; raises :class:`InputError`."""
     for name in ("machines", "gpus_per_machine", "epochs", "accuracy_epochs", "sim_epochs", "batch_size",
-                 "hidden", "threads"):
+                 "hidden", "sampler_threads"):
         check_int(getattr(args, name), f"--{name.replace('_', '-')}")
     experiments = tuple(e.strip() for e in args.experiments.split(",") if e.strip())
     unknown = [e for e in experiments if e not in EXPERIMENTS]

@@ -27,6 +27,23 @@ def lockstep_steps(num_seeds, batch_size: int) -> int:
     return max((-(-int(n) // batch_size) for n in num_seeds), default=0)
 
 
+def check_training_seeds(num_seeds: list[int], batch_size: int, part_dir, seeds: str = "nodes") -> int:
+    """The one rule of a training split in lockstep: every rank has a seed for each of the
+    :func:`lockstep_steps` ``S`` (returned), so no rank trains an empty step, nor none at all.
+    :class:`InputError` naming the partition otherwise (``seeds``: what a seed is, in the message)."""
+    steps = lockstep_steps(num_seeds, batch_size)
+    k, big = num_seeds.index(min(num_seeds)), num_seeds.index(max(num_seeds))
+    if num_seeds[k] == 0:
+        raise InputError(f"partition {k} of {part_dir} has no training {seeds}, so rank {k} would never train; "
+                         "re-partition with fewer parts or a balanced training split")
+    if num_seeds[k] < steps:
+        raise InputError(f"partition {k} of {part_dir} has {num_seeds[k]} training {seeds} but every rank runs "
+                         f"{steps} steps per epoch (partition {big} has {num_seeds[big]} at batch size {batch_size}), "
+                         f"so rank {k} would have steps without data; re-partition so that training {seeds} are "
+                         "balanced (METIS balances nodes within 3%) or raise --batch-size")
+    return steps
+
+
 @dataclass(frozen=True)
 class EdgeSeeds:
     """A workload whose seeds are edges (link prediction): each batch's positive edges come with

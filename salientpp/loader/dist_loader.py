@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..cache.plan import DEVICE_FRACTION, CheckedPlan, PlanInfo
-from ..cache.workload import check_batch_size
+from ..cache.workload import check_batch_size, check_training_seeds, lockstep_steps
 from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
@@ -196,15 +196,11 @@ class DistNeighborLoader:
         counts, fetching = self._seed_counts()
         if not fetching:  # every rank holds every row (full replication): no exchange at all
             self.exchange = None
-        self.num_batches = max(-(-n // self.batch_size) for n in counts)
         if allow_empty is None:
             allow_empty = not (isinstance(split, str) and split == "train")
-        if not allow_empty and min(counts) < self.num_batches:  # every rank raises the same error
-            k, big = counts.index(min(counts)), counts.index(max(counts))
-            raise InputError(f"partition {k} of {graph.path} has {counts[k]} training {self.SEEDS} but every rank runs "
-                             f"{self.num_batches} steps per epoch (partition {big} has {counts[big]} at batch size "
-                             f"{self.batch_size}), so rank {k} would have steps without data; re-partition so that "
-                             f"training {self.SEEDS} are balanced (METIS balances nodes within 3%) or raise --batch-size")
+        # every rank raises the same error, from the counts every rank holds
+        self.num_batches = (lockstep_steps(counts, self.batch_size) if allow_empty
+                            else check_training_seeds(counts, self.batch_size, graph.path, self.SEEDS))
         self.on_stage = on_stage
         self._next_batch = 0  # the batch the loop gets next
         self.stats = CommStats()

@@ -29,8 +29,7 @@ from ..errors import InputError
 from ..io import output_errors, strict_json
 from ..loader.dist_link_loader import DistLinkNeighborLoader
 from ..loader.dist_loader import DistNeighborLoader
-from ..models.gnn import ExpectedOutputs, SeedForward, build_model, check_reads_edge_weights
-from ..sampling import check_sampler
+from ..models.gnn import ExpectedOutputs, SeedForward, build_model
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
 from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkpoint, save_checkpoint,
@@ -38,7 +37,7 @@ from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkp
 from .config import BF16
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
-from .setup import RankSetup, resume_checkpoint
+from .setup import RankSetup, encoder_dims, resume_checkpoint
 from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
                     TRAIN_METRIC, VALID_MAJORITY, VALID_METRIC, EpochSums, RunState, TrainResult, rng_state,
                     set_rng_state)
@@ -281,18 +280,14 @@ class Trainer:
 class MinibatchTrainer(Trainer):
     """The minibatch trainer: its loaders, model, optimizer and evaluator on one rank.
 
-    The loaders run ``threads.sampler_threads`` sampler threads, at low priority when
-    ``threads.low_priority_sampler``, and keep the run's resolved pipeline depth.
+    The loaders take their sampler threads and priority from the rank's thread budget
+    (``ctx.threads``, the run's) and keep the run's resolved pipeline depth.
     """
 
     def __init__(self, setup: RankSetup):
         super().__init__(setup)
         config, ctx, graph = self.config, self.ctx, self.graph
         link = config.task == LINK
-        seeds = "edges" if link else "nodes"
-        if (graph.edges("train") if link else graph.split("train")).shape[-1] == 0:
-            raise InputError(f"partition {ctx.rank} of {config.part_dir} has no training {seeds}, so rank {ctx.rank} "
-                             "would never train; re-partition with fewer parts or a balanced training split")
         cache = setup.open_cache()
         if config.embedding_dim:
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
@@ -310,12 +305,9 @@ class MinibatchTrainer(Trainer):
         else:
             self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **train_options)
         torch.manual_seed(config.seed)
-        in_dim = (graph.num_features if config.features else 0) + config.embedding_dim
-        encoder = build_model(config.model, in_dim, config.hidden, config.hidden if link else self.task.num_outputs,
-                              config.layers, config.dropout)
+        encoder = build_model(config.model, *encoder_dims(config, graph.num_features, self.task), config.layers,
+                              config.dropout)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
-        if check_sampler(config.sampler).weighted:
-            check_reads_edge_weights(encoder, config.sampler)
         self.ddp = DistributedDataParallel(encoder) if ctx.distributed else encoder
         expected = (ExpectedOutputs(config.hidden, f"a {config.hidden}-wide embedding per node (--hidden) for the "
                                     f"{config.decoder} decoder", config.model) if link else

@@ -45,15 +45,17 @@ from .. import __version__
 from ..cache import plan as plans
 from ..cache.options import analyze_command
 from ..cache.plan import Budget, CheckedPlan, PlanOptions, PlanRequest, check_plan, read_plan_info
-from ..cache.workload import EdgeSeeds, Workload
+from ..cache.workload import EdgeSeeds, Workload, check_training_seeds
 from ..distributed.group import DistContext, is_first_rank
 from ..distributed.health import Health, agree
 from ..host import ThreadBudget
 from ..errors import InputError
 from ..io import check_writable_dir, output_errors
 from ..loader.graph import DistGraph
+from ..models.gnn import build_model, check_reads_edge_weights, runs_layer_by_layer
 from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
+from ..sampling import check_sampler
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
 from .checkpoint import PARTITION_ID, Checkpoint, describe_position, load_checkpoint
 from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options, checkpoint_options, resumable_flags
@@ -235,8 +237,24 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
     if config.resume:
         check_resume(config, plans.partition_identity(data.meta))
     task = link_task(config.metric) if config.task == LINK else task_of(data, config.metric)
+    if check_sampler(config.sampler).weighted and not runs_layer_by_layer(config.model):
+        # a user's model can be asked whether it reads edge weights only once built: built here once
+        model = build_model(config.model, *encoder_dims(config, data.num_features, task), config.layers)
+        check_reads_edge_weights(model, config.sampler)
+    if config.mode != FULL_GRAPH:  # every rank must have a training seed for every step
+        workload = plan_request(config).workload
+        check_training_seeds([workload.num_seeds(data, k) for k in range(data.num_parts)], config.batch_size,
+                             config.part_dir, "edges" if workload.edges is not None else "nodes")
     run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data))
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
+
+
+def encoder_dims(config: TrainConfig, num_features: int, task: Task) -> tuple[int, int, int]:
+    """``(in_dim, hidden, out_dim)`` of the run's model (the encoder of link prediction): the
+    features and the learned embedding in, the task's outputs (link: a ``hidden``-wide embedding
+    per node) out."""
+    out_dim = config.hidden if config.task == LINK else task.num_outputs
+    return (num_features if config.features else 0) + config.embedding_dim, config.hidden, out_dim
 
 
 def resume_checkpoint(config: TrainConfig, partition_id: str) -> Checkpoint:
