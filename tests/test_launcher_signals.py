@@ -107,3 +107,25 @@ def test_a_process_armed_by_die_with_parent_ends_when_its_parent_is_killed():
         assert _wait_until(lambda: not _alive(child), 5)
     finally:
         parent.kill()
+
+
+def _say() -> int:
+    word = os.environ["SALIENTPP_TEST_WORD"]  # set by the test after the fork server started
+    print(f"out {word} {os.environ['RANK']}", flush=True)
+    print(f"err {word} {os.environ['RANK']}", file=sys.stderr, flush=True)
+    return os.getpid()
+
+
+def test_ranks_write_where_the_launcher_writes_at_each_launch_and_see_its_environment(capfd, monkeypatch):
+    """Ranks are forked from a long-lived fork server, yet each launch's ranks write to the
+    launcher's stdout and stderr as they are then (here: each test's capture) and see its
+    environment then."""
+    from salientpp.distributed import launch
+
+    for word in ("one", "two"):
+        monkeypatch.setenv("SALIENTPP_TEST_WORD", word)
+        pids = launch(_say, (), 2)
+        out, err = capfd.readouterr()
+        assert sorted(out.splitlines()) == [f"out {word} 0", f"out {word} 1"], out
+        assert sorted(err.splitlines()) == [f"err {word} 0", f"err {word} 1"], err
+        assert os.getpid() not in pids and len(set(pids)) == 2

@@ -207,7 +207,7 @@ def test_a_training_split_every_rank_can_follow_in_lockstep_is_the_one_rule_of_l
 
     assert check_training_seeds([5, 4], 2, "P") == 3  # S = ceil(5 / 2); 4 seeds fill 3 steps
     with pytest.raises(InputError, match=r"partition 1 of P has 2 training edges but every rank runs 3 steps .* "
-                                         r"partition 0 has 5 at batch size 2"):
+                                         r"\(partition 0 has 5 at batch size 2\)"):
         check_training_seeds([5, 2], 2, "P", "edges")
     with pytest.raises(InputError, match="partition 0 of P has no training nodes, so rank 0 would never train"):
         check_training_seeds([0, 7], 8, "P")

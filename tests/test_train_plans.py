@@ -256,7 +256,7 @@ def test_the_suggested_analyze_command_writes_a_plan_that_train_then_takes(p2, t
     assert cli_main(words[1:]) == 0, capsys.readouterr().err
     # Given as --plan, the plan serves the run: checked once before the ranks, and by nothing after.
     planned = run_setup.resolve_run(TrainConfig(str(part), hidden=16, layers=2, batch_size=16,
-                                                **{**options, "plan": str(tmp_path / "plan"), "cache": None,
+                                                **{**options, "plan": str(tmp_path / "plan"), "policy": None,
                                                    "replication": None, "device_fraction": None},
                                                 fanouts=config.fanouts))
     assert planned.cache.plan is not None and planned.cache.plan.info.meta.options == request.options

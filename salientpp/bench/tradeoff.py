@@ -156,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     # No cache: it changes what is fetched, not what is trained on.
-    options = {"batch_size": args.batch_size, "hidden": args.hidden, "lr": args.lr, "cache": "none"}
+    options = {"batch_size": args.batch_size, "hidden": args.hidden, "lr": args.lr, "policy": "none"}
     for kind, fanouts in configurations:  # every option checked before the first training
         TrainConfig(args.part_dir, epochs=args.epochs, sampler=kind.value, fanouts=fanouts, layers=len(fanouts),
                     inference="layerwise", **options).validate()

@@ -333,9 +333,28 @@ def die_with_parent(parent_pid: int) -> None:
         threading.Thread(target=watch, name="salientpp-parent-watchdog", daemon=True).start()
 
 
+class _LauncherFd:
+    """A file descriptor of the launcher (its stdout or stderr as they are at launch, which a
+    test's capture may have redirected), handed to a rank whatever process forks it: pickled
+    while the rank is started, it arrives in the rank as that rank's own copy (an ``int``)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _LauncherFd._received, (mp.reduction.DupFd(self.fd),)
+
+    @staticmethod
+    def _received(dup) -> int:
+        return dup.detach()
+
+
 def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, env: dict[str, str], conn,
-            parent_pid: int) -> None:
+            parent_pid: int, stdio: tuple[int, int]) -> None:
     die_with_parent(parent_pid)
+    for fd, target in zip(stdio, (1, 2)):  # the launcher's stdout and stderr, not the fork server's
+        os.dup2(fd, target)
+        os.close(fd)
     os.environ.clear()  # the launcher's environment, not the fork server's
     os.environ.update(env)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
@@ -433,7 +452,8 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
         for rank in range(nprocs):
             parent_conn, child_conn = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker, name=f"salientpp-rank{rank}", daemon=True,
-                            args=(fn, args, rank, nprocs, port, rank_env, child_conn, os.getpid()))
+                            args=(fn, args, rank, nprocs, port, rank_env, child_conn, os.getpid(),
+                                  (_LauncherFd(1), _LauncherFd(2))))
             p.start()
             child_conn.close()
             procs.append(p)
