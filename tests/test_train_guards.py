@@ -23,6 +23,7 @@ from salientpp.cache.plan import MAX_PLAN_NAME, Budget, PlanOptions, PlanRequest
 from salientpp.cache.workload import Workload
 from salientpp.cli import build_parser, main
 from salientpp.cli.train import summary
+from salientpp.distributed.faults import ENV as FAULTS_ENV
 from salientpp.distributed.group import env_is_distributed
 from salientpp.errors import InputError
 from salientpp.io import NULL_REASONS, output_lock, strict_json
@@ -57,9 +58,11 @@ def _train(*args: str, env: dict | None = None) -> subprocess.Popen:
 # ---- outputs -------------------------------------------------------------------------------------
 
 def test_a_second_run_with_the_same_outputs_is_refused_and_the_first_finishes_alone(tiny_partitions, tmp_path):
-    part = str(tiny_partitions[0] / "p2")
+    part = str(tiny_partitions[0] / "p1")  # the outputs' locks are the launcher's: one rank shows them
     ck, out = tmp_path / "ck", tmp_path / "m.jsonl"
-    first = _train(part, *SMALL, "--epochs", "6", "--checkpoint-dir", str(ck), "--json", str(out), "--quiet")
+    # the first run holds its outputs at least 8 s (a delay at its first step), so the second meets its locks
+    first = _train(part, *SMALL, "--epochs", "6", "--checkpoint-dir", str(ck), "--json", str(out), "--quiet",
+                   env={FAULTS_ENV: "delay@train:rank=0,epoch=0,step=0,seconds=8"})
     deadline = time.monotonic() + 120
     while not ck.is_dir() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # the lock is taken when the directory exists
@@ -138,12 +141,12 @@ def test_json_lines_are_strict_json_with_the_reason_of_each_null():
 
 # ---- a diverging run -----------------------------------------------------------------------------
 
-def test_a_diverging_run_stops_on_every_rank_and_keeps_the_last_finite_checkpoint(tiny_partitions, tmp_path):
+def test_a_diverging_run_stops_on_every_rank_and_keeps_the_last_finite_checkpoint(tiny_partitions, tmp_path, capfd):
     ck, out = tmp_path / "ck", tmp_path / "m.jsonl"
-    proc = _train(str(tiny_partitions[0] / "p2"), *SMALL, "--epochs", "8", "--lr", "1e30", "--checkpoint-dir",
-                  str(ck), "--json", str(out), "--quiet")
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert main(["train", str(tiny_partitions[0] / "p2"), *SMALL, "--epochs", "8", "--lr", "1e30", "--checkpoint-dir",
+                 str(ck), "--json", str(out), "--quiet"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
     assert "the training loss was not finite" in err and "lower the learning rate (--lr 1e+30)" in err, err
     epoch = int(err.split("at epoch ")[1].split(",")[0])
     assert out.exists() == (epoch > 0)  # a JSON file the run never wrote a line to is removed

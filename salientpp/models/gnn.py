@@ -46,7 +46,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
-from torch_geometric.nn import GATConv, GINConv, SAGEConv
 
 from ..errors import InputError, check_int
 from ..sampling import MFG
@@ -143,6 +142,10 @@ class MeanGCNConv(nn.Module):
 
 
 def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.Module:
+    # PyG loads in about 3 s (torch._dynamo with it): only the code that builds or runs its
+    # convolutions imports it, so that the command line starts without it.
+    from torch_geometric.nn import GATConv, GINConv, SAGEConv
+
     if model == "gcn":
         return MeanGCNConv(in_dim, out_dim)
     if model == "sage":
@@ -165,6 +168,7 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, mfg: MFG, dtype: torch.dtype) ->
     rowptr = getattr(mfg, "rowptr", None)
     if rowptr is None:
         return None
+    from torch_geometric.nn import GINConv, SAGEConv  # loaded by the model's construction
     col = mfg.edge_index[0]
     weight = getattr(mfg, "edge_weight", None)
     if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
