@@ -179,14 +179,6 @@ class PlanMeta:
         """``workloads[0]``: its sampler, seeds, fanouts and batch size bind the trainer."""
         return self.workloads[0]
 
-    @property
-    def policy(self) -> str:
-        return self.options.policy
-
-    @property
-    def budget(self) -> Budget:
-        return self.options.budget
-
     def to_json(self) -> dict:
         return {**self.options.to_json(), "workloads": [w.to_json() for w in self.workloads],
                 "row_bytes": self.row_bytes, "num_nodes": self.num_nodes, "num_parts": self.num_parts,
@@ -567,9 +559,9 @@ def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.n
 def describe(plans: Sequence[CachePlan]) -> str:
     """A short text table of the plans (rows and bytes per tier)."""
     meta = plans[0].meta
-    lines = [f"policy {meta.policy}, fanouts {_join(meta.training.fanouts)}, batch size {meta.training.batch_size}, "
-             f"{json.dumps(meta.budget.to_json())}, row {meta.row_bytes} bytes",
-             f"{'part':>4} {'local':>10} {'gpu local':>10} {'gpu cache':>10} {'cpu cache':>10} {'cache MiB':>10}"]
+    lines = [f"policy {meta.options.policy}, fanouts {_join(meta.training.fanouts)}, batch size "
+             f"{meta.training.batch_size}, {json.dumps(meta.options.budget.to_json())}, row {meta.row_bytes} bytes",
+             f"{'part':>4} {'owned':>10} {'dev owned':>10} {'dev cache':>10} {'host cache':>10} {'cache MiB':>10}"]
     for p in plans:
         mib = p.num_cached * meta.row_bytes / 2**20
         lines.append(f"{p.part:>4} {p.owned_order.size:>10} {p.num_device_owned:>10} {p.device_ids.size:>10} "

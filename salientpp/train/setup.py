@@ -121,7 +121,7 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
     request = plan_request(config)
     if config.plan is not None:
         plan = check_plan(read_plan_info(config.plan), data, request)
-        return CacheChoice(plan.info.meta.policy, Path(config.plan), plan, request)
+        return CacheChoice(plan.info.meta.options.policy, Path(config.plan), plan, request)
     if config.policy == "none" or data.num_parts == 1:  # one partition has no remote rows
         return CacheChoice("none", reason="none")
     if not config.features:  # the embedding's rows are never cached
