@@ -6,6 +6,7 @@ CUDA sources (``csrc/*.cu``) are compiled only when the installed torch has CUDA
 """
 import glob
 import os
+import re
 
 from setuptools import find_packages, setup
 
@@ -18,6 +19,9 @@ except ImportError as exc:  # pragma: no cover - install-time message
         "`pip install --no-build-isolation -e .`") from exc
 
 here = os.path.dirname(os.path.abspath(__file__))
+# The version is written once, in salientpp/__init__.py.
+with open(os.path.join(here, "salientpp", "__init__.py")) as f:
+    version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
 cuda_sources = sorted(glob.glob(os.path.join("csrc", "*.cu")))
 # Headers, so that an in-place rebuild (setup.py build_ext) recompiles after a header changes.
@@ -40,7 +44,7 @@ else:
 
 setup(
     name="salientpp",
-    version="0.1.0",
+    version=version,
     description="Distributed GNN training with VIP-driven caching of remote vertex features",
     long_description=open(os.path.join(here, "README.md")).read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",

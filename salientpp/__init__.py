@@ -10,7 +10,7 @@ stays light)::
 """
 from importlib import import_module
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _API = {
     "init_distributed": "salientpp.distributed.group",

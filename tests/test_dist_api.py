@@ -170,9 +170,11 @@ def test_the_readme_example_trains_cora_under_torchrun_with_a_user_model(cora_np
     assert cli_main(["prepare", f"npz:{cora_npz}", str(tmp_path / "cora")]) == 0
     assert cli_main(["partition", str(tmp_path / "cora"), str(tmp_path / "cora-2"), "--parts", "2"]) == 0
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    (tmp_path / "tmp").mkdir()  # PyG writes the example's GraphConv code there and never removes it
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "--master-port", str(free_port()), str(EXAMPLE), str(tmp_path / "cora-2")],
-                          env={**env, "GLOO_SOCKET_IFNAME": "lo"}, capture_output=True, text=True, timeout=600)
+                          env={**env, "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(tmp_path / "tmp")},
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     accuracy = float(re.search(r"test accuracy ([0-9.]+)", done.stdout).group(1))
     assert accuracy >= 0.78, done.stdout

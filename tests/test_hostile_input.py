@@ -256,7 +256,10 @@ def plan_dir(tiny_partitions, tmp_path_factory) -> Path:
     (lambda p: write_meta(p, lambda m: m["parts"][1].update(num_device_owned=10**6)), "on the device"),
     (lambda p: write_meta(p, lambda m: m.pop("parts")), "incomplete"),
     (lambda p: flip_byte(p, "part_1/owned_order"), "checksum"),
-], ids=["id_out_of_range", "id_twice", "order_repeats", "order_negative", "gpu_rows", "no_parts", "checksum"])
+    (lambda p: write_meta(p, lambda m: (m.pop("format"), m.update(salientpp_version="0.1.0"))),
+     r"written by salientpp 0\.1\.0 in a layout this version cannot read; delete it \(rm -r .*plan\)"),
+], ids=["id_out_of_range", "id_twice", "order_repeats", "order_negative", "gpu_rows", "no_parts", "checksum",
+        "older_layout"])
 def test_corrupt_cache_plans_are_refused(plan_dir, tmp_path, corrupt, message):
     plan = tmp_path / "plan"
     shutil.copytree(plan_dir, plan)

@@ -34,6 +34,9 @@ from .workload import Workload
 KIND = "salientpp-cache-plan"
 PLAN_ARRAYS = ("device_ids", "host_ids", "owned_order")
 FIX = "re-run `salientpp analyze`"
+# The layout of a plan directory: 2 since 0.2 (device/host tiers: device_ids, host_ids,
+# owned_order); a plan without the key was written by 0.1 (gpu_ids, cpu_ids, local_order).
+PLAN_FORMAT = 2
 # The default share of each partition's own rows kept on the device, of `salientpp analyze` and of
 # the plan `salientpp train` builds without --plan (TrainConfig.device_fraction).
 DEVICE_FRACTION = 0.15
@@ -386,8 +389,8 @@ def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
                 files[f"part_{plan.part}/{name}"] = save_array(tmp / f"part_{plan.part}", name, getattr(plan, name))
             parts.append({"part": plan.part, "num_device": int(plan.device_ids.size), "num_host": int(plan.host_ids.size),
                           "num_owned": int(plan.owned_order.size), "num_device_owned": plan.num_device_owned})
-        write_meta(tmp, {"kind": KIND, "salientpp_version": __version__, **meta.to_json(), "parts": parts,
-                         "files": files})
+        write_meta(tmp, {"kind": KIND, "salientpp_version": __version__, "format": PLAN_FORMAT, **meta.to_json(),
+                         "parts": parts, "files": files})
     return Path(out_dir)
 
 
@@ -426,6 +429,10 @@ class PlanInfo:
 def read_plan_info(plan_dir: str | os.PathLike) -> PlanInfo:
     """Read a plan directory's meta.json; :class:`InputError` (one sentence) unless it is one."""
     raw = read_meta(plan_dir, KIND)
+    if raw.get("format", 1) != PLAN_FORMAT:
+        raise InputError(f"the cache plan in {plan_dir} was written by salientpp "
+                         f"{shown(str(raw.get('salientpp_version', 'before 0.2')))} in a layout this version cannot "
+                         f"read; delete it (rm -r {plan_dir}) and train again, or {FIX}")
     try:
         meta = PlanMeta.from_json(raw)
         counts = [tuple(int(entry[key]) for key in ("num_device", "num_host", "num_owned", "num_device_owned"))
