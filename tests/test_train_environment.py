@@ -17,7 +17,7 @@ import torch
 from salientpp.cli import main as cli_main
 from salientpp.cli.train import summary
 from salientpp.distributed import DistContext
-from salientpp.distributed.group import init_distributed, rendezvous_error
+from salientpp.distributed.group import init_distributed, may_be_a_restart, rendezvous_error, restart_count
 from salientpp.distributed.health import Health, Position
 from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
@@ -73,6 +73,37 @@ def test_an_existing_checkpoint_dir_without_resume_is_refused_and_left_byte_iden
     err = one_sentence(capsys)
     assert "already holds another run's files" in err and "--resume" in err
     assert _snapshot(ckpt) == before
+
+
+@pytest.mark.parametrize("variable", ["TORCHELASTIC_RESTART_COUNT", "SALIENTPP_RESTART_COUNT"])
+@pytest.mark.parametrize("parts", ["p1", "p2"])
+def test_a_restart_variable_left_in_the_environment_does_not_let_a_fresh_run_overwrite_another_run(
+        parts, variable, request, tmp_path, monkeypatch, capsys, no_ranks):
+    # Not under torchrun and not a rank of the local launcher: a fresh run, whatever the variable says.
+    monkeypatch.setenv(variable, "1")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / LAST).write_bytes(b"another run's checkpoint")
+    before = _snapshot(ckpt)
+    assert cli_main(["train", request.getfixturevalue(parts), *SMALL, "--checkpoint-dir", str(ckpt)]) == 2
+    assert "already holds another run's files" in one_sentence(capsys)
+    assert _snapshot(ckpt) == before
+
+
+def test_a_restart_count_that_is_no_count_is_refused_in_a_rank(monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
+                       "SALIENTPP_RESTART_COUNT": "one"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    with pytest.raises(InputError, match="SALIENTPP_RESTART_COUNT is 'one', not a restart count"):
+        restart_count()
+    monkeypatch.setenv("SALIENTPP_RESTART_COUNT", "2")
+    assert restart_count() == 2 and may_be_a_restart()
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("MASTER_ADDR")
+    monkeypatch.delenv("MASTER_PORT")
+    assert restart_count() == 0 and not may_be_a_restart()  # alone: no rank of a job
 
 
 def test_an_empty_existing_checkpoint_dir_is_accepted(p1, tmp_path):

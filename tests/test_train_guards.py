@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -113,22 +114,42 @@ def test_a_lock_on_an_output_that_stays_empty_removes_it(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("target", ["part_meta", "part_cache", "checkpoint", "checkpoint_dir_in_part", "device"])
+@pytest.mark.parametrize("target", ["part_meta", "part_cache", "checkpoint", "checkpoint_dir_in_part", "device",
+                                    "link_to_part_meta", "link_to_best", "link_to_features", "through_linked_dir",
+                                    "dotdot_into_part", "link_to_checkpoint_dir", "fifo"])
 def test_an_output_inside_what_salientpp_manages_is_refused(tiny_partitions, tmp_path, capsys, no_ranks, target):
     part = tiny_partitions[0] / "p2"
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "last.pt").write_bytes(b"a checkpoint")
     (ck / "best.pt").write_bytes(b"a checkpoint")
+    link = tmp_path / "m.jsonl"
+    linked = {"link_to_part_meta": part / "meta.json", "link_to_best": ck / "best.pt",
+              "link_to_features": part / "part_0" / "x.npy", "through_linked_dir": part}
+    if target in linked:
+        link.symlink_to(linked[target])
+    (tmp_path / "ck-link").symlink_to(ck)
+    (tmp_path / "sub").mkdir()
+    if target == "fifo":
+        os.mkfifo(link)  # opening it would block until a reader comes
     args = {"part_meta": ["--json", str(part / "meta.json")],
             "part_cache": ["--json", str(part / "cache" / "m.jsonl")],
             "checkpoint": ["--json", str(ck / "best.pt"), "--checkpoint-dir", str(ck), "--resume"],
             "checkpoint_dir_in_part": ["--checkpoint-dir", str(part / "ck")],
-            "device": ["--json", "/dev/full"]}[target]
+            "device": ["--json", "/dev/full"],
+            "through_linked_dir": ["--json", str(link / "m.jsonl")],
+            "dotdot_into_part": ["--json", f"{tmp_path}/sub/../{os.path.relpath(part, tmp_path)}/m.jsonl"],
+            "link_to_checkpoint_dir": ["--json", str(tmp_path / "ck-link" / "m.jsonl"), "--checkpoint-dir", str(ck),
+                                       "--resume"],
+            }.get(target, ["--json", str(link)])
     before = _snapshot(part), _snapshot(ck)
-    assert main(["train", str(part), *args]) == 2
+    done = []
+    worker = threading.Thread(target=lambda: done.append(main(["train", str(part), *args])), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done == [2], f"train {args} did not end with exit 2 within 60 s"
     err = one_sentence(capsys)
-    assert ("not a regular file" if target == "device" else "lies in") in err, err
+    assert ("not a regular file" if target in ("device", "fifo") else "lies in") in err, err
     assert (_snapshot(part), _snapshot(ck)) == before
 
 

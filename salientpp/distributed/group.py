@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from .._env import CPP_LOG, OMP_WAIT, set_defaults
 from ..errors import InputError, check_int
+from ..io.text import shown
 from ..host import ThreadBudget, local_world_size
 from .host_memory import keep_freed_memory
 from .network import EmulatedLink, Network
@@ -122,17 +123,34 @@ def is_first_rank() -> bool:
 TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
 
 
+def is_torchrun_worker() -> bool:
+    """Whether torchrun started this process: its run id and the rendezvous variables are set."""
+    return TORCHRUN_ENV in os.environ and env_is_distributed()
+
+
 def may_be_a_restart() -> bool:
     """Whether this process may continue an earlier attempt of its job, as far as it can tell
     alone: the launcher counted a restart, or it is a torchrun worker, whose agent does not
     always count one (only the ranks together know: ``DistContext.attempt``)."""
-    return restart_count() > 0 or TORCHRUN_ENV in os.environ
+    return restart_count() > 0 or is_torchrun_worker()
 
 
 def restart_count() -> int:
-    """How many times this job has been restarted: torchrun's ``TORCHELASTIC_RESTART_COUNT`` or
-    the local launcher's ``SALIENTPP_RESTART_COUNT`` (0 when neither is set)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get(RESTART_ENV) or 0)
+    """How many times this job has been restarted: torchrun's ``TORCHELASTIC_RESTART_COUNT`` in a
+    torchrun worker, the local launcher's ``SALIENTPP_RESTART_COUNT`` in a rank it started, and 0
+    in a process that is no rank of a job (``salientpp train`` itself, a lone rank): a variable
+    left in the environment of a fresh run is not a restart."""
+    if is_torchrun_worker():
+        name = "TORCHELASTIC_RESTART_COUNT"
+    elif env_is_distributed():
+        name = RESTART_ENV
+    else:
+        return 0
+    value = os.environ.get(name) or "0"
+    if not (value.isascii() and value.isdigit()):
+        raise InputError(f"{name} is {shown(repr(value))}, not a restart count (a launcher sets it to a non-negative "
+                         "integer); unset it")
+    return int(value)
 
 
 def _join_start(store, rank: int, world: int, timeout_s: float) -> tuple[str, int]:

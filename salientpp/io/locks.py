@@ -63,6 +63,8 @@ def check_unlocked(path: str | os.PathLike, what: str) -> None:
     """Refuse, like :func:`output_lock`, an output that another run holds the lock of; takes no
     lock itself (a check before the long work; the run takes the lock when it starts)."""
     out = Path(path)
+    if out.exists() and not (out.is_file() or out.is_dir()):
+        return  # a FIFO, device or socket, whose opening may block: the writability checks refuse it
     try:
         fd = os.open(out, os.O_RDONLY)
     except OSError:

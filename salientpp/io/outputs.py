@@ -194,13 +194,21 @@ def check_writable_file(path: str | os.PathLike, what: str = "output file", exis
     return out
 
 
+def output_parents(path: str | os.PathLike) -> list[Path]:
+    """The directories an output ``path`` lies in, as written (``..`` folded) and as reached
+    through symbolic links (of the path's directories and of the path itself): an output must be
+    judged by where its bytes land, not by the name it was given."""
+    written, reached = Path(os.path.abspath(path)).parents, Path(os.path.realpath(path)).parents
+    return list(dict.fromkeys([*written, *reached]))
+
+
 def owning_directory(path: str | os.PathLike) -> str | None:
     """The directory salientpp manages that ``path`` lies in (its parent or above), described for a message
     (``"the partitioned directory /data/p4"``), else ``None``: a directory with a
     ``meta.json`` of a salientpp kind (a dataset, partition, cache plan, predictions,
     experiment), or a checkpoint directory (one holding ``last.pt``). A run's outputs must not
     go there: they would change the files the directory's checksums or checkpoints describe."""
-    for directory in Path(os.path.abspath(path)).parents:
+    for directory in output_parents(path):
         meta = directory / "meta.json"
         try:
             if meta.is_file():
@@ -250,7 +258,7 @@ def check_output_paths(paths: dict[str, str | None]) -> None:
     given = {option: path for option, path in paths.items() if path is not None}
     seen: dict[Path, str] = {}
     for option, path in given.items():
-        key = Path(os.path.abspath(path))
+        key = Path(os.path.realpath(path))
         if key in seen:
             raise InputError(f"{seen[key]} and {option} name the same file {path}; give each its own path")
         seen[key] = option

@@ -32,7 +32,7 @@ from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int
 from ..fullgraph.schedule import Dependencies
-from ..io import check_output_location, check_unlocked, check_writable_file
+from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
 from ..models import MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..parsing import flag_names, parse_memory_limit
@@ -410,8 +410,8 @@ class TrainConfig:
                 if is_first_rank():  # the process that will hold the outputs' locks
                     check_unlocked(path, flag)
         if self.json_path and self.checkpoint_dir:
-            checkpoints = Path(os.path.abspath(self.checkpoint_dir))
-            if checkpoints in Path(os.path.abspath(self.json_path)).parents:
+            checkpoints = {Path(os.path.abspath(self.checkpoint_dir)), Path(os.path.realpath(self.checkpoint_dir))}
+            if checkpoints & set(output_parents(self.json_path)):
                 raise InputError(f"--json {self.json_path} lies in --checkpoint-dir {self.checkpoint_dir}, which "
                                  "holds the run's checkpoints only; write the JSON lines elsewhere")
 

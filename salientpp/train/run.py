@@ -16,7 +16,8 @@ from typing import Iterator
 
 from ..distributed import DistContext, WorkerError, init_distributed, launch, shutdown_distributed
 from ..distributed.faults import injector_from_env
-from ..distributed.group import RESTART_ENV, TORCHRUN_ENV, env_is_distributed, is_first_rank, may_be_a_restart
+from ..distributed.group import (RESTART_ENV, env_is_distributed, is_first_rank, is_torchrun_worker,
+                                 may_be_a_restart)
 from ..distributed.health import Health, Stage
 from ..distributed.network import parse_network
 from ..errors import InputError
@@ -55,7 +56,7 @@ def run_rank(run: ResolvedRun) -> TrainResult:
                            threads=run.threads)
     health = Health(ctx, injector_from_env(ctx.rank, ctx.attempt))
     try:
-        if config.checkpoint_dir and TORCHRUN_ENV in os.environ:
+        if config.checkpoint_dir and is_torchrun_worker():
             # torchrun counts restarts per machine, so only the ranks together know whether this is
             # a restart (ctx.attempt): a fresh run must not write into another run's directory.
             check_checkpoint_dir(config.checkpoint_dir, config.resume, restarted=ctx.attempt > 0)
