@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -201,8 +202,57 @@ def test_a_model_that_returns_nan_stops_at_its_first_step(tiny_partitions, tmp_p
     assert not (tmp_path / "ck").exists()
 
 
+def test_weights_that_turn_non_finite_after_a_finite_loss_are_never_checkpointed_or_predicted(
+        tiny_partitions, tmp_path, monkeypatch, capsys):
+    (tmp_path / "poisoned_model.py").write_text(textwrap.dedent("""
+        import torch
+        class Poisoned(torch.nn.Module):
+            # A finite loss, but a weight that turns NaN in the second training step (it has no
+            # gradient, as an update that overflows would leave it).
+            def __init__(self, i, o):
+                super().__init__()
+                self.lin = torch.nn.Linear(i, o)
+                self.spare = torch.nn.Parameter(torch.zeros(1))
+                self.steps = 0
+            def forward(self, x, edge_index):
+                if self.training:
+                    self.steps += 1
+                    if self.steps == 2:
+                        with torch.no_grad():
+                            self.spare.fill_(float("nan"))
+                    return self.lin(x)
+                return self.lin(x) * torch.exp(self.spare)
+        def build(in_dim, hidden, out_dim, num_layers):
+            return Poisoned(in_dim, out_dim)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))  # one partition: the run trains in this process
+    part, ck = tiny_partitions[0] / "p1", tmp_path / "ck"
+    assert main(["train", str(part), *SMALL, "--model", "poisoned_model:build", "--epochs", "3", "--quiet",
+                 "--checkpoint-dir", str(ck), "--checkpoint-every", "1steps"]) == 2
+    err = one_sentence(capsys)
+    assert "the model's weights are not finite (spare) at step 2 of epoch 0" in err, err
+    assert "--weight-decay" in err and "keeps the last checkpoint, step 1 of epoch 0" in err, err
+    state = torch.load(ck / "last.pt", weights_only=True)
+    assert (state["epoch"], state["step"]) == (0, 1) and all(torch.isfinite(v).all() for v in state["model"].values())
+    assert not (ck / "best.pt").exists()
+    # A checkpoint holding such weights (written by another tool) is refused by predict, before any rank.
+    state["model"]["spare"] = torch.tensor([float("inf")])
+    torch.save(state, ck / "last.pt")
+    assert main(["predict", str(part), "--checkpoint", str(ck), "--out", str(tmp_path / "pred")]) == 2
+    assert "are not finite (spare), so every output would be NaN" in one_sentence(capsys)
+    assert not (tmp_path / "pred").exists()
+    # Finite weights whose outputs overflow (exp(100) in float32) write nothing either.
+    state["model"]["spare"] = torch.tensor([100.0])
+    torch.save(state, ck / "last.pt")
+    assert main(["predict", str(part), "--checkpoint", str(ck), "--out", str(tmp_path / "pred")]) == 2
+    assert re.search(r"the model's outputs for [\d,]+ nodes are not finite .* so nothing was written",
+                     one_sentence(capsys))
+    assert not (tmp_path / "pred").exists()
+
+
 @pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"), ("--embedding-lr", "inf"),
-                                         ("--timeout", "inf"), ("--timeout", "0")])
+                                         ("--timeout", "inf"), ("--timeout", "0"), ("--weight-decay", "inf"),
+                                         ("--weight-decay", "nan"), ("--weight-decay", "-1e-4")])
 def test_a_rate_or_timeout_that_is_not_finite_and_positive_is_refused(tiny_partitions, capsys, no_ranks, flag, value):
     extra = ["--embedding-dim", "8"] if flag == "--embedding-lr" else []
     assert main(["train", str(tiny_partitions[0] / "p2"), *extra, f"{flag}={value}"]) == 2

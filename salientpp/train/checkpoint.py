@@ -87,6 +87,15 @@ def weights_misfit(expected: dict[str, torch.Tensor], weights: dict) -> str:
     return f"the model has no {shown(extra[0])}" if extra else ""
 
 
+def non_finite_weight(weights: dict) -> str:
+    """The name of the first floating-point tensor of ``weights`` (name -> tensor, a state dict)
+    holding a NaN or an infinity, ``""`` when every one is finite."""
+    for name, tensor in weights.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return str(name)
+    return ""
+
+
 def describe_position(epoch: int, step: int) -> str:
     """Where a checkpoint ``(epoch, step)`` stands, in the 0-based epochs of the progress lines:
     ``(3, 0)`` -> ``"the end of epoch 2"``, ``(3, 40)`` -> ``"step 40 of epoch 3"``."""

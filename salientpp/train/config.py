@@ -177,8 +177,8 @@ def one_of(choices: tuple[str, ...], what: str) -> Callable[[Any, str], None]:
 
 
 def _at_least_0(value: Any, what: str) -> None:
-    if not value >= 0:
-        raise InputError(f"{what} must be at least 0, got {value}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise InputError(f"{what} must be a finite number of at least 0, got {value}")
 
 
 def _fraction(value: Any, flag: str) -> None:
@@ -283,7 +283,8 @@ class TrainConfig:
     lr: float = option(0.003, "Adam learning rate", type=float,
                        check=lambda value, flag: positive_number(value, f"the learning rate ({flag})"), agreed=True)
     weight_decay: float = option(0.0, "Adam's L2 penalty of the model's parameters", type=float,
-                                 check=lambda value, flag: _at_least_0(value, "the weight decay"), agreed=True)
+                                 check=lambda value, flag: _at_least_0(value, f"the weight decay ({flag})"),
+                                 agreed=True)
     dropout: float = option(0.5, "dropout between layers", type=float, check=_dropout, agreed=True)
     embedding_dim: int = option(0, "learn a D-wide node embedding, partitioned like the features and updated by a "
                                 "sparse optimiser, and feed the model [x || emb]", type=int, metavar="D",

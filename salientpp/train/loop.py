@@ -26,14 +26,14 @@ from ..distributed.health import Stage
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard, remove_stale_shards, save_shard
 from ..errors import InputError
-from ..io import output_errors, strict_json
+from ..io import output_errors, shown, strict_json
 from ..loader.dist_link_loader import DistLinkNeighborLoader
 from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import ExpectedOutputs, SeedForward, build_model
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
-from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkpoint, save_checkpoint,
-                         weights_misfit)
+from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkpoint, non_finite_weight,
+                         save_checkpoint, weights_misfit)
 from .config import BF16
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
@@ -125,6 +125,19 @@ class Trainer:
                          f"learning rate (--lr {self.config.lr:g}), or look for NaN or huge values in the input "
                          f"features or the model's outputs{kept}")
 
+    def _stop_if_weights_diverged(self, epoch: int, step: int) -> None:
+        """Stop the run before it writes a checkpoint of weights that are not finite: an update can
+        make them so after a finite loss (an infinite weight decay). Every rank holds the same
+        weights, so every rank stops here at once; the last checkpoint stays as it was."""
+        bad = non_finite_weight(self.model.state_dict())
+        if not bad:
+            return
+        kept = (f"{self.config.checkpoint_dir} keeps the last checkpoint, {describe_position(*self._checkpointed)}"
+                if self._checkpointed else "no checkpoint was written")
+        raise InputError(f"the model's weights are not finite ({shown(bad)}) at {describe_position(epoch, step)}, so "
+                         f"training stopped before writing them: lower the learning rate (--lr {self.config.lr:g}) or "
+                         f"the weight decay (--weight-decay {self.config.weight_decay:g}); {kept}")
+
     # -- checkpoints -------------------------------------------------------------------------------
     def _gather(self, t: torch.Tensor) -> torch.Tensor:
         """``[K, *t.shape]``: ``t`` of every rank (a collective)."""
@@ -141,6 +154,7 @@ class Trainer:
         if not self.config.checkpoint_dir:
             return
         self.health.enter(Stage.CHECKPOINT, epoch, step)
+        self._stop_if_weights_diverged(epoch, step)
         mid_epoch = step > 0
         rng = self._gather(rng_state(self.ctx.device)) if mid_epoch else torch.empty((0, 0), dtype=torch.uint8)
         partial = self._gather(sums.to_tensor()) if mid_epoch else torch.empty((0, 0), dtype=torch.float64)

@@ -23,14 +23,14 @@ from ..cache.plan import partition_identity
 from ..distributed import CommStats, init_distributed, launch, shutdown_distributed
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, counted
 from ..io import atomic_output_dir, check_output_dir, save_array, shown, write_meta
 from ..loader.graph import DistGraph
 from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling.link import NODE
-from .checkpoint import LAST, PARTITION_ID, Checkpoint, load_checkpoint, weights_misfit
+from .checkpoint import LAST, PARTITION_ID, Checkpoint, load_checkpoint, non_finite_weight, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
@@ -55,6 +55,10 @@ def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path
     ckpt = load_checkpoint(path.parent, {PARTITION_ID: partition_identity(data.meta)}, name=path.name,
                            fix=f"pass the PART_DIR it was trained on instead of {part_dir}, or the checkpoint of a "
                            "run on this one")
+    bad = non_finite_weight(ckpt.model)
+    if bad:
+        raise InputError(f"the weights in {path} are not finite ({shown(bad)}), so every output would be NaN; pass "
+                         "the checkpoint of a run whose loss stayed finite")
     kind = ckpt.options.get("task", NODE)
     if kind != NODE:
         raise InputError(f"{path} holds a {shown(kind)} prediction model, but `salientpp predict` writes the "
@@ -139,6 +143,11 @@ def predict(part_dir: str | os.PathLike, checkpoint: str | os.PathLike, out_dir:
         outputs = _rank_outputs(*rank_args)
     else:
         outputs = launch(_rank_outputs, rank_args, data.num_parts)[0]
+    bad_rows = int((~np.isfinite(outputs)).any(axis=1).sum())
+    if bad_rows:
+        raise InputError(f"the model's outputs for {counted(bad_rows, 'node', spec=',')} are not finite (NaN or "
+                         f"infinite), so nothing was written to {out}: look for NaN or huge values in the input "
+                         "features")
     predicted = outputs.argmax(1).astype(np.int64) if task.kind == MULTICLASS else outputs > 0
     with atomic_output_dir(out) as tmp:
         files = {"outputs": save_array(tmp, "outputs", outputs), "predicted": save_array(tmp, "predicted", predicted)}
