@@ -474,6 +474,25 @@ def test_demo_refuses_zero_epochs_before_any_step(tmp_path, capsys):
     assert not (tmp_path / "demo").exists() and capsys.readouterr().out == ""
 
 
+def test_what_a_checkpoint_writer_killed_midway_left_is_removed_and_a_live_writers_file_kept(tmp_path):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for name in ("last.pt", "best.pt", "embedding-e0s2.rank1.pt"):  # SIGKILLed while writing each
+        (ck / f".{name}.tmp-{dead.pid}").write_bytes(b"half a checkpoint")
+    with pytest.raises(InputError, match="no checkpoint .*last.pt to resume from"):
+        check_checkpoint_dir(ck, resume=True)
+    assert list(ck.iterdir()) == []
+    (ck / f".last.pt.tmp-{dead.pid}").write_bytes(b"half a checkpoint")
+    assert check_checkpoint_dir(ck, resume=False) == ck and list(ck.iterdir()) == []
+    writing = ck / f".last.pt.tmp-{os.getppid()}"  # a live process writing it now
+    writing.write_bytes(b"being written")
+    with pytest.raises(InputError, match="already holds another run's files"):
+        check_checkpoint_dir(ck, resume=False)
+    assert writing.exists()
+
+
 def test_a_fresh_run_ignores_another_ranks_writability_probe_in_its_checkpoint_directory(tmp_path):
     ck = tmp_path / "ck"
     ck.mkdir()

@@ -264,7 +264,7 @@ def check_output_paths(paths: dict[str, str | None]) -> None:
         seen[key] = option
 
 
-_STALE_SUFFIX = re.compile(r"\.tmp-(\d+)")
+_STALE_SUFFIX = re.compile(r"\.tmp-(?P<pid>\d+)")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -285,12 +285,35 @@ def remove_stale_temporaries(out: str | os.PathLike, suffix: str = "") -> list[P
     processes (another run writing the same output now) are kept, and so is this process's own.
     Returns the removed paths; entries that cannot be removed are left alone."""
     out = Path(out)
-    pattern = re.compile(re.escape(f".{out.name}") + _STALE_SUFFIX.pattern + re.escape(suffix))
+    return _remove_dead(out.parent, re.compile(re.escape(f".{out.name}") + _STALE_SUFFIX.pattern + re.escape(suffix)))
+
+
+def remove_stale_temporaries_in(directory: str | os.PathLike) -> list[Path]:
+    """:func:`remove_stale_temporaries` of every output in ``directory``: each ``.NAME.tmp-PID``
+    (with or without a suffix) whose process is gone."""
+    return _remove_dead(Path(directory), re.compile(r"\..+" + _STALE_SUFFIX.pattern + r"(\.[^.]+)?"))
+
+
+def _remove_dead(directory: Path, pattern: re.Pattern) -> list[Path]:
     removed = []
     try:
-        entries = list(os.scandir(out.parent))
+        entries = list(os.scandir(directory))
     except OSError:
         return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if not match or int(match.group("pid")) == os.getpid() or _pid_alive(int(match.group("pid"))):
+            continue
+        path = Path(entry.path)
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
     for entry in entries:
         match = pattern.fullmatch(entry.name)
         if not match or int(match.group(1)) == os.getpid() or _pid_alive(int(match.group(1))):
@@ -378,9 +401,12 @@ def replace_file(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` (new or replaced) through a temporary sibling renamed over it,
     so a failed write leaves the previous file as it was and becomes one sentence
     (:func:`write_error`). Written with Python's file I/O, whose short write on a full disk raises
-    an ``OSError`` with its errno (``torch.save`` to a file raises a bare ``RuntimeError``)."""
+    an ``OSError`` with its errno (``torch.save`` to a file raises a bare ``RuntimeError``).
+    The temporary is ``.NAME.tmp-PID``, so the one a killed writer left is removed by the next
+    write or :func:`remove_stale_temporaries`."""
     out = Path(path)
-    tmp = out.with_name(f".{out.name}.tmp")
+    remove_stale_temporaries(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     with output_errors(out):
         try:
             with open(tmp, "wb") as f:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..io import check_writable_dir, holds_files, output_errors, replace_file, shown
+from ..io import check_writable_dir, holds_files, output_errors, remove_stale_temporaries_in, replace_file, shown
 
 LAST, BEST = "last.pt", "best.pt"
 # The key of a checkpoint's options that holds the partitioning it was trained on
@@ -115,6 +115,8 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
     in the directory its first attempt wrote, whatever it holds.
     """
     path = check_writable_dir(directory, "--checkpoint-dir", exist_ok=True)
+    if path.is_dir():  # what a writer killed mid-write left (its process is gone) is no run's file
+        remove_stale_temporaries_in(path)
     if restarted:
         return path
     if resume and not has_checkpoint(path):
