@@ -30,6 +30,7 @@ from salientpp.distributed.group import env_is_distributed
 from salientpp.errors import InputError
 from salientpp.io import NULL_REASONS, output_lock, strict_json
 from salientpp.models.gnn import ExpectedOutputs
+from salientpp.partition.partitioner import partition_dataset
 from salientpp.train import TrainConfig
 from salientpp.train.checkpoint import check_checkpoint_dir
 from salientpp.train.config import MINIBATCH_ONLY, flag_of, option_of
@@ -364,6 +365,35 @@ def test_empty_evaluation_splits_are_skipped_and_said(link_parts, tmp_path, capf
     printed = capfd.readouterr().out  # rank 0 is a process of its own
     assert "no validation or test edges" in printed and "neither split is evaluated" in printed, printed
     assert all("valid_metric" not in line for line in _strict(out.read_text()))
+    assert "no epoch evaluated a validation split" in printed
+
+
+@pytest.fixture(scope="module")
+def train_only_parts(tiny_partitions, tmp_path_factory):
+    """The tiny dataset with empty validation and test splits, in 1 and 2 parts."""
+    root = tmp_path_factory.mktemp("train-only")
+    tiny = tiny_partitions[1]
+    dataset = dataclasses.replace(tiny, valid_idx=tiny.valid_idx[:0], test_idx=tiny.test_idx[:0])
+    for k in (1, 2):
+        partition_dataset(dataset, root / f"p{k}", k)
+    return root
+
+
+@pytest.mark.parametrize("parts, args", [
+    ("p1", []), ("p1", ["--inference", "layerwise"]), ("p1", ["--eval-every", "0"]), ("p1", ["--mode", "full-graph"]),
+    ("p2", []),
+], ids=["sampled", "layerwise", "no_evaluation", "full_graph", "two_ranks"])
+def test_a_node_task_without_validation_and_test_nodes_trains_and_says_so(train_only_parts, tmp_path, capfd,
+                                                                           parts, args):
+    out = tmp_path / "m.jsonl"
+    small = SMALL[:SMALL.index("--eval-fanouts")] if "layerwise" in args else SMALL
+    if "full-graph" in args:  # sampling options do not apply to full-graph training
+        small = SMALL[:SMALL.index("--fanouts")]
+    assert main(["train", str(train_only_parts / parts), *small, *args, "--epochs", "2", "--json", str(out)]) == 0
+    printed = capfd.readouterr().out
+    assert ("neither split is evaluated" in printed) == ("--eval-every" not in args), printed
+    lines = _strict(out.read_text())
+    assert len(lines) == 2 and all("valid_metric" not in line for line in lines)
     assert "no epoch evaluated a validation split" in printed
 
 

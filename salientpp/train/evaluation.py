@@ -45,7 +45,7 @@ class Evaluator:
         self.graph, self.model, self.task, self.inference = graph, model, task, inference
         self.forward = SeedForward.of(model) if forward is None else forward
         self.splits = splits
-        self.seeds = np.concatenate([graph.split(split) for split in splits])
+        self.seeds = np.concatenate([np.empty(0, dtype=np.int64), *(graph.split(split) for split in splits)])
         self.is_valid = torch.zeros(graph.num_owned, dtype=torch.bool)
         self.is_valid[torch.from_numpy(graph.split("valid") - graph.offset)] = True
         self._make_loader, self._loader = loader, None
