@@ -37,6 +37,50 @@ def make(in_dim, hidden, out_dim, num_layers):
     return TwoHop(in_dim, hidden, out_dim)
 
 not_a_function = 3
+
+
+class Raises(torch.nn.Module):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = torch.nn.Linear(in_dim, out_dim)
+
+    def forward(self, x, edge_index):
+        raise RuntimeError("boom in forward")
+
+
+class Tuple(Raises):
+    def forward(self, x, edge_index):
+        return self.lin(x), 1
+
+
+class NoParameters(torch.nn.Module):
+    def forward(self, x, edge_index):
+        return x
+
+
+def raising(in_dim, hidden, out_dim, num_layers):
+    return Raises(in_dim, out_dim)
+
+
+def factory_raises(in_dim, hidden, out_dim, num_layers):
+    raise ValueError("factory boom")
+
+
+def one_argument(in_dim):
+    return Raises(in_dim, 2)
+
+
+def returns_tuple(in_dim, hidden, out_dim, num_layers):
+    return Tuple(in_dim, out_dim)
+
+
+def no_parameters(in_dim, hidden, out_dim, num_layers):
+    return NoParameters()
+
+
+def exits(in_dim, hidden, out_dim, num_layers):
+    import sys
+    sys.exit(3)
 '''
 
 
@@ -61,10 +105,39 @@ def test_a_user_model_factory_with_a_pyg_forward_trains_on_two_ranks(tiny_partit
     ("my_gnn:not_a_function", "has no function 'not_a_function'"),
     ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz'"),
     ("transformer", "unknown model 'transformer'"),
+    (".my_gnn:make", "names a relative module; give its full name"),
+    ("broken_syntax:make", r"the module 'broken_syntax' of --model broken_syntax:make is not valid Python "
+                           r"\(.* at .*broken_syntax.py, line 2\)"),
+    ("raises_at_import:make", "importing 'raises_at_import' for --model raises_at_import:make raised "
+                              "RuntimeError: no GPU here; fix the module"),
+    ("exits_at_import:make", "importing 'exits_at_import' .* raised SystemExit: 4"),
 ])
-def test_a_bad_model_spec_is_one_sentence_before_any_rank_starts(tiny_partitions, user_module, spec, expected):
+def test_a_bad_model_spec_is_one_sentence_before_any_rank_starts(tiny_partitions, user_module, tmp_path, spec,
+                                                                 expected):
+    (tmp_path / "broken_syntax.py").write_text("import torch\ndef make(:\n")
+    (tmp_path / "raises_at_import.py").write_text("raise RuntimeError('no GPU here')\n")
+    (tmp_path / "exits_at_import.py").write_text("import sys\nsys.exit(4)\n")
     with pytest.raises(InputError, match=expected):
         TrainConfig(str(tiny_partitions[0] / "p2"), model=spec, **SMALL).validate()
+
+
+@pytest.mark.parametrize("factory, stage, cause", [
+    ("raising", "the forward/backward", "RuntimeError: boom in forward"),
+    ("factory_raises", "the start-up", "ValueError: factory boom"),
+    ("one_argument", "the start-up", "TypeError: one_argument() takes 1 positional argument but 4 were given"),
+    ("returns_tuple", "the forward/backward", "AttributeError: 'tuple' object has no attribute"),
+    ("no_parameters", "the start-up", "ValueError: optimizer got an empty parameter list"),
+    ("exits", "the start-up", "SystemExit: 3"),
+])
+def test_a_user_model_that_fails_alone_is_one_line_as_on_two_ranks(tiny_partitions, user_module, capsys, factory,
+                                                                    stage, cause):
+    # One partition: the rank is this process, and fails as a launched rank does (exit 1, one line).
+    assert cli_main(["train", str(tiny_partitions[0] / "p1"), "--model", f"{user_module}:{factory}", "--epochs", "1",
+                     "--hidden", "8", "--layers", "2", "--fanouts", "5,5", "--batch-size", "64", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("salientpp train: error: rank 0 failed: StageError: rank 0 "
+                                                         f"stopped in {stage}"), err
+    assert cause in err, err
 
 
 def test_layerwise_inference_is_refused_for_a_user_model(tiny_partitions, user_module):

@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, check_int
+from ..io.text import shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
 
@@ -278,11 +279,19 @@ def _factory(spec: str) -> Callable[..., nn.Module]:
     if not sep or not module_name or not attr:
         raise InputError(f"unknown model {spec!r}; choose one of {', '.join(MODELS)} or give a factory as "
                          "PKG.MODULE:FUNCTION")
+    if module_name.startswith("."):
+        raise InputError(f"--model {spec} names a relative module; give its full name, PKG.MODULE:FUNCTION")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InputError(f"cannot import {module_name!r} for --model {spec} ({exc}); put the module on "
                          "PYTHONPATH or in the working directory") from None
+    except SyntaxError as exc:
+        raise InputError(f"the module {module_name!r} of --model {spec} is not valid Python ({exc.msg} at "
+                         f"{exc.filename}, line {exc.lineno}); fix it") from None
+    except (Exception, SystemExit) as exc:  # the module's own code failed while it was imported
+        raise InputError(f"importing {module_name!r} for --model {spec} raised {type(exc).__name__}: "
+                         f"{shown(str(exc))}; fix the module") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InputError(f"{module_name} has no function {attr!r} for --model {spec}; define "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from contextlib import ExitStack, contextmanager
 from typing import Iterator
 
@@ -47,7 +48,8 @@ def run_rank(run: ResolvedRun) -> TrainResult:
     """The body of one rank: apply its thread budget, join the group, train, leave the group.
 
     In a job of several ranks any failure other than bad input is raised as a
-    :class:`~salientpp.distributed.health.StageError` naming this rank, its stage and its peers' stages.
+    :class:`~salientpp.distributed.health.StageError` naming this rank, its stage and its peers' stages;
+    alone, as the :class:`~salientpp.distributed.WorkerError` a launched rank's failure becomes.
     """
     config = run.config
     run.threads.apply()
@@ -66,10 +68,12 @@ def run_rank(run: ResolvedRun) -> TrainResult:
         return result
     except InputError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a user's model may also call sys.exit
+        failure = health.failure(exc)
         if ctx.distributed:
-            raise health.failure(exc) from exc
-        raise
+            raise failure from exc
+        # Alone, the rank is this process: fail as a launched rank does (WorkerError, one line).
+        raise WorkerError(ctx.rank, f"{type(failure).__name__}: {failure}", traceback.format_exc()) from exc
     finally:
         shutdown_distributed(ctx)
 
