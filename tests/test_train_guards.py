@@ -339,6 +339,28 @@ def test_rank_variables_without_a_rendezvous_address_are_refused(monkeypatch):
         env_is_distributed()
 
 
+@pytest.mark.parametrize("variables, named", [
+    ({"RANK": "3", "WORLD_SIZE": "2"}, r"RANK is '3', not an integer in \[0, 1\]"),
+    ({"RANK": "-1"}, r"RANK is '-1', not an integer in \[0, 1\]"),
+    ({"WORLD_SIZE": "two"}, r"WORLD_SIZE is 'two', not an integer"),
+    ({"WORLD_SIZE": "0"}, r"WORLD_SIZE is '0', not an integer in \[1, "),
+    ({"RANK": "9" * 30}, r"RANK is '9{30}', not an integer"),
+    ({"MASTER_PORT": "x"}, r"MASTER_PORT is 'x', not an integer in \[1, 65535\]"),
+    ({"MASTER_PORT": "70000"}, r"MASTER_PORT is '70000'"),
+    ({"LOCAL_RANK": "2"}, r"LOCAL_RANK is '2', not an integer in \[0, 1\]"),
+])
+def test_rendezvous_variables_no_rank_can_have_are_refused_at_once(tiny_partitions, monkeypatch, capsys, no_ranks,
+                                                                   variables, named):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+                       **variables}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(InputError, match=named):
+        env_is_distributed()
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--timeout", "600"]) == 2  # not a wait of 600 s
+    err = one_sentence(capsys)
+    assert re.search(named, err) and "so this process cannot join a job" in err, err
+
+
 # ---- memory, models, splits ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -110,13 +110,32 @@ def env_is_distributed() -> bool:
         raise InputError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} set but {' and '.join(missing)} "
                          f"{'is' if len(missing) == 1 else 'are'} not, so this process cannot join a job; set every "
                          f"one of {', '.join(ENV_KEYS)} (torchrun does), or none to train alone")
-    return len(given) == len(ENV_KEYS)
+    if not given:
+        return False
+    world = _env_int("WORLD_SIZE", 1, 2**31 - 1)
+    _env_int("RANK", 0, world - 1)
+    if "LOCAL_RANK" in os.environ:
+        _env_int("LOCAL_RANK", 0, world - 1)
+    _env_int("MASTER_PORT", 1, 65535)
+    return True
+
+
+def _env_int(name: str, low: int, high: int) -> int:
+    """The rendezvous variable ``name`` as an integer in ``[low, high]``, else :class:`InputError`
+    at once (a rank that cannot exist would otherwise wait the whole timeout for its peers)."""
+    value = os.environ[name].strip()
+    number = int(value) if value.lstrip("-").isdigit() and value.isascii() and len(value) < 20 else None
+    if number is None or not low <= number <= high:
+        raise InputError(f"{name} is {shown(repr(os.environ[name]))}, not an integer in [{low}, {high}], so this "
+                         f"process cannot join a job; set the rendezvous variables as torchrun does (RANK in "
+                         f"[0, WORLD_SIZE)), or unset them to train alone")
+    return number
 
 
 def is_first_rank() -> bool:
     """Whether this process is rank 0 of its job (``RANK``), or alone: the process that writes a
     run's outputs and holds their locks."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return not env_is_distributed() or int(os.environ["RANK"]) == 0
 
 
 # Set by torchrun in every worker it starts.
