@@ -161,6 +161,10 @@ def test_seeds_must_be_owned_distinct_ids_and_splits_known_names(tiny_partitions
         graph.split(torch.tensor([0, graph.num_nodes]))
     with pytest.raises(InputError, match="repeat"):
         graph.split(torch.tensor([1, 1]))
+    valid = graph.split("valid")  # a copy torch takes without its "not writable" warning
+    assert valid.dtype == np.int64 and valid.flags.writeable and np.array_equal(valid, graph.part.valid_idx)
+    valid[:] = -1
+    assert np.array_equal(graph.split("valid"), graph.part.valid_idx) and graph.part.valid_idx.min() >= 0
     salientpp.shutdown_distributed(ctx)
 
 

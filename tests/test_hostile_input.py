@@ -352,8 +352,9 @@ _X = np.random.default_rng(1).standard_normal((20, 3)).astype(np.float32)
     (dict(test_idx=None), "lacks the key", True),
     (dict(edge_index=np.array([[0, 1], [1, 99]])), "must lie in [0, 20)", False),
     (dict(edge_index=np.zeros((3, 4), dtype=np.int64)), "shape [2, E]", False),
+    (dict(x=_X + 1j * _X), "are complex (complex64); give real features", True),
 ], ids=["nan", "inf", "train_out_of_range", "test_negative", "unlabelled", "empty_train", "labels_short",
-        "missing_key", "edge_out_of_range", "edge_shape"])
+        "missing_key", "edge_out_of_range", "edge_shape", "complex_features"])
 def test_prepare_refuses_a_bad_npz(tmp_path, capsys, case, expected, names_file):
     source = npz_source(tmp_path, **case)
     before = snapshot(tmp_path)

@@ -39,6 +39,9 @@ def checked(dataset: Dataset, feature_dtype: str = "float32") -> Dataset:
     node) and disjoint train/valid/test splits. Raises :class:`InputError` with one sentence
     naming ``dataset.source``."""
     check_feature_dtype(feature_dtype)
+    if np.iscomplexobj(dataset.x):  # a cast to real would drop the imaginary parts without a word
+        raise InputError(f"the features of {dataset.source} are complex ({np.asarray(dataset.x).dtype}); give real "
+                         "features, e.g. the real and imaginary parts as separate columns")
     if feature_dtype == "float16" and dataset.x.dtype != np.float16 and dataset.x.ndim == 2:
         check_fits_float16(dataset.x, dataset.source)
     dataset.x = np.asarray(dataset.x).astype(feature_dtype, copy=False)

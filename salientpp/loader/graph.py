@@ -99,11 +99,12 @@ class DistGraph:
     # -- ids ----------------------------------------------------------------------------------------
     def split(self, split: str | torch.Tensor | np.ndarray) -> np.ndarray:
         """int64 ``[n]`` global ids of this rank's seeds: its ``"train"``, ``"valid"`` or ``"test"``
-        split, or the given ids (which must be distinct ids this rank owns)."""
+        split (a writable copy of the memory-mapped file, so ``torch.from_numpy`` takes it as it
+        is), or the given ids (which must be distinct ids this rank owns)."""
         if isinstance(split, str):
             if split not in SPLITS:
                 raise InputError(f"unknown split {split!r}; choose train, valid or test, or pass an id tensor")
-            return np.asarray(getattr(self.part, f"{split}_idx"), dtype=np.int64)
+            return np.array(getattr(self.part, f"{split}_idx"), dtype=np.int64)
         ids = np.asarray(split.cpu() if isinstance(split, torch.Tensor) else split)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise InputError(f"seed ids must be a 1-D integer tensor, got shape {list(ids.shape)} of {ids.dtype}")
