@@ -445,3 +445,35 @@ def test_a_partition_found_corrupt_after_another_was_used_leaves_nothing(command
     assert main([command, str(parts_copy), *(SIMULATE if command == "simulate" else ANALYZE), flag, str(out)]) == 2
     assert_refused(capsys, command, ["part_1/x.npy", "checksum"])
     assert snapshot(tmp_path) == before
+
+
+# ---- outputs of every command stay out of what salientpp manages ------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["analyze", "{P}", *ANALYZE, "--out", "{P}/x"], "--out {P}/x lies in the partitioned directory"),
+    (["analyze", "{P}", *ANALYZE, "--out", "{D}/x"], "--out {D}/x lies in the dataset directory"),
+    (["analyze", "{P}", *ANALYZE, "--name", "../../x"], "--name '../../x' is not a plain directory name"),
+    (["analyze", "{P}", *ANALYZE, "--name", "{T}/abs"], "is not a plain directory name"),
+    (["analyze", "{P}", *ANALYZE, "--name", "a", "--out", "{T}/plan"], "give one"),
+    (["simulate", "{P}", "--fanouts", "5", "--batch-size", "64", "--json", "{P}/s.json"], "--json {P}/s.json lies in"),
+    (["simulate", "{P}", "--fanouts", "5", "--batch-size", "64", "--plot", "{C}/s.png"],
+     "lies in the checkpoint directory"),
+    (["prepare", "synthetic:tiny", "{P}/inner"], "the output directory {P}/inner lies in the partitioned directory"),
+    (["partition", "{D}", "{D}/p3", "--parts", "2"], "the output directory {D}/p3 lies in the dataset directory"),
+    (["predict", "{P}", "--checkpoint", "{C}", "--out", "{C}/pred"], "--out {C}/pred lies in the checkpoint"),
+    (["predict", "{P}", "--checkpoint", "{C}", "--out", "{P}/pred"], "--out {P}/pred lies in the partitioned"),
+], ids=["analyze_into_partition", "analyze_into_dataset", "analyze_name_up", "analyze_name_absolute",
+        "analyze_name_and_out", "simulate_json", "simulate_plot", "prepare_into_partition", "partition_into_dataset",
+        "predict_into_checkpoints", "predict_into_partition"])
+def test_no_command_writes_into_a_directory_salientpp_manages(tiny_partitions, dataset_dir, tmp_path, capsys, argv,
+                                                              expected):
+    part = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "last.pt").write_bytes(b"a checkpoint")
+    paths = {"P": str(part), "D": str(dataset_dir), "C": str(ck), "T": str(tmp_path)}
+    before = snapshot(tmp_path), snapshot(dataset_dir)
+    assert main([arg.format(**paths) for arg in argv]) == 2
+    assert_refused(capsys, argv[0], [expected.format(**paths)])
+    assert (snapshot(tmp_path), snapshot(dataset_dir)) == before

@@ -319,7 +319,10 @@ class PlanRequest:
 
     def default_dir(self, part_dir: str | os.PathLike, name: str | None = None) -> Path:
         """Where ``salientpp analyze`` writes this plan without ``--out``: ``PART_DIR/cache/NAME``,
-        NAME by default :func:`default_plan_name`."""
+        NAME by default :func:`default_plan_name`; a given NAME must be one plain directory name."""
+        if name is not None and (name in ("", ".", "..") or "/" in name or os.sep in name or "\0" in name):
+            raise InputError(f"--name {shown(repr(name))} is not a plain directory name; give a name such as "
+                             "my-plan (it is created under PART_DIR/cache/), or a path with --out")
         return Path(part_dir) / "cache" / (name or default_plan_name(self))
 
     def context(self, dataset, sampler_threads: int = 1, progress: bool = False) -> PolicyContext:

@@ -7,7 +7,8 @@ import time
 
 from ..cache.plan import describe, predicted_rows, row_bytes_of
 from ..cache.policies import get_policy
-from ..io import check_output_dir, check_writable_dir, output_errors, read_meta
+from ..errors import InputError
+from ..io import check_output_dir, check_output_location, check_writable_dir, output_errors, read_meta
 from ..partition.format import KIND as PART_KIND, load_partitioned
 from ..parsing import parse_memory_limit
 from ..resources import check_memory, estimate_analyze
@@ -41,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     memory = check_memory(estimate, limit)
     # The output is checked before the long work; PART_DIR/cache is created only once the data passed.
     if args.out is not None:
+        if args.name is not None:
+            raise InputError("--name names a plan under PART_DIR/cache/ and --out a directory of its own; give one")
+        check_output_location(args.out, "--out")
         out = check_output_dir(args.out)
     else:
         default = request.default_dir(args.part_dir, args.name)

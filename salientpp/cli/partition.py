@@ -7,7 +7,7 @@ import time
 
 from ..data.format import KIND, load_dataset
 from ..errors import counted
-from ..io import check_output_dir, read_meta
+from ..io import check_output_dir, check_output_location, read_meta
 from ..partition.partitioner import METHODS, check_options, partition_dataset
 from ..parsing import parse_memory_limit
 from ..resources import check_memory, estimate_partition, multilevel_budget
@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     limit = parse_memory_limit(args.memory_limit)
+    check_output_location(args.out, "the output directory")
     check_output_dir(args.out)
     meta = read_meta(args.dataset, KIND)
     budget = multilevel_budget(meta, limit)  # --method multilevel's; also checks meta.json's counts

@@ -10,7 +10,7 @@ from ..data.importers import ImportOptions, load_source
 from ..data.links import parse_link_split, split_edges
 from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
 from ..errors import InputError, counted
-from ..io import check_output_dir
+from ..io import check_output_dir, check_output_location
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_location(args.out_dir, "the output directory")
     check_output_dir(args.out_dir)  # before a long import, not after it
     fractions = None if args.link_split is None else parse_link_split(args.link_split)
     options = ImportOptions(root=args.root, features=args.features, labels=args.labels, train_idx=args.train_idx,

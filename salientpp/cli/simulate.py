@@ -7,7 +7,7 @@ import argparse
 from ..cache.policies import available_policies, get_policy
 from ..bench.results import write_results
 from ..cache.simulator import RESULT_KIND, check_replication, plot_volume, simulate
-from ..io import atomic_output_file, check_output_dir, check_output_paths
+from ..io import atomic_output_file, check_output_dir, check_output_location, check_output_paths
 from ..partition.format import load_partitioned
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path
@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         get_policy(name)
     workloads_from(args)  # a bad --fanouts fails before the data is read
     check_output_paths({"--json": args.json, "--plot": args.plot})
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path is not None:
+            check_output_location(path, flag)
     if args.json is not None:
         check_output_dir(args.json, "output file")
     if args.plot is not None:

@@ -24,7 +24,7 @@ from ..distributed import CommStats, init_distributed, launch, shutdown_distribu
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard
 from ..errors import InputError, check_int, counted
-from ..io import atomic_output_dir, check_output_dir, save_array, shown, write_meta
+from ..io import atomic_output_dir, check_output_dir, check_output_location, save_array, shown, write_meta
 from ..loader.graph import DistGraph
 from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
@@ -134,6 +134,7 @@ def predict(part_dir: str | os.PathLike, checkpoint: str | os.PathLike, out_dir:
     (a full disk) raises :class:`InputError` and leaves no ``out_dir``.
     """
     batch_size = check_int(batch_size, "--batch-size", hint="pass e.g. --batch-size 1024")
+    check_output_location(out_dir, "--out")
     out = check_output_dir(out_dir)
     path = _checkpoint_file(checkpoint)
     data = load_partitioned(part_dir, verify=False, check=False)
