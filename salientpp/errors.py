@@ -16,6 +16,18 @@ class InputError(Exception):
     """
 
 
+# Seeds reach numpy's and torch's generators as int64: [0, 2^63).
+SEED_LIMIT = 2**63
+
+
+def check_seed(value, what: str = "--seed") -> int:
+    """``value`` as an ``int`` seed in ``[0, 2^63)``, else :class:`InputError` naming ``what``: the
+    one rule of every seed a user gives."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < SEED_LIMIT:
+        raise InputError(f"{what} must be an integer in [0, 2^63), got {value!r}")
+    return int(value)
+
+
 def check_choice(kind: type[Choice], value, what: str) -> Choice:
     """``value`` as a member of the enum ``kind``, or :class:`InputError` naming ``what`` and
     the choices."""

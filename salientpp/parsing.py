@@ -1,11 +1,15 @@
 """Text a user typed (an option value) turned into checked values, with one-sentence errors."""
 from __future__ import annotations
 
+import argparse
 import numbers
 import re
 
-from .errors import InputError
+from .errors import InputError, check_seed
+from .io.text import shown
 
+# The largest size in bytes any option takes: an int64.
+MAX_BYTES = 2**63 - 1
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
@@ -104,11 +108,25 @@ def parse_bytes(text: str | int) -> int:
     else:
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
         if not match or match.group(2).lower() not in _UNITS:
-            raise InputError(f"cannot read {text!r} as a number of bytes; write e.g. 2000000000, 512MiB or 2GB")
-        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+            raise InputError(f"cannot read {shown(repr(text))} as a number of bytes; write e.g. 2000000000, 512MiB or "
+                             "2GB")
+        number, unit = match.group(1), _UNITS[match.group(2).lower()]
+        value = int(number) * unit if number.isdigit() else int(float(number) * unit)
     if value < 0:
-        raise InputError(f"a size in bytes cannot be negative, got {text!r}")
+        raise InputError(f"a size in bytes cannot be negative, got {shown(repr(text))}")
+    if value > MAX_BYTES:
+        raise InputError(f"a size of {shown(str(text))} bytes is more than 2^63 - 1 bytes, beyond any machine; "
+                         "write e.g. 512MiB or 2GB")
     return value
+
+
+def parse_seed(text: str) -> int:
+    """An argparse ``type`` for ``--seed``: an integer in ``[0, 2^63)`` (:func:`check_seed`)."""
+    try:
+        return check_seed(int(text), "a seed")
+    except (ValueError, InputError) as exc:
+        message = str(exc) if isinstance(exc, InputError) else f"a seed must be an integer, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
 
 
 def parse_memory_limit(text: str | None) -> int | None:
@@ -118,7 +136,8 @@ def parse_memory_limit(text: str | None) -> int | None:
     try:
         limit = parse_bytes(text)
     except InputError:
-        raise InputError(f"--memory-limit {text!r} is not a size; write e.g. 12GiB, 16GB or 16000000000") from None
+        raise InputError(f"--memory-limit {shown(repr(text))} is not a size of at most 2^63 - 1 bytes; write e.g. "
+                         "12GiB, 16GB or 16000000000") from None
     if limit <= 0:
-        raise InputError(f"--memory-limit must be a positive size such as 12GiB, got {text!r}")
+        raise InputError(f"--memory-limit must be a positive size such as 12GiB, got {shown(repr(text))}")
     return limit

@@ -3,13 +3,18 @@ all, or a pickle that would run code. Each is refused with one sentence and exit
 checkpoint directory is left as it was."""
 from __future__ import annotations
 
+import io
 import pickle
+import re
 import shutil
+import zipfile
 
 import pytest
 import torch
 
 from salientpp.cli import main as cli_main
+from salientpp.errors import InputError
+from salientpp.io import check_torch_file
 from salientpp.train import TrainConfig, train
 
 TINY = ["--layers", "2", "--fanouts", "5,5", "--hidden", "32", "--batch-size", "32", "--eval-every", "0",
@@ -67,16 +72,6 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_refused(trained, tmp_path, cap
     assert "does not fit this model" in capsys.readouterr().err
 
 
-def test_a_truncated_checkpoint_is_refused(trained, tmp_path, capsys):
-    root, ckpt = trained
-    bad = tmp_path / "cut"
-    shutil.copytree(ckpt, bad)
-    data = (bad / "last.pt").read_bytes()
-    (bad / "last.pt").write_bytes(data[:len(data) // 2])
-    assert _resume(root / "p1", bad) == 2
-    assert "is not a salientpp checkpoint" in capsys.readouterr().err
-
-
 class _Payload:
     def __reduce__(self):
         return (shutil.rmtree, ("/definitely/not/there",))  # what a hostile pickle would run
@@ -93,3 +88,43 @@ def test_a_pickle_that_would_run_code_is_never_unpickled(trained, tmp_path, caps
     assert _resume(root / "p1", bad) == 2
     assert "is not a salientpp checkpoint (UnpicklingError)" in capsys.readouterr().err
     assert called == []
+
+
+def _damaged(data: bytes, how: str) -> bytes:
+    if how == "truncated":
+        return data[:len(data) // 2]
+    # One flipped byte in the model's weights: the record holding the first weight tensor's bytes.
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        info = next(i for i in archive.infolist() if "/data/" in i.filename and i.file_size > 0)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    flipped = bytearray(data)
+    flipped[start + info.file_size // 2] ^= 0x01
+    return bytes(flipped)
+
+
+@pytest.mark.parametrize("how, message", [("flipped", "is corrupt: its record .* does not match its checksum"),
+                                          ("truncated", "is not a whole checkpoint file")])
+def test_a_damaged_checkpoint_is_refused_by_resume_and_predict(trained, tmp_path, capsys, how, message):
+    root, ckpt = trained
+    damaged = tmp_path / "ck"
+    shutil.copytree(ckpt, damaged)
+    (damaged / "last.pt").write_bytes(_damaged((ckpt / "last.pt").read_bytes(), how))
+    before = (damaged / "last.pt").read_bytes()
+    assert _resume(root / "p1", damaged) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert cli_main(["predict", str(root / "p1"), "--checkpoint", str(damaged), "--out", str(tmp_path / "pred")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert _unchanged(damaged, before) and not (tmp_path / "pred").exists()
+
+
+def test_a_damaged_embedding_shard_is_one_sentence(tmp_path):
+    shard = tmp_path / "embedding-e1s0.rank0.pt"
+    torch.save({"weight": torch.randn(50, 8)}, shard)
+    check_torch_file(shard, "fix")
+    for how, message in (("flipped", "does not match its checksum; fix"), ("truncated", "not a whole checkpoint")):
+        damaged = tmp_path / f"{how}.pt"
+        damaged.write_bytes(_damaged(shard.read_bytes(), how))
+        with pytest.raises(InputError, match=message):
+            check_torch_file(damaged, "fix")

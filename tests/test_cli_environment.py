@@ -528,3 +528,18 @@ def test_building_the_models_leaves_no_pyg_files_in_the_temporary_directory(tmp_
     files = {f for modules in report.values() for f in modules.values()}
     assert all(Path(f).parent == Path(tempfile.gettempdir()) for f in files), files
     assert not [f for f in files if os.path.exists(f)]
+
+
+def test_a_run_whose_output_reader_goes_away_finishes_quietly(tiny_partitions, tmp_path):
+    # `salientpp train P | head -c 1`: the launcher and rank 0 print after the reader has gone.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs",
+                             "2", "--hidden", "8", "--layers", "2", "--fanouts", "5,5", "--batch-size", "64",
+                             "--json", str(tmp_path / "m.jsonl"), "--checkpoint-dir", str(tmp_path / "ck")],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(1)
+    proc.stdout.close()  # the reader goes away
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 2 and (tmp_path / "ck" / "last.pt").is_file()

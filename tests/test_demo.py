@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from salientpp.cli import main
+import pytest
+
+from salientpp import cli
+from salientpp.cli import build_parser, main
 
 
 def test_demo_runs_every_step_and_learns(tmp_path, capsys):
@@ -26,3 +30,28 @@ def test_demo_runs_every_step_and_learns(tmp_path, capsys):
 def test_demo_refuses_an_existing_output(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("failure", ["interrupted", "failed_step"])
+def test_an_interrupted_or_failed_demo_leaves_no_half_of_its_output(tmp_path, monkeypatch, capsys, failure):
+    out = tmp_path / "demo"
+    ran = []
+
+    def step(argv):  # prepare writes its directory; the next step is interrupted or fails
+        ran.append(argv[0])
+        if len(ran) == 1:
+            Path(argv[2]).mkdir()
+            (Path(argv[2]) / "meta.json").write_text("{}")
+            return 0
+        if failure == "interrupted":
+            raise KeyboardInterrupt
+        return 2
+
+    monkeypatch.setattr(cli, "main", step)
+    args = build_parser().parse_args(["demo", "--out", str(out)])
+    if failure == "interrupted":
+        with pytest.raises(KeyboardInterrupt):
+            args.func(args)
+    else:
+        assert args.func(args) == 2
+    assert ran == ["prepare", "partition"] and not out.exists()

@@ -477,3 +477,36 @@ def test_no_command_writes_into_a_directory_salientpp_manages(tiny_partitions, d
     assert main([arg.format(**paths) for arg in argv]) == 2
     assert_refused(capsys, argv[0], [expected.format(**paths)])
     assert (snapshot(tmp_path), snapshot(dataset_dir)) == before
+
+
+# ---- numbers past their type are bounded where they are parsed ---------------------------------
+
+HUGE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["prepare", "synthetic:tiny,num_nodes=1e30", "{T}/out"], "num_nodes must be at most 2^40"),
+    (["prepare", "synthetic:tiny,num_features=1e15", "{T}/out"], "num_features must be at most 2^40"),
+    (["prepare", "synthetic:small,num_nodes=100000000000", "{T}/out"], "GiB of memory even out of core"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--seed", "-1"], "a seed must be an integer in [0, 2^63), got -1"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--seed", str(2**64)], "a seed must be an integer in [0, 2^63)"),
+    (["analyze", "{P}", *ANALYZE, "--seed", "-1", "--out", "{T}/out"], "a seed must be an integer in [0, 2^63)"),
+    (["analyze", "{P}", *ANALYZE, "--memory-limit", HUGE, "--out", "{T}/out"], "is not a size of at most 2^63"),
+    (["analyze", "{P}", "--fanouts", "5", "--batch-size", "64", "--device-cache-bytes", HUGE, "--host-cache-bytes",
+      "0", "--out", "{T}/out"], "bytes is more than 2^63 - 1 bytes"),
+    (["simulate", "{P}", "--fanouts", f"{2**63},5", "--batch-size", "64"], f"fanout {2**63} is invalid"),
+    (["train", "{P}", "--fanouts", "99999999999999999999,5", "--layers", "2"], "fanout 99999999999999999999 is"),
+], ids=["synthetic_nodes", "synthetic_features", "synthetic_memory", "prepare_seed_negative", "prepare_seed_huge",
+        "analyze_seed", "memory_limit", "cache_bytes", "simulate_fanout", "train_fanout"])
+def test_numbers_past_their_type_are_one_sentence(tiny_partitions, tmp_path, capsys, no_ranks, argv, expected):
+    part = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part)
+    before = snapshot(tmp_path)
+    try:
+        code = main([arg.format(P=part, T=tmp_path) for arg in argv])
+    except SystemExit as exc:  # an option's own type refused it while parsing
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and len(err) < 400, err
+    assert snapshot(tmp_path) == before  # no plan directory named after a fanout, no output

@@ -31,7 +31,7 @@ from ..data.format import KIND as DATASET
 from ..errors import InputError, check_int
 from ..io import atomic_output_file, check_writable_file, read_meta
 from .results import write_results
-from ..parsing import name_list, parse_memory_limit
+from ..parsing import name_list, parse_memory_limit, parse_seed
 from ..plots import require_pyplot
 from ..partition.format import KIND as PARTITIONED
 from ..partition.partitioner import METHODS, check_options
@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{','.join(METHODS)})")
     p.add_argument("--repeats", type=int, default=1, help="runs per method and dataset (default 1)")
     p.add_argument("--memory-limit", metavar="SIZE", help="passed to every `salientpp partition`")
-    p.add_argument("--seed", type=int, default=0, help="partitioning seed (default 0)")
+    p.add_argument("--seed", type=parse_seed, default=0, help="partitioning seed (default 0)")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="PNG", help="draw time and peak memory against the edges per method")
 

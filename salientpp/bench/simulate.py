@@ -21,7 +21,7 @@ from ..errors import InputError
 from ..partition.format import load_partitioned
 from ..io import check_output_dir
 from .results import write_results
-from ..parsing import flag_names, name_list, number_list
+from ..parsing import flag_names, name_list, number_list, parse_seed
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
 KIND = "salientpp-bench-simulate"
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replication", default="0.01,0.05,0.1,0.2,0.5,1.0", help="replication factors alpha")
     p.add_argument("--epochs", type=int, default=10, help="evaluated epochs (default 10)")
     p.add_argument("--simulation-epochs", type=int, default=5, help="epochs sampled by vip-simulation (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the evaluated epochs (default 0)")
+    p.add_argument("--seed", type=parse_seed, default=0, help="seed of the evaluated epochs (default 0)")
     p.add_argument(*flag_names("--sampler-threads"), type=int, default=1, help="sampler threads (default 1)")
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 

@@ -26,7 +26,7 @@ from ..cache.options import add_task_options, edge_seeds_from
 from ..errors import InputError
 from ..io import check_output_dir
 from .results import write_results
-from ..parsing import name_list
+from ..parsing import name_list, parse_seed
 from ..partition.format import load_partitioned
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, make_sampler
 from ..sampling.link_loader import LinkNeighborLoader
@@ -132,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mc-batches", type=int, default=0, metavar="B",
                    help="also compare with B sampled minibatches per partition (default 0: skip)")
     add_task_options(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo batches")
+    p.add_argument("--seed", type=parse_seed, default=0, help="seed of the Monte-Carlo batches")
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
 
 

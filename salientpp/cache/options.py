@@ -10,7 +10,7 @@ import shlex
 
 from ..data.format import SPLITS
 from ..errors import check_int
-from ..parsing import flag_names, name_list, parse_bytes
+from ..parsing import flag_names, name_list, parse_bytes, parse_seed
 from ..partition.format import PartitionedDataset
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
@@ -41,7 +41,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                         help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
                              "layer-wise, --fanouts are nodes per layer)")
     add_task_options(parser)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the evaluated run and of random choices (default 0)")
+    parser.add_argument("--seed", type=parse_seed, default=0, help="seed of the evaluated run and of random choices (default 0)")
     parser.add_argument("--simulation-epochs", type=int, default=SIMULATION_EPOCHS, metavar="E",
                         help=f"epochs sampled by the vip-simulation policy (default {SIMULATION_EPOCHS})")
     parser.add_argument(*flag_names("--sampler-threads"), type=int, default=1, metavar="T",

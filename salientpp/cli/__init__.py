@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from .. import __version__
-from .._env import OMP_WAIT, set_defaults
+from .._env import OMP_WAIT, quiet_broken_pipe, set_defaults
 from ..errors import InputError
 from ..io import WRITE_ERRNOS, os_error_sentence
 from ..parsing import integer, real, renamed_flag_notes
@@ -126,6 +126,7 @@ def _first_line(message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_broken_pipe()
     parser = build_parser()
     args = parser.parse_args(argv)
     for note in renamed_flag_notes(sys.argv[1:] if argv is None else argv):

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     work = check_output_dir(args.out) if args.out else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
     with output_errors(work):
         work.mkdir(exist_ok=True)
+    finished = False
     try:
         for argv in steps(work, args.preset, args.parts, args.epochs):
             print(f"\n$ salientpp {shlex.join(argv)}", flush=True)
@@ -57,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
                 return code
         print(f"\ndemo finished; per-epoch metrics in {work / 'metrics.jsonl'}"
               + ("" if args.out else " (temporary directory, now removed: use --out DIR to keep it)"))
+        finished = True
     finally:
-        if not args.out:
+        # --out holds the whole demo or nothing: a failed step, Ctrl-C or a full disk leaves no
+        # half of it that a rerun would refuse.
+        if not (args.out and finished):
             shutil.rmtree(work, ignore_errors=True)
     return 0

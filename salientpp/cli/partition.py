@@ -9,7 +9,7 @@ from ..data.format import KIND, load_dataset
 from ..errors import counted
 from ..io import check_output_dir, check_output_location, read_meta
 from ..partition.partitioner import METHODS, check_options, partition_dataset
-from ..parsing import parse_memory_limit
+from ..parsing import parse_memory_limit, parse_seed
 from ..resources import check_memory, estimate_partition, multilevel_budget
 
 
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "that does not grow with the edges (reads the graph in chunks, coarsens it and "
                              "hands METIS a small graph); random: balanced random assignment. When METIS leaves a "
                              "part empty (a small graph), the random method stands in, with a note")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=parse_seed, default=0, help="random seed (default 0)")
     parser.add_argument("--memory-limit", metavar="SIZE",
                         help="refuse to start when the memory estimate exceeds SIZE, e.g. 12GiB "
                              "(default: the memory available to this process); multilevel keeps within it")

@@ -11,6 +11,7 @@ from ..data.links import parse_link_split, split_edges
 from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
 from ..errors import InputError, counted
 from ..io import check_output_dir, check_output_location
+from ..parsing import parse_seed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: largest id + 1)")
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--self-loops", action="store_true", help="keep (v, v) edges (dropped by default)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=parse_seed, default=0,
                    help="seed of anything generated for an edge list, and of --link-split")
     p.add_argument("--link-split", metavar="TRAIN,VALID,TEST",
                    help="hold out edges for link prediction: fractions of the undirected edges (summing to at most "

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..errors import InputError
+from ..errors import SEED_LIMIT, InputError
 from ..hashing import GOLDEN, splitmix64
 from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
 from .csr import build_csr, sorted_unique
@@ -47,6 +47,10 @@ _MAX_ROUNDS = 4
 # and per node (weights, ids, labels, splits), for the memory check.
 _BYTES_PER_EDGE = 48
 _BYTES_PER_NODE = 96
+# What write_synthetic keeps per node (its docstring's "about 128 bytes per node").
+_OUT_OF_CORE_BYTES_PER_NODE = 128
+# The largest count a synthetic parameter may take (node ids, features, classes): 2^40.
+MAX_COUNT = 2**40
 # Rows of features generated per step (bounds the temporary memory of the noise).
 _FEATURE_CHUNK = 1 << 16
 # Out of core (write_synthetic): edge draws per batch (2 x 8 M int64, ~1 GiB of temporaries) and
@@ -109,6 +113,9 @@ class SyntheticConfig:
             if isinstance(value, float) and not math.isfinite(value):
                 raise InputError(f"synthetic parameter {f.name} must be a finite number, got {value}")
         n = self.num_nodes
+        for name in ("num_nodes", "num_features", "num_classes", "num_communities", "num_tasks"):
+            if getattr(self, name) > MAX_COUNT:
+                raise InputError(f"invalid synthetic graph: {name} must be at most 2^40, got {getattr(self, name)}")
         checks = [
             (n >= 2, "num_nodes must be at least 2"),
             (0 < self.avg_degree < n - 1, f"avg_degree must lie in (0, num_nodes - 1 = {n - 1})"),
@@ -128,7 +135,7 @@ class SyntheticConfig:
              "train_fraction, valid_fraction and test_fraction must lie in [0, 1] and sum to at most 1"),
             (round(self.train_fraction * n) >= 1, "train_fraction * num_nodes must give at least one training node"),
             (self.feature_dtype in ("float32", "float16"), "feature_dtype must be float32 or float16"),
-            (0 <= self.seed < 2**63, "seed must be a non-negative integer below 2^63"),
+            (0 <= self.seed < SEED_LIMIT, "seed must be a non-negative integer below 2^63"),
             (self.num_tasks >= 0, "num_tasks must be 0 (multi-class labels) or a positive number of targets"),
             (0 <= self.unknown_fraction < 1, "unknown_fraction must lie in [0, 1)"),
             (self.unknown_fraction == 0 or self.num_tasks >= 1,
@@ -318,6 +325,11 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
     atomically; returns the written dataset, memory-mapped."""
     config = parse_spec(spec)
     n = config.num_nodes
+    need, have = _OUT_OF_CORE_BYTES_PER_NODE * n, _available_memory()
+    if need > have:
+        raise InputError(f"this synthetic graph needs about {need / 2**30:.1f} GiB of memory even out of core "
+                         f"({_OUT_OF_CORE_BYTES_PER_NODE} bytes per node) but {have / 2**30:.1f} GiB is available; "
+                         "lower num_nodes")
     model = _model(config)
     with atomic_output_dir(out_dir) as tmp:
         files: dict[str, typing.Any] = {}
@@ -388,8 +400,12 @@ def _csr_files(model: _Model, config: SyntheticConfig, num_draws: int, directory
 
 def fits_in_memory(config: SyntheticConfig) -> bool:
     """Whether :func:`generate` can build ``config`` in the memory available now."""
-    from ..host import available_memory
-    return _in_memory_bytes(config) <= available_memory()
+    return _in_memory_bytes(config) <= _available_memory()
+
+
+def _available_memory() -> int:
+    from ..host import available_memory  # host loads torch, which the data package otherwise does not
+    return available_memory()
 
 
 def _in_memory_bytes(config: SyntheticConfig) -> int:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .._env import CPP_LOG, OMP_WAIT, set_defaults
+from .._env import CPP_LOG, OMP_WAIT, quiet_broken_pipe, set_defaults
 from ..errors import InputError, check_int
 from ..io.text import shown
 from ..host import ThreadBudget, local_world_size
@@ -392,6 +392,7 @@ def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: in
     for fd, target in zip(stdio, (1, 2)):  # the launcher's stdout and stderr, not the fork server's
         os.dup2(fd, target)
         os.close(fd)
+    quiet_broken_pipe()
     os.environ.clear()  # the launcher's environment, not the fork server's
     os.environ.update(env)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),

@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from ..errors import InputError, check_int
 from ..hashing import GOLDEN, splitmix64_array
-from ..io import output_errors, replace_file
+from ..io import check_torch_file, output_errors, replace_file
 from .optim import SparseOptimizer, make_sparse_optimizer
 
 Init = Callable[[np.ndarray, int], np.ndarray]
@@ -266,7 +266,13 @@ def load_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> No
     if not path.is_file():
         raise InputError(f"the checkpoint in {directory} has no embedding shard {path.name} for rank {emb.ctx.rank}; "
                          "resume with as many ranks as wrote it, or use a new --checkpoint-dir")
-    emb.load_state_dict(torch.load(path, weights_only=True))
+    fix = "resume from a checkpoint directory whose files are whole, or use a new --checkpoint-dir"
+    check_torch_file(path, fix)
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:  # a damaged archive directory that no record's checksum covers
+        raise InputError(f"{path} is not a readable embedding shard ({type(exc).__name__}); {fix}") from None
+    emb.load_state_dict(state)
 
 
 def remove_stale_shards(directory: str | os.PathLike, keep: set[str], rank: int) -> None:

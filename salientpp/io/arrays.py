@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -204,3 +205,16 @@ def read_meta(directory: str | os.PathLike, kind: str) -> dict[str, Any]:
     if not isinstance(meta.get("files"), dict):
         raise InputError(f"{path} has no table of files; re-create the directory")
     return meta
+
+
+def check_torch_file(path: str | os.PathLike, fix: str) -> None:
+    """Raise :class:`InputError` (ending in ``fix``) unless ``path`` is a whole file that
+    ``torch.save`` wrote: a zip archive every record of which matches its CRC-32 checksum, so a
+    flipped byte or a truncated file is refused before ``torch.load`` reads it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise InputError(f"{path} is not a whole checkpoint file ({shown(str(exc))}); {fix}") from None
+    if bad is not None:
+        raise InputError(f"{path} is corrupt: its record {shown(bad)} does not match its checksum; {fix}")

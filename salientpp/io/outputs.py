@@ -314,20 +314,6 @@ def _remove_dead(directory: Path, pattern: re.Pattern) -> list[Path]:
             continue
         removed.append(path)
     return removed
-    for entry in entries:
-        match = pattern.fullmatch(entry.name)
-        if not match or int(match.group(1)) == os.getpid() or _pid_alive(int(match.group(1))):
-            continue
-        path = Path(entry.path)
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
 
 
 def _renamed(tmp: Path, out: Path) -> None:

@@ -124,6 +124,10 @@ def make_sampler(rowptr, col, fanouts: Sequence[int], kind: str | SamplerKind = 
     return build(rowptr, col, list(fanouts), replace=replace, minibatches_per_bulk=minibatches_per_bulk, device=device)
 
 
+# The largest fanout: the C++ samplers count neighbours in 32 bits (-1 takes them all).
+MAX_FANOUT = 2**31 - 1
+
+
 def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWISE, layers: int | None = None,
                   what: str = "fanouts") -> tuple[int, ...]:
     """The one rule of a valid fanout list, returned as a tuple of ints: one integer per hop,
@@ -140,9 +144,10 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     if kind.layer_sizes and any(f < 1 for f in values):
         raise InputError(f"{kind.title} samples a number of nodes per layer, so every entry of {what} must be >= 1 "
                          f"(got {','.join(map(str, values))}); pass layer sizes such as 512,512")
-    bad = [f for f in values if f < 1 and f != -1]
+    bad = [f for f in values if (f < 1 and f != -1) or f > MAX_FANOUT]
     if bad:
-        raise InputError(f"fanout {bad[0]} is invalid; all {what} must be positive integers or -1 (all neighbours)")
+        raise InputError(f"fanout {bad[0]} is invalid; all {what} must be integers in [1, 2^31 - 1] or -1 (all "
+                         "neighbours)")
     if layers is not None and len(values) != layers:
         raise InputError(f"{what} gives {len(values)} hops but {layers} layers are sampled; "
                          "pass one fanout per layer")

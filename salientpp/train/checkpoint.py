@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..io import check_writable_dir, holds_files, output_errors, remove_stale_temporaries_in, replace_file, shown
+from ..io import (check_torch_file, check_writable_dir, holds_files, output_errors, remove_stale_temporaries_in,
+                  replace_file, shown)
 
 LAST, BEST = "last.pt", "best.pt"
 # The key of a checkpoint's options that holds the partitioning it was trained on
@@ -136,6 +137,7 @@ def load_checkpoint(directory: str | os.PathLike, expected: dict[str, Any], name
     path = Path(directory) / name
     if not path.is_file():
         raise InputError(f"there is no checkpoint {path} to resume from; run without --resume first")
+    check_torch_file(path, "delete it or pick another --checkpoint-dir")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         ckpt = Checkpoint(**state)

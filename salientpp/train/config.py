@@ -30,7 +30,7 @@ from ..cache.policies import get_policy
 from ..distributed.group import DEFAULT_TIMEOUT_S, is_first_rank, may_be_a_restart
 from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, check_seed
 from ..fullgraph.schedule import Dependencies
 from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
 from ..models import MODELS
@@ -192,8 +192,7 @@ def _dropout(value: Any, flag: str) -> None:
 
 
 def _seed(value: Any, flag: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-        raise InputError(f"the seed must be an integer in [0, 2^63), got {value!r}")
+    check_seed(value, "the seed")
 
 
 def _policy(value: Any, flag: str) -> None:
