@@ -100,6 +100,16 @@ def no_ranks(monkeypatch):
     refuse_ranks(monkeypatch, "salientpp.train.run.launch", "salientpp.train.run.run_rank")
 
 
+def exit_code(argv: list[str]) -> int:
+    """``salientpp ARGV``'s exit code in this process: what ``main`` returns, or the code of the
+    ``SystemExit`` an option's own type raised while the arguments were parsed."""
+    from salientpp.cli import main
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def one_sentence(capsys) -> str:
     """What the command printed on stderr, checked to be one line and no traceback."""
     err = capsys.readouterr().err.strip()

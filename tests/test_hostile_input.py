@@ -18,6 +18,7 @@ from salientpp.data.format import save_dataset
 from salientpp.errors import InputError
 from salientpp.io import file_checksum
 from salientpp.partition import load_partitioned
+from conftest import exit_code
 
 SIMULATE = ["--fanouts", "5", "--batch-size", "64", "--epochs", "1", "--policies", "degree", "--replication", "0"]
 ANALYZE = ["--fanouts", "5", "--batch-size", "64", "--policy", "vip", "--replication", "0.1"]
@@ -502,11 +503,7 @@ def test_numbers_past_their_type_are_one_sentence(tiny_partitions, tmp_path, cap
     part = tmp_path / "p2"
     shutil.copytree(tiny_partitions[0] / "p2", part)
     before = snapshot(tmp_path)
-    try:
-        code = main([arg.format(P=part, T=tmp_path) for arg in argv])
-    except SystemExit as exc:  # an option's own type refused it while parsing
-        code = exc.code
-    assert code == 2
+    assert exit_code([arg.format(P=part, T=tmp_path) for arg in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected in err and len(err) < 400, err
     assert snapshot(tmp_path) == before  # no plan directory named after a fanout, no output

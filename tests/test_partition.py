@@ -19,6 +19,7 @@ from salientpp.partition.metis import part_graph_kway
 from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, check_options, partition,
                                              partition_dataset)
 from salientpp.partition.quality import imbalance
+from conftest import exit_code
 
 SPLITS = ("train_idx", "valid_idx", "test_idx")
 
@@ -268,7 +269,7 @@ def test_cli_bad_input_is_one_sentence_exit_2_nothing_written(tmp_path, tiny, ti
     elif case == "out_exists":
         out.mkdir()
     before = sorted(p.name for p in tmp_path.iterdir())
-    assert main(["partition", str(dataset), str(out), *args]) == 2
+    assert exit_code(["partition", str(dataset), str(out), *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("salientpp partition: error: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no temporary left

@@ -8,13 +8,11 @@ from salientpp.cli import main
 from salientpp.errors import InputError
 from salientpp.sampling import BulkSampler, NeighborLoader, make_sampler
 from salientpp.train import TrainConfig, resolve_run
+from conftest import exit_code
 
 
 def _refused(capsys, argv: list[str], expected: str) -> None:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own refusals (unknown choices)
-        code = exc.code
+    code = exit_code(argv)
     err = capsys.readouterr().err
     assert code == 2, err
     assert expected in err and "Traceback" not in err, err
