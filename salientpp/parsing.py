@@ -6,7 +6,7 @@ import numbers
 import re
 
 from .errors import InputError, check_seed
-from .io.text import shown
+from .io import shown
 
 # The largest size in bytes any option takes: an int64.
 MAX_BYTES = 2**63 - 1

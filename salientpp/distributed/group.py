@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from .._env import CPP_LOG, OMP_WAIT, quiet_broken_pipe, set_defaults
 from ..errors import InputError, check_int
-from ..io.text import shown
+from ..io import pid_alive, shown
 from ..host import ThreadBudget, local_world_size
 from .host_memory import keep_freed_memory
 from .network import EmulatedLink, Network
@@ -112,20 +112,27 @@ def env_is_distributed() -> bool:
                          f"one of {', '.join(ENV_KEYS)} (torchrun does), or none to train alone")
     if not given:
         return False
-    world = _env_int("WORLD_SIZE", 1, 2**31 - 1)
-    _env_int("RANK", 0, world - 1)
+    world = _rendezvous_int("WORLD_SIZE", 1, 2**31 - 1)
+    _rendezvous_int("RANK", 0, world - 1)
     if "LOCAL_RANK" in os.environ:
-        _env_int("LOCAL_RANK", 0, world - 1)
-    _env_int("MASTER_PORT", 1, 65535)
+        _rendezvous_int("LOCAL_RANK", 0, world - 1)
+    _rendezvous_int("MASTER_PORT", 1, 65535)
     return True
 
 
-def _env_int(name: str, low: int, high: int) -> int:
-    """The rendezvous variable ``name`` as an integer in ``[low, high]``, else :class:`InputError`
-    at once (a rank that cannot exist would otherwise wait the whole timeout for its peers)."""
-    value = os.environ[name].strip()
+def _env_int(name: str, low: int, high: int, default: str | None = None) -> int | None:
+    """The environment variable ``name`` (``default`` when unset or empty) as an integer in
+    ``[low, high]``, or ``None`` when it is not one."""
+    value = (os.environ.get(name) or default or "").strip()
     number = int(value) if value.lstrip("-").isdigit() and value.isascii() and len(value) < 20 else None
-    if number is None or not low <= number <= high:
+    return number if number is not None and low <= number <= high else None
+
+
+def _rendezvous_int(name: str, low: int, high: int) -> int:
+    """A rendezvous variable as :func:`_env_int` reads it, else :class:`InputError` at once (a rank
+    that cannot exist would otherwise wait the whole timeout for its peers)."""
+    number = _env_int(name, low, high)
+    if number is None:
         raise InputError(f"{name} is {shown(repr(os.environ[name]))}, not an integer in [{low}, {high}], so this "
                          f"process cannot join a job; set the rendezvous variables as torchrun does (RANK in "
                          f"[0, WORLD_SIZE)), or unset them to train alone")
@@ -159,17 +166,14 @@ def restart_count() -> int:
     torchrun worker, the local launcher's ``SALIENTPP_RESTART_COUNT`` in a rank it started, and 0
     in a process that is no rank of a job (``salientpp train`` itself, a lone rank): a variable
     left in the environment of a fresh run is not a restart."""
-    if is_torchrun_worker():
-        name = "TORCHELASTIC_RESTART_COUNT"
-    elif env_is_distributed():
-        name = RESTART_ENV
-    else:
+    if not env_is_distributed():
         return 0
-    value = os.environ.get(name) or "0"
-    if not (value.isascii() and value.isdigit()):
-        raise InputError(f"{name} is {shown(repr(value))}, not a restart count (a launcher sets it to a non-negative "
-                         "integer); unset it")
-    return int(value)
+    name = "TORCHELASTIC_RESTART_COUNT" if TORCHRUN_ENV in os.environ else RESTART_ENV
+    count = _env_int(name, 0, 2**31 - 1, default="0")
+    if count is None:
+        raise InputError(f"{name} is {shown(repr(os.environ[name]))}, not a restart count (a launcher sets it to a "
+                         "non-negative integer); unset it")
+    return count
 
 
 def _join_start(store, rank: int, world: int, timeout_s: float) -> tuple[str, int]:
@@ -337,16 +341,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 def die_with_parent(parent_pid: int) -> None:
     """Make this process end when ``parent_pid`` ends: its parent, or (a rank started by the fork
     server, :func:`launch`) the launcher that asked for it.
@@ -360,11 +354,11 @@ def die_with_parent(parent_pid: int) -> None:
         armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
     except (OSError, AttributeError):  # not Linux
         armed = False
-    if not _alive(parent_pid) or (os.getppid() == 1 and parent_pid != 1):
+    if not pid_alive(parent_pid) or (os.getppid() == 1 and parent_pid != 1):
         os._exit(1)
     if not armed or os.getppid() != parent_pid:
         def watch() -> None:
-            while _alive(parent_pid) and os.getppid() != 1:
+            while pid_alive(parent_pid) and os.getppid() != 1:
                 time.sleep(_WATCHDOG_S)
             os._exit(1)
         threading.Thread(target=watch, name="salientpp-parent-watchdog", daemon=True).start()

@@ -267,7 +267,9 @@ def check_output_paths(paths: dict[str, str | None]) -> None:
 _STALE_SUFFIX = re.compile(r"\.tmp-(?P<pid>\d+)")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process on this machine (another user's included); a pid that
+    names no single process (0 or less) counts as alive, so nothing is removed on its account."""
     if pid <= 0:
         return True  # not a process id we can ask about: keep the entry
     try:
@@ -302,7 +304,7 @@ def _remove_dead(directory: Path, pattern: re.Pattern) -> list[Path]:
         return removed
     for entry in entries:
         match = pattern.fullmatch(entry.name)
-        if not match or int(match.group("pid")) == os.getpid() or _pid_alive(int(match.group("pid"))):
+        if not match or int(match.group("pid")) == os.getpid() or pid_alive(int(match.group("pid"))):
             continue
         path = Path(entry.path)
         try:

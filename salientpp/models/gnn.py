@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, check_int
-from ..io.text import shown
+from ..io import shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
 
