@@ -21,6 +21,7 @@ from .cache.plan import Budget
 from .cache.workload import Workload
 from .errors import InputError, counted
 from .host import MiB, format_bytes, memory_budget, sampler_read_ahead
+from .io import meta_count
 from .partition.format import PartitionedDataset
 from .partition.metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE
 from .partition.multilevel import MultilevelOptions, held_bytes, vertex_bytes
@@ -114,11 +115,7 @@ def check_memory(estimate: MemoryEstimate, limit: int | None) -> str:
 # ---- reading meta.json --------------------------------------------------------------------------
 
 def _count(meta: dict[str, Any], key: str, minimum: int = 1) -> int:
-    value = meta.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"meta.json has no valid {key} (found {value!r}); re-create the directory "
-                         "with the command that wrote it")
-    return value
+    return meta_count(meta, key, fix="re-create the directory with the command that wrote it", minimum=minimum)
 
 
 def _row_bytes(meta: dict[str, Any]) -> int:

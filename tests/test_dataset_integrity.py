@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.importers import load_source
 from salientpp.errors import InputError
 from salientpp.io import file_checksum
+from salientpp.partition.format import load_partitioned
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -74,13 +76,31 @@ def test_partition_refuses_labels_outside_num_classes(tmp_path, capsys, cora_dir
             str(cora_dir), "labels outside [-1, 7) for num_classes 7", "99 at node 5")
 
 
-@pytest.mark.parametrize("value", [0, "7", None, True])
-def test_partition_refuses_a_meta_json_without_a_positive_num_classes(tmp_path, capsys, cora_dir, value):
+@pytest.mark.parametrize("value", [0, "7", None, True, 1e25, 10**25, 2**63])
+def test_partition_refuses_a_meta_json_without_a_positive_num_classes_below_2_to_the_63(tmp_path, capsys, cora_dir,
+                                                                                         value):
     meta = json.loads((cora_dir / "meta.json").read_text())
     meta["num_classes"] = value
     (cora_dir / "meta.json").write_text(json.dumps(meta))
     refused(capsys, "partition", [str(cora_dir), str(tmp_path / "cora-2"), "--parts", "2"], tmp_path,
-            "gives num_classes as", "not a positive integer")
+            "gives num_classes as", "not a positive integer below 2^63; re-create the dataset directory")
+
+
+def test_a_partitioned_directory_whose_num_classes_is_past_int64_is_refused(tmp_path, tiny_partitions):
+    part = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part)
+    meta = json.loads((part / "meta.json").read_text())
+    meta["num_classes"] = 10**25
+    (part / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=r"gives num_classes as 1000.*, not a positive integer below 2\^63; re-partition"):
+        load_partitioned(part)
+
+
+def test_a_dataset_file_that_is_a_directory_is_refused_saying_so(tmp_path, capsys, cora_dir):
+    (cora_dir / "y.npy").unlink()
+    (cora_dir / "y.npy").mkdir()
+    refused(capsys, "partition", [str(cora_dir), str(tmp_path / "cora-2"), "--parts", "2"], tmp_path,
+            f"{cora_dir / 'y.npy'} is a directory, not a regular file; re-create the dataset directory")
 
 
 def test_labels_are_checked_in_chunks_naming_the_node(tmp_path, monkeypatch):

@@ -9,7 +9,9 @@ import bz2
 import gzip
 import io
 import json
+import os
 import re
+import signal
 import zipfile
 from pathlib import Path
 
@@ -255,6 +257,44 @@ def test_boolean_split_masks_in_an_npz_are_accepted(tmp_path):
     dataset = load_source(f"npz:{path}")
     np.testing.assert_array_equal(dataset.train_idx, [0, 1, 2, 3])
     np.testing.assert_array_equal(dataset.valid_idx, [4, 5])
+
+
+# ---- an input path that is no regular file -------------------------------------------------------
+
+def _not_a_file(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "in.npy"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "broken link":
+        path.symlink_to(tmp_path / "nowhere")
+    return path
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("directory", "is a directory, not a regular file"),
+    ("fifo", "is a named pipe (FIFO), not a regular file"),
+    ("link to /dev/zero", "is a character device, not a regular file"),
+    ("broken link", "is a symbolic link to"),
+    ("absent", "does not exist"),
+])
+@pytest.mark.parametrize("role", ["npz", "edgelist", "labels"])
+def test_an_input_that_is_no_regular_file_is_refused_saying_what_it_is(tmp_path, capsys, kind, expected, role):
+    path = _not_a_file(tmp_path, kind)
+    args = {"npz": [f"npz:{path}"], "edgelist": [f"edgelist:{path}"],
+            "labels": [write(tmp_path / "g.txt", "0 1\n"), "--labels", str(path)]}[role]
+    what = {"npz": "npz file", "edgelist": "edge list", "labels": "labels file"}[role]
+    handler = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the command opened the named pipe and blocked"))
+    signal.alarm(60)
+    try:
+        err = refused(tmp_path, capsys, args, f"{what} {path} {expected}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, handler)
+    assert kind == "absent" or f"{path} does not exist" not in err
 
 
 # ---- 5, 8: counts and features --------------------------------------------------------------------

@@ -102,15 +102,21 @@ def test_partition_refuses_without_a_limit_when_too_little_memory_is_available(t
         assert not (tmp_path / "out").exists()
 
 
-def test_partition_refuses_a_meta_json_without_counts(tmp_path, tiny_dir, capsys):
+@pytest.mark.parametrize("key, value, expected", [
+    ("num_edges", "many", "gives num_edges as 'many', not a non-negative integer below 2^63"),
+    ("num_nodes", 10**25, f"gives num_nodes as {10**25}, not a positive integer below 2^63"),
+    ("num_features", 2**63, f"gives num_features as {2**63}, not a positive integer below 2^63"),
+])
+def test_partition_refuses_a_meta_json_without_valid_counts(tmp_path, tiny_dir, capsys, key, value, expected):
     import shutil
     dataset = tmp_path / "dataset"
     shutil.copytree(tiny_dir, dataset)
     meta = json.loads((dataset / "meta.json").read_text())
-    meta["num_edges"] = "many"
+    meta[key] = value
     (dataset / "meta.json").write_text(json.dumps(meta))
     assert main(["partition", str(dataset), str(tmp_path / "out"), "--parts", "2"]) == 2
-    assert "no valid num_edges" in one_error_line(capsys, "partition")
+    assert expected in one_error_line(capsys, "partition")
+    assert not (tmp_path / "out").exists()
     assert not (tmp_path / "out").exists()
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..cache.simulator import RESULT_KIND as SIMULATE_KIND
 from ..errors import InputError
-from ..io import atomic_output_dir, check_output_dir, shown
+from ..io import atomic_output_dir, check_input_file, check_output_dir, shown
 from ..plots import require_pyplot
 from ..train.config import FP32
 from .results import ROWS_KEY, declared_kind
@@ -159,8 +159,7 @@ def load_results(paths: list[str | Path]) -> Results:
     for path, label in zip(map(Path, paths), labels):
         if labels.count(label) > 1:
             label = str(path)
-        if not path.is_file():
-            raise InputError(f"results file {path} does not exist; check the path")
+        check_input_file(path, "results file", "give the --json output of a salientpp benchmark")
         try:
             data = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import InputError, counted
-from ..io import shown
+from ..io import check_input_file, shown
 from .convert import _as_ids, as_features, as_labels, random_split
 from .csr import build_csr
 from .format import Dataset
@@ -45,8 +45,7 @@ _MAX_NODES = 3_037_000_499
 
 
 def _read_npy(path: str | os.PathLike, what: str) -> np.ndarray:
-    if not Path(path).is_file():
-        raise InputError(f"{what} file {path} does not exist; check the path")
+    check_input_file(path, f"{what} file", "give the path of a .npy file")
     try:
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -234,8 +233,7 @@ def _parse_digits(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
 
 def _read_edgelist(path: Path) -> np.ndarray:
     """int64 ``[2, E]`` edges of a text edge list (see :class:`_EdgeListParser`), plain or gzip."""
-    if not path.is_file():
-        raise InputError(f"edge list {path} does not exist; check the path")
+    check_input_file(path, "edge list", "give the path of a text edge list")
     parser = _EdgeListParser(path)
     try:
         parts = [parser.parse(block) for block in _edgelist_blocks(path)]

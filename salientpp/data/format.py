@@ -34,7 +34,8 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError, counted
-from ..io import atomic_output_dir, load_listed, read_meta, read_rows, row_chunks, save_array, shown, write_meta
+from ..io import (atomic_output_dir, load_listed, meta_count, read_meta, read_rows, row_chunks, save_array, shown,
+                  write_meta)
 from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
 
@@ -477,13 +478,9 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
 
 
 def _declared_classes(meta: dict[str, Any], path: str | os.PathLike) -> int | None:
-    """meta.json's ``num_classes`` (a positive integer) when it says the labels are multi-class,
-    ``None`` when it says multi-label; :class:`InputError` when it is missing or not a positive
-    integer."""
+    """meta.json's ``num_classes`` (an integer in ``[1, 2^63)``) when it says the labels are
+    multi-class, ``None`` when it says multi-label; :class:`InputError` when it is missing or out
+    of that range (:func:`~salientpp.io.meta_count`)."""
     if meta.get("label_kind", MULTICLASS) != MULTICLASS:
         return None
-    value = meta.get("num_classes")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InputError(f"meta.json in {path} gives num_classes as {shown(value)}, not a positive integer; "
-                         "re-create the dataset directory")
-    return value
+    return meta_count(meta, "num_classes", f"meta.json in {path}", "re-create the dataset directory")

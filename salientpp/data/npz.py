@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..io import shown
+from ..io import check_input_file, shown
 from .convert import as_features, as_labels, as_split
 from .csr import build_csr
 from .format import Dataset
@@ -23,8 +23,7 @@ _SPLIT_KEYS = (("train_idx", "train_mask"), ("val_idx", "val_mask"), ("test_idx"
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive; one sentence for anything that is not a readable one."""
-    if not path.is_file():
-        raise InputError(f"npz file {path} does not exist; check the path")
+    check_input_file(path, "npz file", "give the path of an .npz archive")
     try:
         with open(path, "rb") as f:
             magic = f.read(len(_NPY_MAGIC))

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import InputError
+from .inputs import check_input_file
 from .text import shown
 
 _CHUNK = 1 << 24
@@ -135,13 +136,12 @@ def load_array(directory: Path, name: str, entry: dict[str, Any] | None = None, 
             (meta.json may lie too).
         fix: how the user repairs the directory, the end of every message.
 
-    Raises :class:`InputError` when the file is missing, unreadable, of a dtype outside
-    ``dtypes`` or another ``ndim``, or disagrees with the entry in dtype, shape or (with
-    ``verify``) checksum. Never unpickles.
+    Raises :class:`InputError` when the file is missing or no regular file
+    (:func:`~salientpp.io.check_input_file`), unreadable, of a dtype outside ``dtypes`` or another
+    ``ndim``, or disagrees with the entry in dtype, shape or (with ``verify``) checksum. Never
+    unpickles.
     """
-    path = Path(directory) / f"{name}.npy"
-    if not path.is_file():
-        raise InputError(f"{path} is missing; {fix}")
+    path = check_input_file(Path(directory) / f"{name}.npy", fix=fix)
     if entry is not None and not (isinstance(entry.get("dtype"), str) and isinstance(entry.get("checksum"), str)
                                   and isinstance(entry.get("shape"), list)
                                   and all(isinstance(d, int) for d in entry["shape"])):
@@ -205,6 +205,24 @@ def read_meta(directory: str | os.PathLike, kind: str) -> dict[str, Any]:
     if not isinstance(meta.get("files"), dict):
         raise InputError(f"{path} has no table of files; re-create the directory")
     return meta
+
+
+# A count of a meta.json (nodes, edges, features, classes...) sizes int64 arrays: below 2^63.
+_COUNT_LIMIT = 2**63
+
+
+def meta_count(meta: dict[str, Any], key: str, where: str = "meta.json", fix: str = "re-create the directory",
+               minimum: int = 1) -> int:
+    """``meta[key]`` when it is an integer (not a bool) in ``[minimum, 2^63)``, the range of the
+    int64 arrays it counts; else :class:`InputError`: ``"WHERE gives KEY as VALUE, not a positive
+    integer below 2^63; FIX"``. The one check of every count a ``meta.json`` gives (``where``:
+    ``"meta.json in DIR"``)."""
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value < _COUNT_LIMIT:
+        rule = ("a positive integer" if minimum == 1 else "a non-negative integer" if minimum == 0
+                else f"an integer of at least {minimum}")
+        raise InputError(f"{where} gives {key} as {shown(repr(value))}, not {rule} below 2^63; {fix}")
+    return value
 
 
 def check_torch_file(path: str | os.PathLike, fix: str) -> None:

@@ -34,7 +34,7 @@ from ..data.csr import check_csr
 from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTYPE, MULTILABEL, MULTILABEL_DTYPES,
                            SPLIT_FILES, check_ids, check_label_array, check_permutation, first_nonfinite_row)
 from ..errors import InputError, counted
-from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
+from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, shown, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
 from .book import PartitionBook
 
@@ -325,9 +325,7 @@ def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool =
         raise InputError(f"meta.json in {path} gives the label dtype of its {kind} labels as "
                          f"{shown(meta.get('label_dtype'))}, not {' or '.join(dtypes)}; {FIX}")
     for key in ("num_features", "num_classes" if kind == MULTICLASS else "num_tasks"):
-        if not isinstance(meta.get(key), int) or isinstance(meta[key], bool) or meta[key] < 1:
-            raise InputError(f"meta.json in {path} gives {key} as {shown(meta.get(key))}, not a positive integer; "
-                             f"{FIX}")
+        meta_count(meta, key, f"meta.json in {path}", FIX)
     if meta.get("feature_dtype") not in FILE_FORMATS["x"][0]:
         raise InputError(f"meta.json in {path} gives the feature dtype as {shown(meta.get('feature_dtype'))}, "
                          f"not float32 or float16; {FIX}")
