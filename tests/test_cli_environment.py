@@ -95,6 +95,21 @@ def test_an_output_under_a_regular_file_is_refused_before_any_work(command, dept
 
 
 
+@pytest.mark.parametrize("command", COMMANDS + ("train-json", "train-checkpoint-dir", "predict", "demo"))
+def test_an_empty_output_path_is_refused_before_any_work(command, parts, dataset_dir, tmp_path, capsys, monkeypatch,
+                                                         no_ranks):
+    """``''`` would be the current directory (``Path('')`` is ``.``), which no command means to write."""
+    monkeypatch.chdir(tmp_path)
+    argv = {"train-json": ["train", parts, "--fanouts", "5", "--layers", "1", "--json", ""],
+            "train-checkpoint-dir": ["train", parts, "--fanouts", "5", "--layers", "1", "--checkpoint-dir", ""],
+            "predict": ["predict", parts, "--checkpoint", str(tmp_path / "ck"), "--out", ""],
+            "demo": ["demo", "--out", ""]}.get(command) or _command(command, parts, dataset_dir, "")
+    before = snapshot(tmp_path)
+    assert main(argv) == 2
+    assert_refused(capsys, _prog(argv), ["is an empty path; give the path to write"])
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("code, reason", [(errno.EROFS, "the file system is read-only"),
                                           (errno.EACCES, "permission denied")], ids=["read_only_fs", "no_permission"])

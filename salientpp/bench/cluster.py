@@ -162,9 +162,9 @@ def main(args: argparse.Namespace) -> int:
     for policy in policies:
         get_policy(policy)
     check_output_paths({"--json": args.json_path, "--plot": args.plot})
-    if args.json_path:
+    if args.json_path is not None:
         check_output_dir(args.json_path, "output file")
-    if args.plot:
+    if args.plot is not None:
         check_plot_path(args.plot)
     _config(args, "none", 0.0, args.pipeline_depth).validate()
     data = load_partitioned(args.part_dir)
@@ -217,10 +217,10 @@ def main(args: argparse.Namespace) -> int:
               "part_dir": args.part_dir, "num_parts": data.num_parts, "epochs": args.epochs, "repeats": args.repeats,
               "fanouts": list(parse_fanouts(args.fanouts)), "batch_size": args.batch_size, "hidden": args.hidden,
               "device": args.device, "rows": rows}
-    if args.json_path:
+    if args.json_path is not None:
         write_results(args.json_path, KIND, result)
         print(f"results written to {args.json_path}")
-    if args.plot:
+    if args.plot is not None:
         with atomic_output_file(args.plot) as tmp:
             plot_cluster(result, str(tmp))
         print(f"plot written to {args.plot}")

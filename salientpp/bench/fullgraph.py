@@ -181,7 +181,7 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--compare-minibatch must be at least 0 and --minibatch-epochs at least 1, got "
                          f"{args.compare_minibatch} and {args.minibatch_epochs}")
     for path, option in ((args.json_path, "--json"), (args.plot, "--plot")):
-        if path:
+        if path is not None:
             check_writable_file(path, option)
     # Every option checked, and the largest schedule's memory, before any rank starts.
     run = resolve_run(_config(args, mode="full-graph", dependencies=Dependencies.CACHE.value, epochs=args.epochs),
@@ -204,9 +204,9 @@ def main(args: argparse.Namespace) -> int:
         for name, r in comparison["runs"].items():
             epochs = r["epochs_to_target"] if r["epochs_to_target"] > 0 else "not reached"
             print(f"| {name} | {epochs} | {r['seconds_to_target']:.2f} | {r['epoch_s']:.3f} | {r['best_valid']:.4f} |")
-    if args.json_path:
+    if args.json_path is not None:
         write_results(args.json_path, KIND, results)
-    if args.plot:
+    if args.plot is not None:
         _plot(rows, args.plot, f"{args.part_dir}: {args.model}, {args.layers} layers, hidden {args.hidden}")
         print(f"plot: {args.plot}")
     return 0

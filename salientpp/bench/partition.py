@@ -157,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
     check_int(args.repeats, "--repeats")
     limit = parse_memory_limit(args.memory_limit)
     for path, option in ((args.json_path, "--json"), (args.plot, "--plot")):
-        if path:
+        if path is not None:
             check_writable_file(path, option)
     metas = {dataset: read_meta(dataset, DATASET) for dataset in args.datasets}
     for dataset, meta in metas.items():
@@ -182,9 +182,9 @@ def main(args: argparse.Namespace) -> int:
         line = extrapolate(rows, method, *PAPERS100M, budget=budget)
         if line:
             print(line)
-    if args.json_path:
+    if args.json_path is not None:
         write_results(args.json_path, KIND, rows)
-    if args.plot:
+    if args.plot is not None:
         _plot(rows, args.plot, args.parts)
         print(f"plot: {args.plot}")
     return 0

@@ -349,12 +349,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.out:
+    if args.out is not None:
         check_output_dir(args.out)
         if not args.no_plots:
             _pyplot()
     results = load_results(args.results)
-    if not args.out:
+    if args.out is None:
         print(render_markdown(results))
         return 0
     with atomic_output_dir(args.out) as tmp:

@@ -433,18 +433,18 @@ def main(args: argparse.Namespace) -> int:
                          "or leave --device at cpu")
     with_pyg = not args.no_pyg and pyg_available()
     check_output_paths({"--json": args.json, "--plot": args.plot})
-    if args.json:
+    if args.json is not None:
         check_output_dir(args.json, "output file")
-    if args.plot:
+    if args.plot is not None:
         check_plot_path(args.plot)
     config, rows = run_sampler_bench(args.dataset_dir, fanouts, args.batch_size, threads, args.batches,
                                      args.repeats, with_pyg, samplers, bulk_sizes, ladies_fanouts, args.device)
     print(format_table(config, rows))
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
-    if args.json:
+    if args.json is not None:
         write_results(args.json, KIND, {"config": asdict(config), "rows": [asdict(r) for r in rows]})
-    if args.plot:
+    if args.plot is not None:
         with atomic_output_file(args.plot) as tmp:
             plot_bulk(config, rows, str(tmp))
         print(f"plot written to {args.plot}")

@@ -56,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     policies = name_list(args.policies, "--policies", "vip,degree")
     for name in policies:
         get_policy(name)
-    if args.json:
+    if args.json is not None:
         check_output_dir(args.json, "output file")
     dataset = load_partitioned(args.part_dir)
     replication = check_replication(number_list(args.replication, float, "--replication", "0,0.1,0.5"), dataset.num_parts)
@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
         if eff is not None:
             print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
         reports.append({"fanouts": list(fanouts), "batch_size": batch_size, "seconds": seconds, **result.to_json()})
-    if args.json:
+    if args.json is not None:
         write_results(args.json, KIND, reports)
         print(f"results written to {args.json}")
     return 0

@@ -122,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
     for name, value in (("--batch-size", args.batch_size), ("--hidden", args.hidden), ("--batches", args.batches),
                         ("--repeats", args.repeats), ("--torch-threads", args.torch_threads)):
         check_int(value, name)
-    if args.json_path:
+    if args.json_path is not None:
         check_output_dir(args.json_path, "output file")
     device = resolve_device(args.device, 0)  # refuses cuda where torch sees no GPU
     cuda = device.type == "cuda"
@@ -216,6 +216,6 @@ def main(args: argparse.Namespace) -> int:
         base = first.setdefault(r["group"], r["seconds"])
         r["speedup"] = base / max(r["seconds"], 1e-12)
         print(f"| {r['group']} | {r['impl']} | {r['ms_per_batch']:.1f} | {r['speedup']:.2f}x |")
-    if args.json_path:
+    if args.json_path is not None:
         write_results(args.json_path, KIND, rows)
     return 0

@@ -151,9 +151,9 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--seeds is empty; pass at least one training seed, e.g. --seeds 0")
     check_int(args.epochs, "--epochs")
     check_output_paths({"--json": args.json, "--plot": args.plot})
-    if args.json:
+    if args.json is not None:
         check_output_dir(args.json, "output file")
-    if args.plot:
+    if args.plot is not None:
         check_plot_path(args.plot)
     # No cache: it changes what is fetched, not what is trained on.
     options = {"batch_size": args.batch_size, "hidden": args.hidden, "lr": args.lr, "policy": "none"}
@@ -162,11 +162,11 @@ def main(args: argparse.Namespace) -> int:
                     inference="layerwise", **options).validate()
     rows = run_tradeoff(args.part_dir, configurations, args.epochs, seeds, options)
     print(format_table(rows))
-    if args.json:
+    if args.json is not None:
         write_results(args.json, KIND, {"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds, **options,
                                           "rows": [asdict(r) for r in rows]})
         print(f"results written to {args.json}")
-    if args.plot:
+    if args.plot is not None:
         plot_tradeoff(rows, args.plot)
         print(f"plot written to {args.plot}")
     return 0

@@ -239,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
     if args.pipeline_depth is not None:
         check_int(args.pipeline_depth, "--pipeline-depth")
     parse_fanouts(args.fanouts)
-    if args.json_path:
+    if args.json_path is not None:
         check_output_dir(args.json_path, "output file")
     data = load_partitioned(args.part_dir)
     if data.num_parts == 1 and alphas:
@@ -301,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"\nfreed host memory: pipeline off, no cache, median epoch {kept:.3f} s kept for reuse and "
               f"{returned:.3f} s returned to the system: {returned / kept:.2f}x")
         rows.extend(allocs)
-    if args.json_path:
+    if args.json_path is not None:
         for r in rows:
             r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
         write_results(args.json_path, KIND, rows)

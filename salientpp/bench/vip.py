@@ -146,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--methods must list some of {', '.join(METHODS)}, got {args.methods!r}")
     if args.mc_batches < 0:
         raise InputError(f"--mc-batches must be >= 0, got {args.mc_batches}")
-    if args.json:
+    if args.json is not None:
         check_output_dir(args.json, "output file")
     dataset = load_partitioned(args.part_dir)
     if workload.edges is not None:
@@ -178,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
                                                  for r in rows) + " |")
         report["accuracy"] = acc
         report["mc_batches"] = args.mc_batches
-    if args.json:
+    if args.json is not None:
         write_results(args.json, KIND, report)
         print(f"results written to {args.json}")
     return 0

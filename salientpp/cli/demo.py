@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_int(args.parts, "--parts")
     check_int(args.epochs, "--epochs")
-    work = check_output_dir(args.out) if args.out else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
+    work = check_output_dir(args.out) if args.out is not None else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
     with output_errors(work):
         work.mkdir(exist_ok=True)
     finished = False
@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
             if code:
                 return code
         print(f"\ndemo finished; per-epoch metrics in {work / 'metrics.jsonl'}"
-              + ("" if args.out else " (temporary directory, now removed: use --out DIR to keep it)"))
+              + ("" if args.out is not None else " (temporary directory, now removed: use --out DIR to keep it)"))
         finished = True
     finally:
         # --out holds the whole demo or nothing: a failed step, Ctrl-C or a full disk leaves no
         # half of it that a rerun would refuse.
-        if not (args.out and finished):
+        if not (args.out is not None and finished):
             shutil.rmtree(work, ignore_errors=True)
     return 0

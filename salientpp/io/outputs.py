@@ -109,6 +109,14 @@ def _probe(directory: Path, target: Path) -> None:
         pass
 
 
+def _output_path(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a :class:`Path`, or :class:`InputError` when it is empty: ``Path("")`` is the
+    current directory, which no command means to write (``prepare SOURCE ''``)."""
+    if not os.fspath(path):
+        raise InputError(f"{what} is an empty path; give the path to write, e.g. ./out")
+    return Path(path)
+
+
 def _exists(path: Path, target: Path) -> bool:
     try:
         return path.exists() or path.is_symlink()
@@ -141,6 +149,7 @@ def check_writable_dir(path: str | os.PathLike, what: str = "output directory", 
     Raises :class:`InputError` (one sentence naming ``path``, ``what`` names it: e.g.
     ``"--checkpoint-dir"``) when:
 
+    - ``path`` is empty (:func:`_output_path`);
     - ``path`` exists and is not a directory (a file, or a symbolic link to one);
     - ``path`` exists and ``exist_ok`` is false (``"... already exists; remove it or choose another path"``);
     - ``path`` exists, ``exist_ok`` is true, and a file cannot be created in it (read-only, no permission);
@@ -152,7 +161,7 @@ def check_writable_dir(path: str | os.PathLike, what: str = "output directory", 
     (``mkdir(parents=parents, exist_ok=exist_ok)``). A full disk is not detected here (an empty
     file still fits); writes inside :func:`output_errors` report it.
     """
-    out = Path(path)
+    out = _output_path(path, what)
     if _exists(out, out):
         if not out.is_dir():
             kind = "a file" if out.is_file() else "a broken link" if out.is_symlink() else "a special file"
@@ -171,12 +180,12 @@ def check_writable_file(path: str | os.PathLike, what: str = "output file", exis
     appended to); return it.
 
     Raises :class:`InputError` (one sentence naming ``path``; ``what`` names it, e.g. ``"--json"``)
-    when ``path`` is a directory; when it exists and ``exist_ok`` is false; when it exists and
+    when ``path`` is empty or a directory; when it exists and ``exist_ok`` is false; when it exists and
     cannot be opened for appending (nothing is written and its bytes and times stay as they
     were); or when it is absent and its parent (with ``parents``, the nearest existing
     ancestor) is missing, is a file, or does not let a file be created in it.
     """
-    out = Path(path)
+    out = _output_path(path, what)
     if _exists(out, out):
         if out.is_dir():
             raise InputError(f"{what} {out} is a directory, not a file; choose a file path")
@@ -224,9 +233,9 @@ def owning_directory(path: str | os.PathLike) -> str | None:
 
 
 def check_output_location(path: str | os.PathLike, what: str) -> None:
-    """Refuse an output ``path`` (``what`` names it: ``"--json"``) that is or lies in a directory
-    salientpp manages (:func:`owning_directory`), in one sentence."""
-    owner = owning_directory(path)
+    """Refuse an output ``path`` (``what`` names it: ``"--json"``) that is empty or is or lies in a
+    directory salientpp manages (:func:`owning_directory`), in one sentence."""
+    owner = owning_directory(_output_path(path, what))
     if owner is not None:
         raise InputError(f"{what} {path} lies in {owner}, whose files a run must not change; write it elsewhere")
 
@@ -238,14 +247,14 @@ def holds_files(directory: str | os.PathLike) -> bool:
 
 
 def check_output_dir(out_dir: str | os.PathLike, what: str = "output directory") -> Path:
-    """Raise :class:`InputError` unless ``out_dir`` is absent and its parent is an existing
-    directory in which a file can be created.
+    """Raise :class:`InputError` unless ``out_dir`` is a path (not empty) that is absent and whose
+    parent is an existing directory in which a file can be created.
 
     Long-running commands call it before they start, so a bad path fails at once. ``what``
     names the output in the message (``"output file"`` for a single file). The output itself may
     become a file or a directory: any existing entry is refused.
     """
-    out = Path(out_dir)
+    out = _output_path(out_dir, what)
     if _exists(out, out):
         raise InputError(f"{what} {out} already exists; remove it or choose another path")
     _check_parent(out, parents=False)

@@ -387,10 +387,10 @@ class TrainConfig:
         if filled.eval_fanouts is not None:
             check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
         self._check_output_paths()
-        if self.checkpoint_dir:
+        if self.checkpoint_dir is not None:
             # run_rank checks again once the ranks agree on whether this is a restart.
             check_checkpoint_dir(self.checkpoint_dir, self.resume, restarted=may_be_a_restart())
-        if self.json_path:
+        if self.json_path is not None:
             check_writable_file(self.json_path, "--json", exist_ok=True)
         return self
 
@@ -405,7 +405,7 @@ class TrainConfig:
         checkpoints, and the JSON lines not into the run's own checkpoint directory."""
         outputs = (("--checkpoint-dir", self.checkpoint_dir), ("--json", self.json_path))
         for flag, path in outputs:
-            if path:
+            if path is not None:
                 check_output_location(path, flag)
                 if is_first_rank():  # the process that will hold the outputs' locks
                     check_unlocked(path, flag)
