@@ -1,7 +1,8 @@
 """Environment variables salientpp sets for the processes it starts (its CLI, its local ranks)
 where the user did not set them. torch and OpenMP read them once, when torch is imported, so
 this module imports nothing heavy: the CLI applies them before any command imports torch. And
-how those processes treat a standard output whose reader has gone (:func:`quiet_broken_pipe`).
+how those processes treat a standard output whose reader has gone (:func:`quiet_broken_pipe`)
+or that can no longer be written (:func:`discard_stdout`).
 """
 from __future__ import annotations
 
@@ -37,24 +38,40 @@ class _QuietPipe:
         try:
             return self._stream.write(text)
         except BrokenPipeError:
-            self._to_devnull()
+            _to_devnull(self._stream)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:
-            self._to_devnull()
-
-    def _to_devnull(self) -> None:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, self._stream.fileno())  # what is still buffered goes there too
-        finally:
-            os.close(devnull)
+            _to_devnull(self._stream)
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+def _to_devnull(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: what it still buffers, and all it is
+    given later, goes there. Nothing happens to a stream without a file descriptor (a test's
+    capture)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def discard_stdout() -> None:
+    """Send the rest of this process's standard output to /dev/null, what is buffered included:
+    for one that can no longer be written (a full disk), so that neither later prints nor the
+    flush at exit fail on it (which would end Python with exit code 120 and a traceback)."""
+    if sys.stdout is not None:
+        _to_devnull(sys.stdout)
 
 
 def quiet_broken_pipe() -> None:

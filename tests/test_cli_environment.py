@@ -6,6 +6,7 @@ nothing written, older outputs byte-identical."""
 from __future__ import annotations
 
 import argparse
+import builtins
 import errno
 import json
 import os
@@ -21,7 +22,7 @@ import pytest
 
 from salientpp import io
 from salientpp.cli import Terminated, build_parser, main, parsers
-from salientpp.data.format import save_dataset
+from salientpp.data.format import load_dataset, save_dataset
 from salientpp.errors import InputError
 from salientpp.parsing import name_list, number_list
 from conftest import fail_probe_in
@@ -349,6 +350,84 @@ def test_interrupts_map_to_their_exit_codes(monkeypatch, capsys, raised, code, w
     monkeypatch.setattr(cli_partition, "run", run)
     assert main(["partition", "a", "b", "--parts", "2"]) == code
     assert capsys.readouterr().err == f"salientpp partition: {word}\n"
+
+
+# ---- after the output is complete: an interrupt or a full standard output ----------------------
+
+def _print_failing_once(monkeypatch, module, out: Path, raised: BaseException) -> None:
+    """``print`` in ``module`` raises ``raised`` once ``out`` exists: after the command's final
+    rename, while it prints its summary."""
+    def failing(*args, **kwargs):
+        if out.exists():
+            raise raised
+        builtins.print(*args, **kwargs)
+    monkeypatch.setattr(module, "print", failing, raising=False)
+
+
+@pytest.mark.parametrize("command", ["prepare", "partition", "analyze"])
+@pytest.mark.parametrize("raised, word", [(KeyboardInterrupt(), "interrupted"), (Terminated(), "terminated")])
+def test_an_interrupt_after_the_output_is_complete_exits_0_and_keeps_it(command, raised, word, parts, dataset_dir,
+                                                                        tmp_path, capsys, monkeypatch):
+    import importlib
+    out = tmp_path / "out"
+    _print_failing_once(monkeypatch, importlib.import_module(f"salientpp.cli.{command}"), out, raised)
+    assert main(_command(command, parts, dataset_dir, out)) == 0
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == f"salientpp {command}: {word} after its output was complete: {out}"
+    assert (out / "meta.json").is_file()
+    io.read_meta(out, json.loads((out / "meta.json").read_text())["kind"])  # whole: its meta.json lists its files
+
+
+@pytest.mark.parametrize("command", ["prepare", "partition", "simulate-json", "bench-report"])
+def test_a_full_standard_output_after_the_output_is_complete_exits_0(command, parts, dataset_dir, tmp_path, capsys,
+                                                                     monkeypatch):
+    import importlib
+    out = tmp_path / "out"
+    module = {"simulate-json": "salientpp.bench.results", "bench-report": "salientpp.bench.report"}.get(
+        command, f"salientpp.cli.{command}")
+    _print_failing_once(monkeypatch, importlib.import_module(module), out, OSError(errno.ENOSPC, "No space left on "
+                                                                                                "device"))
+    argv = _command(command, parts, dataset_dir, out)
+    if command == "bench-report":
+        simulated = tmp_path / "sim.json"
+        assert main(_command("simulate-json", parts, dataset_dir, simulated)) == 0
+        argv[2] = str(simulated)
+    assert main(argv) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (f"salientpp {argv[0]}: note: the summary could not be printed "
+                                                        f"(no space left on device), but the output is complete: {out}")
+    assert out.exists()
+
+
+def test_an_interrupt_before_the_output_is_complete_still_exits_130_and_leaves_nothing(parts, dataset_dir, tmp_path,
+                                                                                      capsys, monkeypatch):
+    from salientpp.cli import analyze as cli_analyze
+    out = tmp_path / "out"
+
+    def interrupted(*args, **kwargs):  # analyze prints its memory estimate before the work
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_analyze, "print", interrupted, raising=False)
+    assert main(_command("analyze", parts, dataset_dir, out)) == 130
+    assert capsys.readouterr().err == "salientpp analyze: interrupted\n"
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_prepare_into_dev_full_writes_the_dataset_and_exits_0(tmp_path, buffered):
+    """``salientpp prepare ... > /dev/full``: the summary fails to print (at once, or at the final
+    flush of a buffered standard output, which Python would end with exit code 120)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    out = tmp_path / "out"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "salientpp", "prepare", "synthetic:tiny", str(out)], cwd=tmp_path,
+                              env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("salientpp prepare: note: the summary could not be printed (no space left "
+                                            f"on device), but the output is complete: {out}"), proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    load_dataset(out)
 
 
 # ---- plot formats and other outputs, before the work ------------------------------------------

@@ -31,8 +31,8 @@ from ..cache.policies import get_policy
 from ..cache.simulator import check_replication
 from ..distributed.network import parse_network
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_output_dir, check_output_paths
-from .results import write_results
+from ..io import check_output_dir, check_output_paths
+from .results import write_outputs
 from ..parsing import flag_names, name_list, number_list
 from ..partition import load_partitioned
 from ..plots import check_plot_path, require_pyplot
@@ -217,11 +217,5 @@ def main(args: argparse.Namespace) -> int:
               "part_dir": args.part_dir, "num_parts": data.num_parts, "epochs": args.epochs, "repeats": args.repeats,
               "fanouts": list(parse_fanouts(args.fanouts)), "batch_size": args.batch_size, "hidden": args.hidden,
               "device": args.device, "rows": rows}
-    if args.json_path is not None:
-        write_results(args.json_path, KIND, result)
-        print(f"results written to {args.json_path}")
-    if args.plot is not None:
-        with atomic_output_file(args.plot) as tmp:
-            plot_cluster(result, str(tmp))
-        print(f"plot written to {args.plot}")
+    write_outputs(args, KIND, result, args.json_path, args.plot, lambda path: plot_cluster(result, path))
     return 0

@@ -28,8 +28,8 @@ from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..fullgraph import Dependencies, check_dependencies
 from ..fullgraph.schedule import candidate_schedules
-from ..io import atomic_output_file, check_writable_file
-from .results import write_results
+from ..io import check_writable_file
+from .results import write_outputs
 from ..distributed import init_distributed, launch, shutdown_distributed
 from ..plots import require_pyplot
 from ..train import TrainConfig, train
@@ -168,8 +168,7 @@ def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    with atomic_output_file(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -204,9 +203,7 @@ def main(args: argparse.Namespace) -> int:
         for name, r in comparison["runs"].items():
             epochs = r["epochs_to_target"] if r["epochs_to_target"] > 0 else "not reached"
             print(f"| {name} | {epochs} | {r['seconds_to_target']:.2f} | {r['epoch_s']:.3f} | {r['best_valid']:.4f} |")
-    if args.json_path is not None:
-        write_results(args.json_path, KIND, results)
-    if args.plot is not None:
-        _plot(rows, args.plot, f"{args.part_dir}: {args.model}, {args.layers} layers, hidden {args.hidden}")
-        print(f"plot: {args.plot}")
+    write_outputs(args, KIND, results, args.json_path, args.plot,
+                  lambda path: _plot(rows, path, f"{args.part_dir}: {args.model}, {args.layers} layers, hidden "
+                                                 f"{args.hidden}"))
     return 0

@@ -29,8 +29,8 @@ import numpy as np
 
 from ..data.format import KIND as DATASET
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_writable_file, read_meta
-from .results import write_results
+from ..io import check_writable_file, read_meta
+from .results import write_outputs
 from ..parsing import name_list, parse_memory_limit, parse_seed
 from ..plots import require_pyplot
 from ..partition.format import KIND as PARTITIONED
@@ -147,8 +147,7 @@ def _plot(rows: list[dict[str, Any]], path: str, parts: int) -> None:
         ax.legend()
     fig.suptitle(f"salientpp partition --parts {parts}", fontsize=10)
     fig.tight_layout()
-    with atomic_output_file(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -182,9 +181,5 @@ def main(args: argparse.Namespace) -> int:
         line = extrapolate(rows, method, *PAPERS100M, budget=budget)
         if line:
             print(line)
-    if args.json_path is not None:
-        write_results(args.json_path, KIND, rows)
-    if args.plot is not None:
-        _plot(rows, args.plot, args.parts)
-        print(f"plot: {args.plot}")
+    write_outputs(args, KIND, rows, args.json_path, args.plot, lambda path: _plot(rows, path, args.parts))
     return 0

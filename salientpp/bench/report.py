@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..cache.simulator import RESULT_KIND as SIMULATE_KIND
 from ..errors import InputError
-from ..io import atomic_output_dir, check_input_file, check_output_dir, shown
+from ..io import atomic_output_dir, check_input_file, check_output_dir, mark_complete, shown
 from ..plots import require_pyplot
 from ..train.config import FP32
 from .results import ROWS_KEY, declared_kind
@@ -361,6 +361,7 @@ def main(args: argparse.Namespace) -> int:
         plots = [] if args.no_plots else write_plots(results, tmp)
         markdown = render_markdown(results, plots)
         (tmp / "report.md").write_text(markdown)
+    mark_complete(args, args.out)
     print(markdown)
     print(f"report written to {args.out}" + (f" with {len(plots)} plots" if plots else ""))
     return 0

@@ -38,8 +38,8 @@ import torch
 from ..sampling import parse_fanouts
 from ..data.format import load_dataset
 from ..errors import InputError
-from ..io import atomic_output_file, check_output_dir, check_output_paths
-from .results import write_results
+from ..io import check_output_dir, check_output_paths
+from .results import write_outputs
 from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
@@ -442,10 +442,6 @@ def main(args: argparse.Namespace) -> int:
     print(format_table(config, rows))
     if not with_pyg and not args.no_pyg:
         print(f"PyG column skipped: neither torch_sparse nor pyg-lib is importable; {PYG_INSTALL_HINT}")
-    if args.json is not None:
-        write_results(args.json, KIND, {"config": asdict(config), "rows": [asdict(r) for r in rows]})
-    if args.plot is not None:
-        with atomic_output_file(args.plot) as tmp:
-            plot_bulk(config, rows, str(tmp))
-        print(f"plot written to {args.plot}")
+    write_outputs(args, KIND, {"config": asdict(config), "rows": [asdict(r) for r in rows]}, args.json, args.plot,
+                  lambda path: plot_bulk(config, rows, path))
     return 0

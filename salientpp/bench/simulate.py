@@ -20,7 +20,7 @@ from ..sampling import parse_fanouts
 from ..errors import InputError
 from ..partition.format import load_partitioned
 from ..io import check_output_dir
-from .results import write_results
+from .results import write_outputs
 from ..parsing import flag_names, name_list, number_list, parse_seed
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
@@ -75,7 +75,5 @@ def main(args: argparse.Namespace) -> int:
         if eff is not None:
             print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
         reports.append({"fanouts": list(fanouts), "batch_size": batch_size, "seconds": seconds, **result.to_json()})
-    if args.json is not None:
-        write_results(args.json, KIND, reports)
-        print(f"results written to {args.json}")
+    write_outputs(args, KIND, reports, args.json)
     return 0

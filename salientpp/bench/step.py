@@ -43,7 +43,7 @@ from ..distributed.group import resolve_device
 from ..distributed.host_memory import keep_freed_memory
 from ..errors import check_int
 from ..io import check_output_dir
-from .results import write_results
+from .results import write_outputs
 from ..models.gnn import MFGModel
 from ..models.ops import aggregate, dropout, runs_kernels
 from .pyg_baseline import PyGReferenceModel
@@ -216,6 +216,5 @@ def main(args: argparse.Namespace) -> int:
         base = first.setdefault(r["group"], r["seconds"])
         r["speedup"] = base / max(r["seconds"], 1e-12)
         print(f"| {r['group']} | {r['impl']} | {r['ms_per_batch']:.1f} | {r['speedup']:.2f}x |")
-    if args.json_path is not None:
-        write_results(args.json_path, KIND, rows)
+    write_outputs(args, KIND, rows, args.json_path)
     return 0

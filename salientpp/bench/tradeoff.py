@@ -20,8 +20,8 @@ from tqdm import tqdm
 from ..cache.workload import Workload
 from ..sampling import parse_fanouts
 from ..errors import InputError, check_int
-from ..io import atomic_output_file, check_output_dir, check_output_paths
-from .results import write_results
+from ..io import check_output_dir, check_output_paths
+from .results import write_outputs
 from ..parsing import number_list
 from ..plots import check_plot_path, require_pyplot
 from ..partition import load_partitioned
@@ -118,8 +118,7 @@ def plot_tradeoff(rows: list[TradeoffRow], path: str) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_output_file(path) as tmp:
-        fig.savefig(tmp, format=Path(path).suffix.lstrip("."))
+    fig.savefig(path, format=Path(path).suffix.lstrip("."))
     plt.close(fig)
 
 
@@ -162,11 +161,7 @@ def main(args: argparse.Namespace) -> int:
                     inference="layerwise", **options).validate()
     rows = run_tradeoff(args.part_dir, configurations, args.epochs, seeds, options)
     print(format_table(rows))
-    if args.json is not None:
-        write_results(args.json, KIND, {"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds, **options,
-                                          "rows": [asdict(r) for r in rows]})
-        print(f"results written to {args.json}")
-    if args.plot is not None:
-        plot_tradeoff(rows, args.plot)
-        print(f"plot written to {args.plot}")
+    write_outputs(args, KIND, {"part_dir": args.part_dir, "epochs": args.epochs, "seeds": seeds, **options,
+                               "rows": [asdict(r) for r in rows]}, args.json, args.plot,
+                  lambda path: plot_tradeoff(rows, path))
     return 0

@@ -50,7 +50,7 @@ from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH, sampler_read_ahead
 from ..errors import InputError, check_int, counted
 from ..io import check_output_dir
-from .results import write_results
+from .results import write_outputs
 from ..parsing import flag_names, name_list, number_list
 from ..partition import load_partitioned
 from ..loader.pipeline import StageTimes
@@ -301,8 +301,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"\nfreed host memory: pipeline off, no cache, median epoch {kept:.3f} s kept for reuse and "
               f"{returned:.3f} s returned to the system: {returned / kept:.2f}x")
         rows.extend(allocs)
-    if args.json_path is not None:
-        for r in rows:
-            r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
-        write_results(args.json_path, KIND, rows)
+    for r in rows:
+        r["num_parts"] = data.num_parts  # ranks, so `bench report` can plot scaling across runs
+    write_outputs(args, KIND, rows, args.json_path)
     return 0

@@ -25,7 +25,7 @@ from ..sampling import parse_fanouts
 from ..cache.options import add_task_options, edge_seeds_from
 from ..errors import InputError
 from ..io import check_output_dir
-from .results import write_results
+from .results import write_outputs
 from ..parsing import name_list, parse_seed
 from ..partition.format import load_partitioned
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, make_sampler
@@ -178,7 +178,5 @@ def main(args: argparse.Namespace) -> int:
                                                  for r in rows) + " |")
         report["accuracy"] = acc
         report["mc_batches"] = args.mc_batches
-    if args.json is not None:
-        write_results(args.json, KIND, report)
-        print(f"results written to {args.json}")
+    write_outputs(args, KIND, report, args.json)
     return 0

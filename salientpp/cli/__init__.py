@@ -5,12 +5,14 @@ and exposes ``register(subparsers)``, which adds its parser and sets ``func(args
 (:class:`~salientpp.errors.InputError`, and an ``OSError`` of a full disk, a read-only file
 system, missing permissions... that escaped the commands' own checks), a failed local rank
 one line per failed rank and exit code 1, Ctrl-C exit code 130 and SIGTERM exit code 143,
-both after the commands' cleanup has run.
+both after the commands' cleanup has run; once a command's output is complete, neither an
+interrupt nor a full standard output fails it (exit code 0).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import signal
 import sys
@@ -19,9 +21,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from .. import __version__
-from .._env import OMP_WAIT, quiet_broken_pipe, set_defaults
+from .._env import OMP_WAIT, discard_stdout, quiet_broken_pipe, set_defaults
 from ..errors import InputError
-from ..io import WRITE_ERRNOS, os_error_sentence
+from ..io import WRITE_ERRNOS, completed_output, os_error_sentence
 from ..parsing import integer, real, renamed_flag_notes
 
 # Before any command imports torch and its OpenMP runtime (no import above loads torch).
@@ -125,7 +127,16 @@ def _first_line(message: str) -> str:
     return lines[0] if lines else message
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, step: bool = False) -> int:
+    """Run ``salientpp ARGV`` and return its exit code (see the module's docstring).
+
+    Once the command's output is complete (:func:`~salientpp.io.mark_complete`: its final
+    rename is done), an interrupt or a standard output that cannot be written (a full disk,
+    ``> /dev/full``) while it prints its summary does not fail it: one line on stderr says the
+    output is complete, and the exit code is 0. ``step``: this command is one step of another
+    (the demo's), whose output is not complete: an interrupt stops it all the same (exit 130 or
+    143), so that the caller stops too.
+    """
     quiet_broken_pipe()
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -133,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         print(note, file=sys.stderr)
     try:
         with sigterm_as_interrupt():
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a full standard output fails here, in the handlers below, not at exit
+            return code
     except InputError as exc:
         print(f"salientpp {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -142,15 +156,25 @@ def main(argv: list[str] | None = None) -> int:
         for rank, message in exc.others:
             print(f"  then rank {rank} failed: {_first_line(message)}", file=sys.stderr)
         return EXIT_FAILED
-    except Terminated:
-        print(f"salientpp {args.command}: terminated", file=sys.stderr)
-        return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        print(f"salientpp {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        terminated = isinstance(exc, Terminated)
+        word = "terminated" if terminated else "interrupted"
+        complete = completed_output(args)
+        if complete is not None and not step:
+            print(f"salientpp {args.command}: {word} after its output was complete: {complete}", file=sys.stderr)
+            return 0
+        print(f"salientpp {args.command}: {word}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except OSError as exc:
         if exc.errno not in WRITE_ERRNOS:
             raise
+        complete = completed_output(args)
+        if complete is not None and exc.filename is None:  # the summary of a complete output, on standard output
+            discard_stdout()
+            reason = (exc.strerror or os.strerror(exc.errno)).lower()
+            print(f"salientpp {args.command}: note: the summary could not be printed ({reason}), but the output is "
+                  f"complete: {complete}", file=sys.stderr)
+            return 0
         print(f"salientpp {args.command}: error: {os_error_sentence(exc)}", file=sys.stderr)
         return EXIT_INPUT
 

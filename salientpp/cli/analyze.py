@@ -8,7 +8,7 @@ import time
 from ..cache.plan import describe, predicted_rows, row_bytes_of
 from ..cache.policies import get_policy
 from ..errors import InputError
-from ..io import check_output_dir, check_output_location, check_writable_dir, output_errors, read_meta
+from ..io import check_output_dir, check_output_location, check_writable_dir, mark_complete, output_errors, read_meta
 from ..partition.format import KIND as PART_KIND, load_partitioned
 from ..parsing import parse_memory_limit
 from ..resources import check_memory, estimate_analyze
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         out = check_output_dir(default)
     start = time.perf_counter()
     plans = request.build_and_save(ctx, out)
+    mark_complete(args, out)
     scored = time.perf_counter() - start
     print(f"cache plans for {dataset.num_parts} partitions written to {out} (scoring took {scored:.1f} s)")
     no_cache, with_cache = predicted_rows(ctx, plans)

@@ -7,7 +7,7 @@ import time
 
 from ..data.format import KIND, load_dataset
 from ..errors import counted
-from ..io import check_output_dir, check_output_location, read_meta
+from ..io import check_output_dir, check_output_location, mark_complete, read_meta
 from ..partition.partitioner import METHODS, check_options, partition_dataset
 from ..parsing import parse_memory_limit, parse_seed
 from ..resources import check_memory, estimate_partition, multilevel_budget
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = time.perf_counter() - start
     report = partition_dataset(dataset, args.out, args.parts, method=args.method, seed=args.seed,
                                memory_budget=budget)
+    mark_complete(args, args.out)
     elapsed = time.perf_counter() - start
     if report.fallback:
         print(f"note: {report.fallback}")

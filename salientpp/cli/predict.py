@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
+from ..io import mark_complete
 from ..train.predict import predict
 
 
@@ -25,5 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = predict(args.part_dir, args.checkpoint, args.out, args.batch_size)
+    mark_complete(args, out)
     print(f"wrote {out}: outputs.npy and predicted.npy in the original node ids")
     return 0

@@ -10,7 +10,7 @@ from ..data.importers import ImportOptions, load_source
 from ..data.links import parse_link_split, split_edges
 from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
 from ..errors import InputError, counted
-from ..io import check_output_dir, check_output_location
+from ..io import check_output_dir, check_output_location, mark_complete
 from ..parsing import parse_seed
 
 
@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     scheme, _, spec = args.source.partition(":")
     if scheme == "synthetic" and fractions is None and not fits_in_memory(parse_spec(spec)):
         dataset = write_synthetic(spec, args.out_dir)
+        mark_complete(args, args.out_dir)
         print("generated out of core: the graph would not fit in the available memory")
         _summary(args.out_dir, dataset, start)
         return 0
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         rowptr, col, split = split_edges(dataset.rowptr, dataset.col, fractions, args.seed)
         dataset = replace(dataset, rowptr=rowptr, col=col, link_split=split)
     save_dataset(dataset, args.out_dir)
+    mark_complete(args, args.out_dir)
     _summary(args.out_dir, dataset, start)
     if dataset.has_link_split:
         print(f"held-out edges train/valid/test: {dataset.link_split.counts()} (valid and test are not in the graph)")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..cache.policies import available_policies, get_policy
-from ..bench.results import write_results
+from ..bench.results import write_outputs
 from ..cache.simulator import RESULT_KIND, check_replication, plot_volume, simulate
-from ..io import atomic_output_file, check_output_dir, check_output_location, check_output_paths
+from ..io import check_output_dir, check_output_location, check_output_paths
 from ..partition.format import load_partitioned
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path
@@ -59,11 +59,5 @@ def run(args: argparse.Namespace) -> int:
     print(result.table())
     seconds = result.meta["seconds"]
     print("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()))
-    if args.json is not None:
-        write_results(args.json, RESULT_KIND, result.to_json())
-        print(f"results written to {args.json}")
-    if args.plot is not None:
-        with atomic_output_file(args.plot) as tmp:
-            plot_volume(result, str(tmp))
-        print(f"plot written to {args.plot}")
+    write_outputs(args, RESULT_KIND, result.to_json(), args.json, args.plot, lambda path: plot_volume(result, path))
     return 0

@@ -21,9 +21,9 @@ from .arrays import (NpyWriter, check_torch_file, file_checksum, load_array, loa
                      npy_header, read_meta, read_rows, row_chunks, save_array, write_meta)
 from .inputs import check_input_file
 from .locks import check_unlocked, output_lock
-from .outputs import (WRITE_ERRNOS, atomic_output_dir, atomic_output_file, check_output_dir,
-                      check_output_location, check_output_paths, check_writable_dir, check_writable_file,
-                      holds_files, os_error_sentence, output_errors, output_parents, owning_directory, pid_alive,
+from .outputs import (WRITE_ERRNOS, atomic_output_dir, atomic_output_file, check_output_dir, check_output_location,
+                      check_output_paths, check_writable_dir, check_writable_file, completed_output, holds_files,
+                      mark_complete, os_error_sentence, output_errors, output_parents, owning_directory, pid_alive,
                       remove_stale_temporaries, remove_stale_temporaries_in, replace_file, write_error,
                       write_text_atomic)
 from .text import NULL_REASONS, shown, strict_json
@@ -31,9 +31,9 @@ from .text import NULL_REASONS, shown, strict_json
 __all__ = [
     "NULL_REASONS", "NpyWriter", "WRITE_ERRNOS", "atomic_output_dir", "atomic_output_file", "check_input_file",
     "check_output_dir", "check_output_location", "check_output_paths", "check_torch_file", "check_unlocked",
-    "check_writable_dir", "check_writable_file", "file_checksum", "holds_files", "load_array", "load_listed",
-    "meta_count", "npy_header", "os_error_sentence", "output_errors", "output_lock", "output_parents",
-    "owning_directory", "pid_alive", "read_meta", "read_rows", "remove_stale_temporaries",
+    "check_writable_dir", "check_writable_file", "completed_output", "file_checksum", "holds_files", "load_array",
+    "load_listed", "mark_complete", "meta_count", "npy_header", "os_error_sentence", "output_errors", "output_lock",
+    "output_parents", "owning_directory", "pid_alive", "read_meta", "read_rows", "remove_stale_temporaries",
     "remove_stale_temporaries_in", "replace_file", "row_chunks", "save_array", "shown", "strict_json", "write_error",
     "write_meta", "write_text_atomic",
 ]

@@ -273,6 +273,25 @@ def check_output_paths(paths: dict[str, str | None]) -> None:
         seen[key] = option
 
 
+# The attribute of a command's parsed arguments that names its complete output (:func:`mark_complete`).
+_COMPLETE = "complete_output"
+
+
+def mark_complete(args: object, path: str | os.PathLike) -> None:
+    """Record on ``args``, a command's parsed arguments, that its output ``path`` is complete:
+    the rename that commits it is done (:func:`atomic_output_dir`, :func:`atomic_output_file`)
+    and what remains is its summary on standard output. From here on the command line does not
+    let an interrupt or a standard output that cannot be written (a full disk, ``> /dev/full``)
+    fail the command: it says on stderr that ``path`` is complete and exits 0
+    (:func:`salientpp.cli.main`)."""
+    setattr(args, _COMPLETE, os.fspath(path))
+
+
+def completed_output(args: object) -> str | None:
+    """The output :func:`mark_complete` recorded on ``args``, or ``None`` while none is complete."""
+    return getattr(args, _COMPLETE, None)
+
+
 _STALE_SUFFIX = re.compile(r"\.tmp-(?P<pid>\d+)")
 
 
