@@ -140,6 +140,12 @@ def _node_files_bytes(num_nodes: int, row_bytes: int) -> int:
     return num_nodes * (row_bytes + 16)
 
 
+def rank_processes_bytes(ranks: int) -> int:
+    """The processes of ``ranks`` local ranks: :data:`PROCESS_BYTES` per rank, and once more for
+    the launcher that starts them when there is more than one."""
+    return (ranks + (ranks > 1)) * PROCESS_BYTES
+
+
 # ---- sampled batches ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -377,7 +383,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     sizes = sorted((data.book.part_size(p) for p in range(k)), reverse=True)[:local_ranks]
     ranks = local_ranks
     items = {
-        "Python + torch": (ranks + (ranks > 1)) * PROCESS_BYTES,
+        "Python + torch": rank_processes_bytes(ranks),
         "graph (memory-mapped, shared)": _csr_bytes(n, e) + 8 * (n + k + 1),
         "owned feature rows": sum(sizes) * (2 * row + 16),
     }
@@ -472,7 +478,7 @@ def estimate_full_graph(data: PartitionedDataset, *, hidden: int, layers: int, m
     activations = sum(activations for _, _, activations in chosen)
     ranks = local_ranks
     items = {
-        "Python + torch": (ranks + (ranks > 1)) * PROCESS_BYTES,
+        "Python + torch": rank_processes_bytes(ranks),
         "graph (memory-mapped, shared)": _csr_bytes(n, e) + 8 * (n + k + 1),
         "feature rows (owned and fetched)": sum(features for _, features, _ in chosen),
         "full-graph activations": activations,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_sentence
 from salientpp import cli
 from salientpp.cli import build_parser, main
 
@@ -37,7 +38,8 @@ def test_an_interrupted_or_failed_demo_leaves_no_half_of_its_output(tmp_path, mo
     out = tmp_path / "demo"
     ran = []
 
-    def step(argv):  # prepare writes its directory; the next step is interrupted or fails
+    def step(argv, *, step):  # prepare writes its directory; the next step is interrupted or fails
+        assert step  # a step's interrupt stops the demo even once the step's output is complete
         ran.append(argv[0])
         if len(ran) == 1:
             Path(argv[2]).mkdir()
@@ -55,3 +57,49 @@ def test_an_interrupted_or_failed_demo_leaves_no_half_of_its_output(tmp_path, mo
     else:
         assert args.func(args) == 2
     assert ran == ["prepare", "partition"] and not out.exists()
+
+
+@pytest.mark.parametrize("raised, code", [(KeyboardInterrupt(), 130), (cli.Terminated(), 143)])
+def test_an_interrupt_after_a_steps_output_is_complete_still_stops_the_demo(tmp_path, monkeypatch, capsys, raised,
+                                                                           code):
+    from salientpp.cli import prepare as cli_prepare
+    out = tmp_path / "demo"
+
+    def interrupted(*args, **kwargs):  # prepare's summary, once its dataset is renamed into place
+        assert (out / "dataset" / "meta.json").is_file()
+        raise raised
+    monkeypatch.setattr(cli_prepare, "print", interrupted, raising=False)
+    assert main(["demo", "--out", str(out)]) == code
+    assert "$ salientpp partition" not in capsys.readouterr().out and not out.exists()
+
+
+def test_an_interrupt_while_the_finished_demo_prints_keeps_its_output_and_exits_0(tmp_path, monkeypatch, capsys):
+    from salientpp.cli import demo as cli_demo
+    out = tmp_path / "demo"
+    real_main = cli.main
+    monkeypatch.setattr(cli, "main", lambda argv, *, step: 0)  # every step succeeds at once
+
+    def interrupted(*args, **kwargs):
+        if "demo finished" in str(args[0]):
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli_demo, "print", interrupted, raising=False)
+    assert real_main(["demo", "--out", str(out)]) == 0
+    assert capsys.readouterr().err == f"salientpp demo: interrupted after its output was complete: {out}\n"
+    assert out.is_dir()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--parts", "3000"], "cannot split 2000 nodes into 3000 parts"),
+    (["--parts", "1000"], "the tiny graph has 160 training nodes and every rank needs one, so it cannot train in "
+                          "1000 parts; use at most --parts 160"),
+    (["--preset", "tiny,num_nodes=100000", "--parts", "100"], "training 100 ranks needs about 50.5 GiB of memory"),
+    (["--preset", "huge"], "unknown synthetic preset 'huge'"),
+])
+def test_a_demo_a_later_step_would_refuse_is_refused_before_the_first_step(tmp_path, monkeypatch, capsys, argv,
+                                                                          expected):
+    monkeypatch.setattr(cli, "main", lambda argv, *, step: pytest.fail("a step ran"))
+    monkeypatch.setattr("salientpp.resources.memory_budget", lambda limit: (16 * 2**30, "available"))
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), *argv]) == 2  # the real main, imported before the patch
+    assert expected in one_sentence(capsys)
+    assert not out.exists()

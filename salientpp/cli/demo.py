@@ -12,8 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import check_int
-from ..io import check_output_dir, output_errors
+from ..errors import InputError, check_int, counted
+from ..io import check_output_dir, mark_complete, output_errors
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,11 +41,31 @@ def steps(work: Path, preset: str, parts: int, epochs: int) -> list[list[str]]:
     ]
 
 
+def check_demo(preset: str, parts: int) -> None:
+    """Refuse, before the first step, what a later step would refuse after minutes of work: an
+    unknown preset, more parts than the graph has nodes, or than it has training nodes (every
+    rank trains on its own), and more training ranks than this machine's memory holds (at least
+    their processes, :func:`~salientpp.resources.rank_processes_bytes`; the train step checks its
+    full estimate)."""
+    from ..data.synthetic import parse_spec
+    from ..partition.partitioner import check_options
+    from ..resources import MemoryEstimate, check_memory, rank_processes_bytes
+
+    config = parse_spec(preset)
+    check_options(config.num_nodes, parts, "metis", 0)
+    if parts > config.num_train:
+        raise InputError(f"the {preset} graph has {counted(config.num_train, 'training node')} and every rank needs "
+                         f"one, so it cannot train in {parts} parts; use at most --parts {config.num_train}")
+    check_memory(MemoryEstimate(f"training {counted(parts, 'rank')}", {"Python + torch": rank_processes_bytes(parts)},
+                                "use fewer --parts"), None)
+
+
 def run(args: argparse.Namespace) -> int:
     from . import main
 
     check_int(args.parts, "--parts")
     check_int(args.epochs, "--epochs")
+    check_demo(args.preset, args.parts)
     work = check_output_dir(args.out) if args.out is not None else Path(tempfile.mkdtemp(prefix="salientpp-demo-"))
     with output_errors(work):
         work.mkdir(exist_ok=True)
@@ -53,12 +73,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         for argv in steps(work, args.preset, args.parts, args.epochs):
             print(f"\n$ salientpp {shlex.join(argv)}", flush=True)
-            code = main(argv)
+            code = main(argv, step=True)  # a Ctrl-C in a step stops the demo, whatever the step had written
             if code:
                 return code
+        finished = True
+        if args.out is not None:
+            mark_complete(args, work)
         print(f"\ndemo finished; per-epoch metrics in {work / 'metrics.jsonl'}"
               + ("" if args.out is not None else " (temporary directory, now removed: use --out DIR to keep it)"))
-        finished = True
     finally:
         # --out holds the whole demo or nothing: a failed step, Ctrl-C or a full disk leaves no
         # half of it that a rerun would refuse.

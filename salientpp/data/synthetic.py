@@ -106,6 +106,11 @@ class SyntheticConfig:
     num_tasks: int = 0
     unknown_fraction: float = 0.0
 
+    @property
+    def num_train(self) -> int:
+        """The training nodes: ``train_fraction`` of ``num_nodes``, rounded."""
+        return round(self.train_fraction * self.num_nodes)
+
     def validate(self) -> None:
         """Raise :class:`InputError` naming the first parameter that is out of range."""
         for f in dataclasses.fields(self):
@@ -133,7 +138,7 @@ class SyntheticConfig:
             (all(0 <= f <= 1 for f in (self.train_fraction, self.valid_fraction, self.test_fraction))
              and self.train_fraction + self.valid_fraction + self.test_fraction <= 1 + 1e-9,
              "train_fraction, valid_fraction and test_fraction must lie in [0, 1] and sum to at most 1"),
-            (round(self.train_fraction * n) >= 1, "train_fraction * num_nodes must give at least one training node"),
+            (self.num_train >= 1, "train_fraction * num_nodes must give at least one training node"),
             (self.feature_dtype in ("float32", "float16"), "feature_dtype must be float32 or float16"),
             (0 <= self.seed < SEED_LIMIT, "seed must be a non-negative integer below 2^63"),
             (self.num_tasks >= 0, "num_tasks must be 0 (multi-class labels) or a positive number of targets"),
@@ -502,7 +507,7 @@ def _feature_chunks(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedS
 def _splits(n: int, config: SyntheticConfig, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     """Sorted, disjoint int64 train/valid/test ids of the requested fractions."""
     order = rng.permutation(n).astype(np.int64)
-    n_train = round(config.train_fraction * n)
+    n_train = config.num_train
     n_valid = round(config.valid_fraction * n)
     n_test = min(round(config.test_fraction * n), n - n_train - n_valid)
     bounds = np.cumsum([0, n_train, n_valid, n_test])
