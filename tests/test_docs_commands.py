@@ -229,6 +229,33 @@ def synopsis_errors(words: tuple[str, ...]) -> list[str]:
     return errors
 
 
+def shown_defaults(words: tuple[str, ...]) -> list[tuple[str, str, object]]:
+    """``(option, value, default)`` of each ``[--option value]`` of a synopsis whose value is a
+    value (no placeholder such as ``DIR`` or ``S``, in capitals, and no choices ``a|b``): what a
+    reader takes for the option's default, and the default of salientpp's parser."""
+    parser, i = build_parser(), 0
+    while i < len(words) and parser is not None and has_subcommands(parser) and not words[i].startswith("-"):
+        parser, i = subparser(parser, words[i].strip("[]()").split("|")[0]), i + 1
+    shown = []
+    for option, value in zip(words, words[1:]):
+        if not (option.startswith("[--") and value.endswith("]")) or value.startswith("["):
+            continue
+        value = value[:-1]
+        action = None if parser is None else parser._option_string_actions.get(option[1:])
+        if action is not None and "|" not in value and not re.search("[A-Z]", value):
+            shown.append((option[1:], value, action.default))
+    return shown
+
+
+@pytest.mark.parametrize("where", [w for w, c in COMMANDS.items() if c.synopsis and shown_defaults(c.words)])
+def test_a_value_a_synopsis_shows_for_an_option_is_its_default(where):
+    """``[--epochs 15]`` in a synopsis reads as "15 unless given": the parser's default, so the
+    docs follow the code (``demo --epochs`` once read 5 in README.md where the code said 15)."""
+    wrong = [f"{option} {value} (the default is {default})" for option, value, default in shown_defaults(
+        COMMANDS[where].words) if str(default) != value]
+    assert not wrong, f"`salientpp {' '.join(COMMANDS[where].words)}` shows {'; '.join(wrong)}"
+
+
 @pytest.mark.parametrize("where", [w for w, c in COMMANDS.items() if not c.synopsis])
 def test_documented_command_parses_with_salientpps_parser(where):
     args = parse(substituted(COMMANDS[where].words))
