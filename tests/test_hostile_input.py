@@ -160,6 +160,9 @@ PART_CASES: dict[str, Callable[[Path], list[str]]] = {
     "col_negative": lambda d: [edit(d, "col", set_at(0, -1)), "col of", "outside [0, 2000)"],
     "rowptr_not_monotone": lambda d: [edit(d, "rowptr", set_at(10, 10**6)), "rowptr of", "decreases at node 10"],
     "offsets_not_a_book": lambda d: [edit(d, "offsets", set_at(1, 2001)), "offsets.npy"],
+    "offsets_shifted": lambda d: [f"is corrupt: offsets.npy gives partition 0 {first_owned(d, 1) + 1} ids but "
+                                  f"part_0/x.npy holds {first_owned(d, 1)} rows",
+                                  edit(d, "offsets", set_at(1, first_owned(d, 1) + 1))],
     "orig_id_not_a_permutation": lambda d: [edit(d, "orig_id", set_at(1, np.load(npy(d, "orig_id"))[0])),
                                             "orig_id.npy", "permutation"],
     "split_out_of_range": lambda d: [edit(d, "part_1/train_idx", set_at(-1, 2005)), "outside", "2005"],

@@ -18,6 +18,7 @@ from salientpp.cli import main as cli_main
 from salientpp.distributed import CommStats, init_distributed, launch, shutdown_distributed
 from salientpp.loader.dist_loader import DistNeighborLoader
 from salientpp.errors import InputError
+from salientpp.io import file_checksum
 from salientpp.partition import load_partitioned
 from salientpp.resources import estimate_train
 from salientpp.train import TrainConfig
@@ -185,6 +186,28 @@ def test_an_existing_default_plan_of_other_options_is_refused_before_any_rank_st
     assert "was built with device fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
 
 
+
+
+@pytest.mark.parametrize("corrupt, expected", [
+    ("offsets", "the partitioned directory {d} is corrupt: offsets.npy gives partition 0"),
+    ("orig_id", "orig_id.npy in {d} repeats ids, so it is not a permutation"),
+])
+def test_a_corrupt_partition_book_or_renumbering_is_blamed_on_the_partition_not_its_plan(p2, tmp_path, capsys,
+                                                                                         no_ranks, corrupt, expected):
+    """The plan at the default location records the partition's checksums; a hand edit that also
+    updated them makes the plan look foreign, but the partitioned directory is what is wrong."""
+    part_dir = _copy_without_plans(p2, tmp_path / "p2")
+    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1"]) == 0
+    array = np.load(part_dir / f"{corrupt}.npy")
+    array[1] = array[1] + 1 if corrupt == "offsets" else array[0]
+    np.save(part_dir / f"{corrupt}.npy", array)
+    meta = json.loads((part_dir / "meta.json").read_text())
+    meta["files"][corrupt]["checksum"] = file_checksum(part_dir / f"{corrupt}.npy")
+    (part_dir / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert cli_main(["train", str(part_dir), *SMALL]) == 2
+    err = one_sentence(capsys)
+    assert expected.format(d=part_dir) in err and "re-partition the dataset" in err and "analyze" not in err
 
 
 def test_a_read_only_partitioned_dir_without_a_plan_is_refused_before_any_rank_starts(p2, tmp_path, capsys,

@@ -510,7 +510,9 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
     and the other way round. A request with options (the plan at the default location) must
     match every field of :class:`PlanOptions`. The message says how to build a fitting plan: into
     another directory for a plan the user chose, else in the place of the one found, once it is
-    removed (an existing plan directory is never overwritten).
+    removed (an existing plan directory is never overwritten). A plan of another partitioning is
+    blamed only once ``data`` passed :meth:`~salientpp.partition.PartitionedDataset.check_graph`
+    (a corrupt partition book or renumbering is the partitioned directory's sentence).
     """
     part_dir, plan_dir, planned = data.path, info.path, info.meta.training
 
@@ -520,7 +522,9 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
         return f"remove {plan_dir} and build a fitting plan with `salientpp analyze {part_dir} {option} ...`"
 
     if partition_identity(data.meta) != info.meta.partition_id:
-        raise InputError(f"{plan_dir} was built for another partitioning than {part_dir}; build a plan for it "
+        data.check_graph()  # a corrupt book or renumbering is the partitioned directory's fault, not the plan's
+        raise InputError(f"{plan_dir} was built for another partitioning than {part_dir} (the checksums of its "
+                         "rowptr, col, offsets and orig_id are not those the plan recorded); build a plan for it "
                          f"with `salientpp analyze {part_dir} ... --out DIR`")
     if request is None:
         return CheckedPlan(info)

@@ -291,6 +291,20 @@ def write_partitioned_meta(directory: Path, meta: dict[str, Any], files: dict[st
     })
 
 
+def _check_book(path: Path, meta: dict[str, Any], offsets: np.ndarray) -> None:
+    """:class:`InputError` unless each partition k owns as many ids in ``offsets`` (int64
+    ``[K + 1]``) as meta.json lists rows of ``part_<k>/x.npy``: read off meta.json, no partition is
+    read. A partition whose entry lacks a shape is left to :meth:`PartitionedDataset.part`."""
+    for k, owned in enumerate(np.diff(offsets).tolist()):
+        try:
+            rows = meta["files"][f"part_{k}/x"]["shape"][0]
+        except (KeyError, IndexError, TypeError):
+            continue
+        if rows != owned:
+            raise InputError(f"the partitioned directory {path} is corrupt: offsets.npy gives partition {k} "
+                             f"{counted(owned, 'id')} but part_{k}/x.npy holds {counted(rows, 'row')}; {FIX}")
+
+
 def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool = True) -> PartitionedDataset:
     """Memory-map a partitioned directory written by :func:`save_partitioned`.
 
@@ -316,6 +330,7 @@ def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool =
         if meta.get(key) != value:
             raise InputError(f"meta.json in {path} says {key} is {shown(meta.get(key))} but the arrays hold {value}; "
                              f"{FIX}")
+    _check_book(path, meta, offsets)
     kind = meta.get("label_kind", MULTICLASS)
     if kind not in LABEL_KINDS:
         raise InputError(f"meta.json in {path} gives the label kind as {shown(kind)}, not {MULTICLASS} or "
