@@ -98,10 +98,11 @@ def test_each_edge_is_oriented_by_a_fair_coin(tiny):
 def test_self_loops_stay_in_the_graph_and_in_no_split():
     edge_index = np.array([[0, 0, 1, 1, 2, 3], [1, 2, 2, 1, 3, 3]])  # 4 edges and 2 self loops
     rowptr, col = build_csr(edge_index, 4, keep_self_loops=True)
-    new_rowptr, new_col, split = split_edges(rowptr, col, (0.0, 0.5, 0.5), seed=0)
+    new_rowptr, new_col, split = split_edges(rowptr, col, (0.25, 0.25, 0.5), seed=0)
     loops = {(1, 1), (3, 3)}
-    assert loops <= _csr_pairs(new_rowptr, new_col) and _csr_pairs(new_rowptr, new_col) == loops
-    assert split.train.shape == (2, 0) and len(_pairs(split.valid) | _pairs(split.test)) == 4
+    trained = _pairs(split.train)  # training edges stay in the graph, both ways
+    assert _csr_pairs(new_rowptr, new_col) == loops | trained | {(v, u) for u, v in trained}
+    assert split.train.shape == (2, 1) and len(_pairs(split.train) | _pairs(split.valid) | _pairs(split.test)) == 4
 
 
 def test_edge_positions_finds_every_edge_of_the_csr_and_nothing_else(tiny):
@@ -191,7 +192,9 @@ def test_npz_edge_keys_are_used_as_given_and_held_out_ones_leave_the_graph(tmp_p
 
 @pytest.mark.parametrize("split, expected", [
     ("0.9,0.1,0.1", "sum to"), ("0.9,-0.1,0.1", "[0, 1]"), ("0.9,0.1", "three fractions"),
-    ("0.5,a,0.1", "comma-separated numbers")])
+    ("0.5,a,0.1", "comma-separated numbers"), ("0,0,0", "--link-split 0,0,0 keeps no training edges"),
+    ("0,0.5,0.5", "keeps no training edges, so link prediction would have nothing to train on"),
+    ("0.00001,0.1,0.1", "a training fraction of 1e-05 of the graph's")])
 def test_bad_link_split_fractions_get_one_sentence_and_exit_2(tmp_path, capsys, split, expected):
     assert main(["prepare", f"synthetic:{SPEC}", str(tmp_path / "ds"), "--link-split", split]) == 2
     assert expected in one_sentence(capsys)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, counted
 from ..parsing import number_list
 
 EDGE_SPLITS = ("train_edges", "valid_edges", "test_edges")
@@ -38,7 +38,9 @@ class LinkSplit:
 
 
 def parse_link_split(text: str) -> tuple[float, float, float]:
-    """``"0.85,0.05,0.10"`` -> three fractions in [0, 1] summing to at most 1 (:class:`InputError` otherwise)."""
+    """``"0.85,0.05,0.10"`` -> three fractions in [0, 1] summing to at most 1, the training one
+    above 0 (:class:`InputError` otherwise). Validation and test may both be 0 (``1,0,0``: every
+    edge a training edge, e.g. a final model; training then evaluates nothing and says so)."""
     values = number_list(text, float, "--link-split", "0.85,0.05,0.10")
     if len(values) != 3:
         raise InputError(f"--link-split needs three fractions TRAIN,VALID,TEST such as 0.85,0.05,0.10, got {text!r}")
@@ -47,6 +49,9 @@ def parse_link_split(text: str) -> tuple[float, float, float]:
     if sum(values) > 1 + 1e-9:
         raise InputError(f"--link-split fractions sum to {sum(values):g}, more than 1; give fractions of the edges "
                          "that sum to at most 1, such as 0.85,0.05,0.10")
+    if values[0] == 0:
+        raise InputError(f"--link-split {text} keeps no training edges, so link prediction would have nothing to "
+                         "train on; give a TRAIN fraction above 0, such as 0.85,0.05,0.10")
     return values[0], values[1], values[2]
 
 
@@ -102,12 +107,19 @@ def split_edges(rowptr: np.ndarray, col: np.ndarray, fractions: tuple[float, flo
     Returns:
         ``(rowptr, col, split)``: the CSR without the validation and test edges (both directions),
         and the three splits.
+
+    Raises :class:`InputError` when the training split would be empty (a graph of few edges, a
+    small training fraction): link prediction has nothing to train on.
     """
     edges = undirected_edges(rowptr, col)
     m = edges.shape[1]
     rng = np.random.default_rng(seed)
     order = rng.permutation(m)
     cuts = np.minimum(np.rint(np.cumsum(fractions) * m).astype(np.int64), m)
+    if cuts[0] == 0:
+        raise InputError(f"a training fraction of {fractions[0]:g} of the graph's "
+                         f"{counted(m, 'undirected edge', spec=',')} is no training edge; raise TRAIN of --link-split "
+                         "(or use a graph with more edges)")
     train, valid, test = np.split(order, cuts)[:3]
     split = LinkSplit(*(_orient(edges[:, np.sort(ids)], rng) for ids in (train, valid, test)))
     return (*remove_edges(rowptr, col, np.concatenate([split.valid, split.test], axis=1)), split)
