@@ -510,3 +510,22 @@ def test_numbers_past_their_type_are_one_sentence(tiny_partitions, tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected in err and len(err) < 400, err
     assert snapshot(tmp_path) == before  # no plan directory named after a fanout, no output
+
+
+def _seeded_commands() -> list[list[str]]:
+    """The words of every (sub)command that takes --seed, read off the parser."""
+    from salientpp.cli import build_parser, parsers
+    return [p.prog.split()[1:] for p in parsers(build_parser()) if "--seed" in p._option_string_actions]
+
+
+@pytest.mark.parametrize("command", _seeded_commands(), ids=" ".join)
+def test_a_seed_of_2_to_the_64_is_refused_by_every_command_that_takes_one(command, tiny_partitions, tmp_path, capsys,
+                                                                          no_ranks):
+    argv = [*command, "--seed", str(2**64)]
+    if command == ["train"]:  # a TrainConfig field, checked with the others (the rest: argparse's type)
+        argv = ["train", str(tiny_partitions[0] / "p2"), "--fanouts", "5", "--layers", "1", "--seed", str(2**64)]
+    before = snapshot(tmp_path)
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must be an integer in [0, 2^63)" in err and "18446744073709551616" in err, err
+    assert snapshot(tmp_path) == before
