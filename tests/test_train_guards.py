@@ -275,10 +275,11 @@ NOT_APPLYING = {
     "features": (False, {}),
     "embedding_optimizer": ("adagrad", {}), "embedding_lr": (0.1, {}),
     "plan": ("some-plan", {"mode": "full-graph"}),
-    "policy": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"mode": "full-graph"}),
+    "policy": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"policy": "none"}),
     "device_fraction": (0.5, {"mode": "full-graph"}), "precision": ("bf16", {"mode": "full-graph"}),
     "pipeline_depth": (2, {"mode": "full-graph"}),
     "eval_fanouts": ((5, 5), {"inference": "layerwise"}),
+    "inference": ("layerwise", {"eval_every": 0}), "eval_batch_size": (64, {"eval_every": 0}),
     "checkpoint_every": ("2steps", {}), "resume": (True, {}),
 }
 
@@ -297,6 +298,15 @@ def test_an_option_the_run_does_not_use_is_refused_naming_what_it_needs(tiny_par
     with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only to runs with "
                                          f"{option_of(field).needs.what}"):
         config.validate()
+
+
+@pytest.mark.parametrize("name, value, others", [
+    ("replication", 0.2, {"mode": "full-graph"}), ("eval_fanouts", (5, 5), {"eval_every": 0}),
+])
+def test_an_option_is_refused_in_every_kind_of_run_that_does_not_use_it(tiny_partitions, name, value, others):
+    field = TrainConfig.__dataclass_fields__[name]
+    with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only to runs with"):
+        TrainConfig(str(tiny_partitions[0] / "p2"), layers=2, **others, **{name: value}).validate()
 
 
 def test_an_option_at_its_default_or_in_a_run_that_uses_it_is_accepted(tiny_partitions):
@@ -408,7 +418,7 @@ def train_only_parts(tiny_partitions, tmp_path_factory):
 def test_a_node_task_without_validation_and_test_nodes_trains_and_says_so(train_only_parts, tmp_path, capfd,
                                                                            parts, args):
     out = tmp_path / "m.jsonl"
-    small = SMALL[:SMALL.index("--eval-fanouts")] if "layerwise" in args else SMALL
+    small = SMALL[:SMALL.index("--eval-fanouts")] if "layerwise" in args or "--eval-every" in args else SMALL
     if "full-graph" in args:  # sampling options do not apply to full-graph training
         small = SMALL[:SMALL.index("--fanouts")]
     assert main(["train", str(train_only_parts / parts), *small, *args, "--epochs", "2", "--json", str(out)]) == 0

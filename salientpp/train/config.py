@@ -124,8 +124,12 @@ BULK_ONLY = Needs("--sampler " + " or ".join(name for name in SAMPLERS if check_
                   lambda config: check_sampler(config.sampler).draws_in_bulk)
 EMBEDDING_ONLY = Needs("--embedding-dim", lambda config: config.embedding_dim > 0)
 CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoint_dir))
-SAMPLED_INFERENCE_ONLY = Needs("--inference sampled in --mode minibatch",
-                               lambda config: config.inference == SAMPLED and config.mode == MINIBATCH)
+CACHED_ONLY = Needs("--mode minibatch and a --policy other than none",
+                    lambda config: config.mode == MINIBATCH and config.policy != "none")
+EVALUATED_ONLY = Needs("--eval-every 1 or more", lambda config: config.eval_every > 0)
+SAMPLED_INFERENCE_ONLY = Needs("--eval-every 1 or more and --inference sampled in --mode minibatch",
+                               lambda config: EVALUATED_ONLY.holds(config) and config.inference == SAMPLED
+                               and config.mode == MINIBATCH)
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
@@ -308,7 +312,7 @@ class TrainConfig:
     replication: float | None = option(None, "without --plan: alpha, each rank caches floor(alpha*N/K) remote rows",
                                        type=float, default_text=str(DEFAULT_REPLICATION),
                                        check=lambda value, flag: _at_least_0(value, "replication (alpha)"),
-                                       agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
+                                       agreed=True, plan_decides=True, needs=CACHED_ONLY)
     device_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
                                         "the plan's order", type=float, default_text=str(DEVICE_FRACTION),
                                         check=_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
@@ -325,13 +329,13 @@ class TrainConfig:
         alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
         needs=MINIBATCH_ONLY)
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
-                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True)
+                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True, needs=EVALUATED_ONLY)
     eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference", parse=parse_fanouts,
                                                   default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True,
                                                   needs=SAMPLED_INFERENCE_ONLY)
     eval_batch_size: int | None = option(None, "seeds per batch of sampled inference, destinations per chunk of "
                                          "layer-wise inference (lower it on power-law graphs)", type=int,
-                                         default_text="--batch-size", check=positive, agreed=True)
+                                         default_text="--batch-size", check=positive, agreed=True, needs=EVALUATED_ONLY)
     eval_every: int = option(1, "evaluate every N epochs and after the last (0: never)", type=int,
                              check=non_negative, agreed=True)
     checkpoint_dir: str | None = option(None, "write last.pt and best.pt here", agreed=lambda path: path is not None,
