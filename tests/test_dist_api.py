@@ -182,3 +182,11 @@ def test_the_readme_example_trains_cora_under_torchrun_with_a_user_model(cora_np
     assert done.returncode == 0, done.stderr[-3000:]
     accuracy = float(re.search(r"test accuracy ([0-9.]+)", done.stdout).group(1))
     assert accuracy >= 0.78, done.stdout
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1.0, 1e-7, 0.0009, 10**6 + 1, True, "300"])
+def test_a_timeout_torch_cannot_keep_is_refused_by_init_distributed(timeout):
+    with pytest.raises(InputError, match=re.escape("timeout_s must be a number of seconds from 0.001 (torch counts "
+                                                   f"whole milliseconds) to 1,000,000, got {timeout!r}")):
+        salientpp.init_distributed(timeout_s=timeout)
+    assert salientpp.init_distributed(timeout_s=0.001).timeout_s == 0.001  # one millisecond is kept
