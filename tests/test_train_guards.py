@@ -252,9 +252,13 @@ def test_weights_that_turn_non_finite_after_a_finite_loss_are_never_checkpointed
 
 
 @pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"), ("--embedding-lr", "inf"),
-                                         ("--timeout", "inf"), ("--timeout", "0"), ("--weight-decay", "inf"),
-                                         ("--weight-decay", "nan"), ("--weight-decay", "-1e-4")])
-def test_a_rate_or_timeout_that_is_not_finite_and_positive_is_refused(tiny_partitions, capsys, no_ranks, flag, value):
+                                         ("--timeout", "inf"), ("--timeout", "0"), ("--timeout", "1e-7"),
+                                         ("--timeout", "nan"), ("--weight-decay", "inf"), ("--weight-decay", "nan"),
+                                         ("--weight-decay", "-1e-4"), ("--device-fraction", "2"),
+                                         ("--device-fraction", "nan")])
+def test_a_rate_timeout_or_fraction_out_of_its_range_is_refused(tiny_partitions, capsys, no_ranks, flag, value):
+    """Among them a timeout below the millisecond torch keeps (it would become 0), by the rule
+    init_distributed applies too (test_dist_api)."""
     extra = ["--embedding-dim", "8"] if flag == "--embedding-lr" else []
     assert main(["train", str(tiny_partitions[0] / "p2"), *extra, f"{flag}={value}"]) == 2
     assert flag in one_sentence(capsys)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import multiprocessing as mp
+import numbers
 import os
 import re
 import signal
@@ -50,6 +51,19 @@ ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 RESTART_ENV = "SALIENTPP_RESTART_COUNT"
 # Seconds before a stuck collective or rendezvous fails: of init_distributed and `train --timeout`.
 DEFAULT_TIMEOUT_S = 300.0
+# The shortest and the longest timeout: torch's collectives keep it in whole milliseconds (a
+# shorter one becomes 0), and a longer one is no timeout.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.001, 10**6
+
+
+def check_timeout(value: float, what: str = "timeout_s") -> float:
+    """``value`` as a float when it is a number of seconds (not a bool) in
+    [:data:`MIN_TIMEOUT_S`, :data:`MAX_TIMEOUT_S`], else :class:`InputError` naming ``what``
+    (``"--timeout"``): the one rule of a collective's timeout."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S:
+        raise InputError(f"{what} must be a number of seconds from {MIN_TIMEOUT_S} (torch counts whole milliseconds) "
+                         f"to {MAX_TIMEOUT_S:,}, got {value!r}; pass e.g. {DEFAULT_TIMEOUT_S:g}, the default")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -269,6 +283,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, 
     ``salientpp train`` gives a rank without thread options (it is not applied here: torch keeps
     its own thread count unless the caller applies it, ``threads.apply()``).
     """
+    timeout_s = check_timeout(timeout_s)
     if reuse_freed_memory:
         keep_freed_memory()
     attempt = restart_count()
