@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
 import time
 from multiprocessing import resource_tracker
 from multiprocessing.synchronize import sem_unlink
@@ -81,6 +83,24 @@ def test_a_rank_that_failed_ends_through_its_exit_and_leaves_no_semaphore():
     with pytest.raises(WorkerError, match="rank 0 failed: RuntimeError: /mp-") as info:
         launch(_hold_a_semaphore, (True,), nprocs=1)
     assert _unlinked(info.value.message.split()[-1])
+
+
+def _exit_on_rank_one(code) -> int:
+    if int(os.environ["RANK"]) == 1:
+        sys.exit(code)
+    return 7
+
+
+@pytest.mark.parametrize("code", [0, None])
+def test_a_rank_that_calls_sys_exit_0_ends_cleanly_with_no_result(code):
+    assert launch(_exit_on_rank_one, (code,), nprocs=2) == [7, None]
+
+
+@pytest.mark.parametrize("code, shown", [(3, "3"), ("the data is gone", "the data is gone")])
+def test_a_rank_that_calls_sys_exit_with_another_code_fails_in_one_line(code, shown):
+    with pytest.raises(WorkerError) as info:
+        launch(_exit_on_rank_one, (code,), nprocs=2)
+    assert str(info.value) == f"rank 1 failed: SystemExit: {shown}" and info.value.others == []
 
 
 def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:

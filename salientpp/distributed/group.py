@@ -409,8 +409,11 @@ def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: in
 
 def _report_of(exc: BaseException) -> tuple[str, Any, str]:
     """The report ``(kind, value, details)`` of a rank whose function raised ``exc`` (called
-    while it is handled): :class:`InputError` its sentence, anything else an error
-    ``"Type: message"``; details: the traceback."""
+    while it is handled): ``sys.exit()`` or ``sys.exit(0)`` is a clean exit with the result
+    ``None``, as under torchrun; :class:`InputError` its sentence; anything else (a non-zero
+    ``SystemExit`` included) an error ``"Type: message"``. Details: the traceback, if any."""
+    if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return "ok", None, ""
     if isinstance(exc, InputError):
         return "input", str(exc), traceback.format_exc()
     return "error", f"{type(exc).__name__}: {exc}", traceback.format_exc()
@@ -484,10 +487,11 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a
     free ``MASTER_PORT``, so :func:`salientpp.distributed.init_distributed` joins the group, and
     starts with the default :class:`~salientpp.host.ThreadBudget` of one of
-    ``nprocs`` local ranks applied. Raises :class:`InputError` when a rank raised one (same
-    sentence), :class:`WorkerError` when a rank raised anything else, died, or the job ran past
-    ``timeout_s``; the ranks still at work are terminated first. Ranks that reported finish their
-    exit before this returns.
+    ``nprocs`` local ranks applied. A rank whose ``fn`` calls ``sys.exit(0)`` (or ``sys.exit()``)
+    ends cleanly, with the result ``None``, as under torchrun. Raises :class:`InputError` when a
+    rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else (a
+    non-zero ``sys.exit`` too), died, or the job ran past ``timeout_s``; the ranks still at work
+    are terminated first. Ranks that reported finish their exit before this returns.
     """
     check_int(nprocs, "the number of processes")
     port = free_port()
