@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import numbers
+from collections.abc import Collection, Mapping
 from typing import TypeVar
 
 Choice = TypeVar("Choice", bound=enum.Enum)
@@ -47,6 +48,25 @@ def check_int(value, what: str, minimum: int = 1, hint: str = "") -> int:
             "a non-negative integer" if minimum == 0 else f"an integer of at least {minimum}")
         raise InputError(f"{what} must be {rule}, got {value!r}" + (f"; {hint}" if hint else ""))
     return int(value)
+
+
+def check_keys(state, keys: Collection[str], what: str, fix: str) -> Mapping:
+    """``state`` when it is a dict (a mapping) with exactly the keys ``keys``, else
+    :class:`InputError` naming ``what`` (e.g. ``"the loader state"``), the missing and the
+    unexpected keys, then ``fix`` after a semicolon: the one check of a state handed to a
+    ``load_state_dict``."""
+    if not isinstance(state, Mapping):
+        raise InputError(f"{what} must be a dict with the keys {', '.join(keys)}, got a {type(state).__name__}; {fix}")
+    missing = [repr(key) for key in keys if key not in state]
+    unexpected = sorted(repr(key) for key in state if key not in keys)
+    wrong = []
+    if missing:
+        wrong.append(f"lacks {'the key' if len(missing) == 1 else 'the keys'} {', '.join(missing)}")
+    if unexpected:
+        wrong.append(f"has the unexpected {'key' if len(unexpected) == 1 else 'keys'} {', '.join(unexpected)}")
+    if wrong:
+        raise InputError(f"{what} {' and '.join(wrong)}; {fix}")
+    return state
 
 
 def counted(count: int, noun: str, plural: str | None = None, spec: str = "") -> str:

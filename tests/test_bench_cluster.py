@@ -79,6 +79,8 @@ def test_alpha_zero_alone_runs_only_the_settings_without_a_cache(p2, tmp_path, m
     (["--network", "1gbit", "--policies", "vip,nope"], "nope"),
     (["--network", "1gbit", "--replication", "0.1,,0.2"], "empty item"),
     (["--network", "1gbit", "--plot", "x.txt"], "not an image format"),
+    (["--network", "1gbit", "--replication", "0.1,-1"], "replication factor -1.0 is outside"),
+    (["--network", "1gbit", "--replication", "nan"], "replication factor nan is outside"),
 ])
 def test_bad_options_are_one_sentence_before_any_run(p2, capsys, no_ranks, args, expected):
     assert cli_main(["bench", "cluster", str(p2), *args]) == 2

@@ -3,6 +3,7 @@ compatibility checks, custom policies, and one-sentence errors from `salientpp a
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -115,8 +116,9 @@ def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
     half = plans[1].with_gpu_fraction(0.5)
     assert half.num_device_owned == plans[1].owned_order.size // 2 and half.device_fraction == 0.5
     assert half.device_ids is plans[1].device_ids and plans[1].device_fraction == 0.2  # the same cache, the original kept
-    with pytest.raises(InputError, match="the device fraction 2 is outside"):
-        plans[1].with_gpu_fraction(2)
+    for fraction in (2, -0.1, float("nan"), True, "0.5"):
+        with pytest.raises(InputError, match=re.escape(f"the device fraction must be a number in [0, 1], got {fraction!r}")):
+            plans[1].with_gpu_fraction(fraction)
 
 
 def test_mismatched_plan_is_refused(parts, ctx, tmp_path):

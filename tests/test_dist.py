@@ -1,7 +1,12 @@
 """Launcher failure semantics and the all-to-all row exchange (gloo, loopback, CPU)."""
 from __future__ import annotations
 
+import multiprocessing
+import os
+import sys
 import time
+from multiprocessing import resource_tracker
+from multiprocessing.synchronize import sem_unlink
 
 import numpy as np
 import pytest
@@ -37,6 +42,65 @@ def test_failing_rank_stops_every_rank_quickly():
 def test_input_error_on_a_rank_reaches_the_caller_as_input_error():
     with pytest.raises(InputError, match="bad option on rank one"):
         launch(_fail_on_rank_one, ("input",), nprocs=2)
+
+
+_HELD = []  # the semaphores of this process (a rank), kept until it exits
+
+
+def _hold_a_semaphore(fail: bool) -> str:
+    """Create a named semaphore as tqdm creates its lock in a rank that shows a progress bar
+    (registered with the launcher's resource tracker; the rank's exit unlinks and unregisters
+    it), and make that exit take a second first, so the launcher has the report long before the
+    rank ends. Return (or, when ``fail``, raise) the semaphore's name."""
+    lock = multiprocessing.RLock()
+    _HELD.append(lock)
+    multiprocessing.util.Finalize(None, time.sleep, (1.0,), exitpriority=10)  # runs before the unlink
+    if fail:
+        raise RuntimeError(lock._semlock.name)
+    return lock._semlock.name
+
+
+def _unlinked(name: str) -> bool:
+    """Whether the named semaphore is gone; one left behind is removed here (and from the resource
+    tracker, which would warn of a leak when this process ends)."""
+    try:
+        sem_unlink(name)
+    except FileNotFoundError:
+        return True
+    resource_tracker.unregister(name, "semaphore")
+    return False
+
+
+def test_ranks_that_finished_end_on_their_own_and_leave_no_semaphore_to_the_resource_tracker():
+    """A SIGTERM of a rank still in its exit (after its report) left tqdm's lock to the resource
+    tracker's 'There appear to be 1 leaked semaphore objects' warning at the end of every run."""
+    names = launch(_hold_a_semaphore, (False,), nprocs=2)
+    assert all(name.startswith("/mp-") for name in names), names
+    assert [_unlinked(name) for name in names] == [True, True]
+
+
+def test_a_rank_that_failed_ends_through_its_exit_and_leaves_no_semaphore():
+    with pytest.raises(WorkerError, match="rank 0 failed: RuntimeError: /mp-") as info:
+        launch(_hold_a_semaphore, (True,), nprocs=1)
+    assert _unlinked(info.value.message.split()[-1])
+
+
+def _exit_on_rank_one(code) -> int:
+    if int(os.environ["RANK"]) == 1:
+        sys.exit(code)
+    return 7
+
+
+@pytest.mark.parametrize("code", [0, None])
+def test_a_rank_that_calls_sys_exit_0_ends_cleanly_with_no_result(code):
+    assert launch(_exit_on_rank_one, (code,), nprocs=2) == [7, None]
+
+
+@pytest.mark.parametrize("code, shown", [(3, "3"), ("the data is gone", "the data is gone")])
+def test_a_rank_that_calls_sys_exit_with_another_code_fails_in_one_line(code, shown):
+    with pytest.raises(WorkerError) as info:
+        launch(_exit_on_rank_one, (code,), nprocs=2)
+    assert str(info.value) == f"rank 1 failed: SystemExit: {shown}" and info.value.others == []
 
 
 def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:

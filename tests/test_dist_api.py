@@ -182,3 +182,71 @@ def test_the_readme_example_trains_cora_under_torchrun_with_a_user_model(cora_np
     assert done.returncode == 0, done.stderr[-3000:]
     accuracy = float(re.search(r"test accuracy ([0-9.]+)", done.stdout).group(1))
     assert accuracy >= 0.78, done.stdout
+
+
+# ---- misuse of the API: one sentence, as the command line gives ----------------------------------
+
+@pytest.fixture
+def one_rank(tiny_partitions):
+    """This process alone as a job, with the one partition of ``tiny``."""
+    ctx = salientpp.init_distributed()
+    yield salientpp.DistGraph(tiny_partitions[0] / "p1", ctx)
+    salientpp.shutdown_distributed(ctx)
+
+
+@pytest.mark.parametrize("loader", [salientpp.DistNeighborLoader, salientpp.DistLinkNeighborLoader])
+@pytest.mark.parametrize("options, expected", [
+    (dict(fanouts=[5.5, 5]), "fanouts must be integers like 15,10,5, got [5.5, 5]"),
+    (dict(fanouts=[True, True]), "fanouts must be integers like 15,10,5, got [True, True]"),
+    (dict(fanouts="55"), "fanouts must be integers like 15,10,5, got '55'"),
+    (dict(device_fraction=2.0), "device_fraction must be a number in [0, 1], got 2.0"),
+    (dict(device_fraction=float("nan")), "device_fraction must be a number in [0, 1], got nan"),
+    (dict(device_fraction=None), "device_fraction must be a number in [0, 1], got None"),
+    (dict(seed=1.5), "seed must be an integer in [0, 2^63), got 1.5"),
+    (dict(seed=2**70), f"seed must be an integer in [0, 2^63), got {2**70}"),
+    (dict(seed=-1), "seed must be an integer in [0, 2^63), got -1"),
+])
+def test_a_loader_option_that_is_not_a_valid_value_is_refused_in_one_sentence(one_rank, loader, options, expected):
+    with pytest.raises(InputError, match=re.escape(expected)):
+        loader(one_rank, "train", **(dict(fanouts=[5, 5], batch_size=16) | options))
+
+
+def test_an_epoch_that_is_not_a_non_negative_int_is_refused_and_the_position_kept(one_rank):
+    loader = salientpp.DistNeighborLoader(one_rank, "train", [5, 5], 16)
+    loader.set_epoch(2)
+    for epoch in ("1", True, -1, 1.0):
+        with pytest.raises(InputError, match=re.escape(f"the epoch must be a non-negative integer, got {epoch!r}")):
+            loader.set_epoch(epoch)
+    assert loader.state_dict() == {"epoch": 2, "next_batch": 0}
+
+
+@pytest.mark.parametrize("state, expected", [
+    ({"x": 1}, "the loader state lacks the keys 'epoch', 'next_batch' and has the unexpected key 'x'"),
+    ({"epoch": 1}, "the loader state lacks the key 'next_batch'; pass what the loader's state_dict() returned"),
+    ({"epoch": 1, "next_batch": 0, "step": 3}, "the loader state has the unexpected key 'step'"),
+    ([1, 0], "the loader state must be a dict with the keys epoch, next_batch, got a list"),
+    ({"epoch": "1", "next_batch": 0}, "the loader state's epoch must be a non-negative integer, got '1'"),
+    ({"epoch": 1, "next_batch": -1}, "the loader state's next_batch must be a non-negative integer, got -1"),
+])
+def test_a_loader_state_of_another_shape_is_refused_naming_the_keys_and_the_position_kept(one_rank, state, expected):
+    loader = salientpp.DistNeighborLoader(one_rank, "train", [5, 5], 16)
+    with pytest.raises(InputError, match=re.escape(expected)):
+        loader.load_state_dict(state)
+    assert loader.state_dict() == {"epoch": 0, "next_batch": 0}
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1.0, 1e-7, 0.0009, 10**6 + 1, True, "300"])
+def test_a_timeout_torch_cannot_keep_is_refused_by_init_distributed(timeout):
+    with pytest.raises(InputError, match=re.escape("timeout_s must be a number of seconds from 0.001 (torch counts "
+                                                   f"whole milliseconds) to 1,000,000, got {timeout!r}")):
+        salientpp.init_distributed(timeout_s=timeout)
+    assert salientpp.init_distributed(timeout_s=0.001).timeout_s == 0.001  # one millisecond is kept
+
+
+@pytest.mark.parametrize("args", [(), (None,), ("cpu",)])
+def test_a_graph_opened_without_the_context_of_init_distributed_is_refused(tiny_partitions, args):
+    """``DistGraph(path)``, the form without a context, and ``DistGraph(path, None)``."""
+    with pytest.raises(InputError, match=re.escape("DistGraph needs the DistContext that init_distributed() returns "
+                                                   "as its second argument, got ")
+                       + r".*; open it with DistGraph\(path, init_distributed\(\)\)$"):
+        salientpp.DistGraph(tiny_partitions[0] / "p1", *args)

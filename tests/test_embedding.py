@@ -3,6 +3,7 @@ Cora without features, checkpointed per rank, and refused options."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -11,8 +12,10 @@ from scipy import stats
 
 import salientpp
 from salientpp.cli import main
-from salientpp.embedding import DistEmbedding
+from salientpp.embedding import DistEmbedding, table
 from salientpp.embedding.table import initial_rows
+from salientpp.errors import InputError
+from salientpp.io import row_chunks
 from salientpp.partition import load_partitioned
 
 from conftest import one_sentence
@@ -156,3 +159,65 @@ def test_bad_embedding_options_get_one_sentence_and_exit_2_before_any_rank_start
                                                                                     expected):
     assert main(["train", str(cora_2), "--quiet", *args]) == 2
     assert expected in one_sentence(capsys)
+
+
+# ---- misuse of the API: one sentence, as the command line gives ----------------------------------
+
+@pytest.fixture
+def one_rank(tiny_partitions):
+    """This process alone as a job, with the one partition of ``tiny``."""
+    ctx = salientpp.init_distributed()
+    yield salientpp.DistGraph(tiny_partitions[0] / "p1", ctx)
+    salientpp.shutdown_distributed(ctx)
+
+
+@pytest.mark.parametrize("options, expected", [
+    (dict(dim=0), "the embedding dimension must be a positive integer, got 0"),
+    (dict(dim=2.5), "the embedding dimension must be a positive integer, got 2.5"),
+    (dict(dim=True), "the embedding dimension must be a positive integer, got True"),
+    (dict(dim=8, seed=-1), "the embedding seed must be an integer in [0, 2^63), got -1"),
+    (dict(dim=2**40), "an embedding table of 2,000 rows x 1,099,511,627,776 float32 columns on rank 0 needs about "
+                      "8,048.0 TiB of memory but only "),  # 8,000 TiB of table, 48 TiB for the init of one row
+])
+def test_an_embedding_of_a_bad_or_impossible_size_is_refused_before_anything_is_allocated(one_rank, monkeypatch,
+                                                                                           options, expected):
+    monkeypatch.setattr(torch, "empty", None)  # nothing reaches an allocation: calling it would be a TypeError
+    with pytest.raises(InputError, match=re.escape(expected)):
+        DistEmbedding(one_rank, **options)
+
+
+def test_the_built_in_init_in_chunks_gives_the_rows_of_one_pass(one_rank, monkeypatch):
+    whole = initial_rows("normal", 4, one_rank.original_ids(np.arange(one_rank.num_nodes)), DIM)
+    monkeypatch.setattr(table, "row_chunks", lambda rows, row_bytes: row_chunks(rows, row_bytes, 300 * row_bytes))
+    assert np.array_equal(DistEmbedding(one_rank, DIM, seed=4).weight.numpy(), whole)
+
+
+@pytest.mark.parametrize("ids, expected", [
+    (torch.tensor([0.0, 1.5]), "the embedding ids must be a 1-D int64 array, got torch.float32 of shape [2]"),
+    (torch.tensor([[0, 1]]), "the embedding ids must be a 1-D int64 array, got torch.int64 of shape [1, 2]"),
+    ([0, 1], "the embedding ids must be an int64 tensor of node ids, got a list"),
+    (torch.tensor([0, 2000, 5]), "the embedding ids must be node ids in [0, 2000), got 2000"),
+    (torch.tensor([3, -1]), "the embedding ids must be node ids in [0, 2000), got -1"),
+])
+def test_ids_that_are_not_node_ids_of_the_graph_are_refused_in_a_lookup(one_rank, ids, expected):
+    emb = DistEmbedding(one_rank, DIM)
+    with pytest.raises(InputError, match=re.escape(expected)):
+        emb(ids)
+    assert emb(torch.tensor([0, 1999, 0])).shape == (3, DIM) and emb.stats.owned == 2
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda state: {"x": 1}, "the embedding state lacks the keys 'offset', 'weight', 'optimizer' and has the "
+                             "unexpected key 'x'; pass what DistEmbedding.state_dict() returned"),
+    (lambda state: state | {"weight": 1}, "the embedding shard holds rows 0.. of int, but rank 0 owns rows 0.. of "
+                                          "torch.float32 [2000, 8]"),
+    (lambda state: state | {"optimizer": {"x": 1}}, "the saved embedding optimizer state (SparseAdam) lacks the keys "
+                                                    "'slot', 'exp_avg', 'exp_avg_sq', 'step' and has the unexpected "
+                                                    "key 'x'"),
+])
+def test_an_embedding_state_of_another_shape_is_refused_naming_what_differs(one_rank, change, expected):
+    emb = DistEmbedding(one_rank, DIM)
+    before = emb.weight.clone()
+    with pytest.raises(InputError, match=re.escape(expected)):
+        emb.load_state_dict(change(emb.state_dict()))
+    assert torch.equal(emb.weight, before)

@@ -84,6 +84,27 @@ def test_cpu_tensors_are_not_copied():
     assert np.shares_memory(dataset.x, data.x.numpy()) and np.shares_memory(dataset.y, data.y.numpy())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("feature_dtype", ["float32", "float16"])
+def test_features_of_a_float_type_numpy_lacks_are_converted_like_other_float_types(dtype, feature_dtype):
+    """bfloat16 goes through float32, exactly, as float64 or float16 features would: the
+    dataset holds what ``x.float()`` holds, in ``feature_dtype``."""
+    data = as_data(random_arrays())
+    data.x = data.x.to(dtype)
+    dataset = from_pyg(data, feature_dtype=feature_dtype)
+    assert dataset.x.dtype == feature_dtype
+    np.testing.assert_array_equal(dataset.x, data.x.float().numpy().astype(feature_dtype))
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_features_of_a_type_numpy_cannot_hold_are_refused():
+    data = as_data(random_arrays())
+    data.x = data.x.to(torch.complex32)
+    with pytest.raises(InputError, match=re.escape("data.x has the dtype torch.complex32, which numpy cannot hold; "
+                                                   "convert it, e.g. data.x.float()")):
+        from_pyg(data)
+
+
 def test_multilabel_targets(tmp_path):
     arrays = random_arrays(seed=2)
     y = (np.random.default_rng(3).random((40, 3)) < 0.5).astype(np.float32)

@@ -512,6 +512,41 @@ def test_numbers_past_their_type_are_one_sentence(tiny_partitions, tmp_path, cap
     assert snapshot(tmp_path) == before  # no plan directory named after a fanout, no output
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["analyze", "{P}", *ANALYZE, "--num-negatives", "3", "--out", "{T}/out"],
+     "--num-negatives applies only with --task link"),
+    (["analyze", "{P}", *ANALYZE, "--negative-sampling", "per-source", "--out", "{T}/out"],
+     "--negative-sampling applies only with --task link"),
+    (["analyze", "{P}", *ANALYZE, "--eval-batch-size", "32", "--out", "{T}/out"],
+     "--eval-batch-size applies only with --eval-fanouts"),
+    (["analyze", "{P}", *ANALYZE, "--eval-splits", "test", "--out", "{T}/out"],
+     "--eval-splits applies only with --eval-fanouts"),
+    (["analyze", "{P}", "--fanouts", "5", "--batch-size", "64", "--policy", "degree", "--vip-method", "cavity",
+      "--out", "{T}/out"], "--vip-method chooses the estimate of the vip policy, and degree does not use one"),
+    (["simulate", "{P}", "--fanouts", "5", "--batch-size", "64", "--policies", "degree,halo", "--vip-method",
+      "exact"], "and degree, halo do not use one"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--features", "{T}/x.npy"], "--features applies only to edgelist: "),
+    (["prepare", "synthetic:tiny", "{T}/out", "--root", "{T}"], "--root applies only to ogb: and ogb-lsc: sources"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--self-loops"], "--self-loops applies only to npz:"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--num-features", "8"], "not to synthetic:"),
+])
+def test_an_option_the_command_would_ignore_is_refused(tiny_partitions, tmp_path, capsys, argv, expected):
+    part = tmp_path / "p2"
+    shutil.copytree(tiny_partitions[0] / "p2", part)
+    before = snapshot(tmp_path)
+    assert exit_code([arg.format(P=part, T=tmp_path) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_an_option_the_command_uses_is_accepted_with_what_it_needs(tiny_partitions, tmp_path):
+    part = str(tiny_partitions[0] / "p2")
+    assert exit_code(["simulate", part, "--fanouts", "5", "--batch-size", "64", "--policies", "vip,degree",
+                      "--vip-method", "cavity", "--eval-fanouts", "5", "--eval-splits", "test", "--eval-weight", "0.5",
+                      "--replication", "0,0.1", "--epochs", "1"]) == 0
+
+
 def _seeded_commands() -> list[list[str]]:
     """The words of every (sub)command that takes --seed, read off the parser."""
     from salientpp.cli import build_parser, parsers

@@ -289,7 +289,7 @@ def test_a_killed_worker_on_one_machine_restarts_both_and_the_run_ends_as_if_uni
 
 
 def test_machines_without_a_cache_plan_both_build_and_save_the_same_one(cora_root, local_run, tmp_path):
-    a, b = _two_agents(cora_root, tmp_path / "job", ship_plan=False, extra=("--epochs", "1", "--eval-every", "0"))
+    a, b = _two_agents(cora_root, tmp_path / "job", ship_plan=False, extra=("--epochs", "1"))
     assert a.proc.returncode == 0 and b.proc.returncode == 0, _report((a, b))
     plans = [sorted((agent.log.parent / "cora-2" / "cache").iterdir()) for agent in (a, b)]
     assert [p.name for p in plans[0]] == [p.name for p in plans[1]] == [p.name for p in local_run.plans]
@@ -299,7 +299,7 @@ def test_machines_without_a_cache_plan_both_build_and_save_the_same_one(cora_roo
 
 def test_two_machines_started_with_different_samplers_are_refused_in_one_sentence_naming_the_option(
         cora_root, tmp_path):
-    a, b = _two_agents(cora_root, tmp_path / "job", extra=("--epochs", "1", "--eval-every", "0"),
+    a, b = _two_agents(cora_root, tmp_path / "job", extra=("--epochs", "1"),
                        extra_on_b=("--sampler", "bulk"))
     assert a.proc.returncode != 0 and b.proc.returncode != 0, _report((a, b))
     refusals = re.findall(r"salientpp train: error: (.*)", a.output() + b.output())

@@ -216,6 +216,8 @@ def test_worker_error_reaches_the_consumer():
     (dict(read_ahead=0), "read_ahead"),
     (dict(seeds=[1, 1]), "duplicate"),
     (dict(labels=np.zeros(10, dtype=np.int64)), "labels cover"),
+    (dict(seed=1.5), r"seed must be an integer in \[0, 2\^63\), got 1.5"),
+    (dict(seed=2**63), r"seed must be an integer in \[0, 2\^63\), got 9223372036854775808"),
 ])
 def test_bad_loader_arguments(graph, kwargs, match):
     sampler, _ = graph

@@ -101,7 +101,8 @@ def test_bulk_and_ladies_training_fetch_what_the_simulator_predicts(tiny, tmp_pa
     root, _ = tiny
     metrics = tmp_path / "m.jsonl"
     train(TrainConfig(str(root / "p2"), epochs=1, policy="vip", replication=0.1, eval_every=0, json_path=str(metrics),
-                      **{**TINY, "fanouts": fanouts, "sampler": sampler, "minibatches_per_bulk": 3}))
+                      **{**TINY, "fanouts": fanouts, "sampler": sampler, "minibatches_per_bulk": 3,
+                         "eval_fanouts": None}))
     line = json.loads(metrics.read_text().splitlines()[0])
     data = load_partitioned(root / "p2")
     # The simulator's loader draws each batch from the same stream, whatever the bulk size.

@@ -29,6 +29,7 @@ from salientpp.train.checkpoint import LAST
 from conftest import file_size_limit, one_sentence
 
 SMALL = ["--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-fanouts", "5,5"]
+UNEVALUATED = SMALL[:SMALL.index("--eval-fanouts")]  # for runs with --eval-every 0
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +138,7 @@ def test_resume_without_a_checkpoint_is_refused_before_any_rank_starts(p2, tmp_p
 
 
 def _tiny(part_dir: str, **kwargs) -> TrainConfig:
-    return TrainConfig(part_dir=part_dir, hidden=16, layers=2, fanouts=(5, 5), batch_size=64, eval_fanouts=(5, 5),
-                       progress=False, **kwargs)
+    return TrainConfig(part_dir=part_dir, hidden=16, layers=2, fanouts=(5, 5), batch_size=64, progress=False, **kwargs)
 
 
 def test_a_full_disk_while_writing_metrics_is_named_as_such(p1, tmp_path, monkeypatch):
@@ -192,8 +192,8 @@ def test_two_trainings_started_at_once_without_a_plan_both_finish(tiny_partition
 
     part_dir = tmp_path / "p2"
     shutil.copytree(tiny_partitions[0] / "p2", part_dir, ignore=shutil.ignore_patterns("cache"))
-    command = [sys.executable, "-m", "salientpp", "train", str(part_dir), *SMALL, "--epochs", "1", "--eval-every",
-               "0", "--quiet"]
+    command = [sys.executable, "-m", "salientpp", "train", str(part_dir), *UNEVALUATED, "--epochs", "1",
+               "--eval-every", "0", "--quiet"]
     jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [job.communicate(timeout=300) for job in jobs]
     assert [job.returncode for job in jobs] == [0, 0], outputs

@@ -252,9 +252,13 @@ def test_weights_that_turn_non_finite_after_a_finite_loss_are_never_checkpointed
 
 
 @pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"), ("--embedding-lr", "inf"),
-                                         ("--timeout", "inf"), ("--timeout", "0"), ("--weight-decay", "inf"),
-                                         ("--weight-decay", "nan"), ("--weight-decay", "-1e-4")])
-def test_a_rate_or_timeout_that_is_not_finite_and_positive_is_refused(tiny_partitions, capsys, no_ranks, flag, value):
+                                         ("--timeout", "inf"), ("--timeout", "0"), ("--timeout", "1e-7"),
+                                         ("--timeout", "nan"), ("--weight-decay", "inf"), ("--weight-decay", "nan"),
+                                         ("--weight-decay", "-1e-4"), ("--device-fraction", "2"),
+                                         ("--device-fraction", "nan")])
+def test_a_rate_timeout_or_fraction_out_of_its_range_is_refused(tiny_partitions, capsys, no_ranks, flag, value):
+    """Among them a timeout below the millisecond torch keeps (it would become 0), by the rule
+    init_distributed applies too (test_dist_api)."""
     extra = ["--embedding-dim", "8"] if flag == "--embedding-lr" else []
     assert main(["train", str(tiny_partitions[0] / "p2"), *extra, f"{flag}={value}"]) == 2
     assert flag in one_sentence(capsys)
@@ -275,10 +279,11 @@ NOT_APPLYING = {
     "features": (False, {}),
     "embedding_optimizer": ("adagrad", {}), "embedding_lr": (0.1, {}),
     "plan": ("some-plan", {"mode": "full-graph"}),
-    "policy": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"mode": "full-graph"}),
+    "policy": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"policy": "none"}),
     "device_fraction": (0.5, {"mode": "full-graph"}), "precision": ("bf16", {"mode": "full-graph"}),
     "pipeline_depth": (2, {"mode": "full-graph"}),
     "eval_fanouts": ((5, 5), {"inference": "layerwise"}),
+    "inference": ("layerwise", {"eval_every": 0}), "eval_batch_size": (64, {"eval_every": 0}),
     "checkpoint_every": ("2steps", {}), "resume": (True, {}),
 }
 
@@ -297,6 +302,15 @@ def test_an_option_the_run_does_not_use_is_refused_naming_what_it_needs(tiny_par
     with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only to runs with "
                                          f"{option_of(field).needs.what}"):
         config.validate()
+
+
+@pytest.mark.parametrize("name, value, others", [
+    ("replication", 0.2, {"mode": "full-graph"}), ("eval_fanouts", (5, 5), {"eval_every": 0}),
+])
+def test_an_option_is_refused_in_every_kind_of_run_that_does_not_use_it(tiny_partitions, name, value, others):
+    field = TrainConfig.__dataclass_fields__[name]
+    with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only to runs with"):
+        TrainConfig(str(tiny_partitions[0] / "p2"), layers=2, **others, **{name: value}).validate()
 
 
 def test_an_option_at_its_default_or_in_a_run_that_uses_it_is_accepted(tiny_partitions):
@@ -408,7 +422,7 @@ def train_only_parts(tiny_partitions, tmp_path_factory):
 def test_a_node_task_without_validation_and_test_nodes_trains_and_says_so(train_only_parts, tmp_path, capfd,
                                                                            parts, args):
     out = tmp_path / "m.jsonl"
-    small = SMALL[:SMALL.index("--eval-fanouts")] if "layerwise" in args else SMALL
+    small = SMALL[:SMALL.index("--eval-fanouts")] if "layerwise" in args or "--eval-every" in args else SMALL
     if "full-graph" in args:  # sampling options do not apply to full-graph training
         small = SMALL[:SMALL.index("--fanouts")]
     assert main(["train", str(train_only_parts / parts), *small, *args, "--epochs", "2", "--json", str(out)]) == 0

@@ -77,6 +77,11 @@ def no_parameters(in_dim, hidden, out_dim, num_layers):
 def exits(in_dim, hidden, out_dim, num_layers):
     import sys
     sys.exit(3)
+
+
+def exits_cleanly(in_dim, hidden, out_dim, num_layers):
+    import sys
+    sys.exit(0)
 '''
 
 
@@ -124,6 +129,9 @@ def test_a_bad_model_spec_is_one_sentence_before_any_rank_starts(tiny_partitions
     ("returns_tuple", "the forward/backward", "AttributeError: 'tuple' object has no attribute"),
     ("no_parameters", "the start-up", "ValueError: optimizer got an empty parameter list"),
     ("exits", "the start-up", "SystemExit: 3"),
+    # A launched function's sys.exit(0) ends its rank cleanly, but the built-in trainer owes a
+    # result: a model that exits, even with 0, stopped the run.
+    ("exits_cleanly", "the start-up", "SystemExit: 0"),
 ])
 def test_a_user_model_that_fails_alone_is_one_line_as_on_two_ranks(tiny_partitions, user_module, capsys, factory,
                                                                     stage, cause):

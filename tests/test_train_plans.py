@@ -28,6 +28,7 @@ from conftest import fail_probe_in, one_sentence
 
 WORKLOAD = ["--fanouts", "5,5", "--batch-size", "16"]
 SMALL = [*WORKLOAD, "--hidden", "16", "--layers", "2", "--eval-fanouts", "5,5"]
+UNEVALUATED = SMALL[:SMALL.index("--eval-fanouts")]  # for runs with --eval-every 0
 ROW_BYTES = 32 * 4  # the tiny preset: 32 float32 features
 GPU_ROWS, CPU_ROWS, DEVICE_FRACTION = 20, 200, 0.3
 
@@ -65,7 +66,7 @@ def _copy_without_plans(p2: str, where: Path) -> Path:
 
 def test_a_byte_budget_plan_trains_from_its_own_path_and_its_cpu_tier_is_hit(p2, byte_plan, tmp_path, capfd):
     metrics = tmp_path / "m.jsonl"
-    assert cli_main(["train", p2, "--plan", str(byte_plan), *SMALL, "--epochs", "2", "--eval-every", "0",
+    assert cli_main(["train", p2, "--plan", str(byte_plan), *UNEVALUATED, "--epochs", "2", "--eval-every", "0",
                      "--json", str(metrics), "--quiet"]) == 0
     assert f"cache plan: using {byte_plan}" in capfd.readouterr().out
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -162,7 +163,7 @@ def test_the_python_api_refuses_cache_options_beside_a_plan(p2, byte_plan):
 
 def test_without_a_plan_the_trainer_builds_analyzes_plan_says_where_and_then_uses_it(p2, tmp_path, capfd):
     part_dir = _copy_without_plans(p2, tmp_path / "p2")
-    train = ["train", str(part_dir), *SMALL, "--epochs", "1", "--eval-every", "0", "--quiet"]
+    train = ["train", str(part_dir), *UNEVALUATED, "--epochs", "1", "--eval-every", "0", "--quiet"]
     path = part_dir / "cache" / "vip-f5-5-b16-r0.1"
     assert cli_main(train) == 0
     assert f"cache plan: built {path}" in capfd.readouterr().out

@@ -83,7 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace, cache: str, alpha: float, depth: int) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
-                       batch_size=args.batch_size, policy=cache, replication=alpha, pipeline_depth=depth,
+                       batch_size=args.batch_size, policy=cache,
+                       replication=None if cache == "none" else alpha, pipeline_depth=depth,
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        network=args.network, progress=False)
 
@@ -157,7 +158,8 @@ def main(args: argparse.Namespace) -> int:
     check_int(args.epochs, "--epochs")
     check_int(args.repeats, "--repeats")
     check_int(args.pipeline_depth, "--pipeline-depth")
-    alphas = [a for a in number_list(args.replication, float, "--replication", DEFAULT_ALPHAS) if a > 0]
+    # α = 0 is run anyway (the rows without a cache); any other α is checked below
+    alphas = [a for a in number_list(args.replication, float, "--replication", DEFAULT_ALPHAS) if a != 0]
     policies = name_list(args.policies, "--policies", DEFAULT_POLICIES)
     for policy in policies:
         get_policy(policy)

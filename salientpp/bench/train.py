@@ -159,7 +159,8 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
             reuse_freed_memory: bool = True) -> TrainConfig:
     fanouts = parse_fanouts(args.fanouts)
     return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
-                       batch_size=args.batch_size, policy=cache, replication=alpha, pipeline_depth=depth,
+                       batch_size=args.batch_size, policy=cache,
+                       replication=None if cache == "none" else alpha, pipeline_depth=depth,
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        device_fraction=args.device_fraction,
                        precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,

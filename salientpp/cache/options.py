@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import Any
 
 from ..data.format import SPLITS
-from ..errors import check_int
+from ..errors import InputError, check_int
 from ..parsing import flag_names, name_list, parse_bytes, parse_seed
 from ..partition.format import PartitionedDataset
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
@@ -30,9 +31,9 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                         help="also serve sampled inference with these fanouts (a mixed workload)")
     parser.add_argument(*flag_names("--eval-batch-size"), type=int, metavar="B",
                         help="inference seeds per minibatch (default: the training batch size)")
-    parser.add_argument(*flag_names("--eval-splits"), default="valid", metavar="S1,S2",
+    parser.add_argument(*flag_names("--eval-splits"), metavar="S1,S2",
                         help=f"seed splits of inference, from {','.join(SPLITS)} (default valid)")
-    parser.add_argument(*flag_names("--eval-weight"), type=float, default=1.0, metavar="W",
+    parser.add_argument(*flag_names("--eval-weight"), type=float, metavar="W",
                         help="inference passes per training epoch (default 1)")
     parser.add_argument("--vip-method", choices=METHODS,
                         help="VIP estimate of the vip policy (default exact, cavity with --sampler ladies; cavity "
@@ -53,15 +54,28 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=TASKS, default=NODE,
                         help="node seeds, or link prediction: the held-out training edges of `prepare --link-split` "
                              "with negatives, --batch-size edges per batch (default node)")
-    parser.add_argument("--num-negatives", type=int, default=1, help="--task link: negatives per edge (default 1)")
+    parser.add_argument("--num-negatives", type=int, help="--task link: negatives per edge (default 1)")
     parser.add_argument("--negative-sampling", choices=[m.value for m in NegativeSampling],
-                        default=NegativeSampling.UNIFORM.value,
                         help="--task link: uniform node pairs or per-source destinations (default uniform)")
+
+
+def _only_with(needs: str, given: dict[str, Any]) -> None:
+    """Refuse the options of ``given`` (flag -> value, ``None`` when not given) that were given,
+    since they apply only with ``needs``, which was not."""
+    for flag, value in given.items():
+        if value is not None:
+            raise InputError(f"{flag} applies only with {needs}; drop it, or add {needs}")
 
 
 def edge_seeds_from(args: argparse.Namespace) -> EdgeSeeds | None:
     """The :class:`EdgeSeeds` of ``--task link`` (``None`` for node seeds)."""
-    return EdgeSeeds(args.num_negatives, args.negative_sampling) if args.task == LINK else None
+    if args.task != LINK:
+        _only_with("--task link", {"--num-negatives": args.num_negatives,
+                                   "--negative-sampling": args.negative_sampling})
+        return None
+    default = EdgeSeeds()
+    return EdgeSeeds(default.num_negatives if args.num_negatives is None else args.num_negatives,
+                     default.negative_sampling if args.negative_sampling is None else args.negative_sampling)
 
 
 def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
@@ -69,10 +83,14 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
     train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace, sampler=args.sampler,
                      edges=edges)
     if args.eval_fanouts is None:
+        _only_with("--eval-fanouts", {"--eval-batch-size": args.eval_batch_size, "--eval-splits": args.eval_splits,
+                                      "--eval-weight": args.eval_weight})
         return (train,)
-    splits = tuple(name_list(args.eval_splits, "--eval-splits", "valid,test"))
+    splits = ("valid",) if args.eval_splits is None else tuple(name_list(args.eval_splits, "--eval-splits",
+                                                                          "valid,test"))
     inference = Workload(parse_fanouts(args.eval_fanouts), args.eval_batch_size or args.batch_size,
-                         replace=args.replace, splits=splits, weight=args.eval_weight, edges=edges)
+                         replace=args.replace, splits=splits, weight=1.0 if args.eval_weight is None else args.eval_weight,
+                         edges=edges)
     return train, inference
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -239,14 +240,19 @@ class CachePlan:
 
     def with_gpu_fraction(self, device_fraction: float) -> "CachePlan":
         """The same plan with another share of the owned rows on the device (no re-scoring needed)."""
-        device_fraction = _check_gpu_fraction(device_fraction)
+        device_fraction = check_device_fraction(device_fraction)
         return replace(self, meta=replace(self.meta, options=replace(self.meta.options, device_fraction=device_fraction)),
                        num_device_owned=device_owned_rows(device_fraction, int(self.owned_order.shape[0])))
 
 
-def _check_gpu_fraction(device_fraction: float) -> float:
-    if not (math.isfinite(device_fraction) and 0 <= device_fraction <= 1):
-        raise InputError(f"the device fraction {device_fraction} is outside [0, 1]; pass e.g. --device-fraction {DEVICE_FRACTION}")
+def check_device_fraction(device_fraction: float, what: str = "the device fraction") -> float:
+    """``device_fraction`` as a float when it is a real number (not a bool) in [0, 1], else
+    :class:`InputError` naming ``what`` (``"--device-fraction"``, ``"device_fraction"``): the one
+    rule of the share of a partition's owned rows kept on the device."""
+    if isinstance(device_fraction, bool) or not isinstance(device_fraction, numbers.Real) or not (
+            0 <= device_fraction <= 1):
+        raise InputError(f"{what} must be a number in [0, 1], got {device_fraction!r}; pass e.g. {DEVICE_FRACTION}, "
+                         "the default")
     return float(device_fraction)
 
 
@@ -263,7 +269,7 @@ def row_bytes_of(dataset) -> int:
 def build_plans(ctx: PolicyContext, policy: str, budget: Budget, device_fraction: float = 0.0) -> list[CachePlan]:
     """Score every vertex with ``policy`` for each partition and fill the budget with the best remote rows."""
     dataset = ctx.dataset
-    device_fraction = _check_gpu_fraction(device_fraction)
+    device_fraction = check_device_fraction(device_fraction)
     row_bytes = row_bytes_of(dataset)
     budget.check(dataset.num_parts, row_bytes)
     meta = PlanMeta(workloads=ctx.workloads, options=PlanOptions.of(ctx, policy, budget, device_fraction),

@@ -14,7 +14,7 @@ ranked by vertex id (ids follow the partitioner's order).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .workload import Workload
 
 Policy = Callable[["PolicyContext", int], np.ndarray]
 _REGISTRY: dict[str, Policy] = {}
+_READS_VIP_METHOD: set[str] = set()  # the policies that score by ``ctx.vip_method``
 
 
 @dataclass
@@ -123,8 +124,10 @@ class PolicyContext:
             del self._memo[key]
 
 
-def register_policy(name: str) -> Callable[[Policy], Policy]:
-    """Decorator: make ``policy(ctx, k) -> float64 [N]`` available under ``name``."""
+def register_policy(name: str, *, reads_vip_method: bool = False) -> Callable[[Policy], Policy]:
+    """Decorator: make ``policy(ctx, k) -> float64 [N]`` available under ``name``;
+    ``reads_vip_method``: its scores depend on ``ctx.vip_method`` (``--vip-method``), which is
+    refused for the policies that do not."""
     if not isinstance(name, str) or not name or "," in name:
         raise ValueError(f"a policy name must be a non-empty string without commas, got {name!r}")
 
@@ -132,6 +135,8 @@ def register_policy(name: str) -> Callable[[Policy], Policy]:
         if name in _REGISTRY and _REGISTRY[name] is not policy:
             raise ValueError(f"a different policy is already registered as {name!r}")
         _REGISTRY[name] = policy
+        if reads_vip_method:
+            _READS_VIP_METHOD.add(name)
         return policy
 
     return decorate
@@ -146,6 +151,18 @@ def get_policy(name: str) -> Policy:
         raise InputError(f"unknown cache policy {name!r}; choose one of {', '.join(_REGISTRY)} "
                          "or register your own with @register_policy")
     return _REGISTRY[name]
+
+
+def check_policies(names: Sequence[str], vip_method: str | None) -> tuple[str, ...]:
+    """``names``, each a registered policy, and a ``vip_method`` (``None``: not chosen) that one of
+    them reads; :class:`InputError` (one sentence) otherwise."""
+    for name in names:
+        get_policy(name)
+    if vip_method is not None and not _READS_VIP_METHOD.intersection(names):
+        readers = " or ".join(sorted(_READS_VIP_METHOD))
+        raise InputError(f"--vip-method chooses the estimate of the {readers} policy, and {', '.join(names)} "
+                         f"{'does' if len(names) == 1 else 'do'} not use one; drop it, or add the {readers} policy")
+    return tuple(names)
 
 
 def policy_scores(ctx: PolicyContext, name: str, k: int) -> np.ndarray:
@@ -172,7 +189,7 @@ def _train_indicator(ctx: PolicyContext, k: int) -> np.ndarray:
     return x
 
 
-@register_policy("vip")
+@register_policy("vip", reads_vip_method=True)
 def vip_policy(ctx: PolicyContext, k: int) -> np.ndarray:
     """Analytic VIP (``ctx.vip_method``) as expected accesses per epoch over all workloads."""
     return ctx.expected_accesses()[:, k]

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from ..cache.plan import describe, predicted_rows, row_bytes_of
-from ..cache.policies import get_policy
+from ..cache.policies import check_policies
 from ..errors import InputError
 from ..io import check_output_dir, check_output_location, check_writable_dir, mark_complete, output_errors, read_meta
 from ..partition.format import KIND as PART_KIND, load_partitioned
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    get_policy(args.policy)
+    check_policies([args.policy], args.vip_method)
     request = plan_request_from(args)
     budget, workloads = request.options.budget, request.workloads
     limit = parse_memory_limit(args.memory_limit)

@@ -55,7 +55,13 @@ def run(args: argparse.Namespace) -> int:
                             num_features=args.num_features, num_classes=args.num_classes)
     start = time.perf_counter()
     scheme, _, spec = args.source.partition(":")
+    options.check_applies_to(scheme)
     if scheme == "synthetic" and fractions is None and not fits_in_memory(parse_spec(spec)):
+        given = [flag for flag, value in (("--feature-dtype", args.feature_dtype != ImportOptions.feature_dtype),
+                                          ("--num-classes", args.num_classes is not None)) if value]
+        if given:
+            raise InputError(f"{args.source} is generated out of core, which takes {' and '.join(given)} from the "
+                             "spec only; write them into it (synthetic:PRESET,feature_dtype=float16,num_classes=C)")
         dataset = write_synthetic(spec, args.out_dir)
         mark_complete(args, args.out_dir)
         print("generated out of core: the graph would not fit in the available memory")

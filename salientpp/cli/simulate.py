@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cache.policies import available_policies, get_policy
+from ..cache.policies import available_policies, check_policies
 from ..bench.results import write_outputs
 from ..cache.simulator import RESULT_KIND, check_replication, plot_volume, simulate
 from ..io import check_output_dir, check_output_location, check_output_paths
@@ -38,9 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    policies = name_list(args.policies, "--policies", "vip,degree")
-    for name in policies:
-        get_policy(name)
+    policies = check_policies(name_list(args.policies, "--policies", "vip,degree"), args.vip_method)
     workloads_from(args)  # a bad --fanouts fails before the data is read
     check_output_paths({"--json": args.json, "--plot": args.plot})
     for flag, path in (("--json", args.json), ("--plot", args.plot)):

@@ -42,6 +42,7 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
                          + ", ".join(f"{s}:..." for s in SCHEMES))
     if not arg:
         raise InputError(f"source {source!r} names no {scheme} argument; write it as {scheme}:ARG")
+    options.check_applies_to(scheme)
     check_feature_dtype(options.feature_dtype)
     check_counts(options)
     if scheme == "synthetic":

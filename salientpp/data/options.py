@@ -2,9 +2,14 @@
 check of their counts made before any input is read (:func:`check_counts`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from ..errors import InputError
+
+
+def _option(default, flag: str, *schemes: str):
+    """A field of :class:`ImportOptions` given by ``flag`` that only the sources of ``schemes`` read."""
+    return field(default=default, metadata={"flag": flag, "schemes": schemes})
 
 
 @dataclass
@@ -25,18 +30,27 @@ class ImportOptions:
             ids a source gives must lie below (default: their largest id + 1).
     """
 
-    root: str | None = None
-    features: str | None = None
-    labels: str | None = None
-    train_idx: str | None = None
-    valid_idx: str | None = None
-    test_idx: str | None = None
-    num_nodes: int | None = None
+    root: str | None = _option(None, "--root", "ogb", "ogb-lsc")
+    features: str | None = _option(None, "--features", "edgelist")
+    labels: str | None = _option(None, "--labels", "edgelist")
+    train_idx: str | None = _option(None, "--train-idx", "edgelist")
+    valid_idx: str | None = _option(None, "--valid-idx", "edgelist")
+    test_idx: str | None = _option(None, "--test-idx", "edgelist")
+    num_nodes: int | None = _option(None, "--num-nodes", "edgelist")
     feature_dtype: str = "float32"
-    keep_self_loops: bool = False
+    keep_self_loops: bool = _option(False, "--self-loops", "npz", "edgelist", "ogb", "ogb-lsc")
     seed: int = 0
-    num_features: int = 128
+    num_features: int = _option(128, "--num-features", "edgelist")
     num_classes: int | None = None
+
+    def check_applies_to(self, scheme: str) -> None:
+        """Raise :class:`InputError` for an option given (not at its default) that ``scheme``'s
+        sources do not read (each field's ``schemes``; a field without them applies to every source)."""
+        for f in fields(self):
+            schemes = f.metadata.get("schemes")
+            if schemes is not None and scheme not in schemes and getattr(self, f.name) != f.default:
+                raise InputError(f"{f.metadata['flag']} applies only to {' and '.join(s + ':' for s in schemes)} "
+                                 f"sources, not to {scheme}:; drop it")
 
 
 def check_counts(options: ImportOptions) -> None:

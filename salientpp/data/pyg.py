@@ -26,14 +26,22 @@ _SPLITS = (("train", "train_mask"), ("valid", "val_mask"), ("test", "test_mask")
 
 
 def _numpy(value: Any, what: str) -> np.ndarray:
-    """A numpy view of a CPU tensor (a copy only for a tensor on another device), or ``value``
-    as an array; ``what`` names it in messages."""
+    """A numpy view of a CPU tensor (a copy only for a tensor on another device, or of a float
+    type numpy lacks: bfloat16 and the float8 types become float32, exactly, and go on like any
+    other float type), or ``value`` as an array; ``what`` names it in messages."""
     import torch
 
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             raise InputError(f"{what} is a sparse tensor ({value.layout}); pass a dense one, e.g. {what}.to_dense()")
-        return value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if value.dtype.is_floating_point and value.dtype not in (torch.float16, torch.float32, torch.float64):
+            value = value.float()
+        try:
+            return value.numpy()
+        except TypeError:  # a type numpy has no counterpart of, such as complex32
+            raise InputError(f"{what} has the dtype {value.dtype}, which numpy cannot hold; convert it, e.g. "
+                             f"{what}.float()") from None
     if type(value).__name__ == "SparseTensor":
         raise InputError(f"{what} is a torch_sparse SparseTensor; pass a dense tensor, e.g. {what}.to_dense()")
     array = np.asarray(value)
@@ -62,7 +70,7 @@ def from_pyg(data: Any, *, train: Any = None, valid: Any = None, test: Any = Non
 
     Args:
         data: a ``Data`` with ``edge_index`` (int ``[2, E]``), ``x`` (``[N, F]``, N = number of
-            nodes), ``y`` (integer ``[N]`` or ``[N, 1]`` class ids, -1 or NaN = unlabelled; or
+            nodes; any real dtype, bfloat16 included), ``y`` (integer ``[N]`` or ``[N, 1]`` class ids, -1 or NaN = unlabelled; or
             ``[N, T]`` multi-label targets: float 0/1 with NaN = unknown, bool, or integer 0/1)
             and, for each split not given as an argument, a boolean mask attribute
             (``train_mask``, ``val_mask``, ``test_mask``, ``[N]``). Tensors on another device are

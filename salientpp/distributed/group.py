@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import multiprocessing as mp
+import numbers
 import os
 import re
 import signal
@@ -50,6 +51,19 @@ ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 RESTART_ENV = "SALIENTPP_RESTART_COUNT"
 # Seconds before a stuck collective or rendezvous fails: of init_distributed and `train --timeout`.
 DEFAULT_TIMEOUT_S = 300.0
+# The shortest and the longest timeout: torch's collectives keep it in whole milliseconds (a
+# shorter one becomes 0), and a longer one is no timeout.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.001, 10**6
+
+
+def check_timeout(value: float, what: str = "timeout_s") -> float:
+    """``value`` as a float when it is a number of seconds (not a bool) in
+    [:data:`MIN_TIMEOUT_S`, :data:`MAX_TIMEOUT_S`], else :class:`InputError` naming ``what``
+    (``"--timeout"``): the one rule of a collective's timeout."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S:
+        raise InputError(f"{what} must be a number of seconds from {MIN_TIMEOUT_S} (torch counts whole milliseconds) "
+                         f"to {MAX_TIMEOUT_S:,}, got {value!r}; pass e.g. {DEFAULT_TIMEOUT_S:g}, the default")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -269,6 +283,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, 
     ``salientpp train`` gives a rank without thread options (it is not applied here: torch keeps
     its own thread count unless the caller applies it, ``threads.apply()``).
     """
+    timeout_s = check_timeout(timeout_s)
     if reuse_freed_memory:
         keep_freed_memory()
     attempt = restart_count()
@@ -396,21 +411,38 @@ def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: in
     # applies one with the --sampler-threads and --torch-threads overrides).
     ThreadBudget.for_rank(world).apply()
     try:
-        result = fn(*args)
+        report = ("ok", fn(*args), "")
     except BaseException as exc:  # everything must reach the parent, which stops the other ranks
-        kind = "input" if isinstance(exc, InputError) else "error"
-        message = f"{type(exc).__name__}: {exc}" if kind == "error" else str(exc)
-        conn.send((kind, message, traceback.format_exc(), time.time()))
-        conn.close()
-        os._exit(1)
-    conn.send(("ok", result, "", time.time()))
+        report = _report_of(exc)
+    conn.send((*report, time.time()))
     conn.close()
+    if report[0] != "ok":
+        # Through multiprocessing's exit, as a rank that returned: its finalizers unlink the
+        # rank's named semaphores (tqdm's lock) and tell the resource tracker (os._exit would not).
+        sys.exit(1)
 
 
-def _stop(procs: list[mp.Process]) -> None:
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
+def _report_of(exc: BaseException) -> tuple[str, Any, str]:
+    """The report ``(kind, value, details)`` of a rank whose function raised ``exc`` (called
+    while it is handled): ``sys.exit()`` or ``sys.exit(0)`` is a clean exit with the result
+    ``None``, as under torchrun; :class:`InputError` its sentence; anything else (a non-zero
+    ``SystemExit`` included) an error ``"Type: message"``. Details: the traceback, if any."""
+    if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return "ok", None, ""
+    if isinstance(exc, InputError):
+        return "input", str(exc), traceback.format_exc()
+    return "error", f"{type(exc).__name__}: {exc}", traceback.format_exc()
+
+
+def _stop(procs: list[mp.Process], working: set[int]) -> None:
+    """End every rank: those in ``working`` (no report yet: a peer failed, the job ran past its
+    time limit, or the launcher itself is stopped) are terminated at once; the others have
+    reported and leave on their own, so their exit runs to the end (a SIGTERM there would leave
+    their semaphores to the resource tracker's "leaked semaphore" warning). A rank still alive
+    :data:`_GRACE_S` seconds later is killed."""
+    for rank in working:
+        if procs[rank].is_alive():
+            procs[rank].terminate()
     deadline = time.monotonic() + _GRACE_S
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -470,9 +502,11 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a
     free ``MASTER_PORT``, so :func:`salientpp.distributed.init_distributed` joins the group, and
     starts with the default :class:`~salientpp.host.ThreadBudget` of one of
-    ``nprocs`` local ranks applied. Raises :class:`InputError` when a rank raised one (same
-    sentence), :class:`WorkerError` when a rank raised anything else, died, or the job ran past
-    ``timeout_s``; the other ranks are terminated first.
+    ``nprocs`` local ranks applied. A rank whose ``fn`` calls ``sys.exit(0)`` (or ``sys.exit()``)
+    ends cleanly, with the result ``None``, as under torchrun. Raises :class:`InputError` when a
+    rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else (a
+    non-zero ``sys.exit`` too), died, or the job ran past ``timeout_s``; the ranks still at work
+    are terminated first. Ranks that reported finish their exit before this returns.
     """
     check_int(nprocs, "the number of processes")
     port = free_port()
@@ -533,9 +567,9 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
             if failures and (deadline is None or deadline > time.monotonic() + _REPORT_S):
                 deadline = time.monotonic() + _REPORT_S
     except BaseException:
-        _stop(procs)
+        _stop(procs, pending)
         raise
-    _stop(procs)
+    _stop(procs, pending)
     if failures:
         failures.sort(key=lambda f: f[:2])
         first = failures[0][2]

@@ -21,7 +21,7 @@ from numbers import Real
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, check_keys
 
 _ROW = "row"      # state of shape [slots, D], dtype of the weight
 _COUNT = "count"  # state of shape [slots], int64
@@ -38,7 +38,7 @@ def _check_real(name: str, value, low: float, high: float, low_open: bool) -> fl
     return float(value)
 
 
-def _describe(value) -> str:
+def describe(value) -> str:
     """``"<dtype> [shape]"`` of a tensor, else its type's name (for error messages)."""
     if isinstance(value, torch.Tensor):
         return f"{value.dtype} {list(value.shape)}"
@@ -140,14 +140,11 @@ class SparseOptimizer(abc.ABC):
             InputError: if ``state`` is another optimiser's, or of another ``n`` or ``D``.
         """
         n, dim = self.weight.shape
-        if not isinstance(state, dict) or set(state) != {"slot", *self.STATE}:
-            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise InputError(f"the saved embedding optimizer state holds {keys}, not the "
-                             f"{type(self).__name__} state {sorted(['slot', *self.STATE])}; resume with the "
-                             "same --embedding-optimizer")
+        check_keys(state, ("slot", *self.STATE), f"the saved embedding optimizer state ({type(self).__name__})",
+                   "resume with the same --embedding-optimizer")
         slot = state["slot"]
         if not isinstance(slot, torch.Tensor) or slot.dtype != torch.int64 or tuple(slot.shape) != (n,):
-            raise InputError(f"the saved embedding optimizer state covers {_describe(slot)} rows, not int64 "
+            raise InputError(f"the saved embedding optimizer state covers {describe(slot)} rows, not int64 "
                              f"[{n}]; resume with the same partitioning and ranks")
         used_slots = slot[slot >= 0]
         used = used_slots.shape[0]
@@ -157,7 +154,7 @@ class SparseOptimizer(abc.ABC):
         for name, kind in self.STATE.items():
             want, got = self._empty(kind, used), state[name]
             if not isinstance(got, torch.Tensor) or got.dtype != want.dtype or got.shape != want.shape:
-                raise InputError(f"the saved embedding optimizer state {name!r} is {_describe(got)}, not "
+                raise InputError(f"the saved embedding optimizer state {name!r} is {describe(got)}, not "
                                  f"{want.dtype} {list(want.shape)} (D = {dim}); resume with the same "
                                  "--embedding-dim")
         self._slot = slot.to(self.weight.device, copy=True)

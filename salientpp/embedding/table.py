@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import numbers
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,13 +42,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, check_keys, check_seed
 from ..hashing import GOLDEN, splitmix64_array
-from ..io import check_torch_file, output_errors, replace_file
-from .optim import SparseOptimizer, make_sparse_optimizer
+from ..io import check_torch_file, output_errors, replace_file, row_chunks
+from ..resources import MemoryEstimate, check_memory
+from ..sampling.convert import as_int64_tensor
+from .optim import SparseOptimizer, describe, make_sparse_optimizer
 
 Init = Callable[[np.ndarray, int], np.ndarray]
 INITS = ("normal", "uniform")
+# Bytes per entry of the table that initial_rows holds while it computes them (its float64
+# hashes and Box-Muller temporaries; measured 48 for "normal", 32 for "uniform"): the built-in
+# inits run in chunks of rows of about 16 MiB of them.
+INIT_ENTRY_BYTES = 48
 
 
 def hashed_uniform(seed: int, ids: np.ndarray, dim: int, stream: int = 0) -> np.ndarray:
@@ -141,18 +148,25 @@ class DistEmbedding:
                  seed: int = 0):
         from ..distributed.exchange import CommStats, RowExchange
 
-        check_int(dim, "the embedding dimension")
+        dim = check_int(dim, "the embedding dimension", hint="pass e.g. 64")
+        seed = check_seed(seed, "the embedding seed")
         if isinstance(init, str) and init not in INITS:
             raise InputError(f"unknown embedding init {init!r}; choose {' or '.join(INITS)} or pass a function "
                              "init(original_ids, dim) -> float32 [n, dim]")
         self.graph, self.dim = graph, dim
         self.offset, self.num_owned = graph.offset, graph.num_owned
+        self._check_memory(graph.rank, isinstance(init, str))
         self.offsets = torch.tensor(np.asarray(graph.book.offsets), dtype=torch.int64)
         orig = graph.original_ids(np.arange(self.offset, self.offset + self.num_owned))
-        rows = initial_rows(init, seed, orig, dim) if isinstance(init, str) else np.asarray(init(orig, dim))
-        if rows.shape != (self.num_owned, dim):
-            raise InputError(f"the embedding init returned shape {list(rows.shape)}, not [{self.num_owned}, {dim}]")
-        self.weight = torch.tensor(rows, dtype=torch.float32)
+        if isinstance(init, str):  # row by row the same values, in chunks of bounded temporaries
+            self.weight = torch.empty((self.num_owned, dim), dtype=torch.float32)
+            for lo, hi in row_chunks(self.num_owned, dim * INIT_ENTRY_BYTES):
+                self.weight[lo:hi] = torch.from_numpy(initial_rows(init, seed, orig[lo:hi], dim))
+        else:
+            rows = np.asarray(init(orig, dim))
+            if rows.shape != (self.num_owned, dim):
+                raise InputError(f"the embedding init returned shape {list(rows.shape)}, not [{self.num_owned}, {dim}]")
+            self.weight = torch.tensor(rows, dtype=torch.float32)
         self.optimizer: SparseOptimizer = make_sparse_optimizer(optimizer, self.weight, lr)
         ctx = graph.ctx
         if ctx.distributed:  # a group of its own (rows) and, under NCCL, a gloo one for the counts
@@ -166,6 +180,18 @@ class DistEmbedding:
         self._anchor = torch.zeros((), requires_grad=True)  # makes a lookup's output part of the graph
         self._lookups: list[_Lookup] = []
 
+    def _check_memory(self, rank: int, built_in_init: bool) -> None:
+        """:class:`InputError` unless this rank's table and its initial values fit in the available
+        memory: the float32 ``[num_owned, dim]`` table, and a built-in init's chunk of temporaries
+        or the array a user's init returns (float32 assumed)."""
+        entries = self.num_owned * self.dim
+        chunk_rows = next(((hi - lo) for lo, hi in row_chunks(self.num_owned, self.dim * INIT_ENTRY_BYTES)), 0)
+        check_memory(MemoryEstimate(
+            f"an embedding table of {self.num_owned:,} rows x {self.dim:,} float32 columns on rank {rank}",
+            {"embedding table": 4 * entries,
+             "initial values": chunk_rows * self.dim * INIT_ENTRY_BYTES if built_in_init else 4 * entries},
+            advice="use a smaller embedding dimension (or more partitions)"), None)
+
     def _serve(self, ids: torch.Tensor) -> torch.Tensor:
         return self.weight[ids.cpu() - self.offset].to(self.ctx.comm_device)
 
@@ -175,10 +201,19 @@ class DistEmbedding:
         self.stats = self.exchange.stats = CommStats()
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        """float32 ``[n, dim]`` rows of global ids ``ids`` (int64 ``[n]``, any device, repeats allowed),
-        on ``ids``' device; differentiable when gradients are enabled (a collective)."""
+        """float32 ``[n, dim]`` rows of global ids ``ids`` (int64 ``[n]`` in ``[0, num_nodes)``, any
+        device, repeats allowed), on ``ids``' device; differentiable when gradients are enabled (a
+        collective). Other ids are refused with :class:`InputError`."""
+        if not isinstance(ids, torch.Tensor):
+            raise InputError(f"the embedding ids must be an int64 tensor of node ids, got a {type(ids).__name__}; "
+                             "pass e.g. batch.n_id")
         device = ids.device
-        uniq, inverse = torch.unique(ids.cpu(), return_inverse=True)  # sorted, so grouped by owner
+        uniq, inverse = torch.unique(as_int64_tensor(ids.cpu(), "the embedding ids"), return_inverse=True)
+        # sorted, so grouped by owner, and its ends are the smallest and the largest id
+        if uniq.shape[0] and (int(uniq[0]) < 0 or int(uniq[-1]) >= self.graph.num_nodes):
+            bad = int(uniq[0]) if int(uniq[0]) < 0 else int(uniq[-1])
+            raise InputError(f"the embedding ids must be node ids in [0, {self.graph.num_nodes}), got {bad}; pass "
+                             "ids of this graph, e.g. batch.n_id")
         bounds = torch.searchsorted(uniq, self.offsets)
         rank = self.ctx.rank
         lo, hi = int(bounds[rank]), int(bounds[rank + 1])
@@ -235,12 +270,16 @@ class DistEmbedding:
         return {"offset": self.offset, "weight": self.weight.clone(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` of the same rank of the same partitioning."""
-        weight = state["weight"]
-        if int(state["offset"]) != self.offset or tuple(weight.shape) != tuple(self.weight.shape):
-            raise InputError(f"the embedding shard holds rows {int(state['offset'])}.. of shape {list(weight.shape)}, "
-                             f"but rank {self.ctx.rank} owns rows {self.offset}.. of shape {list(self.weight.shape)}; "
-                             "resume with the same partitioning, ranks and --embedding-dim")
+        """Restore :meth:`state_dict` of the same rank of the same partitioning (:class:`InputError`
+        for another dict)."""
+        check_keys(state, ("offset", "weight", "optimizer"), "the embedding state",
+                   "pass what DistEmbedding.state_dict() returned")
+        offset, weight = state["offset"], state["weight"]
+        if (not isinstance(weight, torch.Tensor) or tuple(weight.shape) != tuple(self.weight.shape)
+                or isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset != self.offset):
+            raise InputError(f"the embedding shard holds rows {offset!r}.. of {describe(weight)}, but rank "
+                             f"{self.ctx.rank} owns rows {self.offset}.. of {describe(self.weight)}; resume with the "
+                             "same partitioning, ranks and --embedding-dim")
         self.weight.copy_(weight)
         self.optimizer.load_state_dict(state["optimizer"])
 

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..cache.plan import DEVICE_FRACTION, CheckedPlan, PlanInfo
+from ..cache.plan import DEVICE_FRACTION, CheckedPlan, PlanInfo, check_device_fraction
 from ..cache.workload import check_batch_size, check_training_seeds, lockstep_steps
 from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, check_seed
 from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
                         check_sampler, make_sampler)
@@ -127,7 +127,8 @@ class DistNeighborLoader:
             fetched. Loaders of one graph and plan share
             its cache (evaluation loaders too); it is best for the fanouts and batch size it was
             scored for.
-        seed: seeds the shuffle and the sampling (with the rank and the split's stream).
+        seed: an int in [0, 2^63); seeds the shuffle and the sampling (with the rank and the
+            split's stream).
         replace: sample with replacement.
         sampler_threads: C++ sampling threads; ``None``: the rank's thread budget's
             (``graph.ctx.threads``, :class:`~salientpp.host.ThreadBudget`), as ``salientpp
@@ -143,8 +144,9 @@ class DistNeighborLoader:
             before each pipeline stage runs on a step (health reports).
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
-        device_fraction: without a plan, the fraction of owned rows kept on the device (a plan
-            decides it itself); by default ``salientpp analyze``'s and ``train``'s.
+        device_fraction: without a plan, the fraction of owned rows kept on the device, in
+            [0, 1] (a plan decides it itself; ``None`` then); by default ``salientpp analyze``'s
+            and ``train``'s.
         sampler: the sampler kind (:class:`~salientpp.sampling.SamplerKind` or its name):
             ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
             ``minibatches_per_bulk`` batches at a time with sparse-matrix operations) or ``"ladies"``
@@ -174,13 +176,17 @@ class DistNeighborLoader:
                  shuffle: bool = True, plan: CheckedPlan | PlanInfo | str | os.PathLike | None = None, seed: int = 0,
                  replace: bool = False, sampler_threads: int | None = None, pipeline_depth: int | None = None,
                  read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
-                 allow_empty: bool | None = None, device_fraction: float = DEVICE_FRACTION, low_priority: bool | None = None,
+                 allow_empty: bool | None = None, device_fraction: float | None = DEVICE_FRACTION,
+                 low_priority: bool | None = None,
                  sampler: str | SamplerKind = DEFAULT_SAMPLER, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
         self.graph = graph
         self.sampler = check_sampler(sampler)
         self.fanouts = check_fanouts(fanouts, self.sampler)
         self.batch_size = check_batch_size(batch_size)
+        seed = check_seed(seed, "seed")
+        if plan is None or device_fraction is not None:  # a plan decides the fraction itself
+            device_fraction = check_device_fraction(device_fraction, "device_fraction")
         budget = graph.ctx.threads or ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device)
         sampler_threads = check_int(budget.sampler_threads if sampler_threads is None else sampler_threads,
                                 "the number of sampler threads")
@@ -246,8 +252,8 @@ class DistNeighborLoader:
         return self.num_batches
 
     def set_epoch(self, epoch: int) -> None:
-        """Reshuffle and reseed for ``epoch`` (call it on every rank before iterating; without
-        it, every iteration repeats the same epoch's batches)."""
+        """Reshuffle and reseed for ``epoch``, a non-negative int (call it on every rank before
+        iterating; without it, every iteration repeats the same epoch's batches)."""
         self._loader.set_epoch(epoch)
         self._next_batch = 0
 
@@ -259,7 +265,8 @@ class DistNeighborLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Make the next iteration continue at ``state["next_batch"]`` of ``state["epoch"]``,
-        with the batches an uninterrupted epoch would have yielded."""
+        with the batches an uninterrupted epoch would have yielded; ``state`` is what
+        :meth:`state_dict` returned (:class:`InputError` for another dict)."""
         self._loader.load_state_dict(state)
         self._next_batch = int(state["next_batch"])
 

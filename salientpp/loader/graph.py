@@ -33,7 +33,8 @@ class DistGraph:
 
     Args:
         path: the partitioned directory.
-        ctx: the process-group context :func:`salientpp.init_distributed` returned.
+        ctx: the process-group context :func:`salientpp.init_distributed` returned (required:
+            ``DistGraph(path, init_distributed())``; anything else is refused with :class:`InputError`).
 
     Attributes:
         path: the directory; ctx: the context; rank, num_parts.
@@ -42,7 +43,11 @@ class DistGraph:
         x: ``[num_owned, F]`` owned feature rows (memory-mapped); y: owned labels.
     """
 
-    def __init__(self, path: str | os.PathLike, ctx: DistContext):
+    def __init__(self, path: str | os.PathLike, ctx: DistContext | None = None):
+        if not isinstance(ctx, DistContext):  # None: the one-argument form DistGraph(path) too
+            raise InputError(f"DistGraph needs the DistContext that init_distributed() returns as its second argument, "
+                             f"got {'None' if ctx is None else 'a ' + type(ctx).__name__}; open it with "
+                             "DistGraph(path, init_distributed())")
         self.ctx = ctx
         self.path = Path(path)
         data = load_partitioned(self.path)

@@ -26,7 +26,8 @@ needs its VIP model in ``salientpp/cache/vip.py`` (``VIP_MODELS``); until then t
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -134,11 +135,11 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     ``fanouts[0]`` at the seeds, each a positive number of neighbours or -1 (all of them); a kind
     whose fanouts are layer sizes (``kind.layer_sizes``, LADIES) draws ``fanouts[h]`` nodes per
     layer, so each is >= 1; with ``layers``, exactly one per layer. :class:`InputError` names
-    ``what`` otherwise."""
-    try:
-        values = tuple(int(f) for f in fanouts)
-    except (TypeError, ValueError):
-        raise InputError(f"{what} must be integers like 15,10,5, got {fanouts!r}; pass one integer per hop") from None
+    ``what`` otherwise: a bool or a float such as 5.5 is not an integer (``int`` would round it)."""
+    items = tuple(fanouts) if isinstance(fanouts, Iterable) and not isinstance(fanouts, str) else None
+    if items is None or not all(isinstance(f, numbers.Integral) and not isinstance(f, bool) for f in items):
+        raise InputError(f"{what} must be integers like 15,10,5, got {fanouts!r}; pass one integer per hop")
+    values = tuple(int(f) for f in items)
     if not values:
         raise InputError("the fanout list is empty; pass one integer per hop, e.g. --fanouts 15,10,5")
     if kind.layer_sizes and any(f < 1 for f in values):

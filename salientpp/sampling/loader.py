@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from ..errors import InputError, check_int
+from ..errors import InputError, check_int, check_keys, check_seed
 from .convert import as_int64_tensor
 from .sampler import BaseSampler, BatchWorker, FetchContext, SampledBatch, check_labels, check_seeds
 
@@ -62,7 +62,7 @@ class NeighborLoader:
         shuffle: permute the seeds every epoch (seeded by ``(seed, epoch)``).
         drop_last: drop the last batch when it has fewer than ``batch_size`` seeds (fixed-size
             batches only).
-        seed: base random seed.
+        seed: base random seed, an int in [0, 2^63).
         sampler_threads: sampling threads (of the C++ sampler).
         read_ahead: the most batches sampled ahead of the consumer (the sampler read-ahead; not the
             pipeline depth, which bounds the batches between sampling and the model).
@@ -105,7 +105,7 @@ class NeighborLoader:
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.num_batches = None if num_batches is None else self._check_num_batches(num_batches)
-        self.seed = int(seed)
+        self.seed = check_seed(seed, "seed")
         self.sampler_threads = int(sampler_threads)
         self.read_ahead = int(read_ahead)
         self.low_priority = bool(low_priority)
@@ -126,7 +126,8 @@ class NeighborLoader:
         return int(num_batches)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        """Reshuffle and reseed for ``epoch``, a non-negative int."""
+        self.epoch = check_int(epoch, "the epoch", minimum=0, hint="pass e.g. set_epoch(0)")
         self._next_batch = 0
 
     def state_dict(self) -> dict[str, int]:
@@ -134,12 +135,15 @@ class NeighborLoader:
         return {"epoch": self.epoch, "next_batch": self._next_batch}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Make the next iteration yield batches ``state["next_batch"]:`` of ``state["epoch"]``."""
-        next_batch = int(state["next_batch"])
-        if not 0 <= next_batch <= len(self):
+        """Make the next iteration yield batches ``state["next_batch"]:`` of ``state["epoch"]``;
+        ``state`` is what :meth:`state_dict` returned (:class:`InputError` for another dict)."""
+        fix = "pass what the loader's state_dict() returned"
+        check_keys(state, ("epoch", "next_batch"), "the loader state", fix)
+        next_batch = check_int(state["next_batch"], "the loader state's next_batch", minimum=0, hint=fix)
+        if next_batch > len(self):
             raise InputError(f"the loader state starts at batch {next_batch} but an epoch has {len(self)} batches; "
                              "resume with the same seeds, batch size and num_batches")
-        self.epoch = int(state["epoch"])
+        self.epoch = check_int(state["epoch"], "the loader state's epoch", minimum=0, hint=fix)
         self._next_batch = next_batch
 
     def __len__(self) -> int:

@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..cache.plan import DEVICE_FRACTION
+from ..cache.plan import DEVICE_FRACTION, check_device_fraction
 from ..cache.policies import get_policy
-from ..distributed.group import DEFAULT_TIMEOUT_S, is_first_rank, may_be_a_restart
+from ..distributed.group import DEFAULT_TIMEOUT_S, check_timeout, is_first_rank, may_be_a_restart
 from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int, check_seed
@@ -124,8 +124,12 @@ BULK_ONLY = Needs("--sampler " + " or ".join(name for name in SAMPLERS if check_
                   lambda config: check_sampler(config.sampler).draws_in_bulk)
 EMBEDDING_ONLY = Needs("--embedding-dim", lambda config: config.embedding_dim > 0)
 CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoint_dir))
-SAMPLED_INFERENCE_ONLY = Needs("--inference sampled in --mode minibatch",
-                               lambda config: config.inference == SAMPLED and config.mode == MINIBATCH)
+CACHED_ONLY = Needs("--mode minibatch and a --policy other than none",
+                    lambda config: config.mode == MINIBATCH and config.policy != "none")
+EVALUATED_ONLY = Needs("--eval-every 1 or more", lambda config: config.eval_every > 0)
+SAMPLED_INFERENCE_ONLY = Needs("--eval-every 1 or more and --inference sampled in --mode minibatch",
+                               lambda config: EVALUATED_ONLY.holds(config) and config.inference == SAMPLED
+                               and config.mode == MINIBATCH)
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
@@ -157,15 +161,6 @@ def positive_number(value: Any, flag: str) -> None:
         raise InputError(f"{flag} must be a positive finite number, got {value}")
 
 
-# The longest --timeout: torch's collectives keep it in milliseconds, and a longer one is no timeout.
-MAX_TIMEOUT_S = 10**6
-
-
-def _timeout(value: Any, flag: str) -> None:
-    if not 0 < value <= MAX_TIMEOUT_S:
-        raise InputError(f"{flag} must be a number of seconds in (0, {MAX_TIMEOUT_S:,}], got {value}")
-
-
 def one_of(choices: tuple[str, ...], what: str) -> Callable[[Any, str], None]:
     """The check of a value that must be one of ``choices``; the message calls it ``what``."""
     listed = " or ".join(choices) if len(choices) == 2 else "one of " + ", ".join(choices)
@@ -179,11 +174,6 @@ def one_of(choices: tuple[str, ...], what: str) -> Callable[[Any, str], None]:
 def _at_least_0(value: Any, what: str) -> None:
     if not (value >= 0 and math.isfinite(value)):
         raise InputError(f"{what} must be a finite number of at least 0, got {value}")
-
-
-def _fraction(value: Any, flag: str) -> None:
-    if not 0 <= value <= 1:
-        raise InputError(f"{flag} must lie in [0, 1], got {value}")
 
 
 def _dropout(value: Any, flag: str) -> None:
@@ -308,10 +298,10 @@ class TrainConfig:
     replication: float | None = option(None, "without --plan: alpha, each rank caches floor(alpha*N/K) remote rows",
                                        type=float, default_text=str(DEFAULT_REPLICATION),
                                        check=lambda value, flag: _at_least_0(value, "replication (alpha)"),
-                                       agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
+                                       agreed=True, plan_decides=True, needs=CACHED_ONLY)
     device_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
                                         "the plan's order", type=float, default_text=str(DEVICE_FRACTION),
-                                        check=_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
+                                        check=check_device_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
     device: str = option("cpu", "training device", choices=DEVICES, check=one_of(DEVICES, "device"), agreed=True)
     precision: str = option(FP32, "number format of the training step: bf16 runs the forward under torch.autocast "
                             "with bfloat16 (CPUs with AVX512-BF16 or AMX, or GPUs)", choices=PRECISIONS,
@@ -325,13 +315,13 @@ class TrainConfig:
         alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
         needs=MINIBATCH_ONLY)
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
-                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True)
+                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True, needs=EVALUATED_ONLY)
     eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference", parse=parse_fanouts,
                                                   default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True,
                                                   needs=SAMPLED_INFERENCE_ONLY)
     eval_batch_size: int | None = option(None, "seeds per batch of sampled inference, destinations per chunk of "
                                          "layer-wise inference (lower it on power-law graphs)", type=int,
-                                         default_text="--batch-size", check=positive, agreed=True)
+                                         default_text="--batch-size", check=positive, agreed=True, needs=EVALUATED_ONLY)
     eval_every: int = option(1, "evaluate every N epochs and after the last (0: never)", type=int,
                              check=non_negative, agreed=True)
     checkpoint_dir: str | None = option(None, "write last.pt and best.pt here", agreed=lambda path: path is not None,
@@ -354,7 +344,7 @@ class TrainConfig:
                                        default_text="from the thread budget, a rank's cores = the cores of this "
                                        "machine / local ranks", check=positive)
     timeout_s: float = option(DEFAULT_TIMEOUT_S, "seconds before a stuck collective fails", flag="--timeout", type=float,
-                              metavar="S", check=_timeout, agreed=True)
+                              metavar="S", check=check_timeout, agreed=True)
     network: str | None = option(None, "emulate a cluster network for the row exchange: every all-to-all takes the "
                                  "time its bytes take on a link of RATE per rank and direction, plus LATENCY per "
                                  "collective (tc's units, e.g. 1gbit,50us); the bytes and results are unchanged",
