@@ -135,3 +135,12 @@ def test_missing_ogb_data_says_where_to_put_it(tmp_path, capsys):
     assert main(["prepare", "ogb:ogbn-products", str(tmp_path / "out"), "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "ogbn_products" in err and "download" in err
+
+
+def test_an_ogb_file_that_is_a_directory_is_refused_saying_so(tmp_path, capsys):
+    pytest.importorskip("ogb")
+    (tmp_path / "ogbn_products" / "raw" / "edge.csv.gz").mkdir(parents=True)
+    assert main(["prepare", "ogb:ogbn-products", str(tmp_path / "out"), "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'ogbn_products' / 'raw' / 'edge.csv.gz'} is a directory, not a regular file; download" in err
+    assert not (tmp_path / "out").exists()

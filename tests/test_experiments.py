@@ -192,7 +192,7 @@ def test_bad_input_fails_before_any_work(tmp_path, capsys, ogb_raw_writer):
     work, out = tmp_path / "work", tmp_path / "out"
     paths = ["--work", str(work), "--out", str(out)]
     (tmp_path / "empty").mkdir()
-    _fails(capsys, products, ["--root", str(tmp_path / "empty"), *paths, *SMALL], "is missing; download")
+    _fails(capsys, products, ["--root", str(tmp_path / "empty"), *paths, *SMALL], "does not exist; download")
     _fails(capsys, products, ["--root", str(tmp_path / "nowhere"), *paths, *SMALL], "is not a directory")
     _fails(capsys, products, [*paths, *SMALL], "pass --root DIR")
     _fails(capsys, mag240m, ["--root", str(tmp_path / "empty"), *paths, *SMALL], "mag240m is not on disk")

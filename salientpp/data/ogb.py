@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..io import check_input_file
 from .convert import _as_ids, as_features, as_labels
 from .csr import build_csr
 from .format import Dataset
@@ -39,10 +40,9 @@ def _from_ogb(name: str, options: ImportOptions) -> Dataset:
     needed = [raw / "data.npz", raw / "node-label.npz"] if binary else [raw / "edge.csv.gz", raw / "node-label.csv.gz"]
     split_dir = folder / "split" / info["split"]
     needed += [split_dir / f"{s}.csv.gz" for s in ("train", "valid", "test")]
-    missing = [str(p) for p in needed if not p.is_file()]
-    if missing:
-        raise InputError(f"{name} is not on disk under {options.root}: {missing[0]} is missing; download "
-                         f"{info['url']} and unzip it so that {folder}/raw and {folder}/split exist")
+    for path in needed:
+        check_input_file(path, f"{name} is not on disk under {options.root}:",
+                         f"download {info['url']} and unzip it so that {folder}/raw and {folder}/split exist")
     try:
         if binary:
             graph = read_binary_graph_raw(str(raw))[0]
@@ -93,10 +93,9 @@ def _from_mag240m(name: str, options: ImportOptions) -> Dataset:
     needed = [folder / f"RELEASE_v{MAG240MDataset.version}.txt", folder / "meta.pt", folder / "split_dict.pt",
               folder / "processed" / "paper" / "node_feat.npy", folder / "processed" / "paper" / "node_label.npy",
               folder / "processed" / "paper___cites___paper" / "edge_index.npy"]
-    missing = [str(p) for p in needed if not p.is_file()]
-    if missing:
-        raise InputError(f"mag240m is not on disk under {options.root}: {missing[0]} is missing; download "
-                         f"{MAG240MDataset.url} and unzip it in {options.root}")
+    for path in needed:
+        check_input_file(path, f"mag240m is not on disk under {options.root}:",
+                         f"download {MAG240MDataset.url} and unzip it in {options.root}")
     try:
         # Checked above, so MAG240MDataset neither asks on stdin nor downloads.
         with torch.serialization.safe_globals(_numpy_pickle_globals()):
