@@ -20,7 +20,7 @@ from typing import Iterator
 
 from .. import __version__
 from .._env import OMP_WAIT, quiet_broken_pipe, set_defaults
-from ..errors import InputError
+from ..errors import MESSAGE_CHARS, InputError, shown
 from ..io import WRITE_ERRNOS, os_error_sentence
 from ..parsing import integer, real, renamed_flag_notes
 
@@ -52,7 +52,8 @@ class Parser(argparse.ArgumentParser):
       argparse would read as an unknown option;
     * ``type=int`` and ``type=float`` read ASCII numbers only (:func:`~salientpp.parsing.integer`,
       :func:`~salientpp.parsing.real`): ``5_0`` is not 50, and other scripts' digits are refused;
-    * an error is one line and exit code 2, pointing at ``--help`` instead of printing the usage.
+    * an error is one line (:func:`error_line`) and exit code 2, pointing at ``--help`` instead
+      of printing the usage.
     """
 
     # argparse's own rule (-1, -.5) plus comma-separated lists of integers.
@@ -65,7 +66,14 @@ class Parser(argparse.ArgumentParser):
         self.register("type", float, real)
 
     def error(self, message: str):
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_INPUT, f"{error_line(self.prog, message)} (see {self.prog} --help)\n")
+
+
+def error_line(prog: str, message: str) -> str:
+    """``PROG: error: MESSAGE``, the line every error of the CLI is printed as: the message passes
+    through :func:`~salientpp.errors.shown`, so a path or value it echoes can neither split the
+    line nor send control sequences to the terminal, and a long one is shortened in its middle."""
+    return f"{prog}: error: {shown(message, MESSAGE_CHARS)}"
 
 
 def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -135,12 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_as_interrupt():
             return int(args.func(args) or 0)
     except InputError as exc:
-        print(f"salientpp {args.command}: error: {exc}", file=sys.stderr)
+        print(error_line(f"salientpp {args.command}", str(exc)), file=sys.stderr)
         return EXIT_INPUT
     except WorkerError as exc:  # a local rank raised or died: one line per failed rank
-        print(f"salientpp {args.command}: error: rank {exc.rank} failed: {_first_line(exc.message)}", file=sys.stderr)
+        print(error_line(f"salientpp {args.command}", f"rank {exc.rank} failed: {_first_line(exc.message)}"),
+              file=sys.stderr)
         for rank, message in exc.others:
-            print(f"  then rank {rank} failed: {_first_line(message)}", file=sys.stderr)
+            print(f"  then rank {rank} failed: {shown(_first_line(message), MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_FAILED
     except Terminated:
         print(f"salientpp {args.command}: terminated", file=sys.stderr)
@@ -151,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in WRITE_ERRNOS:
             raise
-        print(f"salientpp {args.command}: error: {os_error_sentence(exc)}", file=sys.stderr)
+        print(error_line(f"salientpp {args.command}", os_error_sentence(exc)), file=sys.stderr)
         return EXIT_INPUT
 
 

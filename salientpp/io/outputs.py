@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import InputError
-from .text import shown
+from ..errors import InputError, shown
 
 # errno -> (what went wrong, how to fix it), for the messages of :func:`write_error`.
 _WRITE_ERRORS: dict[int, tuple[str, str]] = {
