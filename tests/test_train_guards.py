@@ -330,6 +330,18 @@ def test_a_list_of_negative_fanouts_is_read_as_a_value():
     assert (args.eval_fanouts, args.fanouts) == ("-1,-1", "-1,5")
 
 
+@pytest.mark.parametrize("lr", ["-1e-3", "-1E+2", "-.5", "-1.", "-inf"])
+def test_a_negative_learning_rate_in_any_notation_reaches_its_check(tiny_partitions, capsys, no_ranks, lr):
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--lr", lr]) == 2  # not "expected one argument"
+    assert "the learning rate (--lr) must be a positive finite number, got -" in one_sentence(capsys)
+
+
+def test_lists_of_negative_numbers_are_read_as_values():
+    args = build_parser().parse_args(["simulate", "p", "--fanouts", "-1,-1", "--batch-size", "8", "--replication",
+                                      "-0.1,0.5"])
+    assert (args.fanouts, args.replication) == ("-1,-1", "-0.1,0.5")
+
+
 def test_rank_variables_without_a_rendezvous_address_are_refused(monkeypatch):
     for key in ("MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)

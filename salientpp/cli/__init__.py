@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import signal
 import sys
 import threading
@@ -22,7 +21,7 @@ from .. import __version__
 from .._env import OMP_WAIT, quiet_broken_pipe, set_defaults
 from ..errors import MESSAGE_CHARS, InputError, shown
 from ..io import WRITE_ERRNOS, os_error_sentence
-from ..parsing import integer, real, renamed_flag_notes
+from ..parsing import NEGATIVE_NUMBERS, integer, real, renamed_flag_notes
 
 # Before any command imports torch and its OpenMP runtime (no import above loads torch).
 set_defaults(OMP_WAIT)
@@ -48,20 +47,19 @@ class Parser(argparse.ArgumentParser):
     """salientpp's argument parser (every subcommand's too: argparse builds subparsers of the
     parent's class). Three differences from argparse's:
 
-    * an option's value may be a list of negative numbers (``--eval-fanouts -1,-1``), which
-      argparse would read as an unknown option;
+    * an option's value may be a negative number in any form :func:`~salientpp.parsing.real` reads
+      (``--lr -1e-3``, which the option's check then refuses in its own words) or a list of
+      numbers (``--eval-fanouts -1,-1``), which argparse would read as an unknown option
+      (:data:`~salientpp.parsing.NEGATIVE_NUMBERS`);
     * ``type=int`` and ``type=float`` read ASCII numbers only (:func:`~salientpp.parsing.integer`,
       :func:`~salientpp.parsing.real`): ``5_0`` is not 50, and other scripts' digits are refused;
     * an error is one line (:func:`error_line`) and exit code 2, pointing at ``--help`` instead
       of printing the usage.
     """
 
-    # argparse's own rule (-1, -.5) plus comma-separated lists of integers.
-    NEGATIVE_NUMBERS = re.compile(r"^-[0-9]+$|^-[0-9]*\.[0-9]+$|^-[0-9]+(,-?[0-9]+)+$")
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = self.NEGATIVE_NUMBERS
+        self._negative_number_matcher = NEGATIVE_NUMBERS
         self.register("type", int, integer)
         self.register("type", float, real)
 
