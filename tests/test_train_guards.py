@@ -342,6 +342,19 @@ def test_lists_of_negative_numbers_are_read_as_values():
     assert (args.fanouts, args.replication) == ("-1,-1", "-0.1,0.5")
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--eval-fanouts", "x,5"], "--eval-fanouts must be comma-separated integers like 15,10,5, got 'x,5'"),
+    (["--eval-fanouts", "0,5"], "fanout 0 is invalid; every entry of --eval-fanouts must be an integer"),
+    (["--eval-fanouts", "5,5,5"], "--eval-fanouts gives 3 hops but 2 layers are sampled"),
+    (["--inference-fanouts", "0,5"], "every entry of --eval-fanouts must be"),  # the old name: the flag's name now
+    (["--fanouts", "5,5,5"], "--fanouts gives 3 hops but 2 layers are sampled"),
+    (["--fanouts", "x,5"], "--fanouts must be comma-separated integers like 15,10,5, got 'x,5'"),
+])
+def test_a_fanout_error_names_the_flag_it_came_from(tiny_partitions, capsys, no_ranks, argv, expected):
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--layers", "2", "--fanouts", "5,5", *argv]) == 2
+    assert expected in capsys.readouterr().err.splitlines()[-1]  # after the note of an old flag
+
+
 def test_rank_variables_without_a_rendezvous_address_are_refused(monkeypatch):
     for key in ("MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)

@@ -71,7 +71,7 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
     if args.eval_fanouts is None:
         return (train,)
     splits = tuple(name_list(args.eval_splits, "--eval-splits", "valid,test"))
-    inference = Workload(parse_fanouts(args.eval_fanouts), args.eval_batch_size or args.batch_size,
+    inference = Workload(parse_fanouts(args.eval_fanouts, what="--eval-fanouts"), args.eval_batch_size or args.batch_size,
                          replace=args.replace, splits=splits, weight=args.eval_weight, edges=edges)
     return train, inference
 
