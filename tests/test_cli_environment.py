@@ -468,6 +468,18 @@ def test_the_reported_typos_are_errors(argv, capsys):
     assert "unrecognized arguments" in err or "required: --parts" in err, err
 
 
+@pytest.mark.parametrize("argv, prog, unknown", [
+    (["train", "PART", "--bogus", "1"], "salientpp train", "--bogus 1"),
+    (["partition", "DS", "OUT", "--parts", "2", "extra"], "salientpp partition", "extra"),
+    (["bench", "sampler", "DS", "--bogus"], "salientpp bench sampler", "--bogus"),
+])
+def test_an_unknown_argument_is_reported_by_its_subcommand(argv, prog, unknown, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"{prog}: error: unrecognized arguments: {unknown} (see {prog} --help)\n"
+
+
 def test_the_experiment_scripts_have_abbreviations_off():
     pytest.importorskip("ogb")
     sys.path.insert(0, str(ROOT / "experiments" / "ogb"))

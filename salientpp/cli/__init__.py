@@ -45,7 +45,7 @@ class Terminated(KeyboardInterrupt):
 
 class Parser(argparse.ArgumentParser):
     """salientpp's argument parser (every subcommand's too: argparse builds subparsers of the
-    parent's class). Three differences from argparse's:
+    parent's class). Four differences from argparse's:
 
     * an option's value may be a negative number in any form :func:`~salientpp.parsing.real` reads
       (``--lr -1e-3``, which the option's check then refuses in its own words) or a list of
@@ -54,14 +54,26 @@ class Parser(argparse.ArgumentParser):
     * ``type=int`` and ``type=float`` read ASCII numbers only (:func:`~salientpp.parsing.integer`,
       :func:`~salientpp.parsing.real`): ``5_0`` is not 50, and other scripts' digits are refused;
     * an error is one line (:func:`error_line`) and exit code 2, pointing at ``--help`` instead
-      of printing the usage.
+      of printing the usage;
+    * an argument a subcommand does not know is reported by that subcommand (``salientpp train:
+      error: unrecognized arguments: --bogus``): argparse would leave it to the top-level parser,
+      whose message names no subcommand.
     """
+
+    # Set on every subcommand's parser by build_parser: whatever it leaves unparsed is an error.
+    subcommand = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_NUMBERS
         self.register("type", int, integer)
         self.register("type", float, real)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.subcommand:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
     def error(self, message: str):
         self.exit(EXIT_INPUT, f"{error_line(self.prog, message)} (see {self.prog} --help)\n")
@@ -95,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     # allow_abbrev when it parses, so setting it on the finished tree covers every subcommand.
     for p in parsers(parser):
         p.allow_abbrev = False
+        p.subcommand = p is not parser
     return parser
 
 
