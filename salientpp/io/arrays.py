@@ -14,8 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import InputError
-from .text import shown
+from ..errors import InputError, shown
 
 _CHUNK = 1 << 24
 
