@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import numbers
+import re
 from collections.abc import Collection, Mapping
 from typing import TypeVar
 
@@ -15,6 +16,33 @@ class InputError(Exception):
     The message is one sentence that says what is wrong and how to fix it. The CLI prints it
     and exits with code 2; the Python API lets it propagate.
     """
+
+
+# The longest value :func:`shown` echoes whole, and the longest message the CLI prints whole.
+SHOWN_CHARS = 200
+MESSAGE_CHARS = 900
+_LONG_WORD = re.compile(rf"\S{{{SHOWN_CHARS + 1},}}")
+
+
+def shown(text: object, limit: int = SHOWN_CHARS) -> str:
+    """``text`` (``repr`` unless a string) on one line of a message, for echoing what a user or a
+    file gave (a path, an option's value, a meta.json entry, another library's error): every
+    character that is not printable escaped as ``repr`` writes it (a newline as ``\\n``, ESC as
+    ``\\x1b``), so it cannot split the line or reach the terminal as a control sequence; every
+    run of more than :data:`SHOWN_CHARS` non-blank characters (a path) shortened in its middle
+    with ``"…"``, and then the whole to at most ``limit`` characters the same way. The CLI passes
+    every error message through it (``limit=MESSAGE_CHARS``)."""
+    text = text if isinstance(text, str) else repr(text)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return _shortened(_LONG_WORD.sub(lambda word: _shortened(word.group(), SHOWN_CHARS), text), limit)
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text`` with its middle replaced by ``"…"`` when it is longer than ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
 
 
 # Seeds reach numpy's and torch's generators as int64: [0, 2^63).

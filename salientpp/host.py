@@ -20,6 +20,7 @@ import torch
 
 from .errors import check_int, counted
 
+KiB = 2**10
 MiB = 2**20
 GiB = 2**30
 
@@ -39,10 +40,16 @@ LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 
 
 def format_bytes(size: int) -> str:
-    """``"512 MiB"`` below 1 GiB, ``"13.4 GiB"`` below 1 TiB, ``"4.0 TiB"``, ``"3,072.0 TiB"`` from there."""
+    """``"1 byte"``, ``"1,000 bytes"`` below 1 KiB (exact), ``"1.5 KiB"`` below 1 MiB, ``"512 MiB"``
+    below 1 GiB, ``"13.4 GiB"`` below 1 TiB, ``"4.0 TiB"``, ``"3,072.0 TiB"`` from there: a size
+    that is not 0 never reads as 0."""
     if size >= 1024 * GiB:
         return f"{size / (1024 * GiB):,.1f} TiB"
-    return f"{size / GiB:.1f} GiB" if size >= GiB else f"{size / MiB:.0f} MiB"
+    if size >= GiB:
+        return f"{size / GiB:.1f} GiB"
+    if size >= MiB:
+        return f"{size / MiB:.0f} MiB"
+    return f"{size / KiB:.1f} KiB" if size >= KiB else counted(size, "byte", spec=",")
 
 
 

@@ -44,7 +44,13 @@ def renamed_flag_notes(argv: list[str]) -> list[str]:
 
 
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
-_REAL = re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.ASCII | re.IGNORECASE)
+# A number as :func:`real` reads it, without its sign: 12, 0.5, .5, 1e-3, inf, nan.
+_NUMBER = r"(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)"
+_REAL = re.compile(rf"\s*[+-]?{_NUMBER}\s*", re.ASCII | re.IGNORECASE)
+# An option's value that starts with a minus and is no option: a negative number as :func:`real`
+# reads it (-1, -.5, -1e-3, -inf), or a comma-separated list of numbers that starts with one
+# (--eval-fanouts -1,-1). argparse reads -1e-3 as an unknown option ("expected one argument").
+NEGATIVE_NUMBERS = re.compile(rf"-{_NUMBER}(?:,[+-]?{_NUMBER})*\Z", re.ASCII | re.IGNORECASE)
 
 
 def integer(text: str) -> int:

@@ -208,9 +208,12 @@ def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--fanouts", "", "--replication", "0.1"], "fanout list is empty"),
+    (["--fanouts", "", "--replication", "0.1"], "--fanouts is empty"),
     (["--fanouts", "10,0", "--replication", "0.1"], "fanout 0 is invalid"),
     (["--fanouts", "10,-3", "--replication", "0.1"], "fanout -3 is invalid"),
+    (["--eval-fanouts", "x,5", "--replication", "0.1"], "--eval-fanouts must be comma-separated integers"),
+    (["--eval-fanouts", "10,0", "--replication", "0.1"], "every entry of --eval-fanouts must be an integer"),
+    (["--eval-fanouts", "", "--replication", "0.1"], "--eval-fanouts is empty"),
     (["--replication", "-0.1"], "outside [0, 3]"),
     (["--replication", "3.5"], "outside [0, 3]"),
     (["--device-cache-bytes", "10"], "smaller than one feature row"),

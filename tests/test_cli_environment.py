@@ -291,6 +291,54 @@ def test_stale_temporary_files_of_a_single_output_are_removed_too(dead_and_live_
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".sim.json.tmp-{live}.json", "sim.json"]
 
 
+LONGEST = "z" * 255  # the longest file name Linux's file systems take (NAME_MAX bytes)
+
+# A writer killed inside its atomic output: it leaves its temporary, as a SIGKILL would.
+KILLED_WRITER = """
+import os, sys
+from salientpp import io
+out = sys.argv[1]
+if out.endswith(".png"):
+    with io.atomic_output_file(out) as tmp:
+        tmp.write_text("half")
+        print(tmp.name, flush=True)
+        os._exit(9)
+with io.atomic_output_dir(out) as tmp:
+    (tmp / "x.npy").write_bytes(b"half")
+    print(tmp.name, flush=True)
+    os._exit(9)
+"""
+
+
+def test_an_output_may_have_the_longest_name_the_file_system_takes(dataset_dir, tmp_path, capsys):
+    assert main(["partition", str(dataset_dir), str(tmp_path / LONGEST), "--parts", "2"]) == 0
+    assert (tmp_path / LONGEST / "meta.json").is_file()
+    plot = "q" * 251 + ".png"
+    io.write_text_atomic(tmp_path / plot, "a plot")
+    io.replace_file(tmp_path / plot, b"another plot")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [plot, LONGEST]  # no temporary left
+
+
+@pytest.mark.parametrize("name", [LONGEST, "q" * 251 + ".png"], ids=["directory", "file"])
+def test_the_temporary_of_a_killed_writer_of_a_long_name_is_removed_by_the_next_run(tmp_path, name):
+    def killed_writer() -> str:
+        proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path / name)], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 9, proc.stderr
+        left = proc.stdout.strip()
+        assert (tmp_path / left).exists() and len(os.fsencode(left)) <= 255 and left.startswith("." + name[:200])
+        return left
+
+    killed_writer()
+    with (io.atomic_output_file if name.endswith(".png") else io.atomic_output_dir)(tmp_path / name) as tmp:
+        (tmp.write_text if name.endswith(".png") else (tmp / "x.npy").write_text)("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # the next run removed the dead one's
+    (tmp_path / name).rename(tmp_path / "kept")
+    left = killed_writer()
+    assert io.remove_stale_temporaries_in(tmp_path) == [tmp_path / left]  # the sweep of a directory finds it too
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"]
+
+
 # ---- SIGTERM and Ctrl-C -----------------------------------------------------------------------
 
 def test_sigterm_runs_the_cleanup_and_exits_143(dataset_dir, tmp_path):
@@ -560,6 +608,18 @@ def test_the_reported_typos_are_errors(argv, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err or "required: --parts" in err, err
+
+
+@pytest.mark.parametrize("argv, prog, unknown", [
+    (["train", "PART", "--bogus", "1"], "salientpp train", "--bogus 1"),
+    (["partition", "DS", "OUT", "--parts", "2", "extra"], "salientpp partition", "extra"),
+    (["bench", "sampler", "DS", "--bogus"], "salientpp bench sampler", "--bogus"),
+])
+def test_an_unknown_argument_is_reported_by_its_subcommand(argv, prog, unknown, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"{prog}: error: unrecognized arguments: {unknown} (see {prog} --help)\n"
 
 
 def test_the_experiment_scripts_have_abbreviations_off():

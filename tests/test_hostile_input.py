@@ -15,7 +15,7 @@ import pytest
 from salientpp.cache import load_plan
 from salientpp.cli import main
 from salientpp.data.format import save_dataset
-from salientpp.errors import InputError
+from salientpp.errors import MESSAGE_CHARS, SHOWN_CHARS, InputError, shown
 from salientpp.io import file_checksum
 from salientpp.partition import load_partitioned
 from conftest import exit_code
@@ -545,6 +545,54 @@ def test_an_option_the_command_uses_is_accepted_with_what_it_needs(tiny_partitio
     assert exit_code(["simulate", part, "--fanouts", "5", "--batch-size", "64", "--policies", "vip,degree",
                       "--vip-method", "cavity", "--eval-fanouts", "5", "--eval-splits", "test", "--eval-weight", "0.5",
                       "--replication", "0,0.1", "--epochs", "1"]) == 0
+
+
+# ---- paths and values echoed in a message stay one short line ------------------------------------
+
+HOSTILE_NAMES = {
+    "newline": ("no\nsuch", "no\\nsuch"),  # (the name, how the message shows it)
+    "escape": ("no\x1b[2Jsuch", "no\\x1b[2Jsuch"),  # would clear the terminal
+    "long": ("a" * 100_000, "a…a"),  # a name no file system takes
+    "deep": ("a/" * 1_500, "a/a/…/a/a"),  # 3,000 characters: a path the system could still look up
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE_NAMES)
+@pytest.mark.parametrize("argv", [
+    ["train", "{X}"], ["prepare", "npz:{X}", "{T}/out"], ["prepare", "synthetic:tiny", "{X}/out"],
+    ["partition", "{X}", "{T}/out", "--parts", "2"], ["partition", "{D}", "{X}/out", "--parts", "2"],
+], ids=["train", "prepare_source", "prepare_output", "partition_input", "partition_output"])
+def test_a_path_that_would_break_the_line_is_shown_escaped_and_shortened(dataset_dir, tmp_path, capsys, no_ranks,
+                                                                         argv, kind):
+    name, expected = HOSTILE_NAMES[kind]
+    before = snapshot(tmp_path)
+    assert main([arg.format(X=tmp_path / name, T=tmp_path, D=dataset_dir) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"salientpp {argv[0]}: error: ") and err.count("\n") == 1 and err.endswith("\n"), err
+    assert "\x1b" not in err and len(err) < 1_000 and expected.split("…")[0] in err, err
+    if "…" in expected:
+        assert "…" in err and err.index("…") < 400, err  # shortened where the path is, not at the end
+    assert snapshot(tmp_path) == before
+
+
+def test_an_option_value_that_would_break_the_line_is_shown_escaped_and_shortened(tiny_partitions, capsys):
+    for value, expected in (("1\n\x1b[2J", "1\\n\\x1b[2J"), ("x" * 100_000, "…")):
+        assert exit_code(["train", str(tiny_partitions[0] / "p2"), "--lr", value]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("salientpp train: error: argument --lr: invalid") and err.count("\n") == 1, err
+        assert "\x1b" not in err and len(err) < 1_000 and expected in err and err.endswith("--help)\n"), err
+
+
+def test_shown_escapes_control_characters_and_shortens_long_runs_in_the_middle():
+    assert shown("a\tb\nc\x1b[2J\x7f\u2028d é") == "a\\tb\\nc\\x1b[2J\\x7f\\u2028d é"
+    assert shown(shown("a\nb")) == shown("a\nb")  # what it wrote is shown as it is
+    path = "/data/" + "x" * 1_000 + "/meta.json"
+    assert len(shown(path)) == SHOWN_CHARS and shown(path).startswith("/data/x") and shown(path).endswith("x/meta.json")
+    message = f"{path} is missing, so {path} is not a dataset directory; pass one"
+    line = shown(message, MESSAGE_CHARS)  # each long path shortened, the words around them kept
+    assert line.count("…") == 2 and line.endswith(" is not a dataset directory; pass one") and len(line) < 2 * SHOWN_CHARS + 60
+    assert len(shown("word " * 1_000, MESSAGE_CHARS)) == MESSAGE_CHARS  # and the whole bounded
+    assert shown(["a\n"]) == "['a\\n']"  # not a string: its repr
 
 
 def _seeded_commands() -> list[list[str]]:

@@ -71,6 +71,19 @@ def test_analyze_over_the_memory_limit_exits_2_and_writes_nothing(tiny_parts, tm
     assert listing(tmp_path) == before  # no PART_DIR/cache, no --out directory
 
 
+@pytest.mark.parametrize("limit, shown", [("1", "1 byte"), ("1000", "1,000 bytes"), ("1536", "1.5 KiB")])
+def test_a_tiny_memory_limit_is_shown_as_given_not_as_0_mib(tmp_path, tiny_dir, capsys, limit, shown):
+    assert main(["partition", str(tiny_dir), str(tmp_path / "out"), "--parts", "2", "--memory-limit", limit]) == 2
+    assert f"--memory-limit allows only {shown};" in one_error_line(capsys, "partition")
+
+
+def test_a_size_that_is_not_zero_never_reads_as_zero():
+    sizes = [0, 1, 2, 1023, 1024, 1536, 2**20 - 1, 2**20, 2**30 - 1, 2**30, 2**40, 3 * 2**50]
+    assert [host.format_bytes(size) for size in sizes] == [
+        "0 bytes", "1 byte", "2 bytes", "1,023 bytes", "1.0 KiB", "1.5 KiB", "1024.0 KiB", "1 MiB", "1024 MiB",
+        "1.0 GiB", "1.0 TiB", "3,072.0 TiB"]
+
+
 def test_a_run_within_the_limit_prints_its_estimate(tiny_parts, tmp_path, capsys):
     assert main(["analyze", str(tiny_parts), *ANALYZE, "--memory-limit", "64GiB", "--out", str(tmp_path / "plan")]) == 0
     line = capsys.readouterr().out.splitlines()[0]

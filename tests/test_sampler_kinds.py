@@ -129,11 +129,13 @@ def test_the_fanout_rule_is_one_sentence_wherever_it_applies(tmp_path, capsys):
     assert _message(lambda: Workload((64, 0), 8, sampler="ladies")) == sentence
     assert _message(lambda: BulkSampler(rowptr, col, [64, 0], method="ladies")) == sentence
     assert _message(lambda: make_sampler(rowptr, col, [64, 0], "ladies")) == sentence
-    assert _message(lambda: parse_fanouts("64,0", SamplerKind.LADIES)) == sentence
     assert _message(lambda: inclusion_probabilities(rowptr, col, [np.array([0])], [64, 0], 1,
                                                     sampler="ladies")) == sentence
+    # Where the list is an option's value, the same sentence names the option.
+    flagged = sentence.replace("every entry of fanouts", "every entry of --fanouts")
+    assert _message(lambda: parse_fanouts("64,0", SamplerKind.LADIES)) == flagged
     assert _message(lambda: TrainConfig(str(tmp_path), layers=2, fanouts=(64, 0), sampler="ladies").validate()
-                    ) == sentence
+                    ) == flagged
 
     # bench sampler checks its --ladies-fanouts by the same rule, named by its option, and their
     # number by the same rule too: one per hop of --fanouts.

@@ -26,7 +26,7 @@ from salientpp.cache.workload import Workload
 from salientpp.cli import build_parser, main
 from salientpp.cli.train import summary
 from salientpp.distributed.faults import ENV as FAULTS_ENV
-from salientpp.distributed.group import env_is_distributed
+from salientpp.distributed.group import check_socket_interface, env_is_distributed, init_distributed
 from salientpp.errors import InputError
 from salientpp.io import NULL_REASONS, output_lock, strict_json
 from salientpp.models.gnn import ExpectedOutputs
@@ -344,6 +344,31 @@ def test_a_list_of_negative_fanouts_is_read_as_a_value():
     assert (args.eval_fanouts, args.fanouts) == ("-1,-1", "-1,5")
 
 
+@pytest.mark.parametrize("lr", ["-1e-3", "-1E+2", "-.5", "-1.", "-inf"])
+def test_a_negative_learning_rate_in_any_notation_reaches_its_check(tiny_partitions, capsys, no_ranks, lr):
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--lr", lr]) == 2  # not "expected one argument"
+    assert "the learning rate (--lr) must be a positive finite number, got -" in one_sentence(capsys)
+
+
+def test_lists_of_negative_numbers_are_read_as_values():
+    args = build_parser().parse_args(["simulate", "p", "--fanouts", "-1,-1", "--batch-size", "8", "--replication",
+                                      "-0.1,0.5"])
+    assert (args.fanouts, args.replication) == ("-1,-1", "-0.1,0.5")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--eval-fanouts", "x,5"], "--eval-fanouts must be comma-separated integers like 15,10,5, got 'x,5'"),
+    (["--eval-fanouts", "0,5"], "fanout 0 is invalid; every entry of --eval-fanouts must be an integer"),
+    (["--eval-fanouts", "5,5,5"], "--eval-fanouts gives 3 hops but 2 layers are sampled"),
+    (["--inference-fanouts", "0,5"], "every entry of --eval-fanouts must be"),  # the old name: the flag's name now
+    (["--fanouts", "5,5,5"], "--fanouts gives 3 hops but 2 layers are sampled"),
+    (["--fanouts", "x,5"], "--fanouts must be comma-separated integers like 15,10,5, got 'x,5'"),
+])
+def test_a_fanout_error_names_the_flag_it_came_from(tiny_partitions, capsys, no_ranks, argv, expected):
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--layers", "2", "--fanouts", "5,5", *argv]) == 2
+    assert expected in capsys.readouterr().err.splitlines()[-1]  # after the note of an old flag
+
+
 def test_rank_variables_without_a_rendezvous_address_are_refused(monkeypatch):
     for key in ("MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
@@ -373,6 +398,31 @@ def test_rendezvous_variables_no_rank_can_have_are_refused_at_once(tiny_partitio
     assert main(["train", str(tiny_partitions[0] / "p2"), "--timeout", "600"]) == 2  # not a wait of 600 s
     err = one_sentence(capsys)
     assert re.search(named, err) and "so this process cannot join a job" in err, err
+
+
+def test_a_rendezvous_variable_set_alone_is_one_sentence(tiny_partitions, monkeypatch, capsys, no_ranks):
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MASTER_PORT", "x")
+    assert main(["train", str(tiny_partitions[0] / "p2")]) == 2
+    assert "MASTER_PORT is set but RANK and WORLD_SIZE and MASTER_ADDR are not" in one_sentence(capsys)
+
+
+def test_a_socket_interface_this_machine_lacks_is_refused_before_any_rank_starts(tiny_partitions, monkeypatch,
+                                                                                  capsys):
+    def no_rank(*args, **kwargs):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr("salientpp.distributed.group.rank_start_context", no_rank)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuchif")
+    named = "GLOO_SOCKET_IFNAME is 'nosuchif', but this machine has no network interface 'nosuchif'; set it to one of"
+    assert main(["train", str(tiny_partitions[0] / "p2"), "--quiet"]) == 2  # two local ranks
+    assert named in one_sentence(capsys)
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)  # a rank of torchrun's: refused before the rendezvous
+    with pytest.raises(InputError, match=named):
+        init_distributed("cpu", timeout_s=600)
+    for accepted in ("lo", "lo,", ""):
+        check_socket_interface({"GLOO_SOCKET_IFNAME": accepted})
 
 
 # ---- memory, models, splits ------------------------------------------------------------------------

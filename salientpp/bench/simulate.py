@@ -35,7 +35,7 @@ def parse_setting(text: str) -> tuple[tuple[int, ...], int]:
     fanouts, sep, batch = text.partition(":")
     if not sep or not batch.strip().isdigit():
         raise InputError(f"a setting is FANOUTS:BATCH like 15,10,5:1024, got {text!r}")
-    return parse_fanouts(fanouts), int(batch)
+    return parse_fanouts(fanouts, what="the FANOUTS of --setting"), int(batch)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

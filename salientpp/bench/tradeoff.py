@@ -56,7 +56,7 @@ def parse_configurations(text: str, kind: SamplerKind, option: str) -> list[tupl
     items = [item for item in text.split(":")] if text.strip() else []
     if any(not item.strip() for item in items):
         raise InputError(f"{option} has an empty configuration; separate fanout lists with ':' as in 5,5,5:10,10,5")
-    return [parse_fanouts(item, kind) for item in items]
+    return [parse_fanouts(item, kind, option) for item in items]
 
 
 def sampled_per_batch(data, kind: SamplerKind, fanouts: tuple[int, ...], batch_size: int, seed: int

@@ -88,7 +88,7 @@ def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
         return (train,)
     splits = ("valid",) if args.eval_splits is None else tuple(name_list(args.eval_splits, "--eval-splits",
                                                                           "valid,test"))
-    inference = Workload(parse_fanouts(args.eval_fanouts), args.eval_batch_size or args.batch_size,
+    inference = Workload(parse_fanouts(args.eval_fanouts, what="--eval-fanouts"), args.eval_batch_size or args.batch_size,
                          replace=args.replace, splits=splits, weight=1.0 if args.eval_weight is None else args.eval_weight,
                          edges=edges)
     return train, inference

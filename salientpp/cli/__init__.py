@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import signal
 import sys
 import threading
@@ -22,9 +21,9 @@ from typing import Iterator
 
 from .. import __version__
 from .._env import OMP_WAIT, discard_stdout, quiet_broken_pipe, set_defaults
-from ..errors import InputError
+from ..errors import MESSAGE_CHARS, InputError, shown
 from ..io import WRITE_ERRNOS, completed_output, os_error_sentence
-from ..parsing import integer, real, renamed_flag_notes
+from ..parsing import NEGATIVE_NUMBERS, integer, real, renamed_flag_notes
 
 # Before any command imports torch and its OpenMP runtime (no import above loads torch).
 set_defaults(OMP_WAIT)
@@ -48,26 +47,45 @@ class Terminated(KeyboardInterrupt):
 
 class Parser(argparse.ArgumentParser):
     """salientpp's argument parser (every subcommand's too: argparse builds subparsers of the
-    parent's class). Three differences from argparse's:
+    parent's class). Four differences from argparse's:
 
-    * an option's value may be a list of negative numbers (``--eval-fanouts -1,-1``), which
-      argparse would read as an unknown option;
+    * an option's value may be a negative number in any form :func:`~salientpp.parsing.real` reads
+      (``--lr -1e-3``, which the option's check then refuses in its own words) or a list of
+      numbers (``--eval-fanouts -1,-1``), which argparse would read as an unknown option
+      (:data:`~salientpp.parsing.NEGATIVE_NUMBERS`);
     * ``type=int`` and ``type=float`` read ASCII numbers only (:func:`~salientpp.parsing.integer`,
       :func:`~salientpp.parsing.real`): ``5_0`` is not 50, and other scripts' digits are refused;
-    * an error is one line and exit code 2, pointing at ``--help`` instead of printing the usage.
+    * an error is one line (:func:`error_line`) and exit code 2, pointing at ``--help`` instead
+      of printing the usage;
+    * an argument a subcommand does not know is reported by that subcommand (``salientpp train:
+      error: unrecognized arguments: --bogus``): argparse would leave it to the top-level parser,
+      whose message names no subcommand.
     """
 
-    # argparse's own rule (-1, -.5) plus comma-separated lists of integers.
-    NEGATIVE_NUMBERS = re.compile(r"^-[0-9]+$|^-[0-9]*\.[0-9]+$|^-[0-9]+(,-?[0-9]+)+$")
+    # Set on every subcommand's parser by build_parser: whatever it leaves unparsed is an error.
+    subcommand = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = self.NEGATIVE_NUMBERS
+        self._negative_number_matcher = NEGATIVE_NUMBERS
         self.register("type", int, integer)
         self.register("type", float, real)
 
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.subcommand:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
     def error(self, message: str):
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_INPUT, f"{error_line(self.prog, message)} (see {self.prog} --help)\n")
+
+
+def error_line(prog: str, message: str) -> str:
+    """``PROG: error: MESSAGE``, the line every error of the CLI is printed as: the message passes
+    through :func:`~salientpp.errors.shown`, so a path or value it echoes can neither split the
+    line nor send control sequences to the terminal, and a long one is shortened in its middle."""
+    return f"{prog}: error: {shown(message, MESSAGE_CHARS)}"
 
 
 def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -91,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     # allow_abbrev when it parses, so setting it on the finished tree covers every subcommand.
     for p in parsers(parser):
         p.allow_abbrev = False
+        p.subcommand = p is not parser
     return parser
 
 
@@ -149,19 +168,21 @@ def main(argv: list[str] | None = None, *, step: bool = False) -> int:
                 sys.stdout.flush()  # a full standard output fails here, in the handlers below, not at exit
             return code
     except InputError as exc:
-        print(f"salientpp {args.command}: error: {exc}", file=sys.stderr)
+        print(error_line(f"salientpp {args.command}", str(exc)), file=sys.stderr)
         return EXIT_INPUT
     except WorkerError as exc:  # a local rank raised or died: one line per failed rank
-        print(f"salientpp {args.command}: error: rank {exc.rank} failed: {_first_line(exc.message)}", file=sys.stderr)
+        print(error_line(f"salientpp {args.command}", f"rank {exc.rank} failed: {_first_line(exc.message)}"),
+              file=sys.stderr)
         for rank, message in exc.others:
-            print(f"  then rank {rank} failed: {_first_line(message)}", file=sys.stderr)
+            print(f"  then rank {rank} failed: {shown(_first_line(message), MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
         terminated = isinstance(exc, Terminated)
         word = "terminated" if terminated else "interrupted"
         complete = completed_output(args)
         if complete is not None and not step:
-            print(f"salientpp {args.command}: {word} after its output was complete: {complete}", file=sys.stderr)
+            print(f"salientpp {args.command}: {word} after its output was complete: {shown(complete, MESSAGE_CHARS)}",
+                  file=sys.stderr)
             return 0
         print(f"salientpp {args.command}: {word}", file=sys.stderr)
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
@@ -173,9 +194,9 @@ def main(argv: list[str] | None = None, *, step: bool = False) -> int:
             discard_stdout()
             reason = (exc.strerror or os.strerror(exc.errno)).lower()
             print(f"salientpp {args.command}: note: the summary could not be printed ({reason}), but the output is "
-                  f"complete: {complete}", file=sys.stderr)
+                  f"complete: {shown(complete, MESSAGE_CHARS)}", file=sys.stderr)
             return 0
-        print(f"salientpp {args.command}: error: {os_error_sentence(exc)}", file=sys.stderr)
+        print(error_line(f"salientpp {args.command}", os_error_sentence(exc)), file=sys.stderr)
         return EXIT_INPUT
 
 

@@ -11,6 +11,7 @@ from ..train import TrainResult, train
 from ..train.checkpoint import describe_position
 from ..train.config import add_options, config_from_args
 from ..train.state import VALID_METRIC
+from . import error_line
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = train(config_from_args(args))
     except StageError as exc:  # this process is one rank of a torchrun job
-        print(f"salientpp train: error: {exc}", file=sys.stderr)
+        print(error_line("salientpp train", str(exc)), file=sys.stderr)
         # Leave at once: a peer is gone, so threads of the process group and the loader may still
         # be blocked on it, and the interpreter's teardown can abort on them ("terminate called
         # without an active exception", exit -6, seen in CI) instead of exiting 1.

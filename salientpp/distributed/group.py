@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import wait
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -151,6 +151,20 @@ def _rendezvous_int(name: str, low: int, high: int) -> int:
                          f"process cannot join a job; set the rendezvous variables as torchrun does (RANK in "
                          f"[0, WORLD_SIZE)), or unset them to train alone")
     return number
+
+
+def check_socket_interface(env: Mapping[str, str] = os.environ) -> None:
+    """``GLOO_SOCKET_IFNAME`` of ``env``, when set, must name network interfaces of this machine
+    (one, or several separated by commas, as gloo reads it), else :class:`InputError` at once:
+    gloo would fail in every rank with its own C++ message."""
+    value = env.get("GLOO_SOCKET_IFNAME")
+    if not value:
+        return
+    present = [name for _, name in socket.if_nameindex()]
+    missing = [name for name in value.split(",") if name and name not in present]
+    if missing:
+        raise InputError(f"GLOO_SOCKET_IFNAME is {shown(repr(value))}, but this machine has no network interface "
+                         f"{shown(repr(missing[0]))}; set it to one of {', '.join(present)}, or unset it")
 
 
 def is_first_rank() -> bool:
@@ -300,6 +314,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, 
     timeout = timedelta(seconds=timeout_s)
     if dist.is_initialized():
         raise RuntimeError("init_distributed was called twice in one process; call shutdown_distributed first")
+    check_socket_interface()
     try:
         store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
     except (RuntimeError, ValueError) as exc:
@@ -504,11 +519,14 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     starts with the default :class:`~salientpp.host.ThreadBudget` of one of
     ``nprocs`` local ranks applied. A rank whose ``fn`` calls ``sys.exit(0)`` (or ``sys.exit()``)
     ends cleanly, with the result ``None``, as under torchrun. Raises :class:`InputError` when a
-    rank raised one (same sentence), :class:`WorkerError` when a rank raised anything else (a
-    non-zero ``sys.exit`` too), died, or the job ran past ``timeout_s``; the ranks still at work
-    are terminated first. Ranks that reported finish their exit before this returns.
+    rank raised one (same sentence) or, before any rank starts, when ``GLOO_SOCKET_IFNAME`` names
+    no interface of this machine (:func:`check_socket_interface`); :class:`WorkerError` when a
+    rank raised anything else (a non-zero ``sys.exit`` too), died, or the job ran past
+    ``timeout_s``; the ranks still at work are terminated first. Ranks that reported finish their
+    exit before this returns.
     """
     check_int(nprocs, "the number of processes")
+    check_socket_interface({**os.environ, **(env or {})})  # before any rank starts, not in each of them
     port = free_port()
     procs, conns = [], []
     unset = set_defaults(CPP_LOG, OMP_WAIT)  # the ranks inherit them; this process gets its own back

@@ -9,7 +9,7 @@ becomes one sentence (:func:`write_error`, :func:`output_errors`).
 
 One module per concern, each importing only those above it in this list:
 
-- :mod:`.text`: untrusted values shown on one line (:func:`shown`), strict JSON (:func:`strict_json`);
+- :mod:`.text`: strict JSON (:func:`strict_json`);
 - :mod:`.inputs`: an input path checked to be a regular file (:func:`check_input_file`);
 - :mod:`.arrays`: ``.npy`` files and the ``meta.json`` that lists them with their checksums;
 - :mod:`.outputs`: output paths checked before the work, written atomically, write errors as one sentence;
@@ -26,7 +26,9 @@ from .outputs import (WRITE_ERRNOS, atomic_output_dir, atomic_output_file, check
                       mark_complete, os_error_sentence, output_errors, output_parents, owning_directory, pid_alive,
                       remove_stale_temporaries, remove_stale_temporaries_in, replace_file, write_error,
                       write_text_atomic)
-from .text import NULL_REASONS, shown, strict_json
+from .text import NULL_REASONS, strict_json
+# An untrusted value on one line of a message; its rule lives beside InputError.
+from ..errors import shown
 
 __all__ = [
     "NULL_REASONS", "NpyWriter", "WRITE_ERRNOS", "atomic_output_dir", "atomic_output_file", "check_input_file",

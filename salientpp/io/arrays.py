@@ -14,9 +14,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, shown
 from .inputs import check_input_file
-from .text import shown
 
 _CHUNK = 1 << 24
 

@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 from ..errors import InputError
-from .text import shown
+from ..errors import shown
 
 # What a path that is not a regular file is, by the test of its mode (after symbolic links).
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),

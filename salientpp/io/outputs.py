@@ -10,6 +10,7 @@ permission, a path through a file) becomes one sentence (:func:`write_error`,
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -19,8 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import InputError
-from .text import shown
+from ..errors import InputError, shown
 
 # errno -> (what went wrong, how to fix it), for the messages of :func:`write_error`.
 _WRITE_ERRORS: dict[int, tuple[str, str]] = {
@@ -293,6 +293,31 @@ def completed_output(args: object) -> str | None:
 
 
 _STALE_SUFFIX = re.compile(r"\.tmp-(?P<pid>\d+)")
+# The longest file name, in bytes, of the file systems salientpp writes to (NAME_MAX of Linux's).
+NAME_MAX = 255
+# The digits a process id may take in a temporary's name (Linux's pid_max is at most 2^22).
+_PID_DIGITS = 10
+
+
+def _temporary_base(name: str, suffix: str = "") -> str:
+    """The ``.NAME`` part of the temporaries ``.NAME.tmp-PID`` (+ ``suffix``) of the output
+    ``name``. A name too long for that to fit in :data:`NAME_MAX` bytes with any process id keeps
+    its start and gains a digest of the whole (``.START~DIGEST``), so the output's temporaries
+    stay unique to it and recognisable to :func:`remove_stale_temporaries`: a name the file
+    system accepts can be written atomically."""
+    base = f".{name}"
+    room = NAME_MAX - len(os.fsencode(f".tmp-{'9' * _PID_DIGITS}{suffix}"))
+    if len(os.fsencode(base)) <= room:
+        return base
+    mark = "~" + hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    while len(base) > 1 and len(os.fsencode(base + mark)) > room:
+        base = base[:-1]
+    return base + mark
+
+
+def _temporary(out: Path, suffix: str = "") -> Path:
+    """This process's temporary sibling ``.NAME.tmp-PID`` (+ ``suffix``) of ``out`` (:func:`_temporary_base`)."""
+    return out.parent / f"{_temporary_base(out.name, suffix)}.tmp-{os.getpid()}{suffix}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -315,7 +340,8 @@ def remove_stale_temporaries(out: str | os.PathLike, suffix: str = "") -> list[P
     processes (another run writing the same output now) are kept, and so is this process's own.
     Returns the removed paths; entries that cannot be removed are left alone."""
     out = Path(out)
-    return _remove_dead(out.parent, re.compile(re.escape(f".{out.name}") + _STALE_SUFFIX.pattern + re.escape(suffix)))
+    base = _temporary_base(out.name, suffix)
+    return _remove_dead(out.parent, re.compile(re.escape(base) + _STALE_SUFFIX.pattern + re.escape(suffix)))
 
 
 def remove_stale_temporaries_in(directory: str | os.PathLike) -> list[Path]:
@@ -366,7 +392,7 @@ def atomic_output_dir(out_dir: str | os.PathLike) -> Iterator[Path]:
     """
     out = check_output_dir(out_dir)
     remove_stale_temporaries(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = _temporary(out)
     try:
         if _exists(tmp, out):
             shutil.rmtree(tmp)
@@ -393,7 +419,7 @@ def atomic_output_file(path: str | os.PathLike) -> Iterator[Path]:
     """
     out = check_output_dir(path, "output file")
     remove_stale_temporaries(out, out.suffix)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}{out.suffix}"
+    tmp = _temporary(out, out.suffix)
     try:
         with output_errors(out):
             yield tmp
@@ -422,7 +448,7 @@ def replace_file(path: str | os.PathLike, data: bytes) -> None:
     write or :func:`remove_stale_temporaries`."""
     out = Path(path)
     remove_stale_temporaries(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = _temporary(out)
     with output_errors(out):
         try:
             with open(tmp, "wb") as f:

@@ -1,21 +1,10 @@
-"""Values as text: untrusted content shown on one line of a message (:func:`shown`), and strict
-JSON whose non-finite numbers become ``null`` with their reasons (:func:`strict_json`)."""
+"""Values as text: strict JSON whose non-finite numbers become ``null`` with their reasons
+(:func:`strict_json`)."""
 from __future__ import annotations
 
 import json
 import math
 from typing import Any
-
-_SHOWN_CHARS = 80
-
-
-def shown(text: object) -> str:
-    """``text`` (``repr`` unless a string) on one printable line of at most 80 characters: for
-    echoing untrusted content (meta.json values, numpy's header errors) in a message."""
-    text = text if isinstance(text, str) else repr(text)
-    text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
-
 
 # The key a dict written by :func:`strict_json` gains for its values that were not finite numbers.
 NULL_REASONS = "null_reasons"

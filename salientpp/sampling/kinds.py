@@ -135,20 +135,21 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     ``fanouts[0]`` at the seeds, each a positive number of neighbours or -1 (all of them); a kind
     whose fanouts are layer sizes (``kind.layer_sizes``, LADIES) draws ``fanouts[h]`` nodes per
     layer, so each is >= 1; with ``layers``, exactly one per layer. :class:`InputError` names
-    ``what`` otherwise: a bool or a float such as 5.5 is not an integer (``int`` would round it)."""
+    ``what`` otherwise (the flag the list was given with, ``"--eval-fanouts"``, or the parameter):
+    a bool or a float such as 5.5 is not an integer (``int`` would round it)."""
     items = tuple(fanouts) if isinstance(fanouts, Iterable) and not isinstance(fanouts, str) else None
     if items is None or not all(isinstance(f, numbers.Integral) and not isinstance(f, bool) for f in items):
         raise InputError(f"{what} must be integers like 15,10,5, got {fanouts!r}; pass one integer per hop")
     values = tuple(int(f) for f in items)
     if not values:
-        raise InputError("the fanout list is empty; pass one integer per hop, e.g. --fanouts 15,10,5")
+        raise InputError(f"{what} is empty; pass one integer per hop, e.g. 15,10,5")
     if kind.layer_sizes and any(f < 1 for f in values):
         raise InputError(f"{kind.title} samples a number of nodes per layer, so every entry of {what} must be >= 1 "
                          f"(got {','.join(map(str, values))}); pass layer sizes such as 512,512")
     bad = [f for f in values if (f < 1 and f != -1) or f > MAX_FANOUT]
     if bad:
-        raise InputError(f"fanout {bad[0]} is invalid; all {what} must be integers in [1, 2^31 - 1] or -1 (all "
-                         "neighbours)")
+        raise InputError(f"fanout {bad[0]} is invalid; every entry of {what} must be an integer in [1, 2^31 - 1] "
+                         "or -1 (all neighbours)")
     if layers is not None and len(values) != layers:
         raise InputError(f"{what} gives {len(values)} hops but {layers} layers are sampled; "
                          "pass one fanout per layer")
@@ -164,6 +165,7 @@ def check_replace(replace: bool, kind: SamplerKind) -> bool:
     return bool(replace)
 
 
-def parse_fanouts(text: str, kind: SamplerKind = SamplerKind.NODEWISE) -> tuple[int, ...]:
-    """``"15,10,5"`` -> ``(15, 10, 5)``, checked by :func:`check_fanouts`."""
-    return check_fanouts(number_list(text, int, "fanouts", "15,10,5"), kind)
+def parse_fanouts(text: str, kind: SamplerKind = SamplerKind.NODEWISE, what: str = "--fanouts") -> tuple[int, ...]:
+    """``"15,10,5"`` -> ``(15, 10, 5)``, checked by :func:`check_fanouts`; an error names ``what``,
+    the flag ``text`` was given with (``"--eval-fanouts"``)."""
+    return check_fanouts(number_list(text, int, what, "15,10,5"), kind, what=what)

@@ -315,8 +315,10 @@ class TrainConfig:
         alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
         needs=MINIBATCH_ONLY)
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
-                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True, needs=EVALUATED_ONLY)
-    eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference", parse=parse_fanouts,
+                            "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True,
+                            needs=EVALUATED_ONLY)
+    eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference",
+                                                  parse=lambda text: parse_fanouts(text, what="--eval-fanouts"),
                                                   default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True,
                                                   needs=SAMPLED_INFERENCE_ONLY)
     eval_batch_size: int | None = option(None, "seeds per batch of sampled inference, destinations per chunk of "
@@ -373,9 +375,9 @@ class TrainConfig:
         self._check_combinations()
         filled = self._with_defaults()
         if filled.fanouts is not None:
-            check_fanouts(filled.fanouts, check_sampler(filled.sampler), self.layers)
+            check_fanouts(filled.fanouts, check_sampler(filled.sampler), self.layers, "--fanouts")
         if filled.eval_fanouts is not None:
-            check_fanouts(filled.eval_fanouts, layers=self.layers, what="eval fanouts")
+            check_fanouts(filled.eval_fanouts, layers=self.layers, what="--eval-fanouts")
         self._check_output_paths()
         if self.checkpoint_dir is not None:
             # run_rank checks again once the ranks agree on whether this is a restart.
