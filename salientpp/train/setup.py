@@ -58,7 +58,7 @@ from ..resources import check_memory, estimate_full_graph, estimate_train
 from ..sampling import check_sampler
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
 from .checkpoint import PARTITION_ID, Checkpoint, describe_position, load_checkpoint
-from .config import FULL_GRAPH, SAMPLED, TrainConfig, agreed_options, checkpoint_options, resumable_flags
+from .config import FULL_GRAPH, SAMPLED_INFERENCE_ONLY, TrainConfig, agreed_options, checkpoint_options, resumable_flags
 from .tasks import Task, link_task, task_of
 
 
@@ -294,15 +294,17 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
                                        dependencies=config.dependencies, local_ranks=local_ranks,
                                        reuse_freed_memory=config.reuse_freed_memory)
     else:
-        sampled_eval = config.eval_every > 0 and config.inference == SAMPLED
+        sampled_eval = SAMPLED_INFERENCE_ONLY.holds(config)
         cache = run.cache
         batch_size, eval_batch_size, link_pairs = config.batch_size, config.eval_batch_size, (0, 0)
         if config.task == LINK:  # a batch of B edges seeds their endpoints and their negatives'
             batch_size, train_pairs = link_batch_bound(config.batch_size, config.num_negatives,
                                                        config.negative_sampling)
-            eval_batch_size, eval_pairs = link_batch_bound(config.eval_batch_size, config.eval_negatives,
-                                                           NegativeSampling.PER_SOURCE)
-            link_pairs = (train_pairs, eval_pairs if sampled_eval else 0)
+            eval_pairs = 0
+            if sampled_eval:
+                eval_batch_size, eval_pairs = link_batch_bound(config.eval_batch_size, config.eval_negatives,
+                                                               NegativeSampling.PER_SOURCE)
+            link_pairs = (train_pairs, eval_pairs)
         estimate = estimate_train(data, fanouts=config.fanouts, batch_size=batch_size, hidden=config.hidden,
                                   layers=config.layers, local_ranks=local_ranks, pipeline_depth=config.pipeline_depth,
                                   sampler_threads=run.threads.sampler_threads, model=config.model,
