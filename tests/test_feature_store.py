@@ -34,7 +34,8 @@ def _check_batches(part_dir: str, data_dir: str, cache: str, replication: float,
                    depth: int, deferred: bool = False) -> tuple[bool, int, dict]:
     ctx = init_distributed("cpu", timeout_s=60)
     config = TrainConfig(part_dir, epochs=1, hidden=8, layers=2, fanouts=(4, 3), batch_size=24, policy=cache,
-                         replication=replication, device_fraction=device_fraction, pipeline_depth=depth,
+                         replication=None if cache == "none" else replication, device_fraction=device_fraction,
+                         pipeline_depth=depth,
                          eval_fanouts=(3, 3), eval_batch_size=200, progress=False).validate()
     trainer = rank_trainer(config, ctx)
     x_new = np.asarray(load_dataset(data_dir).x)[np.asarray(trainer.graph.data.orig_id)]
