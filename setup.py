@@ -56,7 +56,7 @@ setup(
     extras_require={
         "ogb": ["ogb"],
         "plot": ["matplotlib"],
-        "test": ["pytest", "scipy", "ogb", "matplotlib"],
+        "test": ["pytest", "pytest-xdist", "scipy", "ogb", "matplotlib"],
     },
     entry_points={"console_scripts": ["salientpp = salientpp.cli:main"]},
 )
