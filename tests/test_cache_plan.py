@@ -221,7 +221,7 @@ def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
     (["--replication", "0.1", "--device-cache-bytes", "1MiB"], "not both"),
     ([], "say how much to cache"),
     (["--replication", "0.1", "--policy", "magic"], "unknown cache policy"),
-    (["--replication", "0.1", "--device-fraction", "1.5"], "device fraction"),
+    (["--replication", "0.1", "--device-fraction", "1.5"], "--device-fraction must be a number in [0, 1]"),
     (["--replication", "0.1", "--batch-size", "0"], "batch size"),
 ])
 def test_analyze_bad_input_is_one_sentence_and_exit_2(parts, capsys, args, message):

@@ -15,7 +15,8 @@ from ..parsing import flag_names, name_list, parse_bytes, parse_seed
 from ..partition.format import PartitionedDataset
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
-from .plan import DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest, shown_option
+from .plan import (DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest,
+                   check_device_fraction, shown_option)
 from .policies import PolicyContext, available_policies
 from .vip import METHODS
 from .workload import EdgeSeeds, Workload
@@ -142,7 +143,8 @@ def plan_request_from(args: argparse.Namespace) -> PlanRequest:
     size = (None if args.device_cache_bytes is None else parse_bytes(args.device_cache_bytes),
             None if args.host_cache_bytes is None else parse_bytes(args.host_cache_bytes))
     budget = Budget.given(args.replication, *size)
-    return PlanRequest(workloads_from(args), PlanOptions(args.policy, budget, args.device_fraction, seed=args.seed,
+    device_fraction = check_device_fraction(args.device_fraction, "--device-fraction")
+    return PlanRequest(workloads_from(args), PlanOptions(args.policy, budget, device_fraction, seed=args.seed,
                                                          epochs=args.epochs, simulation_epochs=args.simulation_epochs,
                                                          vip_method=args.vip_method))
 
