@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +19,11 @@ from ..errors import InputError, shown
 from .inputs import check_input_file
 
 _CHUNK = 1 << 24
+# numpy parses a .npy header with ast.literal_eval, which CPython 3.11.7 cannot run in two threads
+# at once ("SystemError: AST constructor recursion depth mismatch", CPython gh-106905, fixed in
+# later releases): ranks run as threads (the tests' start-up checks, a user's threads) load one
+# at a time. With mmap a load reads the header only.
+_NPY_LOAD_LOCK = threading.Lock()
 
 
 def file_checksum(path: Path) -> str:
@@ -146,7 +152,8 @@ def load_array(directory: Path, name: str, entry: dict[str, Any] | None = None, 
                                   and all(isinstance(d, int) for d in entry["shape"])):
         raise InputError(f"the meta.json entry of {path} lacks a valid dtype, shape or checksum; {fix}")
     try:
-        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        with _NPY_LOAD_LOCK:
+            array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError, OverflowError) as exc:
         reason = shown(str(exc) or type(exc).__name__)
         raise InputError(f"{path} is not a readable .npy file ({reason}); {fix}") from None
