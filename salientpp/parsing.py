@@ -5,8 +5,7 @@ import argparse
 import numbers
 import re
 
-from .errors import InputError, check_seed
-from .io import shown
+from .errors import InputError, check_seed, shown
 
 # The largest size in bytes any option takes: an int64.
 MAX_BYTES = 2**63 - 1

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..cache.simulator import RESULT_KIND as SIMULATE_KIND
-from ..errors import InputError
-from ..io import atomic_output_dir, check_input_file, check_output_dir, mark_complete, shown
+from ..errors import InputError, shown
+from ..io import atomic_output_dir, check_input_file, check_output_dir, mark_complete
 from ..plots import require_pyplot
 from ..train.config import FP32
 from .results import ROWS_KEY, declared_kind

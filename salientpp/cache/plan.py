@@ -25,8 +25,8 @@ import numpy as np
 from .. import __version__
 from ..data.format import check_permutation
 from .. import streams
-from ..errors import InputError
-from ..io import atomic_output_dir, load_listed, read_meta, save_array, shown, write_meta
+from ..errors import InputError, shown
+from ..io import atomic_output_dir, load_listed, read_meta, save_array, write_meta
 from .policies import PolicyContext, policy_scores, rank_vertices
 from .vip import default_method
 from ..sampling.kinds import DEFAULT_SAMPLER

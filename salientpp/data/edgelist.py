@@ -13,8 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import InputError, counted
-from ..io import check_input_file, shown
+from ..errors import InputError, counted, shown
+from ..io import check_input_file
 from .convert import _as_ids, as_features, as_labels, random_split
 from .csr import build_csr
 from .format import Dataset

@@ -33,9 +33,8 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..errors import InputError, counted
-from ..io import (atomic_output_dir, load_listed, meta_count, read_meta, read_rows, row_chunks, save_array, shown,
-                  write_meta)
+from ..errors import InputError, counted, shown
+from ..io import atomic_output_dir, load_listed, meta_count, read_meta, read_rows, row_chunks, save_array, write_meta
 from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
 

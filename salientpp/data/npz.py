@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..io import check_input_file, shown
+from ..errors import InputError, shown
+from ..io import check_input_file
 from .convert import as_features, as_labels, as_split
 from .csr import build_csr
 from .format import Dataset

@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 
 from .._env import CPP_LOG, OMP_WAIT, quiet_broken_pipe, set_defaults
-from ..errors import InputError, check_int
-from ..io import pid_alive, shown
+from ..errors import InputError, check_int, shown
+from ..io import pid_alive
 from ..host import ThreadBudget, local_world_size
 from .host_memory import keep_freed_memory
 from .network import EmulatedLink, Network

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Callable
 
-from ..errors import InputError
-from ..io import shown
+from ..errors import InputError, shown
 from .group import DistContext
 
 

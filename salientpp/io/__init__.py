@@ -27,8 +27,6 @@ from .outputs import (WRITE_ERRNOS, atomic_output_dir, atomic_output_file, check
                       remove_stale_temporaries, remove_stale_temporaries_in, replace_file, write_error,
                       write_text_atomic)
 from .text import NULL_REASONS, strict_json
-# An untrusted value on one line of a message; its rule lives beside InputError.
-from ..errors import shown
 
 __all__ = [
     "NULL_REASONS", "NpyWriter", "WRITE_ERRNOS", "atomic_output_dir", "atomic_output_file", "check_input_file",
@@ -36,6 +34,6 @@ __all__ = [
     "check_writable_dir", "check_writable_file", "completed_output", "file_checksum", "holds_files", "load_array",
     "load_listed", "mark_complete", "meta_count", "npy_header", "os_error_sentence", "output_errors", "output_lock",
     "output_parents", "owning_directory", "pid_alive", "read_meta", "read_rows", "remove_stale_temporaries",
-    "remove_stale_temporaries_in", "replace_file", "row_chunks", "save_array", "shown", "strict_json", "write_error",
+    "remove_stale_temporaries_in", "replace_file", "row_chunks", "save_array", "strict_json", "write_error",
     "write_meta", "write_text_atomic",
 ]

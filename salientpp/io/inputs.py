@@ -5,8 +5,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import InputError
-from ..errors import shown
+from ..errors import InputError, shown
 
 # What a path that is not a regular file is, by the test of its mode (after symbolic links).
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),

@@ -47,8 +47,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..errors import InputError, check_int
-from ..io import shown
+from ..errors import InputError, check_int, shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
 

@@ -33,8 +33,8 @@ from .. import __version__
 from ..data.csr import check_csr
 from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTYPE, MULTILABEL, MULTILABEL_DTYPES,
                            SPLIT_FILES, check_ids, check_label_array, check_permutation, first_nonfinite_row)
-from ..errors import InputError, counted
-from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, shown, write_meta
+from ..errors import InputError, counted, shown
+from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
 from .book import PartitionBook
 

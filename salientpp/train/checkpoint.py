@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, shown
 from ..io import (check_torch_file, check_writable_dir, holds_files, output_errors, remove_stale_temporaries_in,
-                  replace_file, shown)
+                  replace_file)
 
 LAST, BEST = "last.pt", "best.pt"
 # The key of a checkpoint's options that holds the partitioning it was trained on

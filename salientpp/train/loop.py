@@ -25,8 +25,8 @@ from ..distributed import CommStats
 from ..distributed.health import Stage
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard, remove_stale_shards, save_shard
-from ..errors import InputError
-from ..io import output_errors, shown, strict_json
+from ..errors import InputError, shown
+from ..io import output_errors, strict_json
 from ..loader.dist_link_loader import DistLinkNeighborLoader
 from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import ExpectedOutputs, SeedForward, build_model

@@ -23,8 +23,8 @@ from ..cache.plan import partition_identity
 from ..distributed import CommStats, init_distributed, launch, shutdown_distributed
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard
-from ..errors import InputError, check_int, counted
-from ..io import atomic_output_dir, check_output_dir, check_output_location, save_array, shown, write_meta
+from ..errors import InputError, check_int, counted, shown
+from ..io import atomic_output_dir, check_output_dir, check_output_location, save_array, write_meta
 from ..loader.graph import DistGraph
 from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
