@@ -125,11 +125,11 @@ BULK_ONLY = Needs("--sampler " + " or ".join(name for name in SAMPLERS if check_
 EMBEDDING_ONLY = Needs("--embedding-dim", lambda config: config.embedding_dim > 0)
 CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoint_dir))
 CACHED_ONLY = Needs("--mode minibatch and a --policy other than none",
-                    lambda config: config.mode == MINIBATCH and config.policy != "none")
+                    lambda config: MINIBATCH_ONLY.holds(config) and config.policy != "none")
 EVALUATED_ONLY = Needs("--eval-every 1 or more", lambda config: config.eval_every > 0)
 SAMPLED_INFERENCE_ONLY = Needs("--eval-every 1 or more and --inference sampled in --mode minibatch",
                                lambda config: EVALUATED_ONLY.holds(config) and config.inference == SAMPLED
-                               and config.mode == MINIBATCH)
+                               and MINIBATCH_ONLY.holds(config))
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
