@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -45,6 +45,64 @@ def build_csr(edge_index: np.ndarray, num_nodes: int, keep_self_loops: bool = Fa
     rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=num_nodes), out=rowptr[1:])
     return rowptr, col.astype(np.int64, copy=False)
+
+
+def build_typed_csr(edges: Sequence[np.ndarray], reverse: Sequence[int], num_nodes: int,
+                    keep_self_loops: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The symmetric CSR of a typed graph from one edge list per relation.
+
+    Args:
+        edges: per relation r, an int array ``[2, E_r]`` of global ids: row 0 the sources ``u``,
+            row 1 the destinations ``v`` of edges ``u -> v``.
+        reverse: per relation, the index of its reverse (itself for a symmetric relation);
+            :class:`~salientpp.data.schema.GraphSchema.reverse`.
+        num_nodes: N, all node types together; ids must lie in ``[0, N)``.
+        keep_self_loops: keep (v, v) edges (removed by default).
+
+    Returns:
+        ``rowptr`` int64 ``[N + 1]``, ``col`` int64 ``[nnz]`` and ``edge_rel`` int8 ``[nnz]``: row
+        ``v`` lists the in-neighbours ``u`` of ``v``, grouped by relation (ascending) and sorted
+        within a group, without repeats; an edge ``u -> v`` of relation r is the entry ``u`` of
+        relation r in row ``v`` and the entry ``v`` of relation ``reverse[r]`` in row ``u``.
+        With one relation that is its own reverse this is :func:`build_csr` plus zeros.
+    """
+    num_relations = len(edges)
+    if len(reverse) != num_relations:
+        raise InputError(f"give one reverse per relation ({num_relations} relations, {len(reverse)} reverses)")
+    keys = []
+    for r, edge_index in enumerate(edges):
+        edge_index = np.asarray(edge_index)
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+            raise InputError(f"the edges of relation {r} must have shape [2, E], got {list(edge_index.shape)}; "
+                             "transpose or reshape them")
+        if not np.issubdtype(edge_index.dtype, np.integer):
+            raise InputError(f"the edges of relation {r} must hold integers, got dtype {edge_index.dtype}; convert "
+                             "them to int64")
+        if edge_index.shape[1] and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+            raise InputError(f"edge ids of relation {r} must lie in [0, {num_nodes}), found {edge_index.min()}.."
+                             f"{edge_index.max()}; fix the edge list or the number of nodes")
+        src, dst = edge_index[0].astype(np.int64), edge_index[1].astype(np.int64)
+        if not keep_self_loops:
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+        keys.append(_typed_keys(dst, r, src, num_relations, num_nodes))
+        keys.append(_typed_keys(src, int(reverse[r]), dst, num_relations, num_nodes))
+    ordered = sorted_unique(np.concatenate(keys)) if keys else np.empty(0, dtype=np.int64)
+    del keys
+    row_rel, col = np.divmod(ordered, num_nodes)
+    del ordered
+    row, edge_rel = np.divmod(row_rel, num_relations)
+    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=num_nodes), out=rowptr[1:])
+    return rowptr, col.astype(np.int64, copy=False), edge_rel.astype(np.int8)
+
+
+def _typed_keys(row: np.ndarray, relation: int, col: np.ndarray, num_relations: int, num_nodes: int) -> np.ndarray:
+    """int64 sort keys ``(row * R + relation) * N + col``; :class:`InputError` when they overflow."""
+    if num_nodes * num_relations * num_nodes >= 2**63:
+        raise InputError(f"a graph of {num_nodes} nodes and {num_relations} relations is too large to sort in "
+                         "memory; build its CSR out of core")
+    return (row * num_relations + relation) * num_nodes + col
 
 
 def sorted_unique(keys: np.ndarray) -> np.ndarray:

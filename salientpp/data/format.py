@@ -37,6 +37,7 @@ from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, read_rows, row_chunks, save_array, write_meta
 from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
+from .schema import GraphSchema
 
 KIND = "salientpp-dataset"
 # The seed sets of a dataset, and the files that hold their node ids.
@@ -284,6 +285,16 @@ class Dataset:
         declared_classes: multi-class labels only: the number of classes the dataset declares
             (meta.json's ``num_classes``, or ``prepare --num-classes``), which every class id must
             lie below; ``None``: the largest class id + 1.
+        schema: the node types and relations (:class:`~salientpp.data.schema.GraphSchema`);
+            ``None`` is the homogeneous schema of ``N`` nodes, which every graph without types has.
+            ``x``, ``y`` and the splits concern the schema's target type: row ``i`` of ``x`` and
+            ``y`` is the node ``target_range[0] + i``, and the splits hold global ids in
+            ``target_range`` (for a homogeneous graph: every node, from 0).
+        edge_rel: int8 ``[nnz]``, the relation of each CSR entry (entry ``u`` of row ``v`` is an edge
+            ``u -> v``; rows grouped by relation, :func:`~salientpp.data.csr.build_typed_csr`), or
+            ``None`` for a homogeneous graph.
+        features: the features of the node types other than the target, by type name: float32 or
+            float16 ``[n_t, F_t]`` (widths may differ); a type without features is absent.
     """
 
     rowptr: np.ndarray
@@ -298,6 +309,23 @@ class Dataset:
     input_id: np.ndarray | None = None
     link_split: LinkSplit | None = None
     declared_classes: int | None = None
+    schema: GraphSchema | None = None
+    edge_rel: np.ndarray | None = None
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.schema is None:
+            self.schema = GraphSchema.homogeneous(self.num_nodes)
+
+    @property
+    def is_typed(self) -> bool:
+        """More than one node type or relation (:attr:`GraphSchema.is_homogeneous` is false)."""
+        return not self.schema.is_homogeneous
+
+    @property
+    def x_dict(self) -> dict[str, np.ndarray]:
+        """The features of every node type that has them, by type name (PyG's ``x_dict``)."""
+        return {self.schema.target: self.x, **self.features}
 
     @property
     def has_link_split(self) -> bool:

@@ -1,0 +1,253 @@
+"""The schema of a graph: its node types and relations (PyG's node and edge types).
+
+A homogeneous graph is a typed graph with one node type and one relation
+(:func:`GraphSchema.homogeneous`), so every layer reads one schema and handles both.
+
+Node ids are global: node type ``t`` holds the contiguous ids ``[offsets[t], offsets[t + 1])``
+of the dataset (:attr:`GraphSchema.offsets`), in the order of :attr:`GraphSchema.node_types`.
+
+A relation is PyG's edge type ``(src, name, dst)``: an edge ``u -> v`` of it has ``u`` of type
+``src`` and ``v`` of type ``dst``, and it carries messages from ``u`` to ``v``, so a sampled
+``v`` draws its neighbours of that relation among its in-neighbours. Every relation has a
+reverse (:attr:`GraphSchema.reverse`): the relation ``(dst, rev_name, src)`` holding the same
+edges the other way, or the relation itself when it joins a type to itself and its edges are
+symmetric (``("paper", "cites", "paper")`` made undirected, like PyG's ``ToUndirected``). The
+topology is therefore one symmetric CSR over the global ids (the homogenised graph), whose entries
+carry the relation they belong to (the dataset format, :mod:`salientpp.data.format`).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, shown
+
+# The node type and the relation of a homogeneous graph.
+HOMOGENEOUS_TYPE = "node"
+HOMOGENEOUS_RELATION = (HOMOGENEOUS_TYPE, "to", HOMOGENEOUS_TYPE)
+# Relations are numbered in an int8 array per CSR entry (edge_rel.npy).
+MAX_RELATIONS = 127
+# How a relation is written in one string (flags, file names, PyG's to_hetero names).
+RELATION_SEPARATOR = "__"
+# The prefix of a reverse relation's name that the importers add (PyG's ToUndirected's).
+REVERSE_PREFIX = "rev_"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """PyG's edge type ``(src, name, dst)``: edges from nodes of type ``src`` to nodes of type ``dst``."""
+
+    src: str
+    name: str
+    dst: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The triple, as PyG's ``HeteroData`` keys an edge type."""
+        return (self.src, self.name, self.dst)
+
+    def __str__(self) -> str:
+        return RELATION_SEPARATOR.join(self.key)
+
+    def reversed(self) -> Relation:
+        """The reverse the importers add: ``(dst, rev_name, src)``, or this relation itself when it
+        joins a type to itself (its edges are made symmetric)."""
+        if self.src == self.dst:
+            return self
+        return Relation(self.dst, REVERSE_PREFIX + self.name, self.src)
+
+
+@dataclass(frozen=True)
+class GraphSchema:
+    """Node types, their node counts and the relations of a graph.
+
+    Attributes:
+        node_types: the type names, in the order of their id ranges.
+        num_nodes: nodes of each type (``len(num_nodes) == len(node_types)``, each >= 0).
+        relations: the relations, numbered by position (the values of ``edge_rel.npy``).
+        reverse: int per relation, the index of its reverse (itself for a symmetric relation).
+        target: the node type that carries labels and splits.
+    """
+
+    node_types: tuple[str, ...]
+    num_nodes: tuple[int, ...]
+    relations: tuple[Relation, ...]
+    reverse: tuple[int, ...]
+    target: str
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @classmethod
+    def homogeneous(cls, num_nodes: int) -> GraphSchema:
+        """One node type (``"node"``) of ``num_nodes`` nodes and one symmetric relation."""
+        return cls((HOMOGENEOUS_TYPE,), (int(num_nodes),), (Relation(*HOMOGENEOUS_RELATION),), (0,), HOMOGENEOUS_TYPE)
+
+    @classmethod
+    def with_reverses(cls, node_types: Sequence[str], num_nodes: Sequence[int],
+                      relations: Iterable[Relation | tuple[str, str, str]], target: str) -> GraphSchema:
+        """The schema of ``relations`` and their reverses (:meth:`Relation.reversed`), each
+        reverse listed right after its relation unless the input already holds it."""
+        ordered: list[Relation] = []
+        reverse: dict[Relation, Relation] = {}
+        for given in relations:
+            relation = given if isinstance(given, Relation) else Relation(*given)
+            if relation in reverse:  # the reverse of an earlier relation, given explicitly
+                continue
+            back = relation.reversed()
+            reverse[relation], reverse[back] = back, relation
+            ordered += [relation] if back == relation else [relation, back]
+        index = {r: i for i, r in enumerate(ordered)}
+        return cls(tuple(node_types), tuple(int(n) for n in num_nodes), tuple(ordered),
+                   tuple(index[reverse[r]] for r in ordered), target)
+
+    def check(self) -> None:
+        """Raise :class:`InputError` unless the schema is consistent: distinct type names, one
+        count per type, relations between known types without repeats, at most
+        :data:`MAX_RELATIONS`, each with a reverse that joins the same types the other way, and a
+        known target type."""
+        types = self.node_types
+        if not types:
+            raise InputError("a graph needs at least one node type; name its node types")
+        if len(set(types)) != len(types):
+            raise InputError(f"the node types {', '.join(map(shown, types))} repeat a name; give each type one name")
+        if len(self.num_nodes) != len(types) or any(n < 0 for n in self.num_nodes):
+            raise InputError(f"give one node count >= 0 per node type ({len(types)} types), got "
+                             f"{shown(list(self.num_nodes))}")
+        if not self.relations:
+            raise InputError("a graph needs at least one relation; give it edges")
+        if len(self.relations) > MAX_RELATIONS:
+            raise InputError(f"the graph has {len(self.relations)} relations, more than the {MAX_RELATIONS} "
+                             "salientpp supports; merge some relations")
+        if len(set(self.relations)) != len(self.relations):
+            raise InputError("a relation is listed twice; list each (src, name, dst) once")
+        for relation in self.relations:
+            for end in (relation.src, relation.dst):
+                if end not in types:
+                    raise InputError(f"the relation {shown(str(relation))} joins the node type {shown(end)}, which "
+                                     f"is not one of the graph's ({', '.join(map(shown, types))}); fix the relation "
+                                     "or add the type")
+        if len(self.reverse) != len(self.relations):
+            raise InputError("give one reverse per relation")
+        for i, (relation, j) in enumerate(zip(self.relations, self.reverse)):
+            if not 0 <= j < len(self.relations):
+                raise InputError(f"the relation {shown(str(relation))} has no reverse; add its edges the other way "
+                                 f"as {shown(str(relation.reversed()))} (PyG's ToUndirected does)")
+            back = self.relations[j]
+            if (back.src, back.dst) != (relation.dst, relation.src) or self.reverse[j] != i:
+                raise InputError(f"the reverse of the relation {shown(str(relation))} must join "
+                                 f"{shown(relation.dst)} to {shown(relation.src)} and have it as its own reverse; "
+                                 "fix the reverses")
+        if self.target not in types:
+            raise InputError(f"the target node type {shown(self.target)} is not one of the graph's "
+                             f"({', '.join(map(shown, types))}); pass the type that carries the labels")
+
+    @property
+    def is_homogeneous(self) -> bool:
+        """One node type and one relation."""
+        return len(self.node_types) == 1 and len(self.relations) == 1
+
+    @property
+    def num_types(self) -> int:
+        return len(self.node_types)
+
+    @property
+    def num_relations(self) -> int:
+        return len(self.relations)
+
+    @property
+    def total_nodes(self) -> int:
+        return int(sum(self.num_nodes))
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64 ``[T + 1]``: type ``t`` holds the global ids ``[offsets[t], offsets[t + 1])``."""
+        offsets = np.zeros(self.num_types + 1, dtype=np.int64)
+        np.cumsum(self.num_nodes, out=offsets[1:])
+        return offsets
+
+    @property
+    def target_index(self) -> int:
+        return self.node_types.index(self.target)
+
+    @property
+    def target_range(self) -> tuple[int, int]:
+        """The global ids ``[start, stop)`` of the target type."""
+        offsets = self.offsets
+        t = self.target_index
+        return int(offsets[t]), int(offsets[t + 1])
+
+    def type_index(self, name: str) -> int:
+        """The position of the node type ``name``, or :class:`InputError`."""
+        if name not in self.node_types:
+            raise InputError(f"unknown node type {shown(name)}; the graph has {', '.join(map(shown, self.node_types))}")
+        return self.node_types.index(name)
+
+    def relation_index(self, relation: Relation | tuple[str, str, str] | str) -> int:
+        """The number of a relation given as a :class:`Relation`, a triple, ``"src__name__dst"``, or
+        its name alone when no other relation has that name (as PyG accepts); :class:`InputError`
+        names the graph's relations otherwise."""
+        if isinstance(relation, str):
+            parts = relation.split(RELATION_SEPARATOR)
+            if len(parts) == 3:
+                relation = Relation(*parts)
+            else:
+                named = [i for i, r in enumerate(self.relations) if r.name == relation]
+                if len(named) == 1:
+                    return named[0]
+                self._unknown_relation(relation, ambiguous=bool(named))
+        key = relation if isinstance(relation, Relation) else Relation(*relation)
+        if key not in self.relations:
+            self._unknown_relation(str(key), ambiguous=False)
+        return self.relations.index(key)
+
+    def _unknown_relation(self, given: str, ambiguous: bool) -> None:
+        names = ", ".join(str(r) for r in self.relations)
+        if ambiguous:
+            raise InputError(f"the relation name {shown(given)} is used by several relations; name it as "
+                             f"src{RELATION_SEPARATOR}name{RELATION_SEPARATOR}dst, one of {names}")
+        raise InputError(f"unknown relation {shown(given)}; the graph's relations are {names}")
+
+    def type_of(self, ids: np.ndarray) -> np.ndarray:
+        """int64 ``[n]``: the node type index of each global id of ``ids`` (int ``[n]``, in range)."""
+        return np.searchsorted(self.offsets, np.asarray(ids), side="right") - 1
+
+    def relations_into(self, node_type: int) -> list[int]:
+        """The relations whose destination is the type ``node_type`` (an index), in order."""
+        name = self.node_types[node_type]
+        return [i for i, r in enumerate(self.relations) if r.dst == name]
+
+    def to_meta(self) -> dict[str, Any]:
+        """The schema as meta.json entries (read back by :meth:`from_meta`)."""
+        return {"node_types": [{"name": t, "num_nodes": n} for t, n in zip(self.node_types, self.num_nodes)],
+                "relations": [{"src": r.src, "name": r.name, "dst": r.dst, "reverse": j}
+                              for r, j in zip(self.relations, self.reverse)],
+                "target_type": self.target}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], num_nodes: int, where: str) -> GraphSchema:
+        """The schema a meta.json records, or the homogeneous one of ``num_nodes`` nodes when it
+        records none (every directory written before typed graphs); :class:`InputError` naming
+        ``where`` when the entries are malformed."""
+        if "node_types" not in meta:
+            return cls.homogeneous(num_nodes)
+        fix = "re-create the dataset directory"
+        try:
+            types = [(str(t["name"]), int(t["num_nodes"])) for t in meta["node_types"]]
+            relations = [(Relation(str(r["src"]), str(r["name"]), str(r["dst"])), int(r["reverse"]))
+                         for r in meta["relations"]]
+            target = str(meta["target_type"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"the node types or relations in {where} are malformed; {fix}") from None
+        try:
+            schema = cls(tuple(t for t, _ in types), tuple(n for _, n in types), tuple(r for r, _ in relations),
+                         tuple(j for _, j in relations), target)
+        except InputError as error:
+            raise InputError(f"{where} records an inconsistent schema: {error}") from None
+        if schema.total_nodes != num_nodes:
+            raise InputError(f"the node types in {where} count {schema.total_nodes} nodes but the graph has "
+                             f"{num_nodes}; {fix}")
+        return schema
