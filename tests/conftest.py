@@ -141,3 +141,32 @@ def file_size_limit(limit: int) -> Iterator[None]:
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, handler)
+
+
+def typed_dataset(seed: int = 0):
+    """A small typed :class:`~salientpp.data.format.Dataset` and the edges it was built from.
+
+    Node types ``author`` (global ids 0..19, no features), ``paper`` (20..49, the target: 5
+    features, 3 classes) and ``inst`` (50..53, 2 features); relations ``author-writes-paper``,
+    ``paper-cites-paper`` (symmetric) and ``author-at-inst`` with their reverses. Returns the
+    dataset and, per given relation (its triple), its edges in global ids, int64 ``[2, E]``."""
+    from salientpp.data.csr import build_typed_csr
+    from salientpp.data.format import Dataset
+    from salientpp.data.schema import GraphSchema
+
+    rng = np.random.default_rng(seed)
+    schema = GraphSchema.with_reverses(("author", "paper", "inst"), (20, 30, 4),
+                                       [("author", "writes", "paper"), ("paper", "cites", "paper"),
+                                        ("author", "at", "inst")], "paper")
+    given = {("author", "writes", "paper"): np.stack([rng.integers(0, 20, 60), 20 + rng.integers(0, 30, 60)]),
+             ("paper", "cites", "paper"): 20 + rng.integers(0, 30, (2, 50)),
+             ("author", "at", "inst"): np.stack([np.arange(20), 50 + rng.integers(0, 4, 20)])}
+    edges = [given.get(r.key, np.empty((2, 0), dtype=np.int64)) for r in schema.relations]
+    rowptr, col, edge_rel = build_typed_csr(edges, schema.reverse, schema.total_nodes)
+    order = 20 + rng.permutation(30)
+    dataset = Dataset(rowptr=rowptr, col=col, x=rng.standard_normal((30, 5)).astype(np.float32),
+                      y=rng.integers(0, 3, 30), train_idx=np.sort(order[:10]), valid_idx=np.sort(order[10:15]),
+                      test_idx=np.sort(order[15:]), source="typed-test", schema=schema, edge_rel=edge_rel,
+                      features={"inst": rng.standard_normal((4, 2)).astype(np.float32)})
+    dataset.validate()
+    return dataset, given

@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from conftest import typed_dataset
 from salientpp.cli import main
 from salientpp.data import Dataset, build_csr, load_dataset, save_dataset
+from salientpp.data import csr as csr_module
 from salientpp.data.importers import ImportOptions, load_source
+from salientpp.data.links import LinkSplit
+from salientpp.errors import InputError
 
 
 def edge_set(rowptr: np.ndarray, col: np.ndarray) -> set[tuple[int, int]]:
@@ -144,3 +150,104 @@ def test_an_ogb_file_that_is_a_directory_is_refused_saying_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{tmp_path / 'ogbn_products' / 'raw' / 'edge.csv.gz'} is a directory, not a regular file; download" in err
     assert not (tmp_path / "out").exists()
+
+
+# ---- typed graphs: what Dataset.validate refuses, one sentence per rule --------------------------
+
+def _typed_fault(fault: str):
+    """:func:`conftest.typed_dataset` with one fault."""
+    dataset, _ = typed_dataset()
+    schema = dataset.schema
+    rel = np.array(dataset.edge_rel)
+    writes, cites = schema.relation_index("writes"), schema.relation_index("cites")
+    # a paper row holding writes then cites entries
+    row = next(v for v in range(20, 50) if {writes, cites} <= set(rel[dataset.rowptr[v]:dataset.rowptr[v + 1]]))
+    lo, hi = int(dataset.rowptr[row]), int(dataset.rowptr[row + 1])
+    if fault == "counts":
+        return replace(dataset, schema=replace(schema, num_nodes=(20, 30, 5)))
+    if fault == "no_edge_rel":
+        return replace(dataset, edge_rel=None)
+    if fault == "edge_rel_dtype":
+        return replace(dataset, edge_rel=rel.astype(np.int64))
+    if fault == "relation_out_of_range":
+        rel[7] = schema.num_relations
+        return replace(dataset, edge_rel=rel)
+    if fault == "wrong_types":  # the last writes entry of the row (an author) said to be a citation
+        rel[lo + int(np.flatnonzero(rel[lo:hi] == writes)[-1])] = cites
+        return replace(dataset, edge_rel=rel)
+    if fault == "not_grouped":  # the row reversed: cites entries before writes entries, types still right
+        col = np.array(dataset.col)
+        col[lo:hi], rel[lo:hi] = col[lo:hi][::-1], rel[lo:hi][::-1]
+        return replace(dataset, col=col, edge_rel=rel)
+    if fault == "x_rows":
+        return replace(dataset, x=np.zeros((54, 5), np.float32))
+    if fault == "features_of_target":
+        return replace(dataset, features={"paper": np.zeros((30, 2), np.float32)})
+    if fault == "features_of_unknown_type":
+        return replace(dataset, features={"venue": np.zeros((4, 2), np.float32)})
+    if fault == "features_rows":
+        return replace(dataset, features={"inst": np.zeros((5, 2), np.float32)})
+    if fault == "features_no_columns":
+        return replace(dataset, features={"inst": np.zeros((4, 0), np.float32)})
+    if fault == "features_dtype":
+        return replace(dataset, features={"inst": np.zeros((4, 2), np.float64)})
+    if fault == "features_nan":
+        x = np.zeros((4, 2), np.float32)
+        x[2, 1] = np.nan
+        return replace(dataset, features={"inst": x})
+    if fault == "y_rows":
+        return replace(dataset, y=np.zeros(54, np.int64))
+    if fault == "split_outside_target":
+        return replace(dataset, train_idx=np.array([5, 21], np.int64))
+    if fault == "link_split":
+        edges = np.array([[20], [21]], np.int64)
+        return replace(dataset, link_split=LinkSplit(edges, edges, edges))
+    raise AssertionError(fault)
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("counts", "the node types of typed-test count 55 nodes but its graph has 54"),
+    ("no_edge_rel", "typed-test is a typed graph (5 relations) without the relation of each entry (edge_rel"),
+    ("edge_rel_dtype", "edge_rel of typed-test must be int8 [nnz=244], got int64 [244]"),
+    ("relation_out_of_range", "edge_rel of typed-test holds the relation 5 at entry 7, outside [0, 5)"),
+    ("wrong_types", "has the relation paper__cites__paper but joins a node of type author to one of type paper"),
+    ("not_grouped", "of typed-test is not grouped by relation (relation 0 follows 2)"),
+    ("x_rows", "the features (x) of typed-test must have shape [N=30, F], got [54, 5]; pass one feature row per "
+               "paper node"),
+    ("features_of_target", "the features of typed-test are keyed by paper, which is not a node type other than "
+                           "the target paper"),
+    ("features_of_unknown_type", "keyed by venue, which is not a node type other than the target paper (x holds "
+                                 "the target's features); key them by the names of the other types (author, inst)"),
+    ("features_rows", "the features of the inst nodes of typed-test must have shape [N=4, F], got [5, 2]"),
+    ("features_no_columns", "have no columns (shape [4, 0]); at least one feature column is needed; leave the type "
+                            "out of the features"),
+    ("features_dtype", "the features of the inst nodes of typed-test must be float32 or float16, got float64"),
+    ("features_nan", "the features of the inst nodes of typed-test contain NaN or infinite values (first in the "
+                     "row of node 52)"),
+    ("y_rows", "the labels (y) of typed-test must have shape [N=30]"),
+    ("split_outside_target", "train_idx of typed-test holds node ids outside [20, 50) such as 5"),
+    ("link_split", "typed-test is a typed graph (3 node types, 5 relations) and typed graphs are not supported by link "
+                   "prediction yet"),
+])
+def test_a_typed_dataset_with_a_fault_is_refused_in_one_sentence(fault, expected):
+    with pytest.raises(InputError) as refused:
+        _typed_fault(fault).validate()
+    message = str(refused.value)
+    assert expected in message and "\n" not in message, message
+
+
+def test_a_homogeneous_dataset_with_relations_per_entry_is_refused():
+    dataset = small_dataset()
+    with pytest.raises(InputError, match=re.escape("test has one node type and one relation but holds a relation per "
+                                                   "entry (edge_rel); drop edge_rel")):
+        replace(dataset, edge_rel=np.zeros(dataset.num_edges, np.int8)).validate()
+
+
+def test_relations_are_checked_in_chunks_across_which_a_row_may_run(monkeypatch):
+    one_entry_chunks = lambda n, row_bytes: ((i, i + 1) for i in range(n))  # noqa: E731
+    monkeypatch.setattr(csr_module, "row_chunks", one_entry_chunks)
+    typed_dataset()[0].validate()  # every boundary inside a row: a valid graph passes
+    with pytest.raises(InputError, match=re.escape("is not grouped by relation (relation 0 follows 2)")):
+        _typed_fault("not_grouped").validate()
+    with pytest.raises(InputError, match="joins a node of type author to one of type paper"):
+        _typed_fault("wrong_types").validate()

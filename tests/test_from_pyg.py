@@ -2,6 +2,7 @@
 of the same arrays, through the same checks."""
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
@@ -180,11 +181,170 @@ def test_refusals_of_pyg_input(tmp_path, kwargs, skip, expected):
         from_pyg(as_data(arrays, **{k: 1 for k in skip}), **kwargs)
 
 
-def test_sparse_and_heterogeneous_graphs_are_refused():
-    arrays = random_arrays()
-    data = as_data(arrays)
+def test_a_sparse_feature_tensor_is_refused():
+    data = as_data(random_arrays())
     data.x = data.x.to_sparse()
     with pytest.raises(InputError, match=re.escape("data.x is a sparse tensor")):
         from_pyg(data)
-    with pytest.raises(InputError, match="got a HeteroData; convert it with data.to_homogeneous()"):
-        from_pyg(HeteroData())
+
+
+# ---- HeteroData: a typed dataset ------------------------------------------------------------------
+
+def random_hetero(seed: int = 0) -> HeteroData:
+    """Node types author (20, no features), paper (30, the target, with labels and masks) and inst
+    (4, 2 features); edge types author-writes-paper, paper-cites-paper and author-at-inst."""
+    rng = np.random.default_rng(seed)
+    data = HeteroData()
+    data["author"].num_nodes = 20
+    data["paper"].x = torch.from_numpy(rng.standard_normal((30, 5)).astype(np.float32))
+    data["paper"].y = torch.from_numpy(rng.integers(0, 3, 30))
+    order = rng.permutation(30)
+    for mask, ids in zip(("train_mask", "val_mask", "test_mask"), np.split(order, [10, 15])):
+        data["paper"][mask] = torch.from_numpy(np.isin(np.arange(30), ids))
+    data["inst"].x = torch.from_numpy(rng.standard_normal((4, 2)))
+    data["author", "writes", "paper"].edge_index = torch.from_numpy(
+        np.stack([rng.integers(0, 20, 60), rng.integers(0, 30, 60)]))
+    data["paper", "cites", "paper"].edge_index = torch.from_numpy(rng.integers(0, 30, (2, 50)))
+    data["author", "at", "inst"].edge_index = torch.from_numpy(np.stack([np.arange(20), rng.integers(0, 4, 20)]))
+    return data
+
+
+def relation_pairs(dataset, relation) -> set[tuple[int, int]]:
+    """The edges (u, v) of ``relation`` in the CSR (entry u of that relation in row v), ids local to their types."""
+    schema = dataset.schema
+    r = schema.relation_index(relation)
+    rows = np.repeat(np.arange(dataset.num_nodes), np.diff(dataset.rowptr))
+    mine = np.asarray(dataset.edge_rel) == r
+    src, dst = (schema.offsets[schema.type_index(t)] for t in (schema.relations[r].src, schema.relations[r].dst))
+    return set(zip((np.asarray(dataset.col)[mine] - src).tolist(), (rows[mine] - dst).tolist()))
+
+
+def given_pairs(data, edge_type) -> set[tuple[int, int]]:
+    u, v = data[edge_type].edge_index.numpy()
+    keep = u != v if edge_type[0] == edge_type[2] else np.ones(u.shape[0], bool)  # self-loops are dropped
+    return set(zip(u[keep].tolist(), v[keep].tolist()))
+
+
+def test_a_hetero_data_becomes_a_typed_dataset_holding_its_arrays():
+    data = random_hetero()
+    dataset = from_pyg(data, target="paper")
+    schema = dataset.schema
+    assert schema.node_types == ("author", "paper", "inst") and schema.num_nodes == (20, 30, 4)
+    assert schema.target == "paper" and schema.target_range == (20, 50)
+    assert [str(r) for r in schema.relations] == ["author__writes__paper", "paper__rev_writes__author",
+                                                  "paper__cites__paper", "author__at__inst", "inst__rev_at__author"]
+    assert dataset.edge_rel.dtype == np.int8 and dataset.edge_rel.shape == dataset.col.shape
+    for edge_type in data.edge_types:
+        pairs = given_pairs(data, edge_type)
+        if edge_type[0] == edge_type[2]:  # a relation within one type is made symmetric
+            assert relation_pairs(dataset, edge_type) == pairs | {(v, u) for u, v in pairs}
+        else:
+            assert relation_pairs(dataset, edge_type) == pairs
+            reverse = (edge_type[2], "rev_" + edge_type[1], edge_type[0])
+            assert relation_pairs(dataset, reverse) == {(v, u) for u, v in pairs}
+    np.testing.assert_array_equal(dataset.x, data["paper"].x.numpy())
+    np.testing.assert_array_equal(dataset.y, data["paper"].y.numpy())
+    assert list(dataset.features) == ["inst"] and dataset.features["inst"].dtype == np.float32
+    np.testing.assert_array_equal(dataset.features["inst"], data["inst"].x.numpy().astype(np.float32))
+    for split, mask in (("train_idx", "train_mask"), ("valid_idx", "val_mask"), ("test_idx", "test_mask")):
+        np.testing.assert_array_equal(getattr(dataset, split), 20 + np.flatnonzero(data["paper"][mask].numpy()))
+
+
+def test_reverses_given_by_to_undirected_or_before_their_relation_are_recognised():
+    transforms = pytest.importorskip("torch_geometric.transforms")
+    data = random_hetero()
+    plain = from_pyg(data, target="paper")
+    undirected = transforms.ToUndirected()(random_hetero())
+    assert ("paper", "rev_writes", "author") in undirected.edge_types
+    for other in (from_pyg(undirected, target="paper"), from_pyg(reordered(undirected), target="paper")):
+        assert sorted(map(str, other.schema.relations)) == sorted(map(str, plain.schema.relations))
+        for relation in plain.schema.relations:
+            assert relation_pairs(other, relation) == relation_pairs(plain, relation), relation
+
+
+def reordered(data: HeteroData) -> HeteroData:
+    """``data`` with its edge types in reverse order (each rev_NAME before NAME)."""
+    out = HeteroData()
+    for node_type in data.node_types:
+        for key, value in data[node_type].items():
+            out[node_type][key] = value
+    for edge_type in reversed(data.edge_types):
+        out[edge_type].edge_index = data[edge_type].edge_index
+    return out
+
+
+def test_fake_hetero_dataset_round_trips_through_a_dataset_directory(tmp_path):
+    datasets = pytest.importorskip("torch_geometric.datasets")
+    data = datasets.FakeHeteroDataset(num_graphs=1, num_node_types=3, num_edge_types=5, avg_num_nodes=60,
+                                      num_classes=4)[0]
+    target = next(t for t in data.node_types if "y" in data[t])
+    n = data[target].num_nodes
+    dataset = from_pyg(data, target=target, train=torch.arange(0, n // 2), valid=torch.arange(n // 2, n - 5),
+                       test=torch.arange(n - 5, n), feature_dtype="float16")
+    assert dataset.is_typed and dataset.x.dtype == np.float16
+    assert all(x.dtype == np.float16 for x in dataset.features.values())
+    assert set(dataset.features) == {t for t in data.node_types if t != target}
+    start = dataset.schema.target_range[0]
+    np.testing.assert_array_equal(dataset.test_idx, start + np.arange(n - 5, n))
+    back = load_dataset(save_dataset(dataset, tmp_path / "fake"))
+    assert back.schema == dataset.schema
+    for name in ARRAYS + ("edge_rel",):
+        np.testing.assert_array_equal(getattr(back, name), getattr(dataset, name), err_msg=name)
+    for node_type, x in dataset.features.items():
+        np.testing.assert_array_equal(back.features[node_type], x)
+
+
+def test_a_hetero_data_with_one_type_and_one_relation_is_homogeneous():
+    arrays = random_arrays()
+    data = HeteroData()
+    data["paper"].x = torch.from_numpy(arrays["x"])
+    data["paper"].y = torch.from_numpy(arrays["y"])
+    for mask in ("train_mask", "val_mask", "test_mask"):
+        data["paper"][mask] = torch.from_numpy(arrays[mask])
+    data["paper", "cites", "paper"].edge_index = torch.from_numpy(arrays["edge_index"])
+    dataset = from_pyg(data, target="paper")
+    assert not dataset.is_typed and dataset.edge_rel is None and dataset.schema.node_types == ("paper",)
+    assert_same_arrays(dataset, from_pyg(as_data(arrays)))
+
+
+def _hetero_with(change: str) -> HeteroData:
+    data = random_hetero()
+    if change == "author_id_past_its_type":
+        data["author", "writes", "paper"].edge_index[0, 3] = 20
+    elif change == "no_target_x":
+        del data["paper"].x
+    elif change == "no_edge_index":
+        del data["author", "at", "inst"].edge_index
+        data["author", "at", "inst"].adj_t = torch.zeros(1)
+    elif change == "no_count":
+        del data["author"].num_nodes
+        data["author"].label = "unused"
+    return data
+
+
+@pytest.mark.parametrize("change, kwargs, expected", [
+    ("", dict(), "from_pyg of a HeteroData got no target=; pass target=TYPE, the node type that carries the labels "
+                 "and splits, one of author, paper, inst"),
+    ("", dict(target="venue"), "from_pyg of a HeteroData got the unknown target=venue; pass target=TYPE"),
+    ("", dict(target="paper", train=torch.tensor([0, 30])), "train holds ids outside [0, 30) of the paper nodes, such "
+                                                             "as 30; give ids of target nodes counted from 0"),
+    ("", dict(target="author"), "the HeteroData's node type author has no node features (x)"),
+    ("no_target_x", dict(target="paper"), "the HeteroData's node type paper has no node features (x)"),
+    ("no_edge_index", dict(target="paper"), "the HeteroData's edge type ('author', 'at', 'inst') has no edge_index"),
+    ("no_count", dict(target="paper"), "the HeteroData's node type author has neither features (x) nor num_nodes; "
+                                       "set data['author'].num_nodes"),
+    ("author_id_past_its_type", dict(target="paper"), "row 0 of data[('author', 'writes', 'paper')].edge_index holds "
+                                                      "author ids from 0 to 20, outside [0, 20) of that node type"),
+])
+def test_refusals_of_hetero_data(change, kwargs, expected):
+    data = _hetero_with(change)
+    with pytest.warns() if change == "no_count" else contextlib.nullcontext():
+        with pytest.raises(InputError) as refused:
+            from_pyg(data, **kwargs)
+    assert expected in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_target_for_a_homogeneous_data_is_refused():
+    with pytest.raises(InputError, match=re.escape("target=paper applies to a HeteroData but this is a Data of one "
+                                                   "node type; drop target=")):
+        from_pyg(as_data(random_arrays()), target="paper")

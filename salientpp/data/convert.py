@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, shown
 from ..io import read_rows, row_chunks
 from .format import Dataset, check_disjoint_splits, labelled
 
@@ -32,19 +32,25 @@ def check_fits_float16(x: np.ndarray, where: str) -> None:
 
 
 def checked(dataset: Dataset, feature_dtype: str = "float32") -> Dataset:
-    """``dataset`` with its features converted to ``feature_dtype`` (no copy when they have it),
-    after the checks every imported dataset passes: finite features that fit ``feature_dtype``
-    (:func:`check_fits_float16`), :meth:`Dataset.validate` (CSR, shapes and dtypes, at least
-    one feature column, finite features, labels, labelled split ids without repeats, a training
-    node) and disjoint train/valid/test splits. Raises :class:`InputError` with one sentence
-    naming ``dataset.source``."""
+    """``dataset`` with its features (``x`` and every node type's) converted to ``feature_dtype``
+    (no copy when they have it), after the checks every imported dataset passes: finite
+    features that fit ``feature_dtype`` (:func:`check_fits_float16`), :meth:`Dataset.validate`
+    (CSR, shapes and dtypes, at least one feature column, finite features, labels, labelled split
+    ids without repeats, a training node) and disjoint train/valid/test splits. Raises
+    :class:`InputError` with one sentence naming ``dataset.source``."""
     check_feature_dtype(feature_dtype)
-    if np.iscomplexobj(dataset.x):  # a cast to real would drop the imaginary parts without a word
-        raise InputError(f"the features of {dataset.source} are complex ({np.asarray(dataset.x).dtype}); give real "
-                         "features, e.g. the real and imaginary parts as separate columns")
-    if feature_dtype == "float16" and dataset.x.dtype != np.float16 and dataset.x.ndim == 2:
-        check_fits_float16(dataset.x, dataset.source)
-    dataset.x = np.asarray(dataset.x).astype(feature_dtype, copy=False)
+    converted = {}
+    for node_type, x in dataset.x_dict.items():
+        target = node_type == dataset.schema.target
+        where = dataset.source if target else f"the {shown(node_type)} nodes of {dataset.source}"
+        if np.iscomplexobj(x):  # a cast to real would drop the imaginary parts without a word
+            raise InputError(f"the features of {where} are complex ({np.asarray(x).dtype}); give real "
+                             "features, e.g. the real and imaginary parts as separate columns")
+        if feature_dtype == "float16" and x.dtype != np.float16 and x.ndim == 2:
+            check_fits_float16(x, where)
+        converted[node_type] = np.asarray(x).astype(feature_dtype, copy=False)
+    dataset.x = converted.pop(dataset.schema.target)
+    dataset.features = converted
     dataset.validate()
     check_disjoint_splits({"train": dataset.train_idx, "valid": dataset.valid_idx, "test": dataset.test_idx},
                           dataset.num_nodes, dataset.source)

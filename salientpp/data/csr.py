@@ -6,8 +6,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import InputError, counted
+from ..errors import InputError, counted, shown
 from ..io import read_rows, row_chunks
+from .schema import GraphSchema
 
 
 def build_csr(edge_index: np.ndarray, num_nodes: int, keep_self_loops: bool = False
@@ -118,7 +119,8 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
 
 
 def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = "the graph",
-              fix: str = "re-create it") -> None:
+              fix: str = "re-create it", schema: GraphSchema | None = None, edge_rel: np.ndarray | None = None
+              ) -> None:
     """Raise :class:`InputError` unless ``(rowptr, col)`` is a well-formed CSR over N nodes.
 
     Checks that ``rowptr`` is 1-D with N + 1 entries, starts at 0, never decreases and ends at
@@ -126,6 +128,14 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
     numpy indexing rely on. Costs one pass over ``col`` in 16 MiB chunks and an N-byte
     temporary. Sortedness and symmetry are guaranteed by :func:`build_csr` and checked by the
     tests, not here: they cost a sort of the edges. ``where`` names the graph and ``fix`` the repair in the message.
+
+    With a ``schema`` (:class:`~salientpp.data.schema.GraphSchema` over the global ids, N nodes
+    in all), ``edge_rel`` must be given exactly when the schema is typed (not
+    :attr:`~salientpp.data.schema.GraphSchema.is_homogeneous`), and then be int8 ``[nnz]`` with
+    every entry a relation in ``[0, R)`` that joins the right types (the entry ``u`` of relation
+    ``r`` in row ``v``: ``u`` of type ``r.src``, ``v`` of type ``r.dst``), and every row grouped
+    by relation (``edge_rel`` never decreases within a row), as :func:`build_typed_csr` writes
+    it: one more pass over ``col`` and ``edge_rel`` in chunks of about 16 MiB.
     """
     if rowptr.ndim != 1 or rowptr.shape[0] != num_nodes + 1:
         raise InputError(f"rowptr of {where} must have N + 1 = {counted(num_nodes + 1, 'entry', 'entries')}, has shape "
@@ -142,6 +152,57 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
     low, high = _col_range(col)
     if col.shape[0] and (low < 0 or high >= num_nodes):
         raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {low} to {high}); {fix}")
+    if schema is None or (schema.is_homogeneous and edge_rel is None):
+        return
+    if schema.is_homogeneous:
+        raise InputError(f"{where} has one node type and one relation but holds a relation per entry (edge_rel); "
+                         "drop edge_rel, which only a typed graph has")
+    if edge_rel is None:
+        raise InputError(f"{where} is a typed graph ({schema.num_relations} relations) without the relation of each "
+                         f"entry (edge_rel, int8 [nnz]); {fix}")
+    if edge_rel.ndim != 1 or edge_rel.dtype != np.int8 or edge_rel.shape[0] != col.shape[0]:
+        raise InputError(f"edge_rel of {where} must be int8 [nnz={col.shape[0]}], got {edge_rel.dtype} "
+                         f"{list(edge_rel.shape)}; {fix}")
+    _check_relations(rowptr, col, edge_rel, schema, where, fix)
+
+
+def _check_relations(rowptr: np.ndarray, col: np.ndarray, edge_rel: np.ndarray, schema: GraphSchema, where: str,
+                     fix: str) -> None:
+    """The relation checks of :func:`check_csr`, over chunks of entries (a row may span chunks)."""
+    relations = schema.relations
+    src = np.array([schema.type_index(r.src) for r in relations], dtype=np.int64)
+    dst = np.array([schema.type_index(r.dst) for r in relations], dtype=np.int64)
+    previous_row, previous_rel = -1, -1
+    for lo, hi in row_chunks(col.shape[0], 4 * col.itemsize):
+        rel = read_rows(edge_rel, lo, hi).astype(np.int64)
+        outside = (rel < 0) | (rel >= len(relations))
+        if outside.any():
+            i = int(outside.argmax())
+            raise InputError(f"edge_rel of {where} holds the relation {rel[i]} at entry {lo + i}, outside "
+                             f"[0, {len(relations)}) of its {counted(len(relations), 'relation')}; {fix}")
+        first = int(np.searchsorted(rowptr, lo, side="right")) - 1
+        last = int(np.searchsorted(rowptr, hi - 1, side="right")) - 1
+        bounds = np.clip(read_rows(rowptr, first, last + 2), lo, hi)
+        rows = np.repeat(np.arange(first, last + 1, dtype=np.int64), np.diff(bounds))
+        ends = read_rows(col, lo, hi)
+        wrong = (src[rel] != schema.type_of(ends)) | (dst[rel] != schema.type_of(rows))
+        if wrong.any():
+            i = int(wrong.argmax())
+            u_type, v_type = (schema.node_types[int(t)] for t in schema.type_of(np.array([ends[i], rows[i]])))
+            raise InputError(f"the entry {ends[i]} in the row of node {rows[i]} of {where} has the relation "
+                             f"{shown(str(relations[rel[i]]))} but joins a node of type {shown(u_type)} to one of type "
+                             f"{shown(v_type)}; {fix}")
+        falling = (rows[1:] == rows[:-1]) & (rel[1:] < rel[:-1])
+        if rows[0] == previous_row and rel[0] < previous_rel:
+            row, before, after = previous_row, previous_rel, rel[0]
+        elif falling.any():
+            i = int(falling.argmax())
+            row, before, after = rows[i], rel[i], rel[i + 1]
+        else:
+            previous_row, previous_rel = int(rows[-1]), int(rel[-1])
+            continue
+        raise InputError(f"the row of node {row} of {where} is not grouped by relation (relation {after} follows "
+                         f"{before}); {fix}")
 
 
 def _col_range(col: np.ndarray) -> tuple[int, int]:

@@ -20,6 +20,21 @@ Layout (all arrays are plain ``.npy`` files, memory-mapped on load; nothing is p
                    label_kind ("multiclass" | "multilabel"), label_dtype, and num_classes
                    (multiclass: every class id lies in [-1, num_classes)) or num_tasks (multilabel)
 
+A typed graph (:mod:`salientpp.data.schema`: node types with contiguous global id ranges,
+relations, a target type) adds::
+
+    edge_rel.npy   int8    [nnz]     the relation of each CSR entry; rows grouped by relation
+    x_T.npy        float32 | float16 [n_T, F_T]  the features of the node type at position T of
+                                     node_types, for each type other than the target that has
+                                     features (named by position: a type's name may hold any character)
+    meta.json      node_types (name, num_nodes, and num_features for a type with features),
+                   relations (src, name, dst, reverse), target_type (GraphSchema.to_meta)
+
+and then x.npy, y.npy and the splits concern the target type: row i of x and y is the node
+target_range[0] + i, the splits hold global ids of target nodes, num_features is x's width. A
+homogeneous graph writes none of these (its meta.json has no schema: it is
+GraphSchema.homogeneous), so its directory is the one written before typed graphs.
+
 A node is *labelled* when it has a class (``y >= 0``) or at least one known target (a row that
 is not all NaN; every bool row). Split ids must be labelled.
 """
@@ -54,7 +69,10 @@ MULTILABEL_DTYPES = ("float32", "bool")
 # dimensions follows its dtype (int64 1-D, float32/bool 2-D), checked by check_label_array.
 FILE_FORMATS = {"rowptr": (("int64",), 1), "col": (("int64",), 1), "x": (("float32", "float16"), 2),
                 "y": ((MULTICLASS_DTYPE,) + MULTILABEL_DTYPES, None), **{name: (("int64",), 1) for name in SPLIT_FILES},
-                "input_id": (("int64",), 1), **{name: (("int64",), 2) for name in EDGE_SPLITS}}
+                "input_id": (("int64",), 1), **{name: (("int64",), 2) for name in EDGE_SPLITS},
+                "edge_rel": (("int8",), 1)}
+# meta.json's entries of a typed graph's schema (GraphSchema.to_meta), absent from a homogeneous one.
+SCHEMA_KEYS = ("node_types", "relations", "target_type")
 _FINITE_CHUNK_BYTES = 1 << 25
 
 
@@ -69,6 +87,31 @@ def first_nonfinite_row(x: np.ndarray) -> int:
         if not finite.all():
             return start + int(finite.argmin())
     return -1
+
+
+# How to give features of no columns: the target's (x), and another node type's.
+NO_COLUMNS_FIX = ("pass features with F >= 1 (a graph without features: one constant column, then train with "
+                  "--embedding-dim D --no-features)")
+NO_TYPE_FEATURES_FIX = "leave the type out of the features (a node type without features is absent from them)"
+
+
+def check_features(x: np.ndarray, n: int, first_id: int, where: str, rows: str = "node",
+                   no_columns: str = NO_COLUMNS_FIX) -> None:
+    """Raise :class:`InputError` unless ``x`` holds float32 or float16 features ``[n, F]``,
+    ``F >= 1``, every value finite (:func:`first_nonfinite_row`). ``where`` names the features,
+    ``rows`` what a row is (``"node"``, ``"'author' node"``), ``first_id`` the global id of row 0,
+    ``no_columns`` how to repair features without columns."""
+    if x.ndim != 2 or x.shape[0] != n:
+        raise InputError(f"{where} must have shape [N={n}, F], got {list(x.shape)}; pass one feature row per {rows}")
+    if x.dtype not in FEATURE_DTYPES:
+        raise InputError(f"{where} must be float32 or float16, got {x.dtype}; convert them with astype")
+    if x.shape[1] == 0:
+        raise InputError(f"{where} have no columns (shape {list(x.shape)}); at least one feature column is needed; "
+                         f"{no_columns}")
+    bad_row = first_nonfinite_row(x)
+    if bad_row >= 0:
+        raise InputError(f"{where} contain NaN or infinite values (first in the row of node {first_id + bad_row}); "
+                         "clean or impute them first")
 
 
 def _first_class_outside(y: np.ndarray, num_classes: int | None) -> int:
@@ -381,7 +424,13 @@ class Dataset:
         are neither int64 ``[N]`` class ids (below :attr:`declared_classes` when it is set) nor
         float32 (0/1/NaN) or bool ``[N, T]`` targets, unlabelled or repeated split nodes, an
         empty training split, a malformed ``input_id``, held-out edges that are malformed, out of
-        range, self loops, still in the CSR (validation, test) or missing from it (training). One
+        range, self loops, still in the CSR (validation, test) or missing from it (training).
+        A typed graph also: node types that do not count N nodes, ``edge_rel`` missing or
+        malformed (:func:`~salientpp.data.csr.check_csr`: a relation out of range, joining the
+        wrong types, rows not grouped by relation), ``x``, ``y`` without one row per target node,
+        split ids outside the target's range, ``features`` keyed by the target or an unknown
+        type, or with rows that ``x`` could not hold (``[n_t, F_t >= 1]`` float32/float16,
+        finite), and held-out edges (link prediction stays homogeneous). One
         pass over every array (features and labels in 32 MiB chunks; an unsorted split is sorted
         once; a binary search in the CSR per held-out edge and direction).
 
@@ -392,25 +441,27 @@ class Dataset:
         n = self.num_nodes
         if n < 1:
             raise InputError(f"{name} has no nodes; check the input")
-        check_csr(self.rowptr, self.col, n, where=name)
-        if self.x.ndim != 2 or self.x.shape[0] != n:
-            raise InputError(f"the features (x) of {name} must have shape [N={n}, F], got {list(self.x.shape)}; "
-                             "pass one feature row per node")
-        if self.x.dtype not in FEATURE_DTYPES:
-            raise InputError(f"the features (x) of {name} must be float32 or float16, got {self.x.dtype}; "
-                             "convert them with astype")
-        if self.x.shape[1] == 0:
-            raise InputError(f"the features (x) of {name} have no columns (shape {list(self.x.shape)}); at least one "
-                             "feature column is needed; pass features with F >= 1 (a graph without features: one "
-                             "constant column, then train with --embedding-dim D --no-features)")
-        bad_row = first_nonfinite_row(self.x)
-        if bad_row >= 0:
-            raise InputError(f"the features (x) of {name} contain NaN or infinite values (first in the row of node "
-                             f"{bad_row}); clean or impute them first")
-        check_label_array(self.y, n, f"the labels (y) of {name}", "fix the labels",
-                          num_classes=self.declared_classes)
+        schema = self.schema
+        if schema.total_nodes != n:
+            raise InputError(f"the node types of {name} count {schema.total_nodes} nodes but its graph has {n}; give "
+                             "every node one type")
+        check_csr(self.rowptr, self.col, n, where=name, schema=schema, edge_rel=self.edge_rel)
+        start, stop = schema.target_range
+        rows = "node" if not self.is_typed else f"{shown(schema.target)} node"
+        check_features(self.x, stop - start, start, f"the features (x) of {name}", rows)
+        for type_name, x in self.features.items():
+            others = [t for t in schema.node_types if t != schema.target]
+            if type_name not in others:
+                raise InputError(f"the features of {name} are keyed by {shown(type_name)}, which is not a node type "
+                                 f"other than the target {shown(schema.target)} (x holds the target's features); key "
+                                 f"them by the names of the other types ({', '.join(map(shown, others)) or 'none'})")
+            t = schema.type_index(type_name)
+            check_features(x, schema.num_nodes[t], int(schema.offsets[t]), f"the features of the {shown(type_name)} "
+                           f"nodes of {name}", f"{shown(type_name)} node", NO_TYPE_FEATURES_FIX)
+        check_label_array(self.y, stop - start, f"the labels (y) of {name}", "fix the labels",
+                          num_classes=self.declared_classes, first_id=start)
         for split in SPLIT_FILES:
-            check_ids(getattr(self, split), self.y, 0, n, f"{split} of {name}", "fix the split")
+            check_ids(getattr(self, split), self.y, start, stop, f"{split} of {name}", "fix the split")
             check_unique(getattr(self, split), f"{split} of {name}")
         if self.train_idx.shape[0] == 0:
             raise InputError(f"the training split of {name} is empty; give at least one training node")
@@ -423,10 +474,19 @@ class Dataset:
                 raise InputError(f"input_id of {name} must hold distinct non-negative ids in ascending order; "
                                  "re-create the dataset")
         if self.link_split is not None:
+            schema.require_homogeneous("link prediction", name)
             fix = "re-create the dataset with prepare --link-split (or fix the held-out edges of its input)"
             for split_name, edges in self.link_split.arrays().items():
                 check_edge_array(edges, n, f"{split_name} of {name}", fix)
             check_held_out(self.rowptr, self.col, self.link_split, name, fix)
+
+
+def feature_file(schema: GraphSchema, node_type: str) -> str:
+    """The name (without ``.npy``) of the file that holds the features of ``node_type``: ``x``
+    for the target type, ``x_T`` for the type at position ``T`` of ``schema.node_types``
+    (its position, never its name, which may hold any character)."""
+    t = schema.type_index(node_type)
+    return "x" if node_type == schema.target else f"x_{t}"
 
 
 def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
@@ -437,6 +497,11 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
                  for name in ("rowptr", "col", "x", "y") + SPLIT_FILES}
         if dataset.input_id is not None:
             files["input_id"] = save_array(tmp, "input_id", np.asarray(dataset.input_id))
+        if dataset.edge_rel is not None:
+            files["edge_rel"] = save_array(tmp, "edge_rel", np.asarray(dataset.edge_rel))
+        for node_type, x in dataset.features.items():
+            name = feature_file(dataset.schema, node_type)
+            files[name] = save_array(tmp, name, np.asarray(x))
         if dataset.link_split is not None:
             files.update({name: save_array(tmp, name, edges) for name, edges in dataset.link_split.arrays().items()})
         write_meta(tmp, dataset_meta(dataset, files))
@@ -458,8 +523,24 @@ def dataset_meta(dataset: Dataset, files: dict[str, dict[str, Any]]) -> dict[str
         "num_valid": int(dataset.valid_idx.shape[0]),
         "num_test": int(dataset.test_idx.shape[0]),
         "files": files,
+        **schema_meta(dataset),
         **dataset.extra_meta,
     }
+
+
+def schema_meta(dataset: Dataset) -> dict[str, Any]:
+    """meta.json's entries of ``dataset``'s schema (:data:`SCHEMA_KEYS`,
+    :meth:`GraphSchema.to_meta`, each node type with features also giving their width as
+    ``num_features``); none for the homogeneous schema of every graph without types, whose
+    meta.json stays as it was before typed graphs."""
+    if dataset.schema == GraphSchema.homogeneous(dataset.num_nodes):
+        return {}
+    meta = dataset.schema.to_meta()
+    widths = {name: int(x.shape[1]) for name, x in dataset.x_dict.items()}
+    for entry in meta["node_types"]:
+        if entry["name"] in widths:
+            entry["num_features"] = widths[entry["name"]]
+    return meta
 
 
 def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = True) -> Dataset:
@@ -485,12 +566,23 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
     if any(name in meta["files"] for name in EDGE_SPLITS):  # all three or none: a missing one is refused
         link_split = LinkSplit(*(load_listed(Path(path), name, meta, "re-create the dataset directory",
                                              *FILE_FORMATS[name], verify=verify) for name in EDGE_SPLITS))
+    schema = GraphSchema.from_meta(meta, int(arrays["rowptr"].shape[0]) - 1, f"meta.json in {path}")
+    features = {}
+    if not schema.is_homogeneous:
+        arrays["edge_rel"] = load_listed(Path(path), "edge_rel", meta, "re-create the dataset directory",
+                                         *FILE_FORMATS["edge_rel"], verify=verify)
+        for node_type in schema.node_types:
+            name = feature_file(schema, node_type)
+            if name != "x" and name in meta["files"]:  # a type without features has no file
+                features[node_type] = load_listed(Path(path), name, meta, "re-create the dataset directory",
+                                                  *FILE_FORMATS["x"], verify=verify)
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
                 "num_classes", "num_tasks", "label_kind", "label_dtype", "feature_dtype", "num_train", "num_valid",
-                "num_test"}
+                "num_test", *SCHEMA_KEYS}
     declared = _declared_classes(meta, path) if arrays["y"].ndim == 1 else None  # else the label kind is refused
     dataset = Dataset(**arrays, source=meta.get("source", "unknown"), link_split=link_split,
-                      extra_meta={k: v for k, v in meta.items() if k not in reserved}, declared_classes=declared)
+                      extra_meta={k: v for k, v in meta.items() if k not in reserved}, declared_classes=declared,
+                      schema=schema, features=features)
     if meta.get("num_nodes") != dataset.num_nodes or meta.get("num_edges") != dataset.num_edges:
         raise InputError(f"meta.json in {path} disagrees with the arrays on the number of nodes or edges; "
                          "re-create the dataset directory")

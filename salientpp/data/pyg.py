@@ -1,4 +1,4 @@
-"""Interop with PyTorch Geometric: a ``torch_geometric.data.Data`` graph as a :class:`Dataset`.
+"""Interop with PyTorch Geometric: a ``torch_geometric.data.Data`` or ``HeteroData`` graph as a :class:`Dataset`.
 
 ``torch_geometric`` itself is not imported: any object with the attributes of a ``Data`` works.
 """
@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, shown
 from .convert import as_features, as_labels, as_split, check_feature_dtype, checked
-from .csr import build_csr
+from .csr import build_csr, build_typed_csr
 from .format import Dataset
+from .schema import HOMOGENEOUS_RELATION, HOMOGENEOUS_TYPE, GraphSchema, Relation
 
 # The attributes a Data must have, with the end of the sentence that says how to give them.
 _REQUIRED = (
@@ -58,9 +59,9 @@ def _is_hetero(data: Any) -> bool:
     return isinstance(data, HeteroData)
 
 
-def from_pyg(data: Any, *, train: Any = None, valid: Any = None, test: Any = None,
+def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: Any = None, test: Any = None,
              feature_dtype: str = "float32", keep_self_loops: bool = False, source: str | None = None) -> Dataset:
-    """A validated :class:`Dataset` from a homogeneous ``torch_geometric.data.Data``.
+    """A validated :class:`Dataset` from a ``torch_geometric.data.Data`` or ``HeteroData``.
 
     The graph is built as ``salientpp prepare npz:...`` builds it (the same helpers): edges are
     symmetrised, sorted, deduplicated and self-loops dropped (unless ``keep_self_loops``), the
@@ -68,51 +69,143 @@ def from_pyg(data: Any, *, train: Any = None, valid: Any = None, test: Any = Non
     feature columns, NaN/Inf features, split ids out of range, repeated, unlabelled or shared by
     two splits, an empty training split: one sentence each, as :class:`InputError`).
 
+    A ``HeteroData`` becomes a typed dataset (:mod:`salientpp.data.schema`): its node types in
+    its order, each holding ``num_nodes`` global ids after the previous types'; one relation per
+    edge type, each with its reverse (:meth:`GraphSchema.with_reverses`: an edge type given in
+    reverse, ``rev_NAME`` as PyG's ``ToUndirected`` names it, is recognised and its edges merged
+    with the relation's; a relation joining a type to itself is made symmetric); the CSR of
+    :func:`~salientpp.data.csr.build_typed_csr`. ``x``, ``y`` and the splits are the ``target``
+    type's, the ``x`` of every other type that has one goes to :attr:`Dataset.features`.
+
     Args:
         data: a ``Data`` with ``edge_index`` (int ``[2, E]``), ``x`` (``[N, F]``, N = number of
-            nodes; any real dtype, bfloat16 included), ``y`` (integer ``[N]`` or ``[N, 1]`` class ids, -1 or NaN = unlabelled; or
-            ``[N, T]`` multi-label targets: float 0/1 with NaN = unknown, bool, or integer 0/1)
-            and, for each split not given as an argument, a boolean mask attribute
-            (``train_mask``, ``val_mask``, ``test_mask``, ``[N]``). Tensors on another device are
-            copied to the CPU; CPU tensors are read without a copy, so the dataset may share
-            memory with ``data`` (``x`` already of ``feature_dtype``, int64 ``y``, the CSR never).
-        train, valid, test: the splits, each an integer tensor/array of node ids or a boolean
-            ``[N]`` mask; they take precedence over the mask attributes.
-        feature_dtype: ``"float32"`` or ``"float16"``.
+            nodes; any real dtype, bfloat16 included), ``y`` (integer ``[N]`` or ``[N, 1]`` class
+            ids, -1 or NaN = unlabelled; or ``[N, T]`` multi-label targets: float 0/1 with NaN =
+            unknown, bool, or integer 0/1) and, for each split not given as an argument, a
+            boolean mask attribute (``train_mask``, ``val_mask``, ``test_mask``, ``[N]``). Or a
+            ``HeteroData`` whose ``target`` type has these attributes (N: its node count), whose
+            every edge type has an ``edge_index`` (ids counted from 0 within each type), and
+            whose other types have ``x`` (``[n_t, F_t]``, widths may differ) or ``num_nodes``
+            (a type without features). Tensors on another device are copied to the CPU; CPU
+            tensors are read without a copy, so the dataset may share memory with ``data``
+            (``x`` already of ``feature_dtype``, int64 ``y``, the CSR never).
+        target: the node type that carries the labels and splits: required for a ``HeteroData``,
+            refused for a ``Data``.
+        train, valid, test: the splits, each an integer tensor/array of node ids (of the target
+            type, counted from 0) or a boolean ``[N]`` mask; they take precedence over the mask
+            attributes.
+        feature_dtype: ``"float32"`` or ``"float16"`` (every type's features).
         keep_self_loops: keep ``(v, v)`` edges.
         source: ``Dataset.source`` (meta.json's ``source``); default ``"pyg:<class name>"``.
 
     Raises :class:`InputError` with one sentence on anything :func:`salientpp.data.importers.load_source`
-    would refuse, and for a heterogeneous graph, a missing attribute, a sparse ``x`` or a split
-    given neither way.
+    would refuse, and for a missing attribute, a sparse ``x``, a split given neither way, a
+    ``target`` missing or unknown (``HeteroData``) or given (``Data``), or an edge id outside the
+    count of its type.
     """
     kind = type(data).__name__
-    if kind == "HeteroData" or _is_hetero(data):
-        raise InputError("from_pyg takes a homogeneous torch_geometric Data, got a HeteroData; convert it with "
-                         "data.to_homogeneous() or build a Data of one node type")
     check_feature_dtype(feature_dtype)
-    name = source or f"pyg:{kind}"
-    for attribute, message in _REQUIRED:
-        if getattr(data, attribute, None) is None:
-            raise InputError(f"the {kind} has no {message}")
-    x = _numpy(data.x, "data.x")
-    if x.ndim != 2:
-        raise InputError(f"data.x must have shape [N, F], got {list(x.shape)}; give one feature row per node")
-    num_nodes = int(x.shape[0])
-    rowptr, col = build_csr(_numpy(data.edge_index, "data.edge_index"), num_nodes, keep_self_loops)
+    graph = _Graph(data, kind, target)
+    schema = graph.schema
+    start, stop = schema.target_range
     splits = {}
     for (argument, mask), given in zip(_SPLITS, (train, valid, test)):
-        value = given if given is not None else getattr(data, mask, None)
-        what = argument if given is not None else f"data.{mask}"
+        value = given if given is not None else getattr(graph.target_store, mask, None)
+        what = argument if given is not None else f"{graph.prefix(schema.target)}.{mask}"
         if value is None:
             raise InputError(f"the {argument} split is missing: pass {argument}=<node ids or boolean mask> or give "
-                             f"the {kind} a boolean {mask} attribute")
+                             f"the {graph.what(schema.target)} a boolean {mask} attribute")
         array = _numpy(value, what)
         if array.dtype == np.bool_ and array.ndim == 2:
             raise InputError(f"the boolean mask {what} has shape {list(array.shape)}, several splits (one per column); "
                              f"pass one column, e.g. from_pyg(data, {argument}={what}[:, 0], ...)")
-        splits[argument] = as_split(array, num_nodes, what)
-    dataset = Dataset(rowptr=rowptr, col=col, x=as_features(x, num_nodes, "data.x"),
-                      y=as_labels(_numpy(data.y, "data.y"), num_nodes, "data.y"),
-                      train_idx=splits["train"], valid_idx=splits["valid"], test_idx=splits["test"], source=name)
+        ids = as_split(array, stop - start, what)
+        if graph.hetero and ids.shape[0] and (ids.min() < 0 or ids.max() >= stop - start):  # named as given
+            raise InputError(f"{what} holds ids outside [0, {stop - start}) of the {shown(schema.target)} nodes, such "
+                             f"as {ids[(ids < 0) | (ids >= stop - start)][0]}; give ids of target nodes counted from 0")
+        splits[argument] = ids + start
+    x_dict = {t: as_features(x, schema.num_nodes[schema.type_index(t)], f"{graph.prefix(t)}.x")
+              for t, x in graph.x_dict.items()}
+    y = as_labels(_numpy(graph.target_store.y, f"{graph.prefix(schema.target)}.y"), stop - start,
+                  f"{graph.prefix(schema.target)}.y")
+    rowptr, col, edge_rel = graph.csr(keep_self_loops)
+    dataset = Dataset(rowptr=rowptr, col=col, x=x_dict.pop(schema.target), y=y, train_idx=splits["train"],
+                      valid_idx=splits["valid"], test_idx=splits["test"], source=source or f"pyg:{kind}",
+                      schema=schema, edge_rel=edge_rel, features=x_dict)
     return checked(dataset, feature_dtype)
+
+
+class _Graph:
+    """The stores of a ``Data`` (one node type, :data:`~salientpp.data.schema.HOMOGENEOUS_TYPE`,
+    and one relation) or a ``HeteroData``, with the schema they give and their features as numpy
+    arrays (``x_dict``: type name -> ``[n_t, F_t]``, the target's always present)."""
+
+    def __init__(self, data: Any, kind: str, target: str | None):
+        self.kind = kind
+        self.hetero = kind == "HeteroData" or _is_hetero(data)
+        if not self.hetero:
+            if target is not None:
+                raise InputError(f"target={shown(target)} applies to a HeteroData but this is a {kind} of one node "
+                                 "type; drop target=")
+            target = HOMOGENEOUS_TYPE
+            self.nodes = {target: data}
+            self.edges = {HOMOGENEOUS_RELATION: data}
+        else:
+            self.nodes = {t: data[t] for t in data.node_types}
+            self.edges = {tuple(e): data[e] for e in data.edge_types}
+            if target is None or target not in self.nodes:
+                given = "no target=" if target is None else f"the unknown target={shown(target)}"
+                raise InputError(f"from_pyg of a HeteroData got {given}; pass target=TYPE, the node type that carries "
+                                 f"the labels and splits, one of {', '.join(map(shown, self.nodes)) or 'none'}")
+        self.target_store = self.nodes[target]
+        for attribute, message in _REQUIRED:
+            stores = self.edges if attribute == "edge_index" else {target: self.target_store}
+            for key, store in stores.items():
+                if getattr(store, attribute, None) is None:
+                    raise InputError(f"the {self.what(key)} has no {message}")
+        self.x_dict = {}
+        for t, store in self.nodes.items():
+            if getattr(store, "x", None) is not None:
+                self.x_dict[t] = _numpy(store.x, f"{self.prefix(t)}.x")
+        x = self.x_dict[target]
+        if x.ndim != 2:
+            raise InputError(f"{self.prefix(target)}.x must have shape [N, F], got {list(x.shape)}; give one feature "
+                             "row per node")
+        self.schema = GraphSchema.with_reverses(list(self.nodes), [self._count(t) for t in self.nodes], self.edges,
+                                                target)
+
+    def _count(self, node_type: str) -> int:
+        """Nodes of ``node_type``: the rows of its ``x``, else its ``num_nodes``."""
+        if node_type in self.x_dict and self.x_dict[node_type].ndim >= 1:
+            return int(self.x_dict[node_type].shape[0])
+        count = getattr(self.nodes[node_type], "num_nodes", None)
+        if count is None:
+            raise InputError(f"the {self.what(node_type)} has neither features (x) nor num_nodes; set "
+                             f"data[{node_type!r}].num_nodes")
+        return int(count)
+
+    def prefix(self, key: str | tuple[str, str, str]) -> str:
+        """How a store is written in a message: ``data`` or ``data['paper']``."""
+        return f"data[{key!r}]" if self.hetero else "data"
+
+    def what(self, key: str | tuple[str, str, str]) -> str:
+        """The store named in a sentence: ``Data`` or ``HeteroData's node type 'paper'``."""
+        if not self.hetero:
+            return self.kind
+        return f"{self.kind}'s {'node' if isinstance(key, str) else 'edge'} type {shown(key)}"
+
+    def csr(self, keep_self_loops: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``rowptr``, ``col`` and ``edge_rel`` of the graph (:func:`build_csr` and no ``edge_rel``
+        when the schema is homogeneous, else :func:`build_typed_csr` over global ids)."""
+        schema = self.schema
+        arrays = {key: _numpy(store.edge_index, f"{self.prefix(key)}.edge_index") for key, store in self.edges.items()}
+        if schema.is_homogeneous:
+            (edge_index,) = arrays.values()
+            return (*build_csr(edge_index, schema.total_nodes, keep_self_loops), None)
+        edges: list[list[np.ndarray]] = [[] for _ in schema.relations]
+        for key, edge_index in arrays.items():
+            relation = Relation(*key)
+            edges[schema.relation_index(relation)].append(
+                schema.global_edges(relation, edge_index, f"{self.prefix(key)}.edge_index"))
+        return build_typed_csr([np.concatenate(e, axis=1) if e else np.empty((2, 0), dtype=np.int64) for e in edges],
+                               schema.reverse, schema.total_nodes, keep_self_loops)

@@ -90,14 +90,16 @@ class GraphSchema:
     def with_reverses(cls, node_types: Sequence[str], num_nodes: Sequence[int],
                       relations: Iterable[Relation | tuple[str, str, str]], target: str) -> GraphSchema:
         """The schema of ``relations`` and their reverses (:meth:`Relation.reversed`), each
-        reverse listed right after its relation unless the input already holds it."""
+        reverse listed right after its relation unless the input already holds it (a relation
+        given before the one it reverses is its reverse too: ``rev_writes`` before ``writes``)."""
+        given = [r if isinstance(r, Relation) else Relation(*r) for r in relations]
+        reverses_of = {r.reversed(): r for r in given if r.reversed() != r}
         ordered: list[Relation] = []
         reverse: dict[Relation, Relation] = {}
-        for given in relations:
-            relation = given if isinstance(given, Relation) else Relation(*given)
+        for relation in given:
             if relation in reverse:  # the reverse of an earlier relation, given explicitly
                 continue
-            back = relation.reversed()
+            back = reverses_of.get(relation, relation.reversed())
             reverse[relation], reverse[back] = back, relation
             ordered += [relation] if back == relation else [relation, back]
         index = {r: i for i, r in enumerate(ordered)}
@@ -214,6 +216,34 @@ class GraphSchema:
     def type_of(self, ids: np.ndarray) -> np.ndarray:
         """int64 ``[n]``: the node type index of each global id of ``ids`` (int ``[n]``, in range)."""
         return np.searchsorted(self.offsets, np.asarray(ids), side="right") - 1
+
+    def global_edges(self, relation: Relation, edge_index: np.ndarray, where: str) -> np.ndarray:
+        """int64 ``[2, E]``: the edges ``edge_index`` (int ``[2, E]``, row 0 the ids of ``relation.src``
+        nodes, row 1 of ``relation.dst`` nodes, each counted from 0 within its type) in global ids;
+        :class:`InputError` naming ``where`` when an id lies outside its type's count."""
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+            raise InputError(f"{where} must have shape [2, E], got {list(edge_index.shape)}; transpose or reshape it")
+        if not np.issubdtype(edge_index.dtype, np.integer):
+            raise InputError(f"{where} must hold integers, got dtype {edge_index.dtype}; convert it to int64")
+        offsets = self.offsets
+        out = np.empty(edge_index.shape, dtype=np.int64)
+        for side, name in enumerate((relation.src, relation.dst)):
+            t = self.type_index(name)
+            ids = edge_index[side]
+            if ids.shape[0] and (ids.min() < 0 or ids.max() >= self.num_nodes[t]):
+                raise InputError(f"row {side} of {where} holds {shown(name)} ids from {ids.min()} to {ids.max()}, "
+                                 f"outside [0, {self.num_nodes[t]}) of that node type; fix the edges or the type's "
+                                 "number of nodes")
+            np.add(ids, offsets[t], out=out[side], casting="unsafe")
+        return out
+
+    def require_homogeneous(self, command: str, where: str) -> None:
+        """Raise :class:`InputError` when the graph is typed: for the commands that read one node
+        type and one relation only (``command`` names the command, ``where`` the data)."""
+        if not self.is_homogeneous:
+            raise InputError(f"{where} is a typed graph ({self.num_types} node types, {self.num_relations} "
+                             f"relations) and typed graphs are not supported by {command} yet; use a homogeneous "
+                             "dataset")
 
     def relations_into(self, node_type: int) -> list[int]:
         """The relations whose destination is the type ``node_type`` (an index), in order."""
