@@ -1,22 +1,25 @@
 """A dataset directory keeps what meta.json promises: class ids below its num_classes (also after
-a hand edit that updated the checksum), features that fit their dtype, and a failed write
-leaves nothing behind."""
+a hand edit that updated the checksum), features that fit their dtype, a typed graph's files and
+schema, and a failed write leaves nothing behind; a homogeneous directory stays as it was."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import file_size_limit
+from conftest import file_size_limit, typed_dataset
 from salientpp.cli import main
 from salientpp.data import format as data_format
 from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.importers import load_source
+from salientpp.data.schema import GraphSchema, Relation
 from salientpp.errors import InputError
 from salientpp.io import file_checksum
 from salientpp.partition.format import load_partitioned
@@ -158,3 +161,82 @@ def test_prepare_on_a_full_disk_says_so_and_leaves_no_output(tmp_path, capsys, m
     monkeypatch.setattr(data_format, "write_meta", no_space)
     refused(capsys, "prepare", [source, str(out)], tmp_path, f"cannot write {out}: no space left on device",
             "free space or choose another output path")
+
+
+# ---- typed graphs: edge_rel.npy, x_T.npy and the schema in meta.json ---------------------------
+
+def test_a_typed_dataset_round_trips_with_its_schema_and_every_array(tmp_path):
+    dataset, _ = typed_dataset()
+    back = load_dataset(save_dataset(dataset, tmp_path / "typed"))
+    assert back.schema == dataset.schema and back.is_typed
+    for name in ("rowptr", "col", "edge_rel", "x", "y", "train_idx", "valid_idx", "test_idx"):
+        assert getattr(back, name).dtype == getattr(dataset, name).dtype, name
+        np.testing.assert_array_equal(getattr(back, name), getattr(dataset, name), err_msg=name)
+    assert list(back.features) == ["inst"]
+    np.testing.assert_array_equal(back.features["inst"], dataset.features["inst"])
+    meta = json.loads((tmp_path / "typed" / "meta.json").read_text())
+    assert sorted(meta["files"]) == ["col", "edge_rel", "rowptr", "test_idx", "train_idx", "valid_idx", "x", "x_2", "y"]
+    assert meta["node_types"] == [{"name": "author", "num_nodes": 20},
+                                  {"name": "paper", "num_nodes": 30, "num_features": 5},
+                                  {"name": "inst", "num_nodes": 4, "num_features": 2}]
+    assert meta["target_type"] == "paper" and meta["num_features"] == 5 and meta["num_nodes"] == 54
+    assert [r["reverse"] for r in meta["relations"]] == list(dataset.schema.reverse)
+    assert set(back.extra_meta).isdisjoint({"node_types", "relations", "target_type"})
+
+
+def test_feature_files_are_named_by_the_position_of_their_type_whatever_its_name(tmp_path):
+    dataset, _ = typed_dataset()
+    names = {"author": "au/thor", "paper": "pa per", "inst": "../inst\n"}
+    schema = dataset.schema
+    renamed = replace(schema, node_types=tuple(names[t] for t in schema.node_types), target=names["paper"],
+                      relations=tuple(Relation(names[r.src], r.name, names[r.dst]) for r in schema.relations))
+    dataset = replace(dataset, schema=renamed, features={names["inst"]: dataset.features["inst"]})
+    back = load_dataset(save_dataset(dataset, tmp_path / "typed"))
+    assert sorted(p.name for p in (tmp_path / "typed").iterdir()) == sorted(
+        ["col.npy", "edge_rel.npy", "meta.json", "rowptr.npy", "test_idx.npy", "train_idx.npy", "valid_idx.npy",
+         "x.npy", "x_2.npy", "y.npy"])
+    assert back.schema == renamed and list(back.features) == ["../inst\n"]
+
+
+@pytest.mark.parametrize("name", ["edge_rel", "x_2"])
+def test_a_flipped_byte_in_a_typed_file_is_refused_by_its_checksum(tmp_path, name):
+    directory = save_dataset(typed_dataset()[0], tmp_path / "typed")
+    path = directory / f"{name}.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=re.escape(f"{name}.npy does not match its checksum in meta.json, so the "
+                                                   "file is corrupt; re-create the dataset directory")):
+        load_dataset(directory)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda meta: meta["files"].pop("edge_rel"), "does not list edge_rel.npy; re-create the dataset directory"),
+    (lambda meta: meta.update(target_type="venue"), "records an inconsistent schema: the target node type venue is "
+                                                    "not one of the graph's"),
+    (lambda meta: meta["node_types"][0].update(num_nodes=21), "the node types in meta.json in"),
+])
+def test_a_typed_meta_json_that_disagrees_with_its_files_is_refused(tmp_path, edit, expected):
+    directory = save_dataset(typed_dataset()[0], tmp_path / "typed")
+    meta = json.loads((directory / "meta.json").read_text())
+    edit(meta)
+    (directory / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=re.escape(expected)):
+        load_dataset(directory)
+
+
+# meta.json of `prepare npz:cora.npz` as salientpp wrote it before typed graphs (commit 5ed122a), its
+# source and version replaced: the sha256 of its JSON with sorted keys.
+CORA_META_BEFORE_TYPES = "0dbfa06919c1ace2710702c3630151ed989c1e4b65db8b11fd49417f2fc55b4a"
+
+
+def test_a_homogeneous_dataset_directory_is_the_one_written_before_typed_graphs(tmp_path, cora_npz):
+    assert main(["prepare", f"npz:{cora_npz}", str(tmp_path / "cora")]) == 0
+    assert sorted(p.name for p in (tmp_path / "cora").iterdir()) == sorted(
+        ["col.npy", "meta.json", "rowptr.npy", "test_idx.npy", "train_idx.npy", "valid_idx.npy", "x.npy", "y.npy"])
+    meta = json.loads((tmp_path / "cora" / "meta.json").read_text())
+    assert not {"node_types", "relations", "target_type"} & set(meta)
+    meta.update(source="SOURCE", salientpp_version="VERSION")
+    assert hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest() == CORA_META_BEFORE_TYPES
+    dataset = load_dataset(tmp_path / "cora")  # read as homogeneous: no schema in meta.json
+    assert dataset.schema == GraphSchema.homogeneous(2708) and dataset.edge_rel is None and not dataset.features
