@@ -5,8 +5,10 @@ import json
 
 import pytest
 
+from conftest import one_sentence, typed_dataset
 from salientpp.bench import step as bench_step
 from salientpp.cli import main as cli
+from salientpp.data import save_dataset
 
 TINY = ["--fanouts", "4,3", "--batch-size", "32", "--hidden", "8", "--batches", "2", "--repeats", "1"]
 
@@ -74,3 +76,11 @@ def test_bench_step_on_cuda_without_a_gpu_is_one_sentence(dataset, capsys):
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["salientpp bench: error: --device cuda was asked for but torch sees no CUDA "
                                         "GPU; use --device cpu"], err
+
+
+def test_bench_step_refuses_a_typed_dataset_in_one_sentence(tmp_path, capsys):
+    path = save_dataset(typed_dataset()[0], tmp_path / "typed")
+    assert cli(["bench", "step", str(path), *TINY]) == 2
+    assert one_sentence(capsys) == (
+        f"salientpp bench: error: {path} is a typed graph (3 node types, 5 relations) and typed graphs are not "
+        "supported by bench step yet; use a homogeneous dataset")

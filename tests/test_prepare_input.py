@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import one_sentence, typed_dataset
 from salientpp.cli import main
 from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.importers import ImportOptions, load_source
@@ -357,3 +358,21 @@ def test_partition_refuses_a_hand_made_dataset_with_repeated_ids(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds node 1 more than once" in err and "re-partition" not in err, err
     assert snapshot(tmp_path) == before
+
+
+# ---- typed graphs -------------------------------------------------------------------------------
+
+def test_prepare_writes_a_typed_source_and_refuses_a_link_split_of_it(tmp_path, capsys, monkeypatch):
+    typed, _ = typed_dataset()
+    monkeypatch.setattr("salientpp.cli.prepare.load_source", lambda source, options: typed)
+    assert main(["prepare", "synthetic:tiny", str(tmp_path / "typed"), "--link-split", "0.8,0.1,0.1"]) == 2
+    assert one_sentence(capsys) == (
+        "salientpp prepare: error: synthetic:tiny is a typed graph (3 node types, 5 relations) and typed graphs are "
+        "not supported by --link-split yet; drop --link-split (link prediction stays homogeneous)")
+    assert not (tmp_path / "typed").exists()
+    assert main(["prepare", "synthetic:tiny", str(tmp_path / "typed")]) == 0
+    assert "54 nodes, 244 directed edges of 3 types and 5 relations (features, labels and splits of the paper nodes)" \
+        in capsys.readouterr().out
+    back = load_dataset(tmp_path / "typed")
+    assert back.schema == typed.schema and np.array_equal(back.edge_rel, typed.edge_rel)
+    assert np.array_equal(back.features["inst"], typed.features["inst"])

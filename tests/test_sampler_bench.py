@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import one_sentence, typed_dataset
 from salientpp.bench.sampler import BenchRow, SamplerBenchConfig, format_table
 from salientpp.cli import main
 from salientpp.data.csr import build_csr
@@ -160,3 +161,9 @@ def test_bench_bad_option_exit_code_from_the_shell(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert "--bulk-sizes must be integers >= 1" in proc.stderr
+
+
+def test_bench_sampler_refuses_a_typed_dataset_in_one_sentence(tmp_path, capsys):
+    path = save_dataset(typed_dataset()[0], tmp_path / "typed")
+    assert main(["bench", "sampler", str(path), "--fanouts", "2,2", "--batch-size", "4", "--no-pyg"]) == 2
+    assert "typed graphs are not supported by bench sampler yet; use a homogeneous dataset" in one_sentence(capsys)

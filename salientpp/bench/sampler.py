@@ -286,6 +286,7 @@ def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: i
     else:
         ladies_fanouts = None
     dataset = load_dataset(dataset_dir)
+    dataset.schema.require_homogeneous("bench sampler", dataset_dir)
     rowptr, col = dataset.rowptr, dataset.col
     train = np.asarray(dataset.train_idx)
     take = min(train.shape[0], num_batches * batch_size)

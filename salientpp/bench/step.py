@@ -128,6 +128,7 @@ def main(args: argparse.Namespace) -> int:
     cuda = device.type == "cuda"
     clock, clock_name = (_synchronized_clock, "GPU wall") if cuda else (time.process_time, "CPU")
     data = load_dataset(args.dataset)
+    data.schema.require_homogeneous("bench step", args.dataset)
     reused = args.reuse_freed_memory and keep_freed_memory()
     torch.set_num_threads(args.torch_threads)
     generator = torch.Generator().manual_seed(0)

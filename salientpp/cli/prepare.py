@@ -9,7 +9,7 @@ from ..data.format import MULTICLASS, Dataset, save_dataset
 from ..data.importers import ImportOptions, load_source
 from ..data.links import parse_link_split, split_edges
 from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
-from ..errors import InputError, counted
+from ..errors import InputError, counted, shown
 from ..io import check_output_dir, check_output_location, mark_complete
 from ..parsing import parse_seed
 
@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=parse_seed, default=0,
                    help="seed of anything generated for an edge list, and of --link-split")
     p.add_argument("--link-split", metavar="TRAIN,VALID,TEST",
-                   help="hold out edges for link prediction: fractions of the undirected edges (summing to at most "
-                        "1); validation and test edges are removed from the graph (see docs/data.md)")
+                   help="hold out edges for link prediction (homogeneous graphs only): fractions of the undirected "
+                        "edges (summing to at most 1); validation and test edges are removed from the graph (see "
+                        "docs/data.md)")
     p.set_defaults(func=run)
 
 
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     dataset = load_source(args.source, options)
     if fractions is not None:
+        dataset.schema.require_homogeneous("--link-split", args.source, "drop --link-split (link prediction stays "
+                                           "homogeneous)")
         if dataset.has_link_split:
             raise InputError(f"{args.source} already holds held-out edges (train_edges, valid_edges, test_edges); "
                              "drop --link-split to use them, or drop them from the archive")
@@ -87,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(out_dir: str, dataset: Dataset, start: float) -> None:
+    schema = dataset.schema
+    types = (f" of {counted(schema.num_types, 'type')} and {counted(schema.num_relations, 'relation')} (features, "
+             f"labels and splits of the {shown(schema.target)} nodes)" if dataset.is_typed else "")
     print(f"wrote {out_dir}: {counted(dataset.num_nodes, 'node', spec=',')}, "
-          f"{counted(dataset.num_edges, 'directed edge', spec=',')}, "
+          f"{counted(dataset.num_edges, 'directed edge', spec=',')}{types}, "
           f"{counted(dataset.num_features, f'{dataset.x.dtype} feature')}, {_labels(dataset)}, "
           f"train/valid/test {len(dataset.train_idx):,}/{len(dataset.valid_idx):,}/{len(dataset.test_idx):,} "
           f"({time.perf_counter() - start:.1f} s)")

@@ -237,13 +237,13 @@ class GraphSchema:
             np.add(ids, offsets[t], out=out[side], casting="unsafe")
         return out
 
-    def require_homogeneous(self, command: str, where: str) -> None:
+    def require_homogeneous(self, command: str, where: str, fix: str = "use a homogeneous dataset") -> None:
         """Raise :class:`InputError` when the graph is typed: for the commands that read one node
-        type and one relation only (``command`` names the command, ``where`` the data)."""
+        type and one relation only (``command`` names the command, ``where`` the data, ``fix``
+        the way out)."""
         if not self.is_homogeneous:
             raise InputError(f"{where} is a typed graph ({self.num_types} node types, {self.num_relations} "
-                             f"relations) and typed graphs are not supported by {command} yet; use a homogeneous "
-                             "dataset")
+                             f"relations) and typed graphs are not supported by {command} yet; {fix}")
 
     def relations_into(self, node_type: int) -> list[int]:
         """The relations whose destination is the type ``node_type`` (an index), in order."""
