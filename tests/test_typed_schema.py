@@ -35,6 +35,12 @@ def test_a_reverse_given_explicitly_as_after_to_undirected_is_not_added_twice():
     assert schema.reverse == (1, 0)
 
 
+def test_a_reverse_given_before_its_relation_is_paired_with_it():
+    given = [("paper", "rev_writes", "author"), ("author", "writes", "paper")]
+    schema = GraphSchema.with_reverses(["paper", "author"], [2, 2], given, "paper")
+    assert [r.key for r in schema.relations] == given and schema.reverse == (1, 0)
+
+
 def test_node_types_hold_contiguous_id_ranges_in_their_order():
     schema = bibliographic()
     assert schema.offsets.tolist() == [0, 5, 8, 10]
