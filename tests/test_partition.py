@@ -591,7 +591,8 @@ def _rewrite(directory: Path, name: str, array: np.ndarray) -> None:
     ("type_offsets", "type_offsets.npy in .* does not split the 2 partitions of offsets.npy into blocks of the 4 "
                      "node types"),
     ("author rows", r"part_1/x_1.npy is float32 \[3, 5\] but partition 1 owns .* ids of the type author"),
-    ("nan institute", "part_0/x_2.npy holds NaN or infinite features in the row of global id"),
+    ("nan institute", "part_1/x_2.npy holds NaN or infinite features in the row of global id"),
+    ("width", r"meta.json in .* does not give the shape of part_0/x_1.npy"),
 ])
 def test_a_corrupt_typed_partitioned_directory_is_refused_in_one_sentence(tmp_path, typed_dir, case, message):
     import shutil
@@ -610,11 +611,17 @@ def test_a_corrupt_typed_partitioned_directory_is_refused_in_one_sentence(tmp_pa
     elif case == "author rows":
         _rewrite(directory, "part_1/x_1", np.zeros((3, 5), dtype=np.float32))
     elif case == "nan institute":
-        rows = np.load(directory / "part_0" / "x_2.npy")
+        rows = np.load(directory / "part_1" / "x_2.npy")
         rows[1, 0] = np.nan
-        _rewrite(directory, "part_0/x_2", rows)
+        _rewrite(directory, "part_1/x_2", rows)
+    elif case == "width":
+        meta = json.loads((directory / "meta.json").read_text())
+        meta["files"]["part_0/x_1"]["shape"] = "wide"
+        (directory / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(InputError, match=message) as error:
-        load_partitioned(directory).check_parts()
+        data = load_partitioned(directory)
+        for k in (1, 0):  # partition 1 first: it reads the width of partition 0's features from meta.json
+            data.part(k)
     assert "\n" not in str(error.value)
 
 

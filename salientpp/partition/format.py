@@ -154,7 +154,11 @@ class PartitionedDataset:
             return self.num_features
         if node_type not in self.feature_types:
             return 0
-        return int(self.meta["files"][f"part_0/{feature_file(node_type)}"]["shape"][1])
+        name = f"part_0/{feature_file(node_type)}"
+        try:
+            return int(self.meta["files"][name]["shape"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise InputError(f"meta.json in {self.path} does not give the shape of {name}.npy; {FIX}") from None
 
     @property
     def num_parts(self) -> int:
@@ -312,7 +316,7 @@ class PartitionedDataset:
         width = self.feature_width(node_type)
         if x.shape != (stop - start, width) or (dtype is not None and x.dtype != dtype):
             raise InputError(f"{path} is {x.dtype} {list(x.shape)} but {self._owns(k, node_type)} and meta.json "
-                             f"gives {counted(width, f'{dtype or x.dtype} feature')}; {FIX}")
+                             f"gives {counted(width, f'{x.dtype if dtype is None else dtype} feature')}; {FIX}")
         bad_row = first_nonfinite_row(x)
         if bad_row >= 0:
             raise InputError(f"{path} holds NaN or infinite features in the row of global id {start + bad_row} "

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..data.format import Dataset, label_meta
-from ..data.schema import GraphSchema
 from ..data.links import EDGE_SPLITS
+from ..data.schema import GraphSchema
 from ..errors import InputError, check_int, counted
 from ..io import atomic_output_dir, check_output_dir
 from .assemble import DirectoryTarget, MemoryTarget, assemble, feature_types
