@@ -19,13 +19,14 @@ import numpy as np
 
 from .cache.plan import Budget
 from .cache.workload import Workload
+from .data.schema import GraphSchema
 from .errors import InputError, counted
 from .host import MiB, format_bytes, memory_budget, sampler_read_ahead
 from .io import meta_count
 from .partition.format import PartitionedDataset
 from .partition.metis import METIS_BYTES_PER_EDGE, METIS_BYTES_PER_NODE
 from .partition.multilevel import MultilevelOptions, held_bytes, vertex_bytes
-from .partition.partitioner import CONSTRAINTS
+from .partition.partitioner import constraint_names
 from .sampling.kinds import check_fanouts
 
 # One Python process with numpy, torch, torch_geometric, numba (LLVM) and the extension
@@ -209,7 +210,8 @@ def estimate_partition(meta: dict[str, Any], parts: int, method: str,
     (:mod:`salientpp.partition.assemble`), so besides the method's work space only per-vertex
     arrays and the chunks are held: those of the layout, or, if more, those of the assignment
     (the balance weights and the method's own). METIS reads the memory-mapped ``col`` whole and
-    copies the graph; the multilevel partitioner holds its per-vertex arrays plus
+    copies the graph; the multilevel partitioner holds its per-vertex arrays (one weight per
+    balance constraint: more for a typed graph, whose schema meta.json records) plus
     ``multilevel_budget`` (:mod:`salientpp.partition.multilevel`). ``parts`` only names the work.
     """
     n, e = _count(meta, "num_nodes"), _count(meta, "num_edges", 0)
@@ -223,7 +225,8 @@ def estimate_partition(meta: dict[str, Any], parts: int, method: str,
         advice = "use --method multilevel, whose memory does not grow with the edges, or a machine with more memory"
     elif method == "multilevel":
         options = MultilevelOptions(memory_budget=multilevel_budget)
-        assign_vertex += vertex_bytes(n, len(CONSTRAINTS))
+        schema = GraphSchema.from_meta(meta, n, "the dataset's meta.json")
+        assign_vertex += vertex_bytes(n, len(constraint_names(schema)))
         items["multilevel chunk and coarse graphs"] = held_bytes(n, e, options)
         advice = "use a machine with more memory (the multilevel partitioner needs its per-vertex arrays)"
     items["vertex arrays"] = max(LAYOUT_VERTEX_WORDS * 8 * n, assign_vertex)

@@ -142,6 +142,8 @@ PART_CASES: dict[str, Callable[[Path], list[str]]] = {
                                    "part_0/y.npy", "meta.json says int64 [999]"],
     "meta_lies_about_width": lambda d: [write_meta(d, lambda m: m.update(num_features=31)),
                                         "part_0/x.npy", "gives 31 float32 features"],
+    "meta_lies_about_dtype": lambda d: [write_meta(d, lambda m: m.update(feature_dtype="float16")),
+                                        "part_0/x.npy", "gives 32 float16 features"],
     "meta_lies_about_nodes": lambda d: [write_meta(d, lambda m: m.update(num_nodes=2001)), "num_nodes", "2000"],
     "meta_forgets_a_file": lambda d: [write_meta(d, lambda m: m["files"].pop("part_1/y")), "part_1/y.npy",
                                       "does not list"],

@@ -10,14 +10,15 @@ import pymetis
 import pytest
 
 from salientpp.cli import main
-from salientpp.data.csr import build_csr
+from salientpp.data.csr import build_csr, build_typed_csr
 from salientpp.data.format import Dataset, load_dataset, save_dataset
+from salientpp.data.schema import GraphSchema
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
-from salientpp.partition import assemble, load_partitioned
+from salientpp.partition import PartitionBook, assemble, load_partitioned
 from salientpp.partition.metis import part_graph_kway
-from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, check_options, partition,
-                                             partition_dataset)
+from salientpp.partition.partitioner import (CONSTRAINTS, assign_parts, balance_weights, check_options,
+                                             constraint_names, partition, partition_dataset)
 from salientpp.partition.quality import imbalance
 from conftest import exit_code
 
@@ -331,3 +332,311 @@ def test_metis_status_codes_become_one_sentence(monkeypatch, tiny, status, words
     monkeypatch.setattr(metis, "_library", lambda: fake)
     with pytest.raises(InputError, match=words):
         part_graph_kway(tiny.rowptr, tiny.col, balance_weights(tiny), 2)
+
+
+# ---- homogeneous directories are unchanged by typed graphs ----------------------------------
+
+# sha256 of the sorted "file=checksum" lines of meta.json, for the `tiny` preset partitioned before
+# typed graphs existed (commit 5ed122a): a typed graph's changes must leave these files as they were.
+HOMOGENEOUS_DIGESTS = {
+    ("metis", 1): "f7b325546b8834e245aa248e2a9694ad3c2dbfc029495f4a8333aaeb7c846270",
+    ("metis", 2): "570914bed4d20de0a438e6722fccaedb1f5444581562b55e938498c1da03f2c3",
+    ("multilevel", 2): "20ddb8a1e82f41d14b4583c01673093fcb83a4d68c9fd0bd8f36171c2a5199c6",
+    ("random", 3): "5f21cce9c1dfcf8f2d52e6934a1e61da3b6745b1ff90000c34cc125659fcc1b4",
+}
+HOMOGENEOUS_META_KEYS = ["constraints", "feature_dtype", "files", "kind", "label_dtype", "label_kind", "method",
+                         "num_classes", "num_edges", "num_features", "num_nodes", "num_parts", "quality",
+                         "salientpp_version", "seed", "source"]
+
+
+def files_digest(meta: dict) -> str:
+    import hashlib
+    lines = "\n".join(f"{name}={entry['checksum']}" for name, entry in sorted(meta["files"].items()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("method, parts", list(HOMOGENEOUS_DIGESTS))
+def test_a_homogeneous_partitioned_directory_has_the_files_it_had_before_typed_graphs(tmp_path, tiny_partitions,
+                                                                                    method, parts):
+    root, dataset = tiny_partitions
+    out = root / f"p{parts}"
+    if method != "metis":
+        out = tmp_path / "out"
+        partition_dataset(dataset, out, parts, method)
+    meta = json.loads((out / "meta.json").read_text())
+    assert files_digest(meta) == HOMOGENEOUS_DIGESTS[method, parts]
+    assert sorted(meta) == HOMOGENEOUS_META_KEYS and meta["constraints"] == list(CONSTRAINTS)
+    loaded = load_partitioned(out)
+    assert not loaded.is_typed and loaded.edge_rel is None and loaded.book.type_offsets is None
+    assert loaded.book.num_types == 1 and loaded.feature_types == []
+
+
+def test_a_homogeneous_partition_identity_is_the_digest_of_its_four_topology_files(tiny_partitions):
+    import hashlib
+    from salientpp.cache.plan import partition_identity
+    meta = json.loads((tiny_partitions[0] / "p2" / "meta.json").read_text())
+    lines = "\n".join(f"{name}={meta['files'][name]['checksum']}" for name in ("rowptr", "col", "offsets", "orig_id"))
+    assert partition_identity(meta) == "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+# ---- typed graphs ----------------------------------------------------------------------------
+
+TYPED_COUNTS = {"paper": 3000, "author": 2000, "institute": 200, "field": 150}
+TYPED_EDGES = {("paper", "cites", "paper"): 12000, ("author", "writes", "paper"): 8000,
+               ("author", "affiliated_with", "institute"): 2500, ("paper", "has_topic", "field"): 4500}
+
+
+def typed_dataset(seed: int = 0) -> Dataset:
+    """Papers (the target: 8 float32 features, labels, splits), authors (5 float32 features),
+    institutes (3 float16 features) and fields (no features) in 4 communities, 90% of each
+    relation's edges inside a community; every relation with its reverse, paper-cites-paper
+    symmetric (built with build_typed_csr)."""
+    rng = np.random.default_rng(seed)
+    schema = GraphSchema.with_reverses(list(TYPED_COUNTS), list(TYPED_COUNTS.values()), list(TYPED_EDGES), "paper")
+    offsets, communities = schema.offsets, 4
+    community = {t: np.sort(rng.integers(0, communities, size=n)) for t, n in TYPED_COUNTS.items()}
+    given = {}
+    for (src, name, dst), count in TYPED_EDGES.items():
+        u = rng.integers(0, TYPED_COUNTS[src], size=count)
+        starts = np.searchsorted(community[dst], np.arange(communities + 1))  # community c: a range of dst
+        c = community[src][u]
+        v = starts[c] + (rng.random(count) * (starts[c + 1] - starts[c])).astype(np.int64)
+        noise = rng.random(count) < 0.1
+        v[noise] = rng.integers(0, TYPED_COUNTS[dst], size=int(noise.sum()))
+        given[(src, name, dst)] = np.stack([u + offsets[schema.type_index(src)], v + offsets[schema.type_index(dst)]])
+    edges = [given.get(r.key, np.empty((2, 0), dtype=np.int64)) for r in schema.relations]
+    rowptr, col, edge_rel = build_typed_csr(edges, schema.reverse, schema.total_nodes)
+    papers = TYPED_COUNTS["paper"]
+    order = rng.permutation(papers)
+    return Dataset(rowptr=rowptr, col=col, x=rng.normal(size=(papers, 8)).astype(np.float32),
+                   y=community["paper"].astype(np.int64), train_idx=np.sort(order[:1200]),
+                   valid_idx=np.sort(order[1200:1800]), test_idx=np.sort(order[1800:]), schema=schema,
+                   edge_rel=edge_rel,
+                   features={"author": rng.normal(size=(TYPED_COUNTS["author"], 5)).astype(np.float32),
+                             "institute": rng.normal(size=(TYPED_COUNTS["institute"], 3)).astype(np.float16)})
+
+
+@pytest.fixture(scope="module")
+def typed() -> Dataset:
+    return typed_dataset()
+
+
+@pytest.fixture(scope="module")
+def typed_partitioned(typed):
+    return partition(typed, 3, "metis", seed=0)
+
+
+def entry_triples(rowptr: np.ndarray, col: np.ndarray, edge_rel: np.ndarray, ids: np.ndarray | None = None
+                  ) -> np.ndarray:
+    """Sorted int64 keys (row, col, relation) of every CSR entry, ids mapped through ``ids``."""
+    n = rowptr.shape[0] - 1
+    row = np.repeat(np.arange(n), np.diff(rowptr))
+    if ids is not None:
+        row, col = ids[row], ids[col]
+    return np.sort((row * n + col) * 128 + edge_rel)
+
+
+def test_typed_constraints_add_one_per_node_type_other_than_the_target(typed):
+    names = constraint_names(typed.schema)
+    assert names == ("train", "valid", "other", "author nodes", "institute nodes", "field nodes", "degree")
+    assert constraint_names(GraphSchema.homogeneous(10)) == CONSTRAINTS
+    weights = balance_weights(typed)
+    offsets = typed.schema.offsets
+    papers = slice(offsets[0], offsets[1])
+    assert weights[papers, :3].sum(axis=1).tolist() == [1] * TYPED_COUNTS["paper"]  # train, valid or other
+    assert not weights[offsets[1]:, :3].any()
+    for column, t in enumerate((1, 2, 3), start=3):
+        assert np.flatnonzero(weights[:, column]).tolist() == list(range(offsets[t], offsets[t + 1]))
+    assert np.array_equal(weights[:, -1], typed.degree())
+
+
+@pytest.mark.parametrize("method, num_parts, budget", [("metis", 2, None), ("metis", 4, None),
+                                                       ("multilevel", 2, 1 << 20), ("multilevel", 4, 1 << 21)])
+def test_typed_partitioning_balances_every_node_type_and_the_target_splits(typed, method, num_parts, budget):
+    parts = assign_parts(typed, num_parts, method, seed=0, memory_budget=budget)
+    weights = balance_weights(typed)
+    sums = np.stack([np.bincount(parts, weights=weights[:, c], minlength=num_parts)
+                     for c in range(weights.shape[1])], axis=1)
+    # METIS is asked for 3% per constraint (not guaranteed); 5% is the product requirement
+    assert np.all(imbalance(sums) <= 0.05), dict(zip(constraint_names(typed.schema), imbalance(sums)))
+    random = assign_parts(typed, num_parts, "random", seed=0)
+    assert edge_cut(typed, parts) <= 0.7 * edge_cut(typed, random)
+
+
+def test_typed_renumbering_gives_each_part_and_type_one_block_in_original_order(typed, typed_partitioned):
+    renumbering = typed_partitioned.renumbering
+    parts = assign_parts(typed, 3, "metis", seed=0)
+    node_type = typed.schema.type_of(np.arange(typed.num_nodes))
+    bounds = renumbering.type_offsets
+    assert renumbering.num_types == 4 and bounds.shape == (3 * 4 + 1,)
+    for k in range(3):
+        for t in range(4):
+            block = renumbering.orig_id[bounds[k * 4 + t]:bounds[k * 4 + t + 1]]
+            assert np.array_equal(block, np.flatnonzero((parts == k) & (node_type == t)))
+    assert np.array_equal(renumbering.offsets, bounds[::4])
+
+
+def test_every_typed_edge_is_an_edge_of_the_partitioned_graph_with_the_same_relation(typed, typed_partitioned):
+    result = typed_partitioned
+    assert result.edge_rel.dtype == np.int8 and result.edge_rel.shape == result.col.shape
+    orig_id = result.renumbering.orig_id
+    assert np.array_equal(entry_triples(result.rowptr, result.col, result.edge_rel, orig_id),
+                          entry_triples(typed.rowptr, typed.col, typed.edge_rel))
+    # rows grouped by relation, ascending, and sorted by new id within a group (as build_typed_csr)
+    n = typed.num_nodes
+    row = np.repeat(np.arange(n), np.diff(result.rowptr))
+    keys = (row * 128 + result.edge_rel) * n + result.col
+    assert np.all(np.diff(keys) > 0)
+
+
+def test_per_part_features_of_each_type_labels_and_splits_follow_their_nodes(typed, typed_partitioned):
+    result = typed_partitioned
+    bounds, orig_id = result.renumbering.type_offsets, result.renumbering.orig_id
+    offsets = typed.schema.offsets
+    for k, part in enumerate(result.parts):
+        papers = orig_id[bounds[4 * k]:bounds[4 * k + 1]]
+        assert np.array_equal(part.x, typed.x[papers]) and np.array_equal(part.y, typed.y[papers])
+        assert sorted(part.features) == ["author", "institute"]  # fields have no features
+        for t, name in ((1, "author"), (2, "institute")):
+            block = orig_id[bounds[4 * k + t]:bounds[4 * k + t + 1]]
+            assert part.features[name].dtype == typed.features[name].dtype
+            assert np.array_equal(part.features[name], typed.features[name][block - offsets[t]])
+        for split in SPLITS:
+            ids = getattr(part, split)
+            assert np.all((ids >= bounds[4 * k]) & (ids < bounds[4 * k + 1]))
+    for split in SPLITS:
+        joined = np.concatenate([getattr(part, split) for part in result.parts])
+        assert np.array_equal(np.sort(orig_id[joined]), getattr(typed, split))
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_the_book_gives_owner_type_and_feature_row_of_every_id(typed, typed_partitioned, as_tensor):
+    import torch
+    result = typed_partitioned
+    book = PartitionBook(result.renumbering.offsets, result.renumbering.type_offsets)
+    ids = np.arange(typed.num_nodes)
+    if as_tensor:
+        owner, node_type, row = (np.asarray(f(torch.from_numpy(ids)))
+                                 for f in (book.owner, book.type_of, book.local_index))
+    else:
+        owner, node_type, row = book.owner(ids), book.type_of(ids), book.local_index(ids)
+    original = result.renumbering.orig_id
+    assert np.array_equal(node_type, typed.schema.type_of(original))
+    parts = assign_parts(typed, 3, "metis", seed=0)
+    assert np.array_equal(owner, parts[original])
+    for new, k, t, i in zip(ids, owner, node_type, row):
+        start, stop = book.block(int(k), int(t))
+        assert start + i == new < stop
+        name = typed.schema.node_types[t]
+        rows = result.parts[k].x if t == typed.schema.target_index else result.parts[k].features.get(name)
+        if rows is not None:  # the row of the id in its owner's features of its type
+            expected = typed.x_dict[name][original[new] - typed.schema.offsets[t]]
+            assert np.array_equal(rows[i], expected)
+    assert book.num_types == 4 and book.num_parts == 3
+
+
+def test_a_typed_dataset_partitioned_to_a_directory_in_small_chunks_equals_the_in_memory_one(
+        tmp_path, typed, monkeypatch):
+    result = partition(typed, 3, "multilevel", seed=1)
+    monkeypatch.setattr(assemble, "CHUNK_EDGES", 700)
+    monkeypatch.setattr(assemble, "CHUNK_BYTES", 64 * 8)
+    report = partition_dataset(typed, tmp_path / "out", 3, "multilevel", seed=1)
+    loaded = load_partitioned(tmp_path / "out")
+    assert loaded.is_typed and loaded.schema == typed.schema
+    assert np.array_equal(loaded.col, result.col) and np.array_equal(loaded.edge_rel, result.edge_rel)
+    assert np.array_equal(loaded.book.type_offsets, result.renumbering.type_offsets)
+    assert np.array_equal(loaded.orig_id, result.renumbering.orig_id)
+    assert loaded.feature_types == [1, 2] and [loaded.feature_width(t) for t in range(4)] == [8, 5, 3, 0]
+    for k in range(3):
+        part = loaded.part(k)
+        for name in ("x", "y") + SPLITS:
+            assert np.array_equal(getattr(part, name), getattr(result.parts[k], name))
+        for name, rows in result.parts[k].features.items():
+            assert np.array_equal(part.features[name], rows) and part.features[name].dtype == rows.dtype
+    meta = loaded.meta
+    assert not (tmp_path / "out" / "part_0" / "x_3.npy").exists()
+    assert meta["constraints"] == list(constraint_names(typed.schema)) == list(report.quality.imbalance)
+    assert meta["num_features"] == 8 and meta["target_type"] == "paper"
+
+
+@pytest.fixture(scope="module")
+def typed_dir(tmp_path_factory, typed) -> Path:
+    out = tmp_path_factory.mktemp("typed") / "p2"
+    partition_dataset(typed, out, 2)
+    return out
+
+
+def test_the_partition_identity_of_a_typed_graph_covers_its_blocks_and_relations(typed_dir):
+    from salientpp.cache.plan import partition_identity
+    meta = json.loads((typed_dir / "meta.json").read_text())
+    identity = partition_identity(meta)
+    for name in ("edge_rel", "type_offsets"):
+        changed = json.loads(json.dumps(meta))
+        changed["files"][name]["checksum"] = "sha256:" + "0" * 64
+        assert partition_identity(changed) != identity
+
+
+def _rewrite(directory: Path, name: str, array: np.ndarray) -> None:
+    """Replace ``name``.npy and its meta.json entry (checksum, shape), so that only the checks catch it."""
+    from salientpp.io import save_array
+    meta = json.loads((directory / "meta.json").read_text())
+    path = directory / f"{name}.npy"
+    meta["files"][name] = save_array(path.parent, path.stem, array)
+    (directory / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("flipped edge_rel", "edge_rel.npy.*checksum|checksum.*edge_rel"),
+    ("short edge_rel", "edge_rel.npy in .* has 10 entries, not one per entry of col.npy"),
+    ("type_offsets", "type_offsets.npy in .* does not split the 2 partitions of offsets.npy into blocks of the 4 "
+                     "node types"),
+    ("author rows", r"part_1/x_1.npy is float32 \[3, 5\] but partition 1 owns .* ids of the type author"),
+    ("nan institute", "part_1/x_2.npy holds NaN or infinite features in the row of global id"),
+    ("width", r"meta.json in .* does not give the shape of part_0/x_1.npy"),
+])
+def test_a_corrupt_typed_partitioned_directory_is_refused_in_one_sentence(tmp_path, typed_dir, case, message):
+    import shutil
+    directory = tmp_path / "p2"
+    shutil.copytree(typed_dir, directory)
+    if case == "flipped edge_rel":
+        raw = bytearray((directory / "edge_rel.npy").read_bytes())
+        raw[-1] ^= 1
+        (directory / "edge_rel.npy").write_bytes(bytes(raw))
+    elif case == "short edge_rel":
+        _rewrite(directory, "edge_rel", np.zeros(10, dtype=np.int8))
+    elif case == "type_offsets":
+        bounds = np.load(directory / "type_offsets.npy")
+        bounds[1] += 1  # a paper becomes an author
+        _rewrite(directory, "type_offsets", bounds)
+    elif case == "author rows":
+        _rewrite(directory, "part_1/x_1", np.zeros((3, 5), dtype=np.float32))
+    elif case == "nan institute":
+        rows = np.load(directory / "part_1" / "x_2.npy")
+        rows[1, 0] = np.nan
+        _rewrite(directory, "part_1/x_2", rows)
+    elif case == "width":
+        meta = json.loads((directory / "meta.json").read_text())
+        meta["files"]["part_0/x_1"]["shape"] = "wide"
+        (directory / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=message) as error:
+        data = load_partitioned(directory)
+        for k in (1, 0):  # partition 1 first: it reads the width of partition 0's features from meta.json
+            data.part(k)
+    assert "\n" not in str(error.value)
+
+
+def test_a_homogeneous_book_has_one_type_and_rows_counted_from_the_partition_start():
+    book = PartitionBook(np.array([0, 4, 4, 10], dtype=np.int64))
+    ids = np.array([0, 3, 4, 9])
+    assert book.num_types == 1 and book.type_of(ids).tolist() == [0, 0, 0, 0]
+    assert book.owner(ids).tolist() == [0, 0, 2, 2] and book.local_index(ids).tolist() == [0, 3, 0, 5]
+    assert book.block(2) == (4, 10) and book.block(1) == (4, 4)
+
+
+def test_save_partitioned_refuses_a_typed_graphs_parts_rather_than_drop_their_features(tmp_path, typed_partitioned):
+    from salientpp.partition import save_partitioned
+    result = typed_partitioned
+    with pytest.raises(ValueError, match="write a typed graph with partition_dataset"):
+        save_partitioned(tmp_path / "out", result.rowptr, result.col, result.renumbering.offsets,
+                         result.renumbering.orig_id, result.parts, {})
+    assert not (tmp_path / "out").exists()

@@ -313,6 +313,19 @@ def test_partition_estimate_of_products_is_above_its_measured_peak_and_names_met
     assert 1.03 * 2**30 <= multilevel.total <= estimate.total / 4
 
 
+def test_the_multilevel_estimate_holds_one_weight_per_balance_constraint_of_a_typed_graph():
+    from salientpp.data.schema import GraphSchema
+    n = PRODUCTS["num_nodes"]
+    schema = GraphSchema.with_reverses(["paper", "author", "institute", "field"], [n // 2, n // 4, n // 8, n // 8],
+                                       [("author", "writes", "paper"), ("author", "in", "institute"),
+                                        ("paper", "about", "field")], "paper")
+    typed = {**PRODUCTS, **schema.to_meta()}
+    homogeneous = estimate_partition(PRODUCTS, 8, "multilevel")
+    # three more constraints (author, institute and field nodes), one int64 weight per vertex each
+    assert estimate_partition(typed, 8, "multilevel").total == homogeneous.total + 3 * 8 * n
+    assert estimate_partition(typed, 8, "metis").total == estimate_partition(PRODUCTS, 8, "metis").total
+
+
 def test_estimates_grow_with_what_drives_them(tiny_parts):
     workloads = (Workload((15, 10, 5), 1024),)
     analyses = [estimate_analyze({**PRODUCTS, "num_parts": k}, workloads, Budget(replication=0.1), "vip").total

@@ -27,6 +27,7 @@ from ..data.format import check_permutation
 from .. import streams
 from ..errors import InputError, shown
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, write_meta
+from ..partition.format import TYPED_FORMATS
 from .policies import PolicyContext, policy_scores, rank_vertices
 from .vip import default_method
 from ..sampling.kinds import DEFAULT_SAMPLER
@@ -42,10 +43,13 @@ PLAN_FORMAT = 2
 # the plan `salientpp train` builds without --plan (TrainConfig.device_fraction).
 DEVICE_FRACTION = 0.15
 def partition_identity(part_dir_meta: dict[str, Any]) -> str:
-    """A digest of the checksums of the topology, partition book and renumbering of a partitioned dir."""
+    """A digest of the checksums of the topology, partition book and renumbering of a partitioned
+    dir, and of a typed graph's blocks and relations (a homogeneous directory's digest is the one
+    it had before typed graphs)."""
     files = part_dir_meta.get("files", {})
+    names = ("rowptr", "col", "offsets", "orig_id") + tuple(name for name in TYPED_FORMATS if name in files)
     try:
-        parts = [f"{name}={files[name]['checksum']}" for name in ("rowptr", "col", "offsets", "orig_id")]
+        parts = [f"{name}={files[name]['checksum']}" for name in names]
     except (KeyError, TypeError):
         raise InputError("the partitioned directory's meta.json lacks file checksums; re-partition it") from None
     return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()

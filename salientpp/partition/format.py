@@ -15,6 +15,22 @@ Layout (``.npy`` arrays + ``meta.json``; partition k owns the new ids ``[offsets
                          optional (datasets with held-out edges): int64 [2, E_k] the split's edges
                          whose SOURCE partition k owns, NEW global ids, sorted by source then destination
 
+A typed graph (:mod:`salientpp.data.schema`) is renumbered partition-major and type-minor:
+partition k's nodes of type t hold the new ids ``[type_offsets[k*T + t], type_offsets[k*T + t + 1])``
+(:class:`~salientpp.partition.book.PartitionBook`). Its directory adds::
+
+    type_offsets.npy     int64 [K * T + 1] the blocks of every (partition, node type)
+    edge_rel.npy         int8  [nnz] relation of each entry of col.npy; each row grouped by
+                         relation (ascending), sorted by new id within a group
+    part_<k>/x_<t>.npy   float32|float16 [n_kt, F_t] features of partition k's nodes of type t, in
+                         id order, for every type t (its position in the schema) other than the
+                         target that has features; a type without features has no file
+
+and ``x``, ``y`` and the splits concern the target type: row i of ``part_<k>/x.npy`` and
+``y.npy`` is partition k's i-th node of the target type. meta.json records the schema
+(:meth:`~salientpp.data.schema.GraphSchema.to_meta`: ``node_types``, ``relations``,
+``target_type``); a directory without it is homogeneous.
+
 ``meta.json["files"]`` maps each relative path without ``.npy`` (``"part_0/x"``) to its dtype,
 shape and checksum. ``meta.json`` also gives ``label_kind`` ("multiclass" | "multilabel";
 absent in directories written before multi-label labels: multiclass), ``label_dtype`` and
@@ -36,6 +52,7 @@ from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTY
 from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
+from ..data.schema import GraphSchema
 from .book import PartitionBook
 
 KIND = "salientpp-partitioned"
@@ -44,6 +61,16 @@ GRAPH_ARRAYS = ("rowptr", "col", "offsets", "orig_id")
 # (allowed dtypes, number of dimensions) of each array; per-partition arrays as in a dataset.
 GRAPH_FORMAT = (("int64",), 1)
 FIX = "re-partition the dataset"
+# The arrays only a typed graph's directory has, with their (dtypes, number of dimensions): the
+# blocks of every (partition, node type) and the relation of every entry of col.
+TYPED_FORMATS = {"type_offsets": GRAPH_FORMAT, "edge_rel": (("int8",), 1)}
+
+
+def feature_file(node_type: int) -> str:
+    """The name (in ``part_<k>/``, without ``.npy``) of the features of the node type at position
+    ``node_type`` of the schema, for a type other than the target: ``x_<node_type>`` (a position,
+    never the type's name, which may hold any character)."""
+    return f"x_{node_type}"
 
 
 @dataclass
@@ -57,6 +84,10 @@ class PartData:
         train_edges, valid_edges, test_edges: int64 ``[2, E_k]`` held-out edges of link
             prediction whose sources k owns (new ids, sorted by source then destination), or
             ``None`` when the dataset has none.
+        features: a typed graph's features of its other node types that have them, by type name:
+            float32/float16 ``[n_kt, F_t]``, row i is the id ``book.block(k, t)[0] + i``. For a
+            typed graph ``x`` and ``y`` hold the target type's rows (row i: the id
+            ``book.block(k, target)[0] + i``).
     """
 
     x: np.ndarray
@@ -67,6 +98,7 @@ class PartData:
     train_edges: np.ndarray | None = None
     valid_edges: np.ndarray | None = None
     test_edges: np.ndarray | None = None
+    features: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,10 +108,14 @@ class PartitionedDataset:
     Attributes:
         path: the directory; meta: its meta.json.
         rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]``: the global CSR (new numbering).
-        book: the partition book (offsets int64 ``[K + 1]``).
+        book: the partition book (offsets int64 ``[K + 1]``; a typed graph's also has the
+            ``type_offsets`` int64 ``[K * T + 1]`` of every (partition, node type)).
         orig_id: int64 ``[N]`` original id of each new id.
         verify: :meth:`part` compares each partition's files with their checksums on first load.
         check: :meth:`part` runs :meth:`check_part` on first load.
+        schema: the node types and relations; ``None`` (a homogeneous directory): the
+            homogeneous schema of N nodes.
+        edge_rel: int8 ``[nnz]`` the relation of each entry of ``col``, or ``None`` (homogeneous).
     """
 
     path: Path
@@ -90,7 +126,39 @@ class PartitionedDataset:
     orig_id: np.ndarray
     verify: bool = True
     check: bool = True
+    schema: GraphSchema | None = None
+    edge_rel: np.ndarray | None = None
     _parts: dict[int, PartData] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.schema is None:
+            self.schema = GraphSchema.homogeneous(self.num_nodes)
+
+    @property
+    def is_typed(self) -> bool:
+        """More than one node type or relation."""
+        return not self.schema.is_homogeneous
+
+    @property
+    def feature_types(self) -> list[int]:
+        """The positions of the node types other than the target that have features (a
+        ``part_0/x_<t>`` file), ascending; empty for a homogeneous graph."""
+        files = self.meta["files"]
+        return [t for t in range(self.schema.num_types)
+                if t != self.schema.target_index and f"part_0/{feature_file(t)}" in files]
+
+    def feature_width(self, node_type: int) -> int:
+        """F_t, the features of the node type at position ``node_type`` (the target's:
+        :attr:`num_features`; a type without features: 0), from meta.json."""
+        if node_type == self.schema.target_index:
+            return self.num_features
+        if node_type not in self.feature_types:
+            return 0
+        name = f"part_0/{feature_file(node_type)}"
+        try:
+            return int(self.meta["files"][name]["shape"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise InputError(f"meta.json in {self.path} does not give the shape of {name}.npy; {FIX}") from None
 
     @property
     def num_parts(self) -> int:
@@ -173,7 +241,10 @@ class PartitionedDataset:
         if k not in self._parts:
             names = PART_ARRAYS + (EDGE_SPLITS if self.has_link_split else ())
             part = PartData(**{name: load_listed(self.path, f"part_{k}/{name}", self.meta, FIX, *FILE_FORMATS[name],
-                                                 verify=self.verify) for name in names})
+                                                 verify=self.verify) for name in names},
+                            features={self.schema.node_types[t]: load_listed(
+                                self.path, f"part_{k}/{feature_file(t)}", self.meta, FIX, *FILE_FORMATS["x"],
+                                verify=self.verify) for t in self.feature_types})
             if self.check:
                 self._check_part(k, part)
             self._parts[k] = part
@@ -188,12 +259,16 @@ class PartitionedDataset:
 
         ``rowptr`` (int64 ``[N + 1]``) and ``col`` (int64 ``[nnz]``) must form a CSR over N
         nodes (:func:`check_csr`: starts at 0, never decreases, ends at nnz, every id in
-        ``[0, N)``) and ``orig_id`` (int64 ``[N]``) a permutation of ``0..N-1``. The partition
-        book was checked against N by :func:`load_partitioned`, which also runs this method
-        (``check=True``). Cost: one pass over ``col`` and ``orig_id``, 2N bytes of temporaries.
+        ``[0, N)``) and ``orig_id`` (int64 ``[N]``) a permutation of ``0..N-1``; a typed graph's
+        ``edge_rel`` must have one entry per entry of ``col``. The partition book was checked
+        against N by :func:`load_partitioned`, which also runs this method (``check=True``).
+        Cost: one pass over ``col`` and ``orig_id``, 2N bytes of temporaries.
         """
         n = self.num_nodes
         check_csr(self.rowptr, self.col, n, where=f"the partitioned directory {self.path}", fix=FIX)
+        if self.edge_rel is not None and self.edge_rel.shape != self.col.shape:
+            raise InputError(f"edge_rel.npy in {self.path} has {counted(self.edge_rel.shape[0], 'entry', 'entries')}, "
+                             f"not one per entry of col.npy ({self.col.shape[0]}); {FIX}")
         orig_id = self.orig_id
         if orig_id.shape[0] != n:
             raise InputError(f"orig_id.npy in {self.path} has {counted(orig_id.shape[0], 'entry', 'entries')}, not "
@@ -210,8 +285,11 @@ class PartitionedDataset:
         train/valid/test ids are int64, sorted without duplicates, owned by ``k`` (inside
         ``[offsets[k], offsets[k + 1])``) and labelled; held-out edges, when the directory has
         them, are int64 ``[2, E_k]`` of ids in ``[0, N)`` without self loops, their sources owned
-        by ``k``. An empty training split is accepted (the trainer decides about it). Cost: one
-        pass over ``x`` in 32 MiB chunks and over ``y``, the splits and the edges. Free when :meth:`part` already checked ``k`` (``check=True``).
+        by ``k``. An empty training split is accepted (the trainer decides about it). For a typed
+        graph ``n_k`` counts partition k's nodes of the target type (``book.block(k, target)``)
+        and every ``part_<k>/x_<t>`` holds a finite row per node of its block of type t and the
+        width of ``part_0/x_<t>``. Cost: one pass over the features in 32 MiB chunks and over
+        ``y``, the splits and the edges. Free when :meth:`part` already checked ``k`` (``check=True``).
         """
         part = self.part(k)
         if not self.check:
@@ -223,21 +301,36 @@ class PartitionedDataset:
         for k in range(self.num_parts):
             self.check_part(k)
 
-    def _check_part(self, k: int, part: PartData) -> None:
-        start, stop = (int(v) for v in self.book.offsets[k:k + 2])
-        folder = self.path / f"part_{k}"
-        if part.x.shape != (stop - start, self.num_features) or part.x.dtype != self.feature_dtype:
-            raise InputError(f"{folder / 'x.npy'} is {part.x.dtype} {list(part.x.shape)} but partition {k} owns "
-                             f"{counted(stop - start, 'id')} and meta.json gives "
-                             f"{counted(self.num_features, f'{self.feature_dtype} feature')}; {FIX}")
-        bad_row = first_nonfinite_row(part.x)
+    def _owns(self, k: int, node_type: int) -> str:
+        """"partition k owns N ids" (of the type, for a typed graph), for the messages."""
+        start, stop = self.book.block(k, node_type)
+        of_type = f" of the type {shown(self.schema.node_types[node_type])}" if self.is_typed else ""
+        return f"partition {k} owns {counted(stop - start, 'id')}{of_type}"
+
+    def _check_features(self, k: int, name: str, x: np.ndarray, node_type: int, dtype: np.dtype | None) -> None:
+        """:class:`InputError` unless ``x`` (``part_<k>/<name>.npy``) has a row per id of partition
+        ``k``'s block of ``node_type``, the width meta.json gives the type (and ``dtype`` when
+        given), and finite values."""
+        start, stop = self.book.block(k, node_type)
+        path = self.path / f"part_{k}" / f"{name}.npy"
+        width = self.feature_width(node_type)
+        if x.shape != (stop - start, width) or (dtype is not None and x.dtype != dtype):
+            raise InputError(f"{path} is {x.dtype} {list(x.shape)} but {self._owns(k, node_type)} and meta.json "
+                             f"gives {counted(width, f'{x.dtype if dtype is None else dtype} feature')}; {FIX}")
+        bad_row = first_nonfinite_row(x)
         if bad_row >= 0:
-            raise InputError(f"{folder / 'x.npy'} holds NaN or infinite features in the row of global id "
-                             f"{start + bad_row} (partition {k}); clean the features, re-create the dataset "
-                             "and re-partition it")
+            raise InputError(f"{path} holds NaN or infinite features in the row of global id {start + bad_row} "
+                             f"(partition {k}); clean the features, re-create the dataset and re-partition it")
+
+    def _check_part(self, k: int, part: PartData) -> None:
+        target = self.schema.target_index
+        start, stop = self.book.block(k, target)
+        folder = self.path / f"part_{k}"
+        self._check_features(k, "x", part.x, target, self.feature_dtype)
+        for t in self.feature_types:
+            self._check_features(k, feature_file(t), part.features[self.schema.node_types[t]], t, None)
         if part.y.shape[:1] != (stop - start,):
-            raise InputError(f"{folder / 'y.npy'} has shape {list(part.y.shape)} but partition {k} owns "
-                             f"{counted(stop - start, 'id')}; {FIX}")
+            raise InputError(f"{folder / 'y.npy'} has shape {list(part.y.shape)} but {self._owns(k, target)}; {FIX}")
         multiclass = self.label_kind == MULTICLASS
         check_label_array(part.y, stop - start, str(folder / "y.npy"), FIX,
                           num_classes=self.num_classes if multiclass else None,
@@ -259,9 +352,12 @@ def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.nda
                      orig_id: np.ndarray, parts: list[PartData], meta: dict[str, Any]) -> Path:
     """Write a partitioned directory atomically. ``meta`` holds the descriptive entries
     (:func:`~salientpp.data.format.label_meta`'s label entries, method, seed, quality, source...);
-    counts and files are filled in here."""
+    counts and files are filled in here. Homogeneous graphs only: a typed graph's directory is
+    written by :func:`~salientpp.partition.partitioner.partition_dataset`."""
     if len(parts) != offsets.shape[0] - 1:
         raise ValueError("one PartData per partition is required")
+    if any(part.features for part in parts):
+        raise ValueError("save_partitioned writes homogeneous graphs; write a typed graph with partition_dataset")
     with atomic_output_dir(out_dir) as tmp:
         files = {name: save_array(tmp, name, arr) for name, arr in
                  (("rowptr", rowptr), ("col", col), ("offsets", offsets), ("orig_id", orig_id))}
@@ -291,22 +387,39 @@ def write_partitioned_meta(directory: Path, meta: dict[str, Any], files: dict[st
     })
 
 
-def _check_book(path: Path, meta: dict[str, Any], offsets: np.ndarray) -> None:
-    """:class:`InputError` unless each partition k owns as many ids in ``offsets`` (int64
-    ``[K + 1]``) as meta.json lists rows of ``part_<k>/x.npy``: read off meta.json, no partition is
-    read. A partition whose entry lacks a shape is left to :meth:`PartitionedDataset.part`."""
-    for k, owned in enumerate(np.diff(offsets).tolist()):
+def _check_type_offsets(path: Path, schema: GraphSchema, offsets: np.ndarray, type_offsets: np.ndarray) -> None:
+    """:class:`InputError` unless ``type_offsets`` (int64) holds the ``K * T + 1`` rising
+    boundaries of every (partition, node type) block, agrees with ``offsets`` (int64 ``[K + 1]``)
+    on the partitions and gives every type as many nodes as the schema."""
+    num_parts, num_types = offsets.shape[0] - 1, schema.num_types
+    sizes = np.diff(type_offsets)
+    if (type_offsets.shape[0] != num_parts * num_types + 1 or np.any(sizes < 0)
+            or not np.array_equal(type_offsets[::num_types], offsets)
+            or not np.array_equal(sizes.reshape(num_parts, num_types).sum(axis=0), schema.num_nodes)):
+        raise InputError(f"type_offsets.npy in {path} does not split the {counted(num_parts, 'partition')} of "
+                         f"offsets.npy into blocks of the {counted(num_types, 'node type')} of meta.json; {FIX}")
+
+
+def _check_book(path: Path, meta: dict[str, Any], book: PartitionBook, target: int) -> None:
+    """:class:`InputError` unless each partition k owns as many ids of the target type (the
+    position ``target``; every id for a homogeneous graph) in ``book`` as meta.json lists rows of
+    ``part_<k>/x.npy``: read off meta.json, no partition is read. A partition whose entry lacks a
+    shape is left to :meth:`PartitionedDataset.part`."""
+    bounds = "offsets.npy" if book.type_offsets is None else "type_offsets.npy"
+    for k in range(book.num_parts):
+        start, stop = book.block(k, target)
         try:
             rows = meta["files"][f"part_{k}/x"]["shape"][0]
         except (KeyError, IndexError, TypeError):
             continue
-        if rows != owned:
-            raise InputError(f"the partitioned directory {path} is corrupt: offsets.npy gives partition {k} "
-                             f"{counted(owned, 'id')} but part_{k}/x.npy holds {counted(rows, 'row')}; {FIX}")
+        if rows != stop - start:
+            raise InputError(f"the partitioned directory {path} is corrupt: {bounds} gives partition {k} "
+                             f"{counted(stop - start, 'id')} but part_{k}/x.npy holds {counted(rows, 'row')}; {FIX}")
 
 
 def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool = True) -> PartitionedDataset:
-    """Memory-map a partitioned directory written by :func:`save_partitioned`.
+    """Memory-map a partitioned directory written by :func:`save_partitioned` or
+    :func:`~salientpp.partition.partitioner.partition_dataset` (typed or homogeneous).
 
     Args:
         verify: compare every file with its checksum in meta.json (one sha256 pass): the
@@ -330,7 +443,15 @@ def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool =
         if meta.get(key) != value:
             raise InputError(f"meta.json in {path} says {key} is {shown(meta.get(key))} but the arrays hold {value}; "
                              f"{FIX}")
-    _check_book(path, meta, offsets)
+    schema = GraphSchema.from_meta(meta, rowptr.shape[0] - 1, f"meta.json in {path}")
+    typed_arrays = {}
+    if not schema.is_homogeneous:
+        typed_arrays = {name: load_listed(path, name, meta, FIX, *TYPED_FORMATS[name], verify=verify)
+                        for name in TYPED_FORMATS}
+        typed_arrays["type_offsets"] = np.asarray(typed_arrays["type_offsets"])  # small: in memory, as offsets
+        _check_type_offsets(path, schema, offsets, typed_arrays["type_offsets"])
+    book = PartitionBook(offsets, typed_arrays.get("type_offsets"))
+    _check_book(path, meta, book, schema.target_index)
     kind = meta.get("label_kind", MULTICLASS)
     if kind not in LABEL_KINDS:
         raise InputError(f"meta.json in {path} gives the label kind as {shown(kind)}, not {MULTICLASS} or "
@@ -344,8 +465,8 @@ def load_partitioned(path: str | os.PathLike, verify: bool = True, check: bool =
     if meta.get("feature_dtype") not in FILE_FORMATS["x"][0]:
         raise InputError(f"meta.json in {path} gives the feature dtype as {shown(meta.get('feature_dtype'))}, "
                          f"not float32 or float16; {FIX}")
-    dataset = PartitionedDataset(path=path, meta=meta, rowptr=rowptr, col=col, book=PartitionBook(offsets),
-                                 orig_id=arrays["orig_id"], verify=verify, check=check)
+    dataset = PartitionedDataset(path=path, meta=meta, rowptr=rowptr, col=col, book=book, orig_id=arrays["orig_id"],
+                                 verify=verify, check=check, schema=schema, edge_rel=typed_arrays.get("edge_rel"))
     if check:
         dataset.check_graph()
     return dataset

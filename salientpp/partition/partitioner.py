@@ -2,7 +2,9 @@
 
 The balance constraints are those of SALIENT++: every partition should get the same number of
 training, validation and other vertices and the same total degree, so that every rank has as
-many minibatches and as much sampling work as the others.
+many minibatches and as much sampling work as the others. A typed graph is partitioned as one
+graph (its symmetric CSR, whatever the relations), with one more constraint per node type other
+than the target, so that every partition also gets its share of each type's nodes.
 """
 from __future__ import annotations
 
@@ -15,15 +17,17 @@ import numpy as np
 
 from ..data.format import Dataset, label_meta
 from ..data.links import EDGE_SPLITS
+from ..data.schema import GraphSchema
 from ..errors import InputError, check_int, counted
 from ..io import atomic_output_dir, check_output_dir
-from .assemble import DirectoryTarget, MemoryTarget, assemble
-from .format import PART_ARRAYS, PartData, write_partitioned_meta
+from .assemble import DirectoryTarget, MemoryTarget, assemble, feature_types
+from .format import PART_ARRAYS, PartData, feature_file, write_partitioned_meta
 from .metis import EmptyPartitions, part_graph_kway
 from .multilevel import MultilevelOptions, multilevel_partition
 from .quality import PartitionQuality
 from .reorder import Renumbering
 
+# The balance constraints of a homogeneous graph; constraint_names gives a typed graph's.
 CONSTRAINTS = ("train", "valid", "other", "degree")
 RANDOM = "random"
 METHODS = ("metis", "multilevel", RANDOM)
@@ -31,14 +35,31 @@ METHODS = ("metis", "multilevel", RANDOM)
 ASSIGN, LAY_OUT, WRITE = "assign", "lay out", "write"
 
 
+def constraint_names(schema: GraphSchema) -> tuple[str, ...]:
+    """The balance constraints of a graph of ``schema``: :data:`CONSTRAINTS` (train, valid,
+    other, degree) for a homogeneous graph; a typed graph adds ``"TYPE nodes"`` for each node type
+    other than the target, in the schema's order, before ``degree`` (train, valid and other
+    count the target type's nodes, which together they balance)."""
+    others = tuple(f"{name} nodes" for name in schema.node_types if name != schema.target)
+    return CONSTRAINTS[:3] + others + CONSTRAINTS[3:]
+
+
 def balance_weights(dataset: Dataset) -> np.ndarray:
-    """int64 ``[N, 4]`` vertex weights: is-train, is-valid, is-other (neither), degree."""
-    n = dataset.num_nodes
-    weights = np.zeros((n, len(CONSTRAINTS)), dtype=np.int64)
+    """int64 ``[N, C]`` vertex weights, one column per :func:`constraint_names`: is-train,
+    is-valid, is-other (a target node in neither), one is-of-type column per non-target type,
+    degree (C = 4 for a homogeneous graph)."""
+    schema = dataset.schema
+    names = constraint_names(schema)
+    weights = np.zeros((dataset.num_nodes, len(names)), dtype=np.int64)
     weights[dataset.train_idx, 0] = 1
     weights[dataset.valid_idx, 1] = 1
-    weights[:, 2] = (weights[:, 0] == 0) & (weights[:, 1] == 0)
-    weights[:, 3] = dataset.degree()
+    start, stop = schema.target_range
+    weights[start:stop, 2] = (weights[start:stop, 0] == 0) & (weights[start:stop, 1] == 0)
+    offsets = schema.offsets
+    others = (t for t in range(schema.num_types) if t != schema.target_index)
+    for column, t in enumerate(others, start=3):
+        weights[offsets[t]:offsets[t + 1], column] = 1
+    weights[:, -1] = dataset.degree()
     return weights
 
 
@@ -59,7 +80,9 @@ def assign_parts(dataset: Dataset, num_parts: int, method: str = "metis", seed: 
     """int64 ``[N]`` partition of each vertex (original ids).
 
     ``metis``: multi-constraint METIS minimising the edge cut, balancing every column of
-    ``weights`` (default :func:`balance_weights`; all-zero columns are left out).
+    ``weights`` (default :func:`balance_weights`; all-zero columns are left out). A typed graph's
+    CSR is partitioned as it is, its relations ignored: two nodes joined by several relations are
+    joined by as many entries, which count as a heavier edge.
     ``multilevel``: the same objective and constraints within ``memory_budget`` bytes
     (default :class:`~salientpp.partition.multilevel.MultilevelOptions`'s), reading ``col`` in
     chunks (:mod:`salientpp.partition.multilevel`).
@@ -90,13 +113,17 @@ class Partitioning:
 
     Attributes:
         rowptr: int64 ``[N + 1]``; col: int64 ``[nnz]`` global CSR in the new numbering.
-        renumbering: ``orig_id`` (new -> old), ``new_id`` (old -> new) and the partition book ``offsets``.
-        parts: one :class:`PartData` per partition (features, labels, split ids in the new numbering).
+        renumbering: ``orig_id`` (new -> old), ``new_id`` (old -> new) and the partition book
+            ``offsets`` (``type_offsets``: the blocks of every partition and node type).
+        parts: one :class:`PartData` per partition (features, labels, split ids in the new numbering;
+            a typed graph's features of its other node types).
         quality: the quality report.
         method, seed: how the vertices were assigned (``"random"`` after a fallback).
         timings: seconds spent per stage (assign, lay out).
         fallback: ``None``, or why the random method stood in for the one asked for
             (:func:`assign_or_fall_back`).
+        edge_rel: int8 ``[nnz]`` the relation of each entry of ``col`` (rows grouped by relation,
+            sorted within a group), or ``None`` for a homogeneous graph.
     """
 
     rowptr: np.ndarray
@@ -108,6 +135,7 @@ class Partitioning:
     seed: int
     timings: dict[str, float] = field(default_factory=dict)
     fallback: str | None = None
+    edge_rel: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -164,20 +192,25 @@ def _assign(dataset: Dataset, num_parts: int, method: str, seed: int,
 def partition(dataset: Dataset, num_parts: int, method: str = "metis", seed: int = 0,
               memory_budget: int | None = None) -> Partitioning:
     """Assign (:func:`assign_parts`), renumber (partition k = new ids ``[offsets[k],
-    offsets[k+1])``, original order kept inside a partition), permute the graph and slice
-    features, labels (rows of int64 ``[N]`` class ids or of ``[N, T]`` multi-label targets) and
-    splits, all in memory (:func:`~salientpp.partition.assemble.assemble`). Falls back to the
-    random method when METIS leaves a part empty (:func:`assign_or_fall_back`)."""
+    offsets[k+1])``, each node type one block inside it, original order kept inside a block),
+    permute the graph and slice features, labels (rows of int64 ``[N]`` class ids or of ``[N, T]``
+    multi-label targets) and splits, all in memory
+    (:func:`~salientpp.partition.assemble.assemble`). Falls back to the random method when METIS
+    leaves a part empty (:func:`assign_or_fall_back`)."""
     clock, weights, parts_of, fallback = _assign(dataset, num_parts, method, seed, memory_budget)
     target = MemoryTarget()
-    renumbering, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
+    renumbering, quality = assemble(dataset, parts_of, num_parts, weights, constraint_names(dataset.schema), target)
     clock.lap(LAY_OUT)
     arrays = target.arrays
     names = PART_ARRAYS + (EDGE_SPLITS if dataset.has_link_split else ())
-    parts = [PartData(**{name: arrays[f"part_{k}/{name}"] for name in names}) for k in range(num_parts)]
+    schema = dataset.schema
+    parts = [PartData(**{name: arrays[f"part_{k}/{name}"] for name in names},
+                      features={schema.node_types[t]: arrays[f"part_{k}/{feature_file(t)}"]
+                                for t in feature_types(dataset)})
+             for k in range(num_parts)]
     return Partitioning(rowptr=arrays["rowptr"], col=arrays["col"], renumbering=renumbering, parts=parts,
                         quality=quality, method=RANDOM if fallback else method, seed=seed, timings=clock.timings,
-                        fallback=fallback)
+                        fallback=fallback, edge_rel=arrays.get("edge_rel"))
 
 
 def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: int, method: str = "metis",
@@ -189,7 +222,8 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     meta.json records the method that assigned the vertices, with the note of a fallback to the
     random method (:func:`assign_or_fall_back`) under ``fallback``, and the quality report,
     whose ``imbalance`` is each constraint's ``max / mean - 1`` as measured (METIS aims for 3%
-    but does not guarantee it).
+    but does not guarantee it); a typed graph's also records its schema
+    (:meth:`~salientpp.data.schema.GraphSchema.to_meta`).
 
     Raises :class:`InputError` before any work when ``out_dir`` exists or the options are
     impossible.
@@ -200,10 +234,12 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
     used = RANDOM if fallback else method
     with atomic_output_dir(out_dir) as tmp:
         target = DirectoryTarget(Path(tmp))
-        _, quality = assemble(dataset, parts_of, num_parts, weights, CONSTRAINTS, target)
+        names = constraint_names(dataset.schema)
+        _, quality = assemble(dataset, parts_of, num_parts, weights, names, target)
         target.close()
         write_partitioned_meta(tmp, {"source": dataset.source, **label_meta(dataset.y, dataset.declared_classes),
                                      "method": used, **({"fallback": fallback} if fallback else {}), "seed": seed,
-                                     "constraints": list(CONSTRAINTS), "quality": quality.to_dict()}, target.files)
+                                     "constraints": list(names), "quality": quality.to_dict(),
+                                     **(dataset.schema.to_meta() if dataset.is_typed else {})}, target.files)
     clock.lap(WRITE)
     return PartitionReport(quality, clock.timings, used, fallback)
