@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare", help="import a graph (synthetic, npz, edge list, OGB) into a dataset directory",
         description="Import a graph into salientpp's dataset format (CSR + features + labels + split, .npy).")
-    p.add_argument("source", help="synthetic:PRESET[,key=value...] | npz:PATH | edgelist:PATH | ogb:NAME")
+    p.add_argument("source", help="synthetic:PRESET[,key=value...] | npz:PATH | edgelist:PATH | ogb:NAME | "
+                                  "ogb-lsc:mag240m | igbh:PATH")
     p.add_argument("out_dir", help="dataset directory to create (must not exist)")
     p.add_argument("--root", help="ogb: directory that holds the OGB dataset folder")
     p.add_argument("--features", help="edgelist: features .npy [N, F] (default: random normal)")
@@ -34,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-classes", type=int,
                    help="number of classes (>= 1), recorded in meta.json: of the random labels of an edge list "
                         "without --labels (default 2); class ids that the source gives must lie below it "
-                        "(default: largest id + 1)")
+                        "(default: largest id + 1); igbh: 19 (default) or 2983 picks the label file")
+    p.add_argument("--all-types", action="store_true",
+                   help="ogb-lsc:mag240m: import authors and institutions too, a typed graph (only papers have "
+                        "features)")
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--self-loops", action="store_true", help="keep (v, v) edges (dropped by default)")
     p.add_argument("--seed", type=parse_seed, default=0,
@@ -53,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     options = ImportOptions(root=args.root, features=args.features, labels=args.labels, train_idx=args.train_idx,
                             valid_idx=args.valid_idx, test_idx=args.test_idx, num_nodes=args.num_nodes,
                             feature_dtype=args.feature_dtype, keep_self_loops=args.self_loops, seed=args.seed,
-                            num_features=args.num_features, num_classes=args.num_classes)
+                            num_features=args.num_features, num_classes=args.num_classes,
+                            all_types=args.all_types)
     start = time.perf_counter()
     scheme, _, spec = args.source.partition(":")
     options.check_applies_to(scheme)

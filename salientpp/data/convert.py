@@ -4,11 +4,16 @@ passes (:func:`checked`: the feature dtype, float16 overflow, :meth:`Dataset.val
 splits)."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import numpy as np
 
 from ..errors import InputError, shown
 from ..io import read_rows, row_chunks
+from .csr import build_typed_csr
 from .format import Dataset, check_disjoint_splits, labelled
+from .schema import GraphSchema, Relation
 
 # The smallest magnitude that float16 rounds to infinity (its largest finite value is 65504).
 FLOAT16_OVERFLOW = 65520.0
@@ -154,3 +159,54 @@ def as_split(array: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
                              f"{list(array.shape)}")
         return np.flatnonzero(array).astype(np.int64)
     return _as_ids(array, what)
+
+
+def typed_dataset(num_nodes: Mapping[str, int], edges: Mapping[tuple[str, str, str], np.ndarray], target: str,
+                  x: np.ndarray, y: np.ndarray, splits: Sequence[np.ndarray], features: Mapping[str, np.ndarray],
+                  keep_self_loops: bool, source: str, **extra: Any) -> Dataset:
+    """A typed :class:`Dataset` from a source's arrays, each indexed by the ids of its own node type.
+
+    Args:
+        num_nodes: nodes of each type, in the order of their global id ranges (the target first
+            keeps the splits' ids equal to the source's).
+        edges: per relation ``(src, name, dst)``, an integer ``[2, E]`` array: row 0 the ``src``
+            ids, row 1 the ``dst`` ids of edges ``src -> dst``. Each gets its reverse
+            (:meth:`GraphSchema.with_reverses`) and the CSR is :func:`build_typed_csr`'s.
+        target: the type of ``x``, ``y`` (one row each per target node) and ``splits`` (train,
+            valid and test ids of target nodes).
+        features: the features of other types, ``[n_t, F_t]`` each; a type without is absent.
+        keep_self_loops: keep the ``(v, v)`` edges of a relation within one type.
+        source: ``Dataset.source``, naming the input in messages; ``extra`` go to the Dataset.
+
+    Raises :class:`InputError` (one sentence naming the relation or the type) for an edge array
+    that is not ``[2, E]`` integers or holds an id outside its type, and for features or labels
+    whose rows do not match their type's nodes.
+    """
+    schema = GraphSchema.with_reverses(list(num_nodes), list(num_nodes.values()), list(edges), target)
+    offsets = schema.offsets
+    by_schema = [np.empty((2, 0), dtype=np.int64)] * schema.num_relations
+    for key, edge_index in edges.items():
+        relation = Relation(*key)
+        edge_index = np.asarray(edge_index)
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2 or not np.issubdtype(edge_index.dtype, np.integer):
+            raise InputError(f"the {shown(str(relation))} edges of {source} must be integers of shape [2, E], got "
+                             f"{edge_index.dtype} {list(edge_index.shape)}; re-extract the files")
+        ends = []
+        for row, end in enumerate((relation.src, relation.dst)):
+            t = schema.type_index(end)
+            ids = edge_index[row].astype(np.int64)
+            if ids.shape[0] and (ids.min() < 0 or ids.max() >= schema.num_nodes[t]):
+                raise InputError(f"the {shown(str(relation))} edges of {source} hold {shown(end)} ids from "
+                                 f"{ids.min()} to {ids.max()}, outside [0, {schema.num_nodes[t]}); re-extract the files")
+            ends.append(ids + offsets[t])
+        by_schema[schema.relation_index(relation)] = np.stack(ends)
+    rowptr, col, edge_rel = build_typed_csr(by_schema, schema.reverse, schema.total_nodes, keep_self_loops)
+    first, _ = schema.target_range
+    n_target = num_nodes[target]
+    return Dataset(rowptr=rowptr, col=col, x=as_features(x, n_target, f"the {target} features of {source}"),
+                   y=as_labels(y, n_target, f"the {target} labels of {source}"),
+                   **{f"{name}_idx": _as_ids(ids, f"the {name} split of {source}") + first
+                      for name, ids in zip(("train", "valid", "test"), splits)},
+                   source=source, schema=schema, edge_rel=edge_rel,
+                   features={t: as_features(f, num_nodes[t], f"the {t} features of {source}")
+                             for t, f in features.items()}, **extra)

@@ -11,10 +11,14 @@ Schemes:
                         ``--num-nodes``), ids of which fewer than half of ``0..max`` occur are
                         compacted to ``0..n-1`` and the dataset keeps ``input_id``.
     ``ogb:NAME``        an ``ogbn-*`` node-property dataset already on disk under ``--root``
-    ``ogb-lsc:mag240m`` MAG240M's paper citation graph (papers only) already on disk under ``--root``
+                        (``ogbn-mag``: a typed graph of papers, authors, institutions and fields of study)
+    ``ogb-lsc:mag240m`` MAG240M's paper citation graph (papers only; with ``--all-types`` papers,
+                        authors and institutions, a typed graph) already on disk under ``--root``
+    ``igbh:PATH``       IGBH's on-disk layout (a ``.npy`` per node type and relation) of one size,
+                        ``PATH/processed/...`` (:mod:`.igbh`; a typed graph)
 
 This module is the entry point: :func:`load_source` dispatches by scheme to the source's own
-module (:mod:`.synthetic`, :mod:`.npz`, :mod:`.edgelist`, :mod:`.ogb` for both OGB schemes) and
+module (:mod:`.synthetic`, :mod:`.npz`, :mod:`.edgelist`, :mod:`.ogb` for both OGB schemes, :mod:`.igbh`) and
 makes every dataset pass :func:`~salientpp.data.convert.checked`. The options are
 :class:`~salientpp.data.options.ImportOptions`; what the sources share is in :mod:`.convert`.
 """
@@ -26,11 +30,12 @@ from ..errors import InputError
 from .convert import check_feature_dtype, checked
 from .edgelist import _from_edgelist
 from .format import MULTICLASS, Dataset, class_count
+from .igbh import _from_igbh
 from .npz import _from_npz
 from .ogb import _from_mag240m, _from_ogb
 from .options import ImportOptions, check_counts
 
-SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc")
+SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc", "igbh")
 
 
 def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
@@ -54,6 +59,8 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
         dataset = _from_edgelist(Path(arg), options)
     elif scheme == "ogb":
         dataset = _from_ogb(arg, options)
+    elif scheme == "igbh":
+        dataset = _from_igbh(Path(arg), options)
     else:
         dataset = _from_mag240m(arg, options)
     if options.num_classes is not None:

@@ -27,7 +27,9 @@ class ImportOptions:
         num_features: width of the random features an edge list lacks.
         num_classes: the number of classes, recorded as meta.json's ``num_classes``: of the random
             labels an edge list lacks (default :data:`~salientpp.data.edgelist.RANDOM_CLASSES`), or the bound that the class
-            ids a source gives must lie below (default: their largest id + 1).
+            ids a source gives must lie below (default: their largest id + 1); for ``igbh:`` it also picks
+            the label file (19 or 2983 classes).
+        all_types: ``ogb-lsc:mag240m`` with authors and institutions too (a typed graph).
     """
 
     root: str | None = _option(None, "--root", "ogb", "ogb-lsc")
@@ -38,10 +40,11 @@ class ImportOptions:
     test_idx: str | None = _option(None, "--test-idx", "edgelist")
     num_nodes: int | None = _option(None, "--num-nodes", "edgelist")
     feature_dtype: str = "float32"
-    keep_self_loops: bool = _option(False, "--self-loops", "npz", "edgelist", "ogb", "ogb-lsc")
+    keep_self_loops: bool = _option(False, "--self-loops", "npz", "edgelist", "ogb", "ogb-lsc", "igbh")
     seed: int = 0
     num_features: int = _option(128, "--num-features", "edgelist")
     num_classes: int | None = None
+    all_types: bool = _option(False, "--all-types", "ogb-lsc")
 
     def check_applies_to(self, scheme: str) -> None:
         """Raise :class:`InputError` for an option given (not at its default) that ``scheme``'s

@@ -1,4 +1,4 @@
-"""Synthetic graphs shaped like OGB's product and citation graphs.
+"""Synthetic graphs shaped like OGB's product and citation graphs, and like IGBH (typed).
 
 The model is a degree-corrected stochastic block model:
 
@@ -19,9 +19,22 @@ The model is a degree-corrected stochastic block model:
   communities and the features as the classes do. ``unknown_fraction > 0`` makes them float32
   with that fraction of targets NaN (unknown), every node keeping at least one known target.
 
-Node ids are shuffled at the end, so they carry no community information. Every random draw is
-a pure function of the seed and of the draw's position, so the arrays do not depend on the
-number of threads.
+**Typed graphs** (the ``igbh`` preset, :class:`IgbhConfig`) are the same model over several node
+types and relations (:meth:`SyntheticConfig.layout`); a homogeneous preset is its one-type,
+one-relation case and draws exactly what it drew before typed graphs existed. Every node type
+has its own communities (the same ``num_communities``, log-normal sizes of its own) and Pareto
+weights; an edge of a relation ``src -> dst`` picks its source among the ``src`` nodes by weight
+and its destination among the ``dst`` nodes of the source's community (probability the
+relation's intra fraction) or among all ``dst`` nodes. The target type (``paper``, type 0) has
+the labels and splits as above; every type has features: the centroid of its community's class
+(a width and centroids of its own) plus noise. A paper's class is thus its community's, which its
+authors, fields of study and citations mostly share: the relations carry the signal that the
+paper's own (noisy) features lack, and the paper-to-author and paper-to-topic relations carry
+more of it than the citations do (lower intra fraction), as a model of IGBH should reward.
+
+Node ids are shuffled at the end (within each type, whose ids stay one contiguous range), so they
+carry no community information. Every random draw is a pure function of the seed and of the
+draw's position, so the arrays do not depend on the number of threads.
 """
 from __future__ import annotations
 
@@ -37,8 +50,9 @@ import numpy as np
 from ..errors import SEED_LIMIT, InputError
 from ..hashing import GOLDEN, splitmix64
 from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
-from .csr import build_csr, sorted_unique
+from .csr import build_csr, build_typed_csr, sorted_unique
 from .format import SPLIT_FILES, Dataset, dataset_meta, load_dataset
+from .schema import GraphSchema, Relation
 
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
 _DEGREE_TOLERANCE = 0.01
@@ -57,6 +71,37 @@ _FEATURE_CHUNK = 1 << 16
 # directed edges per bucket file (64 M int64 keys, ~2 GiB to sort and deduplicate).
 _DRAW_BATCH = 1 << 23
 _BUCKET_KEYS = 1 << 26
+
+
+@dataclass(frozen=True)
+class NodeTypeLayout:
+    """One node type of a synthetic graph.
+
+    Attributes:
+        name: the type's name; num_nodes: its nodes; num_features: its feature width;
+        feature_noise: the standard deviation of its features' noise.
+    """
+
+    name: str
+    num_nodes: int
+    num_features: int
+    feature_noise: float
+
+
+@dataclass(frozen=True)
+class RelationLayout:
+    """One relation of a synthetic graph, whose reverse the schema adds.
+
+    Attributes:
+        relation: ``(src, name, dst)``.
+        entries: the CSR entries that the relation and its reverse should hold together (twice its
+            distinct edges), met within 1% like ``avg_degree``.
+        intra_fraction: probability that an edge's destination is drawn in its source's community.
+    """
+
+    relation: Relation
+    entries: float
+    intra_fraction: float
 
 
 @dataclass(frozen=True)
@@ -111,6 +156,19 @@ class SyntheticConfig:
         """The training nodes: ``train_fraction`` of ``num_nodes``, rounded."""
         return round(self.train_fraction * self.num_nodes)
 
+    def layout(self) -> tuple[tuple[NodeTypeLayout, ...], tuple[RelationLayout, ...]]:
+        """The node types (the first is the target, of ``num_nodes`` nodes) and the relations
+        to draw: here one type and one relation, ``avg_degree * num_nodes`` entries."""
+        node = GraphSchema.homogeneous(self.num_nodes)
+        return ((NodeTypeLayout(node.target, self.num_nodes, self.num_features, self.feature_noise),),
+                (RelationLayout(node.relations[0], self.avg_degree * self.num_nodes, self.intra_fraction),))
+
+    def schema(self) -> GraphSchema:
+        """The graph's schema: :meth:`layout`'s types and relations with their reverses."""
+        types, relations = self.layout()
+        return GraphSchema.with_reverses([t.name for t in types], [t.num_nodes for t in types],
+                                         [r.relation for r in relations], types[0].name)
+
     def validate(self) -> None:
         """Raise :class:`InputError` naming the first parameter that is out of range."""
         for f in dataclasses.fields(self):
@@ -151,12 +209,120 @@ class SyntheticConfig:
                 raise InputError(f"invalid synthetic graph: {message}")
 
 
+@dataclass(frozen=True)
+class IgbhConfig(SyntheticConfig):
+    """A typed graph shaped like IGBH (the Illinois Graph Benchmark's heterogeneous graphs, the
+    graph of MLPerf Training's R-GAT benchmark).
+
+    Node types: ``paper`` (the target: ``num_nodes`` papers with ``num_features`` features, the
+    labels and splits), ``author``, ``institute``, ``fos`` (field of study) and, with
+    ``venues=1``, ``journal`` and ``conference``. Relations (each with its reverse ``rev_NAME``):
+    ``paper-cites-paper`` (symmetric, ``avg_degree`` CSR entries per paper, ``intra_fraction``),
+    ``paper-written_by-author``, ``author-affiliated_to-institute``, ``paper-topic-fos`` and, with
+    venues, ``paper-published-journal`` and ``paper-venue-conference``, whose destinations follow
+    the source's community with probability ``relation_intra``.
+
+    The default ratios are IGBH-small's (1,000,000 papers, 1,926,066 authors, 14,751 institutes,
+    190,449 fields of study, 15,277 journals, 1,215 conferences; 12,070,502 citations, 4,553,516
+    paper-author, 7,234,122 paper-fos and 1,630,476 author-institute edges), as the node counts of
+    MLPerf Training's GNN reference (``NODE_COUNTS``) and the edge counts of IGB's own processing
+    tables give them; IGBH-full has about one author per paper (277,220,883 for 269,346,174
+    papers), 14.8 citations, 2.7 authors and 3.9 fields per paper (3,996,442,004 citations,
+    716,761,549 paper-author, 1,050,280,600 paper-fos edges), 26,918 institutes and 712,960
+    fields. The venue edges are not in those tables: one venue link per paper of each kind is an
+    assumption. Every type gets at least ``num_communities`` nodes (one per community).
+
+    Attributes (besides :class:`SyntheticConfig`'s, which concern the papers and citations):
+        author_ratio, institute_ratio, fos_ratio, journal_ratio, conference_ratio: nodes of each
+            type per paper.
+        authors_per_paper, topics_per_paper: written_by and topic edges per paper.
+        affiliations_per_author: affiliated_to edges per author.
+        venues: 1 adds the journal and conference types (IGBH's large and full sizes have them).
+        venues_per_paper: published and venue edges per paper (each).
+        author_features, institute_features, fos_features, venue_features: feature widths.
+        other_noise: the feature noise of the types other than paper.
+        relation_intra: the intra fraction of every relation but the citations.
+    """
+
+    author_ratio: float = 1.926066
+    institute_ratio: float = 0.014751
+    fos_ratio: float = 0.190449
+    journal_ratio: float = 0.015277
+    conference_ratio: float = 0.001215
+    authors_per_paper: float = 4.553516
+    topics_per_paper: float = 7.234122
+    affiliations_per_author: float = 0.846531
+    venues: int = 0
+    venues_per_paper: float = 1.0
+    author_features: int = 32
+    institute_features: int = 16
+    fos_features: int = 16
+    venue_features: int = 16
+    other_noise: float = 0.5
+    relation_intra: float = 0.9
+
+    def _types(self) -> list[tuple[str, float, int]]:
+        """(name, nodes per paper, feature width) of every type but paper."""
+        types = [("author", self.author_ratio, self.author_features),
+                 ("institute", self.institute_ratio, self.institute_features),
+                 ("fos", self.fos_ratio, self.fos_features)]
+        if self.venues:
+            types += [("journal", self.journal_ratio, self.venue_features),
+                      ("conference", self.conference_ratio, self.venue_features)]
+        return types
+
+    def layout(self) -> tuple[tuple[NodeTypeLayout, ...], tuple[RelationLayout, ...]]:
+        n = self.num_nodes
+        types = [NodeTypeLayout("paper", n, self.num_features, self.feature_noise)]
+        types += [NodeTypeLayout(name, max(self.num_communities, round(ratio * n)), width, self.other_noise)
+                  for name, ratio, width in self._types()]
+        count = {t.name: t.num_nodes for t in types}
+        per_source = [("paper", "written_by", "author", self.authors_per_paper),
+                      ("author", "affiliated_to", "institute", self.affiliations_per_author),
+                      ("paper", "topic", "fos", self.topics_per_paper)]
+        if self.venues:
+            per_source += [("paper", "published", "journal", self.venues_per_paper),
+                           ("paper", "venue", "conference", self.venues_per_paper)]
+        relations = [RelationLayout(Relation("paper", "cites", "paper"), self.avg_degree * n, self.intra_fraction)]
+        relations += [RelationLayout(Relation(src, name, dst), 2 * degree * count[src], self.relation_intra)
+                      for src, name, dst, degree in per_source]
+        return tuple(types), tuple(relations)
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("author_features", "institute_features", "fos_features", "venue_features"):
+            if not 1 <= getattr(self, name) <= MAX_COUNT:
+                raise InputError(f"invalid synthetic graph: {name} must lie in [1, 2^40], got {getattr(self, name)}")
+        checks = [
+            (self.venues in (0, 1), "venues must be 0 (no journal and conference types) or 1"),
+            (self.other_noise >= 0, "other_noise must be >= 0"),
+            (0 <= self.relation_intra <= 1, "relation_intra must lie in [0, 1]"),
+            (all(getattr(self, f"{name}_ratio") > 0 for name in ("author", "institute", "fos", "journal", "conference")),
+             "every *_ratio (nodes of a type per paper) must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(f"invalid synthetic graph: {message}")
+        types, relations = self.layout()
+        count = {t.name: t.num_nodes for t in types}
+        for layout in relations[1:]:
+            r = layout.relation
+            per_source = layout.entries / 2 / count[r.src]
+            if not 0 < per_source < count[r.dst]:
+                raise InputError(f"invalid synthetic graph: the {r.name} edges per {r.src} ({per_source:g}) must lie "
+                                 f"in (0, {count[r.dst]}), the {r.dst} nodes; change the degree or the ratio")
+
+
 PRESETS: dict[str, SyntheticConfig] = {
     "tiny": SyntheticConfig(),
     "small": SyntheticConfig(num_nodes=100_000, avg_degree=20.0, num_features=100, num_classes=20,
                              num_communities=100, max_degree=2000, feature_noise=0.42),
     "products": SyntheticConfig(num_nodes=2_400_000, avg_degree=50.0, num_features=100, num_classes=47,
                                 num_communities=400, max_degree=5000, feature_noise=0.32),
+    # Papers as IGBH has them (about 24 CSR entries per paper from 12 citations each), noisy paper
+    # features and citations that stay in their community less than authors and topics do.
+    "igbh": IgbhConfig(num_nodes=4000, avg_degree=24.0, num_features=32, num_classes=8, num_communities=16,
+                       max_degree=400, intra_fraction=0.5, feature_noise=1.0),
 }
 
 
@@ -181,7 +347,7 @@ def parse_spec(spec: str) -> SyntheticConfig:
     name, *items = [part.strip() for part in spec.split(",")]
     if name not in PRESETS:
         raise InputError(f"unknown synthetic preset {name!r}; choose one of {', '.join(PRESETS)}")
-    types = typing.get_type_hints(SyntheticConfig)
+    types = typing.get_type_hints(type(PRESETS[name]))
     overrides: dict[str, typing.Any] = {}
     for item in items:
         key, sep, text = (s.strip() for s in item.partition("="))
@@ -228,96 +394,172 @@ def synthetic_dataset(spec: str) -> Dataset:
 
 @dataclass(frozen=True)
 class _Model:
-    """What every draw of a config reads: the block structure and the node weights.
+    """What every draw of a config reads: the block structure and the node weights of every node
+    type (tuples indexed by type, in :meth:`SyntheticConfig.layout`'s order), and the relations.
 
     Attributes:
-        starts: int64 ``[C + 1]`` community c owns the internal ids ``[starts[c], starts[c+1])``.
-        comm_internal: int64 ``[N]`` community of every internal id.
-        cum: float64 ``[N]`` cumulative node weights (internal order).
-        to_external: int64 ``[N]`` the shuffled id of every internal id.
-        edge_key: the key of the counter-based edge draws.
+        types, relations: :meth:`SyntheticConfig.layout`.
+        schema: the graph's schema (:meth:`SyntheticConfig.schema`).
+        starts: per type, int64 ``[C + 1]``: community c owns the internal ids ``[starts[c], starts[c+1])``.
+        comm_internal: per type, int64 ``[n_t]`` community of every internal id.
+        cum: per type, float64 ``[n_t]`` cumulative node weights (internal order).
+        to_external: per type, int64 ``[n_t]`` the shuffled global id of every internal id.
+        edge_keys: per relation of ``relations``, the key of its counter-based edge draws.
         seeds: the seed sequences of labels, features, splits and multi-label targets.
+        feature_seeds: per type after the first, the seed sequence of its features.
     """
 
-    starts: np.ndarray
-    comm_internal: np.ndarray
-    cum: np.ndarray
-    to_external: np.ndarray
-    edge_key: np.uint64
+    types: tuple[NodeTypeLayout, ...]
+    relations: tuple[RelationLayout, ...]
+    schema: GraphSchema
+    starts: tuple[np.ndarray, ...]
+    comm_internal: tuple[np.ndarray, ...]
+    cum: tuple[np.ndarray, ...]
+    to_external: tuple[np.ndarray, ...]
+    edge_keys: tuple[np.uint64, ...]
     seeds: tuple[np.random.SeedSequence, ...]
+    feature_seeds: tuple[np.random.SeedSequence, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        """N, every type together."""
+        return self.schema.total_nodes
 
 
 def _model(config: SyntheticConfig) -> _Model:
-    n = config.num_nodes
-    # The eighth child only feeds multi-label targets: the first seven are those of spawn(7).
-    seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split, seq_tasks = \
-        np.random.SeedSequence(config.seed).spawn(8)
-    sizes = _community_sizes(n, config.num_communities, config.community_size_spread,
-                             np.random.default_rng(seq_size))
-    starts = np.zeros(config.num_communities + 1, dtype=np.int64)
-    np.cumsum(sizes, out=starts[1:])
-    comm_internal = np.repeat(np.arange(config.num_communities, dtype=np.int64), sizes)
-    weights = _node_weights(n, config.degree_exponent, config.max_degree / config.avg_degree,
-                            np.random.default_rng(seq_weight))
-    to_external = np.random.default_rng(seq_perm).permutation(n).astype(np.int64)
-    return _Model(starts, comm_internal, np.cumsum(weights), to_external,
-                  seq_edges.generate_state(1, np.uint64)[0], (seq_label, seq_features, seq_split, seq_tasks))
+    types, relations = config.layout()
+    schema = config.schema()
+    # The first type and relation read the eight children of a homogeneous graph (the eighth only
+    # feeds multi-label targets: the first seven are those of spawn(7)); every further type reads
+    # four more (sizes, weights, permutation, features) and every further relation one more.
+    children = np.random.SeedSequence(config.seed).spawn(8 + 4 * (len(types) - 1) + len(relations) - 1)
+    seq_size, seq_weight, seq_perm, seq_edges, seq_label, seq_features, seq_split, seq_tasks = children[:8]
+    per_type = [(seq_size, seq_weight, seq_perm)] + [tuple(children[8 + 4 * i:11 + 4 * i]) for i in range(len(types) - 1)]
+    feature_seeds = tuple(children[11 + 4 * i] for i in range(len(types) - 1))
+    edge_seeds = [seq_edges] + children[8 + 4 * (len(types) - 1):]
+    starts, comm_internal, cum, to_external = [], [], [], []
+    for layout, offset, (size, weight, perm) in zip(types, schema.offsets, per_type):
+        n = layout.num_nodes
+        sizes = _community_sizes(n, config.num_communities, config.community_size_spread, np.random.default_rng(size))
+        starts.append(np.zeros(config.num_communities + 1, dtype=np.int64))
+        np.cumsum(sizes, out=starts[-1][1:])
+        comm_internal.append(np.repeat(np.arange(config.num_communities, dtype=np.int64), sizes))
+        cum.append(np.cumsum(_node_weights(n, config.degree_exponent, config.max_degree / config.avg_degree,
+                                           np.random.default_rng(weight))))
+        to_external.append(np.random.default_rng(perm).permutation(n).astype(np.int64) + offset)
+    return _Model(types, relations, schema, tuple(starts), tuple(comm_internal), tuple(cum), tuple(to_external),
+                  tuple(seq.generate_state(1, np.uint64)[0] for seq in edge_seeds),
+                  (seq_label, seq_features, seq_split, seq_tasks), feature_seeds)
 
 
-def _draw_edges(model: _Model, config: SyntheticConfig, first: int, count: int) -> np.ndarray:
-    """int64 ``[2, count]`` the edge draws ``first, ..., first + count - 1`` (external ids)."""
+def _draw_edges(model: _Model, relation: int, first: int, count: int) -> np.ndarray:
+    """int64 ``[2, count]`` the draws ``first, ..., first + count - 1`` of ``model.relations[relation]``
+    (global ids: row 0 the sources, row 1 the destinations)."""
+    layout = model.relations[relation]
+    src, dst = (model.schema.type_index(t) for t in (layout.relation.src, layout.relation.dst))
     edges = np.empty((2, count), dtype=np.int64)
-    _sample_edges(model.cum, model.starts, model.comm_internal, model.to_external, config.intra_fraction,
-                  model.edge_key, first, edges)
+    _sample_edges(model.cum[src], model.starts[src], model.comm_internal[src], model.to_external[src],
+                  model.cum[dst], model.starts[dst], model.to_external[dst], layout.intra_fraction,
+                  model.edge_keys[relation], first, edges)
     return edges
 
 
-def _in_rounds(config: SyntheticConfig, build: typing.Callable[[int], int]) -> None:
-    """Call ``build(num_draws)`` (it builds the graph of the first ``num_draws`` draws and
-    returns its nnz) until nnz / N is within 1% of ``avg_degree``: duplicate draws (mostly
-    between hubs) are merged, so later rounds draw more. Edge e is the same in every round."""
-    target = config.num_nodes * config.avg_degree
-    num_draws = int(round(target / 2))
+def _in_rounds(model: _Model, build: typing.Callable[[list[int]], list[int]]) -> None:
+    """Call ``build(num_draws)`` (it builds the graph of the first ``num_draws[r]`` draws of every
+    relation r and returns the CSR entries of each, its reverse's included) until every relation's
+    entries are within 1% of its target (:attr:`RelationLayout.entries`; for a homogeneous graph
+    ``avg_degree * N``): duplicate draws (mostly between hubs) are merged, so later rounds draw more
+    of a relation that falls short. Edge e of a relation is the same in every round."""
+    targets = [layout.entries for layout in model.relations]
+    num_draws = [int(round(target / 2)) for target in targets]
     for _ in range(_MAX_ROUNDS):
         nnz = build(num_draws)
-        if nnz >= (1 - _DEGREE_TOLERANCE) * target or nnz == 0:
+        short = [0 < got < (1 - _DEGREE_TOLERANCE) * target for got, target in zip(nnz, targets)]
+        if not any(short):
             return
-        num_draws = int(round(num_draws * target / nnz))
+        num_draws = [int(round(draws * target / got)) if low else draws
+                     for draws, target, got, low in zip(num_draws, targets, nnz, short)]
 
 
-def _node_arrays(model: _Model, config: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
-    """``community`` int64 ``[N]`` (external ids), class ids int64 ``[N]`` and the three splits."""
+def _relation_entries(model: _Model, counts: np.ndarray) -> list[int]:
+    """The CSR entries of every relation of ``model.relations`` and its reverse, from ``counts``,
+    the entries of every relation of the schema (int ``[R]``)."""
+    schema = model.schema
+    entries = []
+    for layout in model.relations:
+        r = schema.relation_index(layout.relation)
+        entries.append(int(counts[r]) + (int(counts[schema.reverse[r]]) if schema.reverse[r] != r else 0))
+    return entries
+
+
+def _node_arrays(model: _Model, config: SyntheticConfig
+                 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+    """``community`` int64 ``[N]`` (global ids, every type), the target type's class ids int64
+    ``[n_0]``, its three splits, and the class of every community (int64 ``[C]``)."""
     seq_label, _, seq_split, _ = model.seeds
-    community = np.empty(config.num_nodes, dtype=np.int64)
-    community[model.to_external] = model.comm_internal
-    y = _labels(community, config, np.random.default_rng(seq_label))
-    return community, y, _splits(config.num_nodes, config, np.random.default_rng(seq_split))
+    community = np.empty(model.num_nodes, dtype=np.int64)
+    for to_external, comm in zip(model.to_external, model.comm_internal):
+        community[to_external] = comm
+    n = config.num_nodes
+    rng = np.random.default_rng(seq_label)
+    community_class = _community_classes(config, rng)
+    y = _labels(community[:n], community_class, config, rng)
+    return community, y, _splits(n, config, np.random.default_rng(seq_split)), community_class
+
+
+def _features(model: _Model, config: SyntheticConfig, community: np.ndarray, community_class: np.ndarray
+              ) -> typing.Iterator[tuple[str, typing.Iterator[tuple[int, np.ndarray]]]]:
+    """``(type name, row chunks)`` of the features of every type after the target (see
+    :func:`_feature_chunks`): the centroid of each node's community's class plus noise."""
+    offsets = model.schema.offsets
+    for t, (layout, seq) in enumerate(zip(model.types[1:], model.feature_seeds), start=1):
+        classes = community_class[community[offsets[t]:offsets[t + 1]]]
+        yield layout.name, _feature_chunks(classes, layout.num_features, layout.feature_noise, config, seq)
 
 
 def generate(config: SyntheticConfig) -> SyntheticGraph:
-    """Generate a graph from a config (deterministic for ``config.seed``), in memory."""
+    """Generate a graph from a config (deterministic for ``config.seed``), in memory.
+
+    A typed config (:class:`IgbhConfig`) gives a typed dataset: ``schema``, ``edge_rel``, ``x``
+    the papers' features (the target type, ids ``0..num_nodes-1``) and ``features`` the other types'.
+    """
     config.validate()
     _check_memory(config)
-    n = config.num_nodes
     model = _model(config)
-    graph: list[np.ndarray] = []
+    n = model.num_nodes
+    graph: list[np.ndarray | None] = []
 
-    def build(num_draws: int) -> int:
-        graph[:] = build_csr(_draw_edges(model, config, 0, num_draws), n)
-        return graph[1].shape[0]
+    def build(num_draws: list[int]) -> list[int]:
+        edges = [_draw_edges(model, r, 0, draws) for r, draws in enumerate(num_draws)]
+        if model.schema.is_homogeneous:
+            graph[:] = [*build_csr(edges[0], n), None]
+            return [graph[1].shape[0]]
+        by_schema = [np.empty((2, 0), dtype=np.int64)] * model.schema.num_relations
+        for layout, relation_edges in zip(model.relations, edges):
+            by_schema[model.schema.relation_index(layout.relation)] = relation_edges
+        graph[:] = build_typed_csr(by_schema, model.schema.reverse, n)
+        return _relation_entries(model, np.bincount(graph[2], minlength=model.schema.num_relations))
 
-    _in_rounds(config, build)
-    rowptr, col = graph
-    community, y, (train_idx, valid_idx, test_idx) = _node_arrays(model, config)
-    x = np.empty((n, config.num_features), dtype=config.feature_dtype)
-    for start, rows in _feature_chunks(y, config, model.seeds[1]):
+    _in_rounds(model, build)
+    rowptr, col, edge_rel = graph
+    community, y, (train_idx, valid_idx, test_idx), community_class = _node_arrays(model, config)
+    x = np.empty((config.num_nodes, config.num_features), dtype=config.feature_dtype)
+    for start, rows in _feature_chunks(y, config.num_features, config.feature_noise, config, model.seeds[1]):
         x[start:start + rows.shape[0]] = rows
+    features = {}
+    for name, chunks in _features(model, config, community, community_class):
+        layout = model.types[model.schema.type_index(name)]
+        features[name] = np.empty((layout.num_nodes, layout.num_features), dtype=config.feature_dtype)
+        for start, rows in chunks:
+            features[name][start:start + rows.shape[0]] = rows
     if config.num_tasks:
         y = _targets(y, config, np.random.default_rng(model.seeds[3]))
+    typed = not model.schema.is_homogeneous
     dataset = Dataset(rowptr=rowptr, col=col, x=x, y=y, train_idx=train_idx, valid_idx=valid_idx,
-                      test_idx=test_idx, source="synthetic",
-                      extra_meta={"synthetic": dataclasses.asdict(config)})
-    dataset.validate()
+                      test_idx=test_idx, source="synthetic", extra_meta={"synthetic": dataclasses.asdict(config)},
+                      schema=model.schema if typed else None, edge_rel=edge_rel, features=features)
+    if not typed:  # Dataset.validate checks typed datasets once the typed format lands (#52, branch typed-data)
+        dataset.validate()
     return SyntheticGraph(dataset=dataset, community=community)
 
 
@@ -327,8 +569,12 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
     (by source id range) on disk, each sorted and deduplicated alone, and the features are
     written in chunks. Memory: about 128 bytes per node, one batch of draws and one bucket of
     ``bucket_keys`` directed edges; disk: 8 bytes per directed edge of temporaries. Written
-    atomically; returns the written dataset, memory-mapped."""
+    atomically; returns the written dataset, memory-mapped. Homogeneous presets only: a typed
+    one (``igbh``) is refused with one sentence until the dataset directory holds typed graphs."""
     config = parse_spec(spec)
+    if not config.schema().is_homogeneous:
+        raise InputError(f"synthetic:{spec} is a typed graph, which is generated in memory only for now, and it "
+                         "would not fit in the available memory; lower num_nodes")
     n = config.num_nodes
     need, have = _OUT_OF_CORE_BYTES_PER_NODE * n, _available_memory()
     if need > have:
@@ -338,10 +584,10 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
     model = _model(config)
     with atomic_output_dir(out_dir) as tmp:
         files: dict[str, typing.Any] = {}
-        _in_rounds(config, lambda num_draws: _csr_files(model, config, num_draws, tmp, bucket_keys, files))
-        _, y, splits = _node_arrays(model, config)
+        _in_rounds(model, lambda num_draws: _csr_files(model, num_draws, tmp, bucket_keys, files))
+        _, y, splits, _ = _node_arrays(model, config)
         x = NpyWriter(tmp / "x.npy", config.feature_dtype, (n, config.num_features))
-        for start, rows in _feature_chunks(y, config, model.seeds[1]):
+        for start, rows in _feature_chunks(y, config.num_features, config.feature_noise, config, model.seeds[1]):
             x.write(start, rows)
         files["x"] = x.close()
         if config.num_tasks:
@@ -357,50 +603,67 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
     return load_dataset(out_dir, verify=False, validate=False)
 
 
-def _csr_files(model: _Model, config: SyntheticConfig, num_draws: int, directory, bucket_keys: int,
-               files: dict[str, typing.Any]) -> int:
-    """Write ``rowptr.npy`` and ``col.npy`` of the first ``num_draws`` draws under ``directory``
-    (as :func:`build_csr` builds them: both directions, no self loops, sorted rows without
-    duplicates) through bucket files of at most about ``bucket_keys`` edges; record their
-    meta.json entries in ``files`` and return the nnz."""
-    n = config.num_nodes
-    num_buckets = max(1, -(-2 * num_draws // bucket_keys))
+def _csr_files(model: _Model, num_draws: list[int], directory, bucket_keys: int,
+               files: dict[str, typing.Any]) -> list[int]:
+    """Write ``rowptr.npy``, ``col.npy`` and, for a typed graph, ``edge_rel.npy`` of the first
+    ``num_draws[r]`` draws of every relation r under ``directory`` (as :func:`build_csr` and
+    :func:`build_typed_csr` build them: both directions, no self loops, rows grouped by relation and
+    sorted without duplicates) through bucket files of at most about ``bucket_keys`` entries;
+    record their meta.json entries in ``files`` and return the entries of every relation
+    (:func:`_in_rounds`). A key is ``(row * R + relation) * N + col``, so the rows of one bucket
+    sort into CSR order; with one relation it is ``row * N + col``."""
+    n, schema = model.num_nodes, model.schema
+    num_relations = schema.num_relations
+    num_buckets = max(1, -(-2 * sum(num_draws) // bucket_keys))
     rows_per_bucket = -(-n // num_buckets)
     paths = [directory / f".edges-{b}.bin" for b in range(num_buckets)]
     outs = [open(path, "wb") for path in paths]
     try:
-        for first in range(0, num_draws, _DRAW_BATCH):
-            src, dst = _draw_edges(model, config, first, min(_DRAW_BATCH, num_draws - first))
-            keep = src != dst
-            src, dst = src[keep], dst[keep]
-            rows = np.concatenate([src, dst])
-            keys = np.concatenate([src * n + dst, dst * n + src])
-            del src, dst, keep
-            bucket = rows // rows_per_bucket
-            del rows
-            order = np.argsort(bucket, kind="stable")
-            counts = np.bincount(bucket, minlength=num_buckets)
-            keys = keys[order]
-            del order, bucket
-            for out, lo, hi in zip(outs, np.cumsum(counts) - counts, np.cumsum(counts)):
-                keys[lo:hi].tofile(out)
+        for layout, count in zip(model.relations, num_draws):
+            r = schema.relation_index(layout.relation)
+            back = schema.reverse[r]
+            for first in range(0, count, _DRAW_BATCH):
+                src, dst = _draw_edges(model, model.relations.index(layout), first, min(_DRAW_BATCH, count - first))
+                keep = src != dst
+                src, dst = src[keep], dst[keep]
+                rows = np.concatenate([src, dst])
+                keys = np.concatenate([(src * num_relations + back) * n + dst, (dst * num_relations + r) * n + src])
+                del src, dst, keep
+                bucket = rows // rows_per_bucket
+                del rows
+                order = np.argsort(bucket, kind="stable")
+                counts = np.bincount(bucket, minlength=num_buckets)
+                keys = keys[order]
+                del order, bucket
+                for out, lo, hi in zip(outs, np.cumsum(counts) - counts, np.cumsum(counts)):
+                    keys[lo:hi].tofile(out)
     finally:
         for out in outs:
             out.close()
     degree = np.zeros(n, dtype=np.int64)
+    per_relation = np.zeros(num_relations, dtype=np.int64)
     col = NpyWriter(directory / "col.npy", np.int64, (None,))
+    edge_rel = None if schema.is_homogeneous else NpyWriter(directory / "edge_rel.npy", np.int8, (None,))
     for b, path in enumerate(paths):
         keys = np.fromfile(path, dtype=np.int64)
         path.unlink()
         keys = sorted_unique(keys)
+        row_rel = keys // n
         lo = b * rows_per_bucket
-        degree[lo:lo + rows_per_bucket] = np.bincount(keys // n - lo, minlength=min(rows_per_bucket, n - lo))
+        degree[lo:lo + rows_per_bucket] = np.bincount(row_rel // num_relations - lo,
+                                                      minlength=min(rows_per_bucket, n - lo))
         col.append(keys % n)
+        if edge_rel is not None:
+            relation = (row_rel % num_relations).astype(np.int8)
+            per_relation += np.bincount(relation, minlength=num_relations)
+            edge_rel.append(relation)
     files["col"] = col.close()
+    if edge_rel is not None:
+        files["edge_rel"] = edge_rel.close()
     rowptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(degree, out=rowptr[1:])
     files["rowptr"] = save_array(directory, "rowptr", rowptr)
-    return int(rowptr[-1])
+    return [int(rowptr[-1])] if schema.is_homogeneous else _relation_entries(model, per_relation)
 
 
 def fits_in_memory(config: SyntheticConfig) -> bool:
@@ -414,9 +677,10 @@ def _available_memory() -> int:
 
 
 def _in_memory_bytes(config: SyntheticConfig) -> int:
-    n = config.num_nodes
-    return int(_BYTES_PER_EDGE * n * config.avg_degree + _BYTES_PER_NODE * n
-               + n * config.num_features * np.dtype(config.feature_dtype).itemsize)
+    types, relations = config.layout()
+    itemsize = np.dtype(config.feature_dtype).itemsize
+    return int(_BYTES_PER_EDGE * sum(r.entries for r in relations) + sum(_BYTES_PER_NODE * t.num_nodes
+               + t.num_nodes * t.num_features * itemsize for t in types))
 
 
 def _check_memory(config: SyntheticConfig) -> None:
@@ -452,12 +716,21 @@ def _node_weights(n: int, gamma: float, max_ratio: float, rng: np.random.Generat
     return weights
 
 
-def _labels(community: np.ndarray, config: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
-    """int64 ``[N]``: the community's class with probability ``label_purity``, else a random class."""
+def _community_classes(config: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
+    """int64 ``[C]``: the class of every community, drawn with probability ~ (k + 1)^-class_skew,
+    every class owning a community when there are enough."""
     k, c = config.num_classes, config.num_communities
     prob = (np.arange(1, k + 1, dtype=np.float64)) ** -config.class_skew
     community_class = rng.choice(k, size=c, p=prob / prob.sum())
     community_class[:min(k, c)] = rng.permutation(k)[:min(k, c)]  # every class owns a community if it can
+    return community_class
+
+
+def _labels(community: np.ndarray, community_class: np.ndarray, config: SyntheticConfig,
+            rng: np.random.Generator) -> np.ndarray:
+    """int64 ``[n]``: the class of each node's community (``community``, int64 ``[n]``) with
+    probability ``label_purity``, else a random class; ``rng`` goes on from :func:`_community_classes`."""
+    k = config.num_classes
     y = community_class[community].astype(np.int64)
     flip = rng.random(y.shape[0]) >= config.label_purity
     y[flip] = rng.integers(0, k, size=int(flip.sum()))
@@ -483,15 +756,16 @@ def _targets(y: np.ndarray, config: SyntheticConfig, rng: np.random.Generator) -
     return out
 
 
-def _feature_chunks(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedSequence
+def _feature_chunks(y: np.ndarray, f: int, noise_std: float, config: SyntheticConfig, seq: np.random.SeedSequence
                     ) -> typing.Iterator[tuple[int, np.ndarray]]:
-    """``(first row, rows)``: the ``[N, F]`` features, class centroid (N(0, 1/F) coordinates)
-    plus N(0, feature_noise^2) noise, in fixed-size row chunks, each from its own child seed.
+    """``(first row, rows)``: the ``[n, f]`` features of nodes of the classes ``y`` (int64 ``[n]``),
+    class centroid (N(0, 1/f) coordinates, ``config.num_classes`` of them) plus N(0, noise_std^2)
+    noise, of ``config.feature_dtype``, in fixed-size row chunks, each from its own child seed.
 
-    Centroids have norm ~1 whatever F, so the separation of classes depends on
-    ``feature_noise`` and the number of classes, not on F.
+    Centroids have norm ~1 whatever f, so the separation of classes depends on ``noise_std`` and the
+    number of classes, not on f.
     """
-    n, f = y.shape[0], config.num_features
+    n = y.shape[0]
     starts = range(0, n, _FEATURE_CHUNK)
     seq_centroids, *seq_chunks = seq.spawn(1 + len(starts))
     centroids = np.random.default_rng(seq_centroids).standard_normal((config.num_classes, f), dtype=np.float32)
@@ -499,7 +773,7 @@ def _feature_chunks(y: np.ndarray, config: SyntheticConfig, seq: np.random.SeedS
     for start, seq_chunk in zip(starts, seq_chunks):
         stop = min(start + _FEATURE_CHUNK, n)
         noise = np.random.default_rng(seq_chunk).standard_normal((stop - start, f), dtype=np.float32)
-        noise *= np.float32(config.feature_noise)
+        noise *= np.float32(noise_std)
         noise += centroids[y[start:stop]]
         yield start, noise.astype(config.feature_dtype, copy=False)
 
@@ -537,21 +811,26 @@ def _draw(cum: np.ndarray, lo: int, hi: int, u: float) -> int:
 
 @numba.njit(parallel=True, cache=True)
 def _sample_edges(cum: np.ndarray, starts: np.ndarray, comm: np.ndarray, to_external: np.ndarray,
+                  dst_cum: np.ndarray, dst_starts: np.ndarray, dst_to_external: np.ndarray,
                   intra: float, key: np.uint64, first: int, out: np.ndarray) -> None:
     """Fill ``out`` (int64 ``[2, M]``) with the edges ``first, ..., first + M - 1`` of the
-    degree-corrected block model.
+    degree-corrected block model between a source type (``cum``, ``starts``, ``comm``,
+    ``to_external``; see :class:`_Model`) and a destination type (``dst_*``; the same arrays for a
+    relation within one type): the source by weight, the destination by weight within the
+    source's community (probability ``intra``) or among all destination nodes.
 
     Edge e uses the three uniforms with counters 3e, 3e + 1, 3e + 2, so the result does not
     depend on how the loop is split across threads, nor on how the draws are split in batches.
     """
     n = cum.shape[0]
+    n_dst = dst_cum.shape[0]
     for e in numba.prange(out.shape[1]):
         c = np.uint64(3) * np.uint64(first + e)
         u = _draw(cum, 0, n, _uniform(key, c))
         if _uniform(key, c + np.uint64(1)) < intra:
             k = comm[u]
-            v = _draw(cum, starts[k], starts[k + 1], _uniform(key, c + np.uint64(2)))
+            v = _draw(dst_cum, dst_starts[k], dst_starts[k + 1], _uniform(key, c + np.uint64(2)))
         else:
-            v = _draw(cum, 0, n, _uniform(key, c + np.uint64(2)))
+            v = _draw(dst_cum, 0, n_dst, _uniform(key, c + np.uint64(2)))
         out[0, e] = to_external[u]
-        out[1, e] = to_external[v]
+        out[1, e] = dst_to_external[v]
