@@ -118,8 +118,8 @@ def test_an_ogbn_mag_edge_that_names_a_missing_node_is_refused_naming_its_relati
     _write_csv_gz(rel / "edge.csv.gz", np.array([[0, 1], [2, 7]]))  # fos 7 of 5
     _write_csv_gz(rel / "num-edge-list.csv.gz", np.array([2]))
     assert exit_code(["prepare", "ogb:ogbn-mag", str(tmp_path / "out"), "--root", str(tmp_path)]) == 2
-    assert "the paper__has_topic__field_of_study edges of ogb:ogbn-mag hold field_of_study ids from 1 to 7, outside " \
-           "[0, 5)" in one_sentence(capsys)
+    assert "the paper__has_topic__field_of_study edges of ogb:ogbn-mag holds field_of_study ids from 1 to 7, " \
+           "outside [0, 5)" in one_sentence(capsys)
     assert not (tmp_path / "out").exists()
 
 

@@ -183,23 +183,11 @@ def typed_dataset(num_nodes: Mapping[str, int], edges: Mapping[tuple[str, str, s
     whose rows do not match their type's nodes.
     """
     schema = GraphSchema.with_reverses(list(num_nodes), list(num_nodes.values()), list(edges), target)
-    offsets = schema.offsets
     by_schema = [np.empty((2, 0), dtype=np.int64)] * schema.num_relations
     for key, edge_index in edges.items():
         relation = Relation(*key)
-        edge_index = np.asarray(edge_index)
-        if edge_index.ndim != 2 or edge_index.shape[0] != 2 or not np.issubdtype(edge_index.dtype, np.integer):
-            raise InputError(f"the {shown(str(relation))} edges of {source} must be integers of shape [2, E], got "
-                             f"{edge_index.dtype} {list(edge_index.shape)}; re-extract the files")
-        ends = []
-        for row, end in enumerate((relation.src, relation.dst)):
-            t = schema.type_index(end)
-            ids = edge_index[row].astype(np.int64)
-            if ids.shape[0] and (ids.min() < 0 or ids.max() >= schema.num_nodes[t]):
-                raise InputError(f"the {shown(str(relation))} edges of {source} hold {shown(end)} ids from "
-                                 f"{ids.min()} to {ids.max()}, outside [0, {schema.num_nodes[t]}); re-extract the files")
-            ends.append(ids + offsets[t])
-        by_schema[schema.relation_index(relation)] = np.stack(ends)
+        by_schema[schema.relation_index(relation)] = schema.global_edges(
+            relation, np.asarray(edge_index), f"the {shown(str(relation))} edges of {source}")
     rowptr, col, edge_rel = build_typed_csr(by_schema, schema.reverse, schema.total_nodes, keep_self_loops)
     first, _ = schema.target_range
     n_target = num_nodes[target]

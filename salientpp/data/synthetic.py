@@ -558,8 +558,7 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     dataset = Dataset(rowptr=rowptr, col=col, x=x, y=y, train_idx=train_idx, valid_idx=valid_idx,
                       test_idx=test_idx, source="synthetic", extra_meta={"synthetic": dataclasses.asdict(config)},
                       schema=model.schema if typed else None, edge_rel=edge_rel, features=features)
-    if not typed:  # Dataset.validate checks typed datasets once the typed format lands (#52, branch typed-data)
-        dataset.validate()
+    dataset.validate()
     return SyntheticGraph(dataset=dataset, community=community)
 
 
