@@ -125,10 +125,13 @@ from typing import Callable, Sequence
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from ..errors import InputError, check_int
-from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_fanouts, check_replace, check_sampler
+from ..data.schema import GraphSchema
+from ..sampling.kinds import (DEFAULT_SAMPLER, SamplerKind, check_fanout_table, check_fanouts, check_replace,
+                               check_sampler)
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 from .workload import Workload, check_batch_size, lockstep_steps
 
@@ -142,15 +145,41 @@ def default_method(sampler: SamplerKind | str) -> str:
     return check_sampler(sampler).default_vip_method
 
 
+def _pick(w, edge_rel, reverse, u, j):  # pragma: no cover - compiled through its overload
+    """The weight with which ``u = col[j]`` picks the vertex of row ``v`` (the CSR entry ``j``)."""
+    raise NotImplementedError
+
+
+@overload(_pick, inline="always")
+def _pick_kernel(w, edge_rel, reverse, u, j):  # pragma: no cover - compiled
+    # Homogeneous (edge_rel None): w is float64 [N]. Typed: w is [N, R] and u picks v through the
+    # reverse of the entry's relation. Numba compiles one of the two per kernel signature.
+    if isinstance(edge_rel, types.NoneType):
+        return lambda w, edge_rel, reverse, u, j: w[u]
+    return lambda w, edge_rel, reverse, u, j: w[u, reverse[edge_rel[j]]]
+
+
+def _own(w, edge_rel, v, j):  # pragma: no cover - compiled through its overload
+    """The weight with which ``v`` picks its neighbour ``col[j]`` (the CSR entry ``j`` of row ``v``)."""
+    raise NotImplementedError
+
+
+@overload(_own, inline="always")
+def _own_kernel(w, edge_rel, v, j):  # pragma: no cover - compiled
+    if isinstance(edge_rel, types.NoneType):
+        return lambda w, edge_rel, v, j: w[v]
+    return lambda w, edge_rel, v, j: w[v, edge_rel[j]]
+
+
 @njit(parallel=True, cache=True)
-def _hop_product(rowptr, col, w, prev, out):  # pragma: no cover - compiled
+def _hop_product(rowptr, col, edge_rel, reverse, w, prev, out):  # pragma: no cover - compiled
     n, num_parts = prev.shape
     for v in prange(n):
         for k in range(num_parts):
             out[v, k] = 1.0 - prev[v, k]
         for j in range(rowptr[v], rowptr[v + 1]):
             u = col[j]
-            wu = w[u]
+            wu = _pick(w, edge_rel, reverse, u, j)
             if wu > 0.0:
                 for k in range(num_parts):
                     out[v, k] *= 1.0 - wu * prev[u, k]
@@ -159,14 +188,14 @@ def _hop_product(rowptr, col, w, prev, out):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True)
-def _hop_taylor(rowptr, col, w, prev, out):  # pragma: no cover - compiled
+def _hop_taylor(rowptr, col, edge_rel, reverse, w, prev, out):  # pragma: no cover - compiled
     n, num_parts = prev.shape
     for v in prange(n):
         for k in range(num_parts):
             out[v, k] = 0.0
         for j in range(rowptr[v], rowptr[v + 1]):
             u = col[j]
-            wu = w[u]
+            wu = _pick(w, edge_rel, reverse, u, j)
             if wu > 0.0:
                 for k in range(num_parts):
                     out[v, k] += wu * prev[u, k]
@@ -175,24 +204,32 @@ def _hop_taylor(rowptr, col, w, prev, out):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True)
-def _hop_cavity(rowptr, col, w, prev, w_prev, prev2, out):  # pragma: no cover - compiled
+def _hop_cavity(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, out):  # pragma: no cover - compiled
     n, num_parts = prev.shape
     for v in prange(n):
         for k in range(num_parts):
             out[v, k] = 1.0 - prev[v, k]
-        wv = w_prev[v]
         for j in range(rowptr[v], rowptr[v + 1]):
             u = col[j]
-            wu = w[u]
+            wu = _pick(w, edge_rel, reverse, u, j)
             if wu > 0.0:
+                wv = _own(w_prev, edge_rel, v, j)
+                wuv = _pick(w_prev, edge_rel, reverse, u, j)
                 for k in range(num_parts):
                     q = 1.0 - prev[u, k]
-                    keep = (1.0 - wv * prev2[v, k]) * (1.0 - w_prev[u] * prev2[u, k])
+                    keep = (1.0 - wv * prev2[v, k]) * (1.0 - wuv * prev2[u, k])
                     if keep > 1e-12:  # keep == 0 only if v is surely in S^{h-1}: out is 0 anyway
                         q = min(1.0, q / keep)
                     out[v, k] *= 1.0 - wu * (1.0 - q)
         for k in range(num_parts):
             out[v, k] = 1.0 - out[v, k]
+
+
+@njit(parallel=True, cache=True)
+def _relation_degrees(rowptr, edge_rel, out):  # pragma: no cover - compiled
+    for v in prange(rowptr.shape[0] - 1):
+        for j in range(rowptr[v], rowptr[v + 1]):
+            out[v, edge_rel[j]] += 1
 
 
 @njit(parallel=True, cache=True)
@@ -207,18 +244,28 @@ def _neighbour_sum(rowptr, col, x, out):  # pragma: no cover - compiled
                 out[v, k] += x[u, k]
 
 
-def pick_weights(degree: np.ndarray, fanout: int, replace: bool) -> np.ndarray:
-    """float64 ``[N]``: probability that a vertex of degree ``d(u)`` in the frontier picks one given neighbour."""
+def pick_weights(degree: np.ndarray, fanout, replace: bool) -> np.ndarray:
+    """float64 ``[N]``: probability that a vertex of degree ``d(u)`` in the frontier picks one given
+    neighbour when it draws ``fanout`` of them (-1 = all, 0 = none). Per relation: ``degree`` int
+    ``[N, R]`` (:func:`relation_degrees`) and ``fanout`` int ``[R]`` give float64 ``[N, R]``."""
     d = np.asarray(degree, dtype=np.float64)
-    if fanout == -1:
-        return (d > 0).astype(np.float64)
+    f = np.asarray(fanout)
     with np.errstate(divide="ignore", invalid="ignore"):
         if replace:
-            w = 1.0 - np.power(1.0 - 1.0 / d, fanout)
+            w = 1.0 - np.power(1.0 - 1.0 / d, f)
         else:
-            w = np.minimum(1.0, fanout / d)
+            w = np.minimum(1.0, f / d)
+    np.copyto(w, d > 0, where=f == -1)
     w[d == 0] = 0.0
     return w
+
+
+def relation_degrees(rowptr: np.ndarray, edge_rel: np.ndarray, num_relations: int) -> np.ndarray:
+    """int64 ``[N, R]``: ``out[v, r]`` counts the relation-r entries of row ``v`` (``rowptr`` int64
+    ``[N + 1]``, ``edge_rel`` int8 ``[nnz]``, values in ``[0, R)``), v's relation-r in-neighbours."""
+    out = np.zeros((rowptr.shape[0] - 1, num_relations), dtype=np.int64)
+    _relation_degrees(rowptr, edge_rel, out)
+    return out
 
 
 def seed_probabilities(num_nodes: int, seed_sets: Sequence[np.ndarray], batch_size: int, *,
@@ -288,7 +335,8 @@ def _check_edge_set(edges, num_nodes: int, k: int) -> np.ndarray:
 def workload_probabilities(dataset, workload: Workload, *, method: str = "exact", return_hops: bool = False,
                            num_threads: int | None = None) -> np.ndarray | list[np.ndarray]:
     """:func:`inclusion_probabilities` of one workload over every partition of a PartitionedDataset
-    (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`)."""
+    (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`), typed
+    when the dataset has an ``edge_rel`` and a ``schema``."""
     seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
     steps = workload.lockstep_steps(dataset)
     seed_probs = None
@@ -296,10 +344,12 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
         seed_probs = link_seed_probabilities(dataset.num_nodes, seed_sets, workload.batch_size,
                                              workload.edges.num_negatives, workload.edges.negative_sampling,
                                              num_batches=steps)
+    # A typed dataset carries edge_rel and schema (Dataset); a PartitionedDataset without them is homogeneous.
     return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanouts, workload.batch_size,
                                    num_batches=steps, replace=workload.replace, method=method,
                                    return_hops=return_hops, num_threads=num_threads, sampler=workload.sampler,
-                                   seed_probs=seed_probs)
+                                   seed_probs=seed_probs, edge_rel=getattr(dataset, "edge_rel", None),
+                                   schema=getattr(dataset, "schema", None))
 
 
 def _check_steps(num_batches) -> int:
@@ -311,10 +361,11 @@ def _as_csr(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequence[np.ndarray],
-                            fanouts: Sequence[int], batch_size: int, *, num_batches: int | None = None,
+                            fanouts: Sequence[int] | np.ndarray, batch_size: int, *, num_batches: int | None = None,
                             replace: bool = False, method: str = "exact", return_hops: bool = False,
                             num_threads: int | None = None, sampler: SamplerKind | str = DEFAULT_SAMPLER,
-                            seed_probs: np.ndarray | None = None) -> np.ndarray | list[np.ndarray]:
+                            seed_probs: np.ndarray | None = None, edge_rel: np.ndarray | None = None,
+                            schema: GraphSchema | None = None) -> np.ndarray | list[np.ndarray]:
     """Per-minibatch inclusion probability of every vertex, for every partition at once.
 
     The seed sets are the K partitions of one job whose ranks run in lockstep: each runs
@@ -324,7 +375,9 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the symmetric global CSR.
         seed_sets: K int64 arrays, partition k's seed ids :math:`T_k` (may be empty).
-        fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours.
+        fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours. A typed graph's is
+            the int64 ``[L, R]`` table of every hop's fanout per relation
+            (:func:`~salientpp.sampling.kinds.check_fanout_table`; 0 = none).
         batch_size: b, the most seeds per batch; ``b >= |T_k|`` for every k gives S = 1 and
             probability 1 on the seeds (one batch holds all), never NaN.
         num_batches: S, overriding ``max_k ceil(|T_k| / b)`` (e.g. to model one partition of a
@@ -338,6 +391,10 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
             LADIES's pick weights (``fanouts`` = layer sizes; see the module docstring).
         seed_probs: float64 ``[N, K]`` :math:`p^0` to start from instead of ``1/S`` on the seed
             sets (e.g. :func:`link_seed_probabilities`; ``seed_sets`` then only gives K).
+        edge_rel: int8 ``[nnz]``, the relation of each CSR entry (``Dataset.edge_rel``), for the
+            typed recurrence (module docstring, "Typed graphs"); ``None``: homogeneous.
+        schema: the graph's :class:`~salientpp.data.schema.GraphSchema`, whose relations number
+            ``edge_rel`` and give each its reverse; needed with ``edge_rel``.
 
     Returns:
         float64 ``[N, K]``: ``VIP[v, k]`` = P(v is in a minibatch of partition k); or the list of
@@ -346,13 +403,18 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     if method not in METHODS:
         raise InputError(f"unknown VIP method {method!r}; choose one of {', '.join(METHODS)}")
     sampler = check_sampler(sampler)
-    fanouts = check_fanouts(fanouts, sampler)
     replace = check_replace(replace, sampler)
     weights_of = vip_model(sampler)
     batch_size = check_batch_size(batch_size)
     rowptr, col = _as_csr(rowptr, col)
     num_nodes = rowptr.shape[0] - 1
-    degree = np.diff(rowptr)
+    edge_rel, reverse = _relations(edge_rel, schema, col.shape[0], sampler)
+    if edge_rel is None:
+        fanouts = check_fanouts(fanouts, sampler)
+        degree = np.diff(rowptr)
+    else:  # one row of fanouts per hop, and each vertex's degree, per relation
+        fanouts = check_fanout_table(fanouts, reverse.shape[0])
+        degree = relation_degrees(rowptr, edge_rel, reverse.shape[0])
     if num_threads is not None:
         numba.set_num_threads(max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS)))
     if seed_probs is None:
@@ -364,19 +426,19 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
                              f"got {list(seed_probs.shape)}")
     hops = [seed_probs]
     weights = [None]
+    graph = (rowptr, col, edge_rel, reverse)
     for fanout in fanouts:
         prev = hops[-1]
         w = weights_of(degree, fanout, replace, prev)
-        if w.ndim == 2:  # a pick weight per partition: one column at a time
+        if w.shape != degree.shape:  # a pick weight per partition (homogeneous): one column at a time
             out = np.empty_like(prev)
             for k in range(prev.shape[1]):
-                column = _hop(method, rowptr, col, np.ascontiguousarray(w[:, k]),
-                              np.ascontiguousarray(prev[:, k:k + 1]),
+                column = _hop(method, graph, np.ascontiguousarray(w[:, k]), np.ascontiguousarray(prev[:, k:k + 1]),
                               None if weights[-1] is None else np.ascontiguousarray(weights[-1][:, k]),
                               None if len(hops) < 2 else np.ascontiguousarray(hops[-2][:, k:k + 1]))
                 out[:, k] = column[:, 0]
         else:
-            out = _hop(method, rowptr, col, w, prev, weights[-1], None if len(hops) < 2 else hops[-2])
+            out = _hop(method, graph, w, prev, weights[-1], None if len(hops) < 2 else hops[-2])
         np.clip(out, 0.0, 1.0, out=out)
         if not return_hops and len(hops) >= 2:
             hops[-2] = None  # only the last two hops are needed from here on
@@ -385,17 +447,48 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     return hops if return_hops else hops[-1]
 
 
-def _hop(method: str, rowptr: np.ndarray, col: np.ndarray, w: np.ndarray, prev: np.ndarray,
-         w_prev: np.ndarray | None, prev2: np.ndarray | None) -> np.ndarray:
-    """:math:`p^h` from :math:`p^{h-1}` (``prev``, ``[N, K]``) with pick weights ``w`` ``[N]``;
-    ``w_prev`` and ``prev2`` (hop h - 1's weights and :math:`p^{h-2}`) serve the cavity form."""
+# The sampler distributions whose pick weights the typed recurrence models per relation.
+TYPED_DISTRIBUTIONS = ("nodewise",)
+
+
+def _relations(edge_rel, schema: GraphSchema | None, nnz: int,
+               sampler: SamplerKind) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``edge_rel`` as int8 ``[nnz]`` and the schema's reverses as int64 ``[R]``, or ``(None, None)``
+    for a homogeneous graph; :class:`InputError` when they do not fit the graph or the sampler."""
+    if edge_rel is None:
+        if schema is not None and not schema.is_homogeneous:
+            raise InputError(f"the graph has {schema.num_relations} relations but no edge_rel was given; pass the "
+                             "relation of each CSR entry (the dataset's edge_rel)")
+        return None, None
+    if schema is None:
+        raise InputError("edge_rel needs the graph's schema, which numbers its relations and gives their reverses; "
+                         "pass schema= (the dataset's schema)")
+    if sampler.distribution not in TYPED_DISTRIBUTIONS:
+        raise InputError(f"the VIP analysis of {sampler.title} sampling covers homogeneous graphs only; sample a "
+                         "typed graph node-wise (--sampler nodewise)")
+    edge_rel = np.asarray(edge_rel)
+    if edge_rel.shape != (nnz,) or not np.issubdtype(edge_rel.dtype, np.integer):
+        raise InputError(f"edge_rel must be an int8 array of one relation per CSR entry ([{nnz}]), got "
+                         f"{edge_rel.dtype} {list(edge_rel.shape)}; pass the dataset's edge_rel")
+    if nnz and (edge_rel.min() < 0 or edge_rel.max() >= schema.num_relations):
+        raise InputError(f"edge_rel holds relations outside [0, {schema.num_relations}), the schema's; pass the "
+                         "edge_rel and schema of the same dataset")
+    return edge_rel.astype(np.int8, copy=False), np.asarray(schema.reverse, dtype=np.int64)
+
+
+def _hop(method: str, graph: tuple, w: np.ndarray, prev: np.ndarray, w_prev: np.ndarray | None,
+         prev2: np.ndarray | None) -> np.ndarray:
+    """:math:`p^h` from :math:`p^{h-1}` (``prev``, ``[N, K]``) with pick weights ``w`` (``[N]``, or
+    ``[N, R]`` per relation on a typed graph); ``w_prev`` and ``prev2`` (hop h - 1's weights and
+    :math:`p^{h-2}`) serve the cavity form. ``graph`` is ``(rowptr, col, edge_rel, reverse)``,
+    the last two ``None`` when homogeneous."""
     out = np.empty_like(prev)
     if method == "taylor":
-        _hop_taylor(rowptr, col, w, prev, out)
+        _hop_taylor(*graph, w, prev, out)
     elif method == "cavity" and prev2 is not None:
-        _hop_cavity(rowptr, col, w, prev, w_prev, prev2, out)
+        _hop_cavity(*graph, w, prev, w_prev, prev2, out)
     else:
-        _hop_product(rowptr, col, w, prev, out)
+        _hop_product(*graph, w, prev, out)
     return out
 
 

@@ -1,6 +1,7 @@
 """The sampler kinds a loader can use, by name (``--sampler nodewise|bulk|ladies``), with each
 kind's rules as data (:class:`SamplerKind`), and the one rule of a valid fanout list
-(:func:`check_fanouts`) and of the replace flag (:func:`check_replace`).
+(:func:`check_fanouts`), of a typed graph's fanout table (:func:`check_fanout_table`) and of the
+replace flag (:func:`check_replace`).
 
 A kind is known once its module calls :func:`register_sampler` with its :class:`SamplerKind` and
 the function that builds its sampler; :func:`check_sampler` finds it by name and
@@ -30,6 +31,8 @@ import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import numpy as np
 
 from ..errors import InputError
 from ..parsing import number_list
@@ -154,6 +157,28 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
         raise InputError(f"{what} gives {len(values)} hops but {layers} layers are sampled; "
                          "pass one fanout per layer")
     return values
+
+
+def check_fanout_table(table, num_relations: int, what: str = "fanouts") -> np.ndarray:
+    """The one rule of a typed graph's fanout table, returned as int64 ``[L, R]``: row ``h`` holds
+    hop h's fanout of each of the ``R = num_relations`` relations (``table[0]`` at the seeds), each
+    a number of in-neighbours of that relation that a sampled node draws, 0 (none) or -1 (all of
+    them), as PyG's ``num_neighbors`` per edge type. :class:`InputError` naming ``what`` otherwise."""
+    try:
+        array = np.asarray(table)
+        got = f"shape {list(array.shape)}"
+    except ValueError:
+        array, got = np.empty(0), "rows of different lengths"
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] != num_relations:
+        raise InputError(f"{what} of a typed graph must be an int64 [L, R] table, one row per hop and one column per "
+                         f"relation (R = {num_relations}), got {got}; give one fanout per relation and hop")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise InputError(f"{what} must hold integers, got dtype {array.dtype}; pass whole numbers of neighbours")
+    bad = array[(array < -1) | (array > MAX_FANOUT)]
+    if bad.size:
+        raise InputError(f"fanout {bad[0]} is invalid; every entry of {what} must be an integer in [0, 2^31 - 1] "
+                         "or -1 (all neighbours)")
+    return array.astype(np.int64, copy=False)
 
 
 def check_replace(replace: bool, kind: SamplerKind) -> bool:
