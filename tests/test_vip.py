@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cache_support import hop_counts, line_graph
-from salientpp.cache import Workload, expected_accesses, inclusion_probabilities, neighbour_sum, pick_weights
+from salientpp.cache import (Workload, expected_accesses, expected_nodes_per_type, inclusion_probabilities,
+                             neighbour_sum, pick_weights)
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
@@ -326,3 +327,319 @@ def test_ladies_vip_refuses_layer_sizes_below_one():
         inclusion_probabilities(rowptr, col, [np.array([0])], [-1, 4], 1, sampler="ladies")
     with pytest.raises(InputError, match="unknown sampler"):
         inclusion_probabilities(rowptr, col, [np.array([0])], [2], 1, sampler="layerwise")
+
+
+# --- Typed graphs: the recurrence over relations -------------------------------------------------
+
+def typed_graph(num_nodes=(40, 24, 8), seed=0):
+    """A random bibliographic graph of a few dozen nodes: ``(schema, rowptr, col, edge_rel)``.
+
+    Papers cite papers (symmetric), each paper has two author slots and one field; the relations are
+    paper__cites__paper (0), author__writes__paper (1), its reverse (2), paper__has_topic__field (3)
+    and its reverse (4). A paper draws authors through 1, papers through 0 and fields through 4; an
+    author draws papers through 2; a field draws papers through 3."""
+    from salientpp.data.csr import build_typed_csr
+    from salientpp.data.schema import GraphSchema
+
+    rng = np.random.default_rng(seed)
+    papers, authors, fields = num_nodes
+    schema = GraphSchema.with_reverses(["paper", "author", "field"], num_nodes,
+                                       [("paper", "cites", "paper"), ("author", "writes", "paper"),
+                                        ("paper", "has_topic", "field")], "paper")
+    first = schema.offsets
+    cites = rng.integers(0, papers, size=(2, 3 * papers // 2))
+    writes = np.stack([first[1] + rng.integers(0, authors, size=2 * papers), np.repeat(np.arange(papers), 2)])
+    topic = np.stack([np.arange(papers), first[2] + rng.integers(0, fields, size=papers)])
+    none = np.zeros((2, 0), dtype=np.int64)
+    return (schema, *build_typed_csr([cites, writes, none, topic, none], schema.reverse, schema.total_nodes))
+
+
+# Hop h's fanout of each relation of typed_graph: cites, writes, rev_writes, has_topic, rev_has_topic.
+TYPED_FANOUTS = np.array([[2, 1, 2, 1, 2], [1, 2, 1, 1, 3], [2, 1, 1, 2, 1]])
+
+
+def reference_recurrence(rowptr, col, edge_rel, reverse, fanouts, p0, method="exact", replace=False):
+    """The typed recurrence of cache/vip.py's docstring in plain Python, one scalar operation at a time
+    in the kernels' order: v's factor for the entry j of its row (u = col[j], relation r = edge_rel[j]:
+    v draws u through r) is 1 - w_h(u, reverse[r]) p^{h-1}(u); the cavity form divides u's absence by
+    v's own pick of u at hop h-1 (w_{h-1}(v, r)) and u's pick of v (w_{h-1}(u, reverse[r]))."""
+    import math
+
+    num_nodes, num_relations = rowptr.shape[0] - 1, fanouts.shape[1]
+    degree = np.zeros((num_nodes, num_relations), dtype=np.int64)
+    np.add.at(degree, (np.repeat(np.arange(num_nodes), np.diff(rowptr)), edge_rel), 1)
+    hops, weights = [np.asarray(p0, dtype=np.float64)], [None]
+    for fanout in fanouts:
+        w = pick_weights(degree, fanout, replace)
+        prev, prev2, w_prev = hops[-1], hops[-2] if len(hops) >= 2 else None, weights[-1]
+        out = np.empty_like(prev)
+        for v in range(num_nodes):
+            for k in range(prev.shape[1]):
+                x = 0.0 if method == "taylor" else 1.0 - prev[v, k]
+                for j in range(rowptr[v], rowptr[v + 1]):
+                    u, r = col[j], edge_rel[j]
+                    wu = w[u, reverse[r]]
+                    if wu > 0.0:
+                        if method == "taylor":
+                            x += wu * prev[u, k]
+                        elif method == "cavity" and prev2 is not None:
+                            q = 1.0 - prev[u, k]
+                            keep = (1.0 - w_prev[v, r] * prev2[v, k]) * (1.0 - w_prev[u, reverse[r]] * prev2[u, k])
+                            if keep > 1e-12:
+                                q = min(1.0, q / keep)
+                            x *= 1.0 - wu * (1.0 - q)
+                        else:
+                            x *= 1.0 - wu * prev[u, k]
+                out[v, k] = 1.0 - (1.0 - prev[v, k]) * math.exp(-x) if method == "taylor" else 1.0 - x
+        hops.append(np.clip(out, 0.0, 1.0))
+        weights.append(w)
+    return hops
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("method", ["exact", "taylor", "cavity"])
+def test_homogeneous_vip_is_the_plain_recurrence_bit_for_bit(method, replace):
+    # A homogeneous graph takes the kernels' untyped specialisation; it must compute exactly what it
+    # always did, the recurrence one scalar operation at a time (the reference with one relation).
+    from salientpp.data.csr import build_csr
+
+    rng = np.random.default_rng(3)
+    rowptr, col = build_csr(rng.integers(0, 200, size=(2, 700)), 200)
+    sets = [rng.choice(200, 30, replace=False), rng.choice(200, 9, replace=False)]
+    hops = inclusion_probabilities(rowptr, col, sets, [4, -1, 2], 8, method=method, replace=replace,
+                                   return_hops=True)
+    reference = reference_recurrence(rowptr, col, np.zeros(col.shape[0], dtype=np.int8), [0],
+                                     np.array([[4], [-1], [2]]), hops[0], method, replace)
+    for h, (got, want) in enumerate(zip(hops, reference)):
+        np.testing.assert_array_equal(got, want, err_msg=f"hop {h}")
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("method", ["exact", "taylor", "cavity"])
+def test_a_typed_graph_of_one_relation_gives_the_homogeneous_arrays_bit_for_bit(graph, method, replace):
+    from salientpp.data.schema import GraphSchema
+
+    rowptr, col, train = graph
+    plain = inclusion_probabilities(rowptr, col, [train[:100], train[100:]], [15, 10, 5], 16, method=method,
+                                    replace=replace, return_hops=True)
+    typed = inclusion_probabilities(rowptr, col, [train[:100], train[100:]], np.array([[15], [10], [5]]), 16,
+                                    method=method, replace=replace, return_hops=True,
+                                    edge_rel=np.zeros(col.shape[0], dtype=np.int8),
+                                    schema=GraphSchema.homogeneous(rowptr.shape[0] - 1))
+    for a, b in zip(plain, typed):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("method", ["exact", "taylor", "cavity"])
+def test_typed_vip_is_the_recurrence_over_relations(method, replace):
+    schema, rowptr, col, edge_rel = typed_graph()
+    sets = [np.arange(0, 40, 2), np.arange(1, 40, 4)]
+    hops = inclusion_probabilities(rowptr, col, sets, TYPED_FANOUTS, 4, method=method, replace=replace,
+                                   return_hops=True, edge_rel=edge_rel, schema=schema)
+    reference = reference_recurrence(rowptr, col, edge_rel, schema.reverse, TYPED_FANOUTS, hops[0], method, replace)
+    for h, (got, want) in enumerate(zip(hops, reference)):
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15, err_msg=f"hop {h}")
+    assert hops[-1][:, 0].min() < 1 and hops[-1][40:, :].sum() > 0  # authors and fields are reached
+
+
+def star_graph():
+    """Papers 0 and 1 (0 cites 1), authors 2, 3, 4 (2, 3 and 4 wrote paper 0; 4 also paper 1) and
+    field 5 (the topic of both papers), with typed_graph's five relations."""
+    from salientpp.data.csr import build_typed_csr
+    from salientpp.data.schema import GraphSchema
+
+    schema = GraphSchema.with_reverses(["paper", "author", "field"], [2, 3, 1],
+                                       [("paper", "cites", "paper"), ("author", "writes", "paper"),
+                                        ("paper", "has_topic", "field")], "paper")
+    none = np.zeros((2, 0), dtype=np.int64)
+    edges = [np.array([[0], [1]]), np.array([[2, 3, 4, 4], [0, 0, 0, 1]]), none, np.array([[0, 1], [5, 5]]), none]
+    return (schema, *build_typed_csr(edges, schema.reverse, schema.total_nodes))
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_hop_one_on_a_typed_star_is_the_closed_form(replace):
+    # Seeds: both papers, one per batch (S = 2, p0 = 1/2). Fanouts at hop 1: cites 1, writes 2,
+    # rev_writes 5, has_topic 0, rev_has_topic 1. By hand, p1(v) = 1 - (1 - p0(v)) prod (1 - w p0(u)),
+    # u picking v through the reverse of the relation v draws u by:
+    # - author 2 (and 3): paper 0 picks it among its 3 authors (writes, fanout 2): w = 2/3, or
+    #   1 - (2/3)^2 = 5/9 with replacement; p1 = w / 2.
+    # - author 4: paper 0 as above, and paper 1, whose only author it is: w = 1; p1 = 1 - (1 - w/2) / 2.
+    # - field 5: each paper has one topic (rev_has_topic, fanout 1): w = 1; p1 = 1 - (1/2)(1/2).
+    # - papers: the other paper cites or is cited by it, its only cites neighbour (fanout 1):
+    #   p1 = 1 - (1 - 1/2)(1 - 1/2).
+    # A kernel that used the entry's own relation instead of its reverse would give the authors 0
+    # (papers have no rev_writes neighbours).
+    schema, rowptr, col, edge_rel = star_graph()
+    hops = inclusion_probabilities(rowptr, col, [np.array([0, 1])], np.array([[1, 2, 5, 0, 1]]), 1,
+                                   replace=replace, return_hops=True, edge_rel=edge_rel, schema=schema)
+    w = 5 / 9 if replace else 2 / 3
+    np.testing.assert_allclose(hops[0][:, 0], [1 / 2, 1 / 2, 0, 0, 0, 0])
+    np.testing.assert_allclose(hops[1][:, 0], [3 / 4, 3 / 4, w / 2, w / 2, 1 - (1 - w / 2) / 2, 3 / 4])
+
+
+def test_a_relation_with_fanout_zero_leaves_out_the_type_reached_only_through_it():
+    # Papers reach fields only by drawing them through rev_has_topic (relation 4).
+    schema, rowptr, col, edge_rel = typed_graph()
+    fields = slice(*schema.offsets[2:4])
+    never = TYPED_FANOUTS.copy()
+    never[:, 4] = 0
+    hops = inclusion_probabilities(rowptr, col, [np.arange(40)], never, 8, return_hops=True, edge_rel=edge_rel,
+                                   schema=schema)
+    assert all(np.all(p[fields] == 0) for p in hops)
+    assert np.all(hops[-1][:40] > 0) and hops[-1][40:64].sum() > 1  # papers and authors are reached
+    later = TYPED_FANOUTS.copy()
+    later[1:, 4] = 0  # fields drawn at hop 1 only: after it their probability stays what hop 1 gave
+    hops = inclusion_probabilities(rowptr, col, [np.arange(40)], later, 8, return_hops=True, edge_rel=edge_rel,
+                                   schema=schema)
+    assert np.all(hops[1][fields] > 0)
+    np.testing.assert_array_equal(hops[3][fields], hops[1][fields])
+
+
+def reference_hop_sets(rowptr, col, edge_rel, fanouts, seeds, batch_size, batches, rng, replace=False,
+                       chunk=1000):
+    """A minimal typed node-wise sampler, independent of salientpp's: yields ``batches`` minibatches,
+    each the list of its node sets S^0 ⊆ S^1 ⊆ ... ⊆ S^L (int64 ids). At hop h every node of
+    S^{h-1} draws, for each relation r, ``fanouts[h - 1][r]`` of its relation-r in-neighbours (its
+    row's entries of relation r): distinct ones, or that many uniform draws with ``replace``, -1 =
+    all, 0 = none. Each seed is in a batch independently with probability 1/S, S = ceil(|T| / b),
+    which is p0 exactly (the loader's fixed-size batches correlate the seeds slightly, an error the
+    module docstring bounds, and which this sampler leaves out to test the recurrence alone)."""
+    num_nodes, num_relations = rowptr.shape[0] - 1, fanouts.shape[1]
+    row = np.repeat(np.arange(num_nodes), np.diff(rowptr))
+    steps = -(-len(seeds) // batch_size)
+    for start in range(0, batches, chunk):  # a chunk of batches at once: batch i's nodes are inside[i]
+        count = min(chunk, batches - start)
+        inside = np.zeros((count, num_nodes), dtype=bool)
+        inside[:, seeds] = rng.random((count, len(seeds))) < 1 / steps
+        sets = [inside.copy()]
+        for fanout in fanouts:
+            batch, entry = np.nonzero(inside[:, row])  # the entries of the rows of the nodes in S^{h-1}
+            group = (batch * num_nodes + row[entry]) * num_relations + edge_rel[entry]  # (batch, row, relation)
+            order = np.lexsort((rng.random(entry.size), group))  # each group's entries, shuffled
+            first = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
+            size = np.diff(np.r_[first, entry.size])
+            f = fanout[edge_rel[entry[order[first]]]]  # each group's fanout
+            picked = np.zeros(entry.size, dtype=bool)
+            if replace:
+                draws = np.where(f > 0, f, 0)
+                offset = (rng.random(draws.sum()) * np.repeat(size, draws)).astype(np.int64)  # uniform in [0, size)
+                picked[order[np.repeat(first, draws) + offset]] = True
+            else:  # the first f of the shuffled entries
+                rank = np.arange(entry.size) - np.repeat(first, size)
+                picked[order] = rank < np.repeat(np.where(f < 0, size, f), size)
+            picked[order[np.repeat(f == -1, size)]] = True
+            inside[batch[picked], col[entry[picked]]] = True
+            sets.append(inside.copy())
+        for i in range(count):
+            yield [np.flatnonzero(s[i]) for s in sets]
+
+
+def check_against_sampled_sets(hops, hop_sets, node_type, num_types, tolerance):
+    """Compare VIP with a sampler's minibatches per node type and hop; return the relative errors.
+
+    ``hops``: the L + 1 arrays ``[N, 1]`` of :func:`inclusion_probabilities` (``return_hops``, one
+    partition); ``hop_sets``: minibatches from any sampler, each the list of its node sets S^0..S^L
+    (node ids); ``node_type``: int ``[N]``. The mean count of type-t nodes in S^h over the batches
+    must lie within 4 standard errors (Monte-Carlo noise) plus ``tolerance[h]`` (relative: the
+    estimate's own error) of the sum of VIP over type t (:func:`expected_nodes_per_type`)."""
+    counts = np.array([[np.bincount(node_type[s], minlength=num_types) for s in sets] for sets in hop_sets])
+    mean, se = counts.mean(0), counts.std(0) / np.sqrt(counts.shape[0])  # [L + 1, T]
+    predicted = np.stack([expected_nodes_per_type(p, node_type, num_types)[:, 0] for p in hops])
+    error = np.divide(predicted - mean, mean, out=np.where(predicted == mean, 0.0, np.inf), where=mean > 0)
+    table = np.array2string(error, precision=4, suppress_small=True)
+    print(f"relative error per hop (rows) and type (columns):\n{table}")
+    for h in range(len(hops)):
+        assert np.all(np.abs(predicted[h] - mean[h]) <= 4 * se[h] + tolerance[h] * mean[h]), f"hop {h}: {error[h]}"
+    return error
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_typed_vip_matches_a_reference_sampler_per_type_and_hop(replace):
+    # 8000 minibatches: a standard error of 0.3-0.6% of each type's count. Hops 0 and 1 are exact
+    # (independent seeds, independent draws of different nodes): Monte-Carlo error only. From hop 2 on
+    # the cavity estimate's own error on a graph this small and dense (every node a few hops from
+    # every other; b = 8 of 40 papers reaches half the graph) measures 0.3-1.5%: 3% is allowed, the
+    # goal of issue 52 per type and hop.
+    schema, rowptr, col, edge_rel = typed_graph()
+    node_type = schema.type_of(np.arange(schema.total_nodes))
+    seeds, batch_size = np.arange(40), 8
+    sets = list(reference_hop_sets(rowptr, col, edge_rel, TYPED_FANOUTS, seeds, batch_size, 8000,
+                                   np.random.default_rng(7), replace=replace))
+    hops = inclusion_probabilities(rowptr, col, [seeds], TYPED_FANOUTS, batch_size, method="cavity",
+                                   replace=replace, return_hops=True, edge_rel=edge_rel, schema=schema)
+    check_against_sampled_sets(hops, sets, node_type, schema.num_types, [0, 0, 0.03, 0.03])
+    # The check has teeth: the fanouts of a relation and its reverse swapped (a pick through the
+    # entry's own relation instead of its reverse) is off by more than that from hop 1 on.
+    swapped = TYPED_FANOUTS[:, [0, 2, 1, 4, 3]]
+    wrong = inclusion_probabilities(rowptr, col, [seeds], swapped, batch_size, method="cavity", replace=replace,
+                                    return_hops=True, edge_rel=edge_rel, schema=schema)
+    with pytest.raises(AssertionError, match="hop 1"):
+        check_against_sampled_sets(wrong, sets, node_type, schema.num_types, [0, 0, 0.03, 0.03])
+
+
+def test_expected_nodes_per_type_sums_each_types_probabilities():
+    probs = np.array([[0.5, 1.0], [0.25, 0.0], [1.0, 0.5], [0.125, 0.25]])
+    got = expected_nodes_per_type(probs, np.array([1, 0, 1, 2]), 4)
+    np.testing.assert_array_equal(got, [[0.25, 0.0], [1.5, 1.5], [0.125, 0.25], [0.0, 0.0]])
+    with pytest.raises(InputError, match=r"node types must lie in \[0, 2\)"):
+        expected_nodes_per_type(probs, np.array([1, 0, 1, 2]), 2)
+    with pytest.raises(InputError, match="one integer node type per row"):
+        expected_nodes_per_type(probs, np.array([0, 1]), 2)
+
+
+def test_per_relation_degrees_count_each_rows_entries_of_each_relation():
+    from salientpp.cache import relation_degrees
+
+    schema, rowptr, col, edge_rel = star_graph()
+    # Rows: paper 0 (cites 1, writes 3, rev_has_topic 1), paper 1 (cites 1, writes 1, rev_has_topic 1),
+    # authors 2, 3 (rev_writes 1), author 4 (rev_writes 2), field 5 (has_topic 2).
+    np.testing.assert_array_equal(relation_degrees(rowptr, edge_rel, 5),
+                                  [[1, 3, 0, 0, 1], [1, 1, 0, 0, 1], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0],
+                                   [0, 0, 2, 0, 0], [0, 0, 0, 2, 0]])
+
+
+def test_pick_weights_per_relation_take_each_relations_fanout():
+    degree = np.array([[0, 4, 3], [2, 0, 5]])
+    np.testing.assert_allclose(pick_weights(degree, np.array([-1, 2, 0]), False), [[0, .5, 0], [1, 0, 0]])
+    np.testing.assert_allclose(pick_weights(degree, np.array([1, 2, -1]), True), [[0, 1 - .75**2, 1], [.5, 0, 1]])
+
+
+@pytest.mark.parametrize("change, phrase", [
+    (dict(fanouts=[2, 2]), r"must be an int64 \[L, R\] table, one row per hop and one column per relation \(R = 5\)"),
+    (dict(fanouts=[[2, 2, 2, 2]]), r"R = 5\), got shape \[1, 4\]"),
+    (dict(fanouts=[[2, 2, 2, 2, 2], [1]]), "got rows of different lengths"),
+    (dict(fanouts=[[2, 2, -2, 2, 2]]), r"fanout -2 is invalid; every entry of fanouts must be an integer in \[0, "),
+    (dict(fanouts=[[2, 2, 2.5, 2, 2]]), "fanouts must hold integers, got dtype float64"),
+    (dict(schema=None), "edge_rel needs the graph's schema"),
+    (dict(edge_rel=None), "the graph has 5 relations but no edge_rel was given"),
+    (dict(edge_rel=np.zeros(3, dtype=np.int8)), r"edge_rel must be an int8 array of one relation per CSR entry"),
+    (dict(edge_rel="edge_rel + 5"), r"edge_rel holds relations outside \[0, 5\)"),
+    (dict(sampler="ladies", fanouts=[[4, 4, 4, 4, 4]]), "the VIP analysis of LADIES sampling covers homogeneous "
+                                                          "graphs only"),
+])
+def test_bad_typed_input_is_one_sentence(change, phrase):
+    schema, rowptr, col, edge_rel = star_graph()
+    args = dict(fanouts=np.array([[1, 2, 5, 0, 1]]), edge_rel=edge_rel, schema=schema)
+    args.update(change)
+    if isinstance(args["edge_rel"], str):
+        args["edge_rel"] = edge_rel + 5
+    fanouts = args.pop("fanouts")
+    with pytest.raises(InputError, match=phrase) as raised:
+        inclusion_probabilities(rowptr, col, [np.array([0])], fanouts, 1, **args)
+    assert len(str(raised.value).splitlines()) == 1
+
+
+def test_a_typed_datasets_workload_reaches_the_typed_recurrence():
+    # workload_probabilities reads the dataset's edge_rel and schema; a Workload's fanouts are one
+    # list for now, which a typed graph refuses until it names one fanout per relation.
+    from types import SimpleNamespace
+
+    from salientpp.cache.vip import workload_probabilities
+
+    schema, rowptr, col, edge_rel = star_graph()
+    part = SimpleNamespace(train_idx=np.array([0, 1]))
+    dataset = SimpleNamespace(rowptr=rowptr, col=col, edge_rel=edge_rel, schema=schema, num_parts=1,
+                              num_nodes=6, part=lambda k: part)
+    with pytest.raises(InputError, match=r"one column per relation \(R = 5\), got shape \[1\]"):
+        workload_probabilities(dataset, Workload((2,), 1))

@@ -528,6 +528,24 @@ def neighbour_sum(rowptr: np.ndarray, col: np.ndarray, x: np.ndarray) -> np.ndar
     return out
 
 
+def expected_nodes_per_type(probs: np.ndarray, node_type: np.ndarray, num_types: int) -> np.ndarray:
+    """float64 ``[T, K]``: ``out[t, k]`` sums ``probs[v, k]`` (float ``[N, K]``, e.g. one hop of
+    :func:`inclusion_probabilities`) over the vertices v of type t, the expected vertices of type t
+    in a minibatch of partition k. ``node_type``: int ``[N]``, each vertex's type in ``[0, T)``
+    (:meth:`~salientpp.data.schema.GraphSchema.type_of` of the ids)."""
+    probs, node_type = np.asarray(probs, dtype=np.float64), np.asarray(node_type)
+    if probs.ndim != 2 or node_type.shape != probs.shape[:1] or not np.issubdtype(node_type.dtype, np.integer):
+        raise InputError(f"give one integer node type per row of the [N, K] probabilities, got types "
+                         f"{node_type.dtype} {list(node_type.shape)} for probabilities {list(probs.shape)}")
+    if node_type.size and (node_type.min() < 0 or node_type.max() >= num_types):
+        raise InputError(f"node types must lie in [0, {num_types}), found {node_type.min()}..{node_type.max()}; "
+                         "pass the type of each vertex in the numbering of the probabilities")
+    out = np.zeros((num_types, probs.shape[1]))
+    for k in range(probs.shape[1]):
+        out[:, k] = np.bincount(node_type, weights=probs[:, k], minlength=num_types)
+    return out
+
+
 def expected_accesses(dataset, workloads: Sequence[Workload], *, method: str = "exact",
                       num_threads: int | None = None) -> np.ndarray:
     """Expected number of minibatches per training epoch in which partition k touches vertex v.
