@@ -1,6 +1,7 @@
 """The models: SAGE, GAT, GIN and GCN applied layer by layer to sampled MFGs (the first three
-are PyG's convolutions; GCN is :class:`MeanGCNConv`), a user's model by its factory, and how the
-trainer calls either (:class:`SeedForward`).
+are PyG's convolutions; GCN is :class:`MeanGCNConv`), the typed models R-SAGE, R-GCN and R-GAT
+(:mod:`salientpp.models.typed`), a user's model by its factory, and how the trainer calls any
+of them (:class:`SeedForward`).
 
 Layer i reads the MFG ``mfgs[i]`` (model order: ``mfgs[0]`` is the input layer): its sources
 are the first ``num_src`` rows of the current hidden state and its destinations the first
@@ -17,7 +18,8 @@ PyG writes the ``propagate`` (and ``edge_updater``) code it generates for each c
 to a file in the temporary directory, once per class and process, and never removes it:
 :func:`no_pyg_tempfiles` and :func:`remove_pyg_tempfiles` do, and :class:`MFGModel` uses them.
 
-**Models by name** (:func:`build_model`): a built-in one, or a user's factory ``PKG.MODULE:FACTORY``,
+**Models by name** (:func:`build_model`): a built-in one (:data:`BUILT_IN_MODELS`; the typed ones
+built from the graph's schema), or a user's factory ``PKG.MODULE:FACTORY``,
 called as ``factory(in_dim, hidden, out_dim, num_layers)``, which returns an ``nn.Module``. A
 model declares how the trainer calls it with its attribute ``salientpp_input``
 (:class:`ModelInput`); without one it is called the PyG way:
