@@ -151,6 +151,12 @@ def test_the_pyg_edge_view_is_hop_ordered_and_trim_to_layer_keeps_the_seed_outpu
     assert torch.allclose(full[:batch.batch_size], x[:batch.batch_size], atol=1e-5)
     data = batch.to_pyg()
     assert data.batch_size == batch.batch_size and torch.equal(data.edge_index, batch.edge_index)
+    # a homogeneous graph is a typed one with one type and one relation
+    assert batch.x_dict.keys() == {"node"} and batch.x_dict["node"] is batch.x and batch.target_type == "node"
+    assert batch.edge_index_dict.keys() == {("node", "to", "node")}
+    assert torch.equal(batch.edge_index_dict[("node", "to", "node")], batch.edge_index)
+    assert batch.num_sampled_nodes_dict == {"node": nodes}
+    assert batch.num_sampled_edges_dict == {("node", "to", "node"): edges}
     salientpp.shutdown_distributed(ctx)
 
 

@@ -32,7 +32,7 @@ from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
 from ..errors import InputError, check_int, check_seed
-from ..data.schema import GraphSchema
+from ..data.schema import HOMOGENEOUS_TYPE, GraphSchema
 from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..models.typed import type_ranks
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
@@ -114,7 +114,7 @@ class Batch:
 
     def __post_init__(self):
         if self.x_dict is None and self.schema is None:
-            self.x_dict = {GraphSchema.homogeneous(0).target: self.x}
+            self.x_dict = {HOMOGENEOUS_TYPE: self.x}
 
     @cached_property
     def edge_index(self) -> torch.Tensor:
@@ -142,7 +142,7 @@ class Batch:
     @property
     def target_type(self) -> str:
         """The node type of the seeds (a homogeneous graph's one type, ``"node"``)."""
-        return (self.schema or GraphSchema.homogeneous(0)).target
+        return HOMOGENEOUS_TYPE if self.schema is None else self.schema.target
 
     @cached_property
     def _typed_view(self) -> tuple[dict, dict, dict, dict]:
