@@ -170,3 +170,92 @@ def typed_dataset(seed: int = 0):
                       features={"inst": rng.standard_normal((4, 2)).astype(np.float32)})
     dataset.validate()
     return dataset, given
+
+
+def typed_sample(seed: int = 0, num_seeds: int = 4, layers: int = 2, keep: float = 0.6):
+    """A hand-built sampled batch of a small typed graph, as the typed sampler gives one, and the
+    graph it was drawn from.
+
+    The graph: papers (30, 5 features; the target), authors (20, 6 features) and fields (8, no
+    features), with paper-cites-paper (symmetric), author-writes-paper and paper-has-field and
+    their reverses. The "sample" is a random subset of the edges (each kept with probability
+    ``keep``), reached from ``num_seeds`` papers over ``layers`` hops (every kept in-edge of every
+    node reached): ``n_id`` lists the nodes hop by hop, and MFG ``i`` (model order) has as
+    destinations the nodes within ``layers - 1 - i`` hops and every kept edge into them, grouped
+    by destination, then relation.
+
+    Returns a namespace: ``schema``, ``edges`` (relation index -> int64 [2, E_r] kept edges,
+    global ids), ``features`` (type name -> float32 rows of every node of the type), ``n_id``,
+    ``node_type``, ``mfgs``, ``num_seeds``, ``hops`` (the hop of each node of ``n_id``) and
+    ``x_dict`` (the batch rows per type).
+    """
+    from types import SimpleNamespace
+
+    import torch
+
+    from salientpp.data.schema import GraphSchema
+    from salientpp.sampling import MFG
+
+    g = torch.Generator().manual_seed(seed)
+    schema = GraphSchema.with_reverses(("paper", "author", "field"), (30, 20, 8),
+                                       [("paper", "cites", "paper"), ("author", "writes", "paper"),
+                                        ("paper", "has", "field")], target="paper")
+    offsets = schema.offsets
+    ids = {t: torch.arange(int(offsets[i]), int(offsets[i + 1])) for i, t in enumerate(schema.node_types)}
+    edges = {}
+    for r, relation in enumerate(schema.relations):
+        if schema.reverse[r] < r:  # the reverse of an earlier relation: its edges turned round
+            edges[r] = edges[schema.reverse[r]].flip(0)
+            continue
+        src, dst = ids[relation.src], ids[relation.dst]
+        pairs = torch.cartesian_prod(src, dst).T
+        pairs = pairs[:, torch.rand(pairs.shape[1], generator=g) < 0.15]
+        pairs = pairs[:, pairs[0] != pairs[1]]
+        if schema.reverse[r] == r:  # symmetric
+            pairs = torch.unique(torch.cat([pairs, pairs.flip(0)], 1), dim=1)
+        edges[r] = pairs
+    kept = {}
+    for r in edges:  # keep a subset (the reverse of a kept edge need not be kept: sampling is per direction)
+        kept[r] = edges[r][:, torch.rand(edges[r].shape[1], generator=g) < keep]
+    into = {}  # (node, relation) -> sources in ascending order
+    for r, pairs in kept.items():
+        for u, v in pairs.T.tolist():
+            into.setdefault((v, r), []).append(u)
+    type_of = lambda v: int(torch.searchsorted(torch.as_tensor(offsets), v, right=True)) - 1  # noqa: E731
+    seeds = ids["paper"][torch.randperm(30, generator=g)[:num_seeds]].tolist()
+    order, hop_of = list(seeds), {v: 0 for v in seeds}
+    frontier = list(seeds)
+    for hop in range(1, layers + 1):
+        reached = []
+        for v in frontier:
+            for r in schema.relations_into(type_of(v)):
+                for u in sorted(into.get((v, r), [])):
+                    if u not in hop_of:
+                        hop_of[u] = hop
+                        reached.append(u)
+        order += reached
+        frontier = reached
+    position = {v: i for i, v in enumerate(order)}
+    hops = torch.tensor([hop_of[v] for v in order])
+    mfgs = []
+    for i in range(layers):
+        num_dst = int((hops <= layers - 1 - i).sum())
+        num_src = int((hops <= layers - i).sum())
+        src, dst, rel, rowptr = [], [], [], [0]
+        for d in range(num_dst):
+            v = order[d]
+            for r in schema.relations_into(type_of(v)):
+                for u in sorted(into.get((v, r), [])):
+                    src.append(position[u])
+                    dst.append(d)
+                    rel.append(r)
+            rowptr.append(len(src))
+        mfgs.append(MFG(num_src, num_dst, torch.tensor([src, dst], dtype=torch.int64).view(2, -1),
+                        torch.tensor(rowptr), edge_type=torch.tensor(rel, dtype=torch.int64)))
+    n_id = torch.tensor(order)
+    node_type = torch.tensor([type_of(v) for v in order])
+    features = {"paper": torch.randn(30, 5, generator=g), "author": torch.randn(20, 6, generator=g)}
+    x_dict = {t: features[t][n_id[node_type == i] - int(offsets[i])]
+              for i, t in enumerate(schema.node_types) if t in features}
+    return SimpleNamespace(schema=schema, edges=kept, features=features, n_id=n_id, node_type=node_type, mfgs=mfgs,
+                           num_seeds=num_seeds, hops=hops, x_dict=x_dict)

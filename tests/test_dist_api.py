@@ -22,6 +22,8 @@ from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 
+from conftest import typed_sample
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "bring_your_own_model.py"
 
 
@@ -149,8 +151,88 @@ def test_the_pyg_edge_view_is_hop_ordered_and_trim_to_layer_keeps_the_seed_outpu
     assert torch.allclose(full[:batch.batch_size], x[:batch.batch_size], atol=1e-5)
     data = batch.to_pyg()
     assert data.batch_size == batch.batch_size and torch.equal(data.edge_index, batch.edge_index)
+    # a homogeneous graph is a typed one with one type and one relation
+    assert batch.x_dict.keys() == {"node"} and batch.x_dict["node"] is batch.x and batch.target_type == "node"
+    assert batch.edge_index_dict.keys() == {("node", "to", "node")}
+    assert torch.equal(batch.edge_index_dict[("node", "to", "node")], batch.edge_index)
+    assert batch.num_sampled_nodes_dict == {"node": nodes}
+    assert batch.num_sampled_edges_dict == {("node", "to", "node"): edges}
     salientpp.shutdown_distributed(ctx)
 
+
+
+def _typed_batch(sample):
+    """The hand-built typed sample as the Batch a typed loader yields (labels: the seeds' ids)."""
+    from salientpp.loader.dist_loader import hop_layout
+
+    return salientpp.Batch(None, sample.n_id[:sample.num_seeds], sample.n_id, sample.num_seeds, sample.mfgs,
+                           *hop_layout(sample.mfgs, sample.num_seeds), schema=sample.schema,
+                           node_type=sample.node_type, x_dict=sample.x_dict)
+
+
+def test_a_to_hetero_model_gives_the_seeds_the_outputs_of_the_same_subgraph_built_as_a_heterodata():
+    """batch.to_pyg() of a typed batch follows PyG's NeighborLoader: one edge index per relation
+    for the whole sample, hop by hop, per-type n_id and hop counts; a to_hetero(SAGE) model (with
+    its own embedding of the featureless fields) runs on it unchanged, also trimmed layer by layer,
+    and gives the seeds what it gives on the subgraph built directly from the graph."""
+    from torch_geometric.data import HeteroData
+    from torch_geometric.nn import HeteroConv, SAGEConv, to_hetero
+    from torch_geometric.utils import trim_to_layer
+
+    sample = typed_sample(seed=7)
+    schema, batch = sample.schema, _typed_batch(sample)
+    data = batch.to_pyg()
+    assert isinstance(data, HeteroData) and data["paper"].batch_size == sample.num_seeds
+    assert torch.equal(data["paper"].y, sample.n_id[:sample.num_seeds]) and "x" not in data["field"]
+    direct = HeteroData()
+    for t, name in enumerate(schema.node_types):
+        ids = sample.n_id[sample.node_type == t]
+        assert torch.equal(data[name].n_id, ids) and data[name].num_nodes == ids.shape[0]
+        assert sum(data[name].num_sampled_nodes) == ids.shape[0]
+        direct[name].n_id = ids
+        if name in sample.features:
+            assert torch.equal(data[name].x, sample.features[name][ids - int(schema.offsets[t])])
+            direct[name].x = data[name].x
+    local = {v: i for t in range(schema.num_types) for i, v in enumerate(sample.n_id[sample.node_type == t].tolist())}
+    for r, relation in enumerate(schema.relations):  # every kept edge between batch nodes, in the types' rows
+        pairs = [(local[u], local[v]) for u, v in sample.edges[r].T.tolist() if u in local and v in local]
+        direct[relation.key].edge_index = torch.tensor(pairs, dtype=torch.int64).view(-1, 2).T
+        ours = data[relation.key].edge_index
+        assert ours.shape[1] == sum(data[relation.key].num_sampled_edges)
+        assert {tuple(e) for e in ours.T.tolist()} <= set(pairs)  # the sample's edges are the graph's
+
+    class Sage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList(SAGEConv((-1, -1), 8) for _ in range(2))
+
+        def forward(self, x, edge_index):
+            return self.convs[1](self.convs[0](x, edge_index).relu(), edge_index)
+
+    torch.manual_seed(0)
+    fields = torch.nn.Embedding(8, 4)  # the user's rows of the featureless type
+    first_field = int(schema.offsets[schema.type_index("field")])
+    to_hetero_model = to_hetero(Sage(), data.metadata(), aggr="sum")
+    # MLPerf's way: HeteroConv layers, trimmed to each layer's nodes and edges
+    hetero_convs = [HeteroConv({r.key: SAGEConv((-1, -1), 8) for r in schema.relations}) for _ in range(2)]
+
+    def run(graph, how: str):
+        x_dict = {**graph.x_dict, "field": fields(graph["field"].n_id - first_field)}
+        if how == "to_hetero":
+            return to_hetero_model(x_dict, graph.edge_index_dict)["paper"][:sample.num_seeds]
+        edge_index_dict = graph.edge_index_dict
+        for layer, conv in enumerate(hetero_convs):
+            if how == "trimmed":
+                x_dict, edge_index_dict, _ = trim_to_layer(layer, graph.num_sampled_nodes_dict,
+                                                           graph.num_sampled_edges_dict, x_dict, edge_index_dict)
+            x_dict = conv(x_dict, edge_index_dict)
+        return x_dict["paper"][:sample.num_seeds]
+
+    with torch.no_grad():
+        torch.testing.assert_close(run(data, "to_hetero"), run(direct, "to_hetero"))
+        expected = run(direct, "whole")
+        torch.testing.assert_close(run(data, "whole"), expected)
+        torch.testing.assert_close(run(data, "trimmed"), expected)
 
 def test_seeds_must_be_owned_distinct_ids_and_splits_known_names(tiny_partitions):
     ctx = salientpp.init_distributed()

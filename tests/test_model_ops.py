@@ -6,11 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch_geometric.nn import GINConv, SAGEConv
+
+from conftest import typed_sample
 
 from salientpp._ext import extension
 from salientpp.models.gnn import SeedForward
-from salientpp.models.gnn import MFGModel, MeanGCNConv
+from salientpp.models.gnn import MFGModel, MeanGCNConv, build_model
+from salientpp.models.typed import TypedInput, TypedMFGModel
 from salientpp.models.ops import aggregate, aggregate_reference, aggregate_with_root, dropout
 from salientpp.sampling import MFG
 from salientpp.train.config import cpu_has_bf16
@@ -273,6 +277,153 @@ def test_the_built_in_models_get_features_as_stored_and_a_users_model_gets_float
 
     rows = SeedForward.of(UserModel()).inputs(batch)
     assert rows.dtype == torch.float32 and torch.equal(rows, batch.x.float())
+
+
+# ---- the typed models (R-SAGE, R-GCN, R-GAT) against PyG's heterogeneous models -----------------
+
+HIDDEN, HEADS = 8, 4  # the built-in R-GAT has 4 heads, as MLPerf configures it
+
+
+def _typed_model(name: str, sample) -> TypedMFGModel:
+    torch.manual_seed(1)
+    typed = TypedInput(sample.schema, {"paper": 5, "author": 6}, embedding_dim=3)
+    return build_model(name, 5, HIDDEN, 3, 2, dropout=0.5, typed=typed).double().eval()
+
+
+def _inputs(model: TypedMFGModel, sample) -> list[torch.Tensor]:
+    """The model's projected input rows of each type (the embedding rows of the fields)."""
+    return model.inputs(sample.x_dict, sample.node_type, sample.n_id, sample.node_type.bincount().tolist())
+
+
+def _subgraph(sample, h: list[torch.Tensor]):
+    """The sampled subgraph as a HeteroData built from the graph itself: the rows ``h[t]`` of each
+    type's batch nodes, and every kept edge between batch nodes, in the types' local rows."""
+    from torch_geometric.data import HeteroData
+
+    data = HeteroData()
+    local = {}
+    for t, name in enumerate(sample.schema.node_types):
+        ids = sample.n_id[sample.node_type == t].tolist()
+        local.update({v: i for i, v in enumerate(ids)})
+        data[name].x = h[t]
+    for r, relation in enumerate(sample.schema.relations):
+        pairs = [(local[u], local[v]) for u, v in sample.edges[r].T.tolist() if u in local and v in local]
+        data[relation.key].edge_index = torch.tensor(pairs, dtype=torch.int64).view(-1, 2).T
+    return data
+
+
+def _run_hetero(convs, data) -> torch.Tensor:
+    """PyG's layers (each maps x_dict, edge_index_dict to x_dict) with MLPerf's LeakyReLU between them."""
+    x_dict = data.x_dict
+    for i, conv in enumerate(convs):
+        x_dict = conv(x_dict, data.edge_index_dict)
+        if i < len(convs) - 1:
+            x_dict = {t: F.leaky_relu(x) for t, x in x_dict.items()}
+    return x_dict["paper"]
+
+
+def _sum_into(schema, t: int, tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of the per-relation ``tensors`` over the relations into node type ``t``."""
+    return sum(tensors[r] for r in schema.relations_into(t))
+
+
+def test_rsage_computes_what_pyg_to_hetero_of_a_sage_model_computes():
+    from torch_geometric.nn import SAGEConv, to_hetero
+
+    sample = typed_sample(seed=3)
+    ours = _typed_model("rsage", sample)
+    schema = sample.schema
+
+    class Sage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList(SAGEConv(HIDDEN, HIDDEN) for _ in range(2))
+
+        def forward(self, x, edge_index):
+            for i, conv in enumerate(self.convs):
+                x = conv(x, edge_index)
+                x = F.leaky_relu(x) if i == 0 else x
+            return x
+
+    pyg = to_hetero(Sage(), (list(schema.node_types), [r.key for r in schema.relations]), aggr="sum").double()
+    with torch.no_grad():
+        for layer, conv in zip(pyg.convs, ours.convs):
+            per_relation = [layer[str(r)] for r in schema.relations]
+            for r, theirs in enumerate(per_relation):
+                conv.rel[r].weight.copy_(theirs.lin_l.weight)
+            for t in range(schema.num_types):  # the roots of the relations into a type act as one
+                conv.root[t].weight.copy_(_sum_into(schema, t, [c.lin_r.weight for c in per_relation]))
+                conv.root[t].bias.copy_(_sum_into(schema, t, [c.lin_l.bias for c in per_relation]))
+    out = ours(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+    with torch.no_grad():
+        data = _subgraph(sample, _inputs(ours, sample))
+        expected = ours.head(pyg(data.x_dict, data.edge_index_dict)["paper"][:sample.num_seeds])
+    assert out.shape == (sample.num_seeds, 3)
+    torch.testing.assert_close(out.detach(), expected, rtol=1e-10, atol=1e-10)
+
+
+
+def test_rgat_computes_what_pyg_heteroconv_of_gat_convolutions_computes():
+    """MLPerf's R-GAT layer: HeteroConv (sum) of GATConv(hidden, hidden / heads, heads,
+    add_self_loops=False) per relation."""
+    from torch_geometric.nn import GATConv, HeteroConv
+
+    sample = typed_sample(seed=4)
+    ours = _typed_model("rgat", sample)
+    schema = sample.schema
+    torch.manual_seed(2)
+    pyg = [HeteroConv({r.key: GATConv(HIDDEN, HIDDEN // HEADS, heads=HEADS, add_self_loops=False)
+                       for r in schema.relations}, aggr="sum").double() for _ in range(2)]
+    with torch.no_grad():
+        for layer, conv in zip(pyg, ours.convs):
+            per_relation = [layer.convs[r.key] for r in schema.relations]
+            for r, theirs in enumerate(per_relation):
+                theirs.bias.normal_()  # PyG starts them at zero: make them count
+                conv.lin[r].weight.copy_(theirs.lin.weight)
+                conv.att_src[r].copy_(theirs.att_src[0])
+                conv.att_dst[r].copy_(theirs.att_dst[0])
+            for t in range(schema.num_types):
+                conv.bias[t].copy_(_sum_into(schema, t, [c.bias for c in per_relation]))
+    out = ours(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+    with torch.no_grad():
+        data = _subgraph(sample, _inputs(ours, sample))
+        expected = ours.head(_run_hetero(pyg, data)[:sample.num_seeds])
+    torch.testing.assert_close(out.detach(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_rgcn_computes_what_pyg_rgcnconv_computes():
+    """R-GCN: per relation the mean of the sources times W_r, plus one root weight and bias:
+    PyG's RGCNConv(aggr="mean") without bases, run on the homogenised subgraph."""
+    from torch_geometric.nn import RGCNConv
+
+    sample = typed_sample(seed=5)
+    ours = _typed_model("rgcn", sample)
+    schema = sample.schema
+    torch.manual_seed(2)
+    pyg = [RGCNConv(HIDDEN, HIDDEN, schema.num_relations, aggr="mean").double() for _ in range(2)]
+    with torch.no_grad():
+        for theirs, conv in zip(pyg, ours.convs):
+            theirs.bias.normal_()
+            for r in range(schema.num_relations):
+                conv.rel[r].weight.copy_(theirs.weight[r].T)
+            conv.root[0].weight.copy_(theirs.root.T)
+            conv.root[0].bias.copy_(theirs.bias)
+    out = ours(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+    with torch.no_grad():
+        h = _inputs(ours, sample)
+        # the homogenised subgraph: rows in n_id order, every kept edge between batch nodes
+        x = torch.empty(sample.n_id.shape[0], HIDDEN, dtype=torch.float64)
+        for t in range(schema.num_types):
+            x[sample.node_type == t] = h[t]
+        position = {v: i for i, v in enumerate(sample.n_id.tolist())}
+        pairs = [(position[u], position[v], r) for r in range(schema.num_relations)
+                 for u, v in sample.edges[r].T.tolist() if u in position and v in position]
+        edges = torch.tensor(pairs, dtype=torch.int64).T
+        for i, conv in enumerate(pyg):
+            x = conv(x, edges[:2], edges[2])
+            x = F.leaky_relu(x) if i == 0 else x
+        expected = ours.head(x[:sample.num_seeds])
+    torch.testing.assert_close(out.detach(), expected, rtol=1e-10, atol=1e-10)
 
 
 # ---- the CUDA twins (csrc/model_kernels.cu): equal to the CPU kernels ----------------------------

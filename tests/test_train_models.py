@@ -14,9 +14,13 @@ from salientpp.data.format import load_dataset, save_dataset
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
 from salientpp.models import ModelInput
-from salientpp.models.gnn import SeedForward, model_input
+from salientpp.models.gnn import ExpectedOutputs, SeedForward, build_model, model_input
+from salientpp.models.typed import TypedInput, TypedMFGModel
 from salientpp.partition.partitioner import partition_dataset
+from salientpp.sampling import MFG
 from salientpp.train import TrainConfig, train
+
+from conftest import typed_sample
 
 SMALL = dict(hidden=32, layers=2, fanouts=(5, 5), batch_size=64, lr=0.01, eval_fanouts=(10, 10), progress=False)
 
@@ -242,3 +246,111 @@ def test_a_bad_declaration_or_forward_is_one_sentence():
         model_input(OneArgument())
     with pytest.raises(InputError, match=r"cannot be called as forward\(x, edge_index, num_sampled_nodes=\.\.\."):
         model_input(type("NoKeywords", (_NamedMfgs,), {"salientpp_input": ModelInput.EDGE_INDEX_HOPS})())
+
+
+# ---- typed graphs: the built-in typed models and PyG's heterogeneous conventions --------------------
+
+def _typed_batch_namespace(sample):
+    """What SeedForward reads of a typed batch."""
+    return SimpleNamespace(x_dict=sample.x_dict, mfgs=sample.mfgs, node_type=sample.node_type, n_id=sample.n_id,
+                           batch_size=sample.num_seeds, target_type=sample.schema.target,
+                           edge_index_dict="edge_index_dict", num_sampled_nodes_dict="nodes",
+                           num_sampled_edges_dict="edges")
+
+
+class _HeteroRecorder(torch.nn.Module):
+    """PyG's hetero way (declares nothing): returns a dict of every type's rows."""
+
+    def forward(self, x_dict, edge_index_dict, **keywords):
+        self.called = (edge_index_dict, keywords, {t: x.dtype for t, x in x_dict.items()})
+        return {t: x[:, :2] for t, x in x_dict.items()}
+
+
+class _HeteroHops(_HeteroRecorder):
+    salientpp_input = ModelInput.EDGE_INDEX_DICT_HOPS
+
+
+@pytest.mark.parametrize("model, keywords", [
+    (_HeteroRecorder(), {}),
+    (_HeteroHops(), {"num_sampled_nodes_dict": "nodes", "num_sampled_edges_dict": "edges"}),
+])
+def test_a_hetero_model_on_a_typed_graph_is_called_with_x_dict_and_edge_index_dict_and_gives_the_targets_seeds(
+        model, keywords):
+    sample = typed_sample()
+    sample.x_dict = {t: x.half() for t, x in sample.x_dict.items()}
+    out = SeedForward.of(model, typed=True)(_typed_batch_namespace(sample))
+    assert model.called == ("edge_index_dict", keywords, {"paper": torch.float32, "author": torch.float32})
+    assert torch.equal(out, sample.x_dict["paper"][:sample.num_seeds, :2].float())  # the target's first rows
+
+
+@pytest.mark.parametrize("name", ["rsage", "rgcn", "rgat"])
+def test_a_built_in_typed_model_takes_x_dict_mfgs_node_type_and_n_id_and_returns_the_seeds(name):
+    sample = typed_sample()
+    typed = TypedInput(sample.schema, {"paper": 5, "author": 6}, embedding_dim=3)
+    model = build_model(name, 5, 16, 7, 2, typed=typed)
+    assert model_input(model, typed=True) is ModelInput.TYPED_MFGS and isinstance(model, TypedMFGModel)
+    forward = SeedForward.of(model, typed=True, expected=ExpectedOutputs(7, "a score per class of 7", name))
+    batch = _typed_batch_namespace(sample)
+    assert forward.inputs(batch) is sample.x_dict  # as stored: the projections convert them
+    out = forward(batch)
+    out.sum().backward()
+    assert out.shape == (sample.num_seeds, 7)
+    embedding = model.embeddings[str(sample.schema.type_index("field"))].table.weight
+    assert embedding.grad is not None and embedding.grad.abs().sum() > 0  # the fields' rows are learned
+
+
+def test_a_built_in_typed_model_on_a_homogeneous_batch_equals_its_typed_computation_on_one_type():
+    """A homogeneous graph is a typed one with one type and one relation: node_type and edge_type
+    None give what all-zero ones give."""
+    from test_model_ops import _block
+
+    torch.manual_seed(0)
+    model = build_model("rgat", 6, 8, 3, 2).eval()
+    blocks = [_block(40, 90, 1), _block(10, 40, 2)]
+    x, n_id = {"node": torch.randn(90, 6)}, torch.arange(90)
+    typed_blocks = [MFG(b.num_src, b.num_dst, b.edge_index, b.rowptr, edge_type=torch.zeros_like(b.edge_index[0]))
+                    for b in blocks]
+    torch.testing.assert_close(model(x, blocks, None, n_id),
+                               model(x, typed_blocks, torch.zeros(90, dtype=torch.int64), n_id))
+
+
+def test_rsage_trains_on_a_homogeneous_graph_through_the_built_in_trainer(tiny_partitions):
+    result = train(TrainConfig(str(tiny_partitions[0] / "p1"), model="rsage", epochs=4, **SMALL))
+    assert result.best_valid > 0.45  # 8 classes: chance is about 0.2, the most common class 0.375
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda s: model_input(_Hops(), typed=True),
+     r"the model _Hops takes 'edge_index\+hops' input, which a typed graph does not have .*; declare "
+     r"salientpp_input = 'x_dict\+edge_index_dict'"),
+    (lambda s: model_input(_Blocks(), typed=True), r"the model _Blocks takes 'mfgs' input, which a typed graph"),
+    (lambda s: build_model("sage", 5, 8, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
+     r"the built-in sage model reads one node type; on a typed graph use --model rsage or rgcn or rgat"),
+    (lambda s: build_model("rsage", 5, 8, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6})),
+     r"the node type field has no features; give it a learnable embedding with --embedding-dim"),
+    (lambda s: build_model("rgat", 5, 6, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
+     r"R-GAT needs a hidden size divisible by its 4 heads, got 6"),
+    (lambda s: SeedForward.of(build_model("rsage", 5, 8, 3, 2), embedding=torch.nn.Embedding(4, 2)),
+     r"takes its input per node type \('x_dict\+mfgs'\), which a learnable embedding of every node does not give"),
+    (lambda s: model_input(type("OneArgument", (torch.nn.Module,), {"forward": lambda self, x_dict: x_dict})(),
+                           typed=True),
+     r"OneArgument.forward cannot be called as forward\(x_dict, edge_index_dict\)"),
+])
+def test_a_model_that_does_not_fit_a_typed_graph_is_refused_in_one_sentence(call, expected):
+    with pytest.raises(InputError, match=expected):
+        call(typed_sample())
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda s: s.x_dict.pop("author"), r"x_dict has no features of the node type author, which the model reads"),
+    (lambda s: s.x_dict.update(author=s.x_dict["author"][:3]),
+     r"x_dict holds 3 rows of the node type author but the batch has \d+ nodes of it; pass one row per node"),
+    (lambda s: setattr(s, "node_type", None), r"a batch of a graph with 3 node types needs node_type"),
+    (lambda s: setattr(s.mfgs[0], "edge_type", None), r"an MFG of a graph with 5 relations needs edge_type"),
+])
+def test_a_typed_batch_the_built_in_model_cannot_read_is_refused_in_one_sentence(change, expected):
+    sample = typed_sample()
+    model = build_model("rsage", 5, 8, 3, 2, typed=TypedInput(sample.schema, {"paper": 5, "author": 6}, 3))
+    change(sample)
+    with pytest.raises(InputError, match=expected):
+        model(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)

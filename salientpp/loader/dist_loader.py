@@ -32,7 +32,9 @@ from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
 from ..errors import InputError, check_int, check_seed
+from ..data.schema import HOMOGENEOUS_TYPE, GraphSchema
 from ..host import ThreadBudget, local_world_size, sampler_read_ahead
+from ..models.typed import type_ranks
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
                         check_sampler, make_sampler)
 from ..sampling import MFG
@@ -63,7 +65,8 @@ class Batch:
 
     Attributes:
         x: ``[num_nodes, F]`` features of ``n_id`` on the device (owned rows, cache tiers and
-            fetched rows, assembled); float16 datasets stay float16.
+            fetched rows, assembled); float16 datasets stay float16. A typed graph's batch has
+            none (None): its features are :attr:`x_dict`.
         y: the seeds' labels on the device: int64 ``[batch_size]`` or ``[batch_size, T]``.
         n_id: int64 ``[num_nodes]`` global ids (partitioned numbering) on the device; the first
             ``batch_size`` are the seeds.
@@ -73,6 +76,21 @@ class Batch:
         num_sampled_nodes: ``[L + 1]`` nodes first reached at hop 0 (the seeds), 1, ..., L, as in
             PyG: ``n_id`` lists them hop by hop.
         num_sampled_edges: ``[L]`` edges of :attr:`edge_index` per hop.
+        schema: the node types and relations of a typed graph; None for a homogeneous graph
+            (one type ``"node"``, one relation).
+        node_type: int64 ``[num_nodes]`` the type index of each node of ``n_id`` (a typed
+            graph's; None for a homogeneous one). The MFGs' ``edge_type`` give each edge's relation.
+        x_dict: node type name -> ``[n_t, F_t]`` feature rows of the batch nodes of that type, in
+            ``n_id`` order; a type without features has no entry. A homogeneous batch's is
+            ``{"node": x}``.
+
+    **Typed graphs** follow PyG's heterogeneous conventions as its ``NeighborLoader`` sets them:
+    :attr:`edge_index_dict` holds one edge index per relation (PyG's edge type triple) for the
+    whole sample, hop by hop, whose rows index the source and destination types' rows of
+    :attr:`x_dict`; :attr:`num_sampled_nodes_dict` and :attr:`num_sampled_edges_dict` count them
+    per hop (for ``trim_to_layer``), :attr:`n_id_dict` gives each type's global ids, and
+    :meth:`to_pyg` returns a ``HeteroData``; so a ``to_hetero`` model written for PyG's loader
+    runs unchanged. The seeds are the first :attr:`batch_size` rows of the target type.
 
     :attr:`edge_index` is the PyG view of the same sample: int64 ``[2, E]`` (row 0 source, row 1
     destination, both indices into ``n_id``) holding, hop by hop, the edges drawn for the nodes
@@ -90,23 +108,115 @@ class Batch:
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
     hop_ranges: list[tuple[int, int, int]] = field(repr=False)
+    schema: GraphSchema | None = field(default=None, kw_only=True)
+    node_type: torch.Tensor | None = field(default=None, kw_only=True)
+    x_dict: dict[str, torch.Tensor] | None = field(default=None, kw_only=True)
+
+    def __post_init__(self):
+        if self.x_dict is None and self.schema is None:
+            self.x_dict = {HOMOGENEOUS_TYPE: self.x}
 
     @cached_property
     def edge_index(self) -> torch.Tensor:
-        parts = [self.mfgs[layer].edge_index[:, first:last] for layer, first, last in self.hop_ranges]
-        return torch.cat(parts, dim=1) if parts else torch.empty((2, 0), dtype=torch.int64, device=self.x.device)
+        edge_index = self._hop_ordered("edge_index")
+        return torch.empty((2, 0), dtype=torch.int64, device=self.n_id.device) if edge_index is None else edge_index
+
+    @cached_property
+    def edge_type(self) -> torch.Tensor | None:
+        """int64 ``[E]`` the relation of each edge of :attr:`edge_index` (a typed graph's), or None."""
+        if self.schema is None:
+            return None
+        edge_type = self._hop_ordered("edge_type")
+        return torch.empty(0, dtype=torch.int64, device=self.n_id.device) if edge_type is None else edge_type
+
+    def _hop_ordered(self, name: str) -> torch.Tensor | None:
+        """The MFGs' edge tensor ``name`` (edges last) of the edges of :attr:`hop_ranges`, hop by
+        hop; None without layers."""
+        parts = [getattr(self.mfgs[layer], name)[..., first:last] for layer, first, last in self.hop_ranges]
+        return torch.cat(parts, dim=-1) if parts else None
 
     @property
     def num_nodes(self) -> int:
         return int(self.n_id.shape[0])
 
-    def to_pyg(self):
-        """This batch as a ``torch_geometric.data.Data`` (x, y, edge_index, n_id, batch_size,
-        num_sampled_nodes, num_sampled_edges), the attributes PyG's ``NeighborLoader`` sets."""
-        from torch_geometric.data import Data
+    @property
+    def target_type(self) -> str:
+        """The node type of the seeds (a homogeneous graph's one type, ``"node"``)."""
+        return HOMOGENEOUS_TYPE if self.schema is None else self.schema.target
 
-        return Data(x=self.x, y=self.y, edge_index=self.edge_index, n_id=self.n_id, batch_size=self.batch_size,
-                    num_sampled_nodes=self.num_sampled_nodes, num_sampled_edges=self.num_sampled_edges)
+    @cached_property
+    def _typed_view(self) -> tuple[dict, dict, dict, dict]:
+        """``(edge_index_dict, num_sampled_edges_dict, num_sampled_nodes_dict, n_id_dict)`` of
+        PyG's heterogeneous convention (one host synchronisation for the counts)."""
+        schema = self.schema or GraphSchema.homogeneous(self.num_nodes)
+        device, hops = self.n_id.device, len(self.num_sampled_edges)
+        rank, _ = type_ranks(self.node_type, self.num_nodes, schema.num_types)
+        rank = rank.to(device)
+        node_type = (torch.zeros(self.num_nodes, dtype=torch.int64, device=device) if self.node_type is None
+                     else self.node_type)
+        edge_type = self.edge_type if self.edge_type is not None else torch.zeros(
+            self.edge_index.shape[1], dtype=torch.int64, device=device)
+        node_hop = torch.repeat_interleave(torch.arange(hops + 1, device=device),
+                                           torch.tensor(self.num_sampled_nodes, device=device))
+        edge_hop = torch.repeat_interleave(torch.arange(hops, device=device),
+                                           torch.tensor(self.num_sampled_edges, device=device))
+        nodes = torch.bincount(node_type * (hops + 1) + node_hop, minlength=schema.num_types * (hops + 1))
+        edges = torch.bincount(edge_type * hops + edge_hop, minlength=schema.num_relations * hops)
+        nodes, edges = nodes.view(schema.num_types, hops + 1).tolist(), edges.view(schema.num_relations, hops).tolist()
+        edge_index = {}
+        for r, relation in enumerate(schema.relations):
+            chosen = self.edge_index[:, edge_type == r]
+            edge_index[relation.key] = rank[chosen]
+        n_id = {name: self.n_id[node_type == t] for t, name in enumerate(schema.node_types)}
+        return (edge_index, {r.key: edges[i] for i, r in enumerate(schema.relations)},
+                dict(zip(schema.node_types, nodes)), n_id)
+
+    @property
+    def edge_index_dict(self) -> dict[tuple[str, str, str], torch.Tensor]:
+        """Relation ``(src, name, dst)`` -> int64 ``[2, E_r]``: its edges of :attr:`edge_index`, hop by
+        hop, row 0 indexing the rows of ``src`` in :attr:`x_dict`, row 1 those of ``dst`` (every
+        relation of the schema, without edges too)."""
+        return self._typed_view[0]
+
+    @property
+    def num_sampled_edges_dict(self) -> dict[tuple[str, str, str], list[int]]:
+        """Relation -> ``[L]`` its edges in :attr:`edge_index_dict` per hop."""
+        return self._typed_view[1]
+
+    @property
+    def num_sampled_nodes_dict(self) -> dict[str, list[int]]:
+        """Node type -> ``[L + 1]`` its nodes first reached at hop 0 (the seeds), 1, ..., L."""
+        return self._typed_view[2]
+
+    @property
+    def n_id_dict(self) -> dict[str, torch.Tensor]:
+        """Node type -> int64 global ids of its batch nodes, in ``n_id`` order (its :attr:`x_dict` rows)."""
+        return self._typed_view[3]
+
+    def to_pyg(self):
+        """This batch as PyG's ``NeighborLoader`` gives it: a homogeneous graph's as a
+        ``torch_geometric.data.Data`` (x, y, edge_index, n_id, batch_size, num_sampled_nodes,
+        num_sampled_edges); a typed graph's as a ``HeteroData`` with, per node type, ``x`` (types
+        with features), ``n_id``, ``num_nodes`` and ``num_sampled_nodes``, per relation
+        ``edge_index`` and ``num_sampled_edges``, and ``y`` and ``batch_size`` on the target type."""
+        from torch_geometric.data import Data, HeteroData
+
+        if self.schema is None:
+            return Data(x=self.x, y=self.y, edge_index=self.edge_index, n_id=self.n_id, batch_size=self.batch_size,
+                        num_sampled_nodes=self.num_sampled_nodes, num_sampled_edges=self.num_sampled_edges)
+        data = HeteroData()
+        for name, ids in self.n_id_dict.items():
+            store = data[name]
+            if name in self.x_dict:
+                store.x = self.x_dict[name]
+            store.n_id, store.num_nodes = ids, int(ids.shape[0])
+            store.num_sampled_nodes = self.num_sampled_nodes_dict[name]
+        for key, edge_index in self.edge_index_dict.items():
+            data[key].edge_index = edge_index
+            data[key].num_sampled_edges = self.num_sampled_edges_dict[key]
+        data[self.target_type].y = self.y
+        data[self.target_type].batch_size = self.batch_size
+        return data
 
 
 class DistNeighborLoader:

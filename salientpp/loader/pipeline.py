@@ -156,12 +156,14 @@ class AssembleStage:
         else:
             item.x = self.store.assemble(batch.origins, received, num_nodes, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
-                             edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight))
+                             edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight),
+                             edge_type=None if mfg.edge_type is None else up(mfg.edge_type))
                      for mfg in batch.mfgs]
         item.n_id = up(batch.n_id)
         item.y = up(self.labels(batch.n_id[:batch.batch_size]))
         item.ready = self.ops.record()
-        structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight) if t is not None]
+        structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight, mfg.edge_type)
+                     if t is not None]
         self.ops.hand_over([item.x, item.n_id, item.y, *structure])
         return item
 

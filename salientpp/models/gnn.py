@@ -1,6 +1,7 @@
 """The models: SAGE, GAT, GIN and GCN applied layer by layer to sampled MFGs (the first three
-are PyG's convolutions; GCN is :class:`MeanGCNConv`), a user's model by its factory, and how the
-trainer calls either (:class:`SeedForward`).
+are PyG's convolutions; GCN is :class:`MeanGCNConv`), the typed models R-SAGE, R-GCN and R-GAT
+(:mod:`salientpp.models.typed`), a user's model by its factory, and how the trainer calls any
+of them (:class:`SeedForward`).
 
 Layer i reads the MFG ``mfgs[i]`` (model order: ``mfgs[0]`` is the input layer): its sources
 are the first ``num_src`` rows of the current hidden state and its destinations the first
@@ -17,7 +18,8 @@ PyG writes the ``propagate`` (and ``edge_updater``) code it generates for each c
 to a file in the temporary directory, once per class and process, and never removes it:
 :func:`no_pyg_tempfiles` and :func:`remove_pyg_tempfiles` do, and :class:`MFGModel` uses them.
 
-**Models by name** (:func:`build_model`): a built-in one, or a user's factory ``PKG.MODULE:FACTORY``,
+**Models by name** (:func:`build_model`): a built-in one (:data:`BUILT_IN_MODELS`; the typed ones
+built from the graph's schema), or a user's factory ``PKG.MODULE:FACTORY``,
 called as ``factory(in_dim, hidden, out_dim, num_layers)``, which returns an ``nn.Module``. A
 model declares how the trainer calls it with its attribute ``salientpp_input``
 (:class:`ModelInput`); without one it is called the PyG way:
@@ -29,6 +31,21 @@ model declares how the trainer calls it with its attribute ``salientpp_input``
   ``num_sampled_edges`` as keywords, for ``torch_geometric.utils.trim_to_layer``.
 * :attr:`ModelInput.MFGS`: ``forward(x, mfgs)``, one message-flow graph per layer (as the
   built-in models); returns the seeds' ``[batch_size, out_dim]``.
+
+On a typed graph (several node types and relations) the features differ in width per type, so a
+model takes them per type, ``x_dict`` (type name -> ``[n_t, F_t]``), in one of the typed forms:
+
+* :attr:`ModelInput.EDGE_INDEX_DICT` (the default on a typed graph): PyG's heterogeneous
+  convention, ``forward(x_dict, edge_index_dict)`` as a ``to_hetero`` or ``HeteroConv`` model
+  takes it (:attr:`salientpp.Batch.edge_index_dict`); returns a dict type -> rows (or the target
+  type's rows), whose first ``batch_size`` rows of the target type are the seeds'.
+* :attr:`ModelInput.EDGE_INDEX_DICT_HOPS`: the same with ``num_sampled_nodes_dict`` and
+  ``num_sampled_edges_dict``, for ``trim_to_layer``.
+* :attr:`ModelInput.TYPED_MFGS`: ``forward(x_dict, mfgs, node_type, n_id)`` (as the built-in
+  ``rsage``, ``rgcn`` and ``rgat``, :mod:`salientpp.models.typed`); returns the seeds' rows.
+
+A homogeneous graph is a typed one with one type, so the typed forms run on it too
+(``x_dict = {"node": x}``); the homogeneous forms do not run on a typed graph.
 """
 from __future__ import annotations
 
@@ -50,8 +67,11 @@ from torch import nn
 from ..errors import InputError, check_int, shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
+from .typed import TYPED_MODELS, TypedInput, TypedMFGModel
 
+# The built-in models of homogeneous graphs (they run layer by layer), and every built-in model.
 MODELS = ("sage", "gat", "gin", "gcn")
+BUILT_IN_MODELS = MODELS + TYPED_MODELS
 
 # The modules PyG generates from its jinja templates (torch_geometric.template.module_from_template)
 # are named ``<conv module>_<conv class>_propagate`` or ``..._edge_updater`` and loaded from
@@ -198,7 +218,8 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, mfg: MFG, dtype: torch.dtype) ->
 class ModelInput(str, enum.Enum):
     """How the trainer calls a model on a :class:`~salientpp.loader.dist_loader.Batch`. A model declares
     it as its class (or instance) attribute ``salientpp_input``; a model that declares nothing is
-    called the PyG way, :attr:`EDGE_INDEX`.
+    called the PyG way: :attr:`EDGE_INDEX` on a homogeneous graph, :attr:`EDGE_INDEX_DICT` on a
+    typed one (:func:`model_input`).
 
     * ``EDGE_INDEX``: ``model(x, batch.edge_index)``, returning ``[num_nodes, out_dim]`` (the
       seeds' rows first).
@@ -206,11 +227,43 @@ class ModelInput(str, enum.Enum):
       ``num_sampled_edges``, for ``torch_geometric.utils.trim_to_layer``.
     * ``MFGS``: ``model(x, batch.mfgs)``, one message-flow graph per layer, returning the seeds'
       ``[batch_size, out_dim]`` (the built-in models).
+    * ``EDGE_INDEX_DICT``: ``model(batch.x_dict, batch.edge_index_dict)`` (PyG's ``to_hetero`` and
+      ``HeteroConv`` models), returning a dict node type -> rows, or the target type's rows; the
+      target's first ``batch_size`` rows are the seeds'.
+    * ``EDGE_INDEX_DICT_HOPS``: the same with the keywords ``num_sampled_nodes_dict`` and
+      ``num_sampled_edges_dict``, for ``trim_to_layer``.
+    * ``TYPED_MFGS``: ``model(batch.x_dict, batch.mfgs, batch.node_type, batch.n_id)``, returning
+      the seeds' ``[batch_size, out_dim]`` (the built-in typed models).
     """
 
     EDGE_INDEX = "edge_index"
     EDGE_INDEX_HOPS = "edge_index+hops"
     MFGS = "mfgs"
+    EDGE_INDEX_DICT = "x_dict+edge_index_dict"
+    EDGE_INDEX_DICT_HOPS = "x_dict+edge_index_dict+hops"
+    TYPED_MFGS = "x_dict+mfgs"
+
+    @property
+    def typed(self) -> bool:
+        """Whether the model takes the features per node type (``x_dict``): the typed forms."""
+        return self in _TYPED_INPUTS
+
+    @property
+    def call(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(positional, keywords)``: the batch attributes the model is called with, in order."""
+        return _CALLS[self]
+
+
+_TYPED_INPUTS = (ModelInput.EDGE_INDEX_DICT, ModelInput.EDGE_INDEX_DICT_HOPS, ModelInput.TYPED_MFGS)
+_CALLS = {
+    ModelInput.EDGE_INDEX: (("x", "edge_index"), ()),
+    ModelInput.EDGE_INDEX_HOPS: (("x", "edge_index"), ("num_sampled_nodes", "num_sampled_edges")),
+    ModelInput.MFGS: (("x", "mfgs"), ()),
+    ModelInput.EDGE_INDEX_DICT: (("x_dict", "edge_index_dict"), ()),
+    ModelInput.EDGE_INDEX_DICT_HOPS: (("x_dict", "edge_index_dict"), ("num_sampled_nodes_dict",
+                                                                      "num_sampled_edges_dict")),
+    ModelInput.TYPED_MFGS: (("x_dict", "mfgs", "node_type", "n_id"), ()),
+}
 
 
 class MFGModel(nn.Module):
@@ -276,7 +329,7 @@ class MFGModel(nn.Module):
 def _factory(spec: str) -> Callable[..., nn.Module]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise InputError(f"unknown model {spec!r}; choose one of {', '.join(MODELS)} or give a factory as "
+        raise InputError(f"unknown model {spec!r}; choose one of {', '.join(BUILT_IN_MODELS)} or give a factory as "
                          "PKG.MODULE:FUNCTION")
     if module_name.startswith("."):
         raise InputError(f"--model {spec} names a relative module; give its full name, PKG.MODULE:FUNCTION")
@@ -300,40 +353,59 @@ def _factory(spec: str) -> Callable[..., nn.Module]:
 
 def check_model(spec: str) -> str:
     """Check a ``--model`` value before any rank starts (a user factory is imported); returns it."""
-    if spec not in MODELS:
+    if spec not in BUILT_IN_MODELS:
         _factory(spec)
     return spec
 
 
-def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5
-                ) -> nn.Module:
-    """The model ``spec`` names (see the module docstring); PyG's generated files are removed."""
+def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5,
+                typed: TypedInput | None = None) -> nn.Module:
+    """The model ``spec`` names (see the module docstring); PyG's generated files are removed.
+
+    ``typed``: a typed graph's schema and input widths, which the built-in typed models
+    (:data:`~salientpp.models.typed.TYPED_MODELS`) are built from; without it they are built
+    for a homogeneous graph of ``in_dim`` features. A user's factory still gets ``in_dim`` (the
+    target type's width) and is checked against the graph's kind of input (:func:`model_input`).
+    """
     if spec in MODELS:
+        if typed is not None and not typed.schema.is_homogeneous:
+            raise InputError(f"the built-in {spec} model reads one node type; on a typed graph use --model "
+                             f"{' or '.join(TYPED_MODELS)}")
         return MFGModel(spec, in_dim, hidden, out_dim, num_layers, dropout)
+    if spec in TYPED_MODELS:
+        return TypedMFGModel(spec, TypedInput.homogeneous(in_dim) if typed is None else typed, hidden, out_dim,
+                             num_layers, dropout)
     with no_pyg_tempfiles():
         model = _factory(spec)(in_dim, hidden, out_dim, num_layers)
     if not isinstance(model, nn.Module):
         raise InputError(f"the model factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
-    model_input(model)
+    model_input(model, typed=typed is not None and not typed.schema.is_homogeneous)
     return model
 
 
-def model_input(model: nn.Module) -> ModelInput:
-    """How ``model`` (unwrapped from DDP) is called: its declared ``salientpp_input``, else
-    :attr:`ModelInput.EDGE_INDEX`; :class:`InputError` for a declaration that is none of them or a
-    ``forward`` that cannot take ``x`` and the graph."""
-    declared = getattr(model, "salientpp_input", ModelInput.EDGE_INDEX)
+def model_input(model: nn.Module, typed: bool = False) -> ModelInput:
+    """How ``model`` (unwrapped from DDP) is called on the batches of a homogeneous graph, or of a
+    typed one when ``typed``: its declared ``salientpp_input``, else PyG's way for that graph
+    (:attr:`ModelInput.EDGE_INDEX`, or :attr:`ModelInput.EDGE_INDEX_DICT` when typed).
+    :class:`InputError` for a declaration that is none of them, a homogeneous form on a typed
+    graph, or a ``forward`` that cannot take the arguments of its form."""
+    declared = getattr(model, "salientpp_input", ModelInput.EDGE_INDEX_DICT if typed else ModelInput.EDGE_INDEX)
     try:
         kind = ModelInput(declared)
     except ValueError:
         raise InputError(f"{type(model).__name__}.salientpp_input is {declared!r}; declare one of "
                          f"{', '.join(repr(k.value) for k in ModelInput)} (salientpp.models.ModelInput), or leave it "
                          "out for forward(x, edge_index)") from None
-    keywords = ("num_sampled_nodes", "num_sampled_edges") if kind is ModelInput.EDGE_INDEX_HOPS else ()
+    if typed and not kind.typed:
+        raise InputError(f"the model {type(model).__name__} takes {kind.value!r} input, which a typed graph does not "
+                         "have (its features differ per node type); declare salientpp_input = "
+                         f"{ModelInput.EDGE_INDEX_DICT.value!r} for forward(x_dict, edge_index_dict), or use --model "
+                         f"{' or '.join(TYPED_MODELS)}")
+    positional, keywords = kind.call
     try:
-        inspect.signature(model.forward).bind(None, None, **dict.fromkeys(keywords))
+        inspect.signature(model.forward).bind(*[None] * len(positional), **dict.fromkeys(keywords))
     except TypeError:
-        call = ", ".join(["x", "mfgs" if kind is ModelInput.MFGS else "edge_index", *(f"{k}=..." for k in keywords)])
+        call = ", ".join([*positional, *(f"{k}=..." for k in keywords)])
         raise InputError(f"{type(model).__name__}.forward cannot be called as forward({call}), as its salientpp_input "
                          f"{kind.value!r} says; change the forward or the declaration") from None
     return kind
@@ -366,12 +438,13 @@ class SeedForward:
     (:func:`model_input`) and returns the seeds' outputs ``[batch_size, out_dim]`` (float32).
 
     The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is
-    false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given.
-    A user's model gets float32 rows; a built-in :class:`~salientpp.models.gnn.MFGModel`
-    (``takes_stored_features``) gets features without an embedding as stored, float16 included, and
-    converts them as its first layer reads them. With ``expected``, every output is checked
-    against it (:class:`ExpectedOutputs`), so a model of the wrong shape fails at its first batch
-    in one sentence.
+    false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given; a
+    typed model's (:attr:`ModelInput.typed`) is the batch's ``x_dict``, and it holds its learnable
+    rows itself. A user's model gets float32 rows; a built-in model (:class:`MFGModel`,
+    :class:`~salientpp.models.typed.TypedMFGModel`: ``takes_stored_features``) gets features
+    without an embedding as stored, float16 included, and converts them as its first layer reads
+    them. With ``expected``, every output is checked against it (:class:`ExpectedOutputs`), so a
+    model of the wrong shape fails at its first batch in one sentence.
     """
 
     model: nn.Module
@@ -383,26 +456,35 @@ class SeedForward:
 
     @classmethod
     def of(cls, model: nn.Module, embedding: Any = None, features: bool = True,
-           expected: ExpectedOutputs | None = None) -> "SeedForward":
+           expected: ExpectedOutputs | None = None, typed: bool = False) -> "SeedForward":
+        """The forward of ``model`` (DDP-wrapped or not) on the batches of a homogeneous graph, or
+        of a typed one when ``typed`` (:func:`model_input`)."""
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-        return cls(model, model_input(inner), embedding, features, isinstance(inner, MFGModel), expected)
+        kind = model_input(inner, typed)
+        if embedding is not None and kind.typed:
+            raise InputError(f"the model {type(inner).__name__} takes its input per node type ({kind.value!r}), which "
+                             "a learnable embedding of every node does not give; let the model hold an embedding per "
+                             "featureless type, as the built-in typed models do")
+        return cls(model, kind, embedding, features, isinstance(inner, (MFGModel, TypedMFGModel)), expected)
 
-    def inputs(self, batch) -> torch.Tensor:
-        """``[num_nodes, in_dim]`` the model's input rows of ``batch`` (a collective with an
-        embedding): float32, or the stored features' dtype for a built-in model."""
+    def inputs(self, batch) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The model's input rows of ``batch`` (a collective with an embedding): ``[num_nodes,
+        in_dim]``, or a typed model's ``x_dict``; float32, or the stored features' dtype for a
+        built-in model."""
+        if self.kind.typed:
+            x_dict = batch.x_dict
+            return x_dict if self.takes_stored_features else {t: x.float() for t, x in x_dict.items()}
         if self.embedding is None:
             return batch.x if self.takes_stored_features else batch.x.float()
         rows = self.embedding(batch.n_id)
         return torch.cat([batch.x.float(), rows], dim=1) if self.features else rows
 
     def __call__(self, batch) -> torch.Tensor:
-        x = self.inputs(batch)
-        if self.kind is ModelInput.MFGS:
-            out = self.model(x, batch.mfgs)
-        else:
-            extra = ({"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
-                     if self.kind is ModelInput.EDGE_INDEX_HOPS else {})
-            out = self.model(x, batch.edge_index, **extra)[:batch.batch_size]
+        positional, keywords = self.kind.call
+        out = self.model(self.inputs(batch), *(getattr(batch, name) for name in positional[1:]),
+                         **{name: getattr(batch, name) for name in keywords})
+        if self.kind not in (ModelInput.MFGS, ModelInput.TYPED_MFGS):  # every node's rows: the seeds' come first
+            out = (out[batch.target_type] if isinstance(out, dict) else out)[:batch.batch_size]
         if self.expected is not None:
             self.expected.check(out, batch.batch_size)
         return out
@@ -437,8 +519,8 @@ def check_reads_edge_weights(model: str | nn.Module, sampler: str) -> None:
     whose aggregation is a mean (SAGE), or a user's model that takes the MFGs (``salientpp_input
     = "mfgs"``) and so can read ``mfg.edge_weight``. A user's factory not yet built passes: its
     module is checked once built."""
-    name = model.model if isinstance(model, MFGModel) else model
-    if isinstance(name, str) and name in MODELS:
+    name = model.model if isinstance(model, (MFGModel, TypedMFGModel)) else model
+    if isinstance(name, str) and name in BUILT_IN_MODELS:
         if name not in _WEIGHTED_MODELS:
             raise InputError(f"the {sampler} sampler's edge weights estimate a mean aggregation, which the "
                              f"built-in {name} model does not compute; use --model sage (or your own model "

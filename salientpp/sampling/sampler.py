@@ -40,6 +40,8 @@ class MFG:
         edge_weight: float32 ``[E]`` or None. Layer-wise samplers (LADIES) set it: the layer
             must aggregate ``sum_e edge_weight[e] * x[src_e]`` per destination, an unbiased
             estimate of the neighbour mean, instead of averaging the sampled neighbours.
+        edge_type: int64 ``[E]``, the relation index of each edge (a typed graph's; edges are
+            grouped by destination, then relation), or None for a homogeneous graph.
     """
 
     num_src: int
@@ -47,6 +49,7 @@ class MFG:
     edge_index: torch.Tensor
     rowptr: torch.Tensor
     edge_weight: torch.Tensor | None = None
+    edge_type: torch.Tensor | None = None
 
     @property
     def num_edges(self) -> int:
@@ -61,8 +64,9 @@ class MFG:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MFG:
         weight = None if self.edge_weight is None else self.edge_weight.to(device, non_blocking=non_blocking)
+        edge_type = None if self.edge_type is None else self.edge_type.to(device, non_blocking=non_blocking)
         return MFG(self.num_src, self.num_dst, self.edge_index.to(device, non_blocking=non_blocking),
-                   self.rowptr.to(device, non_blocking=non_blocking), weight)
+                   self.rowptr.to(device, non_blocking=non_blocking), weight, edge_type)
 
 
 @dataclass

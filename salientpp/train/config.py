@@ -237,7 +237,7 @@ class TrainConfig:
         check=one_of(tuple(d.value for d in Dependencies), "dependency mode"), agreed=True, needs=FULL_GRAPH_ONLY)
     model: str = option("sage", "a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
                         "torch.nn.Module (see salientpp.models.gnn for how the trainer calls it)",
-                        metavar="sage|gat|gin|gcn|PKG.MODULE:FUNCTION", check=lambda value, flag: check_model(value),
+                        metavar="sage|gat|gin|gcn|rsage|rgcn|rgat|PKG.MODULE:FUNCTION", check=lambda value, flag: check_model(value),
                         agreed=True, resume_matches=True)
     metric: str | None = option(None, "validation/test metric", choices=METRICS,
                                 default_text="accuracy for class labels, roc-auc for multi-label and for --task link",

@@ -1,0 +1,372 @@
+"""The built-in models of typed graphs: R-SAGE, R-GCN and R-GAT (``--model rsage|rgcn|rgat``),
+over the typed MFGs of a batch.
+
+**Input.** ``forward(x_dict, mfgs, node_type, n_id)``:
+
+* ``x_dict``: node type name -> ``[n_t, F_t]`` feature rows of the batch nodes of that type, in
+  ``n_id`` order (float32, float16 or bfloat16); a type without features has no entry and gets a
+  learnable embedding instead (:class:`TypeEmbedding`, one table per such type, called with the
+  global ids of the batch nodes of its type: the trainer may swap it for a distributed one).
+* ``mfgs``: one :class:`~salientpp.sampling.MFG` per layer (model order), whose ``edge_type``
+  (int64 ``[E]``) holds the relation of each edge; edges are grouped by destination, then
+  relation. Local indices are positions in ``n_id`` (all types mixed), destinations a prefix of
+  the sources.
+* ``node_type``: int64 ``[num_nodes]``, the type index of each node of ``n_id``.
+* ``n_id``: int64 ``[num_nodes]`` global ids, the seeds first (all of the target type).
+
+A homogeneous batch (``node_type`` and ``edge_type`` None) is a typed one with one type and one
+relation, so these models run on it too.
+
+**Structure** (MLPerf's R-GAT reference, GraphLearn-for-PyTorch's ``examples/igbh/rgnn.py``: a
+``HeteroConv`` per layer summing one convolution per relation, LeakyReLU and dropout between
+layers, a linear head on the target type): a per-type input projection ``Linear(F_t, hidden)``
+(of the features, or of the embedding rows), ``num_layers`` relational layers ``hidden ->
+hidden``, each but the last followed by LeakyReLU (slope 0.01) and dropout, then
+``Linear(hidden, out_dim)`` on the seeds. Over the destinations ``v`` of type ``t`` and the
+relations ``r`` into ``t`` (``N_r(v)``: the sampled sources of ``v``'s relation-``r`` edges):
+
+* **R-SAGE**: ``h'_v = sum_r W_r mean_{u in N_r(v)} h_u + W_t h_v + b_t``: a root weight and
+  bias per destination type. It equals PyG's ``to_hetero(SAGEConv model, aggr="sum")``, whose
+  per-relation root weights and biases of the relations into ``t`` sum to ``W_t`` and ``b_t``.
+* **R-GCN**: ``h'_v = sum_r (1 / |N_r(v)|) sum_{u in N_r(v)} W_r h_u + W_0 h_v + b``
+  (Schlichtkrull et al.; PyG's ``RGCNConv`` with ``aggr="mean"`` and no bases): one root weight
+  and bias for every type.
+* **R-GAT**: ``h'_v = sum_r GAT_r(v) + b_t``, where ``GAT_r`` is PyG's ``GATConv(hidden, hidden
+  / heads, heads, add_self_loops=False)`` over the relation-``r`` edges (a weight ``W_r`` shared
+  by sources and destinations, attention vectors per head, heads concatenated), and ``b_t`` the
+  sum of its biases over the relations into ``t``: PyG's ``HeteroConv`` of such convolutions
+  (``aggr="sum"``). MLPerf configures 3 layers, hidden 512, 4 heads, fanouts 15,10,5.
+
+The mean aggregations run on :func:`~salientpp.models.ops.aggregate` over a CSR per relation
+(:func:`typed_blocks`); the hidden state is kept per type (``h[t]``: ``[n_t, hidden]``, rows in
+``n_id`` order), so a relation's sources and destinations are rows of their types' tensors, as
+in PyG's ``HeteroData``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.schema import GraphSchema
+from ..errors import InputError, check_int, shown
+from ..sampling import MFG
+from .ops import aggregate, dropout
+
+TYPED_MODELS = ("rsage", "rgcn", "rgat")
+# GATConv's attention slope, and MLPerf's activation between layers (F.leaky_relu's default slope).
+ATTENTION_SLOPE = 0.2
+# PyG's softmax adds it to every denominator.
+_SOFTMAX_EPS = 1e-16
+
+
+def type_ranks(node_type: torch.Tensor | None, num_nodes: int, num_types: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each batch node sits among the batch nodes of its type.
+
+    Args:
+        node_type: int64 ``[num_nodes]`` type index of each node of ``n_id``, or None (one type).
+
+    Returns:
+        ``(rank, counts)``: int64 ``[num_nodes]``, the row of each node in its type's rows (its
+        ``x_dict`` row: ``n_id`` order within a type), and int64 ``[num_types]`` nodes per type.
+    """
+    if node_type is None:
+        rank = torch.arange(num_nodes, dtype=torch.int64)
+        return rank, torch.tensor([num_nodes] + [0] * (num_types - 1), dtype=torch.int64)
+    counts = torch.bincount(node_type, minlength=num_types)
+    order = torch.argsort(node_type, stable=True)
+    first = torch.cumsum(counts, 0) - counts  # the first position of each type in ``order``
+    rank = torch.empty_like(node_type)
+    rank[order] = torch.arange(node_type.shape[0], device=node_type.device) - first[node_type[order]]
+    return rank, counts
+
+
+@dataclass
+class RelationBlock:
+    """The edges of one relation in one layer, in the rows of its types.
+
+    Attributes:
+        relation, src_type, dst_type: indices into the schema's relations and node types.
+        rowptr: int64 ``[n_dst + 1]`` over the layer's destinations of ``dst_type`` (their rows);
+            the edges of destination row ``d`` are ``col[rowptr[d]:rowptr[d + 1]]``.
+        col: int64 ``[E_r]`` source row of each edge among the rows of ``src_type``.
+        dst: int64 ``[E_r]`` destination row of each edge (ascending).
+    """
+
+    relation: int
+    src_type: int
+    dst_type: int
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    dst: torch.Tensor
+
+
+@dataclass
+class TypedBlock:
+    """One layer of a typed batch: ``num_dst[t]`` destinations of each type (the first rows of
+    the type) and one :class:`RelationBlock` per relation of the schema."""
+
+    num_dst: list[int]
+    relations: list[RelationBlock]
+
+
+def typed_blocks(mfgs: Sequence[MFG], node_type: torch.Tensor | None, schema: GraphSchema,
+                 num_nodes: int) -> tuple[list[int], list[TypedBlock]]:
+    """The per-type view of a batch's MFGs: nodes per type, and each layer's edges split by
+    relation into CSRs over the rows of their types (one host synchronisation for the counts).
+
+    Args:
+        mfgs: model order; ``edge_type`` None means relation 0 for every edge.
+        node_type: int64 ``[num_nodes]`` or None (every node of type 0).
+
+    Returns:
+        ``(counts, blocks)``: batch nodes per type ``[T]``, and one :class:`TypedBlock` per MFG.
+    """
+    num_types, num_relations = schema.num_types, schema.num_relations
+    if node_type is None and num_types > 1:
+        raise InputError(f"a batch of a graph with {num_types} node types needs node_type, the type of each "
+                         "node of n_id; pass the typed batch's node_type")
+    device = mfgs[0].edge_index.device if mfgs else torch.device("cpu")
+    rank, counts = type_ranks(node_type, num_nodes, num_types)
+    rank, counts = rank.to(device), counts.to(device)
+    if num_types == 1 and num_relations == 1:
+        rank = None  # the rows of the one type are the positions
+    parts = [counts]
+    for mfg in mfgs:
+        if mfg.edge_type is None and num_relations > 1 and mfg.num_edges:
+            raise InputError(f"an MFG of a graph with {num_relations} relations needs edge_type, the relation of "
+                             "each edge; pass the typed batch's MFGs")
+        dst_types = node_type[:mfg.num_dst] if node_type is not None else None
+        parts.append(torch.bincount(dst_types, minlength=num_types) if dst_types is not None
+                     else torch.tensor([mfg.num_dst] + [0] * (num_types - 1), device=device))
+        parts.append(torch.bincount(mfg.edge_type, minlength=num_relations) if mfg.edge_type is not None
+                     else torch.tensor([mfg.num_edges] + [0] * (num_relations - 1), device=device))
+    numbers = torch.cat(parts).tolist()  # the one synchronisation
+    node_counts, numbers = numbers[:num_types], numbers[num_types:]
+    blocks = []
+    for i, mfg in enumerate(mfgs):
+        step = num_types + num_relations
+        num_dst = numbers[i * step:i * step + num_types]
+        edges = numbers[i * step + num_types:(i + 1) * step]
+        blocks.append(TypedBlock(num_dst, _relation_blocks(mfg, rank, schema, num_dst, edges)))
+    return node_counts, blocks
+
+
+def _relation_blocks(mfg: MFG, rank: torch.Tensor | None, schema: GraphSchema, num_dst: list[int],
+                     edges: list[int]) -> list[RelationBlock]:
+    """:func:`typed_blocks`'s relation CSRs of one MFG (``edges[r]`` edges of relation ``r``;
+    ``rank`` None: one node type, whose rows are the positions)."""
+    types = schema.node_types
+    src, dst = mfg.edge_index[0], mfg.edge_index[1]
+    if rank is None:  # one type and one relation: the MFG's own CSR
+        return [RelationBlock(0, 0, 0, mfg.rowptr, src, dst)]
+    # stable: within a relation the edges stay grouped by destination
+    order = torch.argsort(mfg.edge_type, stable=True) if mfg.edge_type is not None else None
+    blocks, start = [], 0
+    for r, relation in enumerate(schema.relations):
+        t = types.index(relation.dst)
+        chosen = slice(start, start + edges[r]) if order is None else order[start:start + edges[r]]
+        rows = rank[dst[chosen]]
+        blocks.append(RelationBlock(r, types.index(relation.src), t, _rowptr(rows, num_dst[t]), rank[src[chosen]],
+                                    rows))
+        start += edges[r]
+    return blocks
+
+
+def _rowptr(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """int64 ``[num_rows + 1]`` CSR offsets of the ascending destination rows ``rows``."""
+    rowptr = torch.zeros(num_rows + 1, dtype=torch.int64, device=rows.device)
+    torch.cumsum(torch.bincount(rows, minlength=num_rows), 0, out=rowptr[1:])
+    return rowptr
+
+
+class TypeEmbedding(nn.Module):
+    """The learnable rows of a node type without features: ``forward(ids)`` with int64 ``[n]``
+    global ids of nodes of the type (the schema's numbering: the type holds ``[first_id,
+    first_id + num_nodes)``) returns ``[n, dim]`` float32 rows. A distributed embedding that
+    takes the same global ids may replace it."""
+
+    def __init__(self, num_nodes: int, dim: int, first_id: int):
+        super().__init__()
+        self.first_id = int(first_id)
+        self.table = nn.Embedding(num_nodes, dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids - self.first_id)
+
+
+@dataclass(frozen=True)
+class TypedInput:
+    """What a typed model needs to know of its graph's inputs.
+
+    Attributes:
+        schema: the graph's node types and relations.
+        feature_dims: node type name -> ``F_t``, the feature width of each type with features.
+        embedding_dim: width of the learnable embedding of each type without features, or None.
+    """
+
+    schema: GraphSchema
+    feature_dims: Mapping[str, int]
+    embedding_dim: int | None = None
+
+    @classmethod
+    def homogeneous(cls, in_dim: int) -> TypedInput:
+        """The input of a homogeneous graph of ``in_dim`` features (no embedding)."""
+        schema = GraphSchema.homogeneous(0)
+        return cls(schema, {schema.target: int(in_dim)})
+
+    def input_dim(self, node_type: str) -> int:
+        """The width of ``node_type``'s input rows: its features', or its embedding's;
+        :class:`InputError` for a featureless type without ``embedding_dim``."""
+        if node_type in self.feature_dims:
+            return check_int(self.feature_dims[node_type], f"the feature width of the node type {shown(node_type)}")
+        if self.embedding_dim is None:
+            raise InputError(f"the node type {shown(node_type)} has no features; give it a learnable embedding "
+                             "with --embedding-dim")
+        return check_int(self.embedding_dim, "the embedding dimension")
+
+
+class RelationalMeanConv(nn.Module):
+    """R-SAGE's layer (a root weight per destination type, ``shared_root=False``) or R-GCN's (one
+    root for every type): ``forward(h, block)`` with ``h[t]`` ``[n_t, in_dim]`` source rows of
+    type ``t`` returns ``out[t]`` ``[block.num_dst[t], out_dim]``."""
+
+    def __init__(self, schema: GraphSchema, in_dim: int, out_dim: int, shared_root: bool):
+        super().__init__()
+        self.rel = nn.ModuleList(nn.Linear(in_dim, out_dim, bias=False) for _ in schema.relations)
+        self.root = nn.ModuleList(nn.Linear(in_dim, out_dim) for _ in range(1 if shared_root else schema.num_types))
+
+    def forward(self, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
+        roots = self.root
+        out = [roots[t if len(roots) > 1 else 0](x[:n]) for t, (x, n) in enumerate(zip(h, block.num_dst))]
+        for rel in block.relations:
+            if rel.col.numel() and block.num_dst[rel.dst_type]:
+                mean = aggregate(h[rel.src_type], rel.rowptr, rel.col, mean=True)
+                out[rel.dst_type] = out[rel.dst_type] + self.rel[rel.relation](mean)
+        return out
+
+
+class RelationalGATConv(nn.Module):
+    """R-GAT's layer: per relation ``r``, PyG's ``GATConv(in_dim, out_dim // heads, heads,
+    add_self_loops=False)`` over the relation's edges, summed over the relations into each type,
+    with one bias per type (the sum of the relations' biases). ``forward`` as
+    :class:`RelationalMeanConv`'s."""
+
+    def __init__(self, schema: GraphSchema, in_dim: int, out_dim: int, heads: int):
+        super().__init__()
+        self.heads, self.channels = heads, out_dim // heads
+        self.lin = nn.ModuleList(nn.Linear(in_dim, out_dim, bias=False) for _ in schema.relations)
+        self.att_src = nn.Parameter(torch.empty(schema.num_relations, heads, self.channels))
+        self.att_dst = nn.Parameter(torch.empty(schema.num_relations, heads, self.channels))
+        self.bias = nn.Parameter(torch.zeros(schema.num_types, out_dim))
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
+        out = [self.bias[t].expand(n, -1) for t, n in enumerate(block.num_dst)]
+        heads, channels = self.heads, self.channels
+        for rel in block.relations:
+            num_dst = block.num_dst[rel.dst_type]
+            if not rel.col.numel() or not num_dst:
+                continue
+            lin = self.lin[rel.relation]
+            z_src = lin(h[rel.src_type]).view(-1, heads, channels)
+            z_dst = lin(h[rel.dst_type][:num_dst]).view(-1, heads, channels)
+            score = ((z_src * self.att_src[rel.relation]).sum(-1)[rel.col]
+                     + (z_dst * self.att_dst[rel.relation]).sum(-1)[rel.dst])  # [E_r, heads]
+            alpha = _segment_softmax(F.leaky_relu(score, ATTENTION_SLOPE), rel.dst, num_dst)
+            messages = z_src[rel.col] * alpha.unsqueeze(-1)
+            total = torch.zeros((num_dst, heads, channels), dtype=messages.dtype, device=messages.device)
+            out[rel.dst_type] = out[rel.dst_type] + total.index_add_(0, rel.dst, messages).view(num_dst, -1)
+        return out
+
+
+def _segment_softmax(score: torch.Tensor, index: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """Softmax of ``score`` ``[E, H]`` over the entries of each segment ``index`` ``[E]``, as PyG's
+    ``torch_geometric.utils.softmax`` computes it."""
+    spread = index.unsqueeze(1).expand_as(score)
+    top = torch.full((num_segments, score.shape[1]), float("-inf"), dtype=score.dtype, device=score.device)
+    top = top.scatter_reduce(0, spread, score.detach(), "amax", include_self=True)
+    weights = (score - top[index]).exp()
+    total = torch.zeros_like(top).index_add_(0, index, weights) + _SOFTMAX_EPS
+    return weights / total[index]
+
+
+class TypedMFGModel(nn.Module):
+    """R-SAGE, R-GCN or R-GAT over typed MFGs (see the module docstring): ``forward(x_dict,
+    mfgs, node_type, n_id)`` returns the seeds' ``[mfgs[-1].num_dst, out_dim]`` outputs (float32,
+    or the parameters' dtype).
+
+    Args:
+        model: one of :data:`TYPED_MODELS`.
+        typed: the graph's schema and input widths (:class:`TypedInput`).
+        hidden: the width of every layer (R-GAT: divisible by ``heads``).
+    """
+
+    # ModelInput.TYPED_MFGS, by value (salientpp.models.gnn, which reads it, imports this module).
+    salientpp_input = "x_dict+mfgs"
+
+    def __init__(self, model: str, typed: TypedInput, hidden: int, out_dim: int, num_layers: int,
+                 dropout: float = 0.5, heads: int = 4):
+        super().__init__()
+        if model not in TYPED_MODELS:
+            raise InputError(f"unknown typed model {model!r}; choose one of {', '.join(TYPED_MODELS)}")
+        check_int(num_layers, "the number of layers")
+        if model == "rgat" and hidden % heads:
+            raise InputError(f"R-GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
+        schema = typed.schema
+        dims = [typed.input_dim(t) for t in schema.node_types]
+        offsets = schema.offsets
+        self.embeddings = nn.ModuleDict({
+            str(t): TypeEmbedding(schema.num_nodes[t], dims[t], int(offsets[t]))
+            for t, name in enumerate(schema.node_types) if name not in typed.feature_dims})
+        self.project = nn.ModuleList(nn.Linear(d, hidden) for d in dims)
+        if model == "rgat":
+            self.convs = nn.ModuleList(RelationalGATConv(schema, hidden, hidden, heads) for _ in range(num_layers))
+        else:
+            self.convs = nn.ModuleList(RelationalMeanConv(schema, hidden, hidden, shared_root=model == "rgcn")
+                                       for _ in range(num_layers))
+        self.head = nn.Linear(hidden, out_dim)
+        self.schema = schema
+        self.dropout = float(dropout)
+        self.model = model
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def inputs(self, x_dict: Mapping[str, torch.Tensor], node_type: torch.Tensor | None, n_id: torch.Tensor,
+               counts: list[int]) -> list[torch.Tensor]:
+        """``h[t]`` ``[counts[t], hidden]``: each type's projected features or embedding rows."""
+        dtype = self.head.weight.dtype
+        h = []
+        for t, name in enumerate(self.schema.node_types):
+            if str(t) in self.embeddings:
+                ids = n_id if node_type is None else n_id[node_type == t]
+                rows = self.embeddings[str(t)](ids)
+            elif name not in x_dict:
+                raise InputError(f"x_dict has no features of the node type {shown(name)}, which the model reads; "
+                                 "pass the batch's x_dict")
+            else:
+                rows = x_dict[name]
+            if rows.shape[0] != counts[t]:
+                raise InputError(f"x_dict holds {rows.shape[0]} rows of the node type {shown(name)} but the batch "
+                                 f"has {counts[t]} nodes of it; pass one row per node, in n_id order")
+            h.append(self.project[t](rows.to(dtype)))
+        return h
+
+    def forward(self, x_dict: Mapping[str, torch.Tensor], mfgs: Sequence[MFG], node_type: torch.Tensor | None,
+                n_id: torch.Tensor) -> torch.Tensor:
+        if len(mfgs) != self.num_layers:
+            raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
+        counts, blocks = typed_blocks(mfgs, node_type, self.schema, int(n_id.shape[0]))
+        h = self.inputs(x_dict, node_type, n_id, counts)
+        for i, (conv, block) in enumerate(zip(self.convs, blocks)):
+            h = conv(h, block)
+            if i < self.num_layers - 1:
+                h = [dropout(F.leaky_relu(x), self.dropout, self.training) for x in h]
+        target = self.schema.target_index
+        return self.head(h[target][:mfgs[-1].num_dst] if mfgs else h[target][:0])
