@@ -22,6 +22,11 @@ const int64_t* int64_data(const torch::Tensor& t, const char* name) {
   return t.data_ptr<int64_t>();
 }
 
+std::invalid_argument not_grouped(int64_t v) {
+  return std::invalid_argument("edge_rel is not grouped by relation in the row of node " + std::to_string(v) +
+                               "; the typed CSR is corrupt");
+}
+
 }  // namespace
 
 Sampler::Sampler(torch::Tensor rowptr, torch::Tensor col, std::optional<torch::Tensor> edge_rel,
@@ -81,11 +86,13 @@ Layer Sampler::expand(Map& map, int64_t num_dst, const int64_t* fanout, Rng& rng
   auto pick = [&](int64_t k) {
     drawn.push_back(k);
     __builtin_prefetch(col_ + k);
+    if constexpr (Typed) __builtin_prefetch(edge_rel_ + k);
   };
-  // Draws `f` of the `deg` positions begin..begin+deg-1 (f = -1: all of them).
-  auto draw = [&](int64_t begin, int64_t deg, int64_t f) {
+  // Draws `f` of the positions begin..end-1 (f = -1: all of them).
+  auto draw = [&](int64_t begin, int64_t end, int64_t f) {
+    const int64_t deg = end - begin;
     if (f < 0 || (!replace_ && deg <= f)) {
-      for (int64_t k = begin; k < begin + deg; ++k) pick(k);
+      for (int64_t k = begin; k < end; ++k) pick(k);
     } else if (replace_) {
       if (deg > 0) {
         for (int64_t k = 0; k < f; ++k) pick(begin + static_cast<int64_t>(rng.below(deg)));
@@ -117,12 +124,20 @@ Layer Sampler::expand(Map& map, int64_t num_dst, const int64_t* fanout, Rng& rng
   for (int64_t chunk = 0; chunk < num_dst; chunk += kChunk) {
     const int64_t chunk_end = std::min(num_dst, chunk + kChunk);
     for (int64_t d = chunk_end; d < std::min(num_dst, chunk_end + kChunk); ++d) __builtin_prefetch(rowptr_ + n_id[d]);
+    if constexpr (Typed) {
+      // A typed row's relations are read while drawing (its ends, the binary searches), so they
+      // are fetched a chunk ahead: the next chunk's relations, from rowptr fetched a chunk earlier.
+      const int64_t next_end = std::min(num_dst, chunk_end + kChunk);
+      for (int64_t d = next_end; d < std::min(num_dst, next_end + kChunk); ++d) __builtin_prefetch(rowptr_ + n_id[d]);
+      for (int64_t d = (chunk == 0 ? 0 : chunk_end); d < next_end; ++d) {
+        const int64_t begin = rowptr_[n_id[d]];
+        __builtin_prefetch(edge_rel_ + begin);
+        __builtin_prefetch(edge_rel_ + std::max(begin, rowptr_[n_id[d] + 1] - 1));
+      }
+    }
     // Each destination's first neighbours, before the picks: without this the picks' own
     // prefetches left the sampler as slow as reading the picks one at a time (measured on products).
-    for (int64_t d = chunk; d < chunk_end; ++d) {
-      __builtin_prefetch(col_ + rowptr_[n_id[d]]);
-      if constexpr (Typed) __builtin_prefetch(edge_rel_ + rowptr_[n_id[d]]);
-    }
+    for (int64_t d = chunk; d < chunk_end; ++d) __builtin_prefetch(col_ + rowptr_[n_id[d]]);
     drawn.clear();
     const int64_t base = static_cast<int64_t>(src.size());
     for (int64_t d = chunk; d < chunk_end; ++d) {
@@ -134,32 +149,41 @@ Layer Sampler::expand(Map& map, int64_t num_dst, const int64_t* fanout, Rng& rng
                                     "; the CSR is corrupt");
       }
       if constexpr (Typed) {
-        // The row's entries are grouped by relation ascending: relation r's are the run that
-        // starts where relation r - 1's ended, found by a binary search.
-        if (begin < end && (edge_rel_[begin] < 0 || edge_rel_[end - 1] >= num_relations_)) {
+        // The row's entries are grouped by relation ascending, from its first entry's relation to
+        // its last's: relation r's are the run that starts where relation r - 1's ended, found by
+        // a binary search (the last run ends at the row's end). Empty runs draw no random numbers,
+        // so one relation draws exactly what the untyped loop draws.
+        const int64_t first = begin < end ? edge_rel_[begin] : 0;
+        const int64_t last = begin < end ? edge_rel_[end - 1] : -1;
+        if (begin < end && (first < 0 || last >= num_relations_)) {
           throw std::invalid_argument("edge_rel holds a relation outside [0, " + std::to_string(num_relations_) +
                                       ") in the row of node " + std::to_string(v) + "; the typed CSR is corrupt");
         }
+        if (begin < end && first > last) throw not_grouped(v);
         int64_t lo = begin;
-        for (int64_t r = 0; r < num_relations_ && lo < end; ++r) {
-          const int64_t hi = std::upper_bound(edge_rel_ + lo, edge_rel_ + end, static_cast<int8_t>(r)) - edge_rel_;
-          if (fanout[r] != 0) {
-            const size_t first = drawn.size();
-            draw(lo, hi - lo, fanout[r]);
-            for (size_t j = first; j < drawn.size(); ++j) {
-              if (edge_rel_[drawn[j]] != r) {
-                throw std::invalid_argument("edge_rel is not grouped by relation in the row of node " +
-                                            std::to_string(v) + "; the typed CSR is corrupt");
-              }
-            }
-            types.insert(types.end(), drawn.size() - first, r);
+        for (int64_t r = first; r <= last; ++r) {
+          const int64_t hi =
+              r == last ? end : std::upper_bound(edge_rel_ + lo, edge_rel_ + end, static_cast<int8_t>(r)) - edge_rel_;
+          if (fanout[r] != 0 && hi > lo) {
+            const size_t drawn_before = drawn.size();
+            draw(lo, hi, fanout[r]);
+            types.insert(types.end(), drawn.size() - drawn_before, r);
           }
           lo = hi;
         }
       } else {
-        draw(begin, end - begin, untyped_fanout);
+        draw(begin, end, untyped_fanout);
       }
       out_ptr[d + 1] = base + static_cast<int64_t>(drawn.size());
+    }
+    if constexpr (Typed) {
+      // Each drawn entry holds the relation it was drawn for, unless its row is not grouped.
+      for (size_t j = 0; j < drawn.size(); ++j) {
+        if (edge_rel_[drawn[j]] != types[base + j]) {
+          const int64_t d = std::upper_bound(out_ptr + chunk + 1, out_ptr + chunk_end + 1, base + int64_t(j)) - out_ptr - 1;
+          throw not_grouped(n_id[d]);
+        }
+      }
     }
     for (int64_t& k : drawn) {
       const int64_t u = col_[k];

@@ -102,6 +102,7 @@ def test_a_typed_sampler_refuses_mismatched_graph_arrays_in_one_sentence(changes
 @pytest.mark.parametrize("corruption, expected", [
     ("out of range", r"edge_rel holds a relation outside \[0, 5\) in the row of node \d+; the typed CSR is corrupt"),
     ("ungrouped", r"edge_rel is not grouped by relation in the row of node \d+; the typed CSR is corrupt"),
+    ("descending", r"edge_rel is not grouped by relation in the row of node \d+; the typed CSR is corrupt"),
 ])
 def test_a_corrupt_edge_rel_is_reported_when_sampling_meets_it(corruption, expected):
     from test_sampler import typed_graph
@@ -111,10 +112,11 @@ def test_a_corrupt_edge_rel_is_reported_when_sampling_meets_it(corruption, expec
     v = int(np.flatnonzero(np.diff(rowptr) >= 3)[0])
     if corruption == "out of range":
         edge_rel[rowptr[v + 1] - 1] = 9
-    else:  # relations 0, 1, 0, 0, ...: whatever runs the binary searches find, one holds an entry of another
+    else:  # relations 0, 1, 0, 0, ... (the ends agree, an entry inside does not) or 1, 0, 0, ...
         edge_rel[rowptr[v]:rowptr[v + 1]] = 0
-        edge_rel[rowptr[v] + 1] = 1
+        edge_rel[rowptr[v] + (1 if corruption == "ungrouped" else 0)] = 1
     sampler = NeighborSampler(rowptr, col, [-1], edge_rel=edge_rel, schema=schema)
+    expected = expected.replace(r"\d+", str(v))
     with pytest.raises(InputError, match=expected):
         sampler.sample([v])
     # The same through a loader's C++ threads.
