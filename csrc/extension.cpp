@@ -32,10 +32,13 @@ py::dict origins_to_python(const RowOrigins& p) {
   return d;
 }
 
-// (n_id, [(num_src, num_dst, rowptr, edge_index) per hop, hop order], y | None, row origins dict | None)
+// (n_id, [(num_src, num_dst, rowptr, edge_index, edge_type | None) per hop, hop order], y | None,
+//  row origins dict | None)
 py::tuple batch_to_python(const Batch& b) {
   py::list hops;
-  for (const Layer& l : b.hops) hops.append(py::make_tuple(l.num_src, l.num_dst, l.rowptr, l.edge_index));
+  for (const Layer& l : b.hops) {
+    hops.append(py::make_tuple(l.num_src, l.num_dst, l.rowptr, l.edge_index, tensor_or_none(l.edge_type)));
+  }
   py::object fetch = b.origins.has_value() ? py::object(origins_to_python(*b.origins)) : py::none();
   return py::make_tuple(b.n_id, hops, tensor_or_none(b.y), fetch);
 }
@@ -69,9 +72,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("local_row"), py::arg("pin"));
 
   py::class_<Sampler, std::shared_ptr<Sampler>>(m, "Sampler")
-      .def(py::init<torch::Tensor, torch::Tensor, std::vector<int64_t>, bool>(), py::arg("rowptr"), py::arg("col"),
-           py::arg("fanouts"), py::arg("replace"))
+      .def(py::init<torch::Tensor, torch::Tensor, std::optional<torch::Tensor>, torch::Tensor, bool>(),
+           py::arg("rowptr"), py::arg("col"), py::arg("edge_rel"), py::arg("fanouts"), py::arg("replace"))
       .def_property_readonly("num_nodes", &Sampler::num_nodes)
+      .def_property_readonly("num_layers", &Sampler::num_layers)
+      .def_property_readonly("num_relations", &Sampler::num_relations)
+      .def_property_readonly("typed", &Sampler::typed)
       .def(
           "sample",
           [](const Sampler& s, torch::Tensor seeds, uint64_t seed, uint64_t batch_index,

@@ -22,6 +22,7 @@ struct Layer {
   int64_t num_dst = 0;
   torch::Tensor rowptr;      // int64 [num_dst + 1]: edges of destination d are rowptr[d]..rowptr[d+1]
   torch::Tensor edge_index;  // int64 [2, E]: row 0 source local index, row 1 destination local index
+  torch::Tensor edge_type;   // int64 [E]: the relation of each edge; undefined for an untyped sampler
 };
 
 struct Batch {
@@ -53,6 +54,7 @@ struct Workspace {
   std::vector<int64_t> src;
   std::vector<int64_t> picks;
   std::vector<int64_t> drawn;  // positions in col picked for the destinations of one chunk, then the ids there
+  std::vector<int64_t> types;  // a typed sampler's relation of each edge of the hop (as src)
   int64_t peak_nodes = 0;
 };
 
@@ -82,8 +84,14 @@ class WorkspacePool {
 
 class Sampler {
  public:
-  // rowptr int64 [N + 1], col int64 [nnz]: CSR of a symmetric graph. fanouts[h] >= 1 or -1 (all).
-  Sampler(torch::Tensor rowptr, torch::Tensor col, std::vector<int64_t> fanouts, bool replace);
+  // rowptr int64 [N + 1], col int64 [nnz]: CSR of a symmetric graph. fanouts int64 [L, R]: row h
+  // holds hop h's fanout of each relation, >= 1 or -1 (all), or 0 (none) for a typed sampler.
+  // Untyped (no edge_rel): R = 1, and hop h draws fanouts[h][0] of each destination's
+  // neighbours. Typed: edge_rel int8 [nnz] holds the relation (in [0, R)) of each CSR entry, the
+  // entries of a row grouped by relation ascending (build_typed_csr), and hop h draws, for each
+  // relation r in order, fanouts[h][r] of the destination's entries of relation r.
+  Sampler(torch::Tensor rowptr, torch::Tensor col, std::optional<torch::Tensor> edge_rel, torch::Tensor fanouts,
+          bool replace);
 
   // Samples the MFGs of one batch of distinct seeds with the random stream (seed, batch_index),
   // then gathers labels and finds the row origins when asked. Thread-safe (const).
@@ -91,6 +99,9 @@ class Sampler {
                const Labels& labels, const std::optional<FetchContext>& fetch, Workspace& ws) const;
 
   int64_t num_nodes() const { return num_nodes_; }
+  int64_t num_layers() const { return num_layers_; }
+  int64_t num_relations() const { return num_relations_; }
+  bool typed() const { return edge_rel_ != nullptr; }
 
   // A workspace from this sampler's pool, returned to it when the lease ends.
   class Lease {
@@ -107,16 +118,21 @@ class Sampler {
   };
 
  private:
-  template <typename Map>
-  Layer expand(Map& map, int64_t num_dst, int64_t fanout, Rng& rng, Workspace& ws,
+  // One hop from the first num_dst nodes of ws.n_id; fanout points at the hop's R fanouts.
+  // Typed = false is the untyped sampler (fanout[0] of every row); Typed = true draws per relation.
+  template <bool Typed, typename Map>
+  Layer expand(Map& map, int64_t num_dst, const int64_t* fanout, Rng& rng, Workspace& ws,
                const torch::TensorOptions& options) const;
 
-  torch::Tensor rowptr_t_, col_t_;  // keep the (possibly memory-mapped) arrays alive
+  torch::Tensor rowptr_t_, col_t_, edge_rel_t_;  // keep the (possibly memory-mapped) arrays alive
   const int64_t* rowptr_;
   const int64_t* col_;
+  const int8_t* edge_rel_ = nullptr;  // null for an untyped sampler
   int64_t num_nodes_;
   int64_t num_edges_;
-  std::vector<int64_t> fanouts_;
+  int64_t num_layers_;
+  int64_t num_relations_;
+  std::vector<int64_t> fanouts_;  // [L * R], row-major
   bool replace_;
   std::unique_ptr<WorkspacePool> pool_;
 };

@@ -7,9 +7,10 @@ import torch
 from scipy import stats
 
 from salientpp._ext import extension
-from salientpp.data.csr import build_csr
+from salientpp.data.csr import build_csr, build_typed_csr
+from salientpp.data.schema import GraphSchema, Relation
 from salientpp.errors import InputError
-from salientpp.sampling import NeighborSampler
+from salientpp.sampling import MFG, NeighborSampler
 
 # Significance level of the uniformity tests. Under an exactly uniform sampler the p-value is
 # Uniform(0, 1), so a fixed seed has a 0.1% chance of being an unlucky one (and the tests are
@@ -263,3 +264,177 @@ def test_stale_extension_build_gives_rebuild_message(monkeypatch):
             _ext.extension()
     finally:
         _ext.extension.cache_clear()
+
+
+# ---- typed graphs ----------------------------------------------------------------------------------------------------
+
+# Papers cite papers (one symmetric relation), authors write papers and are affiliated with
+# institutions (each with its reverse): 3 node types, 5 relations.
+TYPED_RELATIONS = [("paper", "cites", "paper"), ("author", "writes", "paper"),
+                   ("author", "affiliated_with", "institution")]
+
+
+def typed_graph(sizes=(300, 200, 30), seed=0):
+    """(schema, rowptr, col, edge_rel) of a random graph of TYPED_RELATIONS whose relation
+    degrees range from 0 to about 20, so that fanouts both bind and exceed them."""
+    schema = GraphSchema.with_reverses(("paper", "author", "institution"), sizes, TYPED_RELATIONS, "paper")
+    offsets = schema.offsets
+    rng = np.random.default_rng(seed)
+
+    def between(src_type, dst_type, count):
+        src = rng.integers(offsets[src_type], offsets[src_type + 1], count)
+        dst = rng.integers(offsets[dst_type], offsets[dst_type + 1], count)
+        return np.stack([src, dst])
+
+    edges = {"cites": between(0, 0, 900), "writes": between(1, 0, 700), "affiliated_with": between(1, 2, 250)}
+    per_relation = [edges.get(r.name, np.empty((2, 0), dtype=np.int64)) for r in schema.relations]
+    rowptr, col, edge_rel = build_typed_csr(per_relation, schema.reverse, schema.total_nodes)
+    return schema, rowptr, col, edge_rel
+
+
+def typed_keys(rowptr, col, edge_rel, num_relations):
+    """int64 [nnz], increasing: the key (v * R + r) * N + u of each CSR entry u of relation r in row v."""
+    n = rowptr.shape[0] - 1
+    row = np.repeat(np.arange(n), np.diff(rowptr))
+    return (row * num_relations + edge_rel) * n + col
+
+
+def relation_degrees(rowptr, edge_rel, num_relations):
+    """int64 [N, R]: the entries of each relation in each row."""
+    n = rowptr.shape[0] - 1
+    row = np.repeat(np.arange(n), np.diff(rowptr))
+    return np.bincount(row * num_relations + edge_rel, minlength=n * num_relations).reshape(n, num_relations)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_typed_batch_draws_each_relations_fanout_among_that_relations_neighbours(replace):
+    schema, rowptr, col, edge_rel = typed_graph()
+    R = schema.num_relations
+    # Hop 0 draws some relations, none (0) or all (-1) of others; hop 1 one list for every relation would
+    # not say 0, so the per-relation form is used throughout.
+    fanouts = {"cites": [3, -1], "writes": [2, 0], "rev_writes": [0, 4], "affiliated_with": [1, 1],
+               "institution__rev_affiliated_with__author": [-1, 5]}
+    if replace:
+        fanouts["cites"], fanouts["rev_affiliated_with"] = [3, 2], [6, 5]
+        del fanouts["institution__rev_affiliated_with__author"]
+    sampler = NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema)
+    table = sampler.fanout_table
+    assert table.shape == (2, R) and table.dtype == np.int64
+    keys = typed_keys(rowptr, col, edge_rel, R)
+    degrees = relation_degrees(rowptr, edge_rel, R)
+    seeds = torch.arange(0, 300, 7)
+    batch = sampler.sample(seeds, seed=3)
+    n_id = batch.n_id.numpy()
+    node_type = schema.type_of(n_id)
+    assert batch.node_type.dtype == torch.int64 and np.array_equal(batch.node_type.numpy(), node_type)
+    into = np.array([schema.node_types.index(r.dst) for r in schema.relations])
+    for mfg, hop in zip(batch.mfgs, reversed(range(2))):
+        src, dst = mfg.edge_index.numpy()
+        edge_type = mfg.edge_type.numpy()
+        assert mfg.edge_type.dtype == torch.int64 and edge_type.shape == src.shape
+        # Every sampled edge is an edge of the graph with that relation, into its destination's type.
+        key = (n_id[dst] * R + edge_type) * (rowptr.shape[0] - 1) + n_id[src]
+        found = np.searchsorted(keys, key)
+        assert np.all(found < keys.shape[0]) and np.array_equal(keys[np.minimum(found, keys.shape[0] - 1)], key)
+        assert np.array_equal(into[edge_type], node_type[dst])
+        # Grouped by destination, then relation.
+        assert np.all(np.diff(dst) >= 0) and np.all(np.diff(edge_type)[np.diff(dst) == 0] >= 0)
+        # Per (destination, relation): min(f, deg) without replacement, f (when deg > 0) with it, all
+        # with -1, none with 0.
+        counts = np.bincount(dst * R + edge_type, minlength=mfg.num_dst * R).reshape(mfg.num_dst, R)
+        deg = degrees[n_id[:mfg.num_dst]]
+        f = table[hop][None, :]
+        bounded = np.where(deg > 0, f, 0) if replace else np.minimum(f, deg)
+        assert np.array_equal(counts, np.where(f == -1, deg, bounded))
+        if not replace:
+            assert np.unique(np.stack([dst, src]), axis=1).shape[1] == src.shape[0], "duplicate neighbour in a hop"
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_typed_sampler_draws_each_neighbour_of_a_relation_uniformly(replace):
+    """Over B independent batches each entry u of relation r in row v is drawn f/deg_r(v) times
+    per batch on average (without replacement: in each batch with probability p = f/deg; with
+    replacement: Binomial(f, 1/deg) times), so its count has mean B p and standard error
+    sqrt(B p (1 - p)) (without replacement) or sqrt(B p (1 - 1/deg)) (with). A normal count lies
+    beyond 5 standard errors with probability 5.7e-7, so over the ~1,500 entries tested a
+    uniform sampler fails with probability ~1e-3 (and the seed is fixed). An entry never drawn
+    (mean >= 600/20 = 30, 5 SE <= 27) or drawn for another relation fails it."""
+    schema, rowptr, col, edge_rel = typed_graph(seed=1)
+    R = schema.num_relations
+    table = {"cites": [2], "writes": [3], "rev_writes": [1], "affiliated_with": [1], "rev_affiliated_with": [4]}
+    sampler = NeighborSampler(rowptr, col, table, replace=replace, edge_rel=edge_rel, schema=schema)
+    fanout = sampler.fanout_table[0]
+    keys = typed_keys(rowptr, col, edge_rel, R)
+    n = schema.total_nodes
+    seeds = torch.arange(n)
+    batches = 600
+    counts = np.zeros(keys.shape[0], dtype=np.int64)
+    for i in range(batches):
+        batch = sampler.sample(seeds, seed=21, batch_index=i)
+        mfg = batch.mfgs[0]
+        src, dst = mfg.edge_index.numpy()
+        n_id = batch.n_id.numpy()
+        np.add.at(counts, np.searchsorted(keys, (n_id[dst] * R + mfg.edge_type.numpy()) * n + n_id[src]), 1)
+    row = np.repeat(np.arange(n), np.diff(rowptr))
+    deg = relation_degrees(rowptr, edge_rel, R)[row, edge_rel]
+    f = fanout[edge_rel]
+    tested = deg > f if not replace else deg > 1
+    assert tested.sum() > 1000
+    p = f[tested] / deg[tested]
+    mean = batches * p
+    se = np.sqrt(batches * p * ((1 - 1 / deg[tested]) if replace else (1 - p)))
+    assert np.all(np.abs(counts[tested] - mean) <= 5 * se), np.max(np.abs(counts[tested] - mean) / se)
+    # The entries of a relation with deg <= f are drawn in every batch (without replacement).
+    if not replace:
+        assert np.all(counts[deg <= f] == batches)
+
+
+def test_a_typed_sampler_of_one_relation_draws_the_untyped_batches():
+    """With one relation the typed inner loop draws the same random numbers as the untyped one,
+    for every algorithm (Floyd below 65, partial Fisher-Yates above, with replacement, all)."""
+    rowptr, col = random_graph(3000, 60000, seed=11)  # degrees ~ 20..70
+    zeros = np.zeros(col.shape[0], dtype=np.int8)
+    for fanouts, replace in (([5, 3, -1], False), ([70, 2], False), ([4, 4], True)):
+        table = torch.tensor(fanouts, dtype=torch.int64)[:, None]
+        untyped = extension().Sampler(torch.from_numpy(rowptr), torch.from_numpy(col), None, table, replace)
+        typed = extension().Sampler(torch.from_numpy(rowptr), torch.from_numpy(col), torch.from_numpy(zeros), table,
+                                    replace)
+        assert typed.typed and not untyped.typed
+        for batch_index in range(3):
+            seeds = torch.from_numpy(np.random.default_rng(batch_index).choice(3000, 200, replace=False))
+            a_n_id, a_hops, _, _ = untyped.sample(seeds, 8, batch_index, None, 0, None)
+            b_n_id, b_hops, _, _ = typed.sample(seeds, 8, batch_index, None, 0, None)
+            assert torch.equal(a_n_id, b_n_id)
+            for (a_src, a_dst, a_rowptr, a_edges, a_type), (b_src, b_dst, b_rowptr, b_edges, b_type) in zip(
+                    a_hops, b_hops):
+                assert (a_src, a_dst) == (b_src, b_dst) and a_type is None
+                assert torch.equal(a_rowptr, b_rowptr) and torch.equal(a_edges, b_edges)
+                assert torch.equal(b_type, torch.zeros(a_edges.shape[1], dtype=torch.int64))
+
+
+def test_a_typed_graph_of_one_relation_samples_like_the_homogeneous_graph():
+    """Two node types, the second isolated, one relation: NeighborSampler takes the typed path and
+    gives the homogeneous sampler's batches, with edge and node types."""
+    rowptr, col = random_graph(400, 3000, seed=12)
+    rowptr = np.concatenate([rowptr, np.full(10, rowptr[-1])])  # 10 isolated nodes of type "b"
+    schema = GraphSchema(("a", "b"), (400, 10), (Relation("a", "to", "a"),), (0,), "a")
+    typed = NeighborSampler(rowptr, col, [4, 3], edge_rel=np.zeros(col.shape[0], dtype=np.int8), schema=schema)
+    plain = NeighborSampler(rowptr, col, [4, 3])
+    seeds = torch.tensor([0, 5, 405, 77])
+    a, b = plain.sample(seeds, seed=1), typed.sample(seeds, seed=1)
+    assert a.node_type is None and all(m.edge_type is None for m in a.mfgs)
+    assert torch.equal(a.n_id, b.n_id)
+    assert torch.equal(b.node_type, torch.from_numpy(schema.type_of(b.n_id.numpy())))
+    assert b.node_type.tolist()[:4] == [0, 0, 1, 0]
+    for x, y in zip(a.mfgs, b.mfgs):
+        assert torch.equal(x.edge_index, y.edge_index) and torch.equal(x.rowptr, y.rowptr)
+        assert torch.equal(y.edge_type, torch.zeros(y.num_edges, dtype=torch.int64))
+
+
+def test_typed_mfgs_and_batches_move_their_types():
+    schema, rowptr, col, edge_rel = typed_graph()
+    batch = NeighborSampler(rowptr, col, [2, 2], edge_rel=edge_rel, schema=schema).sample(torch.arange(10))
+    moved = batch.to("cpu")
+    assert torch.equal(moved.node_type, batch.node_type)
+    assert all(torch.equal(m.edge_type, b.edge_type) for m, b in zip(moved.mfgs, batch.mfgs))
+    assert MFG.empty().edge_type is None and MFG.empty().to("cpu").edge_type is None

@@ -11,9 +11,10 @@ from salientpp.cache.workload import Workload
 from salientpp.cli import main
 from salientpp.errors import InputError
 from salientpp.partition.book import PartitionBook
+from salientpp.data.schema import GraphSchema, Relation
 from salientpp.sampling import (BaseSampler, BulkSampler, FetchContext, NeighborLoader, NeighborSampler, SamplerKind,
-                                check_fanouts, check_replace, check_sampler, kinds, make_sampler, parse_fanouts,
-                                register_sampler)
+                                check_fanouts, check_replace, check_sampler, check_typed_graph, fanout_table, kinds,
+                                make_sampler, parse_fanouts, parse_typed_fanouts, register_sampler)
 from salientpp.sampling.kinds import sampler_names
 from salientpp.train import TrainConfig
 
@@ -145,3 +146,107 @@ def test_the_fanout_rule_is_one_sentence_wherever_it_applies(tmp_path, capsys):
                      "--ladies-fanouts", ladies]) == 2
         assert capsys.readouterr().err.strip() == f"salientpp bench: error: {expected}"
     assert expected == "--ladies-fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"
+
+
+# ---- typed graphs: the kinds that draw them and the fanout rule ------------------------------------------------------
+
+def test_a_kind_that_draws_homogeneous_graphs_only_refuses_a_typed_graph():
+    from test_sampler import typed_graph
+
+    schema, rowptr, col, edge_rel = typed_graph()
+    for name in ("bulk", "ladies"):
+        kind = check_sampler(name)
+        assert not kind.typed
+        sentence = f"the {name} sampler draws homogeneous graphs only; use --sampler nodewise"
+        assert _message(lambda: check_typed_graph(kind, schema)) == sentence
+        assert _message(lambda: make_sampler(rowptr, col, [4, 4], name, edge_rel=edge_rel, schema=schema)) == sentence
+        assert _message(lambda: fanout_table([4, 4], schema, kind)) == sentence
+        check_typed_graph(kind, GraphSchema.homogeneous(10))  # a homogeneous schema is every kind's
+    assert SamplerKind.NODEWISE.typed
+    sampler = make_sampler(rowptr, col, {"cites": [3], "writes": [2], "rev_writes": [0], "affiliated_with": [1],
+                                         "rev_affiliated_with": [-1]}, "nodewise", edge_rel=edge_rel, schema=schema)
+    assert isinstance(sampler, NeighborSampler) and sampler.fanout_table.tolist() == [[3, 2, 0, 1, -1]]
+
+
+def _typed_schema() -> GraphSchema:
+    from test_sampler import TYPED_RELATIONS
+
+    return GraphSchema.with_reverses(("paper", "author", "institution"), (3, 2, 1), TYPED_RELATIONS, "paper")
+
+
+def test_the_fanout_table_of_one_list_gives_every_relation_that_list():
+    schema = _typed_schema()
+    table = fanout_table([15, 10, 5], schema)
+    assert table.dtype == np.int64 and table.shape == (3, 5)
+    assert table.tolist() == [[15] * 5, [10] * 5, [5] * 5]
+    assert fanout_table((4, -1)).tolist() == [[4], [-1]]  # homogeneous: [L, 1]
+    assert fanout_table([4, -1], GraphSchema.homogeneous(5)).tolist() == [[4], [-1]]
+    # One list keeps today's rule: 0 (a hop that draws nothing) is refused there.
+    assert _message(lambda: fanout_table([5, 0], schema)) == _message(lambda: check_fanouts([5, 0]))
+
+
+def test_the_fanout_table_of_a_list_per_relation_takes_relations_as_the_schema_names_them():
+    schema = _typed_schema()
+    table = fanout_table({"cites": [15, 10], ("author", "writes", "paper"): [5, 0], "rev_writes": [0, 3],
+                          Relation("author", "affiliated_with", "institution"): [-1, -1],
+                          "institution__rev_affiliated_with__author": [1, 2]}, schema)
+    assert table.tolist() == [[15, 5, 0, -1, 1], [10, 0, 3, -1, 2]]
+    # A homogeneous graph's one relation may be named too; 0 stays refused there.
+    assert fanout_table({"to": [3, 2]}, GraphSchema.homogeneous(5)).tolist() == [[3], [2]]
+    assert "must be an integer in [1, 2^31 - 1]" in _message(
+        lambda: fanout_table({"node__to__node": [3, 0]}, GraphSchema.homogeneous(5)))
+
+
+@pytest.mark.parametrize("fanouts, expected", [
+    ({"cites": [5], "writes": [5]},
+     "fanouts gives no list for the relations paper__rev_writes__author, author__affiliated_with__institution, "
+     "institution__rev_affiliated_with__author; name every relation (0 for one that draws nothing)"),
+    ({"cites": [5], "writes": [5], "rev_writes": [5], "affiliated_with": [5], "rev_affiliated_with": [5],
+      "reviews": [5]},
+     "unknown relation reviews; the graph's relations are paper__cites__paper, author__writes__paper, "
+     "paper__rev_writes__author, author__affiliated_with__institution, institution__rev_affiliated_with__author"),
+    ({"cites": [5, 5], "writes": [5], "rev_writes": [5, 5], "affiliated_with": [5], "rev_affiliated_with": [5]},
+     "the lists of fanouts give different numbers of hops (1, 2); give every relation one fanout per hop"),
+    ({"cites": [5], "paper__cites__paper": [5]},
+     "fanouts names the relation paper__cites__paper twice; give each relation one list"),
+    ({"cites": [5, -2]},
+     "fanout -2 is invalid; every entry of fanouts of paper__cites__paper must be an integer in [0, 2^31 - 1] "
+     "or -1 (all neighbours)"),
+    ({7: [5]}, "unknown relation 7; the graph's relations are paper__cites__paper"),
+])
+def test_the_fanout_table_refuses_a_bad_list_per_relation_in_one_sentence(fanouts, expected):
+    sentence = _message(lambda: fanout_table(fanouts, _typed_schema()))
+    assert sentence.startswith(expected) and "\n" not in sentence
+
+
+def test_the_fanout_table_checks_the_number_of_layers_once():
+    schema = _typed_schema()
+    expected = "--fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"
+    assert _message(lambda: fanout_table([5, 5], schema, layers=3, what="--fanouts")) == expected
+    per_relation = dict.fromkeys(["cites", "writes", "rev_writes", "affiliated_with", "rev_affiliated_with"], [5, 5])
+    assert _message(lambda: fanout_table(per_relation, schema, layers=3, what="--fanouts")) == expected
+    assert "relations are unknown; pass its schema" in _message(lambda: fanout_table({"cites": [5]}))
+
+
+def test_the_command_line_fanouts_of_a_typed_graph_give_what_the_fanout_table_takes():
+    schema = _typed_schema()
+    assert parse_typed_fanouts("15,10,5") == (15, 10, 5)
+    text = "cites=15,10; writes = 5,0;rev_writes=0,3;author__affiliated_with__institution=-1,-1;rev_affiliated_with=1,2"
+    parsed = parse_typed_fanouts(text)
+    assert parsed == {"cites": (15, 10), "writes": (5, 0), "rev_writes": (0, 3),
+                      "author__affiliated_with__institution": (-1, -1), "rev_affiliated_with": (1, 2)}
+    assert fanout_table(parsed, schema).tolist() == [[15, 5, 0, -1, 1], [10, 0, 3, -1, 2]]
+    assert "fanouts gives no list for the relation institution__rev_affiliated_with__author;" in _message(
+        lambda: fanout_table(parse_typed_fanouts(text.rsplit(";", 1)[0]), schema))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("cites=15,10;writes", "--fanouts must give each relation's list as REL=15,10,5 separated by ';'"),
+    ("=15,10", "--fanouts must give each relation's list as REL=15,10,5 separated by ';'"),
+    ("cites=5;cites=4", "--fanouts names the relation cites twice; give each relation one list"),
+    ("cites=5,x", "--fanouts of cites must be comma-separated integers like 15,10,5, got '5,x'"),
+    ("cites=5,,4", "--fanouts of cites has an empty item"),
+    ("15,1.5", "--fanouts must be comma-separated integers like 15,10,5"),
+])
+def test_bad_command_line_fanouts_of_a_typed_graph_are_refused_in_one_sentence(text, expected):
+    assert _message(lambda: parse_typed_fanouts(text)).startswith(expected)

@@ -224,3 +224,20 @@ def test_bad_loader_arguments(graph, kwargs, match):
     args = dict(seeds=np.arange(100), batch_size=10) | kwargs
     with pytest.raises(InputError, match=match):
         NeighborLoader(sampler, **args)
+
+
+def test_a_typed_loader_gives_the_batches_of_the_typed_sampler_with_their_types():
+    from test_sampler import typed_graph
+
+    schema, rowptr, col, edge_rel = typed_graph()
+    sampler = NeighborSampler(rowptr, col, {"cites": [4, 2], "writes": [3, 1], "rev_writes": [0, 2],
+                                            "affiliated_with": [1, 1], "rev_affiliated_with": [2, 0]},
+                              edge_rel=edge_rel, schema=schema)
+    loader = NeighborLoader(sampler, np.arange(0, 300, 2), 32, sampler_threads=2, seed=5, num_batches=6)
+    loader.set_epoch(1)
+    order, bounds = loader.epoch_order(), loader.batch_bounds()
+    for i, batch in enumerate(loader):
+        expected = sampler.sample(order[bounds[i]:bounds[i + 1]], loader.epoch_seed(), i)
+        assert same_batch(batch, expected) and torch.equal(batch.node_type, expected.node_type)
+        assert all(torch.equal(x.edge_type, y.edge_type) for x, y in zip(batch.mfgs, expected.mfgs))
+        assert np.array_equal(batch.node_type.numpy(), schema.type_of(batch.n_id.numpy()))

@@ -2,11 +2,13 @@
 and ``analyze``: one sentence, exit code 2, before any data is read or rank started."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from salientpp.cli import main
+from salientpp.data.schema import GraphSchema
 from salientpp.errors import InputError
-from salientpp.sampling import BulkSampler, NeighborLoader, make_sampler
+from salientpp.sampling import BulkSampler, NeighborLoader, NeighborSampler, make_sampler
 from salientpp.train import TrainConfig, resolve_run
 from conftest import exit_code
 
@@ -63,17 +65,60 @@ def test_a_node_wise_plan_is_refused_for_ladies_training(tiny_partitions, tmp_pa
     (dict(method="ladies", replace=True), "drop --replace"),
 ])
 def test_the_bulk_sampler_refuses_bad_arguments_in_one_sentence(kwargs, expected):
-    import numpy as np
-
     rowptr, col = np.array([0, 1, 2]), np.array([1, 0])
     with pytest.raises(InputError, match=expected):
         BulkSampler(rowptr, col, [2], **kwargs)
 
 
 def test_make_sampler_names_the_choices_for_an_unknown_sampler():
-    import numpy as np
-
     with pytest.raises(InputError, match="choose one of nodewise, bulk, ladies"):
         make_sampler(np.array([0, 1, 2]), np.array([1, 0]), [2], "neighbour")
     with pytest.raises(InputError, match="NeighborSampler or a BulkSampler"):
         NeighborLoader(object(), [0], 1)
+
+
+# ---- a typed graph's arrays ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, expected", [
+    (dict(edge_rel=None), "a typed graph needs the relation of each CSR entry; pass edge_rel=dataset.edge_rel"),
+    (dict(schema=None), "edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema"),
+    (dict(edge_rel="short"), "edge_rel must have one entry per entry of col"),
+    (dict(edge_rel="int64"), "edge_rel must be a 1-D int8 array, got torch.int64"),
+    (dict(schema="small"), "the schema counts 6 nodes but the CSR has 530; pass the schema of this graph"),
+])
+def test_a_typed_sampler_refuses_mismatched_graph_arrays_in_one_sentence(changes, expected):
+    from test_sampler import TYPED_RELATIONS, typed_graph
+
+    schema, rowptr, col, edge_rel = typed_graph()
+    given = {"short": edge_rel[:-1], "int64": edge_rel.astype(np.int64),
+             "small": GraphSchema.with_reverses(("paper", "author", "institution"), (3, 2, 1), TYPED_RELATIONS,
+                                                "paper")}
+    args = dict(edge_rel=edge_rel, schema=schema) | {k: given.get(v, v) for k, v in changes.items()}
+    with pytest.raises(InputError) as info:
+        NeighborSampler(rowptr, col, [3, 2], **args)
+    assert str(info.value).startswith(expected) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("corruption, expected", [
+    ("out of range", r"edge_rel holds a relation outside \[0, 5\) in the row of node \d+; the typed CSR is corrupt"),
+    ("ungrouped", r"edge_rel is not grouped by relation in the row of node \d+; the typed CSR is corrupt"),
+    ("descending", r"edge_rel is not grouped by relation in the row of node \d+; the typed CSR is corrupt"),
+])
+def test_a_corrupt_edge_rel_is_reported_when_sampling_meets_it(corruption, expected):
+    from test_sampler import typed_graph
+
+    schema, rowptr, col, edge_rel = typed_graph()
+    edge_rel = edge_rel.copy()
+    v = int(np.flatnonzero(np.diff(rowptr) >= 3)[0])
+    if corruption == "out of range":
+        edge_rel[rowptr[v + 1] - 1] = 9
+    else:  # relations 0, 1, 0, 0, ... (the ends agree, an entry inside does not) or 1, 0, 0, ...
+        edge_rel[rowptr[v]:rowptr[v + 1]] = 0
+        edge_rel[rowptr[v] + (1 if corruption == "ungrouped" else 0)] = 1
+    sampler = NeighborSampler(rowptr, col, [-1], edge_rel=edge_rel, schema=schema)
+    expected = expected.replace(r"\d+", str(v))
+    with pytest.raises(InputError, match=expected):
+        sampler.sample([v])
+    # The same through a loader's C++ threads.
+    with pytest.raises(InputError, match=expected):
+        list(NeighborLoader(sampler, [v], 1))

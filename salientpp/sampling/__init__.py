@@ -2,7 +2,8 @@
 node-wise (C++ thread pool) and bulk (sparse-matrix operations, node-wise or LADIES)."""
 from .bulk import BulkSampler
 from .kinds import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SamplerKind, check_fanouts, check_replace, check_sampler,
-                    make_sampler, parse_fanouts, register_sampler, sampler_names)
+                    check_typed_graph, fanout_table, make_sampler, parse_fanouts, parse_typed_fanouts,
+                    register_sampler, sampler_names)
 from .loader import NeighborLoader
 from .sampler import MFG, BaseSampler, FetchContext, RowOrigins, NeighborSampler, SampledBatch
 
@@ -11,4 +12,5 @@ SAMPLERS = sampler_names()
 
 __all__ = ["BaseSampler", "NeighborSampler", "BulkSampler", "NeighborLoader", "SampledBatch", "MFG", "FetchContext",
            "RowOrigins", "SamplerKind", "SAMPLERS", "DEFAULT_SAMPLER", "MINIBATCHES_PER_BULK", "check_fanouts",
-           "check_replace", "check_sampler", "make_sampler", "parse_fanouts", "register_sampler"]
+           "check_replace", "check_sampler", "check_typed_graph", "fanout_table", "make_sampler", "parse_fanouts",
+           "parse_typed_fanouts", "register_sampler"]

@@ -11,10 +11,21 @@ from ..errors import InputError
 
 def as_int64_tensor(array: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
     """A contiguous 1-D int64 CPU tensor over ``array``, without a copy when possible."""
+    return as_vector(array, name, torch.int64)
+
+
+# How the error of :func:`as_vector` says to convert an array to each dtype.
+_CONVERSIONS = {torch.int64: "astype(np.int64) / .long()", torch.int8: "astype(np.int8) / .to(torch.int8)"}
+
+
+def as_vector(array: torch.Tensor | np.ndarray, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous 1-D CPU tensor of ``dtype`` (int64 or int8) over ``array``, without a copy when
+    possible; :class:`InputError` for another shape or dtype."""
     tensor = as_tensor(array, name)
-    if tensor.dim() != 1 or tensor.dtype != torch.int64:
-        raise InputError(f"{name} must be a 1-D int64 array, got {tensor.dtype} of shape {list(tensor.shape)}; "
-                         "convert it with astype(np.int64) / .long()")
+    if tensor.dim() != 1 or tensor.dtype != dtype:
+        kind = str(dtype).removeprefix("torch.")
+        raise InputError(f"{name} must be a 1-D {kind} array, got {tensor.dtype} of shape {list(tensor.shape)}; "
+                         f"convert it with {_CONVERSIONS[dtype]}")
     return tensor
 
 

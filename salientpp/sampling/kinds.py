@@ -1,7 +1,8 @@
 """The sampler kinds a loader can use, by name (``--sampler nodewise|bulk|ladies``), with each
 kind's rules as data (:class:`SamplerKind`), and the one rule of a valid fanout list
-(:func:`check_fanouts`), of a typed graph's fanout table (:func:`check_fanout_table`) and of the
-replace flag (:func:`check_replace`).
+(:func:`check_fanouts`; of a typed graph's per-relation fanouts, :func:`fanout_table`, and of a
+fanout table given whole, :func:`check_fanout_table`), of the replace flag (:func:`check_replace`)
+and of the kinds that draw typed graphs (:func:`check_typed_graph`).
 
 A kind is known once its module calls :func:`register_sampler` with its :class:`SamplerKind` and
 the function that builds its sampler; :func:`check_sampler` finds it by name and
@@ -16,7 +17,9 @@ Adding a sampler kind takes:
    only to draw them otherwise; its constructor checks ``fanouts`` and ``replace`` with
    :func:`check_fanouts` and :func:`check_replace`), its ``SamplerKind("NAME", ...)`` and
    ``register_sampler(kind, build)``, where ``build(rowptr, col, fanouts, *, replace,
-   minibatches_per_bulk, device)`` returns the sampler;
+   minibatches_per_bulk, device)`` returns the sampler (a kind that draws typed graphs,
+   ``typed=True``, also takes the keywords ``edge_rel`` and ``schema`` and its fanouts in the
+   forms :func:`fanout_table` reads);
 2. one line in ``salientpp/sampling/__init__.py`` importing that module before ``SAMPLERS`` is
    made, so that ``--sampler NAME`` is offered by every command.
 
@@ -28,14 +31,17 @@ needs its VIP model in ``salientpp/cache/vip.py`` (``VIP_MODELS``); until then t
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, shown
 from ..parsing import number_list
+
+if TYPE_CHECKING:
+    from ..data.schema import GraphSchema
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,8 @@ class SamplerKind:
         weighted: its MFGs carry edge weights that a model must use.
         layer_sizes: its fanouts are nodes per layer, so each must be >= 1 (no -1, "all").
         always_replaces: it always draws with replacement, so a replace flag is refused.
+        typed: it draws typed graphs (per-relation fanouts, MFGs with edge types); a kind
+            without it refuses a graph of several node types or relations (:func:`check_typed_graph`).
     """
 
     NODEWISE: ClassVar[SamplerKind]
@@ -75,9 +83,10 @@ class SamplerKind:
     weighted: bool = False
     layer_sizes: bool = False
     always_replaces: bool = False
+    typed: bool = False
 
 
-SamplerKind.NODEWISE = SamplerKind("nodewise", "node-wise", "nodewise")
+SamplerKind.NODEWISE = SamplerKind("nodewise", "node-wise", "nodewise", typed=True)
 SamplerKind.BULK = SamplerKind("bulk", "bulk node-wise", "nodewise", draws_in_bulk=True)
 # LADIES's plain VIP recurrence over-estimates by 4-12% from hop 2 on (``bench vip``, docs/cache.md).
 SamplerKind.LADIES = SamplerKind("ladies", "LADIES", "ladies", default_vip_method="cavity", draws_in_bulk=True,
@@ -117,15 +126,31 @@ def check_sampler(name: str | SamplerKind) -> SamplerKind:
     return _REGISTERED[key][0]
 
 
-def make_sampler(rowptr, col, fanouts: Sequence[int], kind: str | SamplerKind = DEFAULT_SAMPLER,
-                 replace: bool = False, minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str = "cpu"):
+def make_sampler(rowptr, col, fanouts: Sequence[int] | Mapping[Any, Sequence[int]],
+                 kind: str | SamplerKind = DEFAULT_SAMPLER, replace: bool = False,
+                 minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str = "cpu", *, edge_rel=None,
+                 schema: GraphSchema | None = None):
     """The sampler of ``kind`` over the CSR ``rowptr``, ``col`` (a
     :class:`~salientpp.sampling.sampler.BaseSampler`), built by the function its module registered:
     for the built-in kinds a :class:`~salientpp.sampling.NeighborSampler` (CPU) or a
-    :class:`~salientpp.sampling.BulkSampler` running on ``device``."""
+    :class:`~salientpp.sampling.BulkSampler` running on ``device``. A typed graph (``edge_rel``
+    int8 ``[nnz]`` and its ``schema``; fanouts in a form of :func:`fanout_table`) needs a kind
+    that draws typed graphs (:func:`check_typed_graph`)."""
     kind = check_sampler(kind)
     build = _REGISTERED[kind.value][1]
-    return build(rowptr, col, list(fanouts), replace=replace, minibatches_per_bulk=minibatches_per_bulk, device=device)
+    check_typed_graph(kind, schema)
+    typed = {"edge_rel": edge_rel, "schema": schema} if kind.typed else {}
+    return build(rowptr, col, fanouts if isinstance(fanouts, Mapping) else list(fanouts), replace=replace,
+                 minibatches_per_bulk=minibatches_per_bulk, device=device, **typed)
+
+
+def check_typed_graph(kind: SamplerKind, schema: GraphSchema | None) -> None:
+    """The one rule of which kinds draw typed graphs: :class:`InputError` when ``schema`` has
+    several node types or relations and ``kind`` draws homogeneous graphs only (not
+    ``kind.typed``), naming the kinds that draw them."""
+    if schema is not None and not schema.is_homogeneous and not kind.typed:
+        typed = " or ".join(k.value for k, _ in _REGISTERED.values() if k.typed)
+        raise InputError(f"the {kind.value} sampler draws homogeneous graphs only; use --sampler {typed}")
 
 
 # The largest fanout: the C++ samplers count neighbours in 32 bits (-1 takes them all).
@@ -133,9 +158,10 @@ MAX_FANOUT = 2**31 - 1
 
 
 def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWISE, layers: int | None = None,
-                  what: str = "fanouts") -> tuple[int, ...]:
+                  what: str = "fanouts", zero: bool = False) -> tuple[int, ...]:
     """The one rule of a valid fanout list, returned as a tuple of ints: one integer per hop,
-    ``fanouts[0]`` at the seeds, each a positive number of neighbours or -1 (all of them); a kind
+    ``fanouts[0]`` at the seeds, each a positive number of neighbours or -1 (all of them), or 0
+    (none) with ``zero`` (one relation's list of a typed graph, :func:`fanout_table`); a kind
     whose fanouts are layer sizes (``kind.layer_sizes``, LADIES) draws ``fanouts[h]`` nodes per
     layer, so each is >= 1; with ``layers``, exactly one per layer. :class:`InputError` names
     ``what`` otherwise (the flag the list was given with, ``"--eval-fanouts"``, or the parameter):
@@ -149,13 +175,12 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     if kind.layer_sizes and any(f < 1 for f in values):
         raise InputError(f"{kind.title} samples a number of nodes per layer, so every entry of {what} must be >= 1 "
                          f"(got {','.join(map(str, values))}); pass layer sizes such as 512,512")
-    bad = [f for f in values if (f < 1 and f != -1) or f > MAX_FANOUT]
+    least = 0 if zero else 1
+    bad = [f for f in values if (f < least and f != -1) or f > MAX_FANOUT]
     if bad:
-        raise InputError(f"fanout {bad[0]} is invalid; every entry of {what} must be an integer in [1, 2^31 - 1] "
-                         "or -1 (all neighbours)")
-    if layers is not None and len(values) != layers:
-        raise InputError(f"{what} gives {len(values)} hops but {layers} layers are sampled; "
-                         "pass one fanout per layer")
+        raise InputError(f"fanout {bad[0]} is invalid; every entry of {what} must be an integer in [{least}, "
+                         "2^31 - 1] or -1 (all neighbours)")
+    _check_layers(len(values), layers, what)
     return values
 
 
@@ -181,6 +206,59 @@ def check_fanout_table(table, num_relations: int, what: str = "fanouts") -> np.n
     return array.astype(np.int64, copy=False)
 
 
+def _check_layers(hops: int, layers: int | None, what: str) -> None:
+    """:class:`InputError` unless ``hops`` fanouts of ``what`` give one per layer (any number when
+    ``layers`` is None)."""
+    if layers is not None and hops != layers:
+        raise InputError(f"{what} gives {hops} hops but {layers} layers are sampled; pass one fanout per layer")
+
+
+def fanout_table(fanouts: Sequence[int] | Mapping[Any, Sequence[int]], schema: GraphSchema | None = None,
+                 kind: SamplerKind = SamplerKind.NODEWISE, layers: int | None = None,
+                 what: str = "fanouts") -> np.ndarray:
+    """The one rule of a graph's fanouts: int64 ``[L, R]``, entry ``[h, r]`` the neighbours of
+    relation ``r`` every node reached draws at hop ``h`` (PyG's ``num_neighbors``), for the ``R``
+    relations of ``schema`` (None: a homogeneous graph, ``R = 1``).
+
+    ``fanouts`` is one list for every relation, checked by :func:`check_fanouts` (each entry >= 1
+    or -1), or a dict relation -> list, a key naming a relation as
+    :meth:`~salientpp.data.schema.GraphSchema.relation_index` accepts it (a
+    :class:`~salientpp.data.schema.Relation`, a triple, ``"src__name__dst"`` or a unique name):
+    every relation named once, the lists of equal length, each entry >= 1, -1 (all) or, on a
+    graph of several relations, 0 (that relation draws nothing at that hop). A kind that draws
+    homogeneous graphs only is refused a typed ``schema`` (:func:`check_typed_graph`).
+    :class:`InputError` names ``what`` otherwise, in one sentence."""
+    check_typed_graph(kind, schema)
+    if not isinstance(fanouts, Mapping):
+        values = check_fanouts(fanouts, kind, layers, what)
+        return np.repeat(np.array(values, dtype=np.int64)[:, None], 1 if schema is None else schema.num_relations,
+                         axis=1)
+    if schema is None:
+        raise InputError(f"{what} gives a list per relation but the graph's relations are unknown; pass its schema "
+                         "(dataset.schema) or one list for every relation")
+    relations = [str(r) for r in schema.relations]
+    zero = not schema.is_homogeneous
+    given: dict[int, tuple[int, ...]] = {}
+    for key, value in fanouts.items():
+        try:
+            r = schema.relation_index(key)
+        except TypeError:  # neither a Relation, a triple nor a string: no relation of any graph
+            r = schema.relation_index(shown(key))
+        if r in given:
+            raise InputError(f"{what} names the relation {relations[r]} twice; give each relation one list")
+        given[r] = check_fanouts(value, kind, what=f"{what} of {relations[r]}", zero=zero)
+    missing = [relations[r] for r in range(len(relations)) if r not in given]
+    if missing:
+        raise InputError(f"{what} gives no list for the relation{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)}; name every relation (0 for one that draws nothing)")
+    hops = sorted({len(v) for v in given.values()})
+    if len(hops) > 1:
+        raise InputError(f"the lists of {what} give different numbers of hops ({', '.join(map(str, hops))}); "
+                         "give every relation one fanout per hop")
+    _check_layers(hops[0], layers, what)
+    return np.array([given[r] for r in range(len(relations))], dtype=np.int64).T.copy()
+
+
 def check_replace(replace: bool, kind: SamplerKind) -> bool:
     """The one rule of the replace flag: ``replace`` as a bool, or :class:`InputError` when the
     kind always draws with replacement (``kind.always_replaces``, LADIES), where the flag is
@@ -194,3 +272,30 @@ def parse_fanouts(text: str, kind: SamplerKind = SamplerKind.NODEWISE, what: str
     """``"15,10,5"`` -> ``(15, 10, 5)``, checked by :func:`check_fanouts`; an error names ``what``,
     the flag ``text`` was given with (``"--eval-fanouts"``)."""
     return check_fanouts(number_list(text, int, what, "15,10,5"), kind, what=what)
+
+
+# How one relation's list is introduced in the per-relation form of --fanouts, and how lists are separated.
+RELATION_FANOUTS = "="
+RELATION_LISTS = ";"
+
+
+def parse_typed_fanouts(text: str, what: str = "--fanouts") -> tuple[int, ...] | dict[str, tuple[int, ...]]:
+    """The command-line form of a typed graph's fanouts, as :func:`fanout_table` takes them:
+    ``"15,10,5"`` (one list for every relation) -> ``(15, 10, 5)``, or one list per relation,
+    ``"REL=15,10,5;REL2=5,5,5"`` -> ``{"REL": (15, 10, 5), "REL2": (5, 5, 5)}`` with ``REL`` as
+    ``src__name__dst`` or a unique relation name. Only the form is checked here (integers, each
+    relation named once); the values and the relations are checked against the graph by
+    :func:`fanout_table`. An error names ``what``, the flag ``text`` was given with."""
+    example = "paper__cites__paper=15,10;author__writes__paper=5,5"
+    if RELATION_FANOUTS not in text:
+        return number_list(text, int, what, "15,10,5")
+    lists: dict[str, tuple[int, ...]] = {}
+    for item in text.split(RELATION_LISTS):
+        name, sep, values = (part.strip() for part in item.partition(RELATION_FANOUTS))
+        if not sep or not name:
+            raise InputError(f"{what} must give each relation's list as REL=15,10,5 separated by "
+                             f"{RELATION_LISTS!r}, like {example}, got {shown(item.strip())}")
+        if name in lists:
+            raise InputError(f"{what} names the relation {shown(name)} twice; give each relation one list")
+        lists[name] = number_list(values, int, f"{what} of {shown(name)}", "15,10,5")
+    return lists

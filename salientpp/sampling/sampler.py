@@ -6,9 +6,9 @@ where each feature row of a batch comes from (:class:`RowOrigins`, made from a
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -16,9 +16,12 @@ import torch
 from .._ext import extension
 from ..errors import InputError
 from ..partition.book import PartitionBook
-from .convert import as_int64_tensor, as_tensor
-from .kinds import SamplerKind, check_fanouts, check_replace, register_sampler
+from .convert import as_int64_tensor, as_tensor, as_vector
+from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
 from .worker import ThreadWorker
+
+if TYPE_CHECKING:
+    from ..data.schema import GraphSchema
 
 
 @dataclass
@@ -40,8 +43,9 @@ class MFG:
         edge_weight: float32 ``[E]`` or None. Layer-wise samplers (LADIES) set it: the layer
             must aggregate ``sum_e edge_weight[e] * x[src_e]`` per destination, an unbiased
             estimate of the neighbour mean, instead of averaging the sampled neighbours.
-        edge_type: int64 ``[E]``, the relation index of each edge (a typed graph's; edges are
-            grouped by destination, then relation), or None for a homogeneous graph.
+        edge_type: int64 ``[E]``, the relation (an index of the graph's
+            :attr:`~salientpp.data.schema.GraphSchema.relations`) of each edge, or None for a
+            homogeneous graph; a destination's edges are grouped by relation, ascending.
     """
 
     num_src: int
@@ -63,8 +67,8 @@ class MFG:
                    torch.zeros(1, dtype=torch.int64, device=device))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MFG:
-        weight = None if self.edge_weight is None else self.edge_weight.to(device, non_blocking=non_blocking)
-        edge_type = None if self.edge_type is None else self.edge_type.to(device, non_blocking=non_blocking)
+        weight, edge_type = (None if t is None else t.to(device, non_blocking=non_blocking)
+                             for t in (self.edge_weight, self.edge_type))
         return MFG(self.num_src, self.num_dst, self.edge_index.to(device, non_blocking=non_blocking),
                    self.rowptr.to(device, non_blocking=non_blocking), weight, edge_type)
 
@@ -188,6 +192,9 @@ class SampledBatch:
             ``mfgs[l].num_dst == mfgs[l + 1].num_src``.
         y: int64 ``[batch_size]`` seed labels, or None when the loader has no labels.
         origins: the :class:`RowOrigins`, or None without a fetch context.
+        node_type: int64 ``[num_nodes]``, the node type (an index of the graph's
+            :attr:`~salientpp.data.schema.GraphSchema.node_types`) of each node of ``n_id``, or
+            None for a homogeneous graph.
     """
 
     n_id: torch.Tensor
@@ -195,6 +202,7 @@ class SampledBatch:
     mfgs: list[MFG]
     y: torch.Tensor | None = None
     origins: RowOrigins | None = None
+    node_type: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -205,17 +213,25 @@ class SampledBatch:
         return sum(m.num_edges for m in self.mfgs)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> SampledBatch:
-        """Moves ``n_id``, the MFGs and ``y`` (not the row origins) to ``device``."""
-        y = None if self.y is None else self.y.to(device, non_blocking=non_blocking)
+        """Moves ``n_id``, the MFGs, ``y`` and ``node_type`` (not the row origins) to ``device``."""
+        y, node_type = (None if t is None else t.to(device, non_blocking=non_blocking) for t in (self.y, self.node_type))
         return SampledBatch(self.n_id.to(device, non_blocking=non_blocking), self.batch_size,
-                            [m.to(device, non_blocking) for m in self.mfgs], y, self.origins)
+                            [m.to(device, non_blocking) for m in self.mfgs], y, self.origins, node_type)
 
 
-def batch_from_extension(raw: tuple, batch_size: int) -> SampledBatch:
-    """Wraps the tuple returned by the C++ extension (hops in sampling order)."""
+# A per-node type lookup: int64 ``[n]`` node type of each global id of an int64 ``[n]`` array
+# (:meth:`~salientpp.data.schema.GraphSchema.type_of`).
+TypeOf = Callable[[np.ndarray], np.ndarray]
+
+
+def batch_from_extension(raw: tuple, batch_size: int, type_of: TypeOf | None = None) -> SampledBatch:
+    """Wraps the tuple returned by the C++ extension (hops in sampling order); ``type_of`` gives
+    the batch its ``node_type`` (None: a homogeneous graph)."""
     n_id, hops, y, fetch = raw
-    mfgs = [MFG(num_src, num_dst, edge_index, rowptr) for num_src, num_dst, rowptr, edge_index in reversed(hops)]
-    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else RowOrigins(**fetch))
+    mfgs = [MFG(num_src, num_dst, edge_index, rowptr, None, edge_type)
+            for num_src, num_dst, rowptr, edge_index, edge_type in reversed(hops)]
+    node_type = None if type_of is None else torch.from_numpy(type_of(n_id.numpy()).astype(np.int64, copy=False))
+    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else RowOrigins(**fetch), node_type)
 
 
 # ---- the sampler interface and the node-wise sampler ----------------------------------------------
@@ -319,23 +335,47 @@ class NeighborSampler(BaseSampler):
     Randomness comes only from ``(seed, batch_index)`` (a SplitMix64 stream per batch). A
     loader's epoch runs in the C++ thread pool (:meth:`start_epoch`).
 
+    A typed graph (``edge_rel`` and its ``schema``) is sampled with PyG's semantics: at hop ``h``
+    every node reached draws, for each relation ``r`` in order, ``table[h][r]`` of its relation-``r``
+    neighbours as above (``table = fanout_table(fanouts, schema)``, int64 ``[L, R]``; 0 draws
+    none), so a node draws only along the relations into its type. Its MFGs carry ``edge_type``
+    and its batches ``node_type``. With one relation the draws are exactly the untyped ones.
+
     Args:
         rowptr: int64 ``[N + 1]`` and col: int64 ``[nnz]``: CSR of a symmetric graph, numpy
             arrays (memory maps too) or CPU tensors; shared, not copied, when contiguous int64.
             Only the cheap checks are done here; a corrupt CSR is reported when sampling meets it.
         fanouts: ``[f_1, ..., f_L]``; ``fanouts[0]`` applies at the seeds. Each >= 1 or -1 (all).
+            For a typed graph also a dict relation -> list (:func:`~salientpp.sampling.kinds.fanout_table`).
         replace: sample with replacement.
+        edge_rel: int8 ``[nnz]``, the relation of each CSR entry, a row's entries grouped by
+            relation ascending (:func:`~salientpp.data.csr.build_typed_csr`; ``Dataset.edge_rel``);
+            None for a homogeneous graph.
+        schema: the graph's :class:`~salientpp.data.schema.GraphSchema` (``Dataset.schema``);
+            needed with ``edge_rel``. None: a homogeneous graph.
+
+    Attributes:
+        fanout_table: int64 ``[L, R]``, the fanout of each hop and relation (``R = 1`` for a
+            homogeneous graph); ``fanouts`` is its one column for a homogeneous graph, its rows otherwise.
+        schema: as given (None for a homogeneous graph).
     """
 
     def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray,
-                 fanouts: Sequence[int], replace: bool = False):
+                 fanouts: Sequence[int] | Mapping[Any, Sequence[int]], replace: bool = False, *,
+                 edge_rel: torch.Tensor | np.ndarray | None = None, schema: GraphSchema | None = None):
         rowptr_t = as_int64_tensor(rowptr, "rowptr")
         col_t = as_int64_tensor(col, "col")
         check_csr_ends(rowptr_t, col_t)
-        self.fanouts = fanouts = list(check_fanouts(fanouts, SamplerKind.NODEWISE))
-        self.replace = check_replace(replace, SamplerKind.NODEWISE)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
-        self._core = extension().Sampler(rowptr_t, col_t, fanouts, self.replace)
+        edge_rel_t = check_typed_graph_arrays(edge_rel, schema, col_t, self.num_nodes)
+        self.schema = schema
+        self.fanout_table = fanout_table(fanouts, schema, SamplerKind.NODEWISE)
+        typed = schema is not None and not schema.is_homogeneous
+        self.fanouts = self.fanout_table.tolist() if typed else self.fanout_table[:, 0].tolist()
+        self.replace = check_replace(replace, SamplerKind.NODEWISE)
+        self._type_of = schema.type_of if typed else None
+        self._core = extension().Sampler(rowptr_t, col_t, edge_rel_t, torch.from_numpy(self.fanout_table),
+                                         self.replace)
 
     def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
                 labels_offset: int, fetch) -> SampledBatch:
@@ -343,7 +383,7 @@ class NeighborSampler(BaseSampler):
             raw = self._core.sample(seeds, to_uint64(seed), to_uint64(batch_index), labels, labels_offset, fetch)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        return batch_from_extension(raw, int(seeds.shape[0]))
+        return batch_from_extension(raw, int(seeds.shape[0]), self._type_of)
 
     def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
                     labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, sampler_threads: int = 1,
@@ -351,30 +391,33 @@ class NeighborSampler(BaseSampler):
         """:meth:`BaseSampler.start_epoch` in ``sampler_threads`` C++ threads (a ``_C.BatchLoader``)."""
         core = extension().BatchLoader(self._core, order, bounds, seed, labels, labels_offset, fetch, sampler_threads,
                                        read_ahead, first, low_priority)
-        return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist())
+        return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist(), self._type_of)
 
 
 class _ExtensionWorker:
     """A ``_C.BatchLoader`` whose batches come out as :class:`SampledBatch` (a :class:`BatchWorker`);
-    ``sizes`` are the seeds of the batches it samples, in order."""
+    ``sizes`` are the seeds of the batches it samples, in order; ``type_of`` gives them their
+    ``node_type`` (None for a homogeneous graph)."""
 
-    def __init__(self, core, sizes: list[int]):
+    def __init__(self, core, sizes: list[int], type_of: TypeOf | None):
         self._core = core
         self._sizes = iter(sizes)
+        self._type_of = type_of
 
     def next(self) -> SampledBatch | None:
         raw = self._core.next()
-        return None if raw is None else batch_from_extension(raw, next(self._sizes))
+        return None if raw is None else batch_from_extension(raw, next(self._sizes), self._type_of)
 
     def close(self) -> None:
         self._core.close()
 
 
-def _build_nodewise(rowptr, col, fanouts: Sequence[int], *, replace: bool, minibatches_per_bulk: int,
-                    device) -> NeighborSampler:
+def _build_nodewise(rowptr, col, fanouts: Sequence[int] | Mapping[Any, Sequence[int]], *, replace: bool,
+                    minibatches_per_bulk: int, device, edge_rel=None, schema: GraphSchema | None = None
+                    ) -> NeighborSampler:
     """The node-wise kind's sampler: one batch at a time on the CPU, so ``minibatches_per_bulk``
-    and ``device`` do not apply."""
-    return NeighborSampler(rowptr, col, fanouts, replace=replace)
+    and ``device`` do not apply; it draws typed graphs (``edge_rel``, ``schema``)."""
+    return NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema)
 
 
 register_sampler(SamplerKind.NODEWISE, _build_nodewise)
@@ -389,6 +432,30 @@ def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:
     if int(rowptr[0]) != 0 or int(rowptr[-1]) != col.shape[0]:
         raise InputError(f"rowptr must run from 0 to len(col) = {col.shape[0]}, "
                          f"got {int(rowptr[0])}..{int(rowptr[-1])}; pass a matching CSR pair")
+
+
+def check_typed_graph_arrays(edge_rel: torch.Tensor | np.ndarray | None, schema: GraphSchema | None,
+                             col: torch.Tensor, num_nodes: int) -> torch.Tensor | None:
+    """The cheap checks of a typed graph's arrays: ``edge_rel`` as an int8 tensor of one entry
+    per entry of ``col`` (its values are checked when sampling meets them), given together with
+    a ``schema`` of ``num_nodes`` nodes, and given for a schema of several node types or
+    relations; None for a homogeneous graph (whose ``edge_rel``, if given, holds one relation:
+    the untyped sampler draws the same). :class:`InputError` otherwise."""
+    if schema is not None and schema.total_nodes != num_nodes:
+        raise InputError(f"the schema counts {schema.total_nodes} nodes but the CSR has {num_nodes}; pass the "
+                         "schema of this graph")
+    if edge_rel is None:
+        if schema is not None and not schema.is_homogeneous:
+            raise InputError("a typed graph needs the relation of each CSR entry; pass edge_rel=dataset.edge_rel "
+                             "with its schema")
+        return None
+    if schema is None:
+        raise InputError("edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema")
+    edge_rel_t = as_vector(edge_rel, "edge_rel", torch.int8)
+    if edge_rel_t.shape[0] != col.shape[0]:
+        raise InputError(f"edge_rel must have one entry per entry of col ({col.shape[0]}), has "
+                         f"{edge_rel_t.shape[0]}; pass the edge_rel of this CSR")
+    return None if schema.is_homogeneous else edge_rel_t
 
 
 def to_uint64(value: int) -> int:
