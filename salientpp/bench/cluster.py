@@ -170,6 +170,7 @@ def main(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     _config(args, "none", 0.0, args.pipeline_depth).validate()
     data = load_partitioned(args.part_dir)
+    data.schema.require_homogeneous("bench cluster", args.part_dir)
     if data.num_parts < 2:
         raise InputError(f"{args.part_dir} has one partition, so there is no network to emulate; partition it "
                          "into several parts")

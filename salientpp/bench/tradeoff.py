@@ -73,6 +73,7 @@ def sampled_per_batch(data, kind: SamplerKind, fanouts: tuple[int, ...], batch_s
 def run_tradeoff(part_dir: str, configurations: list[tuple[SamplerKind, tuple[int, ...]]], epochs: int,
                  seeds: list[int], options: dict) -> list[TradeoffRow]:
     data = load_partitioned(part_dir)
+    data.schema.require_homogeneous("bench tradeoff", part_dir)
     rows = []
     bar = tqdm(total=len(configurations) * len(seeds), desc="training", unit="run")
     for kind, fanouts in configurations:

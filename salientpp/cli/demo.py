@@ -52,6 +52,7 @@ def check_demo(preset: str, parts: int) -> None:
     from ..resources import MemoryEstimate, check_memory, rank_processes_bytes
 
     config = parse_spec(preset)
+    config.schema().require_homogeneous("demo", f"the {preset} preset", "choose a homogeneous preset")
     check_options(config.num_nodes, parts, "metis", 0)
     if parts > config.num_train:
         raise InputError(f"the {preset} graph has {counted(config.num_train, 'training node')} and every rank needs "

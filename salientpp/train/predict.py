@@ -138,6 +138,7 @@ def predict(part_dir: str | os.PathLike, checkpoint: str | os.PathLike, out_dir:
     out = check_output_dir(out_dir)
     path = _checkpoint_file(checkpoint)
     data = load_partitioned(part_dir, verify=False, check=False)
+    data.schema.require_homogeneous("predict", part_dir)
     ckpt, task = _node_checkpoint(part_dir, data, path)
     rank_args = (str(part_dir), str(path), batch_size)
     if data.num_parts == 1:

@@ -224,6 +224,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
     first problem. The partitioned dataset's arrays are not verified here: the ranks do it."""
     config = config.resolved()
     data = load_partitioned(config.part_dir, verify=False, check=False)
+    data.schema.require_homogeneous("the trainer", config.part_dir)
     if config.task == LINK:
         data.require_link_split()
     if local_ranks is None:
