@@ -52,7 +52,7 @@ from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, read_rows, row_chunks, save_array, write_meta
 from .csr import check_csr
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
-from .schema import GraphSchema
+from .schema import GraphSchema, Typed
 
 KIND = "salientpp-dataset"
 # The seed sets of a dataset, and the files that hold their node ids.
@@ -309,7 +309,7 @@ def check_permutation(values: np.ndarray, n: int, where: str, fix: str, what: st
 
 
 @dataclass
-class Dataset:
+class Dataset(Typed):
     """A graph dataset in memory (arrays may be read-only memory maps).
 
     Attributes:
@@ -355,15 +355,6 @@ class Dataset:
     schema: GraphSchema | None = None
     edge_rel: np.ndarray | None = None
     features: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.schema is None:
-            self.schema = GraphSchema.homogeneous(self.num_nodes)
-
-    @property
-    def is_typed(self) -> bool:
-        """More than one node type or relation (:attr:`GraphSchema.is_homogeneous` is false)."""
-        return not self.schema.is_homogeneous
 
     @property
     def x_dict(self) -> dict[str, np.ndarray]:

@@ -281,3 +281,20 @@ class GraphSchema:
             raise InputError(f"the node types in {where} count {schema.total_nodes} nodes but the graph has "
                              f"{num_nodes}; {fix}")
         return schema
+
+
+class Typed:
+    """What a graph with a ``schema`` field (``None``: homogeneous) and ``num_nodes`` shares: a
+    dataclass base whose ``__post_init__`` fills in the homogeneous schema of ``num_nodes`` nodes."""
+
+    schema: GraphSchema | None
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        if self.schema is None:
+            self.schema = GraphSchema.homogeneous(self.num_nodes)
+
+    @property
+    def is_typed(self) -> bool:
+        """More than one node type or relation (:attr:`GraphSchema.is_homogeneous` is false)."""
+        return not self.schema.is_homogeneous

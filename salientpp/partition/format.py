@@ -52,7 +52,7 @@ from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTY
 from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
-from ..data.schema import GraphSchema
+from ..data.schema import GraphSchema, Typed
 from .book import PartitionBook
 
 KIND = "salientpp-partitioned"
@@ -102,7 +102,7 @@ class PartData:
 
 
 @dataclass
-class PartitionedDataset:
+class PartitionedDataset(Typed):
     """A partitioned dataset; per-partition arrays are memory-mapped on first access.
 
     Attributes:
@@ -129,15 +129,6 @@ class PartitionedDataset:
     schema: GraphSchema | None = None
     edge_rel: np.ndarray | None = None
     _parts: dict[int, PartData] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.schema is None:
-            self.schema = GraphSchema.homogeneous(self.num_nodes)
-
-    @property
-    def is_typed(self) -> bool:
-        """More than one node type or relation."""
-        return not self.schema.is_homogeneous
 
     @property
     def feature_types(self) -> list[int]:
