@@ -381,23 +381,85 @@ def test_authors_and_topics_make_papers_measurably_easier_to_classify_than_citat
     assert with_all > with_cites + 0.15
 
 
-def test_typed_bucket_files_build_the_csr_of_the_in_memory_generator(tmp_path):
+# ---- typed presets out of core ------------------------------------------------------------------
+
+def _directory_files(path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(path.iterdir())}
+
+
+@pytest.mark.parametrize("spec", ["igbh,num_nodes=1500",
+                                  "igbh,venues=1,num_nodes=1500,feature_dtype=float16,num_tasks=2",
+                                  "tiny"])
+def test_out_of_core_generation_writes_the_directory_that_save_dataset_writes_in_memory(tmp_path, spec):
+    # buckets of 3,000 directed edges: the ~40k CSR entries of 1,500 papers and their ~3,200 other
+    # nodes pass through a dozen bucket files per relation round
+    write_synthetic(spec, tmp_path / "ooc", bucket_keys=3000)
+    save_dataset(synthetic_dataset(spec), tmp_path / "mem")
+    written, expected = _directory_files(tmp_path / "ooc"), _directory_files(tmp_path / "mem")
+    assert list(written) == list(expected)
+    assert [name for name in written if written[name] != expected[name]] == []  # meta.json included
+    loaded = load_dataset(tmp_path / "ooc", verify=True, validate=True)
+    if spec.startswith("igbh"):
+        assert loaded.is_typed and loaded.edge_rel is not None
+        assert set(loaded.features) == set(loaded.schema.node_types) - {"paper"}
+        assert "x_1.npy" in written and "edge_rel.npy" in written
+
+
+def test_prepare_picks_the_out_of_core_path_for_a_typed_preset_that_does_not_fit_in_memory(tmp_path, monkeypatch,
+                                                                                            capsys):
+    from salientpp.cli import main
     from salientpp.data import synthetic
 
-    config = parse_spec("igbh,venues=1,num_nodes=1500")
-    expected = generate(config).dataset
-    model, files = synthetic._model(config), {}
-    synthetic._in_rounds(model, lambda num_draws: synthetic._csr_files(model, num_draws, tmp_path, 3000, files))
-    for name in ("rowptr", "col", "edge_rel"):
-        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), getattr(expected, name)), name
-    assert not list(tmp_path.glob(".edges-*"))
+    spec = "igbh,num_nodes=1500,seed=2"
+    # room for the out-of-core generator (128 bytes per node of every type) but not for the in-memory one
+    monkeypatch.setattr(synthetic, "_available_memory", lambda: synthetic._in_memory_bytes(parse_spec(spec)) - 1)
+    assert main(["prepare", f"synthetic:{spec}", str(tmp_path / "d")]) == 0
+    assert "generated out of core" in capsys.readouterr().out
+    save_dataset(synthetic_dataset(spec), tmp_path / "mem")
+    assert _directory_files(tmp_path / "d") == _directory_files(tmp_path / "mem")
 
 
-def test_a_typed_graph_too_large_for_memory_is_refused_in_one_sentence(tmp_path, monkeypatch, capsys):
-    from salientpp.cli import prepare
+def test_a_typed_graph_that_does_not_fit_even_out_of_core_is_refused_in_one_sentence(tmp_path, monkeypatch, capsys):
     from conftest import exit_code, one_sentence
+    from salientpp.data import synthetic
+
+    config = parse_spec("igbh,num_nodes=1500")
+    total = config.schema().total_nodes
+    monkeypatch.setattr(synthetic, "_available_memory", lambda: 128 * total - 1)  # one byte short of every type's nodes
+    assert exit_code(["prepare", "synthetic:igbh,num_nodes=1500", str(tmp_path / "d")]) == 2
+    message = one_sentence(capsys)
+    assert "even out of core" in message and f"128 bytes per node of every type, {total:,} in all" in message
+    assert "lower num_nodes" in message
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("spec", ["igbh,num_nodes=1e9", "small,num_nodes=4e9"])
+def test_a_graph_whose_csr_sort_keys_would_overflow_is_refused_in_one_sentence(tmp_path, monkeypatch, capsys, spec):
+    # (N * R + r) * N + c must stay below 2^63: 1e9 papers make ~3.1e9 nodes of 7 relations, and 4e9
+    # nodes overflow with one relation; a machine with the memory for them must not wrap around
+    from conftest import exit_code, one_sentence
+    from salientpp.cli import prepare
+    from salientpp.data import synthetic
 
     monkeypatch.setattr(prepare, "fits_in_memory", lambda config: False)
-    assert exit_code(["prepare", "synthetic:igbh", str(tmp_path / "d")]) == 2
-    assert "generated in memory only" in one_sentence(capsys)
+    monkeypatch.setattr(synthetic, "_available_memory", lambda: 2**62)
+    monkeypatch.setattr(synthetic, "_model", lambda config: pytest.fail("refused before any array is built"))
+    assert exit_code(["prepare", f"synthetic:{spec}", str(tmp_path / "d")]) == 2
+    message = one_sentence(capsys)
+    assert "too many for the int64 sort keys of its CSR" in message and "lower num_nodes" in message
     assert not (tmp_path / "d").exists()
+
+
+def test_the_in_memory_estimate_counts_every_types_features_and_one_byte_of_edge_rel_per_entry():
+    from salientpp.data import synthetic
+
+    config = parse_spec("igbh,venues=1,num_nodes=100000,feature_dtype=float16")
+    types, relations = config.layout()
+    entries = sum(r.entries for r in relations)
+    features = sum(2 * t.num_nodes * t.num_features for t in types)  # float16
+    nodes = sum(t.num_nodes for t in types)
+    assert synthetic._in_memory_bytes(config) == int(49 * entries + 96 * nodes + features)
+    wider = dataclasses.replace(config, author_features=config.author_features + 10)
+    assert synthetic._in_memory_bytes(wider) - synthetic._in_memory_bytes(config) == 2 * 10 * types[1].num_nodes
+    homogeneous = parse_spec("small,num_nodes=100000")   # no edge_rel: 48 bytes per entry
+    assert synthetic._in_memory_bytes(homogeneous) == int(48 * 20 * 100000 + 96 * 100000 + 4 * 100 * 100000)

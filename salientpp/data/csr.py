@@ -98,9 +98,15 @@ def build_typed_csr(edges: Sequence[np.ndarray], reverse: Sequence[int], num_nod
     return rowptr, col.astype(np.int64, copy=False), edge_rel.astype(np.int8)
 
 
+def keys_fit(num_nodes: int, num_relations: int) -> bool:
+    """Whether the int64 sort keys ``(row * R + relation) * N + col`` of a graph of ``N`` nodes and
+    ``R`` relations (``row * N + col`` for one relation) stay below 2^63."""
+    return num_nodes * num_relations * num_nodes < 2**63
+
+
 def _typed_keys(row: np.ndarray, relation: int, col: np.ndarray, num_relations: int, num_nodes: int) -> np.ndarray:
     """int64 sort keys ``(row * R + relation) * N + col``; :class:`InputError` when they overflow."""
-    if num_nodes * num_relations * num_nodes >= 2**63:
+    if not keys_fit(num_nodes, num_relations):
         raise InputError(f"a graph of {num_nodes} nodes and {num_relations} relations is too large to sort in "
                          "memory; build its CSR out of core")
     return (row * num_relations + relation) * num_nodes + col

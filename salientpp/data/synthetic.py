@@ -47,11 +47,11 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..errors import SEED_LIMIT, InputError
+from ..errors import SEED_LIMIT, InputError, counted
 from ..hashing import GOLDEN, splitmix64
 from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
-from .csr import build_csr, build_typed_csr, sorted_unique
-from .format import SPLIT_FILES, Dataset, dataset_meta, load_dataset
+from .csr import build_csr, build_typed_csr, keys_fit, sorted_unique
+from .format import SPLIT_FILES, Dataset, dataset_meta, feature_file, load_dataset
 from .schema import GraphSchema, Relation
 
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
@@ -61,7 +61,7 @@ _MAX_ROUNDS = 4
 # and per node (weights, ids, labels, splits), for the memory check.
 _BYTES_PER_EDGE = 48
 _BYTES_PER_NODE = 96
-# What write_synthetic keeps per node (its docstring's "about 128 bytes per node").
+# What write_synthetic keeps per node of every type (its docstring's "about 128 bytes per node").
 _OUT_OF_CORE_BYTES_PER_NODE = 128
 # The largest count a synthetic parameter may take (node ids, features, classes): 2^40.
 MAX_COUNT = 2**40
@@ -507,14 +507,17 @@ def _node_arrays(model: _Model, config: SyntheticConfig
     return community, y, _splits(n, config, np.random.default_rng(seq_split)), community_class
 
 
-def _features(model: _Model, config: SyntheticConfig, community: np.ndarray, community_class: np.ndarray
-              ) -> typing.Iterator[tuple[str, typing.Iterator[tuple[int, np.ndarray]]]]:
-    """``(type name, row chunks)`` of the features of every type after the target (see
-    :func:`_feature_chunks`): the centroid of each node's community's class plus noise."""
+def _features(model: _Model, config: SyntheticConfig, y: np.ndarray, community: np.ndarray, community_class: np.ndarray
+              ) -> typing.Iterator[tuple[NodeTypeLayout, typing.Iterator[tuple[int, np.ndarray]]]]:
+    """``(type, row chunks)`` of the features of every type, the target first (see
+    :func:`_feature_chunks`): the centroid of the class ``y`` (int64 ``[n_0]``) of each target
+    node, and of each other node's community's class, plus noise."""
+    target = model.types[0]
+    yield target, _feature_chunks(y, target.num_features, target.feature_noise, config, model.seeds[1])
     offsets = model.schema.offsets
     for t, (layout, seq) in enumerate(zip(model.types[1:], model.feature_seeds), start=1):
         classes = community_class[community[offsets[t]:offsets[t + 1]]]
-        yield layout.name, _feature_chunks(classes, layout.num_features, layout.feature_noise, config, seq)
+        yield layout, _feature_chunks(classes, layout.num_features, layout.feature_noise, config, seq)
 
 
 def generate(config: SyntheticConfig) -> SyntheticGraph:
@@ -543,15 +546,12 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     _in_rounds(model, build)
     rowptr, col, edge_rel = graph
     community, y, (train_idx, valid_idx, test_idx), community_class = _node_arrays(model, config)
-    x = np.empty((config.num_nodes, config.num_features), dtype=config.feature_dtype)
-    for start, rows in _feature_chunks(y, config.num_features, config.feature_noise, config, model.seeds[1]):
-        x[start:start + rows.shape[0]] = rows
     features = {}
-    for name, chunks in _features(model, config, community, community_class):
-        layout = model.types[model.schema.type_index(name)]
-        features[name] = np.empty((layout.num_nodes, layout.num_features), dtype=config.feature_dtype)
+    for layout, chunks in _features(model, config, y, community, community_class):
+        features[layout.name] = np.empty((layout.num_nodes, layout.num_features), dtype=config.feature_dtype)
         for start, rows in chunks:
-            features[name][start:start + rows.shape[0]] = rows
+            features[layout.name][start:start + rows.shape[0]] = rows
+    x = features.pop(model.schema.target)
     if config.num_tasks:
         y = _targets(y, config, np.random.default_rng(model.seeds[3]))
     typed = not model.schema.is_homogeneous
@@ -564,41 +564,46 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
 
 def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _BUCKET_KEYS) -> Dataset:
     """Generate the dataset of ``spec`` straight into the dataset directory ``out_dir``, out of
-    core: the arrays equal :func:`synthetic_dataset`'s, but the edges pass through bucket files
-    (by source id range) on disk, each sorted and deduplicated alone, and the features are
-    written in chunks. Memory: about 128 bytes per node, one batch of draws and one bucket of
-    ``bucket_keys`` directed edges; disk: 8 bytes per directed edge of temporaries. Written
-    atomically; returns the written dataset, memory-mapped. Homogeneous presets only: a typed
-    one (``igbh``) is refused with one sentence until the dataset directory holds typed graphs."""
+    core: the arrays and meta.json equal those :func:`synthetic_dataset` and
+    :func:`~salientpp.data.format.save_dataset` write, but the edges pass through bucket files (by
+    source id range) on disk, each sorted and deduplicated alone, and the features of every type
+    (a typed preset's ``x_T.npy`` too, named by :func:`~salientpp.data.format.feature_file`) are
+    written in chunks. Memory: about 128 bytes per node of every type, one batch of draws, one
+    bucket of ``bucket_keys`` directed edges and one chunk of features; disk: 8 bytes per directed
+    edge of temporaries. Written atomically; returns the written dataset, memory-mapped. A graph
+    that does not fit even so is refused in one sentence (:func:`_check_out_of_core`)."""
     config = parse_spec(spec)
-    if not config.schema().is_homogeneous:
-        raise InputError(f"synthetic:{spec} is a typed graph, which is generated in memory only for now, and it "
-                         "would not fit in the available memory; lower num_nodes")
-    n = config.num_nodes
-    need, have = _OUT_OF_CORE_BYTES_PER_NODE * n, _available_memory()
-    if need > have:
-        raise InputError(f"this synthetic graph needs about {need / 2**30:.1f} GiB of memory even out of core "
-                         f"({_OUT_OF_CORE_BYTES_PER_NODE} bytes per node) but {have / 2**30:.1f} GiB is available; "
-                         "lower num_nodes")
+    _check_out_of_core(config)
     model = _model(config)
+    schema = model.schema
     with atomic_output_dir(out_dir) as tmp:
         files: dict[str, typing.Any] = {}
         _in_rounds(model, lambda num_draws: _csr_files(model, num_draws, tmp, bucket_keys, files))
-        _, y, splits, _ = _node_arrays(model, config)
-        x = NpyWriter(tmp / "x.npy", config.feature_dtype, (n, config.num_features))
-        for start, rows in _feature_chunks(y, config.num_features, config.feature_noise, config, model.seeds[1]):
-            x.write(start, rows)
-        files["x"] = x.close()
+        community, y, splits, community_class = _node_arrays(model, config)
+        for layout, chunks in _features(model, config, y, community, community_class):
+            name = feature_file(schema, layout.name)
+            writer = NpyWriter(tmp / f"{name}.npy", config.feature_dtype, (layout.num_nodes, layout.num_features))
+            for start, rows in chunks:
+                writer.write(start, rows)
+            files[name] = writer.close()
+        del community
         if config.num_tasks:
             y = _targets(y, config, np.random.default_rng(model.seeds[3]))
         files["y"] = save_array(tmp, "y", y)
         files.update({name: save_array(tmp, name, ids) for name, ids in zip(SPLIT_FILES, splits)})
-        mapped = {name: np.load(tmp / f"{name}.npy", mmap_mode="r") for name in ("rowptr", "col", "x")}
-        dataset = Dataset(**mapped, y=y, **dict(zip(SPLIT_FILES, splits)), source=f"synthetic:{spec}",
-                          extra_meta={"synthetic": dataclasses.asdict(config)})
+
+        def mapped(name: str) -> np.ndarray:
+            return np.load(tmp / f"{name}.npy", mmap_mode="r")
+
+        typed = not schema.is_homogeneous
+        dataset = Dataset(rowptr=mapped("rowptr"), col=mapped("col"), x=mapped("x"), y=y,
+                          **dict(zip(SPLIT_FILES, splits)), source=f"synthetic:{spec}",
+                          extra_meta={"synthetic": dataclasses.asdict(config)}, schema=schema if typed else None,
+                          edge_rel=mapped("edge_rel") if typed else None,
+                          features={t.name: mapped(feature_file(schema, t.name)) for t in model.types[1:]})
         dataset.validate()
         write_meta(tmp, dataset_meta(dataset, files))
-        del dataset, mapped
+        del dataset
     return load_dataset(out_dir, verify=False, validate=False)
 
 
@@ -676,10 +681,32 @@ def _available_memory() -> int:
 
 
 def _in_memory_bytes(config: SyntheticConfig) -> int:
+    """The peak memory of :func:`generate`: per directed edge, per node of every type, the
+    features of every type, and a typed graph's ``edge_rel`` (int8, one byte per directed edge)."""
     types, relations = config.layout()
     itemsize = np.dtype(config.feature_dtype).itemsize
-    return int(_BYTES_PER_EDGE * sum(r.entries for r in relations) + sum(_BYTES_PER_NODE * t.num_nodes
+    edge_bytes = _BYTES_PER_EDGE + (0 if config.schema().is_homogeneous else np.dtype(np.int8).itemsize)
+    return int(edge_bytes * sum(r.entries for r in relations) + sum(_BYTES_PER_NODE * t.num_nodes
                + t.num_nodes * t.num_features * itemsize for t in types))
+
+
+def _check_out_of_core(config: SyntheticConfig) -> None:
+    """Refuse, in one sentence, a config that :func:`write_synthetic` cannot write: one needing more
+    than the available memory at ``_OUT_OF_CORE_BYTES_PER_NODE`` per node of every type (the
+    features, the edges and ``edge_rel`` stay on disk), or whose CSR sort keys would not fit in
+    int64 (:func:`~salientpp.data.csr.keys_fit`)."""
+    schema = config.schema()
+    n = schema.total_nodes
+    every_type = "" if schema.is_homogeneous else f" of every type, {n:,} in all"
+    need, have = _OUT_OF_CORE_BYTES_PER_NODE * n, _available_memory()
+    if need > have:
+        raise InputError(f"this synthetic graph needs about {need / 2**30:.1f} GiB of memory even out of core "
+                         f"({_OUT_OF_CORE_BYTES_PER_NODE} bytes per node{every_type}) but {have / 2**30:.1f} GiB is "
+                         "available; lower num_nodes")
+    if not keys_fit(n, schema.num_relations):
+        raise InputError(f"this synthetic graph's {n:,} nodes and {counted(schema.num_relations, 'relation')} are "
+                         "too many for the int64 sort keys of its CSR (nodes^2 x relations must stay below 2^63); "
+                         "lower num_nodes")
 
 
 def _check_memory(config: SyntheticConfig) -> None:
