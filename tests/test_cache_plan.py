@@ -350,3 +350,13 @@ def test_the_analyze_command_of_a_typed_request_reads_back_as_that_request(typed
     words = shlex.split(analyze_command(str(typed_parts.path), request))
     args = parser.parse_args(words[2:words.index("--out")])
     assert plan_request_from(args, schema) == request
+
+
+def test_analyze_with_a_sampling_policy_on_a_typed_graph_estimates_its_batches_from_every_relation(typed_parts, tmp_path, capsys):
+    # The oracle samples batches, whose size analyze estimates from every relation's fanouts of a hop.
+    text = ";".join(f"{r}={'0,0' if r.name == 'writes' else '2,-1'}" for r in typed_parts.schema.relations)
+    assert Workload({str(r): ((0, 0) if r.name == "writes" else (2, -1)) for r in typed_parts.schema.relations}, 4,
+                    schema=typed_parts.schema).hop_fanouts == (8, -1)
+    assert main(["analyze", str(typed_parts.path), "--fanouts", text, "--batch-size", "4", "--replication", "0.2",
+                 "--policy", "oracle", "--out", str(tmp_path / "p")]) == 0
+    assert "the oracle analysis of 2 partitions" in capsys.readouterr().out

@@ -149,6 +149,15 @@ class Workload:
         return table if self.is_typed else table[:, None]
 
     @property
+    def hop_fanouts(self) -> tuple[int, ...]:
+        """The most neighbours a node draws at each hop over all its relations (the sum of the
+        table's row; -1 where a relation takes them all; at least 1): one list, for estimates of
+        a batch's size. A homogeneous workload's fanouts as they are."""
+        if not self.is_typed:
+            return self.fanouts
+        return tuple(-1 if -1 in row else max(1, sum(row)) for row in self.fanouts)
+
+    @property
     def sampler_fanouts(self) -> tuple[int, ...] | dict[str, tuple[int, ...]]:
         """Its fanouts as :func:`~salientpp.sampling.make_sampler` takes them: the list, or a typed
         graph's dict relation -> list (the columns of its table)."""
