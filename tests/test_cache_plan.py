@@ -343,13 +343,14 @@ def test_the_analyze_command_of_a_typed_request_reads_back_as_that_request(typed
     from salientpp.cache.options import add_plan_options, analyze_command, plan_request_from
 
     schema = typed_parts.schema
-    lists = {str(r): (3, 1) for r in schema.relations} | {"author__writes__paper": (0, 5)}
-    request = PlanRequest((Workload(lists, 4, schema=schema),), PlanOptions("vip", Budget(replication=0.1)))
     parser = argparse.ArgumentParser()
     add_plan_options(parser)
-    words = shlex.split(analyze_command(str(typed_parts.path), request))
-    args = parser.parse_args(words[2:words.index("--out")])
-    assert plan_request_from(args, schema) == request
+    lists = {str(r): (3, 1) for r in schema.relations} | {"author__writes__paper": (0, 5)}
+    for fanouts in (lists, (4, 2), {str(r): (0, 2) for r in schema.relations}):  # uniform, but no hop draws at 0
+        request = PlanRequest((Workload(fanouts, 4, schema=schema),), PlanOptions("vip", Budget(replication=0.1)))
+        words = shlex.split(analyze_command(str(typed_parts.path), request))
+        args = parser.parse_args(words[2:words.index("--out")])
+        assert plan_request_from(args, schema) == request
 
 
 def test_analyze_with_a_sampling_policy_on_a_typed_graph_estimates_its_batches_from_every_relation(typed_parts, tmp_path, capsys):

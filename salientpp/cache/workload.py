@@ -215,10 +215,10 @@ class Workload:
 
 def fanouts_text(workload: Workload) -> str:
     """A workload's fanouts as ``--fanouts`` takes them: ``15,10,5``; a typed table whose
-    relations draw alike at every hop in the same form, else one list per relation,
+    relations draw alike at every hop (none 0) in the same form, else one list per relation,
     ``REL=15,10;REL2=5,0`` (:func:`~salientpp.sampling.kinds.parse_typed_fanouts` reads it back)."""
     table = workload.fanout_table
-    if (table == table[:, :1]).all():
+    if (table == table[:, :1]).all() and (table != 0).all():
         return ",".join(str(f) for f in table[:, 0])
     return RELATION_LISTS.join(f"{rel}{RELATION_FANOUTS}{','.join(str(f) for f in table[:, r])}"
                                for r, rel in enumerate(workload.relations))
