@@ -263,7 +263,7 @@ def _analysis_items(num_nodes: int, num_edges: int, num_parts: int, row_bytes: i
         "cache plans": 8 * n + 8 * k * (device_rows + host_rows),
     }
     if policy in SAMPLING_POLICIES:
-        sizes = [batch_size_estimate(n, num_edges, w.fanouts, w.batch_size) for w in workloads]
+        sizes = [batch_size_estimate(n, num_edges, w.hop_fanouts, w.batch_size) for w in workloads]
         items["sampled batches"] = 8 * n + (LOADER_READ_AHEAD + threads) * max(map(_sampled_graph_bytes, sizes))
         items["sampler id maps"] = (threads + 1) * max(_id_map_bytes(n, size) for size in sizes)
     return items

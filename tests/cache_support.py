@@ -27,3 +27,12 @@ def line_graph(n: int) -> tuple[np.ndarray, np.ndarray]:
 
     edges = np.stack([np.arange(n - 1), np.arange(1, n)])
     return build_csr(edges, n)
+
+
+def make_typed_partitioned(path: Path, parts: int = 2):
+    """conftest's small typed dataset (``author`` without features, ``paper`` 5 and ``inst`` 2
+    float32 features) partitioned into ``parts`` and loaded back."""
+    from conftest import typed_dataset
+
+    partition_dataset(typed_dataset()[0], path, parts)
+    return load_partitioned(path)

@@ -14,6 +14,7 @@ from salientpp.cache import (Budget, PlanOptions, PlanRequest, PolicyContext, Wo
 from salientpp.cache.plan import read_plan_info
 from salientpp.cache.workload import EdgeSeeds
 from salientpp.cli import main
+from salientpp.data.schema import GraphSchema
 from salientpp.errors import InputError
 from salientpp.parsing import parse_bytes
 
@@ -236,3 +237,127 @@ def test_analyze_refuses_a_missing_partitioned_dir(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "nope"), "--fanouts", "10,5", "--batch-size", "16",
                  "--replication", "0.1"]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+# ---- typed graphs: fanout tables, one byte budget across node types ------------------------------
+
+@pytest.fixture(scope="module")
+def typed_parts(tmp_path_factory):
+    from cache_support import make_typed_partitioned
+
+    return make_typed_partitioned(tmp_path_factory.mktemp("typed-plan") / "parts")
+
+
+def test_a_typed_workloads_fanouts_are_its_graphs_table_and_survive_json(typed_parts):
+    schema = typed_parts.schema
+    every = Workload((4, 2), 4, schema=schema)
+    assert every.fanouts == ((4,) * schema.num_relations, (2,) * schema.num_relations)
+    assert every.fanout_table.dtype == np.int64 and every.fanout_table.shape == (2, schema.num_relations)
+    lists = {str(r): (3, 1) for r in schema.relations} | {"author__writes__paper": (0, 5)}
+    typed = Workload(lists, 4, schema=schema)
+    assert typed.fanout_table[:, schema.relation_index("writes")].tolist() == [0, 5]
+    assert Workload.from_json(typed.to_json()) == typed
+    # A homogeneous workload's JSON and fanouts are what they were before typed graphs.
+    assert Workload((10, 5), 16).to_json() == {"fanouts": [10, 5], "batch_size": 16, "replace": False,
+                                               "splits": ["train"], "weight": 1.0, "sampler": "nodewise",
+                                               "edges": None}
+    assert Workload((10, 5), 16, schema=GraphSchema.homogeneous(10)) == Workload((10, 5), 16)
+
+
+def test_a_typed_plan_name_shows_each_relations_fanout_only_where_they_differ(typed_parts):
+    schema = typed_parts.schema
+    lists = {str(r): (3, 1) for r in schema.relations} | {"author__writes__paper": (0, 5)}
+    name = lambda fanouts: PlanRequest((Workload(fanouts, 4, schema=schema),),  # noqa: E731
+                                       PlanOptions("vip", Budget(replication=0.1))).default_dir("P").name
+    assert name((4, 2)) == "vip-f4-2-b4-r0.1"
+    hop0 = ".".join("0" if str(r) == "author__writes__paper" else "3" for r in schema.relations)
+    assert name(lists).startswith(f"vip-f{hop0}-")
+
+
+def test_alpha_on_a_typed_graph_is_bytes_of_an_average_partitions_feature_rows(typed_parts):
+    from salientpp.cache.plan import node_row_bytes
+
+    ctx = PolicyContext(typed_parts, (Workload((4, 2), 4, schema=typed_parts.schema),))
+    node_bytes = node_row_bytes(typed_parts)
+    node_type = typed_parts.book.type_of(np.arange(typed_parts.num_nodes))
+    assert set(node_bytes[node_type == typed_parts.schema.type_index("author")]) == {0}  # no features
+    assert set(node_bytes[node_type == typed_parts.schema.type_index("paper")]) == {5 * 4}
+    assert set(node_bytes[node_type == typed_parts.schema.type_index("inst")]) == {2 * 4}
+    for alpha in (0.1, 0.3, 0.6):
+        budget = alpha * node_bytes.sum() / 2
+        for plan in build_plans(ctx, "vip", Budget(replication=alpha)):
+            assert (node_bytes[plan.device_ids] > 0).all()  # a type without features is never cached
+            spent = node_bytes[plan.device_ids].sum()
+            assert spent <= budget
+            remote = np.setdiff1d(np.flatnonzero(node_bytes), typed_parts.book.owned(plan.part))
+            left = np.setdiff1d(remote, plan.device_ids)
+            scores = policy_scores(ctx, "vip", plan.part)
+            if left.size:  # the next row in score order would not fit: the rows are taken until the bytes run out
+                assert scores[plan.device_ids].min(initial=np.inf) >= scores[left].max()
+                best_left = left[np.argmax(scores[left])]
+                assert spent + node_bytes[best_left] > budget
+    full = build_plans(ctx, "vip", Budget(replication=1.0))  # K - 1: every remote row with features
+    for plan in full:
+        assert plan.device_ids.size == np.setdiff1d(np.flatnonzero(node_bytes), typed_parts.book.owned(plan.part)).size
+
+
+def test_byte_tiers_on_a_typed_graph_take_rows_of_different_widths_until_the_bytes_run_out(typed_parts):
+    from salientpp.cache.plan import node_row_bytes
+
+    ctx = PolicyContext(typed_parts, (Workload((4, 2), 4, schema=typed_parts.schema),))
+    node_bytes = node_row_bytes(typed_parts)
+    for plan in build_plans(ctx, "degree", Budget(device_bytes=50, host_bytes=30)):
+        device, host = node_bytes[plan.device_ids], node_bytes[plan.host_ids]
+        assert device.sum() <= 50 and host.sum() <= 30 and (device > 0).all() and (host > 0).all()
+
+
+def test_analyze_takes_fanouts_per_relation_on_a_typed_graph(typed_parts, tmp_path, capsys):
+    schema = typed_parts.schema
+    text = ";".join(f"{r}={'0,5' if r.name == 'writes' else '3,1'}" for r in schema.relations)
+    assert main(["analyze", str(typed_parts.path), "--fanouts", text, "--batch-size", "4", "--replication", "0.2",
+                 "--out", str(tmp_path / "p")]) == 0
+    meta = read_plan_info(tmp_path / "p").meta
+    assert meta.training.relations == tuple(str(r) for r in schema.relations)
+    assert meta.training.fanout_table[:, schema.relation_index("writes")].tolist() == [0, 5]
+    assert f"fanouts {text}," in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fanouts, message", [
+    ("nope=5,5", "unknown relation nope; the graph's relations are author__writes__paper"),
+    ("writes=5,5", "gives no list for the relations"),
+    ("5,0", "fanout 0 is invalid"),
+])
+def test_a_bad_typed_fanout_list_is_one_sentence_before_anything_is_written(typed_parts, capsys, fanouts, message):
+    before = sorted(p.name for p in typed_parts.path.rglob("*"))
+    assert main(["analyze", str(typed_parts.path), "--fanouts", fanouts, "--batch-size", "4",
+                 "--replication", "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+    assert sorted(p.name for p in typed_parts.path.rglob("*")) == before
+
+
+def test_the_analyze_command_of_a_typed_request_reads_back_as_that_request(typed_parts):
+    import argparse
+    import shlex
+
+    from salientpp.cache.options import add_plan_options, analyze_command, plan_request_from
+
+    schema = typed_parts.schema
+    parser = argparse.ArgumentParser()
+    add_plan_options(parser)
+    lists = {str(r): (3, 1) for r in schema.relations} | {"author__writes__paper": (0, 5)}
+    for fanouts in (lists, (4, 2), {str(r): (0, 2) for r in schema.relations}):  # uniform, but no hop draws at 0
+        request = PlanRequest((Workload(fanouts, 4, schema=schema),), PlanOptions("vip", Budget(replication=0.1)))
+        words = shlex.split(analyze_command(str(typed_parts.path), request))
+        args = parser.parse_args(words[2:words.index("--out")])
+        assert plan_request_from(args, schema) == request
+
+
+def test_analyze_with_a_sampling_policy_on_a_typed_graph_estimates_its_batches_from_every_relation(typed_parts, tmp_path, capsys):
+    # The oracle samples batches, whose size analyze estimates from every relation's fanouts of a hop.
+    text = ";".join(f"{r}={'0,0' if r.name == 'writes' else '2,-1'}" for r in typed_parts.schema.relations)
+    assert Workload({str(r): ((0, 0) if r.name == "writes" else (2, -1)) for r in typed_parts.schema.relations}, 4,
+                    schema=typed_parts.schema).hop_fanouts == (8, -1)
+    assert main(["analyze", str(typed_parts.path), "--fanouts", text, "--batch-size", "4", "--replication", "0.2",
+                 "--policy", "oracle", "--out", str(tmp_path / "p")]) == 0
+    assert "the oracle analysis of 2 partitions" in capsys.readouterr().out

@@ -136,3 +136,72 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
     with pytest.raises(InputError, match="pip install matplotlib"):
         require_pyplot()
+
+
+# ---- typed graphs: rows fetched and cache hits per node type -------------------------------------
+
+@pytest.fixture(scope="module")
+def typed_parts(tmp_path_factory):
+    from cache_support import make_typed_partitioned
+
+    return make_typed_partitioned(tmp_path_factory.mktemp("typed-sim") / "parts")
+
+
+def _typed_recount(parts, workload, k, seed, epochs):
+    """float64 [T]: remote feature rows of each node type that the C++ typed sampler's batches of
+    partition k fetch per epoch (a type without features fetches none)."""
+    from salientpp.cache.plan import type_row_bytes
+
+    sampler = NeighborSampler(parts.rowptr, parts.col, workload.sampler_fanouts, edge_rel=parts.edge_rel,
+                              schema=parts.schema)
+    loader = NeighborLoader(sampler, torch.from_numpy(workload.seeds(parts, k)), workload.batch_size, shuffle=True,
+                            seed=loader_seed(seed, k, 0, 0), num_batches=workload.lockstep_steps(parts))
+    lo, hi = parts.book.offsets[k], parts.book.offsets[k + 1]
+    has_features = type_row_bytes(parts) > 0
+    out = np.zeros(parts.schema.num_types)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            n_id = batch.n_id.numpy()
+            types = parts.book.type_of(n_id[(n_id < lo) | (n_id >= hi)])
+            out += np.bincount(types[has_features[types]], minlength=out.size)
+    return out / epochs
+
+
+def test_a_typed_simulation_counts_rows_and_hits_per_node_type_as_the_typed_sampler_fetches(typed_parts, tmp_path):
+    schema = typed_parts.schema
+    workload = Workload({str(r): ((0, 3, 2) if r.name == "writes" else (2, 2, 2)) for r in schema.relations}, 3,
+                        schema=schema)
+    ctx = PolicyContext(typed_parts, (workload,), seed=2, epochs=3, simulation_epochs=2)
+    result = simulate(ctx, ("vip", "degree", "oracle"), (0.0, 0.2, 1.0))
+    expected = sum(_typed_recount(typed_parts, workload, k, 2, 3) for k in range(typed_parts.num_parts))
+    np.testing.assert_allclose(result.type_accessed, expected)
+    assert result.type_accessed[schema.type_index("author")] == 0  # no features: its rows are embeddings
+    assert result.type_accessed[schema.type_index("inst")] > 0 and result.type_accessed[schema.type_index("paper")] > 0
+    np.testing.assert_allclose(result.type_rows.sum(axis=2), result.total_rows())  # the types add up
+    np.testing.assert_allclose(result.type_rows[:, 0], np.broadcast_to(expected, result.type_rows[:, 0].shape))
+    assert np.all(result.type_rows[:, -1] == 0)  # alpha = K - 1 caches every row with features
+    out = result.to_json()["per_type"]
+    assert out["node_types"] == ["author", "paper", "inst"] and out["row_bytes"] == [0, 20, 8]
+    hits = np.array(out["hits_per_epoch"]["vip"]) + np.array(out["rows_per_epoch"]["vip"])
+    np.testing.assert_allclose(hits, np.broadcast_to(expected, hits.shape))
+    eff = result.efficiency()  # in bytes: the oracle's saving is the unit
+    assert np.allclose(eff[2, 1:], 1.0)
+    assert "Rows of node type inst fetched per epoch (8 bytes each" in result.table()
+    assert "Rows of node type author" not in result.table()
+
+
+def test_a_homogeneous_simulation_has_no_per_type_breakdown(result):
+    assert "per_type" not in result.to_json() and "node type" not in result.table()
+
+
+def test_simulate_takes_fanouts_per_relation_on_a_typed_graph(typed_parts, tmp_path, capsys):
+    text = ";".join(f"{r}={'0,3' if r.name == 'writes' else '2,2'}" for r in typed_parts.schema.relations)
+    assert main(["simulate", str(typed_parts.path), "--fanouts", text, "--batch-size", "3", "--policies",
+                 "vip,oracle", "--replication", "0,0.5", "--epochs", "2", "--json", str(tmp_path / "s.json")]) == 0
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["per_type"]["node_types"] == ["author", "paper", "inst"]
+    assert "Rows of node type paper fetched per epoch" in capsys.readouterr().out
+    assert main(["simulate", str(typed_parts.path), "--fanouts", "cites=2,2", "--batch-size", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--fanouts gives no list for the relations" in err and "\n" not in err

@@ -15,8 +15,10 @@ import numpy as np
 
 from ..cache.policies import PolicyContext, get_policy
 from ..cache.simulator import check_replication, simulate
-from ..cache.workload import Workload
-from ..sampling import parse_fanouts
+from ..cache.options import fanouts_from, graph_schema
+from ..cache.workload import Workload, fanouts_text
+from ..data.schema import GraphSchema
+from ..sampling import DEFAULT_SAMPLER
 from ..errors import InputError
 from ..partition.format import load_partitioned
 from ..io import check_output_dir
@@ -30,12 +32,15 @@ SUMMARY = "rows fetched per epoch per cache policy and alpha, saving efficiency 
 DEFAULT_POLICIES = "vip,vip-cavity,vip-simulation,degree,halo,num-paths,random,oracle"
 
 
-def parse_setting(text: str) -> tuple[tuple[int, ...], int]:
-    """``"15,10,5:1024"`` -> ``((15, 10, 5), 1024)``."""
-    fanouts, sep, batch = text.partition(":")
+def parse_setting(text: str, schema: GraphSchema | None = None) -> Workload:
+    """``"15,10,5:1024"`` -> the workload of fanouts 15,10,5 and batch size 1024 on the graph of
+    ``schema`` (``None``: homogeneous); on a typed graph FANOUTS may give one list per relation
+    (``REL=15,10;REL2=5,0:1024``, :func:`~salientpp.cache.options.fanouts_from`)."""
+    fanouts, sep, batch = text.rpartition(":")
     if not sep or not batch.strip().isdigit():
         raise InputError(f"a setting is FANOUTS:BATCH like 15,10,5:1024, got {text!r}")
-    return parse_fanouts(fanouts, what="the FANOUTS of --setting"), int(batch)
+    return Workload(fanouts_from(fanouts, schema, DEFAULT_SAMPLER, "the FANOUTS of --setting"), int(batch),
+                    schema=schema)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = [parse_setting(s) for s in (args.setting or ["15,10,5:1024", "10,5:64"])]
+    schema = graph_schema(args.part_dir)
+    settings = [parse_setting(s, schema) for s in (args.setting or ["15,10,5:1024", "10,5:64"])]
     policies = name_list(args.policies, "--policies", "vip,degree")
     for name in policies:
         get_policy(name)
@@ -61,19 +67,21 @@ def main(args: argparse.Namespace) -> int:
     dataset = load_partitioned(args.part_dir)
     replication = check_replication(number_list(args.replication, float, "--replication", "0,0.1,0.5"), dataset.num_parts)
     reports = []
-    for fanouts, batch_size in settings:
-        ctx = PolicyContext(dataset, (Workload(fanouts, batch_size),), seed=args.seed, epochs=args.epochs,
+    for workload in settings:
+        ctx = PolicyContext(dataset, (workload,), seed=args.seed, epochs=args.epochs,
                             simulation_epochs=args.simulation_epochs, sampler_threads=args.sampler_threads, progress=True)
         start = time.perf_counter()
         result = simulate(ctx, policies, replication)
         seconds = time.perf_counter() - start
-        print(f"\n### {dataset.path.name}: {dataset.num_parts} partitions, fanouts {','.join(map(str, fanouts))}, "
-              f"batch {batch_size}, {args.epochs} evaluated epochs ({seconds:.0f} s)\n")
+        print(f"\n### {dataset.path.name}: {dataset.num_parts} partitions, fanouts {fanouts_text(workload)}, "
+              f"batch {workload.batch_size}, {args.epochs} evaluated epochs ({seconds:.0f} s)\n")
         print(result.table())
         print("\nseconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.meta["seconds"].items()))
         eff = result.efficiency()
         if eff is not None:
             print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
-        reports.append({"fanouts": list(fanouts), "batch_size": batch_size, "seconds": seconds, **result.to_json()})
+        entry = workload.to_json()
+        reports.append({"fanouts": entry["fanouts"], "batch_size": workload.batch_size, "seconds": seconds,
+                        **result.to_json()})
     write_outputs(args, KIND, reports, args.json)
     return 0

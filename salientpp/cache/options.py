@@ -10,22 +10,26 @@ import shlex
 from typing import Any
 
 from ..data.format import SPLITS
+from ..data.schema import GraphSchema
 from ..errors import InputError, check_int
+from ..io import read_meta
 from ..parsing import flag_names, name_list, parse_bytes, parse_seed
-from ..partition.format import PartitionedDataset
-from ..sampling import DEFAULT_SAMPLER, SAMPLERS, parse_fanouts
+from ..partition.format import KIND as PART_KIND, PartitionedDataset
+from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, fanout_table, parse_typed_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
 from .plan import (DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest,
                    check_device_fraction, shown_option)
 from .policies import PolicyContext, available_policies
 from .vip import METHODS
-from .workload import EdgeSeeds, Workload
+from .workload import EdgeSeeds, Workload, fanouts_text
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("part_dir", metavar="PART_DIR", help="a partitioned directory written by `salientpp partition`")
     parser.add_argument("--fanouts", required=True, metavar="F1,F2,...",
-                        help="training fanouts per hop, first at the seeds; -1 = all neighbours (e.g. 15,10,5)")
+                        help="training fanouts per hop, first at the seeds; -1 = all neighbours (e.g. 15,10,5); "
+                             "on a typed graph one list for every relation, or one per relation: "
+                             "REL=15,10;REL2=5,0 (0 = none)")
     parser.add_argument("--batch-size", type=int, required=True, metavar="B", help="training seeds per minibatch")
     parser.add_argument("--replace", action="store_true", help="the sampler draws with replacement")
     parser.add_argument(*flag_names("--eval-fanouts"), metavar="F1,F2,...",
@@ -79,19 +83,34 @@ def edge_seeds_from(args: argparse.Namespace) -> EdgeSeeds | None:
                      default.negative_sampling if args.negative_sampling is None else args.negative_sampling)
 
 
-def workloads_from(args: argparse.Namespace) -> tuple[Workload, ...]:
+def graph_schema(part_dir) -> GraphSchema:
+    """The schema a partitioned directory's meta.json records (homogeneous when it records none),
+    read before the data is: what ``--fanouts`` is checked against."""
+    meta = read_meta(part_dir, PART_KIND)
+    return GraphSchema.from_meta(meta, int(meta["num_nodes"]), f"meta.json in {part_dir}")
+
+
+def fanouts_from(text: str, schema: GraphSchema | None, sampler, what: str = "--fanouts"):
+    """The fanouts of the option ``what`` (its ``text``) on the graph of ``schema``: int64 ``[L, R]``
+    (:func:`~salientpp.sampling.kinds.fanout_table`, from one list for every relation or one list
+    per relation, :func:`~salientpp.sampling.kinds.parse_typed_fanouts`), errors naming ``what``."""
+    return fanout_table(parse_typed_fanouts(text, what), schema, check_sampler(sampler), what=what)
+
+
+def workloads_from(args: argparse.Namespace, schema: GraphSchema | None = None) -> tuple[Workload, ...]:
+    """The workloads of the options on the graph of ``schema`` (``None``: homogeneous)."""
     edges = edge_seeds_from(args)
-    train = Workload(parse_fanouts(args.fanouts), args.batch_size, replace=args.replace, sampler=args.sampler,
-                     edges=edges)
+    train = Workload(fanouts_from(args.fanouts, schema, args.sampler), args.batch_size, replace=args.replace,
+                     sampler=args.sampler, edges=edges, schema=schema)
     if args.eval_fanouts is None:
         _only_with("--eval-fanouts", {"--eval-batch-size": args.eval_batch_size, "--eval-splits": args.eval_splits,
                                       "--eval-weight": args.eval_weight})
         return (train,)
     splits = ("valid",) if args.eval_splits is None else tuple(name_list(args.eval_splits, "--eval-splits",
                                                                           "valid,test"))
-    inference = Workload(parse_fanouts(args.eval_fanouts, what="--eval-fanouts"), args.eval_batch_size or args.batch_size,
-                         replace=args.replace, splits=splits, weight=1.0 if args.eval_weight is None else args.eval_weight,
-                         edges=edges)
+    inference = Workload(fanouts_from(args.eval_fanouts, schema, DEFAULT_SAMPLER, "--eval-fanouts"),
+                         args.eval_batch_size or args.batch_size, replace=args.replace, splits=splits,
+                         weight=1.0 if args.eval_weight is None else args.eval_weight, edges=edges, schema=schema)
     return train, inference
 
 
@@ -107,7 +126,7 @@ def _threads_for(args: argparse.Namespace, dataset: PartitionedDataset) -> int:
 def context_from(args: argparse.Namespace, dataset: PartitionedDataset, epochs: int) -> PolicyContext:
     """The policy context of the workload options on ``dataset``, evaluating ``epochs`` epochs."""
     threads = _threads_for(args, dataset)
-    return PolicyContext(dataset, workloads_from(args), seed=args.seed, epochs=epochs,
+    return PolicyContext(dataset, workloads_from(args, dataset.schema), seed=args.seed, epochs=epochs,
                          simulation_epochs=args.simulation_epochs, vip_method=args.vip_method,
                          sampler_threads=threads, progress=True)
 
@@ -137,20 +156,16 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help=f"epochs counted by the oracle policy (default {PLAN_EPOCHS})")
 
 
-def plan_request_from(args: argparse.Namespace) -> PlanRequest:
-    """The :class:`PlanRequest` of :func:`add_plan_options`' options; :class:`InputError` (one
-    sentence) for a bad option."""
+def plan_request_from(args: argparse.Namespace, schema: GraphSchema | None = None) -> PlanRequest:
+    """The :class:`PlanRequest` of :func:`add_plan_options`' options on the graph of ``schema``
+    (``None``: homogeneous); :class:`InputError` (one sentence) for a bad option."""
     size = (None if args.device_cache_bytes is None else parse_bytes(args.device_cache_bytes),
             None if args.host_cache_bytes is None else parse_bytes(args.host_cache_bytes))
     budget = Budget.given(args.replication, *size)
     device_fraction = check_device_fraction(args.device_fraction, "--device-fraction")
-    return PlanRequest(workloads_from(args), PlanOptions(args.policy, budget, device_fraction, seed=args.seed,
+    return PlanRequest(workloads_from(args, schema), PlanOptions(args.policy, budget, device_fraction, seed=args.seed,
                                                          epochs=args.epochs, simulation_epochs=args.simulation_epochs,
                                                          vip_method=args.vip_method))
-
-
-def _fanouts(values) -> str:
-    return ",".join(map(str, values))
 
 
 def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> str:
@@ -159,7 +174,7 @@ def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> st
     policy, the budget, the device share, the seed and the epochs), those at their defaults
     left out."""
     train, options = request.workload, request.options
-    words = ["salientpp", "analyze", part_dir, "--fanouts", _fanouts(train.fanouts), "--batch-size",
+    words = ["salientpp", "analyze", part_dir, "--fanouts", fanouts_text(train), "--batch-size",
              str(train.batch_size)]
     if train.replace:
         words.append("--replace")
@@ -170,7 +185,7 @@ def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> st
                   "--negative-sampling", train.edges.negative_sampling.value]
     if len(request.workloads) > 1:
         inference = request.workloads[1]
-        words += ["--eval-fanouts", _fanouts(inference.fanouts), "--eval-batch-size",
+        words += ["--eval-fanouts", fanouts_text(inference), "--eval-batch-size",
                   str(inference.batch_size), "--eval-splits", ",".join(inference.splits),
                   "--eval-weight", f"{inference.weight:g}"]
     budget = options.budget

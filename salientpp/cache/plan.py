@@ -16,6 +16,7 @@ import json
 import math
 import numbers
 import os
+import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,11 +28,11 @@ from ..data.format import check_permutation
 from .. import streams
 from ..errors import InputError, shown
 from ..io import atomic_output_dir, load_listed, read_meta, save_array, write_meta
-from ..partition.format import TYPED_FORMATS
+from ..partition.format import TYPED_FORMATS, feature_file
 from .policies import PolicyContext, policy_scores, rank_vertices
 from .vip import default_method
 from ..sampling.kinds import DEFAULT_SAMPLER
-from .workload import Workload
+from .workload import Workload, fanouts_tag, fanouts_text
 
 KIND = "salientpp-cache-plan"
 PLAN_ARRAYS = ("device_ids", "host_ids", "owned_order")
@@ -95,14 +96,34 @@ class Budget:
                 raise InputError(f"the {tier} cache budget of {value} bytes is smaller than one feature row "
                                  f"({row_bytes} bytes); raise it or pass 0 for no {tier} tier")
 
-    def rows(self, num_remote: int, num_nodes: int, num_parts: int, row_bytes: int) -> tuple[int, int]:
-        """(device rows, host rows) for a partition with ``num_remote`` remote vertices."""
+    def rows(self, num_remote: int, num_nodes: int, num_parts: int, row_bytes: int,
+             ranked_bytes: np.ndarray | None = None, total_bytes: int = 0) -> tuple[int, int]:
+        """(device rows, host rows) for a partition with ``num_remote`` remote vertices: the one
+        place a budget becomes rows.
+
+        Rows of one width (``ranked_bytes`` None: a homogeneous graph, ``row_bytes`` each): alpha
+        caches ``floor(alpha * N / K)`` rows, a tier ``budget // row_bytes``. Rows of different
+        widths (a typed graph): ``ranked_bytes`` int64 ``[num_remote]`` is the bytes of each
+        remote row in the order the rows are taken (by score; a type without features is never
+        among them) and ``total_bytes`` the bytes of every feature row of the graph; alpha is
+        then ``alpha * total_bytes / K`` bytes (alpha times an average partition's feature rows
+        of all types), and each tier takes rows in order while their bytes fit."""
+        if ranked_bytes is None:
+            if self.replication is not None:
+                if self.replication >= num_parts - 1:  # full replication, also for partitions smaller than N/K
+                    return num_remote, 0
+                return min(num_remote, int(math.floor(self.replication * num_nodes / num_parts + 1e-9))), 0
+            n_device = min(num_remote, self.device_bytes // row_bytes)
+            return n_device, min(num_remote - n_device, self.host_bytes // row_bytes)
+        spent = np.cumsum(ranked_bytes, dtype=np.int64)
         if self.replication is not None:
-            if self.replication >= num_parts - 1:  # full replication, also for partitions smaller than N/K
+            if self.replication >= num_parts - 1:
                 return num_remote, 0
-            return min(num_remote, int(math.floor(self.replication * num_nodes / num_parts + 1e-9))), 0
-        n_device = min(num_remote, self.device_bytes // row_bytes)
-        return n_device, min(num_remote - n_device, self.host_bytes // row_bytes)
+            budget = int(math.floor(self.replication * total_bytes / num_parts + 1e-9))
+            return int(np.searchsorted(spent, budget, side="right")), 0
+        n_device = int(np.searchsorted(spent, self.device_bytes, side="right"))
+        used = int(spent[n_device - 1]) if n_device else 0
+        return n_device, int(np.searchsorted(spent, used + self.host_bytes, side="right")) - n_device
 
     def to_json(self) -> dict:
         return {"replication": self.replication, "device_cache_bytes": self.device_bytes, "host_cache_bytes": self.host_bytes}
@@ -200,10 +221,6 @@ class PlanMeta:
                    partition_id=entry["partition_id"])
 
 
-def _join(fanouts: Sequence[int]) -> str:
-    return ",".join(str(f) for f in fanouts)
-
-
 @dataclass
 class CachePlan:
     """The cache plan of partition ``part``.
@@ -267,7 +284,58 @@ def device_owned_rows(device_fraction: float, num_owned: int) -> int:
 
 
 def row_bytes_of(dataset) -> int:
-    return int(dataset.num_features * dataset.feature_dtype.itemsize)
+    """Bytes of one feature row, ``F * itemsize``; on a typed graph, whose rows differ in width
+    (:func:`type_row_bytes`), the widest."""
+    return int(type_row_bytes(dataset).max())
+
+
+def type_row_bytes(dataset) -> np.ndarray:
+    """int64 ``[T]``: ``F_t * itemsize`` of a feature row of each node type of a partitioned
+    dataset (the schema's order; ``[F * itemsize]`` for a homogeneous one), 0 for a type without
+    features, whose rows are learnable embeddings and never cached."""
+    schema, files = dataset.schema, dataset.meta["files"]
+    out = np.zeros(schema.num_types, dtype=np.int64)
+    for t in range(schema.num_types):
+        if t == schema.target_index:
+            out[t] = dataset.num_features * dataset.feature_dtype.itemsize
+        elif t in dataset.feature_types:
+            out[t] = dataset.feature_width(t) * np.dtype(files[f"part_0/{feature_file(t)}"]["dtype"]).itemsize
+    return out
+
+
+def node_row_bytes(dataset) -> np.ndarray | None:
+    """int64 ``[N]``: the bytes of each vertex's feature row (:func:`type_row_bytes` of its type,
+    ``book.type_of``) on a typed graph; ``None`` on a homogeneous one (every row
+    :func:`row_bytes_of`)."""
+    if not dataset.is_typed:
+        return None
+    return type_row_bytes(dataset)[dataset.book.type_of(np.arange(dataset.num_nodes, dtype=np.int64))]
+
+
+def cacheable_remote(ctx: PolicyContext, k: int, node_bytes: np.ndarray | None) -> np.ndarray:
+    """int64 ids partition ``k`` may cache: the vertices it does not own whose rows have features
+    (``node_bytes`` of :func:`node_row_bytes`; ``None``: every remote vertex)."""
+    mask = ctx.remote_mask(k)
+    if node_bytes is not None:
+        mask &= node_bytes > 0
+    return np.flatnonzero(mask)
+
+
+def budget_rows(budget: Budget, dataset, ranked: np.ndarray, node_bytes: np.ndarray | None) -> tuple[int, int]:
+    """(device rows, host rows) of ``budget`` when a partition takes the remote rows ``ranked``
+    (int64 ids, best first) of ``dataset``: :meth:`Budget.rows`, with each row's bytes on a
+    typed graph (``node_bytes`` of :func:`node_row_bytes`)."""
+    if node_bytes is None:
+        return budget.rows(ranked.size, dataset.num_nodes, dataset.num_parts, row_bytes_of(dataset))
+    return budget.rows(ranked.size, dataset.num_nodes, dataset.num_parts, row_bytes_of(dataset),
+                       node_bytes[ranked], int(node_bytes.sum()))
+
+
+def smallest_row_bytes(dataset) -> int:
+    """The bytes of the narrowest feature row (every row's on a homogeneous graph): a tier's
+    budget below it caches nothing (:meth:`Budget.check`)."""
+    sizes = type_row_bytes(dataset)
+    return int(sizes[sizes > 0].min(initial=sizes.max()))
 
 
 def build_plans(ctx: PolicyContext, policy: str, budget: Budget, device_fraction: float = 0.0) -> list[CachePlan]:
@@ -275,7 +343,8 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, device_fraction
     dataset = ctx.dataset
     device_fraction = check_device_fraction(device_fraction)
     row_bytes = row_bytes_of(dataset)
-    budget.check(dataset.num_parts, row_bytes)
+    budget.check(dataset.num_parts, smallest_row_bytes(dataset))
+    node_bytes = node_row_bytes(dataset)
     meta = PlanMeta(workloads=ctx.workloads, options=PlanOptions.of(ctx, policy, budget, device_fraction),
                     row_bytes=row_bytes, num_nodes=dataset.num_nodes, num_parts=dataset.num_parts,
                     partition_id=partition_identity(dataset.meta))
@@ -284,8 +353,8 @@ def build_plans(ctx: PolicyContext, policy: str, budget: Budget, device_fraction
     for k in range(dataset.num_parts):
         scores = policy_scores(ctx, policy, k)
         rng = ctx.rng(k, streams.TIEBREAK_STREAM)
-        remote = rank_vertices(scores, np.flatnonzero(ctx.remote_mask(k)), rng)
-        n_gpu, n_cpu = budget.rows(remote.size, dataset.num_nodes, dataset.num_parts, row_bytes)
+        remote = rank_vertices(scores, cacheable_remote(ctx, k, node_bytes), rng)
+        n_gpu, n_cpu = budget_rows(budget, dataset, remote, node_bytes)
         local = rank_vertices(scores, dataset.book.owned(k), rng) - offsets[k]
         plans.append(CachePlan(part=k, device_ids=remote[:n_gpu].copy(), host_ids=remote[n_gpu:n_gpu + n_cpu].copy(),
                                owned_order=local, num_device_owned=device_owned_rows(device_fraction, local.size), meta=meta))
@@ -377,7 +446,7 @@ def default_plan_name(request: "PlanRequest") -> str:
         sampler += "-link"
     others = "".join(f"-{f.metadata['tag']}{shown_option(getattr(options, f.name))}"
                      for f in options.changed_fields(request.default_options))
-    name = f"{options.policy}{sampler}-f{'-'.join(str(f) for f in training.fanouts)}-b{training.batch_size}-{size}{others}"
+    name = f"{options.policy}{sampler}-f{fanouts_tag(training)}-b{training.batch_size}-{size}{others}"
     if len(name) <= MAX_PLAN_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
@@ -547,8 +616,8 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
         raise InputError(f"{plan_dir} was built for {planned_task} seeds but training uses {task} seeds; "
                          f"{rebuild('--task ' + task)}")
     if wanted.fanouts != planned.fanouts:
-        raise InputError(f"{plan_dir} was built for fanouts {_join(planned.fanouts)} but training uses "
-                         f"{_join(wanted.fanouts)}; {rebuild('--fanouts ' + _join(wanted.fanouts))}")
+        raise InputError(f"{plan_dir} was built for fanouts {fanouts_text(planned)} but training uses "
+                         f"{fanouts_text(wanted)}; {rebuild('--fanouts ' + shlex.quote(fanouts_text(wanted)))}")
     if wanted.batch_size != planned.batch_size:
         raise InputError(f"{plan_dir} was built for batch size {planned.batch_size} but training uses "
                          f"{wanted.batch_size}; {rebuild(f'--batch-size {wanted.batch_size}')}")
@@ -573,21 +642,25 @@ def open_plan(plan: CheckedPlan | PlanInfo | str | os.PathLike, data) -> Checked
 
 
 def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.ndarray, np.ndarray]:
-    """Analytic remote rows per epoch of each partition, float64 ``[K]`` without and with each plan's cache."""
+    """Analytic remote feature rows per epoch of each partition, float64 ``[K]`` without and with
+    each plan's cache (a type without features fetches none)."""
     expected = ctx.expected_accesses()
-    no_cache = np.array([expected[ctx.remote_mask(p.part), p.part].sum() for p in plans])
+    node_bytes = node_row_bytes(ctx.dataset)
+    no_cache = np.array([expected[cacheable_remote(ctx, p.part, node_bytes), p.part].sum() for p in plans])
     cached = np.array([expected[p.device_ids, p.part].sum() + expected[p.host_ids, p.part].sum() for p in plans])
     return no_cache, no_cache - cached
 
 
-def describe(plans: Sequence[CachePlan]) -> str:
-    """A short text table of the plans (rows and bytes per tier)."""
+def describe(plans: Sequence[CachePlan], node_bytes: np.ndarray | None = None) -> str:
+    """A short text table of the plans (rows and bytes per tier); ``node_bytes`` (:func:`node_row_bytes`)
+    gives each row's bytes on a typed graph, whose rows differ in width."""
     meta = plans[0].meta
-    lines = [f"policy {meta.options.policy}, fanouts {_join(meta.training.fanouts)}, batch size "
+    lines = [f"policy {meta.options.policy}, fanouts {fanouts_text(meta.training)}, batch size "
              f"{meta.training.batch_size}, {json.dumps(meta.options.budget.to_json())}, row {meta.row_bytes} bytes",
              f"{'part':>4} {'owned':>10} {'dev owned':>10} {'dev cache':>10} {'host cache':>10} {'cache MiB':>10}"]
     for p in plans:
-        mib = p.num_cached * meta.row_bytes / 2**20
+        mib = (p.num_cached * meta.row_bytes if node_bytes is None
+               else int(node_bytes[p.device_ids].sum() + node_bytes[p.host_ids].sum())) / 2**20
         lines.append(f"{p.part:>4} {p.owned_order.size:>10} {p.num_device_owned:>10} {p.device_ids.size:>10} "
                      f"{p.host_ids.size:>10} {mib:>10.1f}")
     return "\n".join(lines)

@@ -9,6 +9,12 @@ A minibatch fetches the unique remote ids of its
 containing v. The simulator therefore keeps one count vector per partition and evaluates every
 policy and every α against the same sampled batches. The oracle caches the largest counts, so no
 static cache of the same size fetches fewer rows.
+
+On a typed graph the same counts are split by node type (``book.type_of``): rows fetched and
+cache hits per type, with the bytes of each type's rows. A type without features fetches no
+feature rows (its rows are learnable embeddings), so it is left out; α is a byte budget
+(:meth:`~salientpp.cache.plan.Budget.rows`), so the rows each policy caches depend on the types
+it ranks first, and the saving efficiency compares bytes.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import numpy as np
 from .. import streams
 from ..errors import InputError
 from ..plots import require_pyplot
-from .plan import Budget, row_bytes_of
+from .plan import Budget, budget_rows, cacheable_remote, node_row_bytes, row_bytes_of, type_row_bytes
 from .policies import PolicyContext, get_policy, policy_scores, rank_vertices
 
 # The kind `salientpp simulate --json` declares for its file, one :meth:`SimulationResult.to_json`
@@ -44,9 +50,16 @@ class SimulationResult:
             ``sum_w weight_w * S_w`` with ``S_w`` = :meth:`Workload.lockstep_steps`, the same for every
             partition (the ranks run in lockstep; a partition with fewer seeds than ``S_w`` runs
             batches without seeds, which fetch nothing).
-        row_bytes: bytes per feature row.
+        row_bytes: bytes per feature row (a typed graph's widest).
         epochs: evaluated epochs.
         meta: run description (dataset, workloads, seed, timings).
+        node_types: a typed graph's node types (the schema's order); ``()`` when homogeneous, and
+            then the per-type fields are ``None``. On a typed graph ``cached`` is int64
+            ``[P, A, K]``: the rows each policy caches in the byte budget of each α.
+        type_bytes: int64 ``[T]`` bytes of a feature row of each type (0: no features).
+        type_accessed: float64 ``[T]`` remote rows of each type touched per epoch, all partitions.
+        type_rows: float64 ``[P, A, T]`` rows of each type fetched per epoch, all partitions
+            (cache hits: ``type_accessed - type_rows``).
     """
 
     policies: tuple[str, ...]
@@ -58,18 +71,37 @@ class SimulationResult:
     row_bytes: int
     epochs: int
     meta: dict[str, Any] = field(default_factory=dict)
+    node_types: tuple[str, ...] = ()
+    type_bytes: np.ndarray | None = None
+    type_accessed: np.ndarray | None = None
+    type_rows: np.ndarray | None = None
 
     def total_rows(self) -> np.ndarray:
         """float64 ``[P, A]`` rows fetched per epoch, all partitions together."""
         return self.rows.sum(axis=2)
 
+    def total_bytes(self) -> np.ndarray:
+        """float64 ``[P, A]`` bytes fetched per epoch, all partitions together."""
+        if not self.node_types:
+            return self.total_rows() * self.row_bytes
+        return self.type_rows @ self.type_bytes.astype(np.float64)
+
+    def no_cache_bytes(self) -> float:
+        """Bytes fetched per epoch without a cache, all partitions together."""
+        if not self.node_types:
+            return float(self.accessed.sum() * self.row_bytes)
+        return float(self.type_accessed @ self.type_bytes.astype(np.float64))
+
     def efficiency(self) -> np.ndarray | None:
-        """float64 ``[P, A]`` ``(no cache - policy) / (no cache - oracle)``; NaN where the oracle saves
-        nothing (α = 0); None when the oracle was not simulated."""
+        """float64 ``[P, A]`` ``(no cache - policy) / (no cache - oracle)`` in rows (in bytes on a
+        typed graph, whose rows differ in width); NaN where the oracle saves nothing (α = 0);
+        None when the oracle was not simulated."""
         if "oracle" not in self.policies:
             return None
-        total = self.total_rows()
-        saving = self.accessed.sum() - total
+        if self.node_types:
+            saving = self.no_cache_bytes() - self.total_bytes()
+        else:
+            saving = self.accessed.sum() - self.total_rows()
         best = saving[self.policies.index("oracle")]
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(best > 0, saving / np.where(best > 0, best, 1.0), np.nan)
@@ -81,7 +113,7 @@ class SimulationResult:
             "policies": list(self.policies), "replication": list(self.replication), "epochs": self.epochs,
             "row_bytes": self.row_bytes, "no_cache_rows_per_epoch": float(self.accessed.sum()),
             "rows_per_epoch": {p: total[i].tolist() for i, p in enumerate(self.policies)},
-            "bytes_per_epoch": {p: (total[i] * self.row_bytes).tolist() for i, p in enumerate(self.policies)},
+            "bytes_per_epoch": {p: row.tolist() for p, row in zip(self.policies, self.total_bytes())},
             "per_partition": {
                 "no_cache_rows_per_epoch": self.accessed.tolist(),
                 "steps_per_epoch": self.steps.tolist(),
@@ -93,6 +125,16 @@ class SimulationResult:
         if eff is not None:
             out["efficiency"] = {p: [None if math.isnan(e) else float(e) for e in eff[i]]
                                  for i, p in enumerate(self.policies)}
+        if self.node_types:
+            hits = self.type_accessed - self.type_rows
+            out["per_partition"]["cached_rows"] = {p: self.cached[i].tolist() for i, p in enumerate(self.policies)}
+            out["no_cache_bytes_per_epoch"] = self.no_cache_bytes()
+            out["per_type"] = {
+                "node_types": list(self.node_types), "row_bytes": self.type_bytes.tolist(),
+                "no_cache_rows_per_epoch": self.type_accessed.tolist(),
+                "rows_per_epoch": {p: self.type_rows[i].tolist() for i, p in enumerate(self.policies)},
+                "hits_per_epoch": {p: hits[i].tolist() for i, p in enumerate(self.policies)},
+            }
         return out
 
     def table(self) -> str:
@@ -102,11 +144,19 @@ class SimulationResult:
         total = self.total_rows()
         lines = [f"Remote rows fetched per epoch (all {self.rows.shape[2]} partitions, mean of {self.epochs} "
                  f"epochs; no cache: {self.accessed.sum():.4g} rows = "
-                 f"{self.accessed.sum() * self.row_bytes / 2**20:.1f} MiB)", "", head, rule]
+                 f"{self.no_cache_bytes() / 2**20:.1f} MiB)", "", head, rule]
         lines += [f"| {p} | " + " | ".join(f"{v:.4g}" for v in total[i]) + " |" for i, p in enumerate(self.policies)]
+        for t, name in enumerate(self.node_types):
+            if self.type_bytes[t] == 0:
+                continue
+            lines += ["", f"Rows of node type {name} fetched per epoch ({self.type_bytes[t]} bytes each; no cache: "
+                          f"{self.type_accessed[t]:.4g} rows)", "", head, rule]
+            lines += [f"| {p} | " + " | ".join(f"{v:.4g}" for v in self.type_rows[i, :, t]) + " |"
+                      for i, p in enumerate(self.policies)]
         eff = self.efficiency()
         if eff is not None:
-            lines += ["", "Saving efficiency (no cache - policy) / (no cache - oracle)", "", head, rule]
+            unit = " in bytes" if self.node_types else ""
+            lines += ["", f"Saving efficiency (no cache - policy) / (no cache - oracle){unit}", "", head, rule]
             lines += [f"| {p} | " + " | ".join("-" if math.isnan(e) else f"{e:.3f}" for e in eff[i]) + " |"
                       for i, p in enumerate(self.policies)]
         return "\n".join(lines)
@@ -131,33 +181,53 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
     dataset = ctx.dataset
     num_parts, num_nodes = dataset.num_parts, dataset.num_nodes
     replication = check_replication(replication, num_parts)
+    node_bytes = node_row_bytes(dataset)  # None: homogeneous, every row row_bytes_of(dataset)
+    typed = node_bytes is not None
+    num_types = dataset.schema.num_types
+    node_type = dataset.book.type_of(np.arange(num_nodes, dtype=np.int64)) if typed else None
     rows = np.zeros((len(policies), len(replication), num_parts))
     accessed = np.zeros(num_parts)
-    cached = np.zeros((len(replication), num_parts), dtype=np.int64)
+    cached = np.zeros((len(policies), len(replication), num_parts), dtype=np.int64)
+    type_accessed = np.zeros(num_types)
+    type_rows = np.zeros((len(policies), len(replication), num_types))
     steps = np.zeros(num_parts)
     seconds = {"sampling": 0.0, **{name: 0.0 for name in policies}}
     lockstep = [w.lockstep_steps(dataset) for w in ctx.workloads]  # S_w: every partition's batches per epoch
+    budgets = [Budget(replication=a) for a in replication]
     for k in range(num_parts):
         start = time.perf_counter()
         counts = ctx.access_counts(k, ctx.epochs, streams.RUN_STREAM)
         seconds["sampling"] += time.perf_counter() - start
-        remote = np.flatnonzero(ctx.remote_mask(k))
+        remote = cacheable_remote(ctx, k, node_bytes)
         accessed[k] = counts[remote].sum() / ctx.epochs
+        if typed:
+            type_accessed += _per_type(node_type, remote, counts, num_types) / ctx.epochs
         steps[k] = sum(w.weight * lockstep[i] for i, w in enumerate(ctx.workloads))
-        cached[:, k] = [Budget(replication=a).rows(remote.size, num_nodes, num_parts, 1)[0] for a in replication]
         for i, name in enumerate(policies):
             start = time.perf_counter()
             scores = policy_scores(ctx, name, k)
             seconds[name] += time.perf_counter() - start
             order = rank_vertices(scores, remote, ctx.rng(k, streams.TIEBREAK_STREAM))
+            cached[i, :, k] = [budget_rows(b, dataset, order, node_bytes)[0] for b in budgets]
             hits = np.concatenate([[0.0], np.cumsum(counts[order])])
-            rows[i, :, k] = (hits[-1] - hits[cached[:, k]]) / ctx.epochs
+            rows[i, :, k] = (hits[-1] - hits[cached[i, :, k]]) / ctx.epochs
+            if typed:
+                for a, n in enumerate(cached[i, :, k]):
+                    type_rows[i, a] += _per_type(node_type, order[n:], counts, num_types) / ctx.epochs
         ctx.forget(k)
     meta = {"part_dir": str(dataset.path), "workloads": [w.to_json() for w in ctx.workloads], "seed": ctx.seed,
             "simulation_epochs": ctx.simulation_epochs, "vip_method": ctx.vip_method,
             "num_parts": num_parts, "num_nodes": num_nodes, "seconds": seconds}
-    return SimulationResult(policies=policies, replication=replication, rows=rows, accessed=accessed, cached=cached,
-                            steps=steps, row_bytes=row_bytes_of(dataset), epochs=ctx.epochs, meta=meta)
+    per_type = (dict(node_types=tuple(dataset.schema.node_types), type_bytes=type_row_bytes(dataset),
+                     type_accessed=type_accessed, type_rows=type_rows) if typed else {})
+    return SimulationResult(policies=policies, replication=replication, rows=rows, accessed=accessed,
+                            cached=cached if typed else cached[0], steps=steps, row_bytes=row_bytes_of(dataset),
+                            epochs=ctx.epochs, meta=meta, **per_type)
+
+
+def _per_type(node_type: np.ndarray, ids: np.ndarray, counts: np.ndarray, num_types: int) -> np.ndarray:
+    """float64 ``[T]``: ``counts[ids]`` summed by the node type of each id."""
+    return np.bincount(node_type[ids], weights=counts[ids], minlength=num_types)
 
 
 def plot_volume(result: SimulationResult, path: str) -> None:

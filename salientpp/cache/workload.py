@@ -6,14 +6,19 @@ policies and the simulator all take a tuple of them, training first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..data.format import SPLITS
 from ..errors import InputError, check_int
-from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_fanouts, check_replace, check_sampler
+from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_fanout_table,
+                              check_fanouts, check_replace, check_sampler, check_typed_graph, fanout_table)
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
+
+if TYPE_CHECKING:
+    from ..data.schema import GraphSchema
 
 
 def check_batch_size(batch_size) -> int:
@@ -66,7 +71,13 @@ class Workload:
     """One stream of sampled minibatches whose remote feature rows a rank must fetch.
 
     Attributes:
-        fanouts: neighbours drawn per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours.
+        fanouts: the checked fanouts of its graph: on a homogeneous graph the neighbours drawn per
+            hop, ``fanouts[0]`` at the seeds, -1 = all neighbours; on a typed graph (``schema``
+            given, several node types or relations) the ``[L, R]`` table of
+            :func:`~salientpp.sampling.kinds.fanout_table` (from one list for every relation or a
+            dict relation -> list) as a tuple of L rows of R ints, entry ``[h][r]`` the
+            neighbours of relation r drawn at hop h (0 = none); :attr:`fanout_table` is it as an
+            int64 array.
         batch_size: the most seeds per minibatch: every partition runs :meth:`lockstep_steps`
             batches per epoch, ``S = max_k ceil(|seeds_k| / batch_size)``, balanced within
             the partition.
@@ -80,19 +91,39 @@ class Workload:
         edges: ``None`` for node seeds; an :class:`EdgeSeeds` for link prediction, whose seeds are
             the splits' held-out edges (whose sources the partition owns) and ``batch_size``
             counts edges.
+        relations: a typed workload's relations (``"src__name__dst"``), the columns of its
+            fanout table; ``()`` on a homogeneous graph.
+        schema: (init only) the graph's :class:`~salientpp.data.schema.GraphSchema`, which turns
+            ``fanouts`` into its table; ``None``: a homogeneous graph, or a table already made
+            (with its ``relations``, as :meth:`from_json` reads one).
     """
 
-    fanouts: tuple[int, ...]
+    fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
     batch_size: int
     replace: bool = False
     splits: tuple[str, ...] = ("train",)
     weight: float = 1.0
     sampler: SamplerKind = DEFAULT_SAMPLER
     edges: EdgeSeeds | None = None
+    relations: tuple[str, ...] = ()
+    schema: InitVar[GraphSchema | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, schema: GraphSchema | None) -> None:
         object.__setattr__(self, "sampler", check_sampler(self.sampler))
-        object.__setattr__(self, "fanouts", check_fanouts(self.fanouts, self.sampler))
+        if schema is not None:
+            object.__setattr__(self, "relations", () if schema.is_homogeneous
+                               else tuple(str(r) for r in schema.relations))
+        if isinstance(self.fanouts, np.ndarray) or (self.relations and schema is None):
+            # a table already made (fanout_table's, or read back with its relations)
+            check_typed_graph(self.sampler, schema)
+            table = check_fanout_table(self.fanouts, len(self.relations) or 1)
+        else:
+            table = fanout_table(self.fanouts, schema, self.sampler)
+        if self.relations:
+            fanouts = tuple(tuple(int(f) for f in row) for row in table)
+        else:  # one list: the rule of a homogeneous graph's fanouts (>= 1, layer sizes) holds for a table too
+            fanouts = check_fanouts([int(f) for f in table[:, 0]], self.sampler)
+        object.__setattr__(self, "fanouts", fanouts)
         object.__setattr__(self, "replace", check_replace(self.replace, self.sampler))
         object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))
         splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
@@ -105,6 +136,34 @@ class Workload:
     @property
     def num_hops(self) -> int:
         return len(self.fanouts)
+
+    @property
+    def is_typed(self) -> bool:
+        """Whether its fanouts are a typed graph's table (one column per relation)."""
+        return bool(self.relations)
+
+    @property
+    def fanout_table(self) -> np.ndarray:
+        """int64 ``[L, R]``: :attr:`fanouts` as a table (``R = 1`` on a homogeneous graph)."""
+        table = np.array(self.fanouts, dtype=np.int64)
+        return table if self.is_typed else table[:, None]
+
+    @property
+    def hop_fanouts(self) -> tuple[int, ...]:
+        """The most neighbours a node draws at each hop over all its relations (the sum of the
+        table's row; -1 where a relation takes them all; at least 1): one list, for estimates of
+        a batch's size. A homogeneous workload's fanouts as they are."""
+        if not self.is_typed:
+            return self.fanouts
+        return tuple(-1 if -1 in row else max(1, sum(row)) for row in self.fanouts)
+
+    @property
+    def sampler_fanouts(self) -> tuple[int, ...] | dict[str, tuple[int, ...]]:
+        """Its fanouts as :func:`~salientpp.sampling.make_sampler` takes them: the list, or a typed
+        graph's dict relation -> list (the columns of its table)."""
+        if not self.is_typed:
+            return self.fanouts
+        return {rel: tuple(int(f) for f in column) for rel, column in zip(self.relations, self.fanout_table.T)}
 
     def seeds(self, dataset, k: int) -> np.ndarray:
         """Partition ``k``'s seeds of a PartitionedDataset (new global numbering): int64 sorted node
@@ -137,13 +196,37 @@ class Workload:
         return lockstep_steps([self.num_seeds(dataset, k) for k in range(dataset.num_parts)], self.batch_size)
 
     def to_json(self) -> dict:
-        return {"fanouts": list(self.fanouts), "batch_size": self.batch_size, "replace": self.replace,
+        """The workload as JSON; a typed one's fanouts are its table's rows, with its relations."""
+        typed = {"relations": list(self.relations)} if self.is_typed else {}
+        return {"fanouts": [list(row) for row in self.fanouts] if self.is_typed else list(self.fanouts),
+                "batch_size": self.batch_size, "replace": self.replace,
                 "splits": list(self.splits), "weight": self.weight, "sampler": self.sampler.value,
-                "edges": None if self.edges is None else self.edges.to_json()}
+                "edges": None if self.edges is None else self.edges.to_json(), **typed}
 
     @classmethod
     def from_json(cls, entry: dict) -> "Workload":
-        return cls(fanouts=tuple(entry["fanouts"]), batch_size=int(entry["batch_size"]),
+        relations = tuple(entry.get("relations", ()))
+        fanouts = tuple(tuple(row) for row in entry["fanouts"]) if relations else tuple(entry["fanouts"])
+        return cls(fanouts=fanouts, batch_size=int(entry["batch_size"]),
                    replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]),
                    sampler=entry.get("sampler", SamplerKind.NODEWISE.value),
-                   edges=None if entry.get("edges") is None else EdgeSeeds(**entry["edges"]))
+                   edges=None if entry.get("edges") is None else EdgeSeeds(**entry["edges"]), relations=relations)
+
+
+def fanouts_text(workload: Workload) -> str:
+    """A workload's fanouts as ``--fanouts`` takes them: ``15,10,5``; a typed table whose
+    relations draw alike at every hop (none 0) in the same form, else one list per relation,
+    ``REL=15,10;REL2=5,0`` (:func:`~salientpp.sampling.kinds.parse_typed_fanouts` reads it back)."""
+    table = workload.fanout_table
+    if (table == table[:, :1]).all() and (table != 0).all():
+        return ",".join(str(f) for f in table[:, 0])
+    return RELATION_LISTS.join(f"{rel}{RELATION_FANOUTS}{','.join(str(f) for f in table[:, r])}"
+                               for r, rel in enumerate(workload.relations))
+
+
+def fanouts_tag(workload: Workload) -> str:
+    """A workload's fanouts in a file name: ``15-10-5``, hops joined by ``-``; a typed hop whose
+    relations draw differently lists them in the order of its relations, joined by ``.``
+    (``15.0.5-10.0.5``)."""
+    table = workload.fanout_table
+    return "-".join(str(row[0]) if (row == row[0]).all() else ".".join(map(str, row)) for row in table)

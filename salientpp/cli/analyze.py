@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..cache.plan import describe, predicted_rows, row_bytes_of
+from ..cache.plan import describe, node_row_bytes, predicted_rows, smallest_row_bytes
 from ..cache.policies import check_policies
 from ..errors import InputError
 from ..io import check_output_dir, check_output_location, check_writable_dir, mark_complete, output_errors, read_meta
 from ..partition.format import KIND as PART_KIND, load_partitioned
 from ..parsing import parse_memory_limit
 from ..resources import check_memory, estimate_analyze
-from ..cache.options import add_plan_options, plan_context_from, plan_request_from
+from ..cache.options import add_plan_options, graph_schema, plan_context_from, plan_request_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_policies([args.policy], args.vip_method)
-    request = plan_request_from(args)
+    request = plan_request_from(args, graph_schema(args.part_dir))
     budget, workloads = request.options.budget, request.workloads
     limit = parse_memory_limit(args.memory_limit)
     estimate = estimate_analyze(read_meta(args.part_dir, PART_KIND), workloads, budget, args.policy,
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = load_partitioned(args.part_dir)
     dataset.check_parts()  # before PART_DIR/cache is created
     ctx = plan_context_from(args, dataset, request)
-    budget.check(dataset.num_parts, row_bytes_of(dataset))
+    budget.check(dataset.num_parts, smallest_row_bytes(dataset))
     print(memory, flush=True)
     if args.out is None:
         with output_errors(cache):
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     scored = time.perf_counter() - start
     print(f"cache plans for {dataset.num_parts} partitions written to {out} (scoring took {scored:.1f} s)")
     no_cache, with_cache = predicted_rows(ctx, plans)
-    print(describe(plans))
+    print(describe(plans, node_row_bytes(dataset)))
     saved = 1 - with_cache.sum() / no_cache.sum() if no_cache.sum() else 0.0
     print(f"predicted remote rows per epoch (analytic VIP): {no_cache.sum():.4g} without a cache, "
           f"{with_cache.sum():.4g} with it ({saved:.1%} fewer)")

@@ -11,7 +11,7 @@ from ..io import check_output_dir, check_output_location, check_output_paths
 from ..partition.format import load_partitioned
 from ..parsing import name_list, number_list
 from ..plots import check_plot_path
-from ..cache.options import add_workload_options, context_from, workloads_from
+from ..cache.options import add_workload_options, context_from, graph_schema, workloads_from
 
 DEFAULT_POLICIES = "vip,vip-simulation,degree,halo,num-paths,random,oracle"
 DEFAULT_REPLICATION = "0,0.01,0.05,0.1,0.2,0.5,1.0"
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     policies = check_policies(name_list(args.policies, "--policies", "vip,degree"), args.vip_method)
-    workloads_from(args)  # a bad --fanouts fails before the data is read
+    workloads_from(args, graph_schema(args.part_dir))  # a bad --fanouts fails before the data is read
     check_output_paths({"--json": args.json, "--plot": args.plot})
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:
