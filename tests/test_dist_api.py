@@ -411,3 +411,21 @@ def test_a_typed_batch_runs_the_built_in_rsage_and_becomes_a_hetero_data(typed_p
                                                                               nprocs=2):
         assert out_shape == (batch_size, 3) and seeds == batch_size and y == (batch_size,)
         assert paper_x[1] == 5 and paper_x[0] >= batch_size and authors >= 0
+
+
+@pytest.mark.parametrize("fanouts, sampler, phrase", [
+    ({"writes": [3, 2]}, "nodewise", "gives no list for the relations"),
+    ({"writes": [3, 2], "nope": [3, 2]}, "nodewise", "nope"),
+    ([3, 2], "bulk", "draws homogeneous graphs only"),
+])
+def test_a_typed_loader_refuses_bad_fanouts_or_an_untyped_sampler_in_one_sentence(typed_partitions, fanouts, sampler,
+                                                                                   phrase):
+    root, _ = typed_partitions
+    ctx = salientpp.init_distributed()
+    try:
+        graph = salientpp.DistGraph(root / "p1", ctx)
+        with pytest.raises(InputError, match=phrase) as info:
+            salientpp.DistNeighborLoader(graph, "train", fanouts=fanouts, batch_size=4, sampler=sampler)
+        assert str(info.value).count(". ") == 0
+    finally:
+        salientpp.shutdown_distributed(ctx)
