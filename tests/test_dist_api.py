@@ -429,3 +429,30 @@ def test_a_typed_loader_refuses_bad_fanouts_or_an_untyped_sampler_in_one_sentenc
         assert str(info.value).count(". ") == 0
     finally:
         salientpp.shutdown_distributed(ctx)
+
+
+def _typed_valid_steps(part_dir: str) -> list:
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
+    steps = []
+    for batch in salientpp.DistNeighborLoader(graph, "valid", fanouts=[3, 2], batch_size=1, shuffle=False):
+        steps.append((batch.batch_size, {name: tuple(x.shape) for name, x in batch.x_dict.items()},
+                      tuple(batch.node_type.shape), [m.edge_type is not None for m in batch.mfgs],
+                      tuple(batch.to_pyg()["paper"].x.shape)))
+    without = next(iter(salientpp.DistNeighborLoader(graph, "valid", fanouts=[3, 2], batch_size=1, features=False)))
+    steps.append((without.x, without.x_dict, tuple(without.node_type.shape)))
+    salientpp.shutdown_distributed(ctx)
+    return steps
+
+
+def test_a_typed_empty_step_has_no_rows_of_each_type_and_a_loader_without_features_none_at_all(typed_partitions):
+    root, _ = typed_partitions
+    results = salientpp.launch(_typed_valid_steps, (str(root / "p4"),), nprocs=4)
+    empty = [step for steps in results for step in steps[:-1] if step[0] == 0]
+    assert empty, "some rank of 4 has fewer of the 5 validation seeds than the steps"
+    for _, shapes, node_type, edge_types, paper in empty:
+        assert shapes == {"paper": (0, 5), "inst": (0, 2)} and node_type == (0,) and all(edge_types)
+        assert paper == (0, 5)
+    for steps in results:
+        x, x_dict, node_type = steps[-1]
+        assert x is None and x_dict == {} and node_type[0] >= 0
