@@ -11,6 +11,9 @@ integers, so no step ever copies a count back from the GPU and waits for it.
 With an emulated network (the context's ``link``, :mod:`salientpp.distributed.network`), every
 all-to-all is booked on the rank's link when it starts, and :meth:`Pending.wait` returns only
 once the link would have carried its bytes.
+
+A typed graph's exchange (:class:`TypedRowExchange`) is the same three all-to-alls, once per batch
+for every node type: counts per (owner, type) block, rows type by type in one flat buffer.
 """
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ Tiers:
 
 On a CPU-only run the "device" tiers are CPU tensors too; the split is kept so that the
 counters mean the same thing everywhere.
+
+A typed graph's store (:class:`TypedFeatureStore`) keeps these tiers for every node type with
+features and fetches the rows of every type in one exchange per batch
+(:class:`~salientpp.distributed.exchange.TypedRowExchange`).
 """
 from __future__ import annotations
 
@@ -231,7 +235,10 @@ class TypedFeatureStore:
             self.owned_host[t] = storage[on_device:].pin_memory() if self.pin else storage[on_device:]
             self.serve_row[t] = self.local_row[t].to(ctx.comm_device)
         slots = np.full(book.num_nodes, -1, dtype=np.int64) if cache_slot is None else np.array(cache_slot, np.int64)
-        slots[np.isin(book.type_of(np.arange(book.num_nodes)), self.typed, invert=True)] = -1
+        for k in range(book.num_parts):  # no slot for a type without features: nothing is fetched for it
+            for t in set(range(self.num_types)) - set(self.typed):
+                start, stop = book.block(k, t)
+                slots[start:stop] = -1
         self.cache_slot = torch.from_numpy(slots)
         self.num_device_slots = int(num_device_slots)
         # slot_index[s]: the row of global slot s in its type's tier (slot order within a type and tier)
