@@ -86,6 +86,30 @@ def tiny_partitions(tmp_path_factory):
     return root, dataset
 
 
+@pytest.fixture(scope="session")
+def typed_partitions(tmp_path_factory):
+    """:func:`typed_dataset` partitioned with METIS into 1, 2 and 4 parts, with a degree cache plan
+    of six rows per tier (ids of every type, authors without features among them) for 2 and 4.
+
+    Returns ``(root, dataset)``: ``root / "p{k}"`` the partitioned directories, ``root / "plan{k}"``
+    the plans.
+    """
+    from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
+    from salientpp.partition import load_partitioned
+    from salientpp.partition.partitioner import partition_dataset
+
+    root = tmp_path_factory.mktemp("typed-partitions")
+    dataset, _ = typed_dataset()
+    for k in (1, 2, 4):
+        partition_dataset(dataset, root / f"p{k}", k)
+        if k > 1:
+            data = load_partitioned(root / f"p{k}")
+            rows = 6 * data.num_features * 4
+            save_plans(build_plans(PolicyContext(data, (Workload((3, 3), 4),)), "degree",
+                                   Budget(device_bytes=rows, host_bytes=rows), 0.5), root / f"plan{k}")
+    return root, dataset
+
+
 def refuse_ranks(monkeypatch, *starters: str) -> None:
     """Make the functions ``starters`` (dotted paths) that start ranks fail the test when called."""
     def refuse(*args, **kwargs):

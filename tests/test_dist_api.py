@@ -332,3 +332,127 @@ def test_a_graph_opened_without_the_context_of_init_distributed_is_refused(tiny_
                                                    "as its second argument, got ")
                        + r".*; open it with DistGraph\(path, init_distributed\(\)\)$"):
         salientpp.DistGraph(tiny_partitions[0] / "p1", *args)
+
+
+# ---- typed graphs -----------------------------------------------------------------------------------
+
+def _typed_epoch(part_dir: str, plan: str | None, dataset) -> dict:
+    """One epoch of a typed graph's training split on this rank: every batch's x_dict, y, node
+    types and edge types against the unpartitioned dataset; returns the counters and what the
+    batches requested per type (nodes of a type with features neither owned nor cached)."""
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
+    schema, book = dataset.schema, graph.book
+    orig = np.asarray(graph.data.orig_id)
+    rows = {schema.target: dataset.x, **dataset.features}
+    loader = salientpp.DistNeighborLoader(graph, "train", fanouts={r: [3, 2] for r in map(str, schema.relations)},
+                                          batch_size=4, plan=plan)
+    requested = np.zeros(schema.num_types, dtype=np.int64)
+    cache_slot = loader.store.cache_slot.numpy()
+    loader.set_epoch(1)
+    for batch in loader:
+        n_id, node_type = batch.n_id.numpy(), batch.node_type.numpy()
+        assert batch.x is None and batch.schema is graph.schema
+        assert np.array_equal(node_type, book.type_of(n_id))
+        assert set(batch.x_dict) == set(rows)  # every type with features, none for the authors
+        for name, x in batch.x_dict.items():
+            t = schema.type_index(name)
+            ids = orig[n_id[node_type == t]] - schema.offsets[t]  # the unpartitioned rows of the type
+            assert np.array_equal(x.numpy(), rows[name][ids]), f"the {name} rows differ from the dataset's"
+        assert np.array_equal(batch.y.numpy(), dataset.y[orig[n_id[:batch.batch_size]] - schema.offsets[1]])
+        assert all(m.edge_type is not None and m.edge_type.shape[0] == m.num_edges for m in batch.mfgs)
+        remote = (book.owner(n_id) != graph.rank) & (cache_slot[n_id] < 0) & np.isin(node_type, [1, 2])
+        requested += np.bincount(node_type[remote], minlength=schema.num_types)
+    stats = loader.stats
+    out = {"requested": requested.tolist(), "received_by_type": stats.received_by_type, "received": stats.received,
+           "device_hits": stats.device_hits, "host_hits": stats.host_hits, "batches": len(loader)}
+    salientpp.shutdown_distributed(ctx)
+    return out
+
+
+@pytest.mark.parametrize("parts, cached", [(1, False), (2, False), (4, False), (2, True), (4, True)])
+def test_a_typed_batch_holds_the_dataset_rows_of_every_type_with_features_on_any_ranks_and_cache(
+        typed_partitions, parts, cached):
+    root, dataset = typed_partitions
+    plan = str(root / f"plan{parts}") if cached else None
+    args = (str(root / f"p{parts}"), plan, dataset)
+    results = [_typed_epoch(*args)] if parts == 1 else salientpp.launch(_typed_epoch, args, nprocs=parts)
+    for out in results:
+        # rows received of each type are exactly the ids the batches requested of it (none of the authors)
+        assert out["received_by_type"] in (out["requested"], []) and sum(out["requested"]) == out["received"]
+    assert len({out["batches"] for out in results}) == 1
+    if parts > 1:
+        assert sum(out["received"] for out in results) > 0
+    if cached:  # rows from both cache tiers
+        assert sum(out["device_hits"] for out in results) > 0 and sum(out["host_hits"] for out in results) > 0
+
+
+def _typed_model_step(part_dir: str) -> tuple:
+    from salientpp.models.gnn import build_model
+    from salientpp.models.typed import TypedInput
+
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
+    loader = salientpp.DistNeighborLoader(graph, "train", fanouts=[3, 2], batch_size=4)
+    batch = next(iter(loader))
+    typed = TypedInput(graph.schema, {name: int(x.shape[1]) for name, x in batch.x_dict.items()}, embedding_dim=3)
+    model = build_model("rsage", graph.num_features, 8, 3, 2, typed=typed)
+    # the authors' embedding rows are indexed in the schema's id ranges: the ids before partitioning
+    out = model(batch.x_dict, batch.mfgs, batch.node_type, torch.from_numpy(graph.original_ids(batch.n_id)))
+    data = batch.to_pyg()
+    salientpp.shutdown_distributed(ctx)
+    return (tuple(out.shape), batch.batch_size, tuple(data["paper"].x.shape), int(data["paper"].batch_size),
+            int(data["author"].num_nodes), tuple(data["paper"].y.shape))
+
+
+def test_a_typed_batch_runs_the_built_in_rsage_and_becomes_a_hetero_data(typed_partitions):
+    root, _ = typed_partitions
+    for out_shape, batch_size, paper_x, seeds, authors, y in salientpp.launch(_typed_model_step, (str(root / "p2"),),
+                                                                              nprocs=2):
+        assert out_shape == (batch_size, 3) and seeds == batch_size and y == (batch_size,)
+        assert paper_x[1] == 5 and paper_x[0] >= batch_size and authors >= 0
+
+
+@pytest.mark.parametrize("fanouts, sampler, phrase", [
+    ({"writes": [3, 2]}, "nodewise", "gives no list for the relations"),
+    ({"writes": [3, 2], "nope": [3, 2]}, "nodewise", "nope"),
+    ([3, 2], "bulk", "draws homogeneous graphs only"),
+])
+def test_a_typed_loader_refuses_bad_fanouts_or_an_untyped_sampler_in_one_sentence(typed_partitions, fanouts, sampler,
+                                                                                   phrase):
+    root, _ = typed_partitions
+    ctx = salientpp.init_distributed()
+    try:
+        graph = salientpp.DistGraph(root / "p1", ctx)
+        with pytest.raises(InputError, match=phrase) as info:
+            salientpp.DistNeighborLoader(graph, "train", fanouts=fanouts, batch_size=4, sampler=sampler)
+        assert str(info.value).count(". ") == 0
+    finally:
+        salientpp.shutdown_distributed(ctx)
+
+
+def _typed_valid_steps(part_dir: str) -> list:
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
+    steps = []
+    for batch in salientpp.DistNeighborLoader(graph, "valid", fanouts=[3, 2], batch_size=1, shuffle=False):
+        steps.append((batch.batch_size, {name: tuple(x.shape) for name, x in batch.x_dict.items()},
+                      tuple(batch.node_type.shape), [m.edge_type is not None for m in batch.mfgs],
+                      tuple(batch.to_pyg()["paper"].x.shape)))
+    without = next(iter(salientpp.DistNeighborLoader(graph, "valid", fanouts=[3, 2], batch_size=1, features=False)))
+    steps.append((without.x, without.x_dict, tuple(without.node_type.shape)))
+    salientpp.shutdown_distributed(ctx)
+    return steps
+
+
+def test_a_typed_empty_step_has_no_rows_of_each_type_and_a_loader_without_features_none_at_all(typed_partitions):
+    root, _ = typed_partitions
+    results = salientpp.launch(_typed_valid_steps, (str(root / "p4"),), nprocs=4)
+    empty = [step for steps in results for step in steps[:-1] if step[0] == 0]
+    assert empty, "some rank of 4 has fewer of the 5 validation seeds than the steps"
+    for _, shapes, node_type, edge_types, paper in empty:
+        assert shapes == {"paper": (0, 5), "inst": (0, 2)} and node_type == (0,) and all(edge_types)
+        assert paper == (0, 5)
+    for steps in results:
+        x, x_dict, node_type = steps[-1]
+        assert x is None and x_dict == {} and node_type[0] >= 0

@@ -157,3 +157,13 @@ def test_assembly_completes_the_x_the_sampler_threads_started_in_place():
     x = store.assemble(plan, received, 31, CommStats(), HostOps())
     assert x.data_ptr() == plan.x.data_ptr()
     assert torch.equal(x, expected)
+
+
+def test_homogeneous_exchange_counters_keep_their_seven_fields_and_a_typed_one_adds_rows_per_type():
+    stats = CommStats(owned=3, received=2)
+    assert stats.to_tensor().shape == (7,) and "received_by_type" not in stats.as_dict()  # as before typed graphs
+    assert CommStats.from_tensor(stats.to_tensor()) == stats
+    typed = CommStats(received=5, received_by_type=[0, 4, 1])
+    typed.add(CommStats(received=2, received_by_type=[0, 1, 1]))
+    assert typed.received_by_type == [0, 5, 2] and typed.as_dict()["received_by_type"] == [0, 5, 2]
+    assert CommStats.from_tensor(typed.to_tensor()) == typed  # summed over ranks and checkpointed whole

@@ -14,7 +14,7 @@ from conftest import typed_sample
 from salientpp._ext import extension
 from salientpp.models.gnn import SeedForward
 from salientpp.models.gnn import MFGModel, MeanGCNConv, build_model
-from salientpp.models.typed import TypedInput, TypedMFGModel
+from salientpp.models.typed import TypedInput, TypedMFGModel, type_ranks
 from salientpp.models.ops import aggregate, aggregate_reference, aggregate_with_root, dropout
 from salientpp.sampling import MFG
 from salientpp.train.config import cpu_has_bf16
@@ -477,3 +477,12 @@ def test_the_cuda_dropout_draws_the_cpu_mask_bit_for_bit(dtype, relu):
     out.backward(grad_out)
     out_gpu.backward(grad_out.cuda())
     assert torch.equal(x_gpu.grad.cpu(), x.grad)
+
+
+def test_type_ranks_give_each_node_its_row_among_its_types_nodes_in_n_id_order():
+    node_type = torch.tensor([2, 0, 2, 1, 0, 2, 2])
+    rank, counts = type_ranks(node_type, 7, 4)
+    assert rank.tolist() == [0, 0, 1, 0, 1, 2, 3] and counts.tolist() == [2, 1, 4, 0]
+    assert rank.dtype == counts.dtype == torch.int64
+    rank, counts = type_ranks(None, 3, 2)
+    assert rank.tolist() == [0, 1, 2] and counts.tolist() == [3, 0]

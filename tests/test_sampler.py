@@ -438,3 +438,12 @@ def test_typed_mfgs_and_batches_move_their_types():
     assert torch.equal(moved.node_type, batch.node_type)
     assert all(torch.equal(m.edge_type, b.edge_type) for m, b in zip(moved.mfgs, batch.mfgs))
     assert MFG.empty().edge_type is None and MFG.empty().to("cpu").edge_type is None
+
+
+def test_a_typed_batch_takes_its_node_types_from_the_given_type_of_where_ids_are_renumbered():
+    schema, rowptr, col, edge_rel = typed_graph()
+    blocks = lambda ids: (np.asarray(ids) * 7) % schema.num_types  # noqa: E731  (any renumbering's lookup)
+    sampler = NeighborSampler(rowptr, col, [3, 2], edge_rel=edge_rel, schema=schema, type_of=blocks)
+    batch = sampler.sample(torch.arange(0, 300, 7), seed=3)
+    assert np.array_equal(batch.node_type.numpy(), blocks(batch.n_id.numpy()))
+    assert not np.array_equal(batch.node_type.numpy(), schema.type_of(batch.n_id.numpy()))

@@ -11,11 +11,14 @@ integers, so no step ever copies a count back from the GPU and waits for it.
 With an emulated network (the context's ``link``, :mod:`salientpp.distributed.network`), every
 all-to-all is booked on the rank's link when it starts, and :meth:`Pending.wait` returns only
 once the link would have carried its bytes.
+
+A typed graph's exchange (:class:`TypedRowExchange`) is the same three all-to-alls, once per batch
+for every node type: counts per (owner, type) block, rows type by type in one flat buffer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Callable
+from dataclasses import dataclass, field, fields
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -51,7 +54,9 @@ class CommStats:
 
     Rows are counted per batch node: ``owned`` (this rank's partition), ``device_hits`` / ``host_hits``
     (remote rows served by the cache tiers) and ``received`` (remote rows fetched from their
-    owners). ``sent`` rows are those this rank served to the others.
+    owners). ``sent`` rows are those this rank served to the others. A typed exchange
+    (:class:`TypedRowExchange`) also counts ``received_by_type``: the rows received of each node
+    type (a list of T ints, in the schema's order; empty for a homogeneous graph).
     """
 
     owned: int = 0
@@ -61,10 +66,23 @@ class CommStats:
     sent: int = 0
     bytes_received: int = 0
     bytes_sent: int = 0
+    received_by_type: list[int] = field(default_factory=list)
+
+    @classmethod
+    def _counters(cls) -> list[str]:
+        """The names of the scalar counters (every field but ``received_by_type``)."""
+        return [f.name for f in fields(cls) if f.name != "received_by_type"]
 
     def add(self, other: "CommStats") -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        for name in self._counters():
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.count_by_type(other.received_by_type)
+
+    def count_by_type(self, received: Sequence[int]) -> None:
+        """Adds ``received`` (rows of each node type) to :attr:`received_by_type`."""
+        if len(received):
+            mine = self.received_by_type or [0] * len(received)
+            self.received_by_type = [a + int(b) for a, b in zip(mine, received)]
 
     @property
     def remote(self) -> int:
@@ -73,16 +91,21 @@ class CommStats:
 
     def as_dict(self) -> dict[str, float]:
         remote = max(self.remote, 1)
-        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+        by_type = {"received_by_type": list(self.received_by_type)} if self.received_by_type else {}
+        return {**{name: getattr(self, name) for name in self._counters()}, **by_type,
                 "gpu_hit_rate": self.device_hits / remote, "cpu_hit_rate": self.host_hits / remote,
                 "miss_rate": self.received / remote if self.remote else 0.0}
 
     def to_tensor(self) -> torch.Tensor:
-        return torch.tensor([getattr(self, f.name) for f in fields(self)], dtype=torch.float64)
+        """float64 ``[7 + T]``: the scalar counters, then :attr:`received_by_type`."""
+        return torch.tensor([getattr(self, name) for name in self._counters()] + list(self.received_by_type),
+                            dtype=torch.float64)
 
     @classmethod
     def from_tensor(cls, values: torch.Tensor) -> "CommStats":
-        return cls(*(int(v) for v in values.tolist()))
+        counts = [int(v) for v in values.tolist()]
+        n = len(cls._counters())
+        return cls(*counts[:n], received_by_type=counts[n:])
 
     def summed(self, ctx: DistContext) -> "CommStats":
         """These counters summed over every rank (a collective when distributed)."""
@@ -145,9 +168,14 @@ class RowExchange:
     def ids(self, send_ids: torch.Tensor, send_counts: torch.Tensor, recv_counts: torch.Tensor) -> Pending:
         """Start sending the requested ids (grouped by owner; pinned host memory or the comm
         device); the result is the ids others request from us, on the comm device."""
+        recv_counts, send_counts = self.per_peer(recv_counts), self.per_peer(send_counts)
         recv = torch.empty(int(recv_counts.sum()), dtype=torch.int64, device=self.ctx.comm_device)
         return self._all_to_all(recv, send_ids.to(self.ctx.comm_device, non_blocking=True), recv_counts.tolist(),
                                 send_counts.tolist())
+
+    def per_peer(self, counts: torch.Tensor) -> torch.Tensor:
+        """int64 ``[K]`` the ids of ``counts`` (what :meth:`counts` exchanges) per peer: the counts themselves."""
+        return counts
 
     def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
         """Slice the rows others requested from us and start the exchange; the result is our
@@ -176,6 +204,67 @@ class RowExchange:
         recv_counts = self.counts(counts).wait()
         requested = self.ids(ids, counts, recv_counts).wait()
         return self.rows(requested, recv_counts, counts).wait()
+
+
+class TypedRowExchange(RowExchange):
+    """The row exchange of a typed graph's features: the same three all-to-alls, ONE of each per
+    batch for every node type.
+
+    The counts are per (owner, node type) block of the partition book: int64 ``[K * T]``, entry
+    ``k * T + t`` the ids of type ``t`` requested from rank ``k``. The ids travel grouped by owner
+    and by type within an owner (ascending global ids are, the book being partition-major and
+    type-minor), so each owner's reply is its rows of type 0, then of type 1, ..., in one flat
+    buffer, which the receiver views piece by piece as ``[count_{k,t}, F_t]`` (:meth:`pieces`).
+    With one type this is the homogeneous exchange's traffic.
+
+    Args:
+        ctx: the process group context.
+        serve: ``serve(ids, counts)`` returns the rows of owned ids (int64 ``[n]`` on
+            ``ctx.comm_device``, grouped by requesting rank and by type within a rank, ``counts``
+            int64 ``[K * T]`` on the host), flattened: 1-D of ``sum F_type(id)`` elements on
+            ``ctx.comm_device``.
+        widths: ``F_t`` of each node type (0: a type without features, whose ids are never requested).
+        dtype: the dtype of every row (a dataset has one feature dtype).
+    """
+
+    def __init__(self, ctx: DistContext, serve: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 widths: Sequence[int], dtype: torch.dtype):
+        super().__init__(ctx, serve, 0, dtype)
+        self.widths = torch.tensor(list(widths), dtype=torch.int64)
+
+    def per_peer(self, counts: torch.Tensor) -> torch.Tensor:
+        """int64 ``[K]`` the ids of per-block ``counts`` (int64 ``[K * T]``) per peer."""
+        return counts.view(-1, self.widths.shape[0]).sum(1)
+
+    def _elements(self, counts: torch.Tensor) -> torch.Tensor:
+        """int64 ``[K]`` the row elements of per-block ``counts`` per peer."""
+        return (counts.view(-1, self.widths.shape[0]) * self.widths).sum(1)
+
+    def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
+        """Serve the rows others requested from us and start the exchange; the result is our
+        requested rows, flat (1-D), owner by owner and type by type within an owner
+        (:func:`typed_pieces` views them). ``requested_counts`` and ``send_counts`` are per block (``[K * T]``)."""
+        out_rows = self.serve(requested_ids, requested_counts)
+        sent, received = self._elements(requested_counts), self._elements(send_counts)
+        recv = torch.empty(int(received.sum()), dtype=self.dtype, device=self.ctx.comm_device)
+        by_type = send_counts.view(-1, self.widths.shape[0]).sum(0)
+        self.stats.sent += int(requested_counts.sum())
+        self.stats.bytes_sent += int(sent.sum()) * recv.element_size()
+        self.stats.received += int(by_type.sum())
+        self.stats.bytes_received += int(received.sum()) * recv.element_size()
+        self.stats.count_by_type(by_type.tolist())
+        return self._all_to_all(recv, out_rows, received.tolist(), sent.tolist())
+
+
+def typed_pieces(received: torch.Tensor, counts: torch.Tensor, widths: Sequence[int]) -> list[list[torch.Tensor]]:
+    """The flat rows a :class:`TypedRowExchange` received for per-block ``counts`` (int64
+    ``[K * T]``, host; ``widths``: ``F_t`` of each of the T types) as ``pieces[t][k]``: the
+    ``[count_{k,t}, F_t]`` rows of type ``t`` from rank ``k`` (views of ``received``)."""
+    num_types = len(widths)
+    blocks = counts.view(-1, num_types)
+    flat = torch.split(received, (blocks * torch.tensor(widths, dtype=torch.int64)).flatten().tolist())
+    return [[flat[k * num_types + t].view(int(blocks[k, t]), widths[t]) for k in range(blocks.shape[0])]
+            for t in range(num_types)]
 
 
 @dataclass(frozen=True)

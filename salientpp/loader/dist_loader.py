@@ -18,7 +18,8 @@ still take part in the collectives. The VIP analysis and the simulator model the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable, Iterator
 
@@ -37,7 +38,7 @@ from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..models.typed import type_ranks
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
                         check_sampler, make_sampler)
-from ..sampling import MFG
+from ..sampling import MFG, SampledBatch
 from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
 from .pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
@@ -230,6 +231,8 @@ class DistNeighborLoader:
         graph: the :class:`DistGraph`.
         split: ``"train"``, ``"valid"``, ``"test"``, or int64 ids this rank owns.
         fanouts: neighbours per hop, ``fanouts[0]`` at the seeds (-1: all); one per model layer.
+            On a typed graph one list for every relation or a dict relation -> list, made into the
+            fanout table by :func:`~salientpp.sampling.kinds.fanout_table`.
         batch_size: at most this many seeds per batch (see the module docstring).
         shuffle: reshuffle the seeds every epoch (from ``seed`` and the epoch).
         plan: a cache plan (``salientpp analyze``) built for this partitioning: its directory or
@@ -280,6 +283,13 @@ class DistNeighborLoader:
 
     After each epoch, :attr:`stats` holds its exchange counters (rows owned, cache hits, rows
     fetched and bytes) and :attr:`times` the seconds spent in each stage.
+
+    **Typed graphs.** On a typed :class:`DistGraph` the sampler is the typed node-wise one
+    (``edge_rel``, the schema, the fanout table) and each :class:`Batch` carries ``x_dict`` (the
+    rows of every node type with features, exactly the dataset's), ``node_type``, MFGs with
+    ``edge_type``, the seeds' ``y`` and the ``schema``; ``x`` is None. The rows of every type
+    travel in one exchange per batch (:class:`~salientpp.distributed.exchange.TypedRowExchange`),
+    and :attr:`stats` counts the rows received per type (``received_by_type``).
     """
 
     def __init__(self, graph: DistGraph, split: str | torch.Tensor | np.ndarray, fanouts, batch_size: int,
@@ -292,7 +302,13 @@ class DistNeighborLoader:
                  features: bool = True, prefetch_next_epoch: bool = False):
         self.graph = graph
         self.sampler = check_sampler(sampler)
-        self.fanouts = check_fanouts(fanouts, self.sampler)
+        typed = graph.is_typed
+        self.fanouts = fanouts if typed and isinstance(fanouts, Mapping) else check_fanouts(fanouts, self.sampler)
+        # made first: a typed graph's fanouts are checked here, before any collective
+        sampler_core = make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk,
+                                    **({"edge_rel": graph.edge_rel, "schema": graph.schema,
+                                       "type_of": graph.book.type_of} if typed else {}))
+        self.num_layers = sampler_core.num_layers
         self.batch_size = check_batch_size(batch_size)
         seed = check_seed(seed, "seed")
         if plan is None or device_fraction is not None:  # a plan decides the fraction itself
@@ -322,13 +338,19 @@ class DistNeighborLoader:
         self.stats = CommStats()
         self.times = StageTimes()
         self._loader = self._inner_loader(
-            make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk),
-            batch_size=self.batch_size, shuffle=shuffle, num_batches=self.num_batches,
+            sampler_core, batch_size=self.batch_size, shuffle=shuffle, num_batches=self.num_batches,
             seed=loader_seed(seed, graph.rank, workload=workload), sampler_threads=sampler_threads, low_priority=low_priority,
             read_ahead=self.read_ahead, prefetch_next_epoch=prefetch_next_epoch,
             fetch=FetchContext(**self.store.fetch_context_args()) if features else None)
-        self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype, device=graph.ctx.device)
-                         if features else torch.empty((0, 0), device=graph.ctx.device))
+        if typed:  # no x: the rows of each type with features, none of them for an empty step
+            self._empty_x = None
+            self._empty_x_dict = {} if not features else {
+                t: torch.empty((0, self.store.widths[t]), dtype=self.store.dtype, device=graph.ctx.device)
+                for t in self.store.typed}
+        else:
+            self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype,
+                                         device=graph.ctx.device)
+                             if features else torch.empty((0, 0), device=graph.ctx.device))
         self.ops = device_ops(graph.ctx.device)  # the side stream of this loader's copies and gathers
 
     SEEDS = "nodes"  # what a seed is, in messages
@@ -386,7 +408,10 @@ class DistNeighborLoader:
         self.stats, self.times = CommStats(), StageTimes()
         if self.exchange is not None:
             self.exchange.stats = self.stats
-        pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
+        batches = iter(self._loader)
+        if self.graph.is_typed and self.store is not None:  # split each batch's row origins by node type
+            batches = map(self._typed_origins, batches)
+        pipeline = Pipeline(SampleStage(batches, self.num_batches, first),
                             fetch_stages(self.exchange, self.store, self.stats, self.ops, self._labels),
                             self.pipeline_depth, self.times, on_stage=self.on_stage)
         finished = False
@@ -400,13 +425,29 @@ class DistNeighborLoader:
             if not finished:  # a loop that stopped early: stop the sampling threads now
                 self._loader.close()
 
+    def _typed_origins(self, batch: SampledBatch) -> SampledBatch:
+        """``batch`` with its row origins split by node type (a typed graph's; an empty batch as it is)."""
+        if batch.batch_size:
+            rank, _ = type_ranks(batch.node_type, batch.num_nodes, self.store.num_types)
+            batch.origins = self.store.typed_origins(batch.origins, batch.node_type, rank)
+        return batch
+
     def _batch(self, item: InFlight) -> Batch:
         device = self.graph.ctx.device
         batch = item.batch
+        typed = {}
+        if self.graph.is_typed:
+            names = self.graph.schema.node_types
+            rows = self._empty_x_dict if batch is None else item.x_dict or {}
+            typed = {"schema": self.graph.schema, "x_dict": {names[t]: x for t, x in rows.items()},
+                     "node_type": torch.empty(0, dtype=torch.int64, device=device) if batch is None else item.node_type}
         if batch is None:  # no seeds on this rank for this step
             seeds = torch.empty(0, dtype=torch.int64)
-            mfgs = [MFG.empty() for _ in self.fanouts]
+            mfgs = [MFG.empty() for _ in range(self.num_layers)]
+            if self.graph.is_typed:
+                mfgs = [replace(m, edge_type=torch.empty(0, dtype=torch.int64)) for m in mfgs]
             return Batch(self._empty_x, self._labels(seeds).to(device), seeds.to(device), 0,
-                         [m.to(device) for m in mfgs], *hop_layout(mfgs, 0))
+                         [m.to(device) for m in mfgs], *hop_layout(mfgs, 0), **typed)
         self.ops.wait(item.ready)  # the compute stream waits for the side stream; the host does not
-        return Batch(item.x, item.y, item.n_id, batch.batch_size, item.mfgs, *hop_layout(batch.mfgs, batch.batch_size))
+        return Batch(None if typed else item.x, item.y, item.n_id, batch.batch_size, item.mfgs,
+                     *hop_layout(batch.mfgs, batch.batch_size), **typed)

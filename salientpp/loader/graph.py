@@ -16,8 +16,8 @@ import torch
 from ..cache.plan import (DEVICE_FRACTION, CheckedPlan, PlanInfo, load_plan, device_owned_rows, open_plan,
                           partition_identity)
 from ..data.format import SPLITS
-from ..distributed.exchange import RowExchange
-from ..distributed.feature_store import FeatureStore
+from ..distributed.exchange import RowExchange, TypedRowExchange
+from ..distributed.feature_store import FeatureStore, TypedFeatureStore
 from ..distributed.group import DistContext
 from ..distributed.health import agree
 from ..errors import InputError
@@ -41,6 +41,14 @@ class DistGraph:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the global CSR (memory-mapped).
         offset: the first global id this rank owns (it owns ``[offset, offset + num_owned)``).
         x: ``[num_owned, F]`` owned feature rows (memory-mapped); y: owned labels.
+        schema: the node types and relations; ``is_typed``: whether it has several.
+        edge_rel: int8 ``[nnz]`` the relation of each entry of ``col`` (memory-mapped), or ``None``
+            for a homogeneous graph.
+
+    **Typed graphs.** ``x``, ``y`` and the splits concern the target type: row i is the id
+    ``seed_start + i``, and ``num_owned`` counts this rank's nodes of the target type (for a
+    homogeneous graph ``seed_start`` is ``offset``). The feature store holds every type with
+    features (:class:`~salientpp.distributed.feature_store.TypedFeatureStore`).
     """
 
     def __init__(self, path: str | os.PathLike, ctx: DistContext | None = None):
@@ -63,6 +71,9 @@ class DistGraph:
         self.part = data.part(self.rank)
         self.offset = int(data.book.offsets[self.rank])
         self.rowptr, self.col = np.asarray(data.rowptr), np.asarray(data.col)
+        self.schema, self.is_typed = data.schema, data.is_typed
+        self.edge_rel = None if data.edge_rel is None else np.asarray(data.edge_rel)
+        self.seed_start = data.book.block(self.rank, data.schema.target_index)[0]
         self._stores: dict[str | None, tuple[FeatureStore, RowExchange]] = {}
 
     # -- sizes ------------------------------------------------------------------------------------
@@ -114,11 +125,11 @@ class DistGraph:
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise InputError(f"seed ids must be a 1-D integer tensor, got shape {list(ids.shape)} of {ids.dtype}")
         ids = ids.astype(np.int64)
-        outside = (ids < self.offset) | (ids >= self.offset + self.num_owned)
+        outside = (ids < self.seed_start) | (ids >= self.seed_start + self.num_owned)
         if outside.any():
             raise InputError(f"seed id {int(ids[outside][0])} is not owned by rank {self.rank} (it owns "
-                             f"{self.offset}..{self.offset + self.num_owned - 1}); give each rank its own ids "
-                             "(graph.split(...) or ids in [graph.offset, graph.offset + graph.num_owned))")
+                             f"{self.seed_start}..{self.seed_start + self.num_owned - 1}); give each rank its own ids "
+                             "(graph.split(...) or ids in [graph.seed_start, graph.seed_start + graph.num_owned))")
         if np.unique(ids).shape[0] != ids.shape[0]:
             raise InputError("seed ids repeat; pass distinct ids")
         return ids
@@ -135,7 +146,7 @@ class DistGraph:
 
     def labels(self, ids: torch.Tensor) -> torch.Tensor:
         """The labels of owned global ids (int64 ``[n]``): ``[n]`` or ``[n, T]``, CPU."""
-        return torch.from_numpy(np.asarray(self.part.y[ids.numpy() - self.offset]))
+        return torch.from_numpy(np.asarray(self.part.y[ids.numpy() - self.seed_start]))
 
     def original_ids(self, ids: np.ndarray | torch.Tensor) -> np.ndarray:
         """The ids of the dataset before partitioning (``orig_id``) of global ids."""
@@ -143,7 +154,8 @@ class DistGraph:
 
     # -- features -----------------------------------------------------------------------------------
     def feature_store(self, plan: CheckedPlan | PlanInfo | str | os.PathLike | None,
-                      device_fraction: float | None = DEVICE_FRACTION) -> tuple[FeatureStore, RowExchange]:
+                      device_fraction: float | None = DEVICE_FRACTION
+                      ) -> tuple[FeatureStore | TypedFeatureStore, RowExchange]:
         """The feature store and row exchange of this rank with the cache of ``plan`` (a plan
         ``salientpp analyze`` wrote for this partitioning: its directory, its
         :class:`~salientpp.cache.plan.PlanInfo` already read, or a plan already checked for this
@@ -151,13 +163,16 @@ class DistGraph:
         Opening one is a collective (the cache is filled from the owners). A plan scored for
         other fanouts or batches still serves any loader: its rows are cached, only chosen for
         another workload. The plan says how many owned rows live on the device (``device_fraction``
-        is then ignored); without one, the first ``floor(device_fraction * num_owned)`` do."""
+        is then ignored); without one, the first ``floor(device_fraction * n_k)`` do (``n_k``: the
+        ids this rank owns, of every type). A typed graph's is a
+        :class:`~salientpp.distributed.feature_store.TypedFeatureStore` with a
+        :class:`~salientpp.distributed.exchange.TypedRowExchange`."""
         key = None if plan is None else str(Path(plan.path if isinstance(plan, (CheckedPlan, PlanInfo)) else plan
                                                  ).resolve())
         if key not in self._stores:
             owned_order, cache_slot, num_device_slots, identity = None, None, 0, {}
             if plan is None:
-                num_device_owned = device_owned_rows(device_fraction, self.num_owned)
+                num_device_owned = device_owned_rows(device_fraction, self.book.part_size(self.rank))
             else:
                 info = open_plan(plan, self.data).info  # built for this partitioning (any workload serves)
                 loaded = load_plan(info, self.rank)
@@ -169,9 +184,20 @@ class DistGraph:
             fields = sorted(identity.items(), key=lambda item: isinstance(item[1], (dict, list)))
             agree(self.ctx, "cache plan", {f"the cache plan's {key}": value for key, value in fields}
                   if identity else {"cache plan": None})
-            store = FeatureStore(self.ctx, self.book, self.part.x, owned_order, num_device_owned, cache_slot,
-                                 num_device_slots)
-            exchange = RowExchange(self.ctx, store.serve, store.num_features, store.dtype)
+            if self.is_typed:
+                store = TypedFeatureStore(self.ctx, self.book, self._typed_features(), owned_order, num_device_owned,
+                                          cache_slot, num_device_slots)
+                exchange = TypedRowExchange(self.ctx, store.serve, store.widths, store.dtype)
+            else:
+                store = FeatureStore(self.ctx, self.book, self.part.x, owned_order, num_device_owned, cache_slot,
+                                     num_device_slots)
+                exchange = RowExchange(self.ctx, store.serve, store.num_features, store.dtype)
             store.fill_cache(exchange)
             self._stores[key] = (store, exchange)
         return self._stores[key]
+
+    def _typed_features(self) -> dict[int, np.ndarray]:
+        """Node type index -> this rank's ``[n_kt, F_t]`` rows of the type, for every type with features."""
+        schema = self.schema
+        return {schema.target_index: self.part.x,
+                **{t: self.part.features[schema.node_types[t]] for t in self.data.feature_types}}

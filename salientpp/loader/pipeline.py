@@ -29,7 +29,7 @@ import torch
 
 from ..distributed.device import DeviceOps, Event
 from ..distributed.exchange import CommStats, Pending, RowExchange
-from ..distributed.feature_store import FeatureStore
+from ..distributed.feature_store import FeatureStore, TypedFeatureStore
 from ..distributed.health import Stage
 
 
@@ -42,8 +42,10 @@ class InFlight:
         batch: the sampled batch (``n_id``, ``batch_size``, ``mfgs``, ``y``, ``fetch``) or ``None``
             for an empty step (a batch without seeds).
         x: ``[num_nodes, F]`` assembled features in ``n_id`` order, on the device (set last).
-        mfgs, n_id, y: the batch's MFGs, int64 ``[num_nodes]`` node ids and its seeds' label rows,
-            on the device (set last).
+        x_dict: a typed graph's assembled features instead: node type index -> ``[n_t, F_t]``
+            rows of the batch's nodes of the type, in ``n_id`` order (types with features).
+        mfgs, n_id, y, node_type: the batch's MFGs, int64 ``[num_nodes]`` node ids, its seeds' label
+            rows and (a typed graph's) int64 ``[num_nodes]`` node types, on the device (set last).
         ready: the event after which ``x``, ``mfgs``, ``n_id`` and ``y`` are complete on the device; the
             consumer makes its stream wait for it (:meth:`DeviceOps.wait`) before using them.
     """
@@ -55,9 +57,11 @@ class InFlight:
     requested: Pending | None = None
     received: Pending | None = None
     x: torch.Tensor | None = None
+    x_dict: dict[int, torch.Tensor] | None = None
     mfgs: list | None = None
     n_id: torch.Tensor | None = None
     y: torch.Tensor | None = None
+    node_type: torch.Tensor | None = None
     ready: Event | None = None
 
 
@@ -84,17 +88,18 @@ class SampleStage:
 
 
 class CountsStage:
-    """Start the all-to-all of how many rows this rank needs from each owner."""
+    """Start the all-to-all of how many rows this rank needs from each owner (``num_blocks``
+    counts: one per owner, or per (owner, node type) block of a typed graph)."""
 
     stage = Stage.COUNTS
 
-    def __init__(self, exchange: RowExchange, num_parts: int):
+    def __init__(self, exchange: RowExchange, num_blocks: int):
         self.exchange = exchange
-        self.num_parts = num_parts
+        self.num_blocks = num_blocks
 
     def __call__(self, item: InFlight) -> InFlight:
         if item.batch is None:
-            item.send_counts = torch.zeros(self.num_parts, dtype=torch.int64)
+            item.send_counts = torch.zeros(self.num_blocks, dtype=torch.int64)
         else:
             item.send_counts = item.batch.origins.remote_counts
         item.recv_counts = self.exchange.counts(item.send_counts)
@@ -132,12 +137,12 @@ class RowsStage:
 
 class AssembleStage:
     """Wait for the rows, then queue on the side stream the uploads of the batch (row origins,
-    received rows, MFGs, ids, labels) and the one gather that writes ``x[n_id]``; record when it
-    is done. ``labels(seeds)`` gives the host label rows of int64 seed ids."""
+    received rows, MFGs, ids, labels) and the one gather that writes ``x[n_id]`` (a typed
+    graph's: one per node type with features, into ``x_dict``); record when it is done. ``labels(seeds)`` gives the host label rows of int64 seed ids."""
 
     stage = Stage.ASSEMBLE
 
-    def __init__(self, store: FeatureStore | None, stats: CommStats, ops: DeviceOps,
+    def __init__(self, store: FeatureStore | TypedFeatureStore | None, stats: CommStats, ops: DeviceOps,
                  labels: Callable[[torch.Tensor], torch.Tensor]):
         self.store = store  # None: a loader without features, whose x is float32 [num_nodes, 0]
         self.stats = stats
@@ -154,17 +159,23 @@ class AssembleStage:
         if self.store is None:
             item.x = self.ops.empty((num_nodes, 0), torch.float32)
         else:
-            item.x = self.store.assemble(batch.origins, received, num_nodes, self.stats, self.ops)
+            features = self.store.assemble(batch.origins, received, num_nodes, self.stats, self.ops)
+            if isinstance(features, dict):  # a typed graph's rows, per node type
+                item.x_dict = features
+            else:
+                item.x = features
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
                              edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight),
                              edge_type=None if mfg.edge_type is None else up(mfg.edge_type))
                      for mfg in batch.mfgs]
         item.n_id = up(batch.n_id)
         item.y = up(self.labels(batch.n_id[:batch.batch_size]))
+        item.node_type = None if batch.node_type is None else up(batch.node_type)
         item.ready = self.ops.record()
         structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight, mfg.edge_type)
                      if t is not None]
-        self.ops.hand_over([item.x, item.n_id, item.y, *structure])
+        features = [item.x] if item.x_dict is None else [*item.x_dict.values(), item.node_type]
+        self.ops.hand_over([t for t in features if t is not None] + [item.n_id, item.y, *structure])
         return item
 
 
@@ -175,7 +186,7 @@ def fetch_stages(exchange: RowExchange | None, store: FeatureStore | None, stats
     either (a loader without features) only the upload of the structure and labels."""
     if exchange is None:
         return [AssembleStage(store, stats, ops, labels)]
-    return [CountsStage(exchange, store.book.num_parts), IdsStage(exchange), RowsStage(exchange),
+    return [CountsStage(exchange, store.book.blocks.shape[0] - 1), IdsStage(exchange), RowsStage(exchange),
             AssembleStage(store, stats, ops, labels)]
 
 

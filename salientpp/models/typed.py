@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -76,6 +77,13 @@ def type_ranks(node_type: torch.Tensor | None, num_nodes: int, num_types: int) -
     if node_type is None:
         rank = torch.arange(num_nodes, dtype=torch.int64)
         return rank, torch.tensor([num_nodes] + [0] * (num_types - 1), dtype=torch.int64)
+    if node_type.device.type == "cpu":  # numpy's masked writes, one pass per type: several times faster than a sort
+        types = node_type.numpy()
+        counts_np = np.bincount(types, minlength=num_types)
+        rank_np = np.empty_like(types)
+        for t in range(num_types):
+            rank_np[types == t] = np.arange(counts_np[t])
+        return torch.from_numpy(rank_np), torch.from_numpy(counts_np)
     counts = torch.bincount(node_type, minlength=num_types)
     order = torch.argsort(node_type, stable=True)
     first = torch.cumsum(counts, 0) - counts  # the first position of each type in ``order``

@@ -71,9 +71,14 @@ class PartitionBook:
         b = k * self.num_types + node_type
         return int(self.blocks[b]), int(self.blocks[b + 1])
 
+    def block_of(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """int64 block ``k * T + t`` of each id in ``ids``: its owner ``k`` and node type ``t`` (same
+        type and shape as ``ids``; for one type, the owner)."""
+        return _search(self.blocks, ids)
+
     def type_of(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """int64 node type index of each id in ``ids`` (same type and shape as ``ids``)."""
-        return _search(self.blocks, ids) % self.num_types
+        return self.block_of(ids) % self.num_types
 
     def local_index(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """int64 row of each id of ``ids`` within its (partition, type) block: the row of its

@@ -129,17 +129,18 @@ def check_sampler(name: str | SamplerKind) -> SamplerKind:
 def make_sampler(rowptr, col, fanouts: Sequence[int] | Mapping[Any, Sequence[int]],
                  kind: str | SamplerKind = DEFAULT_SAMPLER, replace: bool = False,
                  minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str = "cpu", *, edge_rel=None,
-                 schema: GraphSchema | None = None):
+                 schema: GraphSchema | None = None, type_of=None):
     """The sampler of ``kind`` over the CSR ``rowptr``, ``col`` (a
     :class:`~salientpp.sampling.sampler.BaseSampler`), built by the function its module registered:
     for the built-in kinds a :class:`~salientpp.sampling.NeighborSampler` (CPU) or a
     :class:`~salientpp.sampling.BulkSampler` running on ``device``. A typed graph (``edge_rel``
     int8 ``[nnz]`` and its ``schema``; fanouts in a form of :func:`fanout_table`) needs a kind
-    that draws typed graphs (:func:`check_typed_graph`)."""
+    that draws typed graphs (:func:`check_typed_graph`); ``type_of`` maps its ids to node types where
+    they are not the schema's ranges (a partitioned graph's ``book.type_of``)."""
     kind = check_sampler(kind)
     build = _REGISTERED[kind.value][1]
     check_typed_graph(kind, schema)
-    typed = {"edge_rel": edge_rel, "schema": schema} if kind.typed else {}
+    typed = {"edge_rel": edge_rel, "schema": schema, "type_of": type_of} if kind.typed else {}
     return build(rowptr, col, fanouts if isinstance(fanouts, Mapping) else list(fanouts), replace=replace,
                  minibatches_per_bulk=minibatches_per_bulk, device=device, **typed)
 

@@ -353,6 +353,9 @@ class NeighborSampler(BaseSampler):
             None for a homogeneous graph.
         schema: the graph's :class:`~salientpp.data.schema.GraphSchema` (``Dataset.schema``);
             needed with ``edge_rel``. None: a homogeneous graph.
+        type_of: the node type of ids (int64 ``[n]`` -> int64 ``[n]``) for the batches'
+            ``node_type``; None: ``schema.type_of`` (a partitioned graph, whose ids are renumbered
+            into (partition, type) blocks, passes its book's ``type_of``).
 
     Attributes:
         fanout_table: int64 ``[L, R]``, the fanout of each hop and relation (``R = 1`` for a
@@ -362,7 +365,8 @@ class NeighborSampler(BaseSampler):
 
     def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray,
                  fanouts: Sequence[int] | Mapping[Any, Sequence[int]], replace: bool = False, *,
-                 edge_rel: torch.Tensor | np.ndarray | None = None, schema: GraphSchema | None = None):
+                 edge_rel: torch.Tensor | np.ndarray | None = None, schema: GraphSchema | None = None,
+                 type_of: TypeOf | None = None):
         rowptr_t = as_int64_tensor(rowptr, "rowptr")
         col_t = as_int64_tensor(col, "col")
         check_csr_ends(rowptr_t, col_t)
@@ -373,7 +377,7 @@ class NeighborSampler(BaseSampler):
         typed = schema is not None and not schema.is_homogeneous
         self.fanouts = self.fanout_table.tolist() if typed else self.fanout_table[:, 0].tolist()
         self.replace = check_replace(replace, SamplerKind.NODEWISE)
-        self._type_of = schema.type_of if typed else None
+        self._type_of = (type_of or schema.type_of) if typed else None
         self._core = extension().Sampler(rowptr_t, col_t, edge_rel_t, torch.from_numpy(self.fanout_table),
                                          self.replace)
 
@@ -413,11 +417,11 @@ class _ExtensionWorker:
 
 
 def _build_nodewise(rowptr, col, fanouts: Sequence[int] | Mapping[Any, Sequence[int]], *, replace: bool,
-                    minibatches_per_bulk: int, device, edge_rel=None, schema: GraphSchema | None = None
-                    ) -> NeighborSampler:
+                    minibatches_per_bulk: int, device, edge_rel=None, schema: GraphSchema | None = None,
+                    type_of: TypeOf | None = None) -> NeighborSampler:
     """The node-wise kind's sampler: one batch at a time on the CPU, so ``minibatches_per_bulk``
     and ``device`` do not apply; it draws typed graphs (``edge_rel``, ``schema``)."""
-    return NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema)
+    return NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema, type_of=type_of)
 
 
 register_sampler(SamplerKind.NODEWISE, _build_nodewise)
