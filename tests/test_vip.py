@@ -150,6 +150,36 @@ def test_bad_batch_size_and_method():
         inclusion_probabilities(rowptr, col, [np.array([0])], [2], 0)
     with pytest.raises(InputError, match="method"):
         inclusion_probabilities(rowptr, col, [np.array([0])], [2], 1, method="magic")
+    with pytest.raises(InputError, match="the pair VIP method models node-wise draws; use cavity with LADIES"):
+        inclusion_probabilities(rowptr, col, [np.array([0])], [2], 1, method="pair", sampler="ladies")
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_the_pair_form_only_lowers_the_cavity_estimate_from_hop_two_on(graph, replace):
+    # The siblings' covariance is positive: it makes v's absence likelier, never less likely, and
+    # needs a parent two hops back, so hops 0 and 1 are the cavity form's (which are exact's).
+    rowptr, col, train = graph
+    sets = [train[:100], train[100:]]
+    cavity = inclusion_probabilities(rowptr, col, sets, [15, 10, 5], 16, method="cavity", replace=replace,
+                                     return_hops=True)
+    pair = inclusion_probabilities(rowptr, col, sets, [15, 10, 5], 16, method="pair", replace=replace,
+                                   return_hops=True)
+    for h in (0, 1):
+        np.testing.assert_array_equal(pair[h], cavity[h])
+    for h in (2, 3):
+        assert np.all(pair[h] <= cavity[h]) and np.all(pair[h] >= pair[h - 1])
+        assert pair[h].sum() < cavity[h].sum()
+
+
+def test_pair_ratio_is_the_two_pick_probability_over_the_product_of_single_picks():
+    from salientpp.cache.vip import pair_ratio
+
+    # d = 4, f = 2 without replacement: P(both) = 1/C(4, 2) = 1/6, w = 1/2: ratio 2/3 = (f-1)d / (f(d-1)).
+    # With replacement: 1 - 2 (3/4)^2 + (1/2)^2 = 1/8, w = 1 - (3/4)^2 = 7/16: (1/8) / (7/16)^2.
+    # f >= d, f = -1 (all taken) or d < 2 (no pair): 1.
+    degree = np.array([4, 3, 5, 1])
+    np.testing.assert_allclose(pair_ratio(degree, np.array([2, 3, -1, 2]), False), [2 / 3, 1, 1, 1])
+    np.testing.assert_allclose(pair_ratio(degree[:1], 2, True), [(1 / 8) / (7 / 16) ** 2])
 
 
 def _monte_carlo(rowptr, col, train, fanouts, batch_size, batches, replace=False, sampler="nodewise"):
