@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -23,6 +24,7 @@ import torch
 
 from salientpp.cache import expected_nodes_per_type, inclusion_probabilities
 from salientpp.cache.workload import lockstep_steps
+from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
 from salientpp.sampling import NeighborSampler
 
@@ -109,4 +111,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
