@@ -388,7 +388,7 @@ def test_a_typed_batch_holds_the_dataset_rows_of_every_type_with_features_on_any
 
 
 def _typed_model_step(part_dir: str) -> tuple:
-    from salientpp.models.gnn import build_model
+    from salientpp.models.gnn import SeedForward, build_model
     from salientpp.models.typed import TypedInput
 
     ctx = salientpp.init_distributed()
@@ -397,8 +397,10 @@ def _typed_model_step(part_dir: str) -> tuple:
     batch = next(iter(loader))
     typed = TypedInput(graph.schema, {name: int(x.shape[1]) for name, x in batch.x_dict.items()}, embedding_dim=3)
     model = build_model("rsage", graph.num_features, 8, 3, 2, typed=typed)
-    # the authors' embedding rows are indexed in the schema's id ranges: the ids before partitioning
-    out = model(batch.x_dict, batch.mfgs, batch.node_type, torch.from_numpy(graph.original_ids(batch.n_id)))
+    # the authors (no features) get their rows from an embedding of the featureless types
+    embedding = salientpp.DistEmbedding(graph, 3, node_types=typed.featureless)
+    forward = SeedForward.of(model, embedding, typed=True)
+    out = forward(batch)
     data = batch.to_pyg()
     salientpp.shutdown_distributed(ctx)
     return (tuple(out.shape), batch.batch_size, tuple(data["paper"].x.shape), int(data["paper"].batch_size),

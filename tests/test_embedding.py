@@ -23,22 +23,25 @@ from conftest import one_sentence
 DIM, ROUNDS = 8, 4
 
 
-def _lookups(num_nodes: int, num_ranks: int) -> list[list[np.ndarray]]:
-    """Per round, per rank, original ids to look up (with repeats), the same for any partitioning."""
+def _lookups(ids: int | np.ndarray, num_ranks: int) -> list[list[np.ndarray]]:
+    """Per round, per rank, original ids to look up (with repeats) among ``ids`` (a count: every
+    id below it), the same for any partitioning."""
     rng = np.random.default_rng(5)
-    return [[rng.integers(0, num_nodes, size=40) for _ in range(num_ranks)] for _ in range(ROUNDS)]
+    pool = np.arange(ids) if isinstance(ids, int) else ids
+    return [[rng.choice(pool, size=40) for _ in range(num_ranks)] for _ in range(ROUNDS)]
 
 
-def _train_table(part_dir: str, rounds: list[list[np.ndarray]], optimizer: str, as_one: bool) -> dict:
+def _train_table(part_dir: str, rounds: list[list[np.ndarray]], optimizer: str, as_one: bool,
+                 node_types: tuple[str, ...] | None = None) -> dict:
     """Run the rounds on this rank: rank k looks up ``rounds[r][k]`` (or, ``as_one``, one process
     looks up every rank's ids and takes the mean of their losses), then steps; returns the table
-    by original id and the fetch counters."""
+    by original id and the fetch counters. ``node_types``: the types the embedding holds."""
     ctx = salientpp.init_distributed()
     graph = salientpp.DistGraph(part_dir, ctx)
     new_id = np.empty(graph.num_nodes, dtype=np.int64)
     new_id[np.asarray(graph.data.orig_id)] = np.arange(graph.num_nodes)
     target = torch.from_numpy(initial_rows("uniform", 99, np.arange(graph.num_nodes), DIM))  # by original id
-    emb = DistEmbedding(graph, DIM, optimizer=optimizer, lr=0.05, seed=3)
+    emb = DistEmbedding(graph, DIM, optimizer=optimizer, lr=0.05, seed=3, node_types=node_types)
     for r, per_rank in enumerate(rounds):
         mine = per_rank if as_one else [per_rank[graph.rank]]
         with torch.no_grad():  # a lookup without gradient in between changes nothing
@@ -49,7 +52,7 @@ def _train_table(part_dir: str, rounds: list[list[np.ndarray]], optimizer: str, 
             loss = loss + ((rows - target[ids]) ** 2).sum() * (r + 1)
         (loss / len(mine)).backward()
         emb.step()
-    orig = graph.original_ids(np.arange(graph.offset, graph.offset + graph.num_owned))
+    orig = graph.original_ids(emb.owned_ids())
     out = {"orig": orig, "weight": emb.weight.numpy().copy(), "received": emb.stats.received,
            "touched": emb.optimizer.touched}
     salientpp.shutdown_distributed(ctx)
@@ -89,6 +92,36 @@ def test_two_ranks_update_the_table_exactly_as_one_process_does(tiny_partitions,
                 new = np.unique(new_id[ids])
                 expected += int(((new < lo) | (new >= hi)).sum())
         assert out["received"] == expected
+
+
+def test_an_embedding_of_some_node_types_updates_its_rows_exactly_as_one_process_does(typed_partitions):
+    """A typed graph's embedding holds the rows of its featureless types only (here authors and
+    institutes: two blocks per rank), and two ranks update them as one process does."""
+    root, dataset = typed_partitions
+    types = ("author", "inst")
+    pool = np.concatenate([np.arange(*dataset.schema.range_of(t)) for t in types])
+    rounds = _lookups(pool, 2)
+    one = _train_table(str(root / "p1"), rounds, "adam", as_one=True, node_types=types)
+    results = salientpp.launch(_train_table, (str(root / "p2"), rounds, "adam", False, types), nprocs=2)
+    assert np.array_equal(np.sort(np.concatenate([out["orig"] for out in results])), np.sort(pool))  # those rows only
+    two = _table(results, dataset.num_nodes)
+    np.testing.assert_allclose(two[pool], _table([one], dataset.num_nodes)[pool], rtol=0, atol=2e-6)
+    touched = np.unique(np.concatenate([ids for per_rank in rounds for ids in per_rank]))
+    start = initial_rows("normal", 3, touched, DIM)
+    assert np.abs(two[touched] - start).min(axis=1).max() > 0  # every touched row moved
+
+
+def test_an_embedding_of_some_node_types_refuses_the_id_of_another_type(typed_partitions):
+    root, dataset = typed_partitions
+    ctx = salientpp.init_distributed()
+    try:
+        graph = salientpp.DistGraph(str(root / "p1"), ctx)
+        emb = DistEmbedding(graph, DIM, node_types=("author",))
+        paper = int(np.asarray(graph.split("train"))[0])
+        with pytest.raises(InputError, match=f"holds the node types author, but the id {paper} is of the type paper"):
+            emb(torch.tensor([paper]))
+    finally:
+        salientpp.shutdown_distributed(ctx)
 
 
 def test_initial_rows_are_normal_with_variance_one_over_dim():

@@ -290,9 +290,16 @@ def _typed_model(name: str, sample) -> TypedMFGModel:
     return build_model(name, 5, HIDDEN, 3, 2, dropout=0.5, typed=typed).double().eval()
 
 
+def _x_dict(sample) -> dict[str, torch.Tensor]:
+    """The sample's rows of each type: its features, and 3-wide rows of the fields (which have
+    none), as an embedding gives them."""
+    fields = int((sample.node_type == sample.schema.type_index("field")).sum())
+    return {**sample.x_dict, "field": torch.randn(fields, 3, generator=torch.Generator().manual_seed(2))}
+
+
 def _inputs(model: TypedMFGModel, sample) -> list[torch.Tensor]:
     """The model's projected input rows of each type (the embedding rows of the fields)."""
-    return model.inputs(sample.x_dict, sample.node_type, sample.n_id, sample.node_type.bincount().tolist())
+    return model.inputs(_x_dict(sample), sample.node_type.bincount().tolist())
 
 
 def _subgraph(sample, h: list[torch.Tensor]):
@@ -354,7 +361,7 @@ def test_rsage_computes_what_pyg_to_hetero_of_a_sage_model_computes():
             for t in range(schema.num_types):  # the roots of the relations into a type act as one
                 conv.root[t].weight.copy_(_sum_into(schema, t, [c.lin_r.weight for c in per_relation]))
                 conv.root[t].bias.copy_(_sum_into(schema, t, [c.lin_l.bias for c in per_relation]))
-    out = ours(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+    out = ours(_x_dict(sample), sample.mfgs, sample.node_type, sample.n_id)
     with torch.no_grad():
         data = _subgraph(sample, _inputs(ours, sample))
         expected = ours.head(pyg(data.x_dict, data.edge_index_dict)["paper"][:sample.num_seeds])
@@ -384,7 +391,7 @@ def test_rgat_computes_what_pyg_heteroconv_of_gat_convolutions_computes():
                 conv.att_dst[r].copy_(theirs.att_dst[0])
             for t in range(schema.num_types):
                 conv.bias[t].copy_(_sum_into(schema, t, [c.bias for c in per_relation]))
-    out = ours(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+    out = ours(_x_dict(sample), sample.mfgs, sample.node_type, sample.n_id)
     with torch.no_grad():
         data = _subgraph(sample, _inputs(ours, sample))
         expected = ours.head(_run_hetero(pyg, data)[:sample.num_seeds])
@@ -408,7 +415,7 @@ def test_rgcn_computes_what_pyg_rgcnconv_computes():
                 conv.rel[r].weight.copy_(theirs.weight[r].T)
             conv.root[0].weight.copy_(theirs.root.T)
             conv.root[0].bias.copy_(theirs.bias)
-    out = ours(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+    out = ours(_x_dict(sample), sample.mfgs, sample.node_type, sample.n_id)
     with torch.no_grad():
         h = _inputs(ours, sample)
         # the homogenised subgraph: rows in n_id order, every kept edge between batch nodes

@@ -184,7 +184,7 @@ def test_spec_overrides_and_dataset_metadata_round_trip(tmp_path):
     ("products,num_nodes=1e10", "memory"),
     ("tiny,venues=1", "num_nodes"),
     ("igbh,venues=2", "venues"),
-    ("igbh,author_features=0", "author_features"),
+    ("igbh,author_features=-1", "author_features"),
     ("igbh,topics_per_paper=5000", "topic edges per paper"),
     ("igbh,fos_ratio=0", "ratio"),
     ("igbh,relation_intra=2", "relation_intra"),
@@ -388,7 +388,7 @@ def _directory_files(path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("spec", ["igbh,num_nodes=1500",
-                                  "igbh,venues=1,num_nodes=1500,feature_dtype=float16,num_tasks=2",
+                                  "igbh,venues=1,num_nodes=1500,feature_dtype=float16,num_tasks=2,author_features=0",
                                   "tiny"])
 def test_out_of_core_generation_writes_the_directory_that_save_dataset_writes_in_memory(tmp_path, spec):
     # buckets of 3,000 directed edges: the ~40k CSR entries of 1,500 papers and their ~3,200 other
@@ -401,8 +401,9 @@ def test_out_of_core_generation_writes_the_directory_that_save_dataset_writes_in
     loaded = load_dataset(tmp_path / "ooc", verify=True, validate=True)
     if spec.startswith("igbh"):
         assert loaded.is_typed and loaded.edge_rel is not None
-        assert set(loaded.features) == set(loaded.schema.node_types) - {"paper"}
-        assert "x_1.npy" in written and "edge_rel.npy" in written
+        featureless = {"author"} if "author_features=0" in spec else set()  # no features, as ogbn-mag's authors
+        assert set(loaded.features) == set(loaded.schema.node_types) - {"paper"} - featureless
+        assert ("x_1.npy" in written) == (not featureless) and "x_2.npy" in written and "edge_rel.npy" in written
 
 
 def test_prepare_picks_the_out_of_core_path_for_a_typed_preset_that_does_not_fit_in_memory(tmp_path, monkeypatch,

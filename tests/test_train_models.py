@@ -290,13 +290,22 @@ def test_a_built_in_typed_model_takes_x_dict_mfgs_node_type_and_n_id_and_returns
     model = build_model(name, 5, 16, 7, 2, typed=typed)
     assert model_input(model, typed=True) is ModelInput.TYPED_MFGS and isinstance(model, TypedMFGModel)
     forward = SeedForward.of(model, typed=True, expected=ExpectedOutputs(7, "a score per class of 7", name))
+    fields = int((sample.node_type == sample.schema.type_index("field")).sum())
+    sample.x_dict["field"] = torch.randn(fields, 3, requires_grad=True)  # the rows an embedding gives
     batch = _typed_batch_namespace(sample)
     assert forward.inputs(batch) is sample.x_dict  # as stored: the projections convert them
     out = forward(batch)
     out.sum().backward()
     assert out.shape == (sample.num_seeds, 7)
-    embedding = model.embeddings[str(sample.schema.type_index("field"))].table.weight
+    embedding = sample.x_dict["field"]
     assert embedding.grad is not None and embedding.grad.abs().sum() > 0  # the fields' rows are learned
+
+
+def test_a_built_in_typed_model_refuses_an_x_dict_without_the_rows_of_a_featureless_type():
+    sample = typed_sample()
+    model = build_model("rsage", 5, 16, 7, 2, typed=TypedInput(sample.schema, {"paper": 5, "author": 6}, 3))
+    with pytest.raises(InputError, match="x_dict has no rows of the node type field, .*embedding rows"):
+        model(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
 
 
 def test_a_built_in_typed_model_on_a_homogeneous_batch_equals_its_typed_computation_on_one_type():
@@ -330,8 +339,9 @@ def test_rsage_trains_on_a_homogeneous_graph_through_the_built_in_trainer(tiny_p
      r"the node type field has no features; give it a learnable embedding with --embedding-dim"),
     (lambda s: build_model("rgat", 5, 6, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
      r"R-GAT needs a hidden size divisible by its 4 heads, got 6"),
-    (lambda s: SeedForward.of(build_model("rsage", 5, 8, 3, 2), embedding=torch.nn.Embedding(4, 2)),
-     r"takes its input per node type \('x_dict\+mfgs'\), which a learnable embedding of every node does not give"),
+    (lambda s: SeedForward.of(build_model("rsage", 5, 8, 3, 2), embedding=SimpleNamespace(types=None)),
+     r"takes its input per node type \('x_dict\+mfgs'\), which a learnable embedding of every node beside the "
+     r"features does not give"),
     (lambda s: model_input(type("OneArgument", (torch.nn.Module,), {"forward": lambda self, x_dict: x_dict})(),
                            typed=True),
      r"OneArgument.forward cannot be called as forward\(x_dict, edge_index_dict\)"),
@@ -342,7 +352,7 @@ def test_a_model_that_does_not_fit_a_typed_graph_is_refused_in_one_sentence(call
 
 
 @pytest.mark.parametrize("change, expected", [
-    (lambda s: s.x_dict.pop("author"), r"x_dict has no features of the node type author, which the model reads"),
+    (lambda s: s.x_dict.pop("author"), r"x_dict has no rows of the node type author, which the model reads"),
     (lambda s: s.x_dict.update(author=s.x_dict["author"][:3]),
      r"x_dict holds 3 rows of the node type author but the batch has \d+ nodes of it; pass one row per node"),
     (lambda s: setattr(s, "node_type", None), r"a batch of a graph with 3 node types needs node_type"),

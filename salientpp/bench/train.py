@@ -234,6 +234,9 @@ def main(args: argparse.Namespace) -> int:
     args.precisions = _choices(args.precisions, "--precisions", PRECISIONS)
     for precision in args.precisions:  # refuses bf16 on a CPU without it
         _config(args, precision).validate()
+    load_partitioned(args.part_dir, verify=False, check=False).schema.require_homogeneous(
+        "bench train", args.part_dir, "time `salientpp train PART_DIR --model rsage --json FILE` instead (each JSON "
+        "line holds the epoch's seconds and stage times)")
     # The pipelined runs' depth and the thread budget, as `salientpp train` resolves them.
     run = resolve_run(_config(args, args.precisions[0], depth=args.pipeline_depth))
     budget, depth = run.threads, run.config.pipeline_depth

@@ -178,9 +178,12 @@ class GraphSchema:
     @property
     def target_range(self) -> tuple[int, int]:
         """The global ids ``[start, stop)`` of the target type."""
-        offsets = self.offsets
-        t = self.target_index
-        return int(offsets[t]), int(offsets[t + 1])
+        return self.range_of(self.target)
+
+    def range_of(self, node_type: str) -> tuple[int, int]:
+        """The global ids ``[start, stop)`` of the node type ``node_type`` (its name)."""
+        t = self.type_index(node_type)
+        return int(self.offsets[t]), int(self.offsets[t + 1])
 
     def type_index(self, name: str) -> int:
         """The position of the node type ``name``, or :class:`InputError`."""

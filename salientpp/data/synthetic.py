@@ -239,7 +239,8 @@ class IgbhConfig(SyntheticConfig):
         affiliations_per_author: affiliated_to edges per author.
         venues: 1 adds the journal and conference types (IGBH's large and full sizes have them).
         venues_per_paper: published and venue edges per paper (each).
-        author_features, institute_features, fos_features, venue_features: feature widths.
+        author_features, institute_features, fos_features, venue_features: feature widths (0: the
+            type has no features, as ogbn-mag's authors, institutions and fields).
         other_noise: the feature noise of the types other than paper.
         relation_intra: the intra fraction of every relation but the citations.
     """
@@ -291,8 +292,9 @@ class IgbhConfig(SyntheticConfig):
     def validate(self) -> None:
         super().validate()
         for name in ("author_features", "institute_features", "fos_features", "venue_features"):
-            if not 1 <= getattr(self, name) <= MAX_COUNT:
-                raise InputError(f"invalid synthetic graph: {name} must lie in [1, 2^40], got {getattr(self, name)}")
+            if not 0 <= getattr(self, name) <= MAX_COUNT:
+                raise InputError(f"invalid synthetic graph: {name} must lie in [0, 2^40] (0: no features), got "
+                                 f"{getattr(self, name)}")
         checks = [
             (self.venues in (0, 1), "venues must be 0 (no journal and conference types) or 1"),
             (self.other_noise >= 0, "other_noise must be >= 0"),
@@ -516,6 +518,8 @@ def _features(model: _Model, config: SyntheticConfig, y: np.ndarray, community: 
     yield target, _feature_chunks(y, target.num_features, target.feature_noise, config, model.seeds[1])
     offsets = model.schema.offsets
     for t, (layout, seq) in enumerate(zip(model.types[1:], model.feature_seeds), start=1):
+        if not layout.num_features:  # a type without features (as ogbn-mag's authors)
+            continue
         classes = community_class[community[offsets[t]:offsets[t + 1]]]
         yield layout, _feature_chunks(classes, layout.num_features, layout.feature_noise, config, seq)
 
@@ -600,7 +604,8 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
                           **dict(zip(SPLIT_FILES, splits)), source=f"synthetic:{spec}",
                           extra_meta={"synthetic": dataclasses.asdict(config)}, schema=schema if typed else None,
                           edge_rel=mapped("edge_rel") if typed else None,
-                          features={t.name: mapped(feature_file(schema, t.name)) for t in model.types[1:]})
+                          features={t.name: mapped(feature_file(schema, t.name)) for t in model.types[1:]
+                                    if t.num_features})
         dataset.validate()
         write_meta(tmp, dataset_meta(dataset, files))
         del dataset

@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -124,6 +124,8 @@ class DistEmbedding:
     Args:
         graph: the :class:`~salientpp.loader.graph.DistGraph` whose nodes it embeds.
         dim: D, the width of a row (>= 1).
+        node_types: the names of the node types it embeds (a typed graph's featureless types);
+            ``None``: every node. A rank holds a row for each node it owns of those types.
         init: ``"normal"`` or ``"uniform"`` (variance 1/D, hashed from the original ids; see
             :func:`initial_rows`) or ``init(original_ids int64 [n], dim) -> float32 [n, dim]``.
         optimizer: ``"adam"`` or ``"adagrad"``: the sparse optimiser of the owned rows
@@ -138,14 +140,15 @@ class DistEmbedding:
         loss.backward(); emb.step()      # every rank, every step
 
     Attributes:
-        weight: float32 ``[num_owned, dim]`` the owned rows (row i is global id ``graph.offset + i``).
+        weight: float32 ``[num_owned, dim]`` the owned rows: those of the rank's block of each
+            embedded type, in id order (with one type, row i is global id ``graph.offset + i``).
         optimizer: the :class:`~salientpp.embedding.optim.SparseOptimizer` of ``weight``.
         stats: counters of the rows the lookups fetched since :meth:`reset_stats`
             (:class:`~salientpp.distributed.exchange.CommStats`; ``owned`` counts the owned ones).
     """
 
     def __init__(self, graph, dim: int, init: str | Init = "normal", optimizer: str = "adam", lr: float = 0.01,
-                 seed: int = 0):
+                 seed: int = 0, node_types: Sequence[str] | None = None):
         from ..distributed.exchange import CommStats, RowExchange
 
         dim = check_int(dim, "the embedding dimension", hint="pass e.g. 64")
@@ -154,10 +157,17 @@ class DistEmbedding:
             raise InputError(f"unknown embedding init {init!r}; choose {' or '.join(INITS)} or pass a function "
                              "init(original_ids, dim) -> float32 [n, dim]")
         self.graph, self.dim = graph, dim
-        self.offset, self.num_owned = graph.offset, graph.num_owned
+        book = graph.book
+        types = range(book.num_types) if node_types is None else [graph.schema.type_index(t) for t in node_types]
+        self.types = None if len(types) == book.num_types else torch.tensor(sorted(types), dtype=torch.int64)
+        blocks = [book.block(graph.rank, t) for t in sorted(types)]
+        # the first id of each embedded block of this rank, and its first row in weight
+        self._starts = torch.tensor([start for start, _ in blocks], dtype=torch.int64)
+        self._rows = torch.tensor(np.cumsum([0] + [stop - start for start, stop in blocks])[:-1], dtype=torch.int64)
+        self.offset, self.num_owned = graph.offset, sum(stop - start for start, stop in blocks)
         self._check_memory(graph.rank, isinstance(init, str))
-        self.offsets = torch.tensor(np.asarray(graph.book.offsets), dtype=torch.int64)
-        orig = graph.original_ids(np.arange(self.offset, self.offset + self.num_owned))
+        self.offsets = torch.tensor(np.asarray(book.offsets), dtype=torch.int64)
+        orig = graph.original_ids(self.owned_ids())
         if isinstance(init, str):  # row by row the same values, in chunks of bounded temporaries
             self.weight = torch.empty((self.num_owned, dim), dtype=torch.float32)
             for lo, hi in row_chunks(self.num_owned, dim * INIT_ENTRY_BYTES):
@@ -192,8 +202,20 @@ class DistEmbedding:
              "initial values": chunk_rows * self.dim * INIT_ENTRY_BYTES if built_in_init else 4 * entries},
             advice="use a smaller embedding dimension (or more partitions)"), None)
 
+    def owned_ids(self) -> np.ndarray:
+        """int64 ``[num_owned]`` the global id of each row of :attr:`weight`."""
+        return np.concatenate([np.arange(start, start + rows) for start, rows in
+                               zip(self._starts.tolist(), np.diff(self._rows.tolist() + [self.num_owned]).tolist())])
+
+    def _local(self, ids: torch.Tensor) -> torch.Tensor:
+        """int64 row in :attr:`weight` of each of the owned ids ``ids`` (CPU)."""
+        if self._starts.shape[0] == 1:
+            return ids - self._starts[0]
+        block = torch.searchsorted(self._starts, ids, right=True) - 1
+        return ids - self._starts[block] + self._rows[block]
+
     def _serve(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.weight[ids.cpu() - self.offset].to(self.ctx.comm_device)
+        return self.weight[self._local(ids.cpu())].to(self.ctx.comm_device)
 
     def reset_stats(self) -> None:
         from ..distributed.exchange import CommStats
@@ -214,13 +236,21 @@ class DistEmbedding:
             bad = int(uniq[0]) if int(uniq[0]) < 0 else int(uniq[-1])
             raise InputError(f"the embedding ids must be node ids in [0, {self.graph.num_nodes}), got {bad}; pass "
                              "ids of this graph, e.g. batch.n_id")
+        if self.types is not None and uniq.shape[0]:
+            outside = ~torch.isin(self.graph.book.type_of(uniq), self.types)
+            if bool(outside.any()):
+                names = self.graph.schema.node_types
+                raise InputError(f"the embedding holds the node types {', '.join(names[t] for t in self.types)}, but "
+                                 f"the id {int(uniq[outside][0])} is of the type "
+                                 f"{names[int(self.graph.book.type_of(uniq[outside][:1])[0])]}; look up ids of those "
+                                 "types only")
         bounds = torch.searchsorted(uniq, self.offsets)
         rank = self.ctx.rank
         lo, hi = int(bounds[rank]), int(bounds[rank + 1])
         remote_counts = bounds.diff()
         remote_counts[rank] = 0
         remote = torch.cat([uniq[:lo], uniq[hi:]])
-        own = uniq[lo:hi] - self.offset
+        own = self._local(uniq[lo:hi])
         requested_counts = self.exchange.counts(remote_counts).wait()
         requested = self.exchange.ids(remote, remote_counts, requested_counts).wait()
         fetched = self.exchange.rows(requested, requested_counts, remote_counts).wait().cpu()
@@ -230,7 +260,7 @@ class DistEmbedding:
         position = torch.cat([torch.arange(lo, hi), torch.arange(lo), torch.arange(hi, uniq.shape[0])])
         where = torch.empty_like(position)
         where[position] = torch.arange(position.shape[0])
-        lookup = _Lookup(own, remote_counts, requested.cpu() - self.offset, requested_counts, where[inverse])
+        lookup = _Lookup(own, remote_counts, self._local(requested.cpu()), requested_counts, where[inverse])
         if not torch.is_grad_enabled():
             return rows[lookup.inverse].to(device)
         self._lookups.append(lookup)

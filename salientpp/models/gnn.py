@@ -351,8 +351,12 @@ def _factory(spec: str) -> Callable[..., nn.Module]:
     return factory
 
 
-def check_model(spec: str) -> str:
-    """Check a ``--model`` value before any rank starts (a user factory is imported); returns it."""
+def check_model(spec: str, typed: bool = False) -> str:
+    """Check a ``--model`` value before any rank starts (a user factory is imported); returns it.
+    On a typed graph (``typed``) a built-in model that reads one node type is refused."""
+    if typed and spec in MODELS:
+        raise InputError(f"the built-in {spec} model reads one node type; on a typed graph use --model "
+                         f"{' or '.join(TYPED_MODELS)}")
     if spec not in BUILT_IN_MODELS:
         _factory(spec)
     return spec
@@ -368,9 +372,7 @@ def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: i
     target type's width) and is checked against the graph's kind of input (:func:`model_input`).
     """
     if spec in MODELS:
-        if typed is not None and not typed.schema.is_homogeneous:
-            raise InputError(f"the built-in {spec} model reads one node type; on a typed graph use --model "
-                             f"{' or '.join(TYPED_MODELS)}")
+        check_model(spec, typed=typed is not None and not typed.schema.is_homogeneous)
         return MFGModel(spec, in_dim, hidden, out_dim, num_layers, dropout)
     if spec in TYPED_MODELS:
         return TypedMFGModel(spec, TypedInput.homogeneous(in_dim) if typed is None else typed, hidden, out_dim,
@@ -439,8 +441,9 @@ class SeedForward:
 
     The model's input is ``[x || embedding(n_id)]``: the batch's features (unless ``features`` is
     false) followed by the rows of a :class:`~salientpp.embedding.DistEmbedding`, when given; a
-    typed model's (:attr:`ModelInput.typed`) is the batch's ``x_dict``, and it holds its learnable
-    rows itself. A user's model gets float32 rows; a built-in model (:class:`MFGModel`,
+    typed model's (:attr:`ModelInput.typed`) is the batch's ``x_dict`` with, for each type without
+    features, its rows of the embedding (one that holds the featureless types, or every node
+    without ``features``). A user's model gets float32 rows; a built-in model (:class:`MFGModel`,
     :class:`~salientpp.models.typed.TypedMFGModel`: ``takes_stored_features``) gets features
     without an embedding as stored, float16 included, and converts them as its first layer reads
     them. With ``expected``, every output is checked against it (:class:`ExpectedOutputs`), so a
@@ -461,10 +464,10 @@ class SeedForward:
         of a typed one when ``typed`` (:func:`model_input`)."""
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         kind = model_input(inner, typed)
-        if embedding is not None and kind.typed:
+        if embedding is not None and kind.typed and features and embedding.types is None:
             raise InputError(f"the model {type(inner).__name__} takes its input per node type ({kind.value!r}), which "
-                             "a learnable embedding of every node does not give; let the model hold an embedding per "
-                             "featureless type, as the built-in typed models do")
+                             "a learnable embedding of every node beside the features does not give; embed the types "
+                             "without features (DistEmbedding(..., node_types=...)), or drop the features")
         return cls(model, kind, embedding, features, isinstance(inner, (MFGModel, TypedMFGModel)), expected)
 
     def inputs(self, batch) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -472,7 +475,9 @@ class SeedForward:
         in_dim]``, or a typed model's ``x_dict``; float32, or the stored features' dtype for a
         built-in model."""
         if self.kind.typed:
-            x_dict = batch.x_dict
+            x_dict = batch.x_dict if self.features else {}
+            if self.embedding is not None:
+                x_dict = {**x_dict, **self._embedded_rows(batch)}
             return x_dict if self.takes_stored_features else {t: x.float() for t, x in x_dict.items()}
         if self.embedding is None:
             return batch.x if self.takes_stored_features else batch.x.float()
@@ -494,9 +499,24 @@ class SeedForward:
         part in the embedding's exchange (a collective) when there is one."""
         if batch.batch_size:
             return self(batch)
-        if self.embedding is not None:
+        if self.embedding is not None and self.kind.typed:
+            self._embedded_rows(batch)
+        elif self.embedding is not None:
             self.embedding(batch.n_id)
         return None
+
+    def _embedded_rows(self, batch) -> dict[str, torch.Tensor]:
+        """The embedding's float32 ``[n_t, D]`` rows of the batch nodes of each type it holds, in
+        ``n_id`` order, by type name (one lookup: a collective)."""
+        if batch.node_type is None:  # a homogeneous graph: its one type
+            return {batch.target_type: self.embedding(batch.n_id)}
+        types = self.embedding.types
+        mask = None if types is None else torch.isin(batch.node_type, types.to(batch.node_type.device))
+        rows = self.embedding(batch.n_id if mask is None else batch.n_id[mask])
+        node_type = batch.node_type if mask is None else batch.node_type[mask]
+        names = batch.schema.node_types
+        held = range(len(names)) if types is None else types.tolist()
+        return {names[t]: rows[node_type == t] for t in held}
 
 
 # ---- what a model can do: decided here once, from its name or its module --------------------------

@@ -3,10 +3,11 @@ over the typed MFGs of a batch.
 
 **Input.** ``forward(x_dict, mfgs, node_type, n_id)``:
 
-* ``x_dict``: node type name -> ``[n_t, F_t]`` feature rows of the batch nodes of that type, in
-  ``n_id`` order (float32, float16 or bfloat16); a type without features has no entry and gets a
-  learnable embedding instead (:class:`TypeEmbedding`, one table per such type, called with the
-  global ids of the batch nodes of its type: the trainer may swap it for a distributed one).
+* ``x_dict``: node type name -> ``[n_t, F_t]`` input rows of the batch nodes of that type, in
+  ``n_id`` order (float32, float16 or bfloat16): a type's features, or, for a type without
+  features, its learnable embedding rows, which the caller looks up (the trainer in one
+  :class:`~salientpp.embedding.DistEmbedding` of the featureless types, keyed by the partitioned
+  ids; :class:`~salientpp.models.gnn.SeedForward` adds them to the batch's ``x_dict``).
 * ``mfgs``: one :class:`~salientpp.sampling.MFG` per layer (model order), whose ``edge_type``
   (int64 ``[E]``) holds the relation of each edge; edges are grouped by destination, then
   relation. Local indices are positions in ``n_id`` (all types mixed), destinations a prefix of
@@ -191,21 +192,6 @@ def _rowptr(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
     return rowptr
 
 
-class TypeEmbedding(nn.Module):
-    """The learnable rows of a node type without features: ``forward(ids)`` with int64 ``[n]``
-    global ids of nodes of the type (the schema's numbering: the type holds ``[first_id,
-    first_id + num_nodes)``) returns ``[n, dim]`` float32 rows. A distributed embedding that
-    takes the same global ids may replace it."""
-
-    def __init__(self, num_nodes: int, dim: int, first_id: int):
-        super().__init__()
-        self.first_id = int(first_id)
-        self.table = nn.Embedding(num_nodes, dim)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.table(ids - self.first_id)
-
-
 @dataclass(frozen=True)
 class TypedInput:
     """What a typed model needs to know of its graph's inputs.
@@ -213,7 +199,10 @@ class TypedInput:
     Attributes:
         schema: the graph's node types and relations.
         feature_dims: node type name -> ``F_t``, the feature width of each type with features.
-        embedding_dim: width of the learnable embedding of each type without features, or None.
+        embedding_dim: width of the learnable rows of each type without features, or None (then
+            every type must have features); the caller passes those rows in ``x_dict`` as it does
+            features (the trainer looks them up in a
+            :class:`~salientpp.embedding.DistEmbedding` of the featureless types).
     """
 
     schema: GraphSchema
@@ -225,6 +214,15 @@ class TypedInput:
         """The input of a homogeneous graph of ``in_dim`` features (no embedding)."""
         schema = GraphSchema.homogeneous(0)
         return cls(schema, {schema.target: int(in_dim)})
+
+    @property
+    def featureless(self) -> tuple[str, ...]:
+        """The node types without features, in the schema's order: those the embedding serves."""
+        return tuple(t for t in self.schema.node_types if t not in self.feature_dims)
+
+    def input_dims(self) -> list[int]:
+        """The width of each type's input rows, in the schema's order (:meth:`input_dim`)."""
+        return [self.input_dim(t) for t in self.schema.node_types]
 
     def input_dim(self, node_type: str) -> int:
         """The width of ``node_type``'s input rows: its features', or its embedding's;
@@ -326,11 +324,7 @@ class TypedMFGModel(nn.Module):
         if model == "rgat" and hidden % heads:
             raise InputError(f"R-GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
         schema = typed.schema
-        dims = [typed.input_dim(t) for t in schema.node_types]
-        offsets = schema.offsets
-        self.embeddings = nn.ModuleDict({
-            str(t): TypeEmbedding(schema.num_nodes[t], dims[t], int(offsets[t]))
-            for t, name in enumerate(schema.node_types) if name not in typed.feature_dims})
+        dims = typed.input_dims()
         self.project = nn.ModuleList(nn.Linear(d, hidden) for d in dims)
         if model == "rgat":
             self.convs = nn.ModuleList(RelationalGATConv(schema, hidden, hidden, heads) for _ in range(num_layers))
@@ -346,20 +340,15 @@ class TypedMFGModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
-    def inputs(self, x_dict: Mapping[str, torch.Tensor], node_type: torch.Tensor | None, n_id: torch.Tensor,
-               counts: list[int]) -> list[torch.Tensor]:
-        """``h[t]`` ``[counts[t], hidden]``: each type's projected features or embedding rows."""
+    def inputs(self, x_dict: Mapping[str, torch.Tensor], counts: list[int]) -> list[torch.Tensor]:
+        """``h[t]`` ``[counts[t], hidden]``: each type's projected input rows (features or embedding rows)."""
         dtype = self.head.weight.dtype
         h = []
         for t, name in enumerate(self.schema.node_types):
-            if str(t) in self.embeddings:
-                ids = n_id if node_type is None else n_id[node_type == t]
-                rows = self.embeddings[str(t)](ids)
-            elif name not in x_dict:
-                raise InputError(f"x_dict has no features of the node type {shown(name)}, which the model reads; "
-                                 "pass the batch's x_dict")
-            else:
-                rows = x_dict[name]
+            if name not in x_dict:
+                raise InputError(f"x_dict has no rows of the node type {shown(name)}, which the model reads; pass "
+                                 "the batch's x_dict with the embedding rows of each type without features")
+            rows = x_dict[name]
             if rows.shape[0] != counts[t]:
                 raise InputError(f"x_dict holds {rows.shape[0]} rows of the node type {shown(name)} but the batch "
                                  f"has {counts[t]} nodes of it; pass one row per node, in n_id order")
@@ -371,7 +360,7 @@ class TypedMFGModel(nn.Module):
         if len(mfgs) != self.num_layers:
             raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
         counts, blocks = typed_blocks(mfgs, node_type, self.schema, int(n_id.shape[0]))
-        h = self.inputs(x_dict, node_type, n_id, counts)
+        h = self.inputs(x_dict, counts)
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             h = conv(h, block)
             if i < self.num_layers - 1:

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -36,7 +36,8 @@ from ..io import check_output_location, check_unlocked, check_writable_file, out
 from ..models import MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..parsing import flag_names, parse_memory_limit
-from ..sampling import DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, check_fanouts, check_sampler, parse_fanouts
+from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, check_fanouts, check_sampler,
+                        parse_typed_fanouts)
 from ..sampling.link import LINK, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
 from .link import DECODERS
@@ -53,6 +54,8 @@ FP32, BF16 = "fp32", "bf16"
 PRECISIONS = (FP32, BF16)
 # The defaults that TrainConfig.resolved() fills in where a field is left None.
 DEFAULT_FANOUTS = (15, 10, 5)
+# --fanouts: one list for every relation, or (a typed graph's) one list per relation by name.
+Fanouts = tuple[int, ...] | dict[str, tuple[int, ...]]
 DEFAULT_EVAL_FANOUT = 20  # per layer
 DEFAULT_POLICY = "vip"
 DEFAULT_REPLICATION = 0.1
@@ -257,9 +260,10 @@ class TrainConfig:
                                  "(MRR, hits@K)", type=int, check=positive, agreed=True, needs=LINK_ONLY)
     hidden: int = option(256, "hidden width", type=int, check=positive, agreed=True, resume_matches=True)
     layers: int = option(3, "number of layers", type=int, check=positive, agreed=True, resume_matches=True)
-    fanouts: tuple[int, ...] | None = option(
-        None, "neighbours per hop, seeds first, one per layer; -1: every neighbour (ladies: nodes per layer)",
-        parse=parse_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True,
+    fanouts: Fanouts | None = option(
+        None, "neighbours per hop, seeds first, one per layer; -1: every neighbour (ladies: nodes per layer); on a "
+        "typed graph for every relation, or one list per relation: REL=15,10,5;REL2=5,5,5 (0: none at that hop)",
+        parse=parse_typed_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True,
         needs=MINIBATCH_ONLY)
     batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
                              check=positive, agreed=True, resume_matches=True)
@@ -317,8 +321,8 @@ class TrainConfig:
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
                             "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True,
                             needs=EVALUATED_ONLY)
-    eval_fanouts: tuple[int, ...] | None = option(None, "fanouts of sampled inference",
-                                                  parse=lambda text: parse_fanouts(text, what="--eval-fanouts"),
+    eval_fanouts: Fanouts | None = option(None, "fanouts of sampled inference (as --fanouts)",
+                                          parse=lambda text: parse_typed_fanouts(text, what="--eval-fanouts"),
                                                   default_text=f"{DEFAULT_EVAL_FANOUT} per layer", agreed=True,
                                                   needs=SAMPLED_INFERENCE_ONLY)
     eval_batch_size: int | None = option(None, "seeds per batch of sampled inference, destinations per chunk of "
@@ -374,9 +378,10 @@ class TrainConfig:
                 check(value, flag_of(f))
         self._check_combinations()
         filled = self._with_defaults()
-        if filled.fanouts is not None:
+        # one list per relation needs the graph's relations: resolve_run checks them (run_fanouts)
+        if filled.fanouts is not None and not isinstance(filled.fanouts, Mapping):
             check_fanouts(filled.fanouts, check_sampler(filled.sampler), self.layers, "--fanouts")
-        if filled.eval_fanouts is not None:
+        if filled.eval_fanouts is not None and not isinstance(filled.eval_fanouts, Mapping):
             check_fanouts(filled.eval_fanouts, layers=self.layers, what="--eval-fanouts")
         self._check_output_paths()
         if self.checkpoint_dir is not None:
@@ -416,8 +421,8 @@ class TrainConfig:
         filled = replace(
             self,
             plan=None if self.plan is None else str(self.plan),
-            fanouts=(-1,) * self.layers if full_graph else tuple(self.fanouts or DEFAULT_FANOUTS),
-            eval_fanouts=tuple(self.eval_fanouts or (DEFAULT_EVAL_FANOUT,) * self.layers),
+            fanouts=(-1,) * self.layers if full_graph else _fanouts(self.fanouts or DEFAULT_FANOUTS),
+            eval_fanouts=_fanouts(self.eval_fanouts or (DEFAULT_EVAL_FANOUT,) * self.layers),
             eval_batch_size=self.eval_batch_size or self.batch_size,
             inference=LAYERWISE if full_graph else self.inference,
             sampler=check_sampler(self.sampler).value, dependencies=Dependencies(self.dependencies).value,
@@ -470,7 +475,21 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Every option, JSON-ready (tuples as lists): what checkpoints record."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with its tuples as lists, in dicts too (one fanout list per relation)."""
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _fanouts(fanouts: Fanouts) -> Fanouts:
+    """``fanouts`` with its lists as tuples: one for every relation, or one per relation."""
+    if isinstance(fanouts, Mapping):
+        return {name: tuple(values) for name, values in fanouts.items()}
+    return tuple(fanouts)
 
 
 def plan_conflict(plan: str, flags: list[str]) -> InputError:

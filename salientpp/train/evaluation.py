@@ -47,7 +47,7 @@ class Evaluator:
         self.splits = splits
         self.seeds = np.concatenate([np.empty(0, dtype=np.int64), *(graph.split(split) for split in splits)])
         self.is_valid = torch.zeros(graph.num_owned, dtype=torch.bool)
-        self.is_valid[torch.from_numpy(graph.split("valid") - graph.offset)] = True
+        self.is_valid[torch.from_numpy(graph.split("valid") - graph.seed_start)] = True
         self._make_loader, self._loader = loader, None
         self._chunk_size, self._layerwise = chunk_size, None
         self._majority: float | None = None
@@ -61,7 +61,7 @@ class Evaluator:
     def _outputs(self, epoch: int, stats: CommStats) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """``(logits [n, C], labels, local ids [n])`` over this rank's validation and test nodes."""
         if self.inference == LAYERWISE:
-            local = self.seeds - self.graph.offset
+            local = self.seeds - self.graph.seed_start
             yield (self.layerwise_logits(local, stats), self.graph.labels(torch.from_numpy(self.seeds)),
                    torch.from_numpy(local))
             return
@@ -72,7 +72,7 @@ class Evaluator:
         for batch in self._loader:
             logits = forward.seed_outputs(batch)
             if logits is not None:
-                yield logits, batch.y, batch.n_id[:batch.batch_size].cpu() - self.graph.offset
+                yield logits, batch.y, batch.n_id[:batch.batch_size].cpu() - self.graph.seed_start
         stats.add(self._loader.stats)
 
     def majority_rate(self) -> float:

@@ -303,9 +303,11 @@ class MinibatchTrainer(Trainer):
         config, ctx, graph = self.config, self.ctx, self.graph
         link = config.task == LINK
         cache = setup.open_cache()
-        if config.embedding_dim:
+        typed = setup.run.typed
+        if config.embedding_dim:  # on a typed graph, of the types without features
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
-                                           lr=config.embedding_lr, seed=config.seed)
+                                           lr=config.embedding_lr, seed=config.seed,
+                                           node_types=None if typed is None else typed.featureless)
         if ctx.rank == 0 and cache.plan is not None:
             print(f"cache plan: {cache.source}", flush=True)
         # the sampler threads and their priority come from the rank's thread budget (ctx.threads)
@@ -319,21 +321,23 @@ class MinibatchTrainer(Trainer):
         else:
             self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **train_options)
         torch.manual_seed(config.seed)
-        encoder = build_model(config.model, *encoder_dims(config, graph.num_features, self.task), config.layers,
-                              config.dropout)
+        encoder = build_model(config.model, *encoder_dims(config, graph.num_features, self.task, typed),
+                              config.layers, config.dropout, typed=typed)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
-        self.ddp = DistributedDataParallel(encoder) if ctx.distributed else encoder
+        # a typed model's weights of a relation or node type that a batch does not reach get no gradient
+        self.ddp = (DistributedDataParallel(encoder, find_unused_parameters=graph.is_typed) if ctx.distributed
+                    else encoder)
         expected = (ExpectedOutputs(config.hidden, f"a {config.hidden}-wide embedding per node (--hidden) for the "
                                     f"{config.decoder} decoder", config.model) if link else
                     ExpectedOutputs(self.task.num_outputs, self.task.outputs_meaning, config.model))
-        self.forward = SeedForward.of(self.ddp, self.embedding, config.features, expected)
+        self.forward = SeedForward.of(self.ddp, self.embedding, config.features, expected, graph.is_typed)
         self.decoder = None
         if link:  # the decoder, under DDP of its own when it has parameters
             decoder = self.model.decoder
             has_parameters = len(list(decoder.parameters())) > 0
             self.decoder = DistributedDataParallel(decoder) if ctx.distributed and has_parameters else decoder
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        eval_forward = SeedForward.of(encoder, self.embedding, config.features, expected)
+        eval_forward = SeedForward.of(encoder, self.embedding, config.features, expected, graph.is_typed)
         if link:
             self.evaluator = LinkEvaluator(
                 graph, eval_forward, self.model.decoder,

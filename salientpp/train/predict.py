@@ -6,7 +6,8 @@ outputs of the nodes they own: by layer-wise full-neighbour inference for the bu
 (fanout -1 per layer) for a user's model. Rank 0 writes, atomically:
 
 * ``outputs.npy``: float32 ``[N, C]`` the model's outputs (logits) of node ``i`` of the dataset
-  ``salientpp prepare`` wrote (original ids, before partitioning);
+  ``salientpp prepare`` wrote (original ids, before partitioning); on a typed graph, of the
+  target type's ``N`` nodes, row ``i`` its node ``i`` (the dataset's row ``i`` of ``x`` and ``y``);
 * ``predicted.npy``: int64 ``[N]`` the argmax class (class labels), or bool ``[N, T]`` targets
   with a positive logit (multi-label);
 * ``meta.json``: the checkpoint, its epoch, the task and checksums.
@@ -33,6 +34,7 @@ from ..sampling.link import NODE
 from .checkpoint import LAST, PARTITION_ID, Checkpoint, load_checkpoint, non_finite_weight, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
+from .setup import typed_input_of
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
 
 KIND = "salientpp-predictions"
@@ -79,13 +81,15 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         options = ckpt.options
         task = task_of(graph.data, options.get("metric"))
         embedding_dim, features = options.get("embedding_dim", 0), options.get("features", True)
+        typed = typed_input_of(graph.data, embedding_dim)
         embedding = None
         if embedding_dim:  # the learned rows of this rank, from the checkpoint's shard
-            embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"])
+            embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"],
+                                      node_types=None if typed is None else typed.featureless)
             load_shard(path.parent, ckpt.embedding, embedding)
-        in_dim = (graph.num_features if features else 0) + embedding_dim
+        in_dim = (graph.num_features if features else 0) + embedding_dim if typed is None else graph.num_features
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
-                            options["layers"], options["dropout"])
+                            options["layers"], options["dropout"], typed=typed)
         misfit = weights_misfit(model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the weights in {path} do not fit the {shown(options['model'])} model its options "
@@ -93,15 +97,15 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
                              "model code it was trained with")
         model.load_state_dict(ckpt.model)
         model.eval()
-        owned = np.arange(graph.num_owned, dtype=np.int64)
+        owned = np.arange(graph.num_owned, dtype=np.int64)  # the rank's rows of the target type
         with torch.no_grad():
             if runs_layer_by_layer(model) and embedding is None:
                 evaluator = Evaluator(graph, model, task, LAYERWISE, None, batch_size)
                 outputs = evaluator.layerwise_logits(owned, CommStats())
-                ids = torch.from_numpy(owned + graph.offset)
+                ids = torch.from_numpy(owned + graph.seed_start)
             else:
-                forward = SeedForward.of(model, embedding, features)
-                loader = DistNeighborLoader(graph, owned + graph.offset, [FULL_NEIGHBOURHOOD] * options["layers"],
+                forward = SeedForward.of(model, embedding, features, typed=graph.is_typed)
+                loader = DistNeighborLoader(graph, owned + graph.seed_start, [FULL_NEIGHBOURHOOD] * options["layers"],
                                             batch_size, shuffle=False, features=features)
                 rows, id_rows = [torch.empty((0, task.num_outputs))], [torch.empty(0, dtype=torch.int64)]
                 for batch in loader:
@@ -116,8 +120,9 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
             ids, outputs = both[:, :1], both[:, 1:].float()
         if ctx.rank != 0:
             return None
-        order = np.asarray(graph.data.orig_id)[ids[:, 0].long().numpy()]
-        out = np.empty((graph.num_nodes, task.num_outputs), dtype=np.float32)
+        start, stop = graph.schema.target_range  # the target type's ids of the dataset
+        order = np.asarray(graph.data.orig_id)[ids[:, 0].long().numpy()] - start
+        out = np.empty((stop - start, task.num_outputs), dtype=np.float32)
         out[order] = outputs.numpy()
         return out
     finally:
@@ -138,7 +143,6 @@ def predict(part_dir: str | os.PathLike, checkpoint: str | os.PathLike, out_dir:
     out = check_output_dir(out_dir)
     path = _checkpoint_file(checkpoint)
     data = load_partitioned(part_dir, verify=False, check=False)
-    data.schema.require_homogeneous("predict", part_dir)
     ckpt, task = _node_checkpoint(part_dir, data, path)
     rank_args = (str(part_dir), str(path), batch_size)
     if data.num_parts == 1:

@@ -52,10 +52,12 @@ from ..host import ThreadBudget
 from ..errors import InputError
 from ..io import check_writable_dir, output_errors
 from ..loader.graph import DistGraph
-from ..models.gnn import build_model, check_reads_edge_weights, runs_layer_by_layer
+from ..data.schema import GraphSchema
+from ..models.gnn import build_model, check_model, check_reads_edge_weights, runs_layer_by_layer
+from ..models.typed import TypedInput
 from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
-from ..sampling import check_sampler
+from ..sampling import check_sampler, fanout_table
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
 from .checkpoint import PARTITION_ID, Checkpoint, describe_position, load_checkpoint
 from .config import FULL_GRAPH, SAMPLED_INFERENCE_ONLY, TrainConfig, agreed_options, checkpoint_options, resumable_flags
@@ -98,14 +100,17 @@ class CacheChoice:
         return self.reason if self.path is None else f"{'built' if self.built else 'using'} {self.path}"
 
 
-def plan_request(config: TrainConfig) -> PlanRequest:
-    """What ``config``'s run (resolved) asks of a cache plan, derived once here for choosing,
-    naming, building, checking and suggesting it: the training workload (fanouts, batch size,
-    sampler, node or edge seeds with their negatives) and, without ``--plan``, the plan's options
-    (the policy, replication factor and device share of ``--policy``, ``--replication`` and
-    ``--device-fraction``, the run's seed, and analyze's defaults for the rest)."""
+def plan_request(config: TrainConfig, schema: GraphSchema | None = None) -> PlanRequest:
+    """What ``config``'s run (resolved) on the graph of ``schema`` (None: homogeneous) asks of a
+    cache plan, derived once here for choosing, naming, building, checking and suggesting it: the
+    training workload (the fanout table of ``--fanouts``, batch size, sampler, node or edge seeds
+    with their negatives) and, without ``--plan``, the plan's options (the policy, replication
+    factor and device share of ``--policy``, ``--replication`` and ``--device-fraction``, the run's
+    seed, and analyze's defaults for the rest). :class:`InputError` for fanouts that do not fit
+    the graph or the layers."""
     edges = EdgeSeeds(config.num_negatives, config.negative_sampling) if config.task == LINK else None
-    workload = Workload(tuple(config.fanouts), config.batch_size, sampler=config.sampler, edges=edges)
+    table = fanout_table(config.fanouts, schema, check_sampler(config.sampler), config.layers, "--fanouts")
+    workload = Workload(table, config.batch_size, sampler=config.sampler, edges=edges, schema=schema)
     if config.plan is not None or config.policy == "none":
         return PlanRequest((workload,))
     return PlanRequest((workload,), PlanOptions(config.policy, Budget(replication=config.replication),
@@ -118,7 +123,7 @@ def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
     cannot be saved. The one place where the run's plan is decided."""
     if config.mode == FULL_GRAPH:  # every layer over the whole graph: no feature cache
         return CacheChoice("none", reason="full-graph")
-    request = plan_request(config)
+    request = plan_request(config, data.schema)
     if config.plan is not None:
         plan = check_plan(read_plan_info(config.plan), data, request)
         return CacheChoice(plan.info.meta.options.policy, Path(config.plan), plan, request)
@@ -204,6 +209,7 @@ class ResolvedRun:
         task: the loss and metric of the labels (or of link prediction), the metric checked
             against them.
         cache: the cache plan the run trains with.
+        typed: a typed graph's model input (:func:`typed_input`); None on a homogeneous graph.
         memory: the memory estimate of this machine's ranks, one line, when it was checked.
     """
 
@@ -212,6 +218,7 @@ class ResolvedRun:
     local_ranks: int
     task: Task
     cache: CacheChoice
+    typed: TypedInput | None = None
     memory: str = ""
 
 
@@ -224,7 +231,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
     first problem. The partitioned dataset's arrays are not verified here: the ranks do it."""
     config = config.resolved()
     data = load_partitioned(config.part_dir, verify=False, check=False)
-    data.schema.require_homogeneous("the trainer", config.part_dir)
+    typed = typed_input(config, data)
     if config.task == LINK:
         data.require_link_split()
     if local_ranks is None:
@@ -238,23 +245,65 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
     if config.resume:
         check_resume(config, plans.partition_identity(data.meta))
     task = link_task(config.metric) if config.task == LINK else task_of(data, config.metric)
+    if config.mode != FULL_GRAPH:  # every rank must have a training seed for every step
+        workload = plan_request(config, data.schema).workload
+        check_training_seeds([workload.num_seeds(data, k) for k in range(data.num_parts)], config.batch_size,
+                             config.part_dir, "edges" if workload.edges is not None else "nodes")
+        if SAMPLED_INFERENCE_ONLY.holds(config):
+            fanout_table(config.eval_fanouts, data.schema, layers=config.layers, what="--eval-fanouts")
     if check_sampler(config.sampler).weighted and not runs_layer_by_layer(config.model):
         # a user's model can be asked whether it reads edge weights only once built: built here once
         model = build_model(config.model, *encoder_dims(config, data.num_features, task), config.layers)
         check_reads_edge_weights(model, config.sampler)
-    if config.mode != FULL_GRAPH:  # every rank must have a training seed for every step
-        workload = plan_request(config).workload
-        check_training_seeds([workload.num_seeds(data, k) for k in range(data.num_parts)], config.batch_size,
-                             config.part_dir, "edges" if workload.edges is not None else "nodes")
-    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data))
+    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), typed)
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
 
 
-def encoder_dims(config: TrainConfig, num_features: int, task: Task) -> tuple[int, int, int]:
+def typed_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput | None:
+    """The input of the run's model on a typed graph ``data``: its schema, each type's feature
+    width, and ``--embedding-dim`` for the types without features; None on a homogeneous graph.
+    :class:`InputError` (one sentence) for what a typed graph cannot train with yet (link
+    prediction, full-graph mode, ``--no-features``), a model that reads one node type, a type
+    without features and no ``--embedding-dim``, or an ``--embedding-dim`` that no type needs."""
+    if not data.is_typed:
+        return None
+    for refused, command in ((config.task == LINK, "link prediction (--task link)"),
+                             (config.mode == FULL_GRAPH, "full-graph training (--mode full-graph)")):
+        if refused:
+            data.schema.require_homogeneous(command, config.part_dir,
+                                            "train it in minibatches on the labels of its target type")
+    if not config.features:
+        raise InputError(f"--no-features leaves a homogeneous graph's features out, but on the typed graph "
+                         f"{config.part_dir} the types with features feed the model and --embedding-dim gives the "
+                         "others learnable rows; drop --no-features")
+    check_model(config.model, typed=True)
+    typed = typed_input_of(data, config.embedding_dim)
+    if config.embedding_dim and not typed.featureless:
+        raise InputError(f"--embedding-dim {config.embedding_dim} gives the node types without features a learnable "
+                         f"embedding, but every type of {config.part_dir} has features; drop it")
+    typed.input_dims()  # a featureless type without --embedding-dim is refused here
+    return typed
+
+
+def typed_input_of(data: PartitionedDataset, embedding_dim: int) -> TypedInput | None:
+    """The model input of the typed graph ``data`` with an ``embedding_dim``-wide embedding (0:
+    none) of its types without features: its schema and each type's feature width; None on a
+    homogeneous graph. Not checked (:func:`typed_input` checks it against a run's options)."""
+    if not data.is_typed:
+        return None
+    schema = data.schema
+    widths = {name: data.feature_width(t) for t, name in enumerate(schema.node_types)}
+    return TypedInput(schema, {name: width for name, width in widths.items() if width}, embedding_dim or None)
+
+
+def encoder_dims(config: TrainConfig, num_features: int, task: Task,
+                 typed: TypedInput | None = None) -> tuple[int, int, int]:
     """``(in_dim, hidden, out_dim)`` of the run's model (the encoder of link prediction): the
-    features and the learned embedding in, the task's outputs (link: a ``hidden``-wide embedding
-    per node) out."""
+    features and the learned embedding in (on a typed graph, ``typed``: the target type's
+    features), the task's outputs (link: a ``hidden``-wide embedding per node) out."""
     out_dim = config.hidden if config.task == LINK else task.num_outputs
+    if typed is not None:
+        return typed.input_dim(typed.schema.target), config.hidden, out_dim
     return (num_features if config.features else 0) + config.embedding_dim, config.hidden, out_dim
 
 
@@ -306,10 +355,14 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
                 eval_batch_size, eval_pairs = link_batch_bound(config.eval_batch_size, config.eval_negatives,
                                                                NegativeSampling.PER_SOURCE)
             link_pairs = (train_pairs, eval_pairs)
-        estimate = estimate_train(data, fanouts=config.fanouts, batch_size=batch_size, hidden=config.hidden,
+        # the most neighbours a node draws per hop over its relations (a typed graph's table summed)
+        fanouts = plan_request(config, data.schema).workload.hop_fanouts
+        eval_fanouts = (Workload(fanout_table(config.eval_fanouts, data.schema), config.eval_batch_size,
+                                 schema=data.schema).hop_fanouts if sampled_eval else None)
+        estimate = estimate_train(data, fanouts=fanouts, batch_size=batch_size, hidden=config.hidden,
                                   layers=config.layers, local_ranks=local_ranks, pipeline_depth=config.pipeline_depth,
                                   sampler_threads=run.threads.sampler_threads, model=config.model,
-                                  eval_fanouts=config.eval_fanouts if sampled_eval else None,
+                                  eval_fanouts=eval_fanouts,
                                   eval_batch_size=eval_batch_size if sampled_eval else None, link_pairs=link_pairs,
                                   embedding_dim=config.embedding_dim, features=config.features,
                                   reuse_freed_memory=config.reuse_freed_memory, policy=cache.policy,
