@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("ogb")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "ogb"))
+import igbh  # noqa: E402
 import mag240m  # noqa: E402
 import papers100m  # noqa: E402
 import products  # noqa: E402
@@ -100,6 +101,27 @@ def test_products_raw_layout_variants_and_communication(tmp_path, ogb_raw_writer
     assert [p.name.split("-")[0] for p in pngs] == ["comm", "epoch"]
     for png in pngs:
         _assert_png(png)
+
+
+def test_igbh_layout_trains_rgat_and_its_uncached_runs_fetch_the_simulators_rows(tmp_path):
+    """MLPerf's R-GAT configuration on IGBH's layout (a typed graph): the trainer's uncached runs
+    fetch exactly the rows the simulator counts for every type together."""
+    from test_typed_sources import write_igbh
+
+    write_igbh(tmp_path / "igbh" / "tiny")
+    work, out = tmp_path / "work", tmp_path / "out"
+    code = igbh.main(igbh.SETUP, ["--source", f"igbh:{tmp_path / 'igbh' / 'tiny'}", "--work", str(work), "--out",
+                                  str(out), "--experiments", "variants,communication",
+                                  *[a if a != "64" else "4" for a in SMALL]])
+    assert code == 0
+    res = _results(out)
+    assert res["setup"]["model"] == "rgat" and read_meta(work / "dataset", "salientpp-dataset")["num_classes"] == 2983
+    rows = {r["label"].split(" (")[0]: r for r in res["train"]}
+    no_cache = res["simulate"]["no_cache_rows_per_epoch"]
+    assert no_cache > 0 and rows["pipelined, no cache"]["rows_per_epoch"] == no_cache
+    assert rows["partitioned, no pipeline, no cache"]["rows_per_epoch"] == no_cache
+    assert rows["pipelined + VIP cache"]["rows_per_epoch"] <= no_cache  # α = 0.08 of 47 nodes: a row or two
+    assert "2-layer RGAT" in (out / "results.md").read_text()
 
 
 def test_synthetic_accuracy_resume_and_multi_machine_collect(tmp_path):

@@ -48,7 +48,9 @@ class PaperSetup:
     Attributes:
         name: dataset name used in titles (``ogbn-products``).
         source: ``salientpp prepare`` source (``ogb:ogbn-products``); ``--source`` overrides it.
-        fanouts, hidden, batch_size, lr: the model and sampling setup (3-layer SAGE; batch per GPU).
+        fanouts, hidden, batch_size, lr: the model and sampling setup (layers = len(fanouts); batch per GPU).
+        model: the built-in model (``sage``; ``rgat`` for a typed graph such as IGBH).
+        num_classes: the labels ``prepare`` reads where a source has several (IGBH: 19 or 2983).
         alpha_per_part: the VIP run caches alpha = alpha_per_part * K (the artifact's cache size of
             4 K percent; 2 K percent on MAG240M), capped at K - 1.
         device_fraction: share of each partition's own rows kept on the GPU in the VIP run.
@@ -68,6 +70,8 @@ class PaperSetup:
     device_fraction: float
     batch_size: int = 1024
     lr: float = 0.001
+    model: str = "sage"
+    num_classes: int | None = None
     feature_dtype: str = "float32"
     epochs: int = 10
     accuracy_epochs: int = 25
@@ -307,7 +311,8 @@ def prepare_step(plan: Plan) -> float | None:
         print(f"reusing {plan.dataset_dir}")
         return None
     start = _step(f"prepare {plan.source}")
-    dataset = load_source(plan.source, ImportOptions(root=plan.args.root, feature_dtype=plan.setup.feature_dtype))
+    dataset = load_source(plan.source, ImportOptions(root=plan.args.root, feature_dtype=plan.setup.feature_dtype,
+                                                     num_classes=plan.setup.num_classes))
     if plan.num_parts > dataset.num_nodes:
         raise InputError(f"{plan.num_parts} partitions is more than the {dataset.num_nodes} nodes of "
                          f"{plan.source}; use fewer ranks")
@@ -344,7 +349,8 @@ def _train_config(plan: Plan, run: Run, json_path: Path | None = None):
     # uncached one keeps run.device_fraction of its own rows on the device.
     cache = (dict(plan=str(cache_plan)) if cache_plan is not None
              else dict(policy="none", device_fraction=run.device_fraction))
-    return TrainConfig(str(plan.part_dir), epochs=run.epochs, hidden=args.hidden, layers=len(args.fanouts),
+    return TrainConfig(str(plan.part_dir), model=plan.setup.model, epochs=run.epochs, hidden=args.hidden,
+                       layers=len(args.fanouts),
                        fanouts=tuple(args.fanouts), batch_size=args.batch_size, lr=plan.setup.lr, device=args.device,
                        pipeline_depth=run.depth, eval_every=1 if run.evaluate else 0, sampler_threads=args.sampler_threads,
                        json_path=str(json_path) if json_path else None, progress=False, **cache)
@@ -367,7 +373,7 @@ def analyze_step(plan: Plan) -> dict[str, float]:
     if not todo:
         return seconds
     data = load_partitioned(plan.part_dir)
-    workload = (Workload(tuple(plan.args.fanouts), plan.args.batch_size),)
+    workload = (Workload(tuple(plan.args.fanouts), plan.args.batch_size, schema=data.schema),)
     for (cache, alpha), paths in todo.items():
         start = _step(f"analyze: {cache} cache plan, α = {alpha:g}")
         (fraction, first), *others = paths.items()
@@ -396,7 +402,8 @@ def simulate_step(plan: Plan) -> dict[str, Any]:
         return json.loads(saved.read_text())
     start = _step(f"simulate: communication volume of {', '.join(plan.setup.sim_policies)}")
     data = load_partitioned(plan.part_dir)
-    ctx = PolicyContext(data, (Workload(fanouts, plan.args.batch_size),), seed=0, epochs=plan.args.sim_epochs,
+    ctx = PolicyContext(data, (Workload(fanouts, plan.args.batch_size, schema=data.schema),), seed=0,
+                        epochs=plan.args.sim_epochs,
                         sampler_threads=plan.args.sampler_threads)
     result = simulate(ctx, list(plan.setup.sim_policies), replication)
     print(result.table())
@@ -425,7 +432,8 @@ def _cache_options(plan: Plan, run: Run) -> list[str]:
 def torchrun_command(plan: Plan, run: Run) -> str:
     """The command that runs ``run`` on every machine of a multi-machine job."""
     args = plan.args
-    train = ["-m", "salientpp", "train", str(plan.part_dir.resolve()), "--epochs", str(run.epochs),
+    train = ["-m", "salientpp", "train", str(plan.part_dir.resolve()), "--model", plan.setup.model,
+             "--epochs", str(run.epochs),
              "--hidden", str(args.hidden), "--layers", str(len(args.fanouts)),
              "--fanouts", ",".join(map(str, args.fanouts)), "--batch-size", str(args.batch_size),
              "--lr", str(plan.setup.lr), *_cache_options(plan, run), "--device", args.device,
@@ -515,7 +523,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [f"# {setup['name']}: SALIENT++ experiments on {results['num_parts']} ranks "
              f"({results['machines']} machine(s) x {results['gpus_per_machine']})", "",
              f"- source: `{results['source']}`; fanouts {','.join(map(str, results['fanouts']))}, batch "
-             f"{results['batch_size']} per rank, hidden {results['hidden']}, {len(results['fanouts'])}-layer SAGE",
+             f"{results['batch_size']} per rank, hidden {results['hidden']}, {len(results['fanouts'])}-layer "
+             f"{setup.get('model', 'sage').upper()}",
              f"- machine: {results['hardware']}",
              f"- command: `{results['command']}`",
              "- epoch times: median over the epochs after the first; stage columns are per-epoch sums on rank 0 "
@@ -582,7 +591,8 @@ def collect(plan: Plan, step_seconds: dict[str, float | None], simulation: dict[
                            **summarize(run, history, plan.num_parts)})
     setup = plan.setup
     return {"kind": RESULTS_KIND, "setup": {"name": setup.name, "source": setup.source,
-                                            "fanouts": list(setup.fanouts), "hidden": setup.hidden},
+                                            "fanouts": list(setup.fanouts), "hidden": setup.hidden,
+                                            "model": setup.model},
             "published": setup.published, "source": plan.source, "num_parts": plan.num_parts,
             "machines": args.machines, "gpus_per_machine": args.gpus_per_machine, "device": args.device,
             "fanouts": list(args.fanouts), "batch_size": args.batch_size, "hidden": args.hidden,
