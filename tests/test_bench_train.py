@@ -147,3 +147,23 @@ def test_the_gpu_fraction_reaches_the_timed_runs_configuration(tmp_path):
     given = bench_train._config(parser.parse_args([str(tmp_path), "--device-fraction", "1"]), "fp32")
     default = bench_train._config(parser.parse_args([str(tmp_path)]), "fp32")
     assert given.device_fraction == 1.0 and default.device_fraction is None  # None: train's default
+
+
+def test_a_typed_graph_fetches_exactly_the_simulators_rows_and_skips_the_homogeneous_baseline(
+        tmp_path, monkeypatch, capsys):
+    """On a typed graph bench train times R-SAGE with per-relation fanouts; the rows every run
+    fetches (all types together) are those the simulator predicts, cached or not."""
+    assert cli(["prepare", "synthetic:igbh,num_nodes=1000", str(tmp_path / "ds")]) == 0
+    assert cli(["partition", str(tmp_path / "ds"), str(tmp_path / "p2"), "--parts", "2"]) == 0
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)  # as if PyG could sample
+    monkeypatch.setattr(bench_train, "run_baseline", lambda config: pytest.fail("a homogeneous baseline ran"))
+    out = tmp_path / "rows.json"
+    fanouts = "cites=4,3;written_by=3,3;rev_written_by=3,3;affiliated_to=2,0;rev_affiliated_to=2,0;topic=2,2;rev_topic=2,2"
+    assert cli(["bench", "train", str(tmp_path / "p2"), "--fanouts", fanouts, "--batch-size", "32", "--epochs", "2",
+                "--replication", "0.1", "--hidden", "8", "--pipeline-depth", "2", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "rsage, fanouts cites=4,3" in printed and "the PyG baseline samples homogeneous graphs only" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 2), ("vip", 1), ("vip", 2)]
+    assert all(r["rows_per_epoch"] == r["predicted_rows"] > 0 for r in rows)
+    assert rows[2]["rows_per_epoch"] < rows[0]["rows_per_epoch"] and rows[1]["sampling_alone_s"] > 0

@@ -26,6 +26,11 @@ torch's dropout), the second salientpp's model on MFGs built from PyG's batches,
 fetching gains show apart from the model step's (``--baselines`` picks them). They are skipped,
 with a message, when PyG has neither pyg-lib nor torch_sparse to sample with.
 
+**Typed graphs** run the same rows with ``--model`` (default ``rsage`` there) and train's forms of
+``--fanouts`` (one list for every relation, or one per relation); the rows fetched are all types'
+together, against the simulator's for the same fanout table. The baselines are homogeneous:
+they are skipped on a typed graph with a message.
+
 ``--compare-freed-memory`` adds the uncached run with each rank returning freed host memory to
 the system (:mod:`salientpp.distributed.host_memory`), alternating with the default.
 """
@@ -44,7 +49,7 @@ import numpy as np
 import torch
 
 from ..cache import PolicyContext, Workload, simulate
-from ..sampling import NeighborLoader, SamplerKind, make_sampler, parse_fanouts
+from ..sampling import NeighborLoader, SamplerKind, make_sampler, parse_fanouts, parse_typed_fanouts
 from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH, sampler_read_ahead
@@ -55,6 +60,7 @@ from ..parsing import flag_names, name_list, number_list
 from ..partition import load_partitioned
 from ..loader.pipeline import StageTimes
 from ..train import TrainConfig, resolve_run, train
+from ..train.setup import plan_request
 from ..train.config import FP32, PRECISIONS
 from ..train.state import TRAIN_CPU
 from .pyg_baseline import (OURS, PYG, BaselineConfig, run_baseline, sampling_backend, sampling_workers,
@@ -73,9 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("part_dir", metavar="PART_DIR", help="partitioned directory, e.g. the small preset in 2 parts")
     p.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up (default 3)")
     p.add_argument(*flag_names("--replication"), default="0.1,0.5", help="VIP replication factors (default 0.1,0.5)")
-    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--fanouts", default="15,10,5",
+                   help="as train's: on a typed graph one list for every relation, or REL=15,10,5;REL2=... per relation")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--model", default=None,
+                   help="a built-in model, as train's --model (default: sage, or rsage on a typed graph)")
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
@@ -130,6 +139,10 @@ def _baselines(args) -> Iterator[dict]:
     if reason is not None:
         print(f"baseline skipped: {reason} (pip install pyg-lib or torch_sparse to include it)")
         return
+    if args.typed:
+        print("baseline skipped: the PyG baseline samples homogeneous graphs only (a heterogeneous NeighborLoader "
+              "+ to_hetero(SAGE) baseline is not built)")
+        return
     fanouts = parse_fanouts(args.fanouts)
     for model in args.baselines:
         label = BASELINE_MODELS[model]
@@ -157,8 +170,10 @@ def _choices(text: str, option: str, choices) -> list[str]:
 
 def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth: int | None = 1,
             reuse_freed_memory: bool = True) -> TrainConfig:
-    fanouts = parse_fanouts(args.fanouts)
-    return TrainConfig(args.part_dir, epochs=args.epochs, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
+    fanouts = parse_typed_fanouts(args.fanouts)
+    hops = len(next(iter(fanouts.values())) if isinstance(fanouts, dict) else fanouts)
+    return TrainConfig(args.part_dir, model=args.model, epochs=args.epochs, hidden=args.hidden, layers=hops,
+                       fanouts=fanouts,
                        batch_size=args.batch_size, policy=cache,
                        replication=None if cache == "none" else alpha, pipeline_depth=depth,
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
@@ -174,14 +189,15 @@ def _run(args, precision: str, cache: str, alpha: float, depth: int, reuse_freed
             "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
 
 
-def _sampling_alone(args, data, threads: int, depth: int) -> float:
+def _sampling_alone(args, data, workload: Workload, threads: int, depth: int) -> float:
     """Seconds per epoch of the largest rank's training batches sampled by the C++ sampler alone,
     with ``threads`` sampler threads and the read-ahead of a pipeline of ``depth``
     (:func:`~salientpp.host.sampler_read_ahead`): the sampling stage at the parallelism it has in
     the pipelined runs; the median over ``--epochs`` epochs after the first."""
     rowptr, col = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (data.rowptr, data.col))
     seeds = max((np.asarray(data.part(k).train_idx) for k in range(data.num_parts)), key=len)
-    loader = NeighborLoader(make_sampler(rowptr, col, parse_fanouts(args.fanouts), SamplerKind.NODEWISE),
+    loader = NeighborLoader(make_sampler(rowptr, col, workload.sampler_fanouts, SamplerKind.NODEWISE,
+                                         **data.sampler_args),
                             torch.from_numpy(seeds), args.batch_size, sampler_threads=threads,
                             read_ahead=sampler_read_ahead(depth, threads))
     seconds = []
@@ -232,30 +248,28 @@ def main(args: argparse.Namespace) -> int:
     alphas = list(number_list(args.replication, float, "--replication", "0.1,0.5"))
     args.baselines = _choices(args.baselines, "--baselines", BASELINE_MODELS)
     args.precisions = _choices(args.precisions, "--precisions", PRECISIONS)
+    args.typed = load_partitioned(args.part_dir, verify=False, check=False).is_typed
+    args.model = args.model or ("rsage" if args.typed else "sage")
     for precision in args.precisions:  # refuses bf16 on a CPU without it
         _config(args, precision).validate()
-    load_partitioned(args.part_dir, verify=False, check=False).schema.require_homogeneous(
-        "bench train", args.part_dir, "time `salientpp train PART_DIR --model rsage --json FILE` instead (each JSON "
-        "line holds the epoch's seconds and stage times)")
     # The pipelined runs' depth and the thread budget, as `salientpp train` resolves them.
     run = resolve_run(_config(args, args.precisions[0], depth=args.pipeline_depth))
     budget, depth = run.threads, run.config.pipeline_depth
     if args.pipeline_depth is not None:
         check_int(args.pipeline_depth, "--pipeline-depth")
-    parse_fanouts(args.fanouts)
     if args.json_path is not None:
         check_output_dir(args.json_path, "output file")
     data = load_partitioned(args.part_dir)
     if data.num_parts == 1 and alphas:
         print(f"{args.part_dir} has one partition, so no remote rows to cache: only the uncached runs")
         alphas = []
-    workload = (Workload(parse_fanouts(args.fanouts), args.batch_size),)
-    sim = simulate(PolicyContext(data, workload, seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
+    workload = plan_request(run.config, data.schema).workload  # the trainer's fanout table
+    sim = simulate(PolicyContext(data, (workload,), seed=0, epochs=args.epochs), ["vip"], [0.0] + alphas)
     predicted = {0.0: float(sim.accessed.sum())}
     predicted.update({a: float(sim.rows[0, i + 1].sum()) for i, a in enumerate(alphas)})
     rows = []
     settings = [("none", 0.0)] + [("vip", a) for a in alphas]
-    sampling_alone = None if depth == 1 else _sampling_alone(args, data, budget.sampler_threads, depth)
+    sampling_alone = None if depth == 1 else _sampling_alone(args, data, workload, budget.sampler_threads, depth)
     for precision, (cache, alpha) in itertools.product(args.precisions, settings):
         off = _run(args, precision, cache, alpha, 1)
         runs = [off] if depth == 1 else [off, _run(args, precision, cache, alpha, depth)]
@@ -267,7 +281,7 @@ def main(args: argparse.Namespace) -> int:
             row["vs_slowest_stage"] = row["epoch_s"] / max(sampling, off["fetch_s"], off["compute_s"])
             rows.append(row)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.feature_dtype} features, {data.num_parts} ranks, "
-          f"fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
+          f"{args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
     print(budget.describe(pipeline_depth=args.pipeline_depth)
           + " (the baselines: the same torch threads, PyG sampling in "
           + (counted(workers, "worker process", "worker processes") if (workers := sampling_workers(budget)) else "the training thread") + ")")

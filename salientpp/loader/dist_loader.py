@@ -306,8 +306,7 @@ class DistNeighborLoader:
         self.fanouts = fanouts if typed and isinstance(fanouts, Mapping) else check_fanouts(fanouts, self.sampler)
         # made first: a typed graph's fanouts are checked here, before any collective
         sampler_core = make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk,
-                                    **({"edge_rel": graph.edge_rel, "schema": graph.schema,
-                                       "type_of": graph.book.type_of} if typed else {}))
+                                    **graph.data.sampler_args)
         self.num_layers = sampler_core.num_layers
         self.batch_size = check_batch_size(batch_size)
         seed = check_seed(seed, "seed")

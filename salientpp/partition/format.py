@@ -160,6 +160,15 @@ class PartitionedDataset(Typed):
         return self.book.num_nodes
 
     @property
+    def sampler_args(self) -> dict:
+        """What :func:`~salientpp.sampling.make_sampler` needs of this graph beside its CSR: a typed
+        graph's ``edge_rel``, ``schema`` and ``type_of`` (the partitioned ids' types,
+        ``book.type_of``); nothing for a homogeneous graph."""
+        if not self.is_typed:
+            return {}
+        return {"edge_rel": np.asarray(self.edge_rel), "schema": self.schema, "type_of": self.book.type_of}
+
+    @property
     def num_features(self) -> int:
         return int(self.meta["num_features"])
 
