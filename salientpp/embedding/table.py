@@ -142,6 +142,8 @@ class DistEmbedding:
     Attributes:
         weight: float32 ``[num_owned, dim]`` the owned rows: those of the rank's block of each
             embedded type, in id order (with one type, row i is global id ``graph.offset + i``).
+        types: int64 ``[T']`` the indices of the node types it embeds (ascending), or ``None`` for
+            every node.
         optimizer: the :class:`~salientpp.embedding.optim.SparseOptimizer` of ``weight``.
         stats: counters of the rows the lookups fetched since :meth:`reset_stats`
             (:class:`~salientpp.distributed.exchange.CommStats`; ``owned`` counts the owned ones).
