@@ -19,16 +19,20 @@ py::object tensor_or_none(const torch::Tensor& t) { return t.defined() ? py::cas
 
 py::dict origins_to_python(const RowOrigins& p) {
   py::dict d;
+  d["num_rows"] = p.num_rows;
   d["owned_pos"] = p.owned_pos;
   d["owned_row"] = p.owned_row;
+  d["owned_counts"] = p.owned_counts;
   d["x"] = tensor_or_none(p.x);
   d["remote_id"] = p.remote_id;
   d["remote_pos"] = p.remote_pos;
   d["remote_counts"] = p.remote_counts;
   d["device_pos"] = p.device_pos;
   d["device_slot"] = p.device_slot;
+  d["device_counts"] = p.device_counts;
   d["host_pos"] = p.host_pos;
   d["host_slot"] = p.host_slot;
+  d["host_counts"] = p.host_counts;
   return d;
 }
 
@@ -55,21 +59,27 @@ Labels make_labels(std::optional<torch::Tensor> values, int64_t offset) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "salientpp C++ kernels: neighbour sampling, finding row origins, row gathers, model-step ops";
   py::class_<FetchContext>(m, "FetchContext")
-      .def(py::init([](torch::Tensor offsets, int64_t rank, std::optional<torch::Tensor> cache_slot,
-                       int64_t num_device_slots, std::optional<torch::Tensor> local_x,
+      .def(py::init([](torch::Tensor offsets, int64_t num_types, int64_t rank, std::optional<torch::Tensor> cache_slot,
+                       torch::Tensor device_slots, torch::Tensor featured, std::optional<torch::Tensor> local_x,
                        std::optional<torch::Tensor> local_row, bool pin) {
+             TORCH_CHECK(num_types >= 1 && (offsets.size(0) - 1) % num_types == 0 &&
+                             device_slots.numel() == num_types && featured.numel() == num_types &&
+                             featured.scalar_type() == torch::kBool && device_slots.scalar_type() == torch::kInt64,
+                         "a fetch context needs K * T + 1 offsets, int64 device_slots [T] and bool featured [T]");
              FetchContext c;
              c.offsets = offsets;
+             c.num_types = num_types;
              c.rank = rank;
              if (cache_slot.has_value()) c.cache_slot = *cache_slot;
-             c.num_device_slots = num_device_slots;
+             c.device_slots = device_slots.contiguous();
+             c.featured = featured.contiguous();
              if (local_x.has_value()) c.local_x = *local_x;
              if (local_row.has_value()) c.local_row = *local_row;
              c.pin = pin;
              return c;
            }),
-           py::arg("offsets"), py::arg("rank"), py::arg("cache_slot"), py::arg("num_device_slots"), py::arg("local_x"),
-           py::arg("local_row"), py::arg("pin"));
+           py::arg("offsets"), py::arg("num_types"), py::arg("rank"), py::arg("cache_slot"), py::arg("device_slots"),
+           py::arg("featured"), py::arg("local_x"), py::arg("local_row"), py::arg("pin"));
 
   py::class_<Sampler, std::shared_ptr<Sampler>>(m, "Sampler")
       .def(py::init<torch::Tensor, torch::Tensor, std::optional<torch::Tensor>, torch::Tensor, bool>(),

@@ -17,60 +17,96 @@ constexpr int64_t kAhead = 16;
 }  // namespace
 
 RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes) {
-  const int64_t* offsets = ctx.offsets.data_ptr<int64_t>();
-  const int64_t num_parts = ctx.offsets.size(0) - 1;
+  const int64_t* blocks = ctx.offsets.data_ptr<int64_t>();
+  const int64_t num_types = ctx.num_types;
+  const int64_t num_blocks = ctx.offsets.size(0) - 1;  // K * T
   const int64_t rank = ctx.rank;
   const int64_t* cache_slot = ctx.cache_slot.defined() ? ctx.cache_slot.data_ptr<int64_t>() : nullptr;
-  const int64_t num_device = ctx.num_device_slots;
+  const int64_t* device_slots = ctx.device_slots.data_ptr<int64_t>();
+  const bool* featured = ctx.featured.data_ptr<bool>();
+  const bool typed = num_types > 1;
 
-  // Category of each position: an owner k in [0, K) for remote ids, then owned, device tier, host tier.
-  const int64_t kOwned = num_parts, kDevice = num_parts + 1, kHost = num_parts + 2;
+  // Category of each position: a remote block b in [0, K * T), then owned rows of type t, the
+  // device tier of type t, the host tier of type t, and none (a type without feature rows).
+  const int64_t kOwned = num_blocks, kDevice = kOwned + num_types, kHost = kDevice + num_types;
+  const int64_t kNone = kHost + num_types;
+  // Per block: its node type, and its category before the cache is looked up (no division per node).
+  std::vector<int64_t> block_type(num_blocks), block_category(num_blocks);
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const int64_t t = b % num_types;
+    block_type[b] = t;
+    block_category[b] = !featured[t] ? kNone : (b / num_types == rank ? kOwned + t : b);
+  }
   std::vector<int64_t> category(num_nodes);
-  std::vector<int64_t> count(num_parts + 3, 0);
+  std::vector<int64_t> position(typed ? num_nodes : 0);  // rank among the batch nodes of its type (typed only)
+  std::vector<int64_t> count(kNone + 1, 0);
+  std::vector<int64_t> rows(num_types, 0);
   for (int64_t i = 0; i < num_nodes; ++i) {
     if (cache_slot != nullptr && i + kAhead < num_nodes) __builtin_prefetch(cache_slot + n_id[i + kAhead]);
     const int64_t id = n_id[i];
-    const int64_t owner = std::upper_bound(offsets + 1, offsets + num_parts + 1, id) - (offsets + 1);
-    int64_t c = owner;
-    if (owner == rank) {
-      c = kOwned;
-    } else if (cache_slot != nullptr && cache_slot[id] >= 0) {
-      c = cache_slot[id] < num_device ? kDevice : kHost;
+    const int64_t b = std::upper_bound(blocks + 1, blocks + num_blocks + 1, id) - (blocks + 1);
+    const int64_t t = block_type[b];
+    if (typed) position[i] = rows[t];
+    ++rows[t];
+    int64_t c = block_category[b];
+    if (c == b && cache_slot != nullptr && cache_slot[id] >= 0) {
+      c = cache_slot[id] < device_slots[t] ? kDevice + t : kHost + t;
     }
     category[i] = c;
     ++count[c];
   }
 
-  const int64_t n_owned = count[kOwned], n_device = count[kDevice], n_host = count[kHost];
-  const int64_t n_remote = num_nodes - n_owned - n_device - n_host;
-  // next[c]: the next index in the concatenated row order [owned, remote by owner, device tier, host tier].
-  std::vector<int64_t> next(num_parts + 3);
-  next[kOwned] = 0;
-  int64_t base = n_owned;
-  for (int64_t k = 0; k < num_parts; ++k) {
-    next[k] = base;
-    base += count[k];
+  // next[c]: the next index in the concatenated row order [owned by type, remote by block,
+  // device tier by type, host tier by type].
+  std::vector<int64_t> next(kNone + 1);
+  int64_t base = 0;
+  for (int64_t t = 0; t < num_types; ++t) {
+    next[kOwned + t] = base;
+    base += count[kOwned + t];
   }
-  next[kDevice] = base;
-  next[kHost] = base + n_device;
+  const int64_t n_owned = base;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    next[b] = base;
+    base += count[b];
+  }
+  const int64_t n_remote = base - n_owned;
+  const int64_t device_base = base;
+  for (int64_t t = 0; t < num_types; ++t) {
+    next[kDevice + t] = base;
+    base += count[kDevice + t];
+  }
+  const int64_t host_base = base;
+  for (int64_t t = 0; t < num_types; ++t) {
+    next[kHost + t] = base;
+    base += count[kHost + t];
+  }
+  const int64_t n_device = host_base - device_base, n_host = base - host_base;
 
   // Pinned when the rows go to a GPU, so that their host-to-device copies are asynchronous.
   auto make = [&](int64_t n) { return torch::empty({n}, torch::TensorOptions(torch::kInt64).pinned_memory(ctx.pin)); };
+  auto counts = [&](int64_t first, int64_t n) {
+    torch::Tensor out = make(n);
+    std::copy(count.begin() + first, count.begin() + first + n, out.data_ptr<int64_t>());
+    return out;
+  };
   RowOrigins origins;
+  origins.num_rows = make(num_types);
+  std::copy(rows.begin(), rows.end(), origins.num_rows.data_ptr<int64_t>());
   origins.owned_pos = make(n_owned);
   origins.owned_row = make(n_owned);
+  origins.owned_counts = counts(kOwned, num_types);
   origins.remote_id = make(n_remote);
   origins.remote_pos = make(n_remote);
-  origins.remote_counts = make(num_parts);
+  origins.remote_counts = counts(0, num_blocks);
   origins.device_pos = make(n_device);
   origins.device_slot = make(n_device);
+  origins.device_counts = counts(kDevice, num_types);
   origins.host_pos = make(n_host);
   origins.host_slot = make(n_host);
-  std::copy(count.begin(), count.begin() + num_parts, origins.remote_counts.data_ptr<int64_t>());
+  origins.host_counts = counts(kHost, num_types);
 
   const int64_t* local_row = ctx.local_row.defined() ? ctx.local_row.data_ptr<int64_t>() : nullptr;
-  const int64_t num_owned = offsets[rank + 1] - offsets[rank];
-  const int64_t num_rows = ctx.local_x.defined() ? ctx.local_x.size(0) : num_owned;
+  const int64_t own_start = blocks[rank * num_types];
   int64_t* owned_pos = origins.owned_pos.data_ptr<int64_t>();
   int64_t* owned_row = origins.owned_row.data_ptr<int64_t>();
   int64_t* remote_id = origins.remote_id.data_ptr<int64_t>();
@@ -79,44 +115,49 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
   int64_t* device_slot = origins.device_slot.data_ptr<int64_t>();
   int64_t* host_pos = origins.host_pos.data_ptr<int64_t>();
   int64_t* host_slot = origins.host_slot.data_ptr<int64_t>();
-  // With local_x, the owned rows go straight to their positions in the batch's x, which the
-  // assembly completes in place (one [num_nodes, F] buffer per batch, each owned row copied once).
+  // With local_x (one type), the owned rows go straight to their positions in the batch's x, which
+  // the assembly completes in place (one [num_nodes, F] buffer per batch, each owned row copied once).
   char* x_out = nullptr;
   const char* x_src = nullptr;
   int64_t row_bytes = 0;
   if (ctx.local_x.defined()) {
+    TORCH_CHECK(num_types == 1, "local_x needs a one-type fetch context");
     const torch::Tensor& x = ctx.local_x;
     origins.x = torch::empty({num_nodes, x.size(1)}, x.options().pinned_memory(ctx.pin));
     row_bytes = x.size(1) * x.element_size();
     x_out = static_cast<char*>(origins.x.data_ptr());
     x_src = static_cast<const char*>(x.data_ptr());
   }
-  const int64_t device_base = next[kDevice], host_base = next[kHost];
+  auto is_owned = [&](int64_t c) { return c >= kOwned && c < kDevice; };
   for (int64_t i = 0; i < num_nodes; ++i) {
-    if (local_row != nullptr && i + kAhead < num_nodes && category[i + kAhead] == kOwned) {
-      __builtin_prefetch(local_row + (n_id[i + kAhead] - offsets[rank]));
+    if (local_row != nullptr && i + kAhead < num_nodes && is_owned(category[i + kAhead])) {
+      __builtin_prefetch(local_row + (n_id[i + kAhead] - own_start));
     }
-    const int64_t id = n_id[i];
     const int64_t c = category[i];
+    if (c == kNone) continue;
+    const int64_t id = n_id[i];
     const int64_t j = next[c]++;
-    if (c == kOwned) {
-      const int64_t local = id - offsets[rank];
-      const int64_t row = local_row != nullptr ? local_row[local] : local;
+    const int64_t pos = typed ? position[i] : i;
+    if (c < kOwned) {
+      remote_id[j - n_owned] = id;
+      remote_pos[j - n_owned] = pos;
+    } else if (c < kDevice) {
+      const int64_t t = c - kOwned;
+      const int64_t start = blocks[rank * num_types + t];
+      const int64_t num_rows = x_out != nullptr ? ctx.local_x.size(0) : blocks[rank * num_types + t + 1] - start;
+      const int64_t row = local_row != nullptr ? local_row[id - own_start] : id - start;
       if (row < 0 || row >= num_rows) {
         throw std::invalid_argument("local_row maps id " + std::to_string(id) + " to row " + std::to_string(row) +
-                                    " outside local_x's " + std::to_string(num_rows) + " rows; fix local_row");
+                                    " outside the " + std::to_string(num_rows) + " owned rows of its type; fix local_row");
       }
-      owned_pos[j] = i;
+      owned_pos[j] = pos;
       owned_row[j] = row;
-    } else if (c == kDevice) {
-      device_pos[j - device_base] = i;
+    } else if (c < kHost) {
+      device_pos[j - device_base] = pos;
       device_slot[j - device_base] = cache_slot[id];
-    } else if (c == kHost) {
-      host_pos[j - host_base] = i;
-      host_slot[j - host_base] = cache_slot[id] - num_device;
     } else {
-      remote_id[j - n_owned] = id;
-      remote_pos[j - n_owned] = i;
+      host_pos[j - host_base] = pos;
+      host_slot[j - host_base] = cache_slot[id] - device_slots[c - kHost];
     }
   }
   if (x_out != nullptr) {

@@ -122,7 +122,7 @@ def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:
                          num_device_slots=cached.size // 2)
     exchange = RowExchange(ctx, store.serve, num_features, torch.float32)
     store.fill_cache(exchange)
-    ok = bool(torch.equal(torch.cat([store.cache_device, store.cache_host])[torch.from_numpy(slot[cached])],
+    ok = bool(torch.equal(torch.cat([store.cache_device[0], store.cache_host[0]])[torch.from_numpy(slot[cached])],
                           torch.from_numpy(x[cached])))
     ok &= exchange.stats.received == 0  # filling the cache is not counted as epoch traffic
     for _ in range(3):

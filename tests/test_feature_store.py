@@ -104,6 +104,15 @@ class DeferredOps(DeviceOps):
         self.done = max(self.done, event.handle)
 
 
+def _origins(**fields) -> SimpleNamespace:
+    """Hand-built row origins of one type on rank 0 of 2 (its remote rows all from rank 1)."""
+    count = lambda name: torch.tensor([fields[name].shape[0]])  # noqa: E731
+    num_rows = sum(fields[name].shape[0] for name in ("owned_pos", "remote_pos", "device_pos", "host_pos"))
+    return SimpleNamespace(**fields, num_rows=torch.tensor([num_rows]), owned_counts=count("owned_pos"),
+                           device_counts=count("device_pos"), host_counts=count("host_pos"),
+                           remote_counts=torch.tensor([0, fields["remote_pos"].shape[0]]))
+
+
 def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     """All four sources (owned rows in two tiers, received rows, both cache tiers) land at their
     positions, and the result is there once the event is waited for, not before."""
@@ -112,22 +121,22 @@ def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     local_x = torch.randn(40, 6, generator=gen).numpy()
     ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), None)
     store = FeatureStore(ctx, book, local_x, np.random.default_rng(0).permutation(40), num_device_owned=15)
-    store.cache_device, store.cache_host = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
+    store.cache_device[0], store.cache_host[0] = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
     received = torch.randn(9, 6, generator=gen)
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
     owned_local = torch.randint(0, 40, (12,), generator=gen)
-    plan = SimpleNamespace(x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
-                           remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
-                           host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
+    plan = _origins(x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
+                    remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
+                    host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = torch.empty(31, 6)
     expected[plan.owned_pos] = torch.from_numpy(local_x)[owned_local]
     expected[plan.remote_pos] = received
-    expected[plan.device_pos] = store.cache_device[plan.device_slot]
-    expected[plan.host_pos] = store.cache_host[plan.host_slot]
+    expected[plan.device_pos] = store.cache_device[0][plan.device_slot]
+    expected[plan.host_pos] = store.cache_host[0][plan.host_slot]
 
-    assert torch.equal(store.assemble(plan, received, 31, CommStats(), HostOps()), expected)
+    assert torch.equal(store.assemble(plan, received, CommStats(), HostOps())[0], expected)
     ops = DeferredOps()
-    x = store.assemble(plan, received, 31, CommStats(), ops)
+    x = store.assemble(plan, received, CommStats(), ops)[0]
     ready = ops.record()
     assert torch.isnan(x).all()  # nothing has run on the simulated side stream yet
     ops.wait(ready)
@@ -141,20 +150,20 @@ def test_assembly_completes_the_x_the_sampler_threads_started_in_place():
     book = PartitionBook(np.array([0, 40, 100], dtype=np.int64))
     ctx = DistContext(0, 2, 0, torch.device("cpu"), torch.device("cpu"), None)
     store = FeatureStore(ctx, book, torch.randn(40, 6, generator=gen).numpy())
-    store.cache_device, store.cache_host = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
+    store.cache_device[0], store.cache_host[0] = torch.randn(5, 6, generator=gen), torch.randn(7, 6, generator=gen)
     received = torch.randn(9, 6, generator=gen)
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
     started = torch.full((31, 6), float("nan"))
     started[pos[:12]] = torch.randn(12, 6, generator=gen)
-    plan = SimpleNamespace(x=started.clone(), owned_pos=pos[:12], owned_row=torch.zeros(12, dtype=torch.int64),
-                           remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
-                           host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
+    plan = _origins(x=started.clone(), owned_pos=pos[:12], owned_row=torch.zeros(12, dtype=torch.int64),
+                    remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
+                    host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = started.clone()
     expected[plan.remote_pos] = received
-    expected[plan.device_pos] = store.cache_device[plan.device_slot]
-    expected[plan.host_pos] = store.cache_host[plan.host_slot]
+    expected[plan.device_pos] = store.cache_device[0][plan.device_slot]
+    expected[plan.host_pos] = store.cache_host[0][plan.host_slot]
 
-    x = store.assemble(plan, received, 31, CommStats(), HostOps())
+    x = store.assemble(plan, received, CommStats(), HostOps())[0]
     assert x.data_ptr() == plan.x.data_ptr()
     assert torch.equal(x, expected)
 
@@ -167,3 +176,41 @@ def test_homogeneous_exchange_counters_keep_their_seven_fields_and_a_typed_one_a
     typed.add(CommStats(received=2, received_by_type=[0, 1, 1]))
     assert typed.received_by_type == [0, 5, 2] and typed.as_dict()["received_by_type"] == [0, 5, 2]
     assert CommStats.from_tensor(typed.to_tensor()) == typed  # summed over ranks and checkpointed whole
+
+
+# ---- typed graphs: one store, per-type tiers ----------------------------------------------------------
+
+TYPED_BOOK = PartitionBook(np.array([0, 100, 200, 300]), np.array([0, 40, 60, 100, 150, 170, 200, 230, 260, 300]))
+
+
+def test_a_typed_store_numbers_each_types_cache_rows_and_caches_nothing_of_a_type_without_features():
+    """The plan's global cache slots become rows of each type's tiers (device tier first, the
+    plan's slot order within a tier); type 1 has no features, so none of its ids is cached."""
+    ctx = DistContext(0, 3, 0, torch.device("cpu"), torch.device("cpu"), None)
+    features = {0: np.zeros((40, 4), np.float32), 2: np.zeros((40, 7), np.float32)}
+    rng = np.random.default_rng(2)
+    cached = rng.choice(np.arange(100, 300), 90, replace=False)
+    plan_slot = np.full(300, -1, dtype=np.int64)
+    plan_slot[cached] = rng.permutation(90)
+    store = FeatureStore(ctx, TYPED_BOOK, features, cache_slot=plan_slot, num_device_slots=30)
+    types = TYPED_BOOK.type_of(np.arange(300))
+    slot = store.cache_slot.numpy()
+    assert (slot[types == 1] == -1).all() and store.widths == [4, 0, 7] and store.featured == [0, 2]
+    assert store.num_cached == int(np.count_nonzero(types[cached] != 1))
+    for t in (0, 2):
+        mine = cached[types[cached] == t]
+        device, host = mine[plan_slot[mine] < 30], mine[plan_slot[mine] >= 30]
+        assert store.device_slots[t] == device.shape[0]
+        assert np.array_equal(slot[device[np.argsort(plan_slot[device])]], np.arange(device.shape[0]))
+        assert np.array_equal(slot[host[np.argsort(plan_slot[host])]], device.shape[0] + np.arange(host.shape[0]))
+
+
+def test_row_runs_merge_the_consecutive_blocks_of_one_type_and_skip_empty_ones():
+    from salientpp.distributed.exchange import RowRun, row_runs
+
+    widths = [4, 0, 7]
+    counts = torch.tensor([2, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0, 2])  # (owner, type) blocks of 4 owners
+    assert row_runs(counts, widths) == [RowRun(0, 0, 2, 0, 8), RowRun(2, 2, 5, 8, 29), RowRun(0, 5, 6, 29, 33),
+                                        RowRun(2, 6, 8, 33, 47)]
+    assert row_runs(torch.tensor([2, 0, 0, 0, 0, 0, 3, 0, 0]), widths) == [RowRun(0, 0, 5, 0, 20)]
+    assert row_runs(torch.tensor([3, 0, 5]), [6]) == [RowRun(0, 0, 8, 0, 48)]  # one type: one run

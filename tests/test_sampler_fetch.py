@@ -114,3 +114,60 @@ def test_bad_fetch_context(setup, change, match):
                   local_x=ctx.local_x, local_row=ctx.local_row, pin=False) | change
     with pytest.raises(InputError, match=match):
         sampler.sample([300], fetch=FetchContext(**fields))
+
+
+def test_a_typed_batch_gets_its_row_origins_per_node_type_and_none_for_a_type_without_features():
+    """Three partitions of three node types, type 1 without features: positions are ranks among
+    the batch nodes of the type, each array is grouped by type (remote ones by (owner, type)
+    block), the cache rows are the type's own tiers, and type 1's nodes have no origin at all."""
+    from salientpp._ext import extension
+    from salientpp.sampling import RowOrigins
+
+    num_nodes, rank, featured, widths = 300, 1, [True, False, True], {0: 4, 2: 7}
+    book = PartitionBook(np.array([0, 100, 200, 300]), np.array([0, 40, 60, 100, 150, 170, 200, 230, 260, 300]))
+    rng = np.random.default_rng(5)
+    types = book.type_of(np.arange(num_nodes))
+    x = {t: torch.randn(num_nodes, w, generator=torch.Generator().manual_seed(t)) for t, w in widths.items()}
+    # owned rows stored shuffled within each type; local_row gives each one's row among its type's
+    local_row, storage = np.zeros(book.part_size(rank), dtype=np.int64), {}
+    for t in widths:
+        start, stop = book.block(rank, t)
+        ids = rng.permutation(np.arange(start, stop))
+        local_row[ids - book.offsets[rank]] = np.arange(ids.shape[0])
+        storage[t] = x[t][ids]
+    remote = np.setdiff1d(np.arange(num_nodes), book.owned(rank))
+    cached = rng.choice(remote, 80, replace=False)
+    device_slots, tiers, cache_slot = [3, 0, 2], {}, np.full(num_nodes, -1, dtype=np.int64)
+    for t in range(3):
+        mine = cached[types[cached] == t]
+        cache_slot[mine] = np.arange(mine.shape[0])  # type 1's too: a type without features ignores them
+        tiers[t] = (x[t][mine[:device_slots[t]]], x[t][mine[device_slots[t]:]]) if t in widths else None
+    ctx = FetchContext(book, rank, cache_slot=cache_slot, num_device_slots=device_slots, local_row=local_row,
+                       pin=False, featured=featured)
+    n_id = torch.from_numpy(rng.permutation(num_nodes)[:170])
+    o = RowOrigins(**extension().row_origins(ctx.to_extension(num_nodes), n_id))
+
+    node_type = types[n_id.numpy()]
+    assert o.num_rows.tolist() == np.bincount(node_type, minlength=3).tolist()
+    blocks = o.remote_counts.view(3, 3)
+    assert blocks[rank].sum() == 0 and blocks[:, 1].sum() == 0 and o.remote_counts.sum() > 0
+    for counts in (o.owned_counts, o.device_counts, o.host_counts):
+        assert counts[1] == 0 and counts[[0, 2]].min() > 0
+    remote_block = torch.repeat_interleave(torch.arange(9), o.remote_counts)
+    assert torch.equal(book.block_of(o.remote_id), remote_block)  # grouped by block, ascending
+    for t, w in widths.items():
+        expected = x[t][n_id[torch.from_numpy(node_type == t)]]
+        rows = torch.full((int(o.num_rows[t]), w), float("nan"))
+        pick = lambda name, counts: getattr(o, name).split(counts.tolist())[t]  # noqa: E731
+        rows[pick("owned_pos", o.owned_counts)] = storage[t][pick("owned_row", o.owned_counts)]
+        rows[pick("device_pos", o.device_counts)] = tiers[t][0][pick("device_slot", o.device_counts)]
+        rows[pick("host_pos", o.host_counts)] = tiers[t][1][pick("host_slot", o.host_counts)]
+        mine = remote_block % 3 == t
+        rows[o.remote_pos[mine]] = x[t][o.remote_id[mine]]
+        assert torch.equal(rows, expected), f"type {t}'s rows differ"
+
+
+def test_local_x_serves_a_one_type_book_only():
+    book = PartitionBook(np.array([0, 100, 200]), np.array([0, 60, 100, 150, 200]))
+    with pytest.raises(InputError, match="local_x serves one node type"):
+        FetchContext(book, 0, local_x=torch.zeros(100, 3), pin=False).to_extension(200)

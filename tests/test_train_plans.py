@@ -90,7 +90,7 @@ def _check_features(part_dir: str, plan: str) -> dict:
     data = trainer.graph.data
     x = np.concatenate([np.asarray(data.part(k).x) for k in range(data.num_parts)])  # global id order
     store, info = trainer.loader.store, read_plan_info(plan)
-    tiers = (store.num_device_owned, store.cache_device.shape[0], store.cache_host.shape[0])
+    tiers = (store.num_device_owned, store.cache_device[0].shape[0], store.cache_host[0].shape[0])
     ok, batches, stats = True, 0, CommStats()
     evaluation = DistNeighborLoader(trainer.graph, trainer.evaluator.seeds, config.eval_fanouts,
                                     config.eval_batch_size, plan=plan, pipeline_depth=2)

@@ -12,8 +12,9 @@ With an emulated network (the context's ``link``, :mod:`salientpp.distributed.ne
 all-to-all is booked on the rank's link when it starts, and :meth:`Pending.wait` returns only
 once the link would have carried its bytes.
 
-A typed graph's exchange (:class:`TypedRowExchange`) is the same three all-to-alls, once per batch
-for every node type: counts per (owner, type) block, rows type by type in one flat buffer.
+A typed graph's rows are the same three all-to-alls, once per batch for every node type: counts
+per (owner, type) block, rows type by type in one flat buffer (a homogeneous graph is the one-type
+case: counts per owner, rows ``[n, F]``).
 """
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ class CommStats:
 
     Rows are counted per batch node: ``owned`` (this rank's partition), ``device_hits`` / ``host_hits``
     (remote rows served by the cache tiers) and ``received`` (remote rows fetched from their
-    owners). ``sent`` rows are those this rank served to the others. A typed exchange
-    (:class:`TypedRowExchange`) also counts ``received_by_type``: the rows received of each node
-    type (a list of T ints, in the schema's order; empty for a homogeneous graph).
+    owners). ``sent`` rows are those this rank served to the others. An exchange of several node
+    types (:class:`RowExchange` with per-type widths) also counts ``received_by_type``: the rows
+    received of each node type (a list of T ints, in the schema's order; empty for one type).
     """
 
     owned: int = 0
@@ -119,20 +120,37 @@ class CommStats:
 class RowExchange:
     """Moves feature rows between ranks with ``all_to_all_single``.
 
+    The rows may be of several node types whose widths differ (a typed graph's features; one type
+    is the homogeneous case). Counts are then per (owner, node type) block of the partition book:
+    int64 ``[K * T]``, entry ``k * T + t`` the ids of type ``t`` requested from rank ``k`` (with one
+    type, per owner: ``[K]``). The ids travel grouped by owner and by type within an owner
+    (ascending global ids are, the book being partition-major and type-minor), so each owner's
+    reply is its rows of type 0, then of type 1, ..., in one flat buffer, which
+    :func:`row_pieces` views as ``[rows, F_t]`` pieces.
+
     Args:
         ctx: the process group context.
-        serve: ``serve(ids)`` returns the ``[n, F]`` rows of ids this rank owns (int64 ``[n]``,
-            on ``ctx.comm_device``), on ``ctx.comm_device``.
-        num_features, dtype: shape and dtype of a row.
+        serve: with one type, ``serve(ids)`` returns the ``[n, F]`` rows of ids this rank owns
+            (int64 ``[n]``, on ``ctx.comm_device``), on ``ctx.comm_device``; with several,
+            ``serve(ids, counts)`` gets them grouped by requesting rank and by type within a rank
+            (``counts`` int64 ``[K * T]`` per block, host) and returns their rows in that order, flat
+            (1-D, ``sum F_type(id)`` elements) on ``ctx.comm_device``.
+        widths: ``F``, the width of every row (one type), or ``F_t`` of each node type (0: a type
+            without features, whose ids are never requested).
+        dtype: the dtype of every row.
     """
 
-    def __init__(self, ctx: DistContext, serve: Callable[[torch.Tensor], torch.Tensor], num_features: int,
+    def __init__(self, ctx: DistContext, serve: Callable[..., torch.Tensor], widths: int | Sequence[int],
                  dtype: torch.dtype):
         self.ctx = ctx
         self.serve = serve
-        self.num_features = num_features
+        self.widths = [int(widths)] if isinstance(widths, int) else [int(w) for w in widths]
         self.dtype = dtype
         self.stats = CommStats()
+
+    @property
+    def num_types(self) -> int:
+        return len(self.widths)
 
     def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None,
                     in_splits: list[int] | None, group=None) -> Pending:
@@ -160,13 +178,13 @@ class RowExchange:
         return crossing(inp, in_splits), crossing(out, out_splits)
 
     def counts(self, send_counts: torch.Tensor) -> Pending:
-        """Start sending how many ids this rank requests from each owner (int64 ``[K]``, host);
-        the result, how many each peer requests from us, is on the host too."""
+        """Start sending how many ids this rank requests from each block (int64 ``[K * T]``,
+        host); the result, how many each peer requests from us, is on the host too."""
         send = send_counts.to(torch.int64)
         return self._all_to_all(torch.empty_like(send), send, None, None, self.ctx.count_group)
 
     def ids(self, send_ids: torch.Tensor, send_counts: torch.Tensor, recv_counts: torch.Tensor) -> Pending:
-        """Start sending the requested ids (grouped by owner; pinned host memory or the comm
+        """Start sending the requested ids (grouped by block; pinned host memory or the comm
         device); the result is the ids others request from us, on the comm device."""
         recv_counts, send_counts = self.per_peer(recv_counts), self.per_peer(send_counts)
         recv = torch.empty(int(recv_counts.sum()), dtype=torch.int64, device=self.ctx.comm_device)
@@ -174,97 +192,87 @@ class RowExchange:
                                 send_counts.tolist())
 
     def per_peer(self, counts: torch.Tensor) -> torch.Tensor:
-        """int64 ``[K]`` the ids of ``counts`` (what :meth:`counts` exchanges) per peer: the counts themselves."""
-        return counts
+        """int64 ``[K]`` the ids of per-block ``counts`` (int64 ``[K * T]``) per peer."""
+        return counts.view(-1, self.num_types).sum(1)
+
+    def _elements(self, counts: torch.Tensor) -> torch.Tensor:
+        """int64 ``[K]`` the row elements of per-block ``counts`` per peer."""
+        return (counts.view(-1, self.num_types) * torch.tensor(self.widths, dtype=torch.int64)).sum(1)
 
     def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
-        """Slice the rows others requested from us and start the exchange; the result is our
-        requested rows, ``[sum(send_counts), F]``, grouped by owner in request order."""
-        out_rows = self.serve(requested_ids)
-        recv = torch.empty((int(send_counts.sum()), self.num_features), dtype=self.dtype,
-                           device=self.ctx.comm_device)
-        row_bytes = self.num_features * recv.element_size()
-        self.stats.sent += int(out_rows.shape[0])
-        self.stats.bytes_sent += int(out_rows.shape[0]) * row_bytes
-        self.stats.received += int(recv.shape[0])
-        self.stats.bytes_received += int(recv.shape[0]) * row_bytes
-        return self._all_to_all(recv, out_rows, send_counts.tolist(), requested_counts.tolist())
+        """Serve the rows others requested from us and start the exchange; the result is our
+        requested rows, owner by owner in request order (type by type within an owner): ``[n, F]``
+        with one type, flat (1-D, :func:`row_pieces` views it) with several. ``requested_counts``
+        and ``send_counts`` are per block."""
+        one_type = self.num_types == 1
+        out_rows = self.serve(requested_ids) if one_type else self.serve(requested_ids, requested_counts)
+        sent, received = self._elements(requested_counts), self._elements(send_counts)
+        recv = torch.empty(int(received.sum()), dtype=self.dtype, device=self.ctx.comm_device)
+        by_type = send_counts.view(-1, self.num_types).sum(0)
+        self.stats.sent += int(requested_counts.sum())
+        self.stats.bytes_sent += int(sent.sum()) * recv.element_size()
+        self.stats.received += int(by_type.sum())
+        self.stats.bytes_received += int(received.sum()) * recv.element_size()
+        if one_type:  # rows of one width travel as [n, F] (the same bytes), split by rows
+            recv = recv.view(int(by_type.sum()), self.widths[0])
+            sent, received = self.per_peer(requested_counts), self.per_peer(send_counts)
+        else:
+            self.stats.count_by_type(by_type.tolist())
+        return self._all_to_all(recv, out_rows, received.tolist(), sent.tolist())
 
     def send_back(self, rows: torch.Tensor, send_counts: torch.Tensor, requested_counts: torch.Tensor) -> Pending:
-        """The reverse of :meth:`rows`: send one row per id this rank requested (``[sum(send_counts), F]``,
-        grouped by owner in request order, e.g. their gradients) back to the owners; the result is
-        ``[sum(requested_counts), F]``, one row per id the others requested from us, in the order
-        :meth:`ids` returned them."""
+        """The reverse of :meth:`rows` for one type: send one row per id this rank requested
+        (``[sum(send_counts), F]``, grouped by owner in request order, e.g. their gradients) back to
+        the owners; the result is ``[sum(requested_counts), F]``, one row per id the others
+        requested from us, in the order :meth:`ids` returned them."""
         recv = torch.empty((int(requested_counts.sum()), rows.shape[1]), dtype=rows.dtype,
                            device=self.ctx.comm_device)
         return self._all_to_all(recv, rows.to(self.ctx.comm_device), requested_counts.tolist(), send_counts.tolist())
 
     def fetch(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """The rows of ``ids`` (int64, grouped by owner, ``counts[k]`` owned by rank k), synchronously."""
+        """The rows of ``ids`` (int64, grouped by block, ``counts`` per block), synchronously, as :meth:`rows` gives them."""
         recv_counts = self.counts(counts).wait()
         requested = self.ids(ids, counts, recv_counts).wait()
         return self.rows(requested, recv_counts, counts).wait()
 
 
-class TypedRowExchange(RowExchange):
-    """The row exchange of a typed graph's features: the same three all-to-alls, ONE of each per
-    batch for every node type.
+@dataclass(frozen=True)
+class RowRun:
+    """Consecutive rows of one node type in a buffer of rows grouped by (owner, type) block: rows
+    ``[first, last)`` of the buffer, elements ``[start, stop)`` of it flattened."""
 
-    The counts are per (owner, node type) block of the partition book: int64 ``[K * T]``, entry
-    ``k * T + t`` the ids of type ``t`` requested from rank ``k``. The ids travel grouped by owner
-    and by type within an owner (ascending global ids are, the book being partition-major and
-    type-minor), so each owner's reply is its rows of type 0, then of type 1, ..., in one flat
-    buffer, which the receiver views piece by piece as ``[count_{k,t}, F_t]`` (:meth:`pieces`).
-    With one type this is the homogeneous exchange's traffic.
-
-    Args:
-        ctx: the process group context.
-        serve: ``serve(ids, counts)`` returns the rows of owned ids (int64 ``[n]`` on
-            ``ctx.comm_device``, grouped by requesting rank and by type within a rank, ``counts``
-            int64 ``[K * T]`` on the host), flattened: 1-D of ``sum F_type(id)`` elements on
-            ``ctx.comm_device``.
-        widths: ``F_t`` of each node type (0: a type without features, whose ids are never requested).
-        dtype: the dtype of every row (a dataset has one feature dtype).
-    """
-
-    def __init__(self, ctx: DistContext, serve: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 widths: Sequence[int], dtype: torch.dtype):
-        super().__init__(ctx, serve, 0, dtype)
-        self.widths = torch.tensor(list(widths), dtype=torch.int64)
-
-    def per_peer(self, counts: torch.Tensor) -> torch.Tensor:
-        """int64 ``[K]`` the ids of per-block ``counts`` (int64 ``[K * T]``) per peer."""
-        return counts.view(-1, self.widths.shape[0]).sum(1)
-
-    def _elements(self, counts: torch.Tensor) -> torch.Tensor:
-        """int64 ``[K]`` the row elements of per-block ``counts`` per peer."""
-        return (counts.view(-1, self.widths.shape[0]) * self.widths).sum(1)
-
-    def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
-        """Serve the rows others requested from us and start the exchange; the result is our
-        requested rows, flat (1-D), owner by owner and type by type within an owner
-        (:func:`typed_pieces` views them). ``requested_counts`` and ``send_counts`` are per block (``[K * T]``)."""
-        out_rows = self.serve(requested_ids, requested_counts)
-        sent, received = self._elements(requested_counts), self._elements(send_counts)
-        recv = torch.empty(int(received.sum()), dtype=self.dtype, device=self.ctx.comm_device)
-        by_type = send_counts.view(-1, self.widths.shape[0]).sum(0)
-        self.stats.sent += int(requested_counts.sum())
-        self.stats.bytes_sent += int(sent.sum()) * recv.element_size()
-        self.stats.received += int(by_type.sum())
-        self.stats.bytes_received += int(received.sum()) * recv.element_size()
-        self.stats.count_by_type(by_type.tolist())
-        return self._all_to_all(recv, out_rows, received.tolist(), sent.tolist())
+    node_type: int
+    first: int
+    last: int
+    start: int
+    stop: int
 
 
-def typed_pieces(received: torch.Tensor, counts: torch.Tensor, widths: Sequence[int]) -> list[list[torch.Tensor]]:
-    """The flat rows a :class:`TypedRowExchange` received for per-block ``counts`` (int64
-    ``[K * T]``, host; ``widths``: ``F_t`` of each of the T types) as ``pieces[t][k]``: the
-    ``[count_{k,t}, F_t]`` rows of type ``t`` from rank ``k`` (views of ``received``)."""
-    num_types = len(widths)
-    blocks = counts.view(-1, num_types)
-    flat = torch.split(received, (blocks * torch.tensor(widths, dtype=torch.int64)).flatten().tolist())
-    return [[flat[k * num_types + t].view(int(blocks[k, t]), widths[t]) for k in range(blocks.shape[0])]
-            for t in range(num_types)]
+def row_runs(counts: torch.Tensor, widths: Sequence[int]) -> list[RowRun]:
+    """The runs of rows of one type in a buffer of per-block ``counts`` (int64 ``[K * T]``, host;
+    ``widths``: ``F_t`` of each of the T types): consecutive non-empty blocks of one type form one
+    run (with one type, every row is one run)."""
+    num_types, runs = len(widths), []
+    row = element = 0
+    for b, n in enumerate(counts.tolist()):
+        if n == 0:
+            continue
+        t = b % num_types
+        if runs and runs[-1].node_type == t:
+            run = runs.pop()
+            runs.append(RowRun(t, run.first, row + n, run.start, element + n * widths[t]))
+        else:
+            runs.append(RowRun(t, row, row + n, element, element + n * widths[t]))
+        row, element = row + n, element + n * widths[t]
+    return runs
+
+
+def row_pieces(received: torch.Tensor, counts: torch.Tensor, widths: Sequence[int]) -> list[tuple[RowRun, torch.Tensor]]:
+    """The rows a :class:`RowExchange` received for per-block ``counts`` (int64 ``[K * T]``, host)
+    as ``(run, rows)`` pairs, one per :func:`row_runs` run: ``rows`` the ``[run.last - run.first,
+    F_t]`` view of ``received`` holding them."""
+    flat = received.reshape(-1)
+    return [(run, flat[run.start:run.stop].view(-1, widths[run.node_type])) for run in row_runs(counts, widths)]
 
 
 @dataclass(frozen=True)

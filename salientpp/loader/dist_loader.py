@@ -38,7 +38,7 @@ from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..models.typed import type_ranks
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
                         check_sampler, make_sampler)
-from ..sampling import MFG, SampledBatch
+from ..sampling import MFG
 from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
 from .pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
@@ -288,7 +288,7 @@ class DistNeighborLoader:
     (``edge_rel``, the schema, the fanout table) and each :class:`Batch` carries ``x_dict`` (the
     rows of every node type with features, exactly the dataset's), ``node_type``, MFGs with
     ``edge_type``, the seeds' ``y`` and the ``schema``; ``x`` is None. The rows of every type
-    travel in one exchange per batch (:class:`~salientpp.distributed.exchange.TypedRowExchange`),
+    travel in one exchange per batch (:class:`~salientpp.distributed.exchange.RowExchange`),
     and :attr:`stats` counts the rows received per type (``received_by_type``).
     """
 
@@ -341,15 +341,10 @@ class DistNeighborLoader:
             seed=loader_seed(seed, graph.rank, workload=workload), sampler_threads=sampler_threads, low_priority=low_priority,
             read_ahead=self.read_ahead, prefetch_next_epoch=prefetch_next_epoch,
             fetch=FetchContext(**self.store.fetch_context_args()) if features else None)
-        if typed:  # no x: the rows of each type with features, none of them for an empty step
-            self._empty_x = None
-            self._empty_x_dict = {} if not features else {
-                t: torch.empty((0, self.store.widths[t]), dtype=self.store.dtype, device=graph.ctx.device)
-                for t in self.store.typed}
-        else:
-            self._empty_x = (torch.empty((0, self.store.num_features), dtype=self.store.dtype,
-                                         device=graph.ctx.device)
-                             if features else torch.empty((0, 0), device=graph.ctx.device))
+        # an empty step's rows: none of each type with features
+        self._empty_x_dict = {} if not features else {
+            t: torch.empty((0, self.store.widths[t]), dtype=self.store.dtype, device=graph.ctx.device)
+            for t in self.store.featured}
         self.ops = device_ops(graph.ctx.device)  # the side stream of this loader's copies and gathers
 
     SEEDS = "nodes"  # what a seed is, in messages
@@ -407,10 +402,7 @@ class DistNeighborLoader:
         self.stats, self.times = CommStats(), StageTimes()
         if self.exchange is not None:
             self.exchange.stats = self.stats
-        batches = iter(self._loader)
-        if self.graph.is_typed and self.store is not None:  # split each batch's row origins by node type
-            batches = map(self._typed_origins, batches)
-        pipeline = Pipeline(SampleStage(batches, self.num_batches, first),
+        pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
                             fetch_stages(self.exchange, self.store, self.stats, self.ops, self._labels),
                             self.pipeline_depth, self.times, on_stage=self.on_stage)
         finished = False
@@ -424,29 +416,25 @@ class DistNeighborLoader:
             if not finished:  # a loop that stopped early: stop the sampling threads now
                 self._loader.close()
 
-    def _typed_origins(self, batch: SampledBatch) -> SampledBatch:
-        """``batch`` with its row origins split by node type (a typed graph's; an empty batch as it is)."""
-        if batch.batch_size:
-            rank, _ = type_ranks(batch.node_type, batch.num_nodes, self.store.num_types)
-            batch.origins = self.store.typed_origins(batch.origins, batch.node_type, rank)
-        return batch
-
     def _batch(self, item: InFlight) -> Batch:
         device = self.graph.ctx.device
         batch = item.batch
+        rows = self._empty_x_dict if batch is None else item.x_dict  # node type index -> its rows
         typed = {}
-        if self.graph.is_typed:
+        if self.graph.is_typed:  # no x: the rows of each type with features
             names = self.graph.schema.node_types
-            rows = self._empty_x_dict if batch is None else item.x_dict or {}
             typed = {"schema": self.graph.schema, "x_dict": {names[t]: x for t, x in rows.items()},
                      "node_type": torch.empty(0, dtype=torch.int64, device=device) if batch is None else item.node_type}
+        num_nodes = 0 if batch is None else batch.num_nodes
+        # a homogeneous graph's x: its one type's rows, or float32 [num_nodes, 0] without features
+        x = None if typed else rows[0] if rows else torch.empty((num_nodes, 0), device=device)
         if batch is None:  # no seeds on this rank for this step
             seeds = torch.empty(0, dtype=torch.int64)
             mfgs = [MFG.empty() for _ in range(self.num_layers)]
             if self.graph.is_typed:
                 mfgs = [replace(m, edge_type=torch.empty(0, dtype=torch.int64)) for m in mfgs]
-            return Batch(self._empty_x, self._labels(seeds).to(device), seeds.to(device), 0,
+            return Batch(x, self._labels(seeds).to(device), seeds.to(device), 0,
                          [m.to(device) for m in mfgs], *hop_layout(mfgs, 0), **typed)
         self.ops.wait(item.ready)  # the compute stream waits for the side stream; the host does not
-        return Batch(None if typed else item.x, item.y, item.n_id, batch.batch_size, item.mfgs,
+        return Batch(x, item.y, item.n_id, batch.batch_size, item.mfgs,
                      *hop_layout(batch.mfgs, batch.batch_size), **typed)

@@ -16,8 +16,8 @@ import torch
 from ..cache.plan import (DEVICE_FRACTION, CheckedPlan, PlanInfo, load_plan, device_owned_rows, open_plan,
                           partition_identity)
 from ..data.format import SPLITS
-from ..distributed.exchange import RowExchange, TypedRowExchange
-from ..distributed.feature_store import FeatureStore, TypedFeatureStore
+from ..distributed.exchange import RowExchange
+from ..distributed.feature_store import FeatureStore
 from ..distributed.group import DistContext
 from ..distributed.health import agree
 from ..errors import InputError
@@ -48,7 +48,7 @@ class DistGraph:
     **Typed graphs.** ``x``, ``y`` and the splits concern the target type: row i is the id
     ``seed_start + i``, and ``num_owned`` counts this rank's nodes of the target type (for a
     homogeneous graph ``seed_start`` is ``offset``). The feature store holds every type with
-    features (:class:`~salientpp.distributed.feature_store.TypedFeatureStore`).
+    features (the one :class:`~salientpp.distributed.feature_store.FeatureStore`, per type).
     """
 
     def __init__(self, path: str | os.PathLike, ctx: DistContext | None = None):
@@ -155,7 +155,7 @@ class DistGraph:
     # -- features -----------------------------------------------------------------------------------
     def feature_store(self, plan: CheckedPlan | PlanInfo | str | os.PathLike | None,
                       device_fraction: float | None = DEVICE_FRACTION
-                      ) -> tuple[FeatureStore | TypedFeatureStore, RowExchange]:
+                      ) -> tuple[FeatureStore, RowExchange]:
         """The feature store and row exchange of this rank with the cache of ``plan`` (a plan
         ``salientpp analyze`` wrote for this partitioning: its directory, its
         :class:`~salientpp.cache.plan.PlanInfo` already read, or a plan already checked for this
@@ -164,9 +164,8 @@ class DistGraph:
         other fanouts or batches still serves any loader: its rows are cached, only chosen for
         another workload. The plan says how many owned rows live on the device (``device_fraction``
         is then ignored); without one, the first ``floor(device_fraction * n_k)`` do (``n_k``: the
-        ids this rank owns, of every type). A typed graph's is a
-        :class:`~salientpp.distributed.feature_store.TypedFeatureStore` with a
-        :class:`~salientpp.distributed.exchange.TypedRowExchange`."""
+        ids this rank owns, of every type). A typed graph's holds the rows of every type with
+        features, and its exchange moves them all at once (per-type row widths)."""
         key = None if plan is None else str(Path(plan.path if isinstance(plan, (CheckedPlan, PlanInfo)) else plan
                                                  ).resolve())
         if key not in self._stores:
@@ -184,20 +183,16 @@ class DistGraph:
             fields = sorted(identity.items(), key=lambda item: isinstance(item[1], (dict, list)))
             agree(self.ctx, "cache plan", {f"the cache plan's {key}": value for key, value in fields}
                   if identity else {"cache plan": None})
-            if self.is_typed:
-                store = TypedFeatureStore(self.ctx, self.book, self._typed_features(), owned_order, num_device_owned,
-                                          cache_slot, num_device_slots)
-                exchange = TypedRowExchange(self.ctx, store.serve, store.widths, store.dtype)
-            else:
-                store = FeatureStore(self.ctx, self.book, self.part.x, owned_order, num_device_owned, cache_slot,
-                                     num_device_slots)
-                exchange = RowExchange(self.ctx, store.serve, store.num_features, store.dtype)
+            store = FeatureStore(self.ctx, self.book, self._features(), owned_order, num_device_owned, cache_slot,
+                                 num_device_slots)
+            exchange = RowExchange(self.ctx, store.serve, store.widths, store.dtype)
             store.fill_cache(exchange)
             self._stores[key] = (store, exchange)
         return self._stores[key]
 
-    def _typed_features(self) -> dict[int, np.ndarray]:
-        """Node type index -> this rank's ``[n_kt, F_t]`` rows of the type, for every type with features."""
+    def _features(self) -> dict[int, np.ndarray]:
+        """Node type index -> this rank's ``[n_kt, F_t]`` rows of the type, for every type with
+        features (a homogeneous graph: ``{0: x}``)."""
         schema = self.schema
         return {schema.target_index: self.part.x,
                 **{t: self.part.features[schema.node_types[t]] for t in self.data.feature_types}}

@@ -29,7 +29,7 @@ import torch
 
 from ..distributed.device import DeviceOps, Event
 from ..distributed.exchange import CommStats, Pending, RowExchange
-from ..distributed.feature_store import FeatureStore, TypedFeatureStore
+from ..distributed.feature_store import FeatureStore
 from ..distributed.health import Stage
 
 
@@ -41,12 +41,12 @@ class InFlight:
         step: index of the step in the epoch.
         batch: the sampled batch (``n_id``, ``batch_size``, ``mfgs``, ``y``, ``fetch``) or ``None``
             for an empty step (a batch without seeds).
-        x: ``[num_nodes, F]`` assembled features in ``n_id`` order, on the device (set last).
-        x_dict: a typed graph's assembled features instead: node type index -> ``[n_t, F_t]``
-            rows of the batch's nodes of the type, in ``n_id`` order (types with features).
+        x_dict: the assembled features: node type index -> ``[n_t, F_t]`` rows of the batch's
+            nodes of the type, in ``n_id`` order, on the device (types with features; a
+            homogeneous graph's ``{0: [num_nodes, F]}``; empty without a store) (set last).
         mfgs, n_id, y, node_type: the batch's MFGs, int64 ``[num_nodes]`` node ids, its seeds' label
             rows and (a typed graph's) int64 ``[num_nodes]`` node types, on the device (set last).
-        ready: the event after which ``x``, ``mfgs``, ``n_id`` and ``y`` are complete on the device; the
+        ready: the event after which ``x_dict``, ``mfgs``, ``n_id`` and ``y`` are complete on the device; the
             consumer makes its stream wait for it (:meth:`DeviceOps.wait`) before using them.
     """
 
@@ -56,7 +56,6 @@ class InFlight:
     recv_counts: Pending | None = None
     requested: Pending | None = None
     received: Pending | None = None
-    x: torch.Tensor | None = None
     x_dict: dict[int, torch.Tensor] | None = None
     mfgs: list | None = None
     n_id: torch.Tensor | None = None
@@ -137,14 +136,15 @@ class RowsStage:
 
 class AssembleStage:
     """Wait for the rows, then queue on the side stream the uploads of the batch (row origins,
-    received rows, MFGs, ids, labels) and the one gather that writes ``x[n_id]`` (a typed
-    graph's: one per node type with features, into ``x_dict``); record when it is done. ``labels(seeds)`` gives the host label rows of int64 seed ids."""
+    received rows, MFGs, ids, labels) and the gathers that write the rows of ``n_id`` (one per
+    node type with features, into ``x_dict``); record when it is done. ``labels(seeds)`` gives the
+    host label rows of int64 seed ids."""
 
     stage = Stage.ASSEMBLE
 
-    def __init__(self, store: FeatureStore | TypedFeatureStore | None, stats: CommStats, ops: DeviceOps,
+    def __init__(self, store: FeatureStore | None, stats: CommStats, ops: DeviceOps,
                  labels: Callable[[torch.Tensor], torch.Tensor]):
-        self.store = store  # None: a loader without features, whose x is float32 [num_nodes, 0]
+        self.store = store  # None: a loader without features, whose x_dict is empty
         self.stats = stats
         self.ops = ops
         self.labels = labels
@@ -155,15 +155,7 @@ class AssembleStage:
         if batch is None:
             return item
         up = self.ops.upload
-        num_nodes = int(batch.n_id.shape[0])
-        if self.store is None:
-            item.x = self.ops.empty((num_nodes, 0), torch.float32)
-        else:
-            features = self.store.assemble(batch.origins, received, num_nodes, self.stats, self.ops)
-            if isinstance(features, dict):  # a typed graph's rows, per node type
-                item.x_dict = features
-            else:
-                item.x = features
+        item.x_dict = {} if self.store is None else self.store.assemble(batch.origins, received, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
                              edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight),
                              edge_type=None if mfg.edge_type is None else up(mfg.edge_type))
@@ -174,8 +166,8 @@ class AssembleStage:
         item.ready = self.ops.record()
         structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight, mfg.edge_type)
                      if t is not None]
-        features = [item.x] if item.x_dict is None else [*item.x_dict.values(), item.node_type]
-        self.ops.hand_over([t for t in features if t is not None] + [item.n_id, item.y, *structure])
+        features = [*item.x_dict.values()] + ([] if item.node_type is None else [item.node_type])
+        self.ops.hand_over(features + [item.n_id, item.y, *structure])
         return item
 
 

@@ -77,26 +77,35 @@ class MFG:
 class FetchContext:
     """What a rank knows about feature placement; given to the sampler to find each batch's row origins.
 
+    A homogeneous graph is the one-type case: every per-type value has one entry, and a row's
+    position among the batch nodes of its type is its index in ``n_id``.
+
     Attributes:
-        book: the partition book (rank ``k`` owns ids ``[offsets[k], offsets[k + 1])``).
+        book: the partition book (rank ``k`` owns ids ``[offsets[k], offsets[k + 1])``, type ``t``
+            of them the block ``book.block(k, t)``).
         rank: the partition owned by this process.
-        cache_slot: int64 ``[N]``: -1 = not cached; ``0 .. num_device_slots - 1`` = slot in the device
-            cache tier; ``num_device_slots + j`` = slot ``j`` in the host cache tier. None = no cache.
-            Owned ids are never looked up in the cache.
-        num_device_slots: size of the device cache tier.
-        local_x: ``[n_rank, F]`` owned feature rows (CPU), or None: the plan then has no ``x``.
-        local_row: int64 ``[n_rank]``: storage row in ``local_x`` of local index
-            ``id - offsets[rank]`` (owned rows stored in VIP order); None = identity.
+        cache_slot: int64 ``[N]``: -1 = not cached; for an id of type ``t``, ``0 .. G_t - 1`` = row in
+            the type's device cache tier, ``G_t + j`` = row ``j`` of the type's host cache tier. None =
+            no cache. Owned ids are never looked up in the cache.
+        num_device_slots: ``G_t``, the rows of each type's device cache tier: a sequence of T
+            ints, or one int for every type.
+        local_x: ``[n_rank, F]`` owned feature rows (CPU; one type only), or None: the plan then has no ``x``.
+        local_row: int64 ``[n_rank]``: row of local index ``id - offsets[rank]`` among the owned
+            rows of its type (``local_x``'s with one type; owned rows stored in VIP order); None =
+            its index within its block.
         pin: put the plan's ``x`` in pinned memory; defaults to ``torch.cuda.is_available()``.
+        featured: which of the T types have feature rows (None: all); the ids of the others get no
+            row origin.
     """
 
     book: PartitionBook
     rank: int
     cache_slot: torch.Tensor | np.ndarray | None = None
-    num_device_slots: int = 0
+    num_device_slots: int | Sequence[int] = 0
     local_x: torch.Tensor | np.ndarray | None = None
     local_row: torch.Tensor | np.ndarray | None = None
     pin: bool = field(default_factory=torch.cuda.is_available)
+    featured: Sequence[bool] | None = None
 
     def to_extension(self, num_nodes: int):
         """This context checked against a graph of ``num_nodes`` nodes, as a ``_C.FetchContext``."""
@@ -106,11 +115,18 @@ class FetchContext:
         if offsets[0] != 0 or offsets[-1] != num_nodes or np.any(np.diff(offsets) < 0):
             raise InputError(f"the partition book must cover ids 0..{num_nodes} with non-decreasing offsets, "
                              f"got {offsets[0]}..{offsets[-1]}; use the book of this graph's partitioning")
-        num_parts = offsets.shape[0] - 1
+        num_parts, num_types = offsets.shape[0] - 1, self.book.num_types
         if not 0 <= self.rank < num_parts:
             raise InputError(f"rank {self.rank} is not a partition of this book (0..{num_parts - 1})")
-        if self.num_device_slots < 0:
-            raise InputError(f"num_device_slots must be >= 0, got {self.num_device_slots}")
+        device_slots = np.array(self.num_device_slots, dtype=np.int64)
+        if device_slots.ndim == 0:  # one number: every type's
+            device_slots = np.full(num_types, device_slots, dtype=np.int64)
+        if device_slots.shape != (num_types,) or np.any(device_slots < 0):
+            raise InputError(f"num_device_slots must be {num_types} number(s) >= 0 (one per node type), "
+                             f"got {self.num_device_slots}")
+        featured = np.ones(num_types, dtype=bool) if self.featured is None else np.array(self.featured, dtype=bool)
+        if featured.shape != (num_types,):
+            raise InputError(f"featured must say for each of the {num_types} node types whether it has features")
         if self.pin and not torch.cuda.is_available():
             raise InputError("pinned memory needs CUDA, which is not available; pass pin=False")
         part_size = int(offsets[self.rank + 1] - offsets[self.rank])
@@ -128,6 +144,8 @@ class FetchContext:
             local_x = as_tensor(self.local_x, "local_x")
             if local_x.dim() != 2:
                 raise InputError(f"local_x must be a 2-D [rows, F] array, got shape {list(local_x.shape)}")
+            if num_types != 1:
+                raise InputError(f"local_x serves one node type, but the book has {num_types}; pass local_x=None")
         num_rows = part_size if local_x is None else int(local_x.shape[0])
 
         local_row = None
@@ -141,41 +159,53 @@ class FetchContext:
             raise InputError(f"local_x has {num_rows} rows but rank {self.rank} owns {part_size} ids; "
                              "pass local_row or the owned rows only")
 
-        return extension().FetchContext(torch.tensor(offsets, dtype=torch.int64), int(self.rank), cache_slot,
-                                        int(self.num_device_slots), local_x, local_row, bool(self.pin))
+        return extension().FetchContext(torch.tensor(np.asarray(self.book.blocks), dtype=torch.int64), num_types,
+                                        int(self.rank), cache_slot, torch.from_numpy(device_slots),
+                                        torch.from_numpy(featured), local_x, local_row, bool(self.pin))
 
 
 @dataclass
 class RowOrigins:
-    """Where each feature row of a batch comes from. Positions index ``n_id``.
+    """Where each feature row of a batch comes from, per node type (a homogeneous graph: its one type).
 
-    The batch's features ``x[n_id]`` are ``local_x[owned_row]`` at ``owned_pos``, the rows received
-    for ``remote_id`` (in that order) at ``remote_pos``, ``device_cache[device_slot]`` at ``device_pos``
-    and ``host_cache[host_slot]`` at ``host_pos``.
+    A position is a node's rank among the batch nodes of its type, in ``n_id`` order (with one
+    type, its index in ``n_id``): the row of the type's features ``x_t``. Each array below is
+    grouped by node type (its ``*_counts`` [T] say how many of each), the remote ones by
+    (owner, type) block. ``x_t`` is the type's owned rows ``[owned_row]`` at ``owned_pos``, the
+    rows received for ``remote_id`` (in that order) at ``remote_pos``, the type's
+    ``device_cache[device_slot]`` at ``device_pos`` and ``host_cache[host_slot]`` at
+    ``host_pos``. Ids of a type without features (the context's ``featured``) have no origin.
 
     Attributes:
-        owned_pos, owned_row: int64 ``[n_o]``: positions owned by this rank, their rows in local_x.
+        num_rows: int64 ``[T]``: the batch nodes of each type.
+        owned_pos, owned_row: int64 ``[n_o]``: positions owned by this rank, their rows among the
+            type's owned rows (``local_x``'s); owned_counts: int64 ``[T]``.
         x: ``[num_nodes, F]`` with the owned rows already written at ``owned_pos`` and the other
             rows not yet written (the assembly writes them in place); pinned when the context
-            says so; None when the context has no ``local_x``.
+            says so; None when the context has no ``local_x`` (one type only).
         remote_id, remote_pos: int64 ``[n_r]``: ids to request from their owners and their
-            positions, grouped by owner (ascending), ``n_id`` order within an owner.
-        remote_counts: int64 ``[K]``: how many of ``remote_id`` each partition owns (0 at rank).
-        device_pos, device_slot: int64 ``[n_g]``: positions served by the device cache tier, slot in it.
-        host_pos, host_slot: int64 ``[n_c]``: positions served by the host cache tier, slot in it
-            (already minus ``num_device_slots``).
+            positions, grouped by block ``k * T + t`` (ascending), ``n_id`` order within a block.
+        remote_counts: int64 ``[K * T]``: how many of ``remote_id`` each block holds (0 at rank's).
+        device_pos, device_slot: int64 ``[n_g]``: positions served by the device cache tier, row
+            in the type's tier; device_counts: int64 ``[T]``.
+        host_pos, host_slot: int64 ``[n_c]``: positions served by the host cache tier, row in the
+            type's tier (already minus ``G_t``); host_counts: int64 ``[T]``.
     """
 
+    num_rows: torch.Tensor
     owned_pos: torch.Tensor
     owned_row: torch.Tensor
+    owned_counts: torch.Tensor
     x: torch.Tensor | None
     remote_id: torch.Tensor
     remote_pos: torch.Tensor
     remote_counts: torch.Tensor
     device_pos: torch.Tensor
     device_slot: torch.Tensor
+    device_counts: torch.Tensor
     host_pos: torch.Tensor
     host_slot: torch.Tensor
+    host_counts: torch.Tensor
 
 
 @dataclass
