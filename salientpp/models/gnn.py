@@ -64,10 +64,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..errors import InputError, check_int, shown
+from ..errors import InputError, shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
-from .typed import TYPED_MODELS, TypedInput, TypedMFGModel
+from .typed import TYPED_MODELS, TypedInput, TypedMFGModel, check_architecture
 
 # The built-in models of homogeneous graphs (they run layer by layer), and every built-in model.
 MODELS = ("sage", "gat", "gin", "gcn")
@@ -281,11 +281,7 @@ class MFGModel(nn.Module):
     def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
                  dropout: float = 0.5, heads: int = 4):
         super().__init__()
-        if model not in MODELS:
-            raise InputError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
-        check_int(num_layers, "the number of layers")
-        if model == "gat" and hidden % heads:
-            raise InputError(f"GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
+        check_architecture(model, MODELS, "model", num_layers, hidden, heads)
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         with no_pyg_tempfiles():
             self.convs = nn.ModuleList(_conv(model, dims[i], dims[i + 1], i == num_layers - 1, heads)

@@ -65,6 +65,23 @@ ATTENTION_SLOPE = 0.2
 _SOFTMAX_EPS = 1e-16
 
 
+# The built-in models with attention heads (homogeneous and typed), as their messages name them.
+_ATTENTION = {"gat": "GAT", "rgat": "R-GAT"}
+
+
+def check_architecture(model: str, models: Sequence[str], what: str, num_layers: int, hidden: int,
+                       heads: int) -> None:
+    """The one check of a built-in model's arguments (``MFGModel``'s and :class:`TypedMFGModel`'s):
+    ``model`` one of ``models`` (``what`` names them: ``"model"``, ``"typed model"``), a positive
+    number of layers, and an attention model's ``hidden`` divisible by its ``heads``;
+    :class:`InputError` otherwise."""
+    if model not in models:
+        raise InputError(f"unknown {what} {model!r}; choose one of {', '.join(models)}")
+    check_int(num_layers, "the number of layers")
+    if model in _ATTENTION and hidden % heads:
+        raise InputError(f"{_ATTENTION[model]} needs a hidden size divisible by its {heads} heads, got {hidden}")
+
+
 def type_ranks(node_type: torch.Tensor | None, num_nodes: int, num_types: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Where each batch node sits among the batch nodes of its type.
 
@@ -318,11 +335,7 @@ class TypedMFGModel(nn.Module):
     def __init__(self, model: str, typed: TypedInput, hidden: int, out_dim: int, num_layers: int,
                  dropout: float = 0.5, heads: int = 4):
         super().__init__()
-        if model not in TYPED_MODELS:
-            raise InputError(f"unknown typed model {model!r}; choose one of {', '.join(TYPED_MODELS)}")
-        check_int(num_layers, "the number of layers")
-        if model == "rgat" and hidden % heads:
-            raise InputError(f"R-GAT needs a hidden size divisible by its {heads} heads, got {hidden}")
+        check_architecture(model, TYPED_MODELS, "typed model", num_layers, hidden, heads)
         schema = typed.schema
         dims = typed.input_dims()
         self.project = nn.ModuleList(nn.Linear(d, hidden) for d in dims)
