@@ -65,8 +65,8 @@ v's own absence, so the product over-estimates: a few per cent per hop on sparse
 
 **Typed graphs** (:mod:`salientpp.data.schema`). At hop h every vertex u of :math:`S^{h-1}`
 draws, for each relation r into u's type, ``fanouts[h - 1][r]`` of its relation-r in-neighbours
-(-1 = all, 0 = none; ``fanouts`` is the int64 ``[L, R]`` table of
-:func:`~salientpp.sampling.kinds.check_fanout_table`). The CSR is the symmetric typed one
+(-1 = all, 0 = none; ``fanouts`` is the int64 ``[L, R]`` table that
+:func:`~salientpp.sampling.kinds.fanout_table` makes). The CSR is the symmetric typed one
 (:func:`~salientpp.data.csr.build_typed_csr`): entry e of row v is ``u = col[e]`` of relation
 ``r = edge_rel[e]``, the edge u -> v that v draws among its relation-r in-neighbours, and u draws
 v through the reverse :math:`r' = \mathrm{rev}(r)`, among its :math:`d_{r'}(u)` entries of
@@ -173,8 +173,7 @@ from numba.extending import overload
 
 from ..errors import InputError, check_int
 from ..data.schema import GraphSchema
-from ..sampling.kinds import (DEFAULT_SAMPLER, SamplerKind, check_fanout_table, check_fanouts, check_replace,
-                               check_sampler)
+from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_replace, check_sampler, fanout_table
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 from .workload import Workload, check_batch_size, lockstep_steps
 
@@ -464,7 +463,9 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
                            num_threads: int | None = None) -> np.ndarray | list[np.ndarray]:
     """:func:`inclusion_probabilities` of one workload over every partition of a PartitionedDataset
     (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`), typed
-    when the dataset has an ``edge_rel`` and a ``schema``."""
+    when the dataset has an ``edge_rel`` and a ``schema``. It passes the workload's
+    :attr:`~Workload.fanout_table`, so a workload made without a typed dataset's schema (one
+    column) is refused on it in one sentence."""
     seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
     steps = workload.lockstep_steps(dataset)
     seed_probs = None
@@ -472,7 +473,7 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
         seed_probs = link_seed_probabilities(dataset.num_nodes, seed_sets, workload.batch_size,
                                              workload.edges.num_negatives, workload.edges.negative_sampling,
                                              num_batches=steps)
-    return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanouts, workload.batch_size,
+    return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanout_table, workload.batch_size,
                                    num_batches=steps, replace=workload.replace, method=method,
                                    return_hops=return_hops, num_threads=num_threads, sampler=workload.sampler,
                                    seed_probs=seed_probs, edge_rel=dataset.edge_rel, schema=dataset.schema)
@@ -501,9 +502,10 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the symmetric global CSR.
         seed_sets: K int64 arrays, partition k's seed ids :math:`T_k` (may be empty).
-        fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours. A typed graph's is
-            the int64 ``[L, R]`` table of every hop's fanout per relation
-            (:func:`~salientpp.sampling.kinds.check_fanout_table`; 0 = none).
+        fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours. A typed graph's
+            int64 ``[L, R]`` table of every hop's fanout per relation (0 = none), or any form
+            :func:`~salientpp.sampling.kinds.fanout_table` reads (one list for every relation, a
+            dict relation -> list); it checks them.
         batch_size: b, the most seeds per batch; ``b >= |T_k|`` for every k gives S = 1 and
             probability 1 on the seeds (one batch holds all), never NaN.
         num_batches: S, overriding ``max_k ceil(|T_k| / b)`` (e.g. to model one partition of a
@@ -537,11 +539,12 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     rowptr, col = _as_csr(rowptr, col)
     num_nodes = rowptr.shape[0] - 1
     edge_rel, reverse = _relations(edge_rel, schema, col.shape[0], sampler)
+    table = fanout_table(fanouts, schema, sampler)
     if edge_rel is None:
-        fanouts = check_fanouts(fanouts, sampler)
+        fanouts = tuple(int(f) for f in table[:, 0])
         degree = np.diff(rowptr)
     else:  # one row of fanouts per hop, and each vertex's degree, per relation
-        fanouts = check_fanout_table(fanouts, reverse.shape[0])
+        fanouts = table
         degree = relation_degrees(rowptr, edge_rel, reverse.shape[0])
     if num_threads is not None:
         numba.set_num_threads(max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS)))
