@@ -246,12 +246,13 @@ def _hop_taylor(rowptr, col, edge_rel, reverse, w, prev, out):  # pragma: no cov
 
 
 @njit(inline="always")
-def _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k):  # pragma: no cover - compiled
+def _cavity_absent(own, back, prev, prev2, v, u, k):  # pragma: no cover - compiled
     """u's absence from S^{h-1} with v's pick of u and u's pick of v at hop h - 1 divided out: the
-    cavity form's factor for the CSR entry j of row v (u = col[j]) and partition k."""
+    cavity form's factor for a CSR entry of row v (u its column) and partition k. ``own`` and
+    ``back`` are those two picks' weights at hop h - 1 (``_own`` and ``_pick`` of ``w_prev`` at the
+    entry), the same for every partition, so a kernel reads them once per entry."""
     q = 1.0 - prev[u, k]
-    keep = ((1.0 - _own(w_prev, edge_rel, v, j) * prev2[v, k])
-            * (1.0 - _pick(w_prev, edge_rel, reverse, u, j) * prev2[u, k]))
+    keep = (1.0 - own * prev2[v, k]) * (1.0 - back * prev2[u, k])
     if keep > 1e-12:  # keep == 0 only if v is surely in S^{h-1}: out is 0 anyway
         q = min(1.0, q / keep)
     return q
@@ -267,8 +268,10 @@ def _hop_cavity(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, out):  #
             u = col[j]
             wu = _pick(w, edge_rel, reverse, u, j)
             if wu > 0.0:
+                # v's own pick of u depends on the entry's relation on a typed graph, on v alone otherwise
+                own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
                 for k in range(num_parts):
-                    out[v, k] *= 1.0 - wu * (1.0 - _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k))
+                    out[v, k] *= 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
         for k in range(num_parts):
             out[v, k] = 1.0 - out[v, k]
 
@@ -304,7 +307,8 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
                 u = col[j]
                 wu = w[u, reverse[edge_rel[j]]]
                 if wu > 0.0:
-                    absent *= 1.0 - wu * (1.0 - _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k))
+                    own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
+                    absent *= 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
             term = 0.0
             start = 0
             while start < size:
@@ -321,7 +325,8 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
                         u = col[j]
                         wu = w[u, reverse[edge_rel[j]]]
                         wx = w_prev[x, r]
-                        factor = 1.0 - wu * (1.0 - _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k))
+                        own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
+                        factor = 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
                         others = 1.0 - px * wx  # u's absence from S^{h-1} but for x's pick
                         if factor > 1e-12 and others > 1e-12:
                             b = wu * wx * (1.0 - prev[u, k]) / others / factor
