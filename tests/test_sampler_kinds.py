@@ -228,6 +228,80 @@ def test_the_fanout_table_checks_the_number_of_layers_once():
     assert "relations are unknown; pass its schema" in _message(lambda: fanout_table({"cites": [5]}))
 
 
+def test_the_fanout_table_takes_a_table_given_whole_and_gives_a_copy_of_it():
+    schema = _typed_schema()
+    given = np.array([[15, 5, 0, -1, 1], [10, 0, 3, -1, 2]], dtype=np.int32)
+    table = fanout_table(given, schema)
+    assert table.dtype == np.int64 and table.tolist() == given.tolist() and not np.shares_memory(table, given)
+    assert fanout_table(given.tolist(), schema).tolist() == given.tolist()  # a list of rows
+    assert fanout_table(tuple(map(tuple, given)), schema).tolist() == given.tolist()  # Workload.fanouts' form
+    # Without a schema at hand, the relations' count makes it typed (a workload read back from JSON).
+    assert fanout_table(given, num_relations=5).tolist() == given.tolist()
+    assert fanout_table([[3], [2]]).tolist() == [[3], [2]]  # homogeneous: [L, 1]
+    assert fanout_table(np.array([[3], [2]]), GraphSchema.homogeneous(5)).tolist() == [[3], [2]]
+
+
+@pytest.mark.parametrize("fanouts, schema, expected", [
+    ([[2, 2]], "typed", "fanouts of a typed graph must be an int64 [L, R] table, one row per hop and one column per "
+                        "relation (R = 5), got shape [1, 2]; give one fanout per relation and hop"),
+    ([[2, 2, 2, 2, 2], [1]], "typed", "fanouts of a typed graph must be an int64 [L, R] table, one row per hop and "
+                                      "one column per relation (R = 5), got rows of different lengths;"),
+    (np.array(5), None, "fanouts of a typed graph must be an int64 [L, R] table, one row per hop and one column per "
+                        "relation (R = 1), got shape []"),
+    (np.zeros((0, 5), dtype=np.int64), "typed", "fanouts of a typed graph must be an int64 [L, R] table, one row per "
+                                                "hop and one column per relation (R = 5), got shape [0, 5];"),
+    ([[2, 2, 2.5, 2, 2]], "typed", "fanouts must hold integers, got dtype float64; pass whole numbers of neighbours"),
+    ([[2, 2, -2, 2, 2]], "typed", "fanout -2 is invalid; every entry of fanouts must be an integer in [0, 2^31 - 1] "
+                                  "or -1 (all neighbours)"),
+    # A homogeneous graph's one column keeps the rule of one list: 0 (a hop that draws nothing) is refused.
+    ([[5], [0]], None, "fanout 0 is invalid; every entry of fanouts must be an integer in [1, 2^31 - 1] or -1"),
+    ([[5], [0]], "homogeneous", "fanout 0 is invalid; every entry of fanouts must be an integer in [1, 2^31 - 1]"),
+])
+def test_the_fanout_table_refuses_a_bad_table_in_one_sentence(fanouts, schema, expected):
+    schema = {"typed": _typed_schema(), "homogeneous": GraphSchema.homogeneous(5), None: None}[schema]
+    sentence = _message(lambda: fanout_table(fanouts, schema))
+    assert sentence.startswith(expected) and "\n" not in sentence
+
+
+def test_a_table_given_whole_obeys_the_kinds_and_the_layers_rules():
+    schema = _typed_schema()
+    assert _message(lambda: fanout_table(np.full((2, 5), 4), schema, SamplerKind.LADIES)) == (
+        "the ladies sampler draws homogeneous graphs only; use --sampler nodewise")
+    assert _message(lambda: fanout_table([[64], [-1]], kind=SamplerKind.LADIES)) == _message(
+        lambda: check_fanouts([64, -1], SamplerKind.LADIES))
+    expected = "--fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"
+    assert _message(lambda: fanout_table(np.full((2, 5), 4), schema, layers=3, what="--fanouts")) == expected
+    assert _message(lambda: fanout_table([[4], [4]], layers=3, what="--fanouts")) == expected
+
+
+def test_a_workload_and_the_vip_analysis_read_fanouts_through_the_one_rule():
+    # Workload and inclusion_probabilities call fanout_table: every form it reads gives the same
+    # workload and the same arrays, and its sentences are theirs.
+    from test_sampler import typed_graph
+
+    schema, rowptr, col, edge_rel = typed_graph()
+    lists = {str(r): ((0, 3) if r.name == "writes" else (2, 1)) for r in schema.relations}
+    table = fanout_table(lists, schema)
+    assert Workload(table, 4, schema=schema) == Workload(lists, 4, schema=schema)
+    assert Workload(table.tolist(), 4, schema=schema) == Workload(lists, 4, schema=schema)
+    assert Workload(np.array([[5], [3]]), 4) == Workload((5, 3), 4)
+    assert _message(lambda: Workload([[5, 5]], 4, schema=schema)) == _message(lambda: fanout_table([[5, 5]], schema))
+    assert _message(lambda: Workload([[64], [0]], 4, sampler="ladies")) == _message(
+        lambda: check_fanouts([64, 0], SamplerKind.LADIES))
+    seeds = [np.array([0, 1])]
+    want = inclusion_probabilities(rowptr, col, seeds, table, 1, edge_rel=edge_rel, schema=schema)
+    for form in (lists, table.tolist()):
+        got = inclusion_probabilities(rowptr, col, seeds, form, 1, edge_rel=edge_rel, schema=schema)
+        np.testing.assert_array_equal(got, want)
+    every = inclusion_probabilities(rowptr, col, seeds, [2, 1], 1, edge_rel=edge_rel, schema=schema)
+    np.testing.assert_array_equal(every, inclusion_probabilities(rowptr, col, seeds, np.tile([[2], [1]], (1, 5)), 1,
+                                                                 edge_rel=edge_rel, schema=schema))
+    homogeneous = inclusion_probabilities(rowptr, col, seeds, [3, 2], 1)
+    np.testing.assert_array_equal(inclusion_probabilities(rowptr, col, seeds, [[3], [2]], 1), homogeneous)
+    assert _message(lambda: inclusion_probabilities(rowptr, col, seeds, [[3], [0]], 1)) == _message(
+        lambda: fanout_table([[3], [0]]))
+
+
 def test_the_command_line_fanouts_of_a_typed_graph_give_what_the_fanout_table_takes():
     schema = _typed_schema()
     assert parse_typed_fanouts("15,10,5") == (15, 10, 5)

@@ -699,7 +699,9 @@ def test_typed_vip_matches_the_cpp_typed_sampler_per_type_and_hop(replace):
 
 
 @pytest.mark.parametrize("change, phrase", [
-    (dict(fanouts=[2, 2]), r"must be an int64 \[L, R\] table, one row per hop and one column per relation \(R = 5\)"),
+    (dict(fanouts=[[2, 2]]), r"must be an int64 \[L, R\] table, one row per hop and one column per relation "
+                            r"\(R = 5\), got shape \[1, 2\]"),
+    (dict(fanouts=np.array(2)), r"one column per relation \(R = 5\), got shape \[\]"),
     (dict(fanouts=[[2, 2, 2, 2]]), r"R = 5\), got shape \[1, 4\]"),
     (dict(fanouts=[[2, 2, 2, 2, 2], [1]]), "got rows of different lengths"),
     (dict(fanouts=[[2, 2, -2, 2, 2]]), r"fanout -2 is invalid; every entry of fanouts must be an integer in \[0, "),
@@ -726,7 +728,7 @@ def test_bad_typed_input_is_one_sentence(change, phrase):
 def test_a_typed_datasets_workload_reaches_the_typed_recurrence():
     # workload_probabilities reads the dataset's edge_rel and schema; a Workload made on the graph's
     # schema carries its fanout table (one list applies to every relation), and one made without it
-    # is a homogeneous list, which a typed graph refuses with one sentence.
+    # is a homogeneous table of one column, which a typed graph refuses with one sentence.
     from types import SimpleNamespace
 
     from salientpp.cache.vip import workload_probabilities
@@ -739,7 +741,7 @@ def test_a_typed_datasets_workload_reaches_the_typed_recurrence():
     direct = inclusion_probabilities(rowptr, col, [np.array([0, 1])], np.full((1, 5), 2), 1, num_batches=2,
                                      edge_rel=edge_rel, schema=schema)
     np.testing.assert_array_equal(typed, direct)
-    with pytest.raises(InputError, match=r"one column per relation \(R = 5\), got shape \[1\]"):
+    with pytest.raises(InputError, match=r"one column per relation \(R = 5\), got shape \[1, 1\]"):
         workload_probabilities(dataset, Workload((2,), 1))
 
 

@@ -59,14 +59,15 @@ v's own absence, so the product over-estimates: a few per cent per hop on sparse
   h-1 picks both: :math:`w_x(u_1) w_x(u_2)` through different relations (independent draws),
   times :func:`pair_ratio` through one (:math:`(f-1)d / (f(d-1))` without replacement). The sum
   runs over the paths v - u - x (x not v) grouped by x, so it costs the two-hop neighbourhood of
-  every vertex (a sort per vertex): several times ``cavity``. Node-wise sampling only. On the
+  every vertex (a sort per vertex): 65 times ``cavity`` on 9,400 nodes, more on larger graphs
+  (docs/typed-graphs.md). Node-wise sampling only. On the
   IGBH-shaped preset it removes the +7% hop-2 over-estimate of institutes (reached only through
   co-authors) that ``cavity`` leaves (docs/cache.md, "Typed graphs").
 
 **Typed graphs** (:mod:`salientpp.data.schema`). At hop h every vertex u of :math:`S^{h-1}`
 draws, for each relation r into u's type, ``fanouts[h - 1][r]`` of its relation-r in-neighbours
-(-1 = all, 0 = none; ``fanouts`` is the int64 ``[L, R]`` table of
-:func:`~salientpp.sampling.kinds.check_fanout_table`). The CSR is the symmetric typed one
+(-1 = all, 0 = none; ``fanouts`` is the int64 ``[L, R]`` table that
+:func:`~salientpp.sampling.kinds.fanout_table` makes). The CSR is the symmetric typed one
 (:func:`~salientpp.data.csr.build_typed_csr`): entry e of row v is ``u = col[e]`` of relation
 ``r = edge_rel[e]``, the edge u -> v that v draws among its relation-r in-neighbours, and u draws
 v through the reverse :math:`r' = \mathrm{rev}(r)`, among its :math:`d_{r'}(u)` entries of
@@ -173,8 +174,7 @@ from numba.extending import overload
 
 from ..errors import InputError, check_int
 from ..data.schema import GraphSchema
-from ..sampling.kinds import (DEFAULT_SAMPLER, SamplerKind, check_fanout_table, check_fanouts, check_replace,
-                               check_sampler)
+from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_replace, check_sampler, fanout_table
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 from .workload import Workload, check_batch_size, lockstep_steps
 
@@ -247,12 +247,13 @@ def _hop_taylor(rowptr, col, edge_rel, reverse, w, prev, out):  # pragma: no cov
 
 
 @njit(inline="always")
-def _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k):  # pragma: no cover - compiled
+def _cavity_absent(own, back, prev, prev2, v, u, k):  # pragma: no cover - compiled
     """u's absence from S^{h-1} with v's pick of u and u's pick of v at hop h - 1 divided out: the
-    cavity form's factor for the CSR entry j of row v (u = col[j]) and partition k."""
+    cavity form's factor for a CSR entry of row v (u its column) and partition k. ``own`` and
+    ``back`` are those two picks' weights at hop h - 1 (``_own`` and ``_pick`` of ``w_prev`` at the
+    entry), the same for every partition, so a kernel reads them once per entry."""
     q = 1.0 - prev[u, k]
-    keep = ((1.0 - _own(w_prev, edge_rel, v, j) * prev2[v, k])
-            * (1.0 - _pick(w_prev, edge_rel, reverse, u, j) * prev2[u, k]))
+    keep = (1.0 - own * prev2[v, k]) * (1.0 - back * prev2[u, k])
     if keep > 1e-12:  # keep == 0 only if v is surely in S^{h-1}: out is 0 anyway
         q = min(1.0, q / keep)
     return q
@@ -268,8 +269,10 @@ def _hop_cavity(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, out):  #
             u = col[j]
             wu = _pick(w, edge_rel, reverse, u, j)
             if wu > 0.0:
+                # v's own pick of u depends on the entry's relation on a typed graph, on v alone otherwise
+                own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
                 for k in range(num_parts):
-                    out[v, k] *= 1.0 - wu * (1.0 - _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k))
+                    out[v, k] *= 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
         for k in range(num_parts):
             out[v, k] = 1.0 - out[v, k]
 
@@ -305,7 +308,8 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
                 u = col[j]
                 wu = w[u, reverse[edge_rel[j]]]
                 if wu > 0.0:
-                    absent *= 1.0 - wu * (1.0 - _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k))
+                    own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
+                    absent *= 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
             term = 0.0
             start = 0
             while start < size:
@@ -322,7 +326,8 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
                         u = col[j]
                         wu = w[u, reverse[edge_rel[j]]]
                         wx = w_prev[x, r]
-                        factor = 1.0 - wu * (1.0 - _cavity_absent(edge_rel, reverse, w_prev, prev, prev2, v, u, j, k))
+                        own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
+                        factor = 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
                         others = 1.0 - px * wx  # u's absence from S^{h-1} but for x's pick
                         if factor > 1e-12 and others > 1e-12:
                             b = wu * wx * (1.0 - prev[u, k]) / others / factor
@@ -464,7 +469,9 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
                            num_threads: int | None = None) -> np.ndarray | list[np.ndarray]:
     """:func:`inclusion_probabilities` of one workload over every partition of a PartitionedDataset
     (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`), typed
-    when the dataset has an ``edge_rel`` and a ``schema``."""
+    when the dataset has an ``edge_rel`` and a ``schema``. It passes the workload's
+    :attr:`~Workload.fanout_table`, so a workload made without a typed dataset's schema (one
+    column) is refused on it in one sentence."""
     seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
     steps = workload.lockstep_steps(dataset)
     seed_probs = None
@@ -472,7 +479,7 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
         seed_probs = link_seed_probabilities(dataset.num_nodes, seed_sets, workload.batch_size,
                                              workload.edges.num_negatives, workload.edges.negative_sampling,
                                              num_batches=steps)
-    return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanouts, workload.batch_size,
+    return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanout_table, workload.batch_size,
                                    num_batches=steps, replace=workload.replace, method=method,
                                    return_hops=return_hops, num_threads=num_threads, sampler=workload.sampler,
                                    seed_probs=seed_probs, edge_rel=dataset.edge_rel, schema=dataset.schema)
@@ -501,9 +508,10 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the symmetric global CSR.
         seed_sets: K int64 arrays, partition k's seed ids :math:`T_k` (may be empty).
-        fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours. A typed graph's is
-            the int64 ``[L, R]`` table of every hop's fanout per relation
-            (:func:`~salientpp.sampling.kinds.check_fanout_table`; 0 = none).
+        fanouts: per hop, ``fanouts[0]`` at the seeds; -1 = all neighbours. A typed graph's
+            int64 ``[L, R]`` table of every hop's fanout per relation (0 = none), or any form
+            :func:`~salientpp.sampling.kinds.fanout_table` reads (one list for every relation, a
+            dict relation -> list); it checks them.
         batch_size: b, the most seeds per batch; ``b >= |T_k|`` for every k gives S = 1 and
             probability 1 on the seeds (one batch holds all), never NaN.
         num_batches: S, overriding ``max_k ceil(|T_k| / b)`` (e.g. to model one partition of a
@@ -537,11 +545,12 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     rowptr, col = _as_csr(rowptr, col)
     num_nodes = rowptr.shape[0] - 1
     edge_rel, reverse = _relations(edge_rel, schema, col.shape[0], sampler)
+    table = fanout_table(fanouts, schema, sampler)
     if edge_rel is None:
-        fanouts = check_fanouts(fanouts, sampler)
+        fanouts = tuple(int(f) for f in table[:, 0])
         degree = np.diff(rowptr)
     else:  # one row of fanouts per hop, and each vertex's degree, per relation
-        fanouts = check_fanout_table(fanouts, reverse.shape[0])
+        fanouts = table
         degree = relation_degrees(rowptr, edge_rel, reverse.shape[0])
     if num_threads is not None:
         numba.set_num_threads(max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS)))

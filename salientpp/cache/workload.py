@@ -13,8 +13,8 @@ import numpy as np
 
 from ..data.format import SPLITS
 from ..errors import InputError, check_int
-from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_fanout_table,
-                              check_fanouts, check_replace, check_sampler, check_typed_graph, fanout_table)
+from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_replace,
+                              check_sampler, fanout_table)
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ class Workload:
         fanouts: the checked fanouts of its graph: on a homogeneous graph the neighbours drawn per
             hop, ``fanouts[0]`` at the seeds, -1 = all neighbours; on a typed graph (``schema``
             given, several node types or relations) the ``[L, R]`` table of
-            :func:`~salientpp.sampling.kinds.fanout_table` (from one list for every relation or a
-            dict relation -> list) as a tuple of L rows of R ints, entry ``[h][r]`` the
+            :func:`~salientpp.sampling.kinds.fanout_table` (from one list for every relation, a
+            dict relation -> list or the table given whole) as a tuple of L rows of R ints, entry ``[h][r]`` the
             neighbours of relation r drawn at hop h (0 = none); :attr:`fanout_table` is it as an
             int64 array.
         batch_size: the most seeds per minibatch: every partition runs :meth:`lockstep_steps`
@@ -113,16 +113,10 @@ class Workload:
         if schema is not None:
             object.__setattr__(self, "relations", () if schema.is_homogeneous
                                else tuple(str(r) for r in schema.relations))
-        if isinstance(self.fanouts, np.ndarray) or (self.relations and schema is None):
-            # a table already made (fanout_table's, or read back with its relations)
-            check_typed_graph(self.sampler, schema)
-            table = check_fanout_table(self.fanouts, len(self.relations) or 1)
-        else:
-            table = fanout_table(self.fanouts, schema, self.sampler)
-        if self.relations:
-            fanouts = tuple(tuple(int(f) for f in row) for row in table)
-        else:  # one list: the rule of a homogeneous graph's fanouts (>= 1, layer sizes) holds for a table too
-            fanouts = check_fanouts([int(f) for f in table[:, 0]], self.sampler)
+        # without a schema, a typed workload read back (from_json) gives its relations' count
+        table = fanout_table(self.fanouts, schema, self.sampler, num_relations=len(self.relations) or None)
+        fanouts = (tuple(tuple(int(f) for f in row) for row in table) if self.relations
+                   else tuple(int(f) for f in table[:, 0]))
         object.__setattr__(self, "fanouts", fanouts)
         object.__setattr__(self, "replace", check_replace(self.replace, self.sampler))
         object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))

@@ -1,8 +1,8 @@
 """The sampler kinds a loader can use, by name (``--sampler nodewise|bulk|ladies``), with each
 kind's rules as data (:class:`SamplerKind`), and the one rule of a valid fanout list
-(:func:`check_fanouts`; of a typed graph's per-relation fanouts, :func:`fanout_table`, and of a
-fanout table given whole, :func:`check_fanout_table`), of the replace flag (:func:`check_replace`)
-and of the kinds that draw typed graphs (:func:`check_typed_graph`).
+(:func:`check_fanouts`; of a graph's fanouts in any form, one list, a list per relation or a
+table given whole, :func:`fanout_table`), of the replace flag (:func:`check_replace`) and of the
+kinds that draw typed graphs (:func:`check_typed_graph`).
 
 A kind is known once its module calls :func:`register_sampler` with its :class:`SamplerKind` and
 the function that builds its sampler; :func:`check_sampler` finds it by name and
@@ -101,6 +101,9 @@ MINIBATCHES_PER_BULK = 8
 # ``build(rowptr, col, fanouts, *, replace, minibatches_per_bulk, device)`` -> the kind's sampler.
 Build = Callable[..., Any]
 
+# The forms of a graph's fanouts that fanout_table reads: one list, a table given whole, a list per relation.
+Fanouts = Sequence[int] | Sequence[Sequence[int]] | np.ndarray | Mapping[Any, Sequence[int]]
+
 _REGISTERED: dict[str, tuple[SamplerKind, Build]] = {}  # by name, in the order registered
 
 
@@ -126,7 +129,7 @@ def check_sampler(name: str | SamplerKind) -> SamplerKind:
     return _REGISTERED[key][0]
 
 
-def make_sampler(rowptr, col, fanouts: Sequence[int] | Mapping[Any, Sequence[int]],
+def make_sampler(rowptr, col, fanouts: Fanouts,
                  kind: str | SamplerKind = DEFAULT_SAMPLER, replace: bool = False,
                  minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str = "cpu", *, edge_rel=None,
                  schema: GraphSchema | None = None, type_of=None):
@@ -185,11 +188,12 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     return values
 
 
-def check_fanout_table(table, num_relations: int, what: str = "fanouts") -> np.ndarray:
-    """The one rule of a typed graph's fanout table, returned as int64 ``[L, R]``: row ``h`` holds
-    hop h's fanout of each of the ``R = num_relations`` relations (``table[0]`` at the seeds), each
-    a number of in-neighbours of that relation that a sampled node draws, 0 (none) or -1 (all of
-    them), as PyG's ``num_neighbors`` per edge type. :class:`InputError` naming ``what`` otherwise."""
+def _check_table(table, num_relations: int, what: str) -> np.ndarray:
+    """A fanout table given whole (:func:`fanout_table`), returned as int64 ``[L, R]``: row ``h``
+    holds hop h's fanout of each of the ``R = num_relations`` relations (``table[0]`` at the
+    seeds), each a number of in-neighbours of that relation that a sampled node draws, 0 (none) or
+    -1 (all of them), as PyG's ``num_neighbors`` per edge type. :class:`InputError` naming ``what``
+    otherwise."""
     try:
         array = np.asarray(table)
         got = f"shape {list(array.shape)}"
@@ -204,7 +208,7 @@ def check_fanout_table(table, num_relations: int, what: str = "fanouts") -> np.n
     if bad.size:
         raise InputError(f"fanout {bad[0]} is invalid; every entry of {what} must be an integer in [0, 2^31 - 1] "
                          "or -1 (all neighbours)")
-    return array.astype(np.int64, copy=False)
+    return array.astype(np.int64)
 
 
 def _check_layers(hops: int, layers: int | None, what: str) -> None:
@@ -214,31 +218,56 @@ def _check_layers(hops: int, layers: int | None, what: str) -> None:
         raise InputError(f"{what} gives {hops} hops but {layers} layers are sampled; pass one fanout per layer")
 
 
-def fanout_table(fanouts: Sequence[int] | Mapping[Any, Sequence[int]], schema: GraphSchema | None = None,
-                 kind: SamplerKind = SamplerKind.NODEWISE, layers: int | None = None,
-                 what: str = "fanouts") -> np.ndarray:
+def _is_table(fanouts) -> bool:
+    """Whether ``fanouts`` is a table given whole (:func:`fanout_table`): an array of other than one
+    dimension, or a sequence of rows (of which any item is itself a sequence)."""
+    if isinstance(fanouts, np.ndarray):
+        return fanouts.ndim != 1
+    return (isinstance(fanouts, Sequence) and not isinstance(fanouts, str)
+            and any(isinstance(row, Iterable) and not isinstance(row, str) for row in fanouts))
+
+
+def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: SamplerKind = SamplerKind.NODEWISE,
+                 layers: int | None = None, what: str = "fanouts", *, num_relations: int | None = None) -> np.ndarray:
     """The one rule of a graph's fanouts: int64 ``[L, R]``, entry ``[h, r]`` the neighbours of
     relation ``r`` every node reached draws at hop ``h`` (PyG's ``num_neighbors``), for the ``R``
-    relations of ``schema`` (None: a homogeneous graph, ``R = 1``).
+    relations of ``schema`` (None: a homogeneous graph, ``R = 1``, or with ``num_relations`` a typed
+    graph of that many relations whose schema is not at hand, as a workload read back with its
+    relation names; the schema's count wins when both are given). Every caller reads fanouts here.
 
-    ``fanouts`` is one list for every relation, checked by :func:`check_fanouts` (each entry >= 1
-    or -1), or a dict relation -> list, a key naming a relation as
-    :meth:`~salientpp.data.schema.GraphSchema.relation_index` accepts it (a
-    :class:`~salientpp.data.schema.Relation`, a triple, ``"src__name__dst"`` or a unique name):
-    every relation named once, the lists of equal length, each entry >= 1, -1 (all) or, on a
-    graph of several relations, 0 (that relation draws nothing at that hop). A kind that draws
-    homogeneous graphs only is refused a typed ``schema`` (:func:`check_typed_graph`).
-    :class:`InputError` names ``what`` otherwise, in one sentence."""
+    ``fanouts`` takes three forms:
+
+    * one list for every relation, checked by :func:`check_fanouts` (each entry >= 1 or -1);
+    * a dict relation -> list, a key naming a relation as
+      :meth:`~salientpp.data.schema.GraphSchema.relation_index` accepts it (a
+      :class:`~salientpp.data.schema.Relation`, a triple, ``"src__name__dst"`` or a unique name):
+      every relation named once, the lists of equal length, each entry >= 1, -1 (all) or, on a
+      graph of several relations, 0 (that relation draws nothing at that hop);
+    * the table given whole: a 2-D array or a sequence of L rows of R integers (a typed
+      :attr:`~salientpp.cache.workload.Workload.fanouts`), each entry an integer in
+      ``[0, 2^31 - 1]`` or -1; on a homogeneous graph its one column also obeys the rule of one
+      list (:func:`check_fanouts`: >= 1, layer sizes).
+
+    With ``layers``, exactly one row (hop) per layer. A kind that draws homogeneous graphs only is
+    refused a typed ``schema`` (:func:`check_typed_graph`). :class:`InputError` names ``what``
+    otherwise, in one sentence."""
     check_typed_graph(kind, schema)
+    typed = num_relations is not None if schema is None else not schema.is_homogeneous
+    width = (num_relations or 1) if schema is None else schema.num_relations
+    if _is_table(fanouts):
+        table = _check_table(fanouts, width, what)
+        if typed:
+            _check_layers(table.shape[0], layers, what)
+        else:  # one column: the rule of a homogeneous graph's list (>= 1, layer sizes) holds for it too
+            check_fanouts(table[:, 0].tolist(), kind, layers, what)
+        return table
     if not isinstance(fanouts, Mapping):
         values = check_fanouts(fanouts, kind, layers, what)
-        return np.repeat(np.array(values, dtype=np.int64)[:, None], 1 if schema is None else schema.num_relations,
-                         axis=1)
+        return np.repeat(np.array(values, dtype=np.int64)[:, None], width, axis=1)
     if schema is None:
         raise InputError(f"{what} gives a list per relation but the graph's relations are unknown; pass its schema "
                          "(dataset.schema) or one list for every relation")
     relations = [str(r) for r in schema.relations]
-    zero = not schema.is_homogeneous
     given: dict[int, tuple[int, ...]] = {}
     for key, value in fanouts.items():
         try:
@@ -247,7 +276,7 @@ def fanout_table(fanouts: Sequence[int] | Mapping[Any, Sequence[int]], schema: G
             r = schema.relation_index(shown(key))
         if r in given:
             raise InputError(f"{what} names the relation {relations[r]} twice; give each relation one list")
-        given[r] = check_fanouts(value, kind, what=f"{what} of {relations[r]}", zero=zero)
+        given[r] = check_fanouts(value, kind, what=f"{what} of {relations[r]}", zero=typed)
     missing = [relations[r] for r in range(len(relations)) if r not in given]
     if missing:
         raise InputError(f"{what} gives no list for the relation{'s' if len(missing) > 1 else ''} "
