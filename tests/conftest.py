@@ -13,6 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from salientpp._env import OMP_WAIT, set_defaults
+
+# The tests call the `salientpp` command's main in this process, so this process starts as that
+# command does: with OpenMP threads that wait passively, set before any test module loads torch
+# (and its OpenMP runtime, which reads the variable once). The two pytest-xdist workers share
+# CI's 2 cores, and a spinning thread of one holds a core the other needs: the gradcheck of
+# test_model_ops.py took 55 s instead of 7 s on a busy machine.
+set_defaults(OMP_WAIT)
+
 SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 

@@ -213,13 +213,16 @@ def _mixed_cost(layers: int) -> CostModel:
 
 def _worker(part_dir: str, models: tuple[str, ...]) -> dict[tuple[str, str], tuple[list[float], dict, int, int]]:
     """Train EPOCHS full-graph steps of each model with each schedule; per (model, schedule):
-    losses, weights, and this rank's cached and exchanged vertex-levels."""
+    losses, weights, and this rank's cached and exchanged vertex-levels. The trainers are given
+    the cost model rather than calibrating one each (90% of the time; the fixed schedules do not
+    read it, and the calibration is tested with bench fullgraph and the hybrid probe)."""
     ctx = init_distributed("cpu", timeout_s=120)
     out = {}
     for model in models:
         for name in ("cache", "communicate", "mixed"):
             dependencies = "communicate" if name == "mixed" else name
-            trainer = rank_trainer(TrainConfig(part_dir, model=model, dependencies=dependencies, **OPTIONS), ctx)
+            trainer = rank_trainer(TrainConfig(part_dir, model=model, dependencies=dependencies, **OPTIONS), ctx,
+                                   cost=_mixed_cost(LAYERS))
             if name == "mixed":
                 graph = trainer.graph
                 dims = [graph.num_features] + [HIDDEN] * (LAYERS - 1) + [trainer.task.num_outputs]
@@ -286,8 +289,8 @@ def test_cora_full_graph_gcn_on_two_ranks_reaches_gcn_accuracy(tmp_path, cora_np
 
     partition_dataset(load_source(f"npz:{cora_npz}"), tmp_path / "cora-2", 2)
     result = train(TrainConfig(str(tmp_path / "cora-2"), mode="full-graph", model="gcn", layers=2, hidden=64,
-                               lr=0.01, weight_decay=5e-4, dropout=0.5, epochs=200, eval_every=10, progress=False))
-    assert result.final_test >= 0.80
+                               lr=0.01, weight_decay=5e-4, dropout=0.5, epochs=200, eval_every=200, progress=False))
+    assert result.final_test >= 0.80  # measured after the last epoch: the one evaluation needed
 
 
 def test_a_resumed_full_graph_run_equals_an_uninterrupted_one(parts, tmp_path):

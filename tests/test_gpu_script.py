@@ -62,9 +62,10 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
 
 
 def test_a_failed_step_is_logged_and_the_later_steps_still_run(tmp_path):
-    done = _rehearse(tmp_path / "out", PRESET="no-such-preset", STEPS="env data train")
+    # (Without the env step, 8 s of importing torch and PyG: the test above has it succeed.)
+    done = _rehearse(tmp_path / "out", PRESET="no-such-preset", STEPS="data train")
     steps = dict(line.split(maxsplit=1) for line in (tmp_path / "out" / "steps.log").read_text().splitlines())
-    assert done.returncode == 1 and sorted(steps) == ["data", "env", "train"]
-    assert steps["env"].startswith("ok") and steps["data"].startswith("FAILED (exit 2)")
+    assert done.returncode == 1 and sorted(steps) == ["data", "train"]
+    assert steps["data"].startswith("FAILED (exit 2)")
     assert steps["train"].startswith("FAILED")  # it still ran: no partitions to train on, said in train.log
     assert "error" in (tmp_path / "out" / "results" / "data.log").read_text()

@@ -23,12 +23,10 @@ from conftest import one_sentence
 
 @pytest.fixture(scope="module")
 def cora_link(tmp_path_factory, cora_npz):
-    """Cora with 85/5/10 held-out edges, in 1 and 2 partitions."""
+    """Cora with 85/5/10 held-out edges, in 2 partitions."""
     root = tmp_path_factory.mktemp("cora-link")
     assert main(["prepare", f"npz:{cora_npz}", str(root / "ds"), "--link-split", "0.85,0.05,0.10"]) == 0
-    ds = load_dataset(root / "ds")
-    for k in (1, 2):
-        partition_dataset(ds, root / f"p{k}", k)
+    partition_dataset(load_dataset(root / "ds"), root / "p2", 2)
     return root
 
 
@@ -92,9 +90,11 @@ def test_link_training_fetches_exactly_the_rows_the_simulator_counts_and_names_i
 
 def test_link_prediction_on_cora_with_two_ranks_reaches_auc_085(cora_link, tmp_path):
     metrics = tmp_path / "m.jsonl"
-    result = train(TrainConfig(str(cora_link / "p2"), task="link", epochs=20, hidden=64, layers=2, fanouts=(10, 10),
-                               batch_size=256, lr=0.01, decoder="mlp", eval_fanouts=(-1, -1), eval_batch_size=64,
-                               json_path=str(metrics), progress=False))
+    # The validation AUC levels off at about 0.90 from epoch 4 on (20 epochs: 0.903 at the best
+    # epoch; 10: 0.903 at epoch 9, test 0.906); two evaluations choose the best epoch.
+    result = train(TrainConfig(str(cora_link / "p2"), task="link", epochs=10, eval_every=5, hidden=64, layers=2,
+                               fanouts=(10, 10), batch_size=256, lr=0.01, decoder="mlp", eval_fanouts=(-1, -1),
+                               eval_batch_size=64, json_path=str(metrics), progress=False))
     last = json.loads(metrics.read_text().splitlines()[-1])
     assert result.metric == "roc-auc" and result.test_at_best >= 0.85, result.test_at_best
     assert set(last["test_link"]) == {"roc-auc", MRR, *(f"hits@{k}" for k in HITS_AT)}

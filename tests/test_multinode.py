@@ -239,13 +239,23 @@ def _assert_same_run(lines: list[dict], reference: Run, ckpt: Path, where: str =
         torch.testing.assert_close(ckpt_got["model"][name], value, rtol=1e-5, atol=1e-6)
 
 
-def test_two_torchrun_agents_train_cora_exactly_like_local_ranks(cora_root, local_run, tmp_path):
-    a, b = _two_agents(cora_root, tmp_path / "job")
+@pytest.fixture(scope="module")
+def unplanned_job(cora_root, local_run) -> tuple[Agent, Agent]:
+    """The job as two agents on machines whose copies hold no cache plan, so each builds and saves
+    its own: the two tests below assert on its output, one that it trains exactly as the local
+    run (whose plan the machines must build again), the other that both saved that plan. The
+    killed-worker test's job trains with the shipped plan."""
+    a, b = _two_agents(cora_root, cora_root / "unplanned-job", ship_plan=False)
     assert a.proc.returncode == 0 and b.proc.returncode == 0, _report((a, b))
+    return a, b
+
+
+def test_two_torchrun_agents_train_cora_exactly_like_local_ranks(cora_root, local_run, unplanned_job):
+    a, b = unplanned_job
     writer = _rank0((a, b))
     other = b if writer is a else a
     assert not other.json.exists(), "only rank 0 writes the JSON lines"
-    _assert_same_run(_lines(writer.json), local_run, tmp_path / "job" / "shared-ck")
+    _assert_same_run(_lines(writer.json), local_run, cora_root / "unplanned-job" / "shared-ck")
     assert f"final test {local_run.lines[-1]['test_metric']:.4f}" in writer.output()
     assert _worker_exits(a) == _worker_exits(b) == [] and "resumed" not in writer.output()  # nothing restarted
 
@@ -288,9 +298,8 @@ def test_a_killed_worker_on_one_machine_restarts_both_and_the_run_ends_as_if_uni
 
 
 
-def test_machines_without_a_cache_plan_both_build_and_save_the_same_one(cora_root, local_run, tmp_path):
-    a, b = _two_agents(cora_root, tmp_path / "job", ship_plan=False, extra=("--epochs", "1"))
-    assert a.proc.returncode == 0 and b.proc.returncode == 0, _report((a, b))
+def test_machines_without_a_cache_plan_both_build_and_save_the_same_one(local_run, unplanned_job):
+    a, b = unplanned_job
     plans = [sorted((agent.log.parent / "cora-2" / "cache").iterdir()) for agent in (a, b)]
     assert [p.name for p in plans[0]] == [p.name for p in plans[1]] == [p.name for p in local_run.plans]
     for plan_a, plan_b in zip(*plans):
