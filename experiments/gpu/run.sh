@@ -134,7 +134,7 @@ salientpp() { python3 -m salientpp "$@"; }
 export -f environment build_pyg make_data salientpp  # step runs each command under timeout, in a new bash
 export CORES WORK PRESET SOURCES PYG_DIRS
 
-step env 30 environment
+step env 60 environment
 [ "$BUILD" = 1 ] && step build 240 env MAX_JOBS="$CORES" python3 setup.py build_ext --inplace
 if compgen -G "$SOURCES/torch_sparse-*.tar.gz" > /dev/null; then
     step pyg "$PYG_TIMEOUT" build_pyg &
