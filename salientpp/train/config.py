@@ -378,7 +378,7 @@ class TrainConfig:
                 check(value, flag_of(f))
         self._check_combinations()
         filled = self._with_defaults()
-        # one list per relation needs the graph's relations: resolve_run checks them (run_fanouts)
+        # one list per relation needs the graph's relations: resolve_run checks them (plan_request)
         if filled.fanouts is not None and not isinstance(filled.fanouts, Mapping):
             check_fanouts(filled.fanouts, check_sampler(filled.sampler), self.layers, "--fanouts")
         if filled.eval_fanouts is not None and not isinstance(filled.eval_fanouts, Mapping):

@@ -34,7 +34,7 @@ from ..sampling.link import NODE
 from .checkpoint import LAST, PARTITION_ID, Checkpoint, load_checkpoint, non_finite_weight, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
-from .setup import typed_input_of
+from .setup import model_in_dim, typed_input_of
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
 
 KIND = "salientpp-predictions"
@@ -87,7 +87,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
             embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"],
                                       node_types=None if typed is None else typed.featureless)
             load_shard(path.parent, ckpt.embedding, embedding)
-        in_dim = (graph.num_features if features else 0) + embedding_dim if typed is None else graph.num_features
+        in_dim = model_in_dim(graph.num_features, features, embedding_dim, typed)
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"], typed=typed)
         misfit = weights_misfit(model.state_dict(), ckpt.model)

@@ -302,9 +302,16 @@ def encoder_dims(config: TrainConfig, num_features: int, task: Task,
     features and the learned embedding in (on a typed graph, ``typed``: the target type's
     features), the task's outputs (link: a ``hidden``-wide embedding per node) out."""
     out_dim = config.hidden if config.task == LINK else task.num_outputs
+    return model_in_dim(num_features, config.features, config.embedding_dim, typed), config.hidden, out_dim
+
+
+def model_in_dim(num_features: int, features: bool, embedding_dim: int, typed: TypedInput | None) -> int:
+    """The width of the model's input rows (on a typed graph, the target type's): the features
+    (unless ``features`` is false) and the learned embedding side by side; a typed graph's
+    embedding serves its featureless types only, so the target's rows are its features."""
     if typed is not None:
-        return typed.input_dim(typed.schema.target), config.hidden, out_dim
-    return (num_features if config.features else 0) + config.embedding_dim, config.hidden, out_dim
+        return typed.input_dim(typed.schema.target)
+    return (num_features if features else 0) + embedding_dim
 
 
 def resume_checkpoint(config: TrainConfig, partition_id: str) -> Checkpoint:
