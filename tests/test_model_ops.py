@@ -46,7 +46,7 @@ def test_aggregate_equals_index_add_and_its_gradient_passes_gradcheck(mean, num_
     assert out.shape == (num_dst, 9)
     torch.testing.assert_close(out, aggregate_reference(x, rowptr, col, mean), rtol=1e-12, atol=1e-12)
     if num_dst and col.numel():
-        assert torch.autograd.gradcheck(lambda t: aggregate(t, rowptr, col, mean), (x,))
+        assert torch.autograd.gradcheck(lambda t: aggregate(t, rowptr, col, mean), (x,), fast_mode=True)
     grad = torch.randn(num_dst, 9, dtype=torch.float64)
     (ours,) = torch.autograd.grad(aggregate(x, rowptr, col, mean), x, grad)
     (theirs,) = torch.autograd.grad(aggregate_reference(x, rowptr, col, mean), x, grad)
