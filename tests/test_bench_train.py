@@ -15,6 +15,7 @@ from salientpp.bench import train as bench_train
 from salientpp.cli import main as cli
 from salientpp import host
 from salientpp.distributed.group import WorkerError
+from salientpp.partition import load_partitioned
 from conftest import one_sentence
 
 TINY = ["--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--replication", "", "--hidden", "8"]
@@ -149,21 +150,40 @@ def test_the_gpu_fraction_reaches_the_timed_runs_configuration(tmp_path):
     assert given.device_fraction == 1.0 and default.device_fraction is None  # None: train's default
 
 
-def test_a_typed_graph_fetches_exactly_the_simulators_rows_and_skips_the_homogeneous_baseline(
+def test_a_typed_graph_fetches_exactly_the_simulators_rows_and_its_baseline_gets_the_fanout_table(
         tmp_path, monkeypatch, capsys):
     """On a typed graph bench train times R-SAGE with per-relation fanouts; the rows every run
-    fetches (all types together) are those the simulator predicts, cached or not."""
+    fetches (all types together) are those the simulator predicts, cached or not. The baseline
+    trains PyG's R-SAGE with the same fanout table; the one with salientpp's model is skipped."""
     assert cli(["prepare", "synthetic:igbh,num_nodes=1000", str(tmp_path / "ds")]) == 0
     assert cli(["partition", str(tmp_path / "ds"), str(tmp_path / "p2"), "--parts", "2"]) == 0
+    configs = []
     monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)  # as if PyG could sample
-    monkeypatch.setattr(bench_train, "run_baseline", lambda config: pytest.fail("a homogeneous baseline ran"))
+    monkeypatch.setattr(bench_train, "run_baseline",
+                        lambda config: configs.append(config) or [{"epoch_s": 1.0, "stage_s": {}, "steps": 1}])
     out = tmp_path / "rows.json"
     fanouts = "cites=4,3;written_by=3,3;rev_written_by=3,3;affiliated_to=2,0;rev_affiliated_to=2,0;topic=2,2;rev_topic=2,2"
     assert cli(["bench", "train", str(tmp_path / "p2"), "--fanouts", fanouts, "--batch-size", "32", "--epochs", "2",
                 "--replication", "0.1", "--hidden", "8", "--pipeline-depth", "2", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "rsage, fanouts cites=4,3" in printed and "the PyG baseline samples homogeneous graphs only" in printed
+    assert "rsage, fanouts cites=4,3" in printed
+    assert "baseline with salientpp's model skipped: it runs on homogeneous graphs only" in printed
+    assert [(c.model, c.typed_model) for c in configs] == [("pyg", "rsage")]
+    schema = load_partitioned(tmp_path / "p2", verify=False).schema
+    given = {name: [int(f) for f in lists.split(",")] for name, lists in (item.split("=") for item in fanouts.split(";"))}
+    assert configs[0].fanouts == tuple(zip(*(given[r.name] for r in schema.relations)))
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 2), ("vip", 1), ("vip", 2)]
-    assert all(r["rows_per_epoch"] == r["predicted_rows"] > 0 for r in rows)
+    assert [(r["cache"], r["depth"]) for r in rows[:4]] == [("none", 1), ("none", 2), ("vip", 1), ("vip", 2)]
+    assert rows[4]["cache"].endswith("+ DDP, PyG's to_hetero(SAGE), full replication")
+    assert all(r["rows_per_epoch"] == r["predicted_rows"] > 0 for r in rows[:4])
     assert rows[2]["rows_per_epoch"] < rows[0]["rows_per_epoch"] and rows[1]["sampling_alone_s"] > 0
+
+
+def test_a_typed_graph_has_no_baseline_for_rgcn(tmp_path, monkeypatch, capsys):
+    assert cli(["prepare", "synthetic:igbh,num_nodes=600", str(tmp_path / "ds")]) == 0
+    assert cli(["partition", str(tmp_path / "ds"), str(tmp_path / "p1"), "--parts", "1"]) == 0
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_train, "run_baseline", lambda config: pytest.fail("a baseline ran for rgcn"))
+    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--model", "rgcn", "--baselines", "pyg"]) == 0
+    assert "baseline skipped: PyG's model is built for --model rsage or rgat on a typed graph, not rgcn" in \
+        capsys.readouterr().out

@@ -28,8 +28,11 @@ with a message, when PyG has neither pyg-lib nor torch_sparse to sample with.
 
 **Typed graphs** run the same rows with ``--model`` (default ``rsage`` there) and train's forms of
 ``--fanouts`` (one list for every relation, or one per relation); the rows fetched are all types'
-together, against the simulator's for the same fanout table. The baselines are homogeneous:
-they are skipped on a typed graph with a message.
+together, against the simulator's for the same fanout table. The baseline there is PyG's
+``NeighborLoader`` on a ``HeteroData`` of the whole graph with the same fanout table, training
+PyG's ``to_hetero(SAGE)`` for ``--model rsage`` or ``to_hetero(GAT)`` for ``rgat``
+(:class:`~salientpp.bench.pyg_baseline.PyGHeteroModel`, of the same size; none for ``rgcn``); the
+baseline with salientpp's model is homogeneous only and skipped there.
 
 ``--compare-freed-memory`` adds the uncached run with each rank returning freed host memory to
 the system (:mod:`salientpp.distributed.host_memory`), alternating with the default.
@@ -49,7 +52,7 @@ import numpy as np
 import torch
 
 from ..cache import PolicyContext, Workload, simulate
-from ..sampling import NeighborLoader, SamplerKind, make_sampler, parse_fanouts, parse_typed_fanouts
+from ..sampling import NeighborLoader, SamplerKind, make_sampler, parse_typed_fanouts
 from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH, sampler_read_ahead
@@ -63,8 +66,8 @@ from ..train import TrainConfig, resolve_run, train
 from ..train.setup import plan_request
 from ..train.config import FP32, PRECISIONS
 from ..train.state import TRAIN_CPU
-from .pyg_baseline import (OURS, PYG, BaselineConfig, run_baseline, sampling_backend, sampling_workers,
-                           unavailable_reason)
+from .pyg_baseline import (OURS, PYG, TYPED_BASELINE_MODELS, BaselineConfig, run_baseline, sampling_backend,
+                           sampling_workers, unavailable_reason)
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
 KIND = "salientpp-bench-train"
@@ -131,25 +134,31 @@ def median_row(history: list[dict]) -> dict:
             "steps": history[0]["steps"]}
 
 
-def _baselines(args) -> Iterator[dict]:
-    """The baseline rows, each as soon as it is measured. A baseline whose ranks fail (PyG holds
-    the whole graph and every feature in each rank, so it is the first to run out of memory) is
-    reported and skipped, so the rows measured before it are kept."""
+def _baselines(args, workload: Workload) -> Iterator[dict]:
+    """The baseline rows, each as soon as it is measured, with the trainer's fanout table
+    (``workload``). A baseline whose ranks fail (PyG holds the whole graph and every feature in
+    each rank, so it is the first to run out of memory) is reported and skipped, so the rows
+    measured before it are kept."""
     reason = unavailable_reason()
     if reason is not None:
         print(f"baseline skipped: {reason} (pip install pyg-lib or torch_sparse to include it)")
         return
-    if args.typed:
-        print("baseline skipped: the PyG baseline samples homogeneous graphs only (a heterogeneous NeighborLoader "
-              "+ to_hetero(SAGE) baseline is not built)")
+    models = args.baselines
+    if args.typed and OURS in models:
+        print(f"baseline with {BASELINE_MODELS[OURS]} skipped: it runs on homogeneous graphs only")
+        models = [m for m in models if m != OURS]
+    if args.typed and args.model not in TYPED_BASELINE_MODELS:
+        print(f"baseline skipped: PyG's model is built for --model {' or '.join(TYPED_BASELINE_MODELS)} on a typed "
+              f"graph, not {args.model}")
         return
-    fanouts = parse_fanouts(args.fanouts)
-    for model in args.baselines:
-        label = BASELINE_MODELS[model]
+    fanouts = tuple(map(tuple, workload.fanout_table.tolist()))
+    for model in models:
+        label = f"PyG's to_hetero({TYPED_BASELINE_MODELS[args.model]})" if args.typed else BASELINE_MODELS[model]
         name = f"PyG NeighborLoader ({sampling_backend()}) + DDP, {label}, full replication"
         try:
             history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                                   device=args.device, model=model,
+                                                  typed_model=args.model if args.typed else "rsage",
                                                   torch_threads=args.torch_threads))
         except WorkerError as exc:
             print(f"| {name} | failed: {exc} (a SIGKILL is most often the kernel's out-of-memory killer: every "
@@ -301,7 +310,7 @@ def main(args: argparse.Namespace) -> int:
               f"{r['sample_s']:.3f} | {r['fetch_s']:.3f} | {r['fetch_cpu_s']:.3f} | {r['compute_s']:.3f} | "
               f"{r['compute_cpu_s']:.3f} | "
               f"{r['rows_per_epoch']:,.0f} | {r['rows_vs_sim']:+.2%} | {r['vs_slowest_stage']:.2f} |", flush=True)
-    for b in [] if args.no_baseline else _baselines(args):
+    for b in [] if args.no_baseline else _baselines(args, workload):
         print(f"| {b['cache']} | all rows | {b['precision']} | off | {b['epoch_s']:.3f} | {b['sample_s']:.3f} | - | - "
               f"| {b['compute_s']:.3f} | {b['compute_cpu_s']:.3f} | 0 | - | - |", flush=True)
         rows.append(b)
