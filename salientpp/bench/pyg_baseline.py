@@ -270,9 +270,9 @@ def _forward(model: nn.Module, batch, num_layers: int, target: str | None) -> tu
     if target is None:
         return model(batch.x, _mfgs(batch, num_layers))[:batch.batch_size], batch.y[:batch.batch_size]
     seeds = batch[target].batch_size
-    nodes = getattr(batch, "num_sampled_nodes_dict", None)
-    edges = getattr(batch, "num_sampled_edges_dict", None)
-    if nodes is None or edges is None:
+    if "num_sampled_nodes" in batch[target]:  # pyg-lib reports them
+        nodes, edges = batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict
+    else:
         nodes, edges = sampled_per_hop(batch.edge_index_dict, {target: seeds}, num_layers)
     return model(batch.x_dict, batch.edge_index_dict, nodes, edges)[:seeds], batch[target].y[:seeds]
 
