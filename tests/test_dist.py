@@ -103,6 +103,26 @@ def test_a_rank_that_calls_sys_exit_with_another_code_fails_in_one_line(code, sh
     assert str(info.value) == f"rank 1 failed: SystemExit: {shown}" and info.value.others == []
 
 
+def _loaded_and_numba_threads(module: str) -> tuple[bool, int]:
+    """Whether ``module`` was loaded when the rank started (this test module does not import it),
+    and the thread count numba read when it was loaded."""
+    loaded = module in sys.modules
+    import numba
+
+    return loaded, numba.config.NUMBA_NUM_THREADS
+
+
+def test_launched_ranks_start_with_the_training_modules_and_numba_loaded_as_the_environment_says(monkeypatch):
+    """The fork server imports `salientpp train`'s rank modules once (0.3-0.5 s a rank saves); numba
+    reads NUMBA_* when it loads, so the server starts again when they change."""
+    import numba
+
+    threads = numba.config.NUMBA_NUM_THREADS
+    assert launch(_loaded_and_numba_threads, ("salientpp.train.run",), nprocs=1) == [(True, threads)]
+    monkeypatch.setenv("NUMBA_NUM_THREADS", str(threads + 1))
+    assert launch(_loaded_and_numba_threads, ("salientpp.train.run",), nprocs=1) == [(True, threads + 1)]
+
+
 def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:
     """Each rank owns a slice of a global feature matrix, caches some remote rows, and fetches
     random remote ids; everything must equal the global matrix."""

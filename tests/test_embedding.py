@@ -8,7 +8,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 import salientpp
 from salientpp.cli import main
@@ -19,6 +18,9 @@ from salientpp.io import row_chunks
 from salientpp.partition import load_partitioned
 
 from conftest import one_sentence
+
+# scipy.stats is imported by the tests that use it: each rank launched with a function of this
+# module imports the module, and scipy.stats would add about a second to every rank's start.
 
 DIM, ROUNDS = 8, 4
 
@@ -125,6 +127,8 @@ def test_an_embedding_of_some_node_types_refuses_the_id_of_another_type(typed_pa
 
 
 def test_initial_rows_are_normal_with_variance_one_over_dim():
+    from scipy import stats
+
     rows = initial_rows("normal", 0, np.arange(2000), 16).ravel() * 4.0
     assert stats.kstest(rows, "norm").pvalue > 1e-3  # 32k draws: a wrong scale or shape gives p ~ 0
     uniform = initial_rows("uniform", 0, np.arange(2000), 16).ravel()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.distributed import init_distributed, launch, shutdown_distributed
@@ -21,6 +20,9 @@ from trainers import rank_trainer
 from salientpp.streams import dropout_seed
 from salientpp.train.run import train
 from salientpp.train.tasks import task_of
+
+# scipy.stats is imported by the tests that use it: each rank launched with a function of this
+# module imports the module, and scipy.stats would add about a second to every rank's start.
 
 LAYERS, HIDDEN, EPOCHS = 3, 16, 3
 OPTIONS = dict(mode="full-graph", layers=LAYERS, hidden=HIDDEN, epochs=EPOCHS, lr=0.01, dropout=0.5, eval_every=0,
@@ -145,6 +147,8 @@ def test_hybrid_caches_low_degree_vertices_and_communicates_hubs(parts):
 # -- keyed dropout --------------------------------------------------------------------------------------
 
 def test_keyed_dropout_keeps_each_element_with_probability_one_minus_p():
+    from scipy import stats
+
     p, ids = 0.3, torch.arange(50_000) * 7919
     kept = int((keyed_relu_dropout(torch.ones(ids.shape[0], 8), ids, p, 12345, True) > 0).sum())
     # Two-sided binomial test at level 1e-3: fails by chance once in a thousand runs of a fixed seed.
@@ -165,6 +169,8 @@ def test_keyed_masks_are_the_rows_of_the_flat_dropout_mask_at_each_key():
 
 
 def test_keyed_masks_of_two_seeds_agree_as_independent_draws_would():
+    from scipy import stats
+
     n, p = 40_000, 0.5
     a = keyed_dropout_mask(torch.arange(n), 8, p, 1)
     b = keyed_dropout_mask(torch.arange(n), 8, p, 2)

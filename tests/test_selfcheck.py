@@ -1,6 +1,8 @@
 """``salientpp selfcheck``: the device path's one-command proof, run here on the CPU path."""
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,9 +12,21 @@ from salientpp.cli import main as cli_main
 from salientpp.distributed import device as gather
 from conftest import one_sentence
 
+GPU_SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "gpu" / "run.sh"
 
-def test_the_cpu_selfcheck_passes_its_kernel_and_training_checks_and_prints_a_table(capsys):
-    assert cli_main(["selfcheck", "--device", "cpu", "--presets", "tiny", "--epochs", "2", "--no-bench"]) == 0
+
+def gpu_script_selfcheck(device: str) -> list[str]:
+    """The ``salientpp`` arguments of the GPU script's selfcheck step with ``DEVICE=device``: the
+    script's CPU rehearsal (tests/test_gpu_script.py) leaves that step to this module, which runs
+    it in this process."""
+    line = next(line for line in GPU_SCRIPT.read_text().splitlines() if line.startswith("step selfcheck "))
+    words = shlex.split(line.replace('"$DEVICE"', device))
+    assert words[3] == "salientpp" and "$" not in line.replace('"$DEVICE"', ""), line
+    return words[4:]
+
+
+def test_the_gpu_scripts_selfcheck_passes_its_kernel_and_training_checks_on_the_cpu_and_prints_a_table(capsys):
+    assert cli_main(gpu_script_selfcheck("cpu")) == 0
     out = capsys.readouterr().out
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| check")}
@@ -28,6 +42,8 @@ def test_a_check_that_raises_is_one_failed_row_and_the_checks_after_it_still_run
         raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore lines")
 
     monkeypatch.setattr(selfcheck, "check_gather", broken)
+    # The checks after it that the test above runs for real are stubs here, but for the training.
+    monkeypatch.setattr(selfcheck, "check_bulk", lambda device: [selfcheck.Check("bulk", True, "stub")])
     monkeypatch.setattr(selfcheck, "check_ranks", lambda device, work: selfcheck.Check("ranks", True, "stub"))
     assert cli_main(["selfcheck", "--device", "cpu", "--presets", "tiny", "--epochs", "1", "--no-bench"]) == 1
     captured = capsys.readouterr()

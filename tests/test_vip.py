@@ -650,6 +650,35 @@ def test_per_relation_degrees_count_each_rows_entries_of_each_relation():
                                    [0, 0, 2, 0, 0], [0, 0, 0, 2, 0]])
 
 
+def _read_only(*arrays: np.ndarray) -> list[np.ndarray]:
+    views = [a.view() for a in arrays]
+    for view in views:
+        view.flags.writeable = False
+    return views
+
+
+def test_the_kernels_compile_once_for_an_in_memory_graph_and_a_memory_mapped_one(graph):
+    """Numba types a read-only array (a dataset's, memory-mapped) apart from a writable one; the
+    kernels see every graph read-only, so a second graph of the other kind compiles nothing more
+    (each compilation costs about 1.5 s)."""
+    from salientpp.cache import relation_degrees
+    from salientpp.cache import vip
+
+    rowptr, col, train_idx = graph
+    schema, typed_rowptr, typed_col, edge_rel = star_graph()
+    kernels = (vip._hop_product, vip._hop_cavity, vip._neighbour_sum, vip._relation_degrees)
+
+    def run(rowptr, col, typed_rowptr, edge_rel):
+        inclusion_probabilities(rowptr, col, [train_idx], [5, 5], 64)
+        inclusion_probabilities(rowptr, col, [train_idx], [5, 5], 64, method="cavity")
+        neighbour_sum(rowptr, col, np.ones((rowptr.shape[0] - 1, 1)))
+        relation_degrees(typed_rowptr, edge_rel, 5)
+        return [len(kernel.signatures) for kernel in kernels]
+
+    writable = [np.array(a) for a in (rowptr, col, typed_rowptr, edge_rel)]
+    assert run(*writable) == run(*_read_only(*writable))
+
+
 def test_pick_weights_per_relation_take_each_relations_fanout():
     degree = np.array([[0, 4, 3], [2, 0, 5]])
     np.testing.assert_allclose(pick_weights(degree, np.array([-1, 2, 0]), False), [[0, .5, 0], [1, 0, 0]])

@@ -478,11 +478,13 @@ def _death(exitcode: int | None) -> str:
 
 # Modules a local rank starts with already loaded: the fork server that starts the ranks of this
 # process loads them once, so each rank saves their import (about 3 s of torch and 3 s of PyG
-# per rank on this project's 2-core machine, where two ranks import them at once in 14 s).
-RANK_PRELOAD = ("torch", "torch_geometric")
-# Environment variables that libraries read when they load (OpenMP's and torch's), which a rank
-# of the fork server holds as they were when the server loaded them.
-_LOAD_TIME_ENV = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|TORCH|PYTORCH|CUDA|NCCL|LD)_")
+# per rank on this project's 2-core machine, where two ranks import them at once in 14 s; then
+# 0.3-0.5 s of salientpp's training modules and numba, which `salientpp train`'s ranks run: the
+# server imports them by name, this package does not).
+RANK_PRELOAD = ("torch", "torch_geometric", "salientpp.train.run")
+# Environment variables that libraries read when they load (OpenMP's, torch's and numba's), which
+# a rank of the fork server holds as they were when the server loaded them.
+_LOAD_TIME_ENV = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|TORCH|PYTORCH|CUDA|NCCL|LD|NUMBA)_")
 _server_env: dict[str, str] | None = None
 
 
