@@ -43,14 +43,20 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_pa
         assert json.load(trace)["traceEvents"]  # a Chrome trace with events
     assert "Self CPU" in (results / "profile.txt").read_text()
     assert "device cpu" in (results / "env.log").read_text()
+    # PyG's rows are there where its NeighborLoader can sample (pyg-lib or torch_sparse installed).
+    from salientpp.bench.pyg_baseline import unavailable_reason
+    from salientpp.bench.sampler import pyg_available
+
     rows = json.loads((results / "bench-train.json").read_text())["rows"]
-    assert all(row["cache"] == "none" and row["epoch_s"] > 0 for row in rows)  # 1 part: nothing to cache
+    ours = [row for row in rows if not row["cache"].startswith("PyG NeighborLoader")]
+    assert ours and all(row["cache"] == "none" for row in ours)  # 1 part: nothing to cache
+    assert all(row["epoch_s"] > 0 for row in rows) and (len(ours) < len(rows)) == (unavailable_reason() is None)
     for name in ("bench-step.json", "bench-step-4096.json"):
         steps = json.loads((results / name).read_text())["rows"]
         assert {row["device"] for row in steps} == {"cpu"} and all(row["seconds"] > 0 for row in steps)
     sampler = json.loads((results / "bench-sampler.json").read_text())
     assert {(row["impl"], row["bulk_size"]) for row in sampler["rows"]} == {
-        ("salientpp", None), ("bulk", 1), ("bulk", 4), ("bulk", 16)}
+        ("salientpp", None), ("bulk", 1), ("bulk", 4), ("bulk", 16), *[("pyg", None)] * pyg_available()}
     # The data is kept in WORK: a second call on the same machine skips generating it, and STEPS
     # runs only the steps it names.
     again = _rehearse(tmp_path / "again", STEPS="data")
