@@ -40,6 +40,7 @@ from ..data.format import load_dataset
 from ..errors import InputError
 from ..io import check_output_dir, check_output_paths
 from .results import write_outputs
+from .pyg_baseline import sampling_backend
 from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader, NeighborSampler
@@ -108,15 +109,6 @@ class _Case:
     count_edges: Callable[[object], int]
     torch_threads: int | None = None  # torch.set_num_threads during its epochs (restored after)
     bulk_size: int | None = None
-
-
-def pyg_available() -> bool:
-    """Whether PyG's NeighborLoader has a sampling backend (pyg-lib or torch_sparse)."""
-    try:
-        import torch_geometric.typing as pyg_typing
-    except ImportError:
-        return False
-    return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
 
 
 def _cpu_seconds() -> float:
@@ -432,7 +424,7 @@ def main(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda needs a GPU that torch can use, and there is none here; run on a GPU machine "
                          "or leave --device at cpu")
-    with_pyg = not args.no_pyg and pyg_available()
+    with_pyg = not args.no_pyg and sampling_backend() is not None
     check_output_paths({"--json": args.json, "--plot": args.plot})
     if args.json is not None:
         check_output_dir(args.json, "output file")
