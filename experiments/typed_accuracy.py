@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from salientpp.bench.pyg_baseline import (PyGHeteroModel, num_neighbors, pyg_graph, pyg_seeds, sampled_per_hop,
+from salientpp.bench.pyg_baseline import (PyGHeteroModel, num_neighbors, pyg_graph, pyg_seeds, seed_outputs,
                                           unavailable_reason)
 from salientpp.data.format import save_dataset
 from salientpp.data.synthetic import synthetic_dataset
@@ -90,11 +90,6 @@ def pyg_run(part_dir: Path, model: str, seed: int, args) -> dict:
                                   input_nodes=pyg_seeds(data, 0, split), batch_size=args.batch_size, shuffle=shuffle,
                                   is_sorted=True)
 
-    def outputs(batch) -> tuple[torch.Tensor, torch.Tensor]:
-        seeds = batch[target].batch_size
-        nodes, edges = sampled_per_hop(batch.edge_index_dict, {target: seeds}, len(args.fanouts))
-        return net(batch.x_dict, batch.edge_index_dict, nodes, edges)[:seeds], batch[target].y[:seeds]
-
     torch.manual_seed(seed)
     net = PyGHeteroModel(model, graph.metadata(), {t: graph[t].x.shape[1] for t in graph.node_types}, args.hidden,
                          data.num_classes, len(args.fanouts), target, args.dropout)
@@ -106,7 +101,7 @@ def pyg_run(part_dir: Path, model: str, seed: int, args) -> dict:
         net.train()
         start = time.perf_counter()
         for batch in train_loader:
-            out, y = outputs(batch)
+            out, y = seed_outputs(net, batch, len(args.fanouts), target)
             loss = F.cross_entropy(out, y)
             optimizer.zero_grad()
             loss.backward()
@@ -120,7 +115,7 @@ def pyg_run(part_dir: Path, model: str, seed: int, args) -> dict:
             for split, batches in evaluate.items():
                 correct = count = 0
                 for batch in batches:
-                    out, y = outputs(batch)
+                    out, y = seed_outputs(net, batch, len(args.fanouts), target)
                     correct += int((out.argmax(1) == y).sum())
                     count += y.shape[0]
                 scores[split] = correct / max(count, 1)

@@ -265,8 +265,9 @@ def _model(config: BaselineConfig, data: PartitionedDataset, graph) -> nn.Module
         "sage", data.num_features, config.hidden, data.num_classes, layers, config.dropout)
 
 
-def _forward(model: nn.Module, batch, num_layers: int, target: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The seeds' outputs and labels of a PyG batch (``target``: a typed graph's target type)."""
+def seed_outputs(model: nn.Module, batch, num_layers: int, target: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seeds' outputs and labels of a PyG batch for the baseline's models (``target``: a typed
+    graph's target type, each layer trimmed to its hops; ``None``: a homogeneous graph's MFGs)."""
     if target is None:
         return model(batch.x, _mfgs(batch, num_layers))[:batch.batch_size], batch.y[:batch.batch_size]
     seeds = batch[target].batch_size
@@ -328,7 +329,7 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
                 if batch is None:
                     loss = ddp(*empty).sum() * 0.0
                 else:
-                    out, y = _forward(ddp, batch.to(ctx.device), len(config.fanouts), target)
+                    out, y = seed_outputs(ddp, batch.to(ctx.device), len(config.fanouts), target)
                     ranks_with_data = sum(n > step for n in per_rank)
                     loss = F.cross_entropy(out, y) * (len(per_rank) / ranks_with_data)
                 loss.backward()
