@@ -147,21 +147,21 @@ def _mfgs(batch, num_layers: int) -> list[MFG]:
     return mfgs
 
 
-def _type_shift(data: PartitionedDataset) -> np.ndarray:
-    """int64 ``[K * T]``: added to a partitioned id of block ``k * T + t``, its row among the
-    nodes of type ``t`` in PyG's ``HeteroData`` (partition 0's nodes of the type first, then
-    partition 1's, ...). On one type every shift is 0."""
+def _type_rows(data: PartitionedDataset, ids: np.ndarray) -> np.ndarray:
+    """int64 ``[n]``: the row of each partitioned id of ``ids`` (int64 ``[n]``) among the nodes of
+    its type in PyG's ``HeteroData`` (partition 0's nodes of the type first, then partition 1's,
+    ...): the id plus its block's shift. On one type every shift is 0."""
     blocks = np.asarray(data.book.blocks)
     sizes = np.diff(blocks).reshape(data.num_parts, data.book.num_types)
     before = (np.cumsum(sizes, axis=0) - sizes).reshape(-1)  # the type's nodes in earlier partitions
-    return before - blocks[:-1]
+    return ids + (before - blocks[:-1])[data.book.block_of(ids)]
 
 
 def pyg_graph(data: PartitionedDataset):
     """The whole graph as PyG holds it in one process: a homogeneous graph's ``Data`` (``x``,
     ``y``, ``edge_index``; rows are the partitioned ids), a typed graph's ``HeteroData`` (each
     type's ``x`` where it has features, the target's ``y``, each relation's ``edge_index`` under
-    its ``(src, name, dst)`` key; rows of a type in the order of :func:`_type_shift`). Edges are
+    its ``(src, name, dst)`` key; rows of a type in the order of :func:`_type_rows`). Edges are
     grouped by ascending destination, as ``is_sorted=True`` tells PyG, which then skips the sort
     of its CSC conversion (a sort of every edge would hold several copies of E in every rank's
     memory)."""
@@ -178,8 +178,6 @@ def pyg_graph(data: PartitionedDataset):
         return Data(x=rows(p.x for p in parts).float(), y=rows(p.y for p in parts), edge_index=edge_index,
                     num_nodes=data.num_nodes)
     schema, target = data.schema, data.schema.target_index
-    shift = _type_shift(data)
-    local = lambda ids: ids + shift[data.book.block_of(ids)]
     graph = HeteroData()
     for t, name in enumerate(schema.node_types):
         graph[name].num_nodes = schema.num_nodes[t]
@@ -189,17 +187,17 @@ def pyg_graph(data: PartitionedDataset):
     col, edge_rel, dst = np.asarray(data.col), np.asarray(data.edge_rel), dst.numpy()
     for r, relation in enumerate(schema.relations):
         mine = edge_rel == r
-        graph[relation.key].edge_index = torch.from_numpy(np.stack([local(col[mine]), local(dst[mine])]))
+        graph[relation.key].edge_index = torch.from_numpy(np.stack([_type_rows(data, col[mine]), _type_rows(data, dst[mine])]))
     return graph
 
 
 def pyg_seeds(data: PartitionedDataset, k: int, split: str = "train"):
     """Partition ``k``'s ``split`` nodes as PyG's ``NeighborLoader`` takes its ``input_nodes``
     for :func:`pyg_graph`'s graph: rows (homogeneous), or ``(target type, rows)``."""
-    ids = torch.from_numpy(np.array(getattr(data.part(k), f"{split}_idx")))
+    ids = np.array(getattr(data.part(k), f"{split}_idx"))
     if not data.is_typed:
-        return ids
-    return data.schema.target, ids + torch.from_numpy(_type_shift(data))[data.book.block_of(ids)]
+        return torch.from_numpy(ids)
+    return data.schema.target, torch.from_numpy(_type_rows(data, ids))
 
 
 def num_neighbors(fanouts: Sequence[Sequence[int]], data: PartitionedDataset):
