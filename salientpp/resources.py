@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .cache.plan import Budget
+from .cache.plan import Budget, type_row_bytes
 from .cache.workload import Workload
 from .data.schema import GraphSchema
 from .errors import InputError, counted
@@ -334,12 +334,14 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     """Peak memory of ``salientpp train`` on one machine: ``local_ranks`` ranks of the partitioned
     dataset ``data`` together.
 
-    Items (``R = local_ranks``; the ranks are assumed to hold the R largest partitions):
+    Items (``R = local_ranks``; the ranks are assumed to hold the R partitions that own the most
+    bytes of rows; a typed graph's rows are each node type's own width, and a row in a batch or the
+    cache is counted at the widest):
 
     * ``Python + torch``: :data:`PROCESS_BYTES` per rank, and once more for the launcher when R > 1;
     * ``graph``: the global CSR and ``orig_id``, memory-mapped and shared by the ranks;
-    * ``owned feature rows``: each rank's mapped ``part_k/x.npy`` plus the feature store's
-      reordered copy, and its labels;
+    * ``owned feature rows``: each rank's mapped feature files plus the feature store's
+      reordered copy, and its labels (:func:`_owned_rows`);
     * with a cache (``policy != "none"`` and K > 1): the cached rows per rank (``cached_rows`` of
       an existing plan, else ``floor(replication * N / K)``), three times (the start-up all-to-all
       sends, receives and reorders them), and the int64 [N] cache-slot map with its start-up
@@ -357,8 +359,9 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
       and one for the training thread, which samples a batch itself when no thread has it ready
       (:func:`_id_map_bytes`);
     * with ``embedding_dim`` D > 0: ``embedding table and optimizer state``, each rank's owned
-      rows three times (the table and, once every row was touched, Adam's two moments) and 16
-      bytes per owned row (the optimiser's slot map and step count). Without ``features`` no
+      learnable rows (a typed graph's featureless types, else every node) three times (the table
+      and, once every row was touched, Adam's two moments) and 16 bytes per row (the optimiser's
+      slot map and step count). Without ``features`` no
       feature row is read or fetched, so the feature items are left out;
     * with ``link_pairs`` (link prediction): ``scored pairs``, :data:`LINK_PAIR_BYTES` plus three
       float32 rows of ``hidden`` (the two endpoints' gathered embeddings and their product) per
@@ -379,16 +382,17 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         link_pairs: ``(training, evaluation)`` scored node pairs per batch of link prediction.
     """
     n, k, e = data.num_nodes, data.num_parts, int(data.col.shape[0])
-    row = data.num_features * data.feature_dtype.itemsize if features else 0
     if isinstance(local_ranks, bool) or not isinstance(local_ranks, int) or not 1 <= local_ranks <= k:
         raise InputError(f"{local_ranks!r} local ranks cannot train {k} partitions; start 1 to {k} ranks per machine")
     check_fanouts(fanouts, layers=layers)
-    sizes = sorted((data.book.part_size(p) for p in range(k)), reverse=True)[:local_ranks]
+    type_rows = type_row_bytes(data) * features  # [T]; a batch's or cached row counted at the widest
+    row = int(type_rows.max())
+    owned, embedded = _owned_rows(data, type_rows, embedding_dim, local_ranks)
     ranks = local_ranks
     items = {
         "Python + torch": rank_processes_bytes(ranks),
         "graph (memory-mapped, shared)": _csr_bytes(n, e) + 8 * (n + k + 1),
-        "owned feature rows": sum(sizes) * (2 * row + 16),
+        "owned feature rows": owned,
     }
     analysis = 0
     if policy != "none" and k > 1:
@@ -403,7 +407,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         items["cache rows"] = ranks * 3 * cached_rows * row
         items["cache-slot maps"] = ranks * 16 * n
     if embedding_dim:
-        items["embedding table and optimizer state"] = sum(sizes) * (3 * 4 * embedding_dim + 16)
+        items["embedding table and optimizer state"] = embedded
     dims = [data.num_features * features + embedding_dim] + [hidden] * (layers - 1) + [data.num_outputs]
     size = batch_size_estimate(n, e, fanouts, batch_size)
     batch_bytes, graph_bytes = _feature_batch_bytes(size, row), _feature_batch_bytes(size, 0)
@@ -435,6 +439,21 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
     return MemoryEstimate(f"training {ranks} of {k} partitions of {n:,} nodes on this machine", items,
                           f"use fewer local ranks, a smaller --batch-size{negatives}, --pipeline-depth or "
                           "--replication, or a machine with more memory")
+
+
+def _owned_rows(data: PartitionedDataset, type_rows: np.ndarray, embedding_dim: int,
+                local_ranks: int) -> tuple[int, int]:
+    """``(feature bytes, embedding bytes)`` the ``local_ranks`` partitions that hold the most own:
+    each owned node's feature row of its type (``type_rows``, int64 ``[T]``) twice (the mapped file
+    and the feature store's copy) and 16 bytes of label; with ``embedding_dim`` D, the nodes with
+    learnable rows (a typed graph's featureless types, a homogeneous graph's every node) three
+    rows of D float32 (the table and Adam's two moments) and 16 bytes of optimiser state."""
+    counts = np.diff(data.book.blocks).reshape(data.num_parts, -1)  # [K, T] owned nodes per type
+    learned = type_rows == 0 if data.is_typed else np.ones(counts.shape[1], dtype=bool)
+    features = counts @ (2 * type_rows + 16)
+    embeddings = counts @ learned * (3 * 4 * embedding_dim + 16) if embedding_dim else np.zeros(data.num_parts)
+    largest = np.argsort(-(features + embeddings), kind="stable")[:local_ranks]
+    return int(features[largest].sum()), int(embeddings[largest].sum())
 
 
 def _kept_freed(step_bytes: int, reuse_freed_memory: bool) -> dict[str, int]:

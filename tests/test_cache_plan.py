@@ -353,11 +353,19 @@ def test_the_analyze_command_of_a_typed_request_reads_back_as_that_request(typed
         assert plan_request_from(args, schema) == request
 
 
-def test_analyze_with_a_sampling_policy_on_a_typed_graph_estimates_its_batches_from_every_relation(typed_parts, tmp_path, capsys):
-    # The oracle samples batches, whose size analyze estimates from every relation's fanouts of a hop.
+def test_a_typed_workloads_hop_fanout_is_the_most_a_node_type_draws_over_the_relations_into_it(typed_parts):
+    # Into paper: writes and cites; into author: rev_writes and rev_at; into inst: at. A node draws
+    # only over the relations into its own type, so summing every relation would overcount.
+    schema = typed_parts.schema
+    assert Workload((3, 1), 4, schema=schema).hop_fanouts == (6, 2)
+    lists = {str(r): ((0, 0) if r.name == "writes" else (2, -1)) for r in schema.relations}
+    assert Workload(lists, 4, schema=schema).hop_fanouts == (4, -1)  # an author's 2 + 2; -1 takes them all
+    assert Workload({str(r): (0,) for r in schema.relations}, 4, schema=schema).hop_fanouts == (1,)
+
+
+def test_analyze_with_a_sampling_policy_on_a_typed_graph_estimates_its_batches_from_its_relations(typed_parts, tmp_path, capsys):
+    # The oracle samples batches, whose size analyze estimates from the relations' fanouts of a hop.
     text = ";".join(f"{r}={'0,0' if r.name == 'writes' else '2,-1'}" for r in typed_parts.schema.relations)
-    assert Workload({str(r): ((0, 0) if r.name == "writes" else (2, -1)) for r in typed_parts.schema.relations}, 4,
-                    schema=typed_parts.schema).hop_fanouts == (8, -1)
     assert main(["analyze", str(typed_parts.path), "--fanouts", text, "--batch-size", "4", "--replication", "0.2",
                  "--policy", "oracle", "--out", str(tmp_path / "p")]) == 0
     assert "the oracle analysis of 2 partitions" in capsys.readouterr().out

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import salientpp
@@ -351,6 +352,25 @@ def test_estimates_grow_with_what_drives_them(tiny_parts):
     step = kept["per-rank batch buffers"] + kept["activations"]
     assert kept["freed blocks kept for reuse"] == int(KEPT_FREED_FRACTION * step) > 0
     assert "freed blocks kept for reuse" not in returned and sum(returned.values()) < sum(kept.values())
+
+
+def test_a_typed_graphs_owned_rows_have_each_types_width_and_only_featureless_types_are_embedded(tmp_path):
+    # author has no features (an embedding with --embedding-dim), paper 5 and inst 2 float32 ones:
+    # counting every node at the target's width and embedding every node overcounts.
+    from cache_support import make_typed_partitioned
+
+    data = make_typed_partitioned(tmp_path / "parts")
+    types = data.schema.node_types
+    counts = np.diff(data.book.blocks).reshape(data.num_parts, len(types))  # [K, T] owned nodes
+    rows = np.array([4 * data.feature_width(t) for t in range(len(types))])
+    assert rows[types.index("author")] == 0 and rows[types.index("inst")] < rows[types.index("paper")]
+    common = dict(fanouts=(2,), batch_size=4, hidden=8, layers=1, pipeline_depth=1, policy="none")
+    both = estimate_train(data, local_ranks=2, embedding_dim=6, **common).items
+    assert both["owned feature rows"] == int(counts.sum(0) @ (2 * rows + 16))
+    assert both["embedding table and optimizer state"] == int(counts[:, types.index("author")].sum()) * (3 * 4 * 6 + 16)
+    one = estimate_train(data, local_ranks=1, **common).items
+    assert one["owned feature rows"] == int((counts @ (2 * rows + 16)).max())
+    assert "embedding table and optimizer state" not in one
 
 
 def test_sampler_id_maps_are_counted_per_workspace_and_by_the_map_the_graph_gets(tiny_parts):

@@ -7,18 +7,15 @@ policies and the simulator all take a tuple of them, training first.
 from __future__ import annotations
 
 from dataclasses import InitVar, dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..data.format import SPLITS
+from ..data.schema import GraphSchema, Relation
 from ..errors import InputError, check_int
 from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_replace,
                               check_sampler, fanout_table)
 from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
-
-if TYPE_CHECKING:
-    from ..data.schema import GraphSchema
 
 
 def check_batch_size(batch_size) -> int:
@@ -144,12 +141,20 @@ class Workload:
 
     @property
     def hop_fanouts(self) -> tuple[int, ...]:
-        """The most neighbours a node draws at each hop over all its relations (the sum of the
-        table's row; -1 where a relation takes them all; at least 1): one list, for estimates of
-        a batch's size. A homogeneous workload's fanouts as they are."""
+        """The most neighbours a node draws at each hop: on a typed graph, of each node type the
+        fanouts of the relations into it summed, the largest over the types (-1 where a relation
+        takes them all; at least 1). One list, for estimates of a batch's size. A homogeneous
+        workload's fanouts as they are."""
         if not self.is_typed:
             return self.fanouts
-        return tuple(-1 if -1 in row else max(1, sum(row)) for row in self.fanouts)
+        into = [Relation.parse(r).dst for r in self.relations]
+        hops = []
+        for row in self.fanouts:
+            drawn: dict[str, int] = {}
+            for dst, fanout in zip(into, row):
+                drawn[dst] = drawn.get(dst, 0) + fanout
+            hops.append(-1 if -1 in row else max(1, *drawn.values()))
+        return tuple(hops)
 
     @property
     def sampler_fanouts(self) -> tuple[int, ...] | dict[str, tuple[int, ...]]:

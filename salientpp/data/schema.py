@@ -52,6 +52,13 @@ class Relation:
     def __str__(self) -> str:
         return RELATION_SEPARATOR.join(self.key)
 
+    @classmethod
+    def parse(cls, text: str) -> Relation | None:
+        """The relation written ``"src__name__dst"`` (as :meth:`__str__` writes it), or ``None``
+        when ``text`` is not three parts."""
+        parts = text.split(RELATION_SEPARATOR)
+        return cls(*parts) if len(parts) == 3 else None
+
     def reversed(self) -> Relation:
         """The reverse the importers add: ``(dst, rev_name, src)``, or this relation itself when it
         joins a type to itself (its edges are made symmetric)."""
@@ -196,9 +203,9 @@ class GraphSchema:
         its name alone when no other relation has that name (as PyG accepts); :class:`InputError`
         names the graph's relations otherwise."""
         if isinstance(relation, str):
-            parts = relation.split(RELATION_SEPARATOR)
-            if len(parts) == 3:
-                relation = Relation(*parts)
+            parsed = Relation.parse(relation)
+            if parsed is not None:
+                relation = parsed
             else:
                 named = [i for i, r in enumerate(self.relations) if r.name == relation]
                 if len(named) == 1:
