@@ -91,8 +91,7 @@ def pyg_run(part_dir: Path, model: str, seed: int, args) -> dict:
                                   is_sorted=True)
 
     torch.manual_seed(seed)
-    net = PyGHeteroModel(model, graph.metadata(), {t: graph[t].x.shape[1] for t in graph.node_types}, args.hidden,
-                         data.num_classes, len(args.fanouts), target, args.dropout)
+    net = PyGHeteroModel(model, graph, args.hidden, data.num_classes, len(args.fanouts), target, args.dropout)
     train_loader = loader("train", shuffle=True)
     evaluate = {split: loader(split, shuffle=False) for split in ("valid", "test")}
     optimizer = torch.optim.Adam(net.parameters(), lr=args.lr)

@@ -111,8 +111,7 @@ def test_typed_layers_trimmed_to_their_hops_give_the_whole_subgraph_outputs(igbh
                                 input_nodes=pyg_seeds(data, 0), batch_size=16, shuffle=True, is_sorted=True)
         batches = [b for _, b in zip(range(3), loader)]
     torch.manual_seed(0)
-    net = PyGHeteroModel(model, graph.metadata(), {t: graph[t].x.shape[1] for t in graph.node_types}, 16,
-                         data.num_classes, 3, target).eval()
+    net = PyGHeteroModel(model, graph, 16, data.num_classes, 3, target).eval()
     for batch in batches:
         seeds = batch[target].batch_size
         nodes, edges = sampled_per_hop(batch.edge_index_dict, {target: seeds}, 3)

@@ -217,19 +217,21 @@ class PyGHeteroModel(nn.Module):
     and dropout between them and a ``Linear`` head, written out as PyG's ``HeteroConv`` so that
     each layer can be trimmed to its hops (PyG's ``trim_to_layer``; the seeds' outputs are the
     same). ``model``: ``rsage`` (``SAGEConv``) or ``rgat`` (``GATConv(hidden, hidden / heads,
-    heads, add_self_loops=False)``), the sizes of salientpp's ``TypedMFGModel``.
+    heads, add_self_loops=False)``), the sizes of salientpp's ``TypedMFGModel``, for the
+    ``HeteroData`` ``graph`` (its node and edge types, each type's feature width ``F_t``).
 
     ``forward(x_dict, edge_index_dict, nodes_per_hop=None, edges_per_hop=None)``: float32 ``[n_t,
     F_t]`` rows per type (a type without rows is left out of the layers' inputs), int64 ``[2, E_r]`` edges per relation key, and the batch's
     :func:`sampled_per_hop` counts (``None``: no trimming); returns the target type's ``[n,
     out_dim]`` outputs (its seeds first)."""
 
-    def __init__(self, model: str, metadata, in_dims: Mapping[str, int], hidden: int, out_dim: int,
-                 num_layers: int, target: str, dropout: float = 0.5, heads: int = 4):
+    def __init__(self, model: str, graph, hidden: int, out_dim: int, num_layers: int, target: str,
+                 dropout: float = 0.5, heads: int = 4):
         from torch_geometric.nn import GATConv, HeteroConv, SAGEConv
 
         super().__init__()
-        node_types, edge_types = metadata
+        node_types, edge_types = graph.metadata()
+        in_dims = {t: graph[t].x.shape[1] for t in node_types}
         conv = ((lambda: SAGEConv(hidden, hidden)) if model == "rsage" else
                 (lambda: GATConv(hidden, hidden // heads, heads, add_self_loops=False)))
         self.types = list(node_types)
@@ -257,8 +259,8 @@ def _model(config: BaselineConfig, data: PartitionedDataset, graph) -> nn.Module
     torch.manual_seed(config.seed)
     layers = len(config.fanouts)
     if data.is_typed:
-        return PyGHeteroModel(config.typed_model, graph.metadata(), {t: graph[t].x.shape[1] for t in graph.node_types},
-                              config.hidden, data.num_classes, layers, data.schema.target, config.dropout)
+        return PyGHeteroModel(config.typed_model, graph, config.hidden, data.num_classes, layers, data.schema.target,
+                              config.dropout)
     return (PyGReferenceModel if config.model == PYG else MFGModel)(
         "sage", data.num_features, config.hidden, data.num_classes, layers, config.dropout)
 
