@@ -2,9 +2,11 @@
 against a single-process PyG model of the same size on PyG's own ``NeighborLoader`` (issue #52).
 
 For each ``--models`` entry, each ``--parts`` count and each ``--seeds`` seed, ``salientpp.train``
-trains the built-in typed model (``--hidden``, ``--layers``, ``--fanouts``, ``--batch-size`` per
-rank, ``--epochs``, VIP cache at the default replication) and reports the test accuracy at the best
-validation epoch. The PyG rows train PyG's own model in one process with the same sizes,
+trains the built-in typed model (``--hidden``, ``--layers``, ``--fanouts``, ``--epochs``, VIP
+cache at the default replication) and reports the test accuracy at the best validation epoch.
+``--batch-size`` is the global batch: k ranks take ``--batch-size / k`` seeds each, so that every
+rank count takes the same optimiser steps on batches of the same size (``--per-rank-batch``: each
+rank takes ``--batch-size``, and the global batch grows with the ranks). The PyG rows train PyG's own model in one process with the same sizes,
 optimiser and epochs: :class:`~salientpp.bench.pyg_baseline.PyGHeteroModel`, what ``to_hetero``
 makes of a homogeneous module (``Linear`` input projection, one ``SAGEConv`` or
 ``GATConv(add_self_loops=False)`` per layer, LeakyReLU and dropout between them, a ``Linear``
@@ -42,26 +44,33 @@ from salientpp.sampling import fanout_table
 from salientpp.train import TrainConfig, train
 
 
-def prepare(out: Path, spec: str, parts: list[int]) -> None:
-    """The dataset of ``spec`` partitioned into each of ``parts`` under ``out`` (kept if there)."""
-    missing = [k for k in parts if not (out / f"p{k}").exists()]
+def partitioning_dir(out: Path, k: int, method: str) -> Path:
+    """Where the partitioning into ``k`` parts by ``method`` is kept: ``out/p{k}`` (METIS's, and the
+    one part that every method makes alike), else ``out/p{k}-{method}``."""
+    return out / (f"p{k}" if method == "metis" or k == 1 else f"p{k}-{method}")
+
+
+def prepare(out: Path, spec: str, parts: list[int], method: str) -> None:
+    """The dataset of ``spec`` partitioned by ``method`` into each of ``parts`` under ``out``
+    (kept if there)."""
+    missing = [k for k in parts if not partitioning_dir(out, k, method).exists()]
     if not missing:
         return
     dataset = synthetic_dataset(spec)
     if not (out / "data").exists():
         save_dataset(dataset, out / "data")
     for k in missing:
-        partition_dataset(dataset, out / f"p{k}", k)
+        partition_dataset(dataset, partitioning_dir(out, k, method), k, method)
 
 
 def rank_batch(args, ranks: int) -> int:
-    """The seeds per batch of each of ``ranks`` ranks: ``--batch-size``, or with ``--global-batch``
-    its share of a global batch of ``--batch-size`` (which the ranks must divide)."""
-    if not args.global_batch:
+    """The seeds per batch of each of ``ranks`` ranks: its share of a global batch of
+    ``--batch-size`` (which the ranks must divide), or with ``--per-rank-batch`` ``--batch-size``."""
+    if args.per_rank_batch:
         return args.batch_size
     if args.batch_size % ranks:
-        raise InputError(f"--global-batch needs --batch-size divisible by every --parts count, got {args.batch_size} "
-                         f"for {ranks} ranks")
+        raise InputError(f"--batch-size {args.batch_size} is the global batch and must be divisible by every --parts "
+                         f"count, not by {ranks}; pass e.g. 256, or --per-rank-batch")
     return args.batch_size // ranks
 
 
@@ -132,18 +141,21 @@ def summary(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="working directory (the dataset and its partitionings are kept)")
-    p.add_argument("--spec", default="igbh,num_nodes=10000,train_fraction=0.1,valid_fraction=0.05,test_fraction=0.5")
+    p.add_argument("--spec", default="igbh,num_nodes=6000,train_fraction=0.5,valid_fraction=0.1,test_fraction=0.4")
     p.add_argument("--models", default="rsage,rgat")
     p.add_argument("--parts", default="1,2,4")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--partition-method", default="metis", choices=("metis", "random"),
+                   help="how the ranks' partitions are made (random: no partition follows a community)")
+    p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--fanouts", default="10,10")
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=64, help="seeds per batch of each rank (and of PyG's run)")
-    p.add_argument("--global-batch", action="store_true",
-                   help="keep the global batch at --batch-size: k ranks take --batch-size / k seeds each")
+    p.add_argument("--batch-size", type=int, default=256,
+                   help="seeds per global batch: k ranks take --batch-size / k each, PyG's one process all")
+    p.add_argument("--per-rank-batch", action="store_true",
+                   help="each rank takes --batch-size seeds (the global batch grows with the ranks)")
     p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--eval-every", type=int, default=5, help="evaluate every N epochs and after the last")
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs and after the last")
+    p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--systems", default="salientpp,pyg", help="which rows to train: salientpp's, PyG's or both")
     p.add_argument("--json", help="write the results here")
@@ -160,22 +172,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for k in parts:
             rank_batch(args, k)
-        prepare(out, f"{args.spec}", sorted(set(parts) | {1}))
+        prepare(out, f"{args.spec}", sorted(set(parts) | {1}), args.partition_method)
         rows = []
         for model in models:
             for k in parts if "salientpp" in systems else ():
-                runs = [salientpp_run(out / f"p{k}", model, seed, args, k) for seed in seeds]
+                where = partitioning_dir(out, k, args.partition_method)
+                runs = [salientpp_run(where, model, seed, args, k) for seed in seeds]
                 rows.append({"model": model, "system": f"salientpp, {k} rank{'s' * (k > 1)}", "ranks": k,
                              **summary(runs)})
                 print(rows[-1]["system"], model, f"{rows[-1]['mean']:.4f}", flush=True)
             if "pyg" in systems:
-                runs = [pyg_run(out / "p1", model, seed, args) for seed in seeds]
+                runs = [pyg_run(partitioning_dir(out, 1, args.partition_method), model, seed, args) for seed in seeds]
                 rows.append({"model": model, "system": "PyG NeighborLoader + to_hetero, 1 process", "ranks": 0, **summary(runs)})
                 print(rows[-1]["system"], model, f"{rows[-1]['mean']:.4f}", flush=True)
     except InputError as exc:
         print(f"typed_accuracy: {exc}", file=sys.stderr)
         return 2
-    per = "in all (split among the ranks)" if args.global_batch else "per rank"
+    per = "per rank" if args.per_rank_batch else "in all (split among the ranks)"
     print(f"\n{args.spec}: hidden {args.hidden}, fanouts {args.fanouts}, batch {args.batch_size} {per}, "
           f"{args.epochs} epochs, lr {args.lr}, dropout {args.dropout}, seeds {seeds}")
     print("| model | system | test accuracy (mean ± std) | vs 1 rank (points) | median epoch s |")
