@@ -4,9 +4,10 @@ against a single-process PyG model of the same size on PyG's own ``NeighborLoade
 For each ``--models`` entry, each ``--parts`` count and each ``--seeds`` seed, ``salientpp.train``
 trains the built-in typed model (``--hidden``, ``--layers``, ``--fanouts``, ``--epochs``, VIP
 cache at the default replication) and reports the test accuracy at the best validation epoch.
-``--batch-size`` is the global batch: k ranks take ``--batch-size / k`` seeds each, so that every
-rank count takes the same optimiser steps on batches of the same size (``--per-rank-batch``: each
-rank takes ``--batch-size``, and the global batch grows with the ranks). The PyG rows train PyG's own model in one process with the same sizes,
+``--global-batch-size`` (default 256) is the seeds of one step over all ranks: k ranks take
+``--global-batch-size / k`` each, so that every rank count takes the same optimiser steps on
+batches of the same size. ``--batch-size``, instead, gives each rank that many seeds, as
+``salientpp train --batch-size`` does, and the global batch grows with the ranks. The PyG rows train PyG's own model in one process with the same sizes,
 optimiser and epochs: :class:`~salientpp.bench.pyg_baseline.PyGHeteroModel`, what ``to_hetero``
 makes of a homogeneous module (``Linear`` input projection, one ``SAGEConv`` or
 ``GATConv(add_self_loops=False)`` per layer, LeakyReLU and dropout between them, a ``Linear``
@@ -64,14 +65,14 @@ def prepare(out: Path, spec: str, parts: list[int], method: str) -> None:
 
 
 def rank_batch(args, ranks: int) -> int:
-    """The seeds per batch of each of ``ranks`` ranks: its share of a global batch of
-    ``--batch-size`` (which the ranks must divide), or with ``--per-rank-batch`` ``--batch-size``."""
-    if args.per_rank_batch:
+    """The seeds per batch of each of ``ranks`` ranks (PyG's process: ``ranks = 1``): ``--batch-size``,
+    else its share of ``--global-batch-size`` (which the ranks must divide)."""
+    if args.batch_size is not None:
         return args.batch_size
-    if args.batch_size % ranks:
-        raise InputError(f"--batch-size {args.batch_size} is the global batch and must be divisible by every --parts "
-                         f"count, not by {ranks}; pass e.g. 256, or --per-rank-batch")
-    return args.batch_size // ranks
+    if args.global_batch_size % ranks:
+        raise InputError(f"--global-batch-size {args.global_batch_size} must be divisible by every --parts count, "
+                         f"not by {ranks}; pass e.g. 256, or --batch-size for the seeds of each rank")
+    return args.global_batch_size // ranks
 
 
 def salientpp_run(part_dir: Path, model: str, seed: int, args, ranks: int) -> dict:
@@ -96,7 +97,7 @@ def pyg_run(part_dir: Path, model: str, seed: int, args) -> dict:
         with warnings.catch_warnings():  # PyG's notice for sampling with torch_sparse
             warnings.simplefilter("ignore", UserWarning)
             return NeighborLoader(graph, num_neighbors=num_neighbors(table.tolist(), data),
-                                  input_nodes=pyg_seeds(data, 0, split), batch_size=args.batch_size, shuffle=shuffle,
+                                  input_nodes=pyg_seeds(data, 0, split), batch_size=rank_batch(args, 1), shuffle=shuffle,
                                   is_sorted=True)
 
     torch.manual_seed(seed)
@@ -149,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--fanouts", default="10,10")
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=256,
-                   help="seeds per global batch: k ranks take --batch-size / k each, PyG's one process all")
-    p.add_argument("--per-rank-batch", action="store_true",
-                   help="each rank takes --batch-size seeds (the global batch grows with the ranks)")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch-size", type=int, default=256,
+                       help="seeds of one step over all ranks: k ranks take it / k each, PyG's one process all")
+    batch.add_argument("--batch-size", type=int,
+                       help="seeds per batch of each rank, as `salientpp train --batch-size` (and of PyG's process)")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs and after the last")
     p.add_argument("--lr", type=float, default=0.003)
@@ -188,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"typed_accuracy: {exc}", file=sys.stderr)
         return 2
-    per = "per rank" if args.per_rank_batch else "in all (split among the ranks)"
-    print(f"\n{args.spec}: hidden {args.hidden}, fanouts {args.fanouts}, batch {args.batch_size} {per}, "
+    batch = (f"batch {args.batch_size} per rank" if args.batch_size is not None
+             else f"global batch {args.global_batch_size} (split among the ranks)")
+    print(f"\n{args.spec}: hidden {args.hidden}, fanouts {args.fanouts}, {batch}, "
           f"{args.epochs} epochs, lr {args.lr}, dropout {args.dropout}, seeds {seeds}")
     print("| model | system | test accuracy (mean ± std) | vs 1 rank (points) | median epoch s |")
     print("|---|---|---:|---:|---:|")
