@@ -448,7 +448,7 @@ def _owned_rows(data: PartitionedDataset, type_rows: np.ndarray, embedding_dim: 
     and the feature store's copy) and 16 bytes of label; with ``embedding_dim`` D, the nodes with
     learnable rows (a typed graph's featureless types, a homogeneous graph's every node) three
     rows of D float32 (the table and Adam's two moments) and 16 bytes of optimiser state."""
-    counts = np.diff(data.book.blocks).reshape(data.num_parts, -1)  # [K, T] owned nodes per type
+    counts = data.book.block_sizes
     learned = type_rows == 0 if data.is_typed else np.ones(counts.shape[1], dtype=bool)
     features = counts @ (2 * type_rows + 16)
     embeddings = counts @ learned * (3 * 4 * embedding_dim + 16) if embedding_dim else np.zeros(data.num_parts)

@@ -151,10 +151,9 @@ def _type_rows(data: PartitionedDataset, ids: np.ndarray) -> np.ndarray:
     """int64 ``[n]``: the row of each partitioned id of ``ids`` (int64 ``[n]``) among the nodes of
     its type in PyG's ``HeteroData`` (partition 0's nodes of the type first, then partition 1's,
     ...): the id plus its block's shift. On one type every shift is 0."""
-    blocks = np.asarray(data.book.blocks)
-    sizes = np.diff(blocks).reshape(data.num_parts, data.book.num_types)
+    sizes = data.book.block_sizes
     before = (np.cumsum(sizes, axis=0) - sizes).reshape(-1)  # the type's nodes in earlier partitions
-    return ids + (before - blocks[:-1])[data.book.block_of(ids)]
+    return ids + (before - np.asarray(data.book.blocks)[:-1])[data.book.block_of(ids)]
 
 
 def pyg_graph(data: PartitionedDataset):

@@ -125,7 +125,7 @@ class FeatureStore:
     def holds_every_row(self) -> bool:
         """Whether this rank holds every feature row of every type with features, its own and every
         remote one cached (full replication): its batches fetch nothing."""
-        blocks = np.diff(self.book.blocks).reshape(self.book.num_parts, self.num_types)
+        blocks = self.book.block_sizes
         remote = int(blocks[:, self.featured].sum() - blocks[self.ctx.rank, self.featured].sum())
         return remote == self.num_cached
 

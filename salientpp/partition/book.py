@@ -53,6 +53,11 @@ class PartitionBook:
     def num_nodes(self) -> int:
         return int(self.offsets[-1])
 
+    @property
+    def block_sizes(self) -> np.ndarray:
+        """int64 ``[K, T]``: the nodes of each type that each partition owns."""
+        return np.diff(self.blocks).reshape(self.num_parts, self.num_types)
+
     def part_size(self, k: int) -> int:
         return int(self.offsets[k + 1] - self.offsets[k])
 
