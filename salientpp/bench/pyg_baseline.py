@@ -231,7 +231,7 @@ class PyGHeteroModel(nn.Module):
         super().__init__()
         node_types, edge_types = graph.metadata()
         in_dims = {t: graph[t].x.shape[1] for t in node_types}
-        conv = ((lambda: SAGEConv(hidden, hidden)) if model == "rsage" else
+        conv = ((lambda: SAGEConv(hidden, hidden)) if TYPED_BASELINE_MODELS[model] == "SAGE" else
                 (lambda: GATConv(hidden, hidden // heads, heads, add_self_loops=False)))
         self.types = list(node_types)
         self.project = nn.ModuleList(nn.Linear(in_dims[t], hidden) for t in self.types)
