@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import check_int, counted
+from .errors import InputError, check_int, counted
 
 KiB = 2**10
 MiB = 2**20
@@ -333,6 +333,19 @@ class ThreadBudget:
             return requested
         return PIPELINE_DEPTH if self.gpu or self.spare_cores else 1
 
+    def fetch_thread(self, pipeline_depth: int, requested: bool | None = None) -> bool:
+        """Whether a loader runs its pipeline's fetch stages on a thread of their own
+        (:class:`~salientpp.loader.pipeline.FetchThread`): ``requested`` when given, else when the
+        model runs on a GPU and the pipeline overlaps (``pipeline_depth`` above 1). On a GPU the
+        training thread is the bottleneck: it launches the step's kernels, and inline the fetch
+        stages' host work (0.85 ms a batch on an H100) adds to every step (docs/gpu.md). On the
+        CPU the stages run inline, where the pipeline's figures were measured. A fetch thread
+        overlaps, so it needs a pipeline: :class:`InputError` for ``requested`` True at depth 1."""
+        if requested and pipeline_depth == 1:
+            raise InputError("a fetch thread overlaps the fetch stages with the model step, which a pipeline of depth "
+                             "1 does not do; give --pipeline-depth 2 or more, or leave --fetch-thread out")
+        return self.gpu and pipeline_depth > 1 if requested is None else bool(requested)
+
     @property
     def low_priority_sampler(self) -> bool:
         """Whether the sampler threads run at low priority: unless both counts were given and
@@ -340,11 +353,12 @@ class ThreadBudget:
         return not (self.torch_threads_given and self.sampler_threads_given
                     and self.torch_threads + self.sampler_threads <= self.cores_per_rank)
 
-    def describe(self, samples: bool = True, pipeline_depth: int | None = None) -> str:
+    def describe(self, samples: bool = True, pipeline_depth: int | None = None, fetch_thread: bool | None = None) -> str:
         """The start-up line, e.g. ``threads: 2 cores (affinity mask) for 2 local ranks: 1 torch
         intra-op thread and 1 low-priority sampler thread per rank; pipeline off: the torch
         threads take every core (--pipeline-depth sets it)``, with the :meth:`pipeline_depth` of
-        ``pipeline_depth`` (the requested one; ``None``: the default); without the
+        ``pipeline_depth`` (the requested one; ``None``: the default) and whether the
+        :meth:`fetch_thread` of ``fetch_thread`` (likewise) runs the fetch stages; without the
         sampler threads and the pipeline when the run ``samples`` nothing (full-graph training)."""
         torch_part = counted(self.torch_threads, "torch intra-op thread")
         if self.torch_threads_given:
@@ -363,6 +377,8 @@ class ThreadBudget:
             pipeline = f"pipeline off: {PIPELINE_OFF} (--pipeline-depth sets it)"
         else:
             pipeline = f"pipeline depth {depth}"
+        if self.fetch_thread(depth, fetch_thread):
+            pipeline += ", fetch stages on a thread of their own"
         return f"{head}{torch_part} and {sampler_part} per rank; {pipeline}"
 
     def apply(self) -> None:

@@ -33,15 +33,20 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
     monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
     monkeypatch.setattr(bench_train, "run_baseline", killed)
     out = tmp_path / "rows.json"
-    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--pipeline-depth", "4", "--json", str(out)]) == 0
+    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--pipeline-depth", "4", "--fetch-thread", "on",
+                "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert len(calls) == 2  # both baselines were tried
     assert printed.count("failed: rank 2 failed: the process was killed by SIGKILL") == 2
     written = json.loads(out.read_text())
     assert written["kind"] == bench_train.KIND
     rows = written["rows"]
-    assert [(r["cache"], r["depth"]) for r in rows] == [("none", 1), ("none", 4)]
+    assert [(r["cache"], r["depth"], r["fetch_thread"]) for r in rows] == [("none", 1, False), ("none", 4, True)]
     assert all(r["epoch_s"] > 0 and r["rank_cpu_s"] > 0 for r in rows)
+    # the consumer waits for a fetch thread, which only the pipelined run has
+    assert rows[0]["wait_s"] == 0 and rows[1]["wait_s"] > 0
+    assert "| none | 0 | fp32 | depth 4, fetch thread |" in printed
+    assert "pipeline depth 4 (as given), fetch stages on a thread of their own" in printed
     # the fetch stages' CPU seconds are part of their wall time (one thread runs them)
     assert all(0 < r["fetch_cpu_s"] <= r["fetch_s"] + 1e-3 for r in rows)
     # The pipelined run's slowest stage counts its sampling timed alone at its parallelism; the

@@ -198,7 +198,9 @@ def test_describe_names_the_cores_their_source_and_the_threads(cores):
     assert ThreadBudget.for_rank(2).describe() == (
         "threads: 2 cores (affinity mask) for 2 local ranks: 1 torch intra-op thread and 1 low-priority sampler "
         "thread per rank; pipeline off: the torch threads take every core (--pipeline-depth sets it)")
-    assert ThreadBudget.for_rank(2, device="cuda").describe().endswith("per rank; pipeline depth 4")
+    assert ThreadBudget.for_rank(2, device="cuda").describe().endswith(
+        "per rank; pipeline depth 4, fetch stages on a thread of their own")
+    assert ThreadBudget.for_rank(2, device="cuda").describe(fetch_thread=False).endswith("per rank; pipeline depth 4")
     line = ThreadBudget(6, 1, 4, 2, "cgroup CPU quota", torch_threads_given=True, sampler_threads_given=True).describe()
     assert line == ("threads: 6 cores (cgroup CPU quota) for 1 local rank: 4 torch intra-op threads (set by "
                     "--torch-threads) and 2 normal-priority sampler threads (set by --sampler-threads) per rank; "
@@ -223,6 +225,21 @@ def test_the_pipeline_is_on_by_default_on_a_gpu_or_when_the_torch_threads_leave_
     assert budget.gpu or budget.spare_cores is (depth == 4)
     assert budget.pipeline_depth() == depth
     assert budget.pipeline_depth(3) == 3  # --pipeline-depth is used as it is
+
+
+@pytest.mark.parametrize("device, depth, given, threaded", [
+    ("cuda", 4, None, True), ("cuda", 1, None, False), ("cpu", 4, None, False), ("cpu", 1, None, False),
+    ("cpu", 2, True, True), ("cuda", 4, False, False)])
+def test_the_fetch_thread_is_on_by_default_on_a_gpu_with_a_pipeline(cores, device, depth, given, threaded):
+    cores(16)
+    assert ThreadBudget.for_rank(1, device=device).fetch_thread(depth, given) is threaded
+
+
+def test_a_fetch_thread_without_a_pipeline_is_refused_before_any_rank_starts(parts, capsys):
+    code = cli_main(["train", str(parts / "p1"), *SMALL, "--no-pipeline", "--fetch-thread", "on", "--epochs", "1"])
+    assert code == 2
+    message = one_sentence(capsys)
+    assert "--pipeline-depth 2 or more" in message, message
 
 
 def test_apply_sets_torch_threads_and_tolerates_interop_threads_already_fixed(monkeypatch):

@@ -243,3 +243,16 @@ def test_float16_features_train_exactly_as_their_float32_values_on_two_ranks(tin
         out = train(TrainConfig(str(tmp_path / name), epochs=2, policy="none", eval_every=2, **TINY))
         runs[name] = [(h["train_loss"], h.get("valid_metric"), h.get("test_metric")) for h in out.history]
     assert runs["float16"] == runs["float32"]
+
+
+def test_a_fetch_thread_trains_exactly_as_the_inline_pipeline_on_two_ranks(tiny):
+    """The fetch stages' collectives run on the fetch thread while the training thread runs DDP's
+    all-reduce: the losses, metrics and rows fetched equal those of the inline pipeline, bit for
+    bit."""
+    runs = {}
+    for fetch_thread in (False, True):
+        out = train(TrainConfig(str(tiny[0] / "p2"), epochs=2, policy="vip", replication=0.3, pipeline_depth=3,
+                                fetch_thread=fetch_thread, eval_every=2, **TINY))
+        runs[fetch_thread] = [(h["train_loss"], h.get("valid_metric"), h["comm"]) for h in out.history]
+    assert runs[True] == runs[False]
+    assert runs[True][0][2]["received"] > 0

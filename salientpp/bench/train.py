@@ -61,7 +61,7 @@ from ..io import check_output_dir
 from .results import write_outputs
 from ..parsing import flag_names, name_list, number_list
 from ..partition import load_partitioned
-from ..loader.pipeline import StageTimes
+from ..loader.pipeline import WAIT, StageTimes
 from ..train import TrainConfig, resolve_run, train
 from ..train.setup import plan_request
 from ..train.config import FP32, PRECISIONS
@@ -91,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
+    p.add_argument("--fetch-thread", choices=("on", "off"), default=None,
+                   help="run the pipelined runs' fetch stages on a thread of their own, as `train --fetch-thread` "
+                        "(default: train's: on with a GPU)")
     p.add_argument(*flag_names("--sampler-threads"), type=int, default=None,
                    help="sampler threads per rank (default: the thread budget's, see docs/training.md)")
     p.add_argument("--torch-threads", type=int, default=None,
@@ -130,7 +133,7 @@ def median_row(history: list[dict]) -> dict:
     stage = lambda names: statistics.median(sum(h["stage_s"].get(n, 0.0) for n in names) for h in timed)
     return {"epoch_s": statistics.median(h["epoch_s"] for h in timed), "sample_s": stage((Stage.SAMPLE.value,)),
             "fetch_s": stage(FETCH_STAGES), "fetch_cpu_s": stage(tuple(map(StageTimes.cpu_key, FETCH_STAGES))),
-            "compute_s": stage((Stage.TRAIN.value,)), "compute_cpu_s": stage((TRAIN_CPU,)),
+            "compute_s": stage((Stage.TRAIN.value,)), "compute_cpu_s": stage((TRAIN_CPU,)), "wait_s": stage((WAIT,)),
             "steps": history[0]["steps"]}
 
 
@@ -185,6 +188,7 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
                        fanouts=fanouts,
                        batch_size=args.batch_size, policy=cache,
                        replication=None if cache == "none" else alpha, pipeline_depth=depth,
+                       fetch_thread=None if depth == 1 or args.fetch_thread is None else args.fetch_thread == "on",
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        device_fraction=args.device_fraction,
                        precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,
@@ -283,6 +287,7 @@ def main(args: argparse.Namespace) -> int:
         off = _run(args, precision, cache, alpha, 1)
         runs = [off] if depth == 1 else [off, _run(args, precision, cache, alpha, depth)]
         for row in runs:
+            row["fetch_thread"] = row is not off and run.config.fetch_thread
             row["predicted_rows"] = predicted[alpha]
             row["rows_vs_sim"] = (row["rows_per_epoch"] - predicted[alpha]) / max(predicted[alpha], 1.0)
             sampling = off["sample_s"] if row is off else sampling_alone
@@ -291,7 +296,7 @@ def main(args: argparse.Namespace) -> int:
             rows.append(row)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.feature_dtype} features, {data.num_parts} ranks, "
           f"{args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
-    print(budget.describe(pipeline_depth=args.pipeline_depth)
+    print(budget.describe(pipeline_depth=args.pipeline_depth, fetch_thread=run.config.fetch_thread)
           + " (the baselines: the same torch threads, PyG sampling in "
           + (counted(workers, "worker process", "worker processes") if (workers := sampling_workers(budget)) else "the training thread") + ")")
     if depth == 1:
@@ -305,7 +310,7 @@ def main(args: argparse.Namespace) -> int:
           "| compute CPU s | rows/epoch | vs simulator | epoch / slowest stage |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        pipe = f"depth {r['depth']}" if r["depth"] > 1 else "off"
+        pipe = f"depth {r['depth']}" + (", fetch thread" if r["fetch_thread"] else "") if r["depth"] > 1 else "off"
         print(f"| {r['cache']} | {r['alpha']:g} | {r['precision']} | {pipe} | {r['epoch_s']:.3f} | "
               f"{r['sample_s']:.3f} | {r['fetch_s']:.3f} | {r['fetch_cpu_s']:.3f} | {r['compute_s']:.3f} | "
               f"{r['compute_cpu_s']:.3f} | "

@@ -41,7 +41,7 @@ from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, Nei
 from ..sampling import MFG
 from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
-from .pipeline import InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
+from .pipeline import FetchThread, InFlight, Pipeline, SampleStage, StageTimes, fetch_stages
 
 
 def hop_layout(mfgs: list[MFG], batch_size: int) -> tuple[list[int], list[int], list[tuple[int, int, int]]]:
@@ -267,6 +267,10 @@ class DistNeighborLoader:
             which the model must use; see :class:`~salientpp.sampling.BulkSampler`), or any kind
             registered with :func:`~salientpp.sampling.register_sampler`.
         minibatches_per_bulk: batches a bulk sampler draws at once (the batches do not depend on it).
+        fetch_thread: run the pipeline's fetch stages on a thread of their own, one batch ahead
+            of the loop (:class:`~salientpp.loader.pipeline.FetchThread`; the same batches and
+            collectives); ``None``: the thread budget's choice
+            (:meth:`~salientpp.host.ThreadBudget.fetch_thread`: on a GPU with a pipeline).
         low_priority: run the sampling threads at a lower scheduling priority, so that they fill
             the time the training thread waits instead of taking its cores (``None``: the thread
             budget's choice, when its threads do not fit in the rank's cores); the consumer then
@@ -297,7 +301,7 @@ class DistNeighborLoader:
                  replace: bool = False, sampler_threads: int | None = None, pipeline_depth: int | None = None,
                  read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
                  allow_empty: bool | None = None, device_fraction: float | None = DEVICE_FRACTION,
-                 low_priority: bool | None = None,
+                 low_priority: bool | None = None, fetch_thread: bool | None = None,
                  sampler: str | SamplerKind = DEFAULT_SAMPLER, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
         self.graph = graph
@@ -317,6 +321,7 @@ class DistNeighborLoader:
                                 "the number of sampler threads")
         low_priority = budget.low_priority_sampler if low_priority is None else bool(low_priority)
         self.pipeline_depth = check_int(budget.pipeline_depth(pipeline_depth), "the pipeline depth")
+        self.fetch_thread = budget.fetch_thread(self.pipeline_depth, fetch_thread)
         self.read_ahead = (sampler_read_ahead(self.pipeline_depth, sampler_threads) if read_ahead is None
                            else check_int(read_ahead, "the sampler read-ahead"))
         self.seeds = self._split_seeds(split)
@@ -405,15 +410,18 @@ class DistNeighborLoader:
         pipeline = Pipeline(SampleStage(iter(self._loader), self.num_batches, first),
                             fetch_stages(self.exchange, self.store, self.stats, self.ops, self._labels),
                             self.pipeline_depth, self.times, on_stage=self.on_stage)
+        records = FetchThread(pipeline, self.graph.ctx.device) if self.fetch_thread else pipeline
         finished = False
         try:
-            for item in pipeline:
+            for item in records:
                 self._next_batch = item.step + 1
                 yield self._batch(item)
             self._next_batch = 0
             finished = True
         finally:
-            if not finished:  # a loop that stopped early: stop the sampling threads now
+            if not finished:  # a loop that stopped early: stop the fetch thread, then the sampling threads
+                if self.fetch_thread:
+                    records.close()
                 self._loader.close()
 
     def _batch(self, item: InFlight) -> Batch:

@@ -17,9 +17,15 @@ a record that has passed every stage is handed to the consumer, and then a new o
 from the source while fewer than ``pipeline_depth`` are in flight. Every rank ticks the same
 way, so all ranks start their collectives in the same order. ``pipeline_depth=1`` runs the
 stages of one batch one after another (no overlap).
+
+:class:`FetchThread` runs the same ticks on a thread of their own (the *fetch thread*), one
+record ahead of the consumer, so that the stages' host work (waiting for collectives, serving
+peers' rows, queueing uploads and gathers) overlaps the consumer's model step instead of adding
+to it. The ticks, the collectives and the records are the same as :class:`Pipeline` gives inline.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, replace
@@ -185,7 +191,9 @@ def fetch_stages(exchange: RowExchange | None, store: FeatureStore | None, stats
 class StageTimes(defaultdict):
     """Seconds spent in each named stage (a ``defaultdict(float)``): the wall time under the
     stage's name, and the CPU time of the thread that ran it under :meth:`cpu_key` of the name.
-    Wall time minus CPU time is what the stage waited (for a peer, or for the core)."""
+    Wall time minus CPU time is what the stage waited (for a peer, or for the core). With a
+    :class:`FetchThread` the stages run on that thread, and :data:`WAIT` holds the seconds the
+    consumer waited for its next record."""
 
     def __init__(self):
         super().__init__(float)
@@ -194,6 +202,10 @@ class StageTimes(defaultdict):
     def cpu_key(name: str) -> str:
         """The key of a stage's CPU seconds, e.g. ``"rows_cpu"``."""
         return f"{name}_cpu"
+
+
+# StageTimes key: seconds the consumer of a FetchThread waited for its next record.
+WAIT = "wait"
 
 
 class Pipeline:
@@ -249,3 +261,87 @@ class Pipeline:
                     exhausted = True
                 else:
                     flight.append([item, 0])
+
+
+class FetchThread:
+    """``FetchThread(pipeline, device)``: iterate to get ``pipeline``'s records, in order, made on
+    a thread of their own.
+
+    The thread makes record ``j + 1`` while the consumer works on record ``j``: it may make
+    records until it has made :attr:`LEAD` more than the consumer has taken. So how many
+    records it makes depends only on how many the consumer took, never on timing, and every
+    rank's thread runs the same ticks, hence the same collectives, in the same order, as
+    :class:`Pipeline` run inline does. A consumer that stops early (:meth:`close`, or leaving
+    the ``for`` loop) waits for the thread to finish the record it was allowed; every rank that
+    stopped at the same step finishes the same record, so its collectives complete.
+
+    An exception on the thread is raised in the consumer, at the record it would have made.
+    The seconds the consumer waits for a record add to ``pipeline.times[WAIT]``.
+
+    Args:
+        pipeline: the :class:`Pipeline` to run; its stages run only on the thread.
+        device: where the batches go; a CUDA device is made the thread's current device (the
+            stages' side stream and uploads are its).
+    """
+
+    LEAD = 1  # records the thread may make beyond the one the consumer works on
+
+    def __init__(self, pipeline: Pipeline, device: torch.device):
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self._cond = threading.Condition()
+        self._made: deque = deque()  # (record or None at the end, exception or None)
+        self._allowed = self.LEAD  # records the thread may make by now: those taken, and LEAD more
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        records = iter(self.pipeline)
+        made = 0
+        while True:
+            with self._cond:
+                while made >= self._allowed and not self._closed:
+                    self._cond.wait()
+                if made >= self._allowed:  # closed, and every allowed record is made
+                    return
+            try:
+                entry = (next(records, None), None)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the consumer
+                entry = (None, exc)
+            made += 1
+            with self._cond:
+                self._made.append(entry)
+                self._cond.notify_all()
+            if entry[0] is None:
+                return
+
+    def __iter__(self) -> Iterator[InFlight]:
+        self._thread = threading.Thread(target=self._run, name="salientpp-fetch", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                start = time.perf_counter()
+                with self._cond:
+                    while not self._made:
+                        self._cond.wait()
+                    item, exc = self._made.popleft()
+                    self._allowed += 1
+                    self._cond.notify_all()
+                self.pipeline.times[WAIT] += time.perf_counter() - start
+                if exc is not None:
+                    raise exc
+                if item is None:
+                    return
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Let the thread finish the records it may make, and wait for it (idempotent)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()

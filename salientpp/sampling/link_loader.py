@@ -75,7 +75,8 @@ class LinkNeighborLoader(NeighborLoader):
     def _links_of(self, epoch: int) -> list[LinkSeeds]:
         """:meth:`links` of ``epoch``; besides it, only the epochs just before and after it are
         kept (the running epoch's and, with ``prefetch_next_epoch``, the next one's)."""
-        if epoch not in self._links:
+        links = self._links.get(epoch)
+        if links is None:  # a local result: a fetch thread may replace the dict meanwhile
             shuffle_key = self._epoch_keys(epoch)[0]
             num_edges = int(self.edges.shape[1])
             if self.shuffle:
@@ -83,13 +84,13 @@ class LinkNeighborLoader(NeighborLoader):
             else:
                 order = torch.arange(num_edges)
             bounds = (torch.arange(len(self) + 1) * num_edges // len(self)).tolist()
-            self._links = {e: links for e, links in self._links.items() if e == epoch - 1 or e == epoch + 1}
-            self._links[epoch] = [
-                draw_link_seeds(self.edges[:, order[bounds[i]:bounds[i + 1]]], self.sampler.num_nodes,
-                                self.num_negatives, self.negative_sampling,
-                                torch.Generator().manual_seed(stream_seed(shuffle_key, i)))
-                for i in range(len(self))]
-        return self._links[epoch]
+            links = [draw_link_seeds(self.edges[:, order[bounds[i]:bounds[i + 1]]], self.sampler.num_nodes,
+                                     self.num_negatives, self.negative_sampling,
+                                     torch.Generator().manual_seed(stream_seed(shuffle_key, i)))
+                     for i in range(len(self))]
+            self._links = {**{e: kept for e, kept in self._links.items() if e == epoch - 1 or e == epoch + 1},
+                           epoch: links}
+        return links
 
     def _order(self, epoch: int) -> torch.Tensor:
         """int64: the node seeds of every batch of ``epoch``, batch after batch."""

@@ -318,6 +318,10 @@ class TrainConfig:
         check=positive, agreed=True,
         alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
         needs=MINIBATCH_ONLY)
+    fetch_thread: bool | None = option(
+        None, "run the pipeline's fetch stages (the exchange and the assembly of each batch) on a thread of their own, "
+        "one batch ahead of the model step", choices=("on", "off"), parse=lambda text: text == "on",
+        default_text="on with a GPU and a pipeline, else off", needs=MINIBATCH_ONLY)
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
                             "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True,
                             needs=EVALUATED_ONLY)

@@ -295,7 +295,7 @@ class MinibatchTrainer(Trainer):
     """The minibatch trainer: its loaders, model, optimizer and evaluator on one rank.
 
     The loaders take their sampler threads and priority from the rank's thread budget
-    (``ctx.threads``, the run's) and keep the run's resolved pipeline depth.
+    (``ctx.threads``, the run's) and keep the run's resolved pipeline depth and fetch thread.
     """
 
     def __init__(self, setup: RankSetup):
@@ -312,6 +312,7 @@ class MinibatchTrainer(Trainer):
             print(f"cache plan: {cache.source}", flush=True)
         # the sampler threads and their priority come from the rank's thread budget (ctx.threads)
         common = dict(plan=cache.plan, seed=config.seed, pipeline_depth=config.pipeline_depth,
+                      fetch_thread=config.fetch_thread,
                       device_fraction=config.device_fraction, features=config.features, on_stage=self._on_stage)
         train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,
                              prefetch_next_epoch=True, **common)

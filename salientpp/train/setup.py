@@ -225,7 +225,7 @@ class ResolvedRun:
 def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_check: bool = False) -> ResolvedRun:
     """Check ``config`` and decide everything it leaves open, once: its defaults, this machine's
     thread budget for ``local_ranks`` ranks (default: ``config.nprocs``, else one per partition,
-    which must be the number of partitions), the pipeline depth, and the cache plan (read and
+    which must be the number of partitions), the pipeline depth and fetch thread, and the cache plan (read and
     checked when it exists); with ``memory_check``, refuse a run whose ranks would not fit in
     this machine's memory (:func:`check_train_memory`). :class:`InputError` (one sentence) on the
     first problem. The partitioned dataset's arrays are not verified here: the ranks do it."""
@@ -241,7 +241,8 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
                              f"run one rank per partition (--nprocs {data.num_parts})")
     threads = ThreadBudget.for_rank(local_ranks, config.torch_threads, config.sampler_threads, config.device)
     if config.mode != FULL_GRAPH:  # the only mode with a pipeline
-        config = replace(config, pipeline_depth=threads.pipeline_depth(config.pipeline_depth))
+        depth = threads.pipeline_depth(config.pipeline_depth)
+        config = replace(config, pipeline_depth=depth, fetch_thread=threads.fetch_thread(depth, config.fetch_thread))
     if config.resume:
         check_resume(config, plans.partition_identity(data.meta))
     task = link_task(config.metric) if config.task == LINK else task_of(data, config.metric)
