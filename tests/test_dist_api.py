@@ -87,10 +87,12 @@ def _epochs_in_a_loop(part_dir: str) -> dict:
     options = dict(fanouts=[5, 5], batch_size=16, sampler_threads=2)
     plain = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=1, **options)
     fast = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=4, prefetch_next_epoch=True, **options)
+    threaded = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=4, prefetch_next_epoch=True,
+                                            fetch_thread=True, **options)
     out = {"same": [], "features_ok": True, "states": []}
     for epoch in (0, None, 1, 2, 5):  # None: iterate again without set_epoch
         ids = []
-        for loader in (plain, fast):
+        for loader in (plain, fast, threaded):
             if epoch is not None:
                 loader.set_epoch(epoch)
             got = []
@@ -100,8 +102,8 @@ def _epochs_in_a_loop(part_dir: str) -> dict:
                 if loader is fast and step == 1:
                     out["states"].append(loader.state_dict())
             ids.append(got)
-        out["same"].append(len(ids[0]) == len(ids[1]) == len(plain) and
-                           all(np.array_equal(a, b) for a, b in zip(*ids)))
+        out["same"].append(len(ids[0]) == len(ids[1]) == len(ids[2]) == len(plain) and
+                           all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in zip(*ids)))
         out["states"].append(fast.state_dict())
     resumed = salientpp.DistNeighborLoader(graph, "train", pipeline_depth=4, **options)
     resumed.load_state_dict({"epoch": 5, "next_batch": 2})
@@ -112,7 +114,7 @@ def _epochs_in_a_loop(part_dir: str) -> dict:
 
 
 def test_a_loop_over_epochs_gets_the_same_batches_with_prefetching_and_the_loop_position_as_state(tiny_partitions):
-    """Prefetching the next epoch and pipelining change no batch: the epochs a loop runs with
+    """Prefetching the next epoch, pipelining and a fetch thread change no batch: the epochs a loop runs with
     ``set_epoch`` (0, 1, 2, then 5, whose prefetch is discarded), and an epoch iterated again
     without it, which repeats. ``state_dict`` is where the loop stands (batch 2 is next after it
     got batch 1, although the sampler is further ahead), 0 after the epoch, and a new loader
@@ -283,7 +285,7 @@ def one_rank(tiny_partitions):
     (dict(fanouts="55"), "fanouts must be integers like 15,10,5, got '55'"),
     (dict(device_fraction=2.0), "device_fraction must be a number in [0, 1], got 2.0"),
     (dict(device_fraction=float("nan")), "device_fraction must be a number in [0, 1], got nan"),
-    (dict(device_fraction=None), "device_fraction must be a number in [0, 1], got None"),
+    (dict(device_fraction="all"), "device_fraction must be a number in [0, 1], got 'all'"),
     (dict(seed=1.5), "seed must be an integer in [0, 2^63), got 1.5"),
     (dict(seed=2**70), f"seed must be an integer in [0, 2^63), got {2**70}"),
     (dict(seed=-1), "seed must be an integer in [0, 2^63), got -1"),

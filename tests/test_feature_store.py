@@ -214,3 +214,53 @@ def test_row_runs_merge_the_consecutive_blocks_of_one_type_and_skip_empty_ones()
                                         RowRun(2, 6, 8, 33, 47)]
     assert row_runs(torch.tensor([2, 0, 0, 0, 0, 0, 3, 0, 0]), widths) == [RowRun(0, 0, 5, 0, 20)]
     assert row_runs(torch.tensor([3, 0, 5]), [6]) == [RowRun(0, 0, 8, 0, 48)]  # one type: one run
+
+
+# ---- the device tier's size: what fits ----------------------------------------------------------------
+
+def test_owned_rows_go_to_the_device_in_owned_order_while_they_fit_the_budget_after_the_cache():
+    """Rank 0 of the typed book owns 40 rows of 4 floats (16 bytes), 20 without features (0
+    bytes) and 40 of 7 floats (28 bytes). Its device tiers may take 30 rows' worth of the cache
+    plus a budget: the owned rows on the device are the longest prefix of the owned order whose
+    bytes fit in what the cache leaves, and every type's rows keep their place in that order."""
+    ctx = DistContext(0, 3, 0, torch.device("cpu"), torch.device("cpu"), None)
+    rng = np.random.default_rng(5)
+    features = {0: rng.normal(size=(40, 4)).astype(np.float32), 2: rng.normal(size=(40, 7)).astype(np.float32)}
+    order = rng.permutation(100)
+    plan_slot = np.full(300, -1, dtype=np.int64)
+    plan_slot[[100, 101, 260]] = [0, 1, 2]  # device tier: two rows of type 0 (rank 1), one of type 2 (rank 2)
+    cache_bytes = 2 * 16 + 28
+    row_bytes = np.array([16, 0, 28])[TYPED_BOOK.type_of(order)]
+    for budget in (None, 0, cache_bytes - 1, cache_bytes + 300, cache_bytes + int(row_bytes[:70].sum()), 10**9):
+        store = FeatureStore(ctx, TYPED_BOOK, features, order, 70, plan_slot, 3, device_budget=budget)
+        fits = 70 if budget is None else int(np.searchsorted(np.cumsum(row_bytes[:70]), max(budget - cache_bytes, 0),
+                                                               side="right"))
+        assert store.num_device_owned_wanted == 70 and store.num_device_owned == fits, budget
+        on_device = order[:fits]
+        for t in (0, 2):
+            start = TYPED_BOOK.block(0, t)[0]
+            mine = on_device[TYPED_BOOK.type_of(on_device) == t] - start
+            assert torch.equal(store.owned_device[t], torch.from_numpy(features[t][mine]))
+            assert store.owned_device[t].shape[0] + store.owned_host[t].shape[0] == 40
+    assert 0 < FeatureStore(ctx, TYPED_BOOK, features, order, 70, plan_slot, 3,
+                            device_budget=cache_bytes + 300).num_device_owned < 70  # the budget cut it
+
+
+def test_the_device_budget_is_half_the_free_gpu_memory_split_among_the_ranks_sharing_a_gpu(monkeypatch):
+    from salientpp.distributed.device import DEVICE_ROWS_SHARE, device_row_budget
+
+    assert device_row_budget(torch.device("cpu")) is None  # both tiers are host memory
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 * 2**30, 96 * 2**30))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for ranks, sharing in (("1", 1), ("2", 1), ("3", 2), ("8", 4)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks)
+        assert device_row_budget(torch.device("cuda", 0)) == int(80 * 2**30 * DEVICE_ROWS_SHARE) // sharing
+
+
+def test_train_keeps_every_owned_row_on_a_gpu_and_15_percent_on_the_cpu_unless_told(tiny_dirs):
+    from salientpp.cache.plan import DEVICE_FRACTION, GPU_DEVICE_FRACTION
+
+    part_dir = str(tiny_dirs / "p2")
+    assert TrainConfig(part_dir).resolved().device_fraction == DEVICE_FRACTION == 0.15
+    assert TrainConfig(part_dir, device="cuda").resolved().device_fraction == GPU_DEVICE_FRACTION == 1.0
+    assert TrainConfig(part_dir, device="cuda", device_fraction=0.3).resolved().device_fraction == 0.3

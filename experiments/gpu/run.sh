@@ -35,8 +35,10 @@
 #              sampler on the CPU's cores
 #   profile    a few steps of an epoch under torch.profiler (profile_epoch.py: trace.json.gz and
 #              profile.txt)
-#   train-device-rows  bench train with every owned row on the device (--device-fraction 1), to
-#              compare with the train step's default device tier (15% of the rows)
+#   train-inline  bench train with the fetch stages on the training thread (--fetch-thread off), to
+#              compare with the train step's default fetch thread
+#   train-host-rows  bench train with 15% of the owned rows on the device (--device-fraction 0.15,
+#              the default before 2026-11-28), to compare with the train step's (every row that fits)
 #   step-4096  bench step with batches of 4096 seeds
 # steps.log has one line per step with its status and seconds; it is in results.tgz and, for a
 # first look, in $OUT too.
@@ -149,8 +151,10 @@ step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$E
 step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \
     --sampler-threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$RESULTS/bench-sampler.json"
 step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$RESULTS" 6
-step train-device-rows 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
-    --device-fraction 1 --json "$RESULTS/bench-train-device-rows.json"
+step train-inline 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
+    --fetch-thread off --json "$RESULTS/bench-train-inline.json"
+step train-host-rows 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
+    --device-fraction 0.15 --json "$RESULTS/bench-train-host-rows.json"
 step step-4096 90 salientpp bench step "$WORK/data" --device "$DEVICE" --batch-size 4096 --batches 2 \
     --json "$RESULTS/bench-step-4096.json"
 ! grep -qE "FAILED|SKIPPED" "$RESULTS/steps.log"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from .. import __version__
 from ..data.format import check_permutation
@@ -41,8 +42,18 @@ FIX = "re-run `salientpp analyze`"
 # owned_order); a plan without the key was written by 0.1 (gpu_ids, cpu_ids, local_order).
 PLAN_FORMAT = 2
 # The default share of each partition's own rows kept on the device, of `salientpp analyze` and of
-# the plan `salientpp train` builds without --plan (TrainConfig.device_fraction).
+# the plan `salientpp train` builds without --plan on the CPU (TrainConfig.device_fraction).
 DEVICE_FRACTION = 0.15
+# The same on a GPU: every owned row, as far as the device memory allows (the feature store keeps
+# its device tiers within device_row_budget); half of products' features are 480 MB.
+GPU_DEVICE_FRACTION = 1.0
+
+
+def default_device_fraction(device: str | torch.device) -> float:
+    """The share of a partition's own rows kept on ``device`` unless one is given:
+    :data:`GPU_DEVICE_FRACTION` on a GPU, :data:`DEVICE_FRACTION` on the CPU (where both tiers are
+    host memory and the share only names the split in the counters)."""
+    return GPU_DEVICE_FRACTION if torch.device(device).type == "cuda" else DEVICE_FRACTION
 def partition_identity(part_dir_meta: dict[str, Any]) -> str:
     """A digest of the checksums of the topology, partition book and renumbering of a partitioned
     dir, and of a typed graph's blocks and relations (a homogeneous directory's digest is the one

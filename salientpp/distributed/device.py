@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from .._ext import extension
+from ..host import local_world_size
 
 
 class Event:
@@ -144,6 +145,23 @@ class CudaOps(DeviceOps):
         for t in tensors:
             if t.is_cuda:
                 t.record_stream(self.compute)
+
+
+# The share of a GPU's free memory (at start-up, divided among the ranks that share the GPU) that a
+# rank's feature rows on the device (owned rows and the cache's device tier) may take; the rest is
+# left to the model, the batches in flight and the allocator's slack.
+DEVICE_ROWS_SHARE = 0.5
+
+
+def device_row_budget(device: torch.device) -> int | None:
+    """The bytes a rank's feature rows may take on ``device``: ``None`` (no limit) on the CPU; on
+    a GPU :data:`DEVICE_ROWS_SHARE` of its free memory, divided among the local ranks that share
+    it (``ceil(local ranks / GPUs)``)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    sharing = -(-local_world_size() // max(1, torch.cuda.device_count()))
+    return int(free * DEVICE_ROWS_SHARE) // sharing
 
 
 def device_ops(device: torch.device) -> DeviceOps:

@@ -5,7 +5,8 @@ homogeneous graph is the one-type case (type 0, whose block is the whole partiti
 such type it keeps these tiers:
 
 * owned rows, reordered by descending VIP (``owned_order`` of the cache plan); the first
-  ``num_device_owned`` live on the training device, the rest in (pinned) CPU memory;
+  ``num_device_owned`` live on the training device (as many of the wanted as fit in the device
+  budget, :func:`device_rows_that_fit`), the rest in (pinned) CPU memory;
 * the remote cache, its device tier and its host tier, filled once at start-up by an
   all-to-all from the owners;
 * everything else is fetched per batch through :class:`~salientpp.distributed.exchange.RowExchange`,
@@ -47,6 +48,16 @@ def _type_slots(book: PartitionBook, slots: np.ndarray, num_device_slots: int, f
     return out, np.bincount(types[~host], minlength=num_types).tolist()
 
 
+def device_rows_that_fit(row_bytes: np.ndarray, wanted: int, budget: int | None) -> int:
+    """How many of the first ``wanted`` owned rows fit in ``budget`` bytes (``None``: no limit),
+    in owned order; ``row_bytes``: int64 ``[n_k]`` the bytes of each row in that order (0 for a
+    type without features)."""
+    wanted = min(int(wanted), int(row_bytes.shape[0]))
+    if budget is None:
+        return wanted
+    return int(np.searchsorted(np.cumsum(row_bytes[:wanted]), max(int(budget), 0), side="right"))
+
+
 class FeatureStore:
     """Owned and cached feature rows of one rank, per node type with features (a type without
     features has none: the model's embedding serves it).
@@ -66,8 +77,13 @@ class FeatureStore:
             over ids of every type (``None``: no cache); ids of a type without features are not
             cached. Each type's tiers hold its cached ids in slot order.
         num_device_slots: G.
+        device_budget: bytes the device tiers may take (``None``: no limit; on a GPU
+            :func:`~salientpp.distributed.device.device_row_budget`). The cache's device tier is the
+            plan's; the owned rows on the device are the first ``num_device_owned`` that fit in
+            what it leaves.
 
     Attributes:
+        num_device_owned, num_device_owned_wanted: the owned rows on the device, and those asked for.
         widths: ``F_t`` of every type (0 without features); featured: the types with features.
         local_row: int64 ``[n_k]`` the row of each local index among its type's owned rows.
         owned_device, owned_host, cache_device, cache_host: per type, ``[rows, F_t]`` tiers
@@ -78,7 +94,7 @@ class FeatureStore:
 
     def __init__(self, ctx: DistContext, book: PartitionBook, features: Mapping[int, np.ndarray] | np.ndarray,
                  owned_order: np.ndarray | None = None, num_device_owned: int = 0,
-                 cache_slot: np.ndarray | None = None, num_device_slots: int = 0):
+                 cache_slot: np.ndarray | None = None, num_device_slots: int = 0, device_budget: int | None = None):
         self.ctx = ctx
         self.book = book
         self.num_types = book.num_types
@@ -91,7 +107,14 @@ class FeatureStore:
         n_k = book.part_size(ctx.rank)
         order = np.arange(n_k) if owned_order is None else np.array(owned_order, dtype=np.int64)
         order_type = book.type_of(order + self.offset)
-        self.num_device_owned = min(int(num_device_owned), n_k)
+        slots = np.full(book.num_nodes, -1, dtype=np.int64) if cache_slot is None else np.asarray(cache_slot)
+        cache_slot, self.device_slots = _type_slots(book, slots, int(num_device_slots), self.featured)
+        itemsize = np.asarray(features[self.featured[0]]).dtype.itemsize
+        widths = np.asarray(self.widths, dtype=np.int64) * itemsize  # bytes of a row of each type
+        if device_budget is not None:
+            device_budget -= int(np.dot(self.device_slots, widths))  # the cache's device tier first
+        self.num_device_owned_wanted = min(int(num_device_owned), n_k)
+        self.num_device_owned = device_rows_that_fit(widths[order_type], self.num_device_owned_wanted, device_budget)
         local_row = np.zeros(n_k, dtype=np.int64)  # 0 for a type without features: never looked up
         # The sampler threads copy owned rows into each batch's x from one CPU tensor: those of a
         # one-type store on CPU, where they are all of them.
@@ -112,8 +135,6 @@ class FeatureStore:
         self.local_row = torch.from_numpy(local_row)
         # Serving peers looks storage rows up where the requested ids arrive (the GPU with NCCL).
         self.serve_row = self.local_row.to(ctx.comm_device)
-        slots = np.full(book.num_nodes, -1, dtype=np.int64) if cache_slot is None else np.asarray(cache_slot)
-        cache_slot, self.device_slots = _type_slots(book, slots, int(num_device_slots), self.featured)
         self.cache_slot = torch.from_numpy(cache_slot)
         self.num_cached = int(np.count_nonzero(cache_slot >= 0))
         self.num_device_slots = int(num_device_slots)

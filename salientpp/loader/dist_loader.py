@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..cache.plan import DEVICE_FRACTION, CheckedPlan, PlanInfo, check_device_fraction
+from ..cache.plan import CheckedPlan, PlanInfo, check_device_fraction
 from ..cache.workload import check_batch_size, check_training_seeds, lockstep_steps
 from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
@@ -258,8 +258,10 @@ class DistNeighborLoader:
         allow_empty: allow ranks with fewer seeds than batches (empty batches); the default is
             to allow them except on the training split.
         device_fraction: without a plan, the fraction of owned rows kept on the device, in
-            [0, 1] (a plan decides it itself; ``None`` then); by default ``salientpp analyze``'s
-            and ``train``'s.
+            [0, 1] (a plan decides it itself); ``None``: the plan's, or ``train``'s default for
+            the device (:func:`~salientpp.cache.plan.default_device_fraction`: 0.15 on the CPU,
+            every row on a GPU). On a GPU only as many as fit in the
+            :func:`~salientpp.distributed.device.device_row_budget` are placed there.
         sampler: the sampler kind (:class:`~salientpp.sampling.SamplerKind` or its name):
             ``"nodewise"`` (the C++ sampler), ``"bulk"`` (the same distribution drawn
             ``minibatches_per_bulk`` batches at a time with sparse-matrix operations) or ``"ladies"``
@@ -300,7 +302,7 @@ class DistNeighborLoader:
                  shuffle: bool = True, plan: CheckedPlan | PlanInfo | str | os.PathLike | None = None, seed: int = 0,
                  replace: bool = False, sampler_threads: int | None = None, pipeline_depth: int | None = None,
                  read_ahead: int | None = None, on_stage: Callable[[Stage, int], None] | None = None,
-                 allow_empty: bool | None = None, device_fraction: float | None = DEVICE_FRACTION,
+                 allow_empty: bool | None = None, device_fraction: float | None = None,
                  low_priority: bool | None = None, fetch_thread: bool | None = None,
                  sampler: str | SamplerKind = DEFAULT_SAMPLER, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
                  features: bool = True, prefetch_next_epoch: bool = False):
@@ -314,7 +316,7 @@ class DistNeighborLoader:
         self.num_layers = sampler_core.num_layers
         self.batch_size = check_batch_size(batch_size)
         seed = check_seed(seed, "seed")
-        if plan is None or device_fraction is not None:  # a plan decides the fraction itself
+        if device_fraction is not None:  # None: the plan's, or without one the device's default
             device_fraction = check_device_fraction(device_fraction, "device_fraction")
         budget = graph.ctx.threads or ThreadBudget.for_rank(local_world_size(), device=graph.ctx.device)
         sampler_threads = check_int(budget.sampler_threads if sampler_threads is None else sampler_threads,

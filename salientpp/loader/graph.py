@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache.plan import (DEVICE_FRACTION, CheckedPlan, PlanInfo, load_plan, device_owned_rows, open_plan,
+from ..cache.plan import (CheckedPlan, PlanInfo, default_device_fraction, load_plan, device_owned_rows, open_plan,
                           partition_identity)
 from ..data.format import SPLITS
+from ..distributed.device import device_row_budget
 from ..distributed.exchange import RowExchange
 from ..distributed.feature_store import FeatureStore
 from ..distributed.group import DistContext
@@ -154,8 +155,7 @@ class DistGraph:
 
     # -- features -----------------------------------------------------------------------------------
     def feature_store(self, plan: CheckedPlan | PlanInfo | str | os.PathLike | None,
-                      device_fraction: float | None = DEVICE_FRACTION
-                      ) -> tuple[FeatureStore, RowExchange]:
+                      device_fraction: float | None = None) -> tuple[FeatureStore, RowExchange]:
         """The feature store and row exchange of this rank with the cache of ``plan`` (a plan
         ``salientpp analyze`` wrote for this partitioning: its directory, its
         :class:`~salientpp.cache.plan.PlanInfo` already read, or a plan already checked for this
@@ -164,13 +164,17 @@ class DistGraph:
         other fanouts or batches still serves any loader: its rows are cached, only chosen for
         another workload. The plan says how many owned rows live on the device (``device_fraction``
         is then ignored); without one, the first ``floor(device_fraction * n_k)`` do (``n_k``: the
-        ids this rank owns, of every type). A typed graph's holds the rows of every type with
+        ids this rank owns, of every type; ``None``: the device's
+        :func:`~salientpp.cache.plan.default_device_fraction`). Either way only as many as fit in
+        the device's :func:`~salientpp.distributed.device.device_row_budget`. A typed graph's holds the rows of every type with
         features, and its exchange moves them all at once (per-type row widths)."""
         key = None if plan is None else str(Path(plan.path if isinstance(plan, (CheckedPlan, PlanInfo)) else plan
                                                  ).resolve())
         if key not in self._stores:
             owned_order, cache_slot, num_device_slots, identity = None, None, 0, {}
             if plan is None:
+                if device_fraction is None:
+                    device_fraction = default_device_fraction(self.ctx.device)
                 num_device_owned = device_owned_rows(device_fraction, self.book.part_size(self.rank))
             else:
                 info = open_plan(plan, self.data).info  # built for this partitioning (any workload serves)
@@ -184,7 +188,7 @@ class DistGraph:
             agree(self.ctx, "cache plan", {f"the cache plan's {key}": value for key, value in fields}
                   if identity else {"cache plan": None})
             store = FeatureStore(self.ctx, self.book, self._features(), owned_order, num_device_owned, cache_slot,
-                                 num_device_slots)
+                                 num_device_slots, device_row_budget(self.ctx.device))
             exchange = RowExchange(self.ctx, store.serve, store.widths, store.dtype)
             store.fill_cache(exchange)
             self._stores[key] = (store, exchange)

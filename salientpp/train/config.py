@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ..cache.plan import DEVICE_FRACTION, check_device_fraction
+from ..cache.plan import DEVICE_FRACTION, GPU_DEVICE_FRACTION, check_device_fraction, default_device_fraction
 from ..cache.policies import get_policy
 from ..distributed.group import DEFAULT_TIMEOUT_S, check_timeout, is_first_rank, may_be_a_restart
 from ..distributed.network import parse_network
@@ -221,7 +221,8 @@ class TrainConfig:
     :meth:`resolved` where the option applies to the run (else it stays ``None``): ``fanouts``
     (15,10,5; full-graph mode aggregates every neighbour without them), ``eval_fanouts``
     (20 per layer), ``eval_batch_size`` (the batch size), ``policy``/``replication``/
-    ``device_fraction`` (vip, 0.1, 0.15; ``None`` with ``--plan``, whose plan decides them), and
+    ``device_fraction`` (vip, 0.1, 0.15 on the CPU and 1 on a GPU; ``None`` with ``--plan``, whose
+    plan decides them), and
     ``pipeline_depth``, ``sampler_threads``, ``torch_threads`` (the thread budget of this machine,
     resolved with it by :func:`salientpp.train.run.resolve_run`).
     """
@@ -304,7 +305,8 @@ class TrainConfig:
                                        check=lambda value, flag: _at_least_0(value, "replication (alpha)"),
                                        agreed=True, plan_decides=True, needs=CACHED_ONLY)
     device_fraction: float | None = option(None, "without --plan: fraction of the owned rows kept on the device, by "
-                                        "the plan's order", type=float, default_text=str(DEVICE_FRACTION),
+                                        "the plan's order, as far as the device's free memory allows", type=float,
+                                        default_text=f"{DEVICE_FRACTION} on the CPU, {GPU_DEVICE_FRACTION:g} on a GPU",
                                         check=check_device_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
     device: str = option("cpu", "training device", choices=DEVICES, check=one_of(DEVICES, "device"), agreed=True)
     precision: str = option(FP32, "number format of the training step: bf16 runs the forward under torch.autocast "
@@ -434,7 +436,8 @@ class TrainConfig:
             metric=None if self.metric is None else check_metric(self.metric, LINK if link else None),
             policy=None if planned else (DEFAULT_POLICY if self.policy is None else self.policy),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
-            device_fraction=None if planned else (DEVICE_FRACTION if self.device_fraction is None else self.device_fraction))
+            device_fraction=None if planned else (default_device_fraction(self.device) if self.device_fraction is None
+                                                  else self.device_fraction))
         return replace(filled, **{f.name: f.default for f in fields(filled)
                                   if option_of(f).needs is not None and not option_of(f).needs.holds(filled)})
 
