@@ -325,7 +325,7 @@ def _rank_features(part_dir: str, preset: str, device: str) -> tuple[int, int, d
     try:
         config = TrainConfig(part_dir, epochs=1, hidden=16, layers=2, fanouts=(10, 5), batch_size=64, policy="vip",
                              replication=0.5, device_fraction=0.3, pipeline_depth=3, device=device, seed=0,
-                             progress=False)
+                             sampler="bulk", sampling_device=device, progress=False)
         trainer = trainer_for(config, ctx)
         equal, batches = _equal_batches(trainer, synthetic_dataset(preset))
         return equal, batches, trainer.loader.stats.as_dict()
@@ -335,8 +335,9 @@ def _rank_features(part_dir: str, preset: str, device: str) -> tuple[int, int, d
 
 def check_ranks(device: str, work: Path, preset: str = "tiny", ranks: int = 2) -> Check:
     """``ranks`` local ranks on ``device`` over ``preset`` in as many parts, with a VIP cache in
-    both tiers (half the remote rows, 30% of them on the device) and pipeline depth 3: every
-    assembled batch equals ``x[n_id]``, and rows came through both the exchange and the device tier."""
+    both tiers (half the remote rows, 30% of them on the device), pipeline depth 3 and the batches
+    drawn on ``device`` by the bulk sampler (``--sampling-device``): every assembled batch equals
+    ``x[n_id]``, and rows came through both the exchange and the device tier."""
     from .distributed import launch
 
     part_dir, _ = _prepare(preset, work, ranks)
@@ -345,7 +346,7 @@ def check_ranks(device: str, work: Path, preset: str = "tiny", ranks: int = 2) -
     batches = sum(r[1] for r in results)
     received = sum(r[2]["received"] for r in results)
     hits = sum(r[2]["device_hits"] for r in results)
-    return Check(f"{preset}, {ranks} ranks, cache in both tiers: assembled x equals x[n_id]",
+    return Check(f"{preset}, {ranks} ranks, cache in both tiers, drawn on the {device}: assembled x equals x[n_id]",
                  equal == batches > 0 and received > 0 and hits > 0,
                  f"{equal} of {batches} batches; {received:,.0f} rows received, {hits:,.0f} from the device tier")
 

@@ -28,7 +28,8 @@ def _rehearse(out: Path, **settings: str) -> subprocess.CompletedProcess:
 
 
 # Every step the rehearsal runs, in the script's order; selfcheck is left to tests/test_selfcheck.py.
-STEPS = ("env", "data", "step", "train", "sampler", "profile", "train-inline", "train-host-rows", "step-4096")
+STEPS = ("env", "data", "train", "train-inline", "train-gpu-sampling", "train-host-rows", "step", "profile", "sampler",
+         "step-4096")
 
 
 def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_results(tmp_path):

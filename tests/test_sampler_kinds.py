@@ -324,3 +324,34 @@ def test_the_command_line_fanouts_of_a_typed_graph_give_what_the_fanout_table_ta
 ])
 def test_bad_command_line_fanouts_of_a_typed_graph_are_refused_in_one_sentence(text, expected):
     assert _message(lambda: parse_typed_fanouts(text)).startswith(expected)
+
+
+def test_sampling_on_the_gpu_needs_a_kind_that_draws_there_and_a_run_on_the_gpu(tiny_partitions, capsys):
+    """The sampling-device rule, one sentence wherever it applies: the config, the command line
+    (before any rank starts) and a loader."""
+    from salientpp.sampling import check_sampling_device
+
+    assert check_sampling_device("cpu", SamplerKind.NODEWISE, "cpu") == "cpu"
+    assert check_sampling_device("cuda", SamplerKind.BULK, "cuda:1") == "cuda"
+    assert [k.value for k in (SamplerKind.NODEWISE, SamplerKind.BULK, SamplerKind.LADIES) if k.gpu] == ["bulk", "ladies"]
+    cpu_only = _message(lambda: check_sampling_device("cuda", SamplerKind.NODEWISE, "cuda"))
+    assert cpu_only == ("the node-wise sampler draws on the CPU only; sample on the GPU with --sampler bulk or ladies, "
+                        "or leave --sampling-device out")
+    no_gpu = _message(lambda: check_sampling_device("cuda", SamplerKind.BULK, "cpu"))
+    assert no_gpu == "--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda"
+    assert "must be one of cpu, cuda, got 'tpu'" in _message(lambda: check_sampling_device("tpu", SamplerKind.BULK, "cuda"))
+    part_dir = str(tiny_partitions[0] / "p1")
+    assert _message(lambda: TrainConfig(part_dir, sampler="bulk", sampling_device="cuda").validate()) == no_gpu
+    # On the command line a node-wise run is told that the option is for the bulk kinds.
+    assert main(["train", part_dir, "--sampling-device", "cuda", "--device", "cuda", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--sampling-device cuda applies only to runs with --sampler bulk or ladies" in err and "Traceback" not in err
+
+    from salientpp import DistGraph, DistNeighborLoader
+    from salientpp.distributed import init_distributed
+
+    graph = DistGraph(part_dir, init_distributed("cpu"))
+    assert _message(lambda: DistNeighborLoader(graph, "train", (4, 4), 32, sampler="bulk",
+                                               sampling_device="cuda")) == no_gpu
+    drawn_here = DistNeighborLoader(graph, "train", (4, 4), 32, sampler="bulk", sampling_device="cpu")
+    assert drawn_here._loader.sampler.device == torch.device("cpu")

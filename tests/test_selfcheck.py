@@ -34,7 +34,7 @@ def test_the_gpu_scripts_selfcheck_passes_its_kernel_and_training_checks_on_the_
     assert rows["tiny: assembled x equals x[n_id]"] == "pass"
     assert rows["tiny: test accuracy"] == "info" and rows["extension"] == "pass"
     assert rows["bulk nodewise sampler on cpu"] == "pass" and rows["bulk ladies sampler on cpu"] == "pass"
-    assert rows["tiny, 2 ranks, cache in both tiers: assembled x equals x[n_id]"] == "pass"
+    assert rows["tiny, 2 ranks, cache in both tiers, drawn on the cpu: assembled x equals x[n_id]"] == "pass"
 
 
 def test_a_check_that_raises_is_one_failed_row_and_the_checks_after_it_still_run(monkeypatch, capsys):

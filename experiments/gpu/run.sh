@@ -28,18 +28,22 @@
 #              synthetic:$PRESET, partitioned into 1 part
 #   kernels    meanwhile: pytest of the CUDA kernels against their CPU twins
 #   selfcheck  meanwhile: salientpp selfcheck on tiny (the kernels' row covers a machine without pytest)
-#   step       salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
 #   train      salientpp bench train: epoch time and stages, pipeline on and off, against PyG's
-#              NeighborLoader on the same GPU
-#   sampler    salientpp bench sampler --device cuda: the bulk samplers on the GPU against the C++
-#              sampler on the CPU's cores
+#              NeighborLoader on the same GPU (the defaults: a fetch thread, every owned row that
+#              fits on the device, the C++ sampler)
+#   train-inline  the same with the fetch stages on the training thread (--fetch-thread off)
+#   train-gpu-sampling  the same with the batches drawn on the GPU (--sampler bulk
+#              --sampling-device cuda): the measurement that says where training should sample
+#   train-host-rows  the same with 15% of the owned rows on the device (--device-fraction 0.15, the
+#              default before 2026-11-28)
+#   step       salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
 #   profile    a few steps of an epoch under torch.profiler (profile_epoch.py: trace.json.gz and
 #              profile.txt)
-#   train-inline  bench train with the fetch stages on the training thread (--fetch-thread off), to
-#              compare with the train step's default fetch thread
-#   train-host-rows  bench train with 15% of the owned rows on the device (--device-fraction 0.15,
-#              the default before 2026-11-28), to compare with the train step's (every row that fits)
+#   sampler    salientpp bench sampler --device cuda: the bulk samplers on the GPU against the C++
+#              sampler on the CPU's cores
 #   step-4096  bench step with batches of 4096 seeds
+# The steps after train-host-rows ran on an H100 on 2026-11-27; past the deadline they are skipped,
+# for a second call (STEPS="step profile sampler step-4096").
 # steps.log has one line per step with its status and seconds; it is in results.tgz and, for a
 # first look, in $OUT too.
 set -uo pipefail
@@ -146,15 +150,17 @@ step data 240 make_data &
 step selfcheck 150 salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
 wait
 [ -f "$WORK/pyg/ok" ] && export PYTHONPATH="$PYG_DIRS:$PYTHONPATH"
-step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$RESULTS/bench-step.json"
 step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --json "$RESULTS/bench-train.json"
-step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \
-    --sampler-threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$RESULTS/bench-sampler.json"
-step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$RESULTS" 6
 step train-inline 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
     --fetch-thread off --json "$RESULTS/bench-train-inline.json"
+step train-gpu-sampling 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
+    --sampler bulk --sampling-device "$DEVICE" --json "$RESULTS/bench-train-gpu-sampling.json"
 step train-host-rows 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
     --device-fraction 0.15 --json "$RESULTS/bench-train-host-rows.json"
+step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$RESULTS/bench-step.json"
+step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$RESULTS" 6
+step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \
+    --sampler-threads "$(( CORES * 3 / 4 )),$CORES" --bulk-sizes 1,4,16 --batches 16 --repeats 3 --json "$RESULTS/bench-sampler.json"
 step step-4096 90 salientpp bench step "$WORK/data" --device "$DEVICE" --batch-size 4096 --batches 2 \
     --json "$RESULTS/bench-step-4096.json"
 ! grep -qE "FAILED|SKIPPED" "$RESULTS/steps.log"

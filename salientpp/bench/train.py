@@ -16,8 +16,8 @@ against the simulator's prediction for the same seeds, and
 pipeline, where the pipelined run's sampling is instead timed alone at the parallelism it has in
 the pipeline (the run without pipeline samples one batch at a time, so with several sampler
 threads, as on a GPU, its sampling time is that of one thread): the largest rank's training
-batches sampled by the C++ sampler with the pipelined run's sampler threads and read-ahead, in
-this process, median over the epochs after the first.
+batches sampled by the run's sampler (``--sampler``, on ``--sampling-device``) with the pipelined
+run's sampler threads and read-ahead, in this process, median over the epochs after the first.
 
 The last two rows are the baselines (``salientpp.bench.pyg_baseline``): PyG's NeighborLoader +
 DDP with every rank holding all features, same fanouts, batch size, ranks and thread budget;
@@ -52,7 +52,8 @@ import numpy as np
 import torch
 
 from ..cache import PolicyContext, Workload, simulate
-from ..sampling import NeighborLoader, SamplerKind, make_sampler, parse_typed_fanouts
+from ..sampling import (DEFAULT_SAMPLER, SAMPLERS, SAMPLING_DEVICES, NeighborLoader, make_sampler,
+                        parse_typed_fanouts)
 from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH, sampler_read_ahead
@@ -91,6 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
+    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER.value,
+                   help=f"the sampler kind, as train's (default {DEFAULT_SAMPLER.value})")
+    p.add_argument("--sampling-device", choices=SAMPLING_DEVICES, default="cpu",
+                   help="where the batches are drawn, as `train --sampling-device` (cuda: a bulk kind on the GPU; "
+                        "default cpu)")
     p.add_argument("--fetch-thread", choices=("on", "off"), default=None,
                    help="run the pipelined runs' fetch stages on a thread of their own, as `train --fetch-thread` "
                         "(default: train's: on with a GPU)")
@@ -189,6 +195,7 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
                        batch_size=args.batch_size, policy=cache,
                        replication=None if cache == "none" else alpha, pipeline_depth=depth,
                        fetch_thread=None if depth == 1 or args.fetch_thread is None else args.fetch_thread == "on",
+                       sampler=args.sampler, sampling_device=args.sampling_device,
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        device_fraction=args.device_fraction,
                        precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,
@@ -203,13 +210,15 @@ def _run(args, precision: str, cache: str, alpha: float, depth: int, reuse_freed
 
 
 def _sampling_alone(args, data, workload: Workload, threads: int, depth: int) -> float:
-    """Seconds per epoch of the largest rank's training batches sampled by the C++ sampler alone,
-    with ``threads`` sampler threads and the read-ahead of a pipeline of ``depth``
+    """Seconds per epoch of the largest rank's training batches sampled alone by the run's
+    sampler kind on its sampling device (``--sampler``, ``--sampling-device``), with ``threads``
+    sampler threads and the read-ahead of a pipeline of ``depth``
     (:func:`~salientpp.host.sampler_read_ahead`): the sampling stage at the parallelism it has in
     the pipelined runs; the median over ``--epochs`` epochs after the first."""
     rowptr, col = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (data.rowptr, data.col))
     seeds = max((np.asarray(data.part(k).train_idx) for k in range(data.num_parts)), key=len)
-    loader = NeighborLoader(make_sampler(rowptr, col, workload.sampler_fanouts, SamplerKind.NODEWISE,
+    device = args.device if args.sampling_device == "cuda" else "cpu"
+    loader = NeighborLoader(make_sampler(rowptr, col, workload.sampler_fanouts, args.sampler, device=device,
                                          **data.sampler_args),
                             torch.from_numpy(seeds), args.batch_size, sampler_threads=threads,
                             read_ahead=sampler_read_ahead(depth, threads))

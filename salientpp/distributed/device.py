@@ -12,6 +12,8 @@ That choreography is written against :class:`DeviceOps`, a small interface:
 * ``empty(shape, dtype)``: a buffer that work on the side stream fills;
 * ``upload(t)``: ``t`` on the device, copied on the side stream (from pinned memory, so that the
   host does not wait);
+* ``download(t)``: ``t`` on the host (a batch drawn on the GPU: its seeds and CSR offsets), copied
+  on the side stream, so the host waits for that stream only, never for the model step;
 * ``launch(fn)``: ``fn(stream)`` queues device work (a kernel) on the side stream;
 * ``receive(pending)``: the side stream waits for a collective's result;
 * ``record()``: an :class:`Event` after everything queued so far;
@@ -72,6 +74,10 @@ class DeviceOps(ABC):
     @abstractmethod
     def wait(self, event: Event) -> None: ...
 
+    def download(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the host (the host waits for the copy)."""
+        return t.cpu()
+
     def hand_over(self, tensors: Iterable[torch.Tensor]) -> None:
         """Nothing to do where memory is not reused per stream."""
 
@@ -125,6 +131,10 @@ class CudaOps(DeviceOps):
     def launch(self, fn):
         with torch.cuda.stream(self.side):
             fn(self.side.cuda_stream)
+
+    def download(self, t):
+        with torch.cuda.stream(self.side):  # not the compute stream: the host would wait for the step
+            return t.cpu()
 
     def receive(self, pending):
         with torch.cuda.stream(self.side):  # an NCCL result: the side stream waits, the host does not

@@ -37,7 +37,7 @@ from ..data.schema import HOMOGENEOUS_TYPE, GraphSchema
 from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..models.typed import type_ranks
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
-                        check_sampler, make_sampler)
+                        check_sampler, check_sampling_device, make_sampler)
 from ..sampling import MFG
 from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
@@ -269,6 +269,10 @@ class DistNeighborLoader:
             which the model must use; see :class:`~salientpp.sampling.BulkSampler`), or any kind
             registered with :func:`~salientpp.sampling.register_sampler`.
         minibatches_per_bulk: batches a bulk sampler draws at once (the batches do not depend on it).
+        sampling_device: where the batches are drawn: ``"cpu"``, or ``"cuda"`` (a kind that draws
+            on a GPU, ``bulk`` or ``ladies``, with the graph's CSR on the training GPU, on a stream
+            of the sampling thread's own; :func:`~salientpp.sampling.kinds.check_sampling_device`).
+            The batches follow the same distribution; the GPU's generator draws other ones.
         fetch_thread: run the pipeline's fetch stages on a thread of their own, one batch ahead
             of the loop (:class:`~salientpp.loader.pipeline.FetchThread`; the same batches and
             collectives); ``None``: the thread budget's choice
@@ -305,13 +309,15 @@ class DistNeighborLoader:
                  allow_empty: bool | None = None, device_fraction: float | None = None,
                  low_priority: bool | None = None, fetch_thread: bool | None = None,
                  sampler: str | SamplerKind = DEFAULT_SAMPLER, minibatches_per_bulk: int = MINIBATCHES_PER_BULK,
-                 features: bool = True, prefetch_next_epoch: bool = False):
+                 features: bool = True, prefetch_next_epoch: bool = False, sampling_device: str = "cpu"):
         self.graph = graph
         self.sampler = check_sampler(sampler)
+        self.sampling_device = check_sampling_device(sampling_device, self.sampler, str(graph.ctx.device))
         typed = graph.is_typed
         self.fanouts = fanouts if typed and isinstance(fanouts, Mapping) else check_fanouts(fanouts, self.sampler)
         # made first: a typed graph's fanouts are checked here, before any collective
         sampler_core = make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk,
+                                    graph.ctx.device if self.sampling_device == "cuda" else "cpu",
                                     **graph.data.sampler_args)
         self.num_layers = sampler_core.num_layers
         self.batch_size = check_batch_size(batch_size)

@@ -144,7 +144,9 @@ class AssembleStage:
     """Wait for the rows, then queue on the side stream the uploads of the batch (row origins,
     received rows, MFGs, ids, labels) and the gathers that write the rows of ``n_id`` (one per
     node type with features, into ``x_dict``); record when it is done. ``labels(seeds)`` gives the
-    host label rows of int64 seed ids."""
+    host label rows of int64 seed ids. A batch drawn on the GPU (``--sampling-device cuda``) is
+    there already; its seeds and its MFGs' ``rowptr`` come to the host (the labels and the
+    loader's hop layout read them there), and the ``rowptr`` goes back up with the batch."""
 
     stage = Stage.ASSEMBLE
 
@@ -160,6 +162,8 @@ class AssembleStage:
         batch = item.batch
         if batch is None:
             return item
+        if batch.n_id.device != torch.device("cpu"):  # drawn on the GPU: its hop layout is read on the host
+            batch.mfgs = [replace(mfg, rowptr=self.ops.download(mfg.rowptr)) for mfg in batch.mfgs]
         up = self.ops.upload
         item.x_dict = {} if self.store is None else self.store.assemble(batch.origins, received, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
@@ -167,7 +171,7 @@ class AssembleStage:
                              edge_type=None if mfg.edge_type is None else up(mfg.edge_type))
                      for mfg in batch.mfgs]
         item.n_id = up(batch.n_id)
-        item.y = up(self.labels(batch.n_id[:batch.batch_size]))
+        item.y = up(self.labels(self.ops.download(batch.n_id[:batch.batch_size])))
         item.node_type = None if batch.node_type is None else up(batch.node_type)
         item.ready = self.ops.record()
         structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight, mfg.edge_type)

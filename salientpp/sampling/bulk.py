@@ -152,8 +152,14 @@ class BulkSampler(BaseSampler):
     def _epoch_batches(self, order: torch.Tensor, bounds: list[int], seed: int, first: int,
                        labels: torch.Tensor | None, labels_offset: int, fetch) -> Iterator[SampledBatch]:
         """The batches ``first:`` of :meth:`start_epoch`, ``minibatches_per_bulk`` at a time (one
-        background thread; torch's intra-op threads do the work, with the GIL released)."""
+        background thread; torch's intra-op threads do the work, with the GIL released). On a GPU
+        the thread draws on a CUDA stream of its own, so its kernels can overlap the model step's;
+        each batch is complete when yielded (:func:`attach` copies its ids to the host, which
+        waits for the stream)."""
         num_batches = len(bounds) - 1
+        if self.device.type == "cuda":  # this thread draws on the GPU: on a stream of its own
+            torch.cuda.set_device(self.device)
+            torch.cuda.set_stream(torch.cuda.Stream(self.device))
         for start in range(first, num_batches, self.minibatches_per_bulk):
             stop = min(start + self.minibatches_per_bulk, num_batches)
             bulk = self.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)

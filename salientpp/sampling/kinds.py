@@ -69,6 +69,7 @@ class SamplerKind:
         always_replaces: it always draws with replacement, so a replace flag is refused.
         typed: it draws typed graphs (per-relation fanouts, MFGs with edge types); a kind
             without it refuses a graph of several node types or relations (:func:`check_typed_graph`).
+        gpu: it can draw on a GPU (its builder's ``device``), so ``--sampling-device cuda`` applies.
     """
 
     NODEWISE: ClassVar[SamplerKind]
@@ -84,13 +85,14 @@ class SamplerKind:
     layer_sizes: bool = False
     always_replaces: bool = False
     typed: bool = False
+    gpu: bool = False
 
 
 SamplerKind.NODEWISE = SamplerKind("nodewise", "node-wise", "nodewise", typed=True)
-SamplerKind.BULK = SamplerKind("bulk", "bulk node-wise", "nodewise", draws_in_bulk=True)
+SamplerKind.BULK = SamplerKind("bulk", "bulk node-wise", "nodewise", draws_in_bulk=True, gpu=True)
 # LADIES's plain VIP recurrence over-estimates by 4-12% from hop 2 on (``bench vip``, docs/cache.md).
 SamplerKind.LADIES = SamplerKind("ladies", "LADIES", "ladies", default_vip_method="cavity", draws_in_bulk=True,
-                                 weighted=True, layer_sizes=True, always_replaces=True)
+                                 weighted=True, layer_sizes=True, always_replaces=True, gpu=True)
 
 # The kind ``--sampler`` defaults to; default cache plan names leave it out.
 DEFAULT_SAMPLER = SamplerKind.NODEWISE
@@ -146,6 +148,27 @@ def make_sampler(rowptr, col, fanouts: Fanouts,
     typed = {"edge_rel": edge_rel, "schema": schema, "type_of": type_of} if kind.typed else {}
     return build(rowptr, col, fanouts if isinstance(fanouts, Mapping) else list(fanouts), replace=replace,
                  minibatches_per_bulk=minibatches_per_bulk, device=device, **typed)
+
+
+# Where a loader's batches are drawn: the host's cores (the default) or the training GPU.
+SAMPLING_DEVICES = ("cpu", "cuda")
+
+
+def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str) -> str:
+    """``sampling_device`` (``"cpu"`` or ``"cuda"``, :data:`SAMPLING_DEVICES`) when ``kind`` can
+    draw there for a run training on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``), else
+    :class:`InputError`: sampling on a GPU needs a kind that draws there (``kind.gpu``) and a
+    run on a GPU (the batches are drawn on the training device)."""
+    if sampling_device not in SAMPLING_DEVICES:
+        raise InputError(f"the sampling device must be one of {', '.join(SAMPLING_DEVICES)}, got {sampling_device!r}")
+    if sampling_device == "cuda":
+        if not kind.gpu:
+            gpu_kinds = " or ".join(name for name, (k, _) in _REGISTERED.items() if k.gpu)
+            raise InputError(f"the {kind.title} sampler draws on the CPU only; sample on the GPU with --sampler "
+                             f"{gpu_kinds}, or leave --sampling-device out")
+        if not str(device).startswith("cuda"):
+            raise InputError("--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda")
+    return sampling_device
 
 
 def check_typed_graph(kind: SamplerKind, schema: GraphSchema | None) -> None:

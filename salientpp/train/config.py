@@ -36,8 +36,8 @@ from ..io import check_output_location, check_unlocked, check_writable_file, out
 from ..models import MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..parsing import flag_names, parse_memory_limit
-from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, check_fanouts, check_sampler,
-                        parse_typed_fanouts)
+from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, SAMPLING_DEVICES, check_fanouts,
+                        check_sampler, check_sampling_device, parse_typed_fanouts)
 from ..sampling.link import LINK, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
 from .link import DECODERS
@@ -320,6 +320,9 @@ class TrainConfig:
         check=positive, agreed=True,
         alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
         needs=MINIBATCH_ONLY)
+    sampling_device: str = option("cpu", "where the training batches are drawn: the host's cores, or the training GPU "
+                                  "(a bulk kind, with the graph's CSR on the GPU)", choices=SAMPLING_DEVICES,
+                                  agreed=True, needs=BULK_ONLY)
     fetch_thread: bool | None = option(
         None, "run the pipeline's fetch stages (the exchange and the assembly of each batch) on a thread of their own, "
         "one batch ahead of the model step", choices=("on", "off"), parse=lambda text: text == "on",
@@ -461,6 +464,7 @@ class TrainConfig:
         kind = check_sampler(self.sampler)
         if kind.weighted:
             check_reads_edge_weights(self.model, kind.value)
+        check_sampling_device(self.sampling_device, kind, self.device)
         if self.embedding_dim and self.inference == LAYERWISE:
             raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
                              "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")

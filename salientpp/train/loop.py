@@ -315,7 +315,7 @@ class MinibatchTrainer(Trainer):
                       fetch_thread=config.fetch_thread,
                       device_fraction=config.device_fraction, features=config.features, on_stage=self._on_stage)
         train_options = dict(sampler=config.sampler, minibatches_per_bulk=config.minibatches_per_bulk,
-                             prefetch_next_epoch=True, **common)
+                             sampling_device=config.sampling_device, prefetch_next_epoch=True, **common)
         if link:
             self.loader = DistLinkNeighborLoader(graph, "train", config.fanouts, config.batch_size,
                                                  config.num_negatives, config.negative_sampling, **train_options)
