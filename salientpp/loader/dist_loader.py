@@ -409,6 +409,12 @@ class DistNeighborLoader:
         self._loader.load_state_dict(state)
         self._next_batch = int(state["next_batch"])
 
+    def close(self) -> None:
+        """Stop the sampling threads, a prefetched next epoch's too (a loop that ends after its
+        last epoch: a bulk sampler's thread would otherwise still draw while the process exits).
+        The loader can be iterated again."""
+        self._loader.close()
+
     def __iter__(self) -> Iterator[Batch]:
         first = self._next_batch
         self._loader.load_state_dict({"epoch": self._loader.epoch, "next_batch": first})  # back from sampling ahead

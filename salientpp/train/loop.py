@@ -211,6 +211,9 @@ class Trainer:
         return ckpt.epoch, ckpt.step, EpochSums.from_tensor(ckpt.partial[self.ctx.rank])
 
     # -- the run -------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """After the last epoch: stop what runs ahead of the loop (nothing here)."""
+
     def evaluate(self, epoch: int) -> dict[str, Any]:
         if not self.eval_splits:
             return {}
@@ -250,6 +253,7 @@ class Trainer:
             if unit == "steps" or (epoch + 1) % every == 0 or epoch == config.epochs - 1 or improved:
                 self.checkpoint(state, epoch + 1, 0, best=improved)
         result.epochs_done = config.epochs
+        self.finish()
         if not result.history and state.history:
             result.final_test = state.history[-1].get(TEST_METRIC, -1.0)
         return result
@@ -355,6 +359,10 @@ class MinibatchTrainer(Trainer):
                            "source": cache.source, "cached_rows": 0 if store is None else store.num_cached,
                            "device_cached_rows": 0 if store is None else int(store.num_device_slots),
                            "device_local_rows": 0 if store is None else store.num_device_owned}
+
+    def finish(self) -> None:
+        """After the last epoch: stop the training loader's sampling of an epoch that will not run."""
+        self.loader.close()
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _bar(self, total: int, desc: str, initial: int = 0):
