@@ -76,8 +76,34 @@ def test_only_the_baselines_asked_for_run_and_the_pipelined_runs_are_left_out_wh
     assert [(r["cache"], r["depth"]) for r in rows][:1] == [("none", 1)] and len(rows) == 2
 
 
+def test_each_pyg_worker_count_is_a_baseline_row_and_the_fastest_is_pyg_s_figure(tiny_partitions, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """PyG's num_workers tuned side by side: one row per count, each run with that count, and the
+    ratio line divides PyG's fastest epoch by ours."""
+    root, _ = tiny_partitions
+    seen = []
+
+    def baseline(config):
+        seen.append(config.workers)
+        return [{"epoch_s": {0: 3.0, 2: 2.0, 4: 2.5}[config.workers], "stage_s": {}, "steps": 1}]
+
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_train, "run_baseline", baseline)
+    out = tmp_path / "rows.json"
+    assert cli(["bench", "train", str(root / "p1"), *TINY, "--baselines", "pyg", "--pyg-workers", "0,2,4",
+                "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert seen == [0, 2, 4]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["pyg_workers"] for r in rows if r["alpha"] is None] == [0, 2, 4]
+    ours = min(r["epoch_s"] for r in rows if r["cache"] == "none")
+    assert (f"epoch against PyG's NeighborLoader + PyG's SAGE: {ours:.3f} s against 2.000 s (its fastest, 2 workers): "
+            f"{2.0 / ours:.2f}x") in printed
+
+
 @pytest.mark.parametrize("option", [["--baselines", "dgl"], ["--baselines", ""], ["--precisions", "fp16"],
-                                    ["--precisions", ""], ["--pipeline-depth", "0"]])
+                                    ["--precisions", ""], ["--pipeline-depth", "0"], ["--pyg-workers", "4,-1"],
+                                    ["--pyg-workers", ""]])
 def test_bench_train_refuses_a_bad_option_in_one_sentence(tiny_partitions, capsys, option):
     root, _ = tiny_partitions
     assert cli(["bench", "train", str(root / "p1"), *TINY, *option]) == 2

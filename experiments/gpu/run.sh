@@ -29,8 +29,9 @@
 #   kernels    meanwhile: pytest of the CUDA kernels against their CPU twins
 #   selfcheck  meanwhile: salientpp selfcheck on tiny (the kernels' row covers a machine without pytest)
 #   train      salientpp bench train: epoch time and stages, pipeline on and off, against PyG's
-#              NeighborLoader on the same GPU (the defaults: a fetch thread, every owned row that
-#              fits on the device, the C++ sampler)
+#              NeighborLoader + SAGEConv on the same GPU (pinned memory, num_workers 3/8 and 3/4 of
+#              the cores, the faster counts) (ours: the defaults, a fetch thread, every owned row
+#              that fits on the device, the C++ sampler)
 #   train-inline  the same with the fetch stages on the training thread (--fetch-thread off)
 #   train-gpu-sampling  the same with the batches drawn on the GPU (--sampler bulk
 #              --sampling-device cuda): the measurement that says where training should sample
@@ -150,7 +151,8 @@ step data 240 make_data &
 step selfcheck 150 salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
 wait
 [ -f "$WORK/pyg/ok" ] && export PYTHONPATH="$PYG_DIRS:$PYTHONPATH"
-step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --json "$RESULTS/bench-train.json"
+step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --baselines pyg \
+    --pyg-workers "$(( CORES * 3 / 8 )),$(( CORES * 3 / 4 ))" --json "$RESULTS/bench-train.json"
 step train-inline 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
     --fetch-thread off --json "$RESULTS/bench-train-inline.json"
 step train-gpu-sampling 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \

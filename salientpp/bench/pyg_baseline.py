@@ -95,6 +95,7 @@ class BaselineConfig:
     model: str = PYG
     typed_model: str = "rsage"  # on a typed graph, PyGHeteroModel's: a key of TYPED_BASELINE_MODELS
     torch_threads: int | None = None  # as the compared runs' --torch-threads (None: the budget's)
+    workers: int | None = None  # PyG's num_workers (None: sampling_workers of the budget)
 
 
 def sampled_per_hop(edge_index: Mapping[EdgeType, torch.Tensor], seeds: Mapping[str, int],
@@ -298,11 +299,12 @@ def _rank(config: BaselineConfig) -> list[dict[str, float]]:
         torch.manual_seed(config.seed + ctx.rank)
         with warnings.catch_warnings():  # PyG deprecates sampling without pyg-lib; the bench names the backend
             warnings.simplefilter("ignore", UserWarning)
-            workers = sampling_workers(budget)
+            workers = sampling_workers(budget) if config.workers is None else config.workers
+            # On a GPU the batches come in pinned memory, PyG's own setting for fast uploads.
             loader = NeighborLoader(graph, num_neighbors=num_neighbors(config.fanouts, data),
                                     input_nodes=pyg_seeds(data, ctx.rank), batch_size=config.batch_size,
                                     shuffle=True, is_sorted=True, num_workers=workers,
-                                    persistent_workers=workers > 0)
+                                    persistent_workers=workers > 0, pin_memory=ctx.device.type == "cuda")
         model = _model(config, data, graph).to(ctx.device)
         target = data.schema.target if data.is_typed else None
         # A typed batch may not reach every relation, so DDP allows unused weights there (as the trainer).
