@@ -21,6 +21,14 @@ from conftest import one_sentence
 TINY = ["--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--replication", "", "--hidden", "8"]
 
 
+def _bench_with_baseline(monkeypatch, baseline, part_dir: Path, out: Path, *options: str) -> None:
+    """``bench train PART_DIR`` on TINY with ``options``, PyG's baseline replaced by ``baseline``
+    (``BaselineConfig -> history``), its rows written to ``out``."""
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_train, "run_baseline", baseline)
+    assert cli(["bench", "train", str(part_dir), *TINY, *options, "--json", str(out)]) == 0
+
+
 def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept(tmp_path, monkeypatch, capsys):
     assert cli(["prepare", "synthetic:tiny,num_nodes=600", str(tmp_path / "ds")]) == 0
     assert cli(["partition", str(tmp_path / "ds"), str(tmp_path / "p1"), "--parts", "1"]) == 0
@@ -30,11 +38,8 @@ def test_a_baseline_killed_for_memory_is_reported_and_the_measured_rows_are_kept
         calls.append(config.model)
         raise WorkerError(2, "the process was killed by SIGKILL")
 
-    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(bench_train, "run_baseline", killed)
     out = tmp_path / "rows.json"
-    assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--pipeline-depth", "4", "--fetch-thread", "on",
-                "--json", str(out)]) == 0
+    _bench_with_baseline(monkeypatch, killed, tmp_path / "p1", out, "--pipeline-depth", "4", "--fetch-thread", "on")
     printed = capsys.readouterr().out
     assert len(calls) == 2  # both baselines were tried
     assert printed.count("failed: rank 2 failed: the process was killed by SIGKILL") == 2
@@ -87,11 +92,8 @@ def test_each_pyg_worker_count_is_a_baseline_row_and_the_fastest_is_pyg_s_figure
         seen.append(config.workers)
         return [{"epoch_s": {0: 3.0, 2: 2.0, 4: 2.5}[config.workers], "stage_s": {}, "steps": 1}]
 
-    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(bench_train, "run_baseline", baseline)
     out = tmp_path / "rows.json"
-    assert cli(["bench", "train", str(root / "p1"), *TINY, "--baselines", "pyg", "--pyg-workers", "0,2,4",
-                "--json", str(out)]) == 0
+    _bench_with_baseline(monkeypatch, baseline, root / "p1", out, "--baselines", "pyg", "--pyg-workers", "0,2,4")
     printed = capsys.readouterr().out
     assert seen == [0, 2, 4]
     rows = json.loads(out.read_text())["rows"]
