@@ -10,7 +10,7 @@
 # to generate; half of the products preset, so that it is generated and written within the
 # window), EPOCHS (3), BUILD (1: build the extension in place with every core first; the CPU
 # rehearsal in tests/test_gpu_script.py sets 0), KERNEL_TESTS (1: pytest of the CUDA twins,
-# tests/test_model_ops.py, where pytest is installed), PYG_TIMEOUT (240: seconds the PyG
+# tests/test_model_ops.py, where pytest is installed), PYG_TIMEOUT (300: seconds the PyG
 # baseline's build may take), DEADLINE (520: seconds after the start past which no step runs on;
 # each step's own limit is cut to what is left), WORK (experiments/gpu/work: the generated data,
 # and the PyG build, kept, so that a second call on the same machine skips them), SOURCES
@@ -20,12 +20,12 @@
 # Steps, in order; a failed step is logged and the next runs (a GPU window is too short to rerun
 # everything for one failure); the exit code is 1 when any step failed or was cut off:
 #   env        the device, torch and CUDA versions, the cores
-#   build      the extension (ninja, MAX_JOBS = the cores), in place
-#   pyg, data  side by side, in the background: torch_scatter and torch_sparse built in place from
+#   pyg        in the background from here: torch_scatter and torch_sparse built in place from
 #              their sources for the CPU (PyG's sampler runs there), every extension of both at
 #              once (build_inplace.py, without ninja), when experiments/gpu/sources/ holds them
-#              (fetch-sources.sh); they join PYTHONPATH once both import; and salientpp prepare
-#              synthetic:$PRESET, partitioned into 1 part
+#              (fetch-sources.sh); they join PYTHONPATH once both import
+#   build      the extension (ninja, MAX_JOBS = the cores), in place
+#   data       in the background: salientpp prepare synthetic:$PRESET, partitioned into 1 part
 #   kernels    meanwhile: pytest of the CUDA kernels against their CPU twins
 #   selfcheck  meanwhile: salientpp selfcheck on tiny (the kernels' row covers a machine without pytest)
 #   train      salientpp bench train: epoch time and stages, pipeline on and off, against PyG's
@@ -56,7 +56,7 @@ PRESET=${PRESET:-products,num_nodes=1200000}
 EPOCHS=${EPOCHS:-3}
 BUILD=${BUILD:-1}
 KERNEL_TESTS=${KERNEL_TESTS:-1}
-PYG_TIMEOUT=${PYG_TIMEOUT:-240}
+PYG_TIMEOUT=${PYG_TIMEOUT:-300}
 STEPS=${STEPS:-}
 DEADLINE=${DEADLINE:-520}
 WORK=${WORK:-experiments/gpu/work}
@@ -142,10 +142,13 @@ export -f environment build_pyg make_data salientpp  # step runs each command un
 export CORES WORK PRESET SOURCES PYG_DIRS
 
 step env 60 environment
-[ "$BUILD" = 1 ] && step build 240 env MAX_JOBS="$CORES" python3 setup.py build_ext --inplace
+# PyG's build first, in the background: its longest extension (torch_sparse's neighbour sampler,
+# two files of 96 and 70 s on one core of the 2-core VM) is its critical path, and it leaves most
+# cores to the extension's build meanwhile.
 if compgen -G "$SOURCES/torch_sparse-*.tar.gz" > /dev/null; then
     step pyg "$PYG_TIMEOUT" build_pyg &
 fi
+[ "$BUILD" = 1 ] && step build 240 env MAX_JOBS="$CORES" python3 setup.py build_ext --inplace
 step data 240 make_data &
 [ "$KERNEL_TESTS" = 1 ] && step kernels 90 python3 -m pytest -q -p no:cacheprovider tests/test_model_ops.py
 step selfcheck 150 salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
