@@ -286,7 +286,8 @@ class DistNeighborLoader:
         prefetch_next_epoch: when an epoch's last batch is sampled, start sampling the next
             epoch's first ``read_ahead`` batches, so they are ready when it starts; for a loop
             that calls ``set_epoch(e)`` with ``e = 0, 1, 2, ...`` (the batches are the same; any
-            other next epoch discards them).
+            other next epoch discards them). After the last epoch, :meth:`close` stops that
+            sampling.
         features: assemble the batch's feature rows; ``False`` fetches none (no cache either,
             so ``plan`` must be ``None``) and ``Batch.x`` is float32 ``[num_nodes, 0]``, for a
             model fed by a :class:`~salientpp.embedding.DistEmbedding` alone.
