@@ -29,7 +29,7 @@ def _rehearse(out: Path, **settings: str) -> subprocess.CompletedProcess:
 
 # Every step the rehearsal runs, in the script's order, in two halves that pytest-xdist can run side
 # by side (each generates its own data); selfcheck is left to tests/test_selfcheck.py.
-TRAIN_STEPS = ("env", "data", "train", "train-inline", "train-gpu-sampling", "train-host-rows")
+TRAIN_STEPS = ("env", "data", "train", "train-fetch-thread", "train-gpu-sampling", "train-host-rows")
 OTHER_STEPS = ("data", "step", "profile", "sampler", "step-4096")
 NOT_REHEARSED = {"build", "pyg", "kernels", "selfcheck"}
 
@@ -60,7 +60,7 @@ def test_the_gpu_scripts_training_steps_run_on_the_cpu_and_write_their_results(t
     ours = [row for row in rows if not row["cache"].startswith("PyG NeighborLoader")]
     assert ours and all(row["cache"] == "none" for row in ours)  # 1 part: nothing to cache
     assert all(row["epoch_s"] > 0 for row in rows) and (len(ours) < len(rows)) == (unavailable_reason() is None)
-    for name in ("inline", "gpu-sampling", "host-rows"):  # the variants: no baselines
+    for name in ("fetch-thread", "gpu-sampling", "host-rows"):  # the variants: no baselines
         variant = json.loads((results / f"bench-train-{name}.json").read_text())["rows"]
         assert variant and all(row["cache"] == "none" and row["epoch_s"] > 0 for row in variant)
     # The data is kept in WORK: a second call on the same machine skips generating it, and STEPS

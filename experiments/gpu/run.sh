@@ -30,13 +30,14 @@
 #   selfcheck  meanwhile: salientpp selfcheck on tiny (the kernels' row covers a machine without pytest)
 #   train      salientpp bench train: epoch time and stages, pipeline on and off, against PyG's
 #              NeighborLoader + SAGEConv on the same GPU (pinned memory, num_workers 3/8 and 3/4 of
-#              the cores, the faster counts) (ours: the defaults, a fetch thread, every owned row
-#              that fits on the device, the C++ sampler)
-#   train-inline  the same with the fetch stages on the training thread (--fetch-thread off)
-#   train-gpu-sampling  the same with the batches drawn on the GPU (--sampler bulk
-#              --sampling-device cuda): the measurement that says where training should sample
-#   train-host-rows  the same with 15% of the owned rows on the device (--device-fraction 0.15, the
-#              default before 2026-11-28)
+#              the cores, the faster counts); ours with the fetch stages on the training thread
+#              (--fetch-thread off, the path that ran on 2026-11-27), every owned row that fits on
+#              the device, the C++ sampler. Each variant below changes one of these:
+#   train-fetch-thread  the fetch stages on a thread of their own (the default on a GPU)
+#   train-gpu-sampling  the batches drawn on the GPU (--sampler bulk --sampling-device cuda): the
+#              measurement that says where training should sample
+#   train-host-rows  15% of the owned rows on the device (--device-fraction 0.15, the default
+#              before 2026-11-28)
 #   step       salientpp bench step: our kernels and step against PyG's SAGEConv and torch's dropout
 #   profile    a few steps of an epoch under torch.profiler (profile_epoch.py: trace.json.gz and
 #              profile.txt)
@@ -154,14 +155,14 @@ step data 240 make_data &
 step selfcheck 150 salientpp selfcheck --device "$DEVICE" --presets tiny --epochs 2 --no-bench
 wait
 [ -f "$WORK/pyg/ok" ] && export PYTHONPATH="$PYG_DIRS:$PYTHONPATH"
-step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --baselines pyg \
-    --pyg-workers "$(( CORES * 3 / 8 )),$(( CORES * 3 / 4 ))" --json "$RESULTS/bench-train.json"
-step train-inline 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
-    --fetch-thread off --json "$RESULTS/bench-train-inline.json"
+step train 200 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --fetch-thread off \
+    --baselines pyg --pyg-workers "$(( CORES * 3 / 8 )),$(( CORES * 3 / 4 ))" --json "$RESULTS/bench-train.json"
+step train-fetch-thread 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
+    --fetch-thread on --json "$RESULTS/bench-train-fetch-thread.json"
 step train-gpu-sampling 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
-    --sampler bulk --sampling-device "$DEVICE" --json "$RESULTS/bench-train-gpu-sampling.json"
+    --fetch-thread off --sampler bulk --sampling-device "$DEVICE" --json "$RESULTS/bench-train-gpu-sampling.json"
 step train-host-rows 90 salientpp bench train "$WORK/one" --device "$DEVICE" --epochs "$EPOCHS" --no-baseline \
-    --device-fraction 0.15 --json "$RESULTS/bench-train-host-rows.json"
+    --fetch-thread off --device-fraction 0.15 --json "$RESULTS/bench-train-host-rows.json"
 step step 120 salientpp bench step "$WORK/data" --device "$DEVICE" --json "$RESULTS/bench-step.json"
 step profile 90 python3 experiments/gpu/profile_epoch.py "$WORK/one" "$DEVICE" "$RESULTS" 6
 step sampler 90 salientpp bench sampler "$WORK/data" --device "$DEVICE" --samplers nodewise,bulk \

@@ -99,7 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default cpu)")
     p.add_argument("--fetch-thread", choices=("on", "off"), default=None,
                    help="run the pipelined runs' fetch stages on a thread of their own, as `train --fetch-thread` "
-                        "(default: train's: on with a GPU)")
+                        "(default: train's: on with a GPU; without pipelined runs it does not apply)")
     p.add_argument(*flag_names("--sampler-threads"), type=int, default=None,
                    help="sampler threads per rank (default: the thread budget's, see docs/training.md)")
     p.add_argument("--torch-threads", type=int, default=None,
@@ -199,7 +199,7 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
                        fanouts=fanouts,
                        batch_size=args.batch_size, policy=cache,
                        replication=None if cache == "none" else alpha, pipeline_depth=depth,
-                       fetch_thread=None if depth == 1 or args.fetch_thread is None else args.fetch_thread == "on",
+                       fetch_thread=None if depth in (None, 1) or args.fetch_thread is None else args.fetch_thread == "on",
                        sampler=args.sampler, sampling_device=args.sampling_device,
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        device_fraction=args.device_fraction,
@@ -290,6 +290,9 @@ def main(args: argparse.Namespace) -> int:
     # The pipelined runs' depth and the thread budget, as `salientpp train` resolves them.
     run = resolve_run(_config(args, args.precisions[0], depth=args.pipeline_depth))
     budget, depth = run.threads, run.config.pipeline_depth
+    # the pipelined runs' fetch thread (--fetch-thread applies to them only; none at depth 1)
+    fetch_thread = depth > 1 and budget.fetch_thread(depth, None if args.fetch_thread is None
+                                                     else args.fetch_thread == "on")
     if args.pipeline_depth is not None:
         check_int(args.pipeline_depth, "--pipeline-depth")
     if args.json_path is not None:
@@ -309,7 +312,7 @@ def main(args: argparse.Namespace) -> int:
         off = _run(args, precision, cache, alpha, 1)
         runs = [off] if depth == 1 else [off, _run(args, precision, cache, alpha, depth)]
         for row in runs:
-            row["fetch_thread"] = row is not off and run.config.fetch_thread
+            row["fetch_thread"] = row is not off and fetch_thread
             row["predicted_rows"] = predicted[alpha]
             row["rows_vs_sim"] = (row["rows_per_epoch"] - predicted[alpha]) / max(predicted[alpha], 1.0)
             sampling = off["sample_s"] if row is off else sampling_alone
@@ -318,7 +321,7 @@ def main(args: argparse.Namespace) -> int:
             rows.append(row)
     print(f"{args.part_dir}: {data.num_nodes:,} nodes, {data.feature_dtype} features, {data.num_parts} ranks, "
           f"{args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, device {args.device}")
-    print(budget.describe(pipeline_depth=args.pipeline_depth, fetch_thread=run.config.fetch_thread)
+    print(budget.describe(pipeline_depth=args.pipeline_depth, fetch_thread=fetch_thread)
           + " (the baselines: the same torch threads, PyG sampling in "
           + (counted(workers, "worker process", "worker processes") if (workers := sampling_workers(budget)) else "the training thread") + ")")
     if depth == 1:
