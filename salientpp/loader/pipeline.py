@@ -240,9 +240,10 @@ class Pipeline:
             self.on_stage(fn.stage, step)
         start, cpu_start = time.perf_counter(), time.thread_time()
         out = fn(*args)
+        cpu = time.thread_time() - cpu_start  # read inside the wall interval, so that it never exceeds it
         name = fn.stage.value
         self.times[name] += time.perf_counter() - start
-        self.times[StageTimes.cpu_key(name)] += time.thread_time() - cpu_start
+        self.times[StageTimes.cpu_key(name)] += cpu
         return out
 
     def __iter__(self) -> Iterator[InFlight]:
