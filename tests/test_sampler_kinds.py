@@ -331,8 +331,9 @@ def test_sampling_on_the_gpu_needs_a_kind_that_draws_there_and_a_run_on_the_gpu(
     (before any rank starts) and a loader."""
     from salientpp.sampling import check_sampling_device
 
-    assert check_sampling_device("cpu", SamplerKind.NODEWISE, "cpu") == "cpu"
-    assert check_sampling_device("cuda", SamplerKind.BULK, "cuda:1") == "cuda"
+    assert check_sampling_device("cpu", SamplerKind.NODEWISE, "cpu") == torch.device("cpu")
+    assert check_sampling_device("cpu", SamplerKind.BULK, "cuda:1") == torch.device("cpu")
+    assert check_sampling_device("cuda", SamplerKind.BULK, "cuda:1") == torch.device("cuda", 1)
     assert [k.value for k in (SamplerKind.NODEWISE, SamplerKind.BULK, SamplerKind.LADIES) if k.gpu] == ["bulk", "ladies"]
     cpu_only = _message(lambda: check_sampling_device("cuda", SamplerKind.NODEWISE, "cuda"))
     assert cpu_only == ("the node-wise sampler draws on the CPU only; sample on the GPU with --sampler bulk or ladies, "

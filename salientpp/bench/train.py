@@ -52,8 +52,8 @@ import numpy as np
 import torch
 
 from ..cache import PolicyContext, Workload, simulate
-from ..sampling import (DEFAULT_SAMPLER, SAMPLERS, SAMPLING_DEVICES, NeighborLoader, make_sampler,
-                        parse_typed_fanouts)
+from ..sampling import (DEFAULT_SAMPLER, SAMPLERS, SAMPLING_DEVICES, NeighborLoader, check_sampler,
+                        check_sampling_device, make_sampler, parse_typed_fanouts)
 from ..distributed.health import Stage
 from ..distributed.group import WorkerError
 from ..host import PIPELINE_DEPTH, sampler_read_ahead
@@ -222,7 +222,7 @@ def _sampling_alone(args, data, workload: Workload, threads: int, depth: int) ->
     the pipelined runs; the median over ``--epochs`` epochs after the first."""
     rowptr, col = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (data.rowptr, data.col))
     seeds = max((np.asarray(data.part(k).train_idx) for k in range(data.num_parts)), key=len)
-    device = args.device if args.sampling_device == "cuda" else "cpu"
+    device = check_sampling_device(args.sampling_device, check_sampler(args.sampler), args.device)
     loader = NeighborLoader(make_sampler(rowptr, col, workload.sampler_fanouts, args.sampler, device=device,
                                          **data.sampler_args),
                             torch.from_numpy(seeds), args.batch_size, sampler_threads=threads,

@@ -313,12 +313,12 @@ class DistNeighborLoader:
                  features: bool = True, prefetch_next_epoch: bool = False, sampling_device: str = "cpu"):
         self.graph = graph
         self.sampler = check_sampler(sampler)
-        self.sampling_device = check_sampling_device(sampling_device, self.sampler, str(graph.ctx.device))
+        self.sampling_device = check_sampling_device(sampling_device, self.sampler, graph.ctx.device)
         typed = graph.is_typed
         self.fanouts = fanouts if typed and isinstance(fanouts, Mapping) else check_fanouts(fanouts, self.sampler)
         # made first: a typed graph's fanouts are checked here, before any collective
         sampler_core = make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk,
-                                    graph.ctx.device if self.sampling_device == "cuda" else "cpu",
+                                    self.sampling_device,
                                     **graph.data.sampler_args)
         self.num_layers = sampler_core.num_layers
         self.batch_size = check_batch_size(batch_size)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+import torch
 
 from ..errors import InputError, shown
 from ..parsing import number_list
@@ -154,21 +155,22 @@ def make_sampler(rowptr, col, fanouts: Fanouts,
 SAMPLING_DEVICES = ("cpu", "cuda")
 
 
-def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str) -> str:
-    """``sampling_device`` (``"cpu"`` or ``"cuda"``, :data:`SAMPLING_DEVICES`) when ``kind`` can
-    draw there for a run training on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``), else
-    :class:`InputError`: sampling on a GPU needs a kind that draws there (``kind.gpu``) and a
-    run on a GPU (the batches are drawn on the training device)."""
+def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str | torch.device) -> torch.device:
+    """Where a loader of ``kind`` draws its batches when ``sampling_device`` (``"cpu"`` or
+    ``"cuda"``, :data:`SAMPLING_DEVICES`) is asked for in a run training on ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:1"``): the CPU, or the training GPU itself. :class:`InputError` unless
+    ``kind`` can draw there (``kind.gpu``) and the run trains on a GPU."""
     if sampling_device not in SAMPLING_DEVICES:
         raise InputError(f"the sampling device must be one of {', '.join(SAMPLING_DEVICES)}, got {sampling_device!r}")
-    if sampling_device == "cuda":
-        if not kind.gpu:
-            gpu_kinds = " or ".join(name for name, (k, _) in _REGISTERED.items() if k.gpu)
-            raise InputError(f"the {kind.title} sampler draws on the CPU only; sample on the GPU with --sampler "
-                             f"{gpu_kinds}, or leave --sampling-device out")
-        if not str(device).startswith("cuda"):
-            raise InputError("--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda")
-    return sampling_device
+    if sampling_device == "cpu":
+        return torch.device("cpu")
+    if not kind.gpu:
+        gpu_kinds = " or ".join(name for name, (k, _) in _REGISTERED.items() if k.gpu)
+        raise InputError(f"the {kind.title} sampler draws on the CPU only; sample on the GPU with --sampler "
+                         f"{gpu_kinds}, or leave --sampling-device out")
+    if torch.device(device).type != "cuda":
+        raise InputError("--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda")
+    return torch.device(device)
 
 
 def check_typed_graph(kind: SamplerKind, schema: GraphSchema | None) -> None:
