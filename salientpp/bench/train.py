@@ -199,7 +199,7 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
                        fanouts=fanouts,
                        batch_size=args.batch_size, policy=cache,
                        replication=None if cache == "none" else alpha, pipeline_depth=depth,
-                       fetch_thread=None if depth in (None, 1) or args.fetch_thread is None else args.fetch_thread == "on",
+                       fetch_thread=None if depth in (None, 1) else args.fetch_thread,
                        sampler=args.sampler, sampling_device=args.sampling_device,
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        device_fraction=args.device_fraction,
@@ -274,6 +274,7 @@ def main(args: argparse.Namespace) -> int:
     check_int(args.outside_load, "--outside-load", minimum=0)
     alphas = list(number_list(args.replication, float, "--replication", "0.1,0.5"))
     args.baselines = _choices(args.baselines, "--baselines", BASELINE_MODELS)
+    args.fetch_thread = None if args.fetch_thread is None else args.fetch_thread == "on"  # train's config value
     if args.pyg_workers is None:
         args.pyg_workers = [None]  # the thread budget's (sampling_workers)
     else:
@@ -291,8 +292,7 @@ def main(args: argparse.Namespace) -> int:
     run = resolve_run(_config(args, args.precisions[0], depth=args.pipeline_depth))
     budget, depth = run.threads, run.config.pipeline_depth
     # the pipelined runs' fetch thread (--fetch-thread applies to them only; none at depth 1)
-    fetch_thread = depth > 1 and budget.fetch_thread(depth, None if args.fetch_thread is None
-                                                     else args.fetch_thread == "on")
+    fetch_thread = depth > 1 and budget.fetch_thread(depth, args.fetch_thread)
     if args.pipeline_depth is not None:
         check_int(args.pipeline_depth, "--pipeline-depth")
     if args.json_path is not None:
