@@ -344,7 +344,7 @@ class ThreadBudget:
         if requested and pipeline_depth == 1:
             raise InputError("a fetch thread overlaps the fetch stages with the model step, which a pipeline of depth "
                              "1 does not do; give --pipeline-depth 2 or more, or leave --fetch-thread out")
-        return self.gpu and pipeline_depth > 1 if requested is None else bool(requested)
+        return (self.gpu and pipeline_depth > 1) if requested is None else bool(requested)
 
     @property
     def low_priority_sampler(self) -> bool:

@@ -54,6 +54,8 @@ def default_device_fraction(device: str | torch.device) -> float:
     :data:`GPU_DEVICE_FRACTION` on a GPU, :data:`DEVICE_FRACTION` on the CPU (where both tiers are
     host memory and the share only names the split in the counters)."""
     return GPU_DEVICE_FRACTION if torch.device(device).type == "cuda" else DEVICE_FRACTION
+
+
 def partition_identity(part_dir_meta: dict[str, Any]) -> str:
     """A digest of the checksums of the topology, partition book and renumbering of a partitioned
     dir, and of a typed graph's blocks and relations (a homogeneous directory's digest is the one

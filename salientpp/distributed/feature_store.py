@@ -110,11 +110,12 @@ class FeatureStore:
         slots = np.full(book.num_nodes, -1, dtype=np.int64) if cache_slot is None else np.asarray(cache_slot)
         cache_slot, self.device_slots = _type_slots(book, slots, int(num_device_slots), self.featured)
         itemsize = np.asarray(features[self.featured[0]]).dtype.itemsize
-        widths = np.asarray(self.widths, dtype=np.int64) * itemsize  # bytes of a row of each type
+        type_row_bytes = np.asarray(self.widths, dtype=np.int64) * itemsize  # bytes of a row of each type
         if device_budget is not None:
-            device_budget -= int(np.dot(self.device_slots, widths))  # the cache's device tier first
+            device_budget -= int(np.dot(self.device_slots, type_row_bytes))  # the cache's device tier first
         self.num_device_owned_wanted = min(int(num_device_owned), n_k)
-        self.num_device_owned = device_rows_that_fit(widths[order_type], self.num_device_owned_wanted, device_budget)
+        self.num_device_owned = device_rows_that_fit(type_row_bytes[order_type], self.num_device_owned_wanted,
+                                                     device_budget)
         local_row = np.zeros(n_k, dtype=np.int64)  # 0 for a type without features: never looked up
         # The sampler threads copy owned rows into each batch's x from one CPU tensor: those of a
         # one-type store on CPU, where they are all of them.
