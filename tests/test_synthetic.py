@@ -175,6 +175,9 @@ def test_spec_overrides_and_dataset_metadata_round_trip(tmp_path):
     ("tiny,avg_degree=nan", "avg_degree"),
     ("tiny,feature_dtype=int8", "feature_dtype"),
     ("tiny,seed=-1", "seed"),
+    ("tiny,num_nodes=\uff16\uff10\uff10", "num_nodes"),   # fullwidth digits, which int() would read
+    ("tiny,num_nodes=6_00", "num_nodes"),
+    ("tiny,feature_noise=0_5", "feature_noise"),
     ("tiny,num_nodes=1", "num_nodes"),
     ("tiny,max_degree=5", "max_degree"),
     ("tiny,num_classes=1", "num_classes"),
@@ -464,3 +467,56 @@ def test_the_in_memory_estimate_counts_every_types_features_and_one_byte_of_edge
     assert synthetic._in_memory_bytes(wider) - synthetic._in_memory_bytes(config) == 2 * 10 * types[1].num_nodes
     homogeneous = parse_spec("small,num_nodes=100000")   # no edge_rel: 48 bytes per entry
     assert synthetic._in_memory_bytes(homogeneous) == int(48 * 20 * 100000 + 96 * 100000 + 4 * 100 * 100000)
+
+
+# ---- the spec and prepare's options make one config ------------------------------------------
+
+SMALL_IGBH = "igbh,num_nodes=400,max_degree=300,venues=1"
+
+
+def _feature_dtypes(directory) -> dict[str, str]:
+    import json
+
+    meta = json.loads((directory / "meta.json").read_text())
+    arrays = {f.stem: str(np.load(f, mmap_mode="r").dtype) for f in directory.glob("x*.npy")}
+    return {**arrays, "meta": meta["feature_dtype"], "config": meta["synthetic"]["feature_dtype"]}
+
+
+@pytest.mark.parametrize("out_of_core", [False, True])
+@pytest.mark.parametrize("spec, flags", [("tiny,num_nodes=300,max_degree=100,feature_dtype=float16", []),
+                                         ("tiny,num_nodes=300,max_degree=100", ["--feature-dtype", "float16"]),
+                                         (SMALL_IGBH + ",feature_dtype=float16", []),
+                                         (SMALL_IGBH, ["--feature-dtype", "float16"])])
+def test_prepare_writes_float16_features_of_every_type_from_the_spec_or_the_option(tmp_path, monkeypatch, spec,
+                                                                                  flags, out_of_core):
+    from salientpp.cli import main, prepare
+
+    if out_of_core:
+        monkeypatch.setattr(prepare, "fits_in_memory", lambda config: False)
+    assert main(["prepare", f"synthetic:{spec}", str(tmp_path / "d"), *flags]) == 0
+    dtypes = _feature_dtypes(tmp_path / "d")
+    assert len(dtypes) == 2 + (1 if spec.startswith("tiny") else 6)   # x.npy, or x.npy and x_1..x_5.npy
+    assert set(dtypes.values()) == {"float16"}, dtypes
+
+
+def test_a_spec_feature_dtype_that_the_option_contradicts_is_refused_in_one_sentence(tmp_path, capsys):
+    from conftest import exit_code, one_sentence
+
+    argv = ["prepare", "synthetic:tiny,feature_dtype=float32", str(tmp_path / "d"), "--feature-dtype", "float16"]
+    assert exit_code(argv) == 2
+    message = one_sentence(capsys)
+    assert "--feature-dtype float16" in message and "feature_dtype=float32" in message
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_feature_width_beyond_memory_is_refused_before_any_array_is_drawn(tmp_path, monkeypatch, capsys):
+    # 2000 x 2^40 features fit neither in memory nor in one out-of-core chunk: refused up front,
+    # not when the feature file is created after the graph was drawn
+    from conftest import exit_code, one_sentence
+    from salientpp.data import synthetic
+
+    monkeypatch.setattr(synthetic, "_model", lambda config: pytest.fail("refused before any array is built"))
+    assert exit_code(["prepare", f"synthetic:tiny,num_features={2**40}", str(tmp_path / "d")]) == 2
+    message = one_sentence(capsys)
+    assert "even out of core" in message and "chunk of features" in message and "feature widths" in message
+    assert not (tmp_path / "d").exists()

@@ -62,13 +62,11 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     scheme, _, spec = args.source.partition(":")
     options.check_applies_to(scheme)
-    if scheme == "synthetic" and fractions is None and not fits_in_memory(parse_spec(spec)):
-        given = [flag for flag, value in (("--feature-dtype", args.feature_dtype != ImportOptions.feature_dtype),
-                                          ("--num-classes", args.num_classes is not None)) if value]
-        if given:
-            raise InputError(f"{args.source} is generated out of core, which takes {' and '.join(given)} from the "
-                             "spec only; write them into it (synthetic:PRESET,feature_dtype=float16,num_classes=C)")
-        dataset = write_synthetic(spec, args.out_dir)
+    if scheme == "synthetic" and fractions is None and not fits_in_memory(parse_spec(spec, options)):
+        if args.num_classes is not None:
+            raise InputError(f"{args.source} is generated out of core, which takes the number of classes from the "
+                             "spec only; write num_classes=C into it (synthetic:PRESET,num_classes=C)")
+        dataset = write_synthetic(spec, args.out_dir, options=options)
         mark_complete(args, args.out_dir)
         print("generated out of core: the graph would not fit in the available memory")
         _summary(args.out_dir, dataset, start)

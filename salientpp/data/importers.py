@@ -50,9 +50,11 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
     options.check_applies_to(scheme)
     check_feature_dtype(options.feature_dtype)
     check_counts(options)
+    feature_dtype = options.feature_dtype
     if scheme == "synthetic":
         from .synthetic import synthetic_dataset
-        dataset = synthetic_dataset(arg)
+        dataset = synthetic_dataset(arg, options)
+        feature_dtype = dataset.x.dtype.name  # the spec's feature_dtype or --feature-dtype (parse_spec)
     elif scheme == "npz":
         dataset = _from_npz(Path(arg), options)
     elif scheme == "edgelist":
@@ -65,7 +67,7 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
         dataset = _from_mag240m(arg, options)
     if options.num_classes is not None:
         declare_classes(dataset, options.num_classes)
-    return checked(dataset, options.feature_dtype)
+    return checked(dataset, feature_dtype)
 
 
 def declare_classes(dataset: Dataset, num_classes: int) -> None:

@@ -50,8 +50,10 @@ import numpy as np
 from ..errors import SEED_LIMIT, InputError, counted
 from ..hashing import GOLDEN, splitmix64
 from ..io import NpyWriter, atomic_output_dir, save_array, write_meta
+from ..parsing import integer, real
 from .csr import build_csr, build_typed_csr, keys_fit, sorted_unique
 from .format import SPLIT_FILES, Dataset, dataset_meta, feature_file, load_dataset
+from .options import ImportOptions
 from .schema import GraphSchema, Relation
 
 # Relative shortfall of nnz / N from avg_degree that is accepted, and rounds of draws to reach it.
@@ -341,10 +343,15 @@ class SyntheticGraph:
     community: np.ndarray
 
 
-def parse_spec(spec: str) -> SyntheticConfig:
-    """Parse ``"PRESET[,key=value...]"`` (e.g. ``"tiny,seed=3,num_nodes=5000"``) into a config.
+def parse_spec(spec: str, options: ImportOptions | None = None) -> SyntheticConfig:
+    """Parse ``"PRESET[,key=value...]"`` (e.g. ``"tiny,seed=3,num_nodes=5000"``) into a config, with
+    ``prepare``'s ``--feature-dtype`` (``options.feature_dtype``, when not at its default) applied:
+    the one place where a spec and the options become the config that is generated and recorded.
 
-    Raises :class:`InputError` on an unknown preset or key, a malformed item or a bad value.
+    Numbers are read as command-line options read them (:func:`~salientpp.parsing.integer`,
+    :func:`~salientpp.parsing.real`; an integer may be written ``3e3``). Raises :class:`InputError`
+    on an unknown preset or key, a malformed item, a bad value, or a spec's ``feature_dtype`` that
+    ``--feature-dtype`` contradicts.
     """
     name, *items = [part.strip() for part in spec.split(",")]
     if name not in PRESETS:
@@ -360,36 +367,43 @@ def parse_spec(spec: str) -> SyntheticConfig:
         if key in overrides:
             raise InputError(f"synthetic parameter {key!r} is given twice; keep one")
         overrides[key] = _convert(key, text, types[key])
+    dtype = ImportOptions.feature_dtype if options is None else options.feature_dtype
+    if dtype != ImportOptions.feature_dtype:
+        if overrides.setdefault("feature_dtype", dtype) != dtype:
+            raise InputError(f"--feature-dtype {dtype} contradicts the spec's feature_dtype="
+                             f"{overrides['feature_dtype']}; keep one of them")
     config = dataclasses.replace(PRESETS[name], **overrides)
     config.validate()
     return config
 
 
 def _convert(key: str, text: str, kind: type) -> typing.Any:
+    """``text`` as a value of the field ``key`` of type ``kind``, or :class:`InputError`."""
     try:
         if kind is int:
             try:
-                return int(text)
+                return integer(text)
             except ValueError:
-                number = float(text)  # accept "1e6" when it is a whole number
+                number = real(text)  # accept "1e6" when it is a whole number
                 if not number.is_integer():
                     raise
                 return int(number)
         if kind is float:
-            return float(text)
+            return real(text)
         return text
     except (ValueError, OverflowError):
         expected = "an integer" if kind is int else "a number"
-        raise InputError(f"synthetic parameter {key} must be {expected}, got {text!r}") from None
+        raise InputError(f"synthetic parameter {key} must be {expected} in ASCII digits (like {key}=3 or "
+                         f"{key}=3e3), got {text!r}") from None
 
 
-def synthetic_dataset(spec: str) -> Dataset:
-    """Generate the dataset described by ``spec`` (see :func:`parse_spec`).
+def synthetic_dataset(spec: str, options: ImportOptions | None = None) -> Dataset:
+    """Generate the dataset described by ``spec`` and ``options`` (see :func:`parse_spec`).
 
     The result is validated; its ``source`` is ``"synthetic:<spec>"`` and its ``extra_meta``
     holds the full configuration under ``"synthetic"``.
     """
-    dataset = generate(parse_spec(spec)).dataset
+    dataset = generate(parse_spec(spec, options)).dataset
     dataset.source = f"synthetic:{spec}"
     return dataset
 
@@ -566,8 +580,9 @@ def generate(config: SyntheticConfig) -> SyntheticGraph:
     return SyntheticGraph(dataset=dataset, community=community)
 
 
-def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _BUCKET_KEYS) -> Dataset:
-    """Generate the dataset of ``spec`` straight into the dataset directory ``out_dir``, out of
+def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _BUCKET_KEYS,
+                    options: ImportOptions | None = None) -> Dataset:
+    """Generate the dataset of ``spec`` and ``options`` (:func:`parse_spec`) straight into the dataset directory ``out_dir``, out of
     core: the arrays and meta.json equal those :func:`synthetic_dataset` and
     :func:`~salientpp.data.format.save_dataset` write, but the edges pass through bucket files (by
     source id range) on disk, each sorted and deduplicated alone, and the features of every type
@@ -576,7 +591,7 @@ def write_synthetic(spec: str, out_dir: str | os.PathLike, bucket_keys: int = _B
     bucket of ``bucket_keys`` directed edges and one chunk of features; disk: 8 bytes per directed
     edge of temporaries. Written atomically; returns the written dataset, memory-mapped. A graph
     that does not fit even so is refused in one sentence (:func:`_check_out_of_core`)."""
-    config = parse_spec(spec)
+    config = parse_spec(spec, options)
     _check_out_of_core(config)
     model = _model(config)
     schema = model.schema
@@ -695,19 +710,31 @@ def _in_memory_bytes(config: SyntheticConfig) -> int:
                + t.num_nodes * t.num_features * itemsize for t in types))
 
 
+def _feature_chunk_bytes(config: SyntheticConfig) -> int:
+    """The memory of the widest type's features as :func:`_feature_chunks` makes them: one chunk of
+    float32 noise and its ``feature_dtype`` copy, and the float32 class centroids."""
+    types, _ = config.layout()
+    itemsize = 4 + np.dtype(config.feature_dtype).itemsize
+    return max(min(t.num_nodes, _FEATURE_CHUNK) * t.num_features * itemsize + config.num_classes * t.num_features * 4
+               for t in types)
+
+
 def _check_out_of_core(config: SyntheticConfig) -> None:
     """Refuse, in one sentence, a config that :func:`write_synthetic` cannot write: one needing more
-    than the available memory at ``_OUT_OF_CORE_BYTES_PER_NODE`` per node of every type (the
-    features, the edges and ``edge_rel`` stay on disk), or whose CSR sort keys would not fit in
-    int64 (:func:`~salientpp.data.csr.keys_fit`)."""
+    than the available memory at ``_OUT_OF_CORE_BYTES_PER_NODE`` per node of every type plus one
+    chunk of the widest features (:func:`_feature_chunk_bytes`; the edges, ``edge_rel`` and the
+    features written stay on disk), or whose CSR sort keys would not fit in int64
+    (:func:`~salientpp.data.csr.keys_fit`)."""
     schema = config.schema()
     n = schema.total_nodes
     every_type = "" if schema.is_homogeneous else f" of every type, {n:,} in all"
-    need, have = _OUT_OF_CORE_BYTES_PER_NODE * n, _available_memory()
+    chunk = _feature_chunk_bytes(config)
+    need, have = _OUT_OF_CORE_BYTES_PER_NODE * n + chunk, _available_memory()
     if need > have:
         raise InputError(f"this synthetic graph needs about {need / 2**30:.1f} GiB of memory even out of core "
-                         f"({_OUT_OF_CORE_BYTES_PER_NODE} bytes per node{every_type}) but {have / 2**30:.1f} GiB is "
-                         "available; lower num_nodes")
+                         f"({_OUT_OF_CORE_BYTES_PER_NODE} bytes per node{every_type}, and {chunk / 2**30:.1f} GiB "
+                         f"for a chunk of features) but {have / 2**30:.1f} GiB is available; lower num_nodes or the "
+                         "feature widths (num_features, *_features)")
     if not keys_fit(n, schema.num_relations):
         raise InputError(f"this synthetic graph's {n:,} nodes and {counted(schema.num_relations, 'relation')} are "
                          "too many for the int64 sort keys of its CSR (nodes^2 x relations must stay below 2^63); "
