@@ -248,6 +248,17 @@ def sampler_read_ahead(pipeline_depth: int, sampler_threads: int) -> int:
     return pipeline_depth if pipeline_depth == 1 else max(pipeline_depth, sampler_threads)
 
 
+def check_fetch_thread(requested: object) -> bool | None:
+    """``requested`` when it is True, False or None (the default), the only values a loader's or
+    a config's ``fetch_thread`` takes; else :class:`InputError` in one sentence: a string such as
+    ``"off"`` is truthy and would turn the thread on (``--fetch-thread on|off`` is converted by
+    :class:`~salientpp.train.config.TrainConfig`'s option)."""
+    if requested is not None and not isinstance(requested, bool):
+        raise InputError(f"fetch_thread must be True, False or None (the default), got {requested!r}; pass a bool "
+                         "(on the command line, --fetch-thread on or off)")
+    return requested
+
+
 @dataclass(frozen=True)
 class ThreadBudget:
     """The CPU threads of one rank.
@@ -340,11 +351,13 @@ class ThreadBudget:
         training thread is the bottleneck: it launches the step's kernels, and inline the fetch
         stages' host work (0.85 ms a batch on an H100) adds to every step (docs/gpu.md). On the
         CPU the stages run inline, where the pipeline's figures were measured. A fetch thread
-        overlaps, so it needs a pipeline: :class:`InputError` for ``requested`` True at depth 1."""
+        overlaps, so it needs a pipeline: :class:`InputError` for ``requested`` True at depth 1,
+        and for a ``requested`` that is not a bool or None (:func:`check_fetch_thread`)."""
+        requested = check_fetch_thread(requested)
         if requested and pipeline_depth == 1:
             raise InputError("a fetch thread overlaps the fetch stages with the model step, which a pipeline of depth "
                              "1 does not do; give --pipeline-depth 2 or more, or leave --fetch-thread out")
-        return (self.gpu and pipeline_depth > 1) if requested is None else bool(requested)
+        return (self.gpu and pipeline_depth > 1) if requested is None else requested
 
     @property
     def low_priority_sampler(self) -> bool:

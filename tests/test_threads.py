@@ -3,6 +3,7 @@ local ranks and within a rank, the overrides, the start-up line, and its use by 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -329,6 +330,19 @@ def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cor
 def test_the_config_refuses_thread_counts_that_are_not_positive(parts, name, value):
     with pytest.raises(InputError, match="must be a positive integer"):
         TrainConfig(str(parts / "p2"), **{name: value}).validate()
+
+
+@pytest.mark.parametrize("value", ["off", "on", 1, 0])
+def test_a_fetch_thread_that_is_not_a_bool_is_refused_by_the_loader_the_budget_and_the_config(parts, value):
+    # "off" is truthy: taken as it is, it turned the thread on
+    expected = f"fetch_thread must be True, False or None (the default), got {value!r}"
+    graph = DistGraph(str(parts / "p1"), init_distributed("cpu"))
+    with pytest.raises(InputError, match=re.escape(expected)):
+        DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2, fetch_thread=value)
+    with pytest.raises(InputError, match=re.escape(expected)):
+        ThreadBudget(8, 1, 5, 3, "affinity mask").fetch_thread(2, value)
+    with pytest.raises(InputError, match=re.escape(expected)):
+        TrainConfig(str(parts / "p2"), fetch_thread=value).validate()
 
 
 def test_the_config_leaves_unset_thread_counts_to_the_budget(parts):

@@ -276,7 +276,8 @@ class DistNeighborLoader:
         fetch_thread: run the pipeline's fetch stages on a thread of their own, one batch ahead
             of the loop (:class:`~salientpp.loader.pipeline.FetchThread`; the same batches and
             collectives); ``None``: the thread budget's choice
-            (:meth:`~salientpp.host.ThreadBudget.fetch_thread`: on a GPU with a pipeline).
+            (:meth:`~salientpp.host.ThreadBudget.fetch_thread`: on a GPU with a pipeline). Only
+            True, False or None: anything else (a string such as ``"off"``) is an :class:`InputError`.
         low_priority: run the sampling threads at a lower scheduling priority, so that they fill
             the time the training thread waits instead of taking its cores (``None``: the thread
             budget's choice, when its threads do not fit in the rank's cores); the consumer then

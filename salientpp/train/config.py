@@ -32,6 +32,7 @@ from ..distributed.network import parse_network
 from ..embedding.optim import SPARSE_OPTIMIZERS
 from ..errors import InputError, check_int, check_seed
 from ..fullgraph.schedule import Dependencies
+from ..host import check_fetch_thread
 from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
 from ..models import MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
@@ -326,7 +327,8 @@ class TrainConfig:
     fetch_thread: bool | None = option(
         None, "run the pipeline's fetch stages (the exchange and the assembly of each batch) on a thread of their own, "
         "one batch ahead of the model step", choices=("on", "off"), parse=lambda text: text == "on",
-        default_text="on with a GPU and a pipeline, else off", needs=MINIBATCH_ONLY)
+        default_text="on with a GPU and a pipeline, else off", check=lambda value, flag: check_fetch_thread(value),
+        needs=MINIBATCH_ONLY)
     inference: str = option(SAMPLED, "validation/test inference: sampled minibatches, or exact layer-wise over all "
                             "neighbours", choices=INFERENCE, check=one_of(INFERENCE, "inference"), agreed=True,
                             needs=EVALUATED_ONLY)
