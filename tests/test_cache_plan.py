@@ -208,6 +208,30 @@ def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
     assert plan.device_ids.size == 1024 // _row_bytes(parts) and plan.host_ids.size == 0
 
 
+@pytest.mark.parametrize("after_rename", [True, False])
+def test_an_interrupt_once_the_plan_directory_is_renamed_exits_0_saying_the_plan_is_complete(
+        parts, tmp_path, capsys, monkeypatch, after_rename):
+    # Ctrl-C as save_plans returns (the rename done, analyze not yet back): the plan is complete,
+    # so the run must not exit 130 beside it; before the rename it still does, leaving nothing
+    from salientpp.cache import plan as plan_module
+
+    save = plan_module.save_plans
+
+    def interrupted(plans, out_dir):
+        if after_rename:
+            save(plans, out_dir)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(plan_module, "save_plans", interrupted)
+    out = tmp_path / "p"
+    assert _analyze(parts, "--replication", "0.1", "--out", str(out)) == (0 if after_rename else 130)
+    err = capsys.readouterr().err
+    if after_rename:
+        assert err.splitlines()[-1] == f"salientpp analyze: interrupted after its output was complete: {out}"
+        check_plan(read_plan_info(out), parts, PlanRequest((Workload(FANOUTS, 16),)))
+    else:
+        assert err == "salientpp analyze: interrupted\n" and not out.exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--fanouts", "", "--replication", "0.1"], "--fanouts is empty"),
     (["--fanouts", "10,0", "--replication", "0.1"], "fanout 0 is invalid"),

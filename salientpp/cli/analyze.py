@@ -61,8 +61,14 @@ def run(args: argparse.Namespace) -> int:
             cache.mkdir(exist_ok=True)
         out = check_output_dir(default)
     start = time.perf_counter()
-    plans = request.build_and_save(ctx, out)
-    mark_complete(args, out)
+    try:
+        plans = request.build_and_save(ctx, out)
+    finally:
+        # The rename of the plan directory is its commit point: out did not exist when checked above,
+        # so once it does the plan is complete, and an interrupt from then on (Ctrl-C as the rename
+        # returns) exits 0 saying so instead of 130 beside a plan that a rerun finds already there.
+        if out.is_dir():
+            mark_complete(args, out)
     scored = time.perf_counter() - start
     print(f"cache plans for {dataset.num_parts} partitions written to {out} (scoring took {scored:.1f} s)")
     no_cache, with_cache = predicted_rows(ctx, plans)
