@@ -128,3 +128,91 @@ def test_a_damaged_embedding_shard_is_one_sentence(tmp_path):
         damaged.write_bytes(_damaged(shard.read_bytes(), how))
         with pytest.raises(InputError, match=message):
             check_torch_file(damaged, "fix")
+
+
+# ---- a resume trains with the options it was given ---------------------------------------------------
+
+def _resumed_copy(trained, tmp_path, name: str, *extra: str) -> dict:
+    """The ``last.pt`` (loaded) of a resume of a copy of ``trained``'s checkpoint with ``extra`` options."""
+    root, ckpt = trained
+    copy = tmp_path / name
+    shutil.copytree(ckpt, copy)
+    assert _resume(root / "p1", copy, *extra) == 0
+    return torch.load(copy / "last.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("flag, key, value", [("--lr", "lr", 0.5), ("--weight-decay", "weight_decay", 0.25)])
+def test_resume_applies_a_changed_optimizer_option(trained, tmp_path, flag, key, value):
+    stored = torch.load(trained[1] / "last.pt", weights_only=True)
+    assert all(group[key] != value for group in stored["optimizer"]["param_groups"])
+    resumed = _resumed_copy(trained, tmp_path, "ck", flag, str(value))
+    assert resumed["options"][key] == value
+    assert [group[key] for group in resumed["optimizer"]["param_groups"]] == \
+        [value] * len(stored["optimizer"]["param_groups"])
+
+
+def test_two_resumes_with_different_learning_rates_end_with_different_weights(trained, tmp_path):
+    slow = _resumed_copy(trained, tmp_path, "slow", "--lr", "1e-6")["model"]
+    fast = _resumed_copy(trained, tmp_path, "fast", "--lr", "0.5")["model"]
+    assert any(not torch.equal(slow[name], fast[name]) for name in slow)
+
+
+def test_a_typed_resume_applies_changed_learning_rates_to_the_model_and_the_embedding(typed_partitions, tmp_path):
+    part = typed_partitions[0] / "p1"
+    options = ["--model", "rsage", "--layers", "2", "--fanouts", "3,2", "--hidden", "8", "--batch-size", "4",
+               "--embedding-dim", "4", "--eval-every", "0", "--policy", "none", "--quiet"]
+    first = tmp_path / "first"
+    assert cli_main(["train", str(part), "--epochs", "1", "--checkpoint-dir", str(first), *options]) == 0
+    ends = {}
+    for name, lr in (("slow", "1e-6"), ("fast", "0.5")):
+        shutil.copytree(first, tmp_path / name)
+        assert cli_main(["train", str(part), "--epochs", "2", "--checkpoint-dir", str(tmp_path / name), "--resume",
+                         "--lr", lr, "--embedding-lr", lr, *options]) == 0
+        last = torch.load(tmp_path / name / "last.pt", weights_only=True)
+        assert {group["lr"] for group in last["optimizer"]["param_groups"]} == {float(lr)}
+        ends[name] = torch.load(tmp_path / name / f"embedding-{last['embedding']}.rank0.pt", weights_only=True)
+    assert not torch.equal(ends["slow"]["weight"], ends["fast"]["weight"])
+
+
+# ---- embedding shards belong to their checkpoint -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_embedding_runs(tiny_partitions, tmp_path_factory):
+    """``(part_dir, [checkpoint dir, checkpoint dir])``: two runs with the same options (so their
+    shards have the same names and shapes) that learn an embedding on the 1-partition tiny graph."""
+    part = tiny_partitions[0] / "p1"
+    root = tmp_path_factory.mktemp("embedding-runs")
+    for name in ("a", "b"):
+        assert cli_main(["train", str(part), "--epochs", "1", "--checkpoint-dir", str(root / name),
+                         "--embedding-dim", "4", *TINY]) == 0
+    return part, [root / "a", root / "b"]
+
+
+def test_another_runs_embedding_shards_are_refused_by_predict_and_resume(two_embedding_runs, tmp_path, capsys):
+    part, (a, b) = two_embedding_runs
+    mixed = tmp_path / "mixed"
+    shutil.copytree(a, mixed)
+    for shard in b.glob("embedding-*.pt"):
+        shutil.copy(shard, mixed / shard.name)  # the same names: the same tag and rank
+    before = {p.name: p.read_bytes() for p in mixed.iterdir()}
+    assert cli_main(["predict", str(part), "--checkpoint", str(mixed), "--out", str(tmp_path / "pred")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was written by another run" in err and "embedding-e1s0.rank0.pt" in err, err
+    assert not (tmp_path / "pred").exists()
+    assert _resume(part, mixed, "--embedding-dim", "4") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was written by another run" in err and "--checkpoint-dir" in err, err
+    assert {p.name: p.read_bytes() for p in mixed.iterdir()} == before
+    # the run's own shards are accepted by both
+    assert cli_main(["predict", str(part), "--checkpoint", str(a), "--out", str(tmp_path / "pred")]) == 0
+
+
+def test_predict_without_an_embedding_shard_says_to_put_it_back_not_to_resume(two_embedding_runs, tmp_path, capsys):
+    part, (a, _) = two_embedding_runs
+    lacking = tmp_path / "lacking"
+    shutil.copytree(a, lacking)
+    for shard in lacking.glob("embedding-*.pt"):
+        shard.unlink()
+    assert cli_main(["predict", str(part), "--checkpoint", str(lacking), "--out", str(tmp_path / "pred")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no embedding shard" in err and "resume" not in err, err

@@ -543,7 +543,8 @@ def test_a_resume_with_other_training_options_says_what_changed(tiny_partitions,
     assert main(["train", str(part), *SMALL, "--epochs", "2", "--lr", "0.01", "--checkpoint-dir", str(ck),
                  "--resume"]) == 0
     out = capsys.readouterr().out
-    assert "options changed since it was written: --epochs 2 (was 1), --lr 0.01 (was 0.003)" in out, out
+    assert ("options changed since it was written, which apply from here on: --epochs 2 (was 1), --lr 0.01 "
+            "(was 0.003)") in out, out
     assert "resumed from the checkpoint at the end of epoch 0" in out
 
 

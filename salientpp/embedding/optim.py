@@ -129,7 +129,9 @@ class SparseOptimizer(abc.ABC):
 
     def state_dict(self) -> dict[str, torch.Tensor | int | float]:
         """The state of the touched rows only: ``"slot"`` (int64 ``[n]``) and each :attr:`STATE`
-        tensor cut to its ``touched`` used rows; loadable with ``torch.load(weights_only=True)``."""
+        tensor cut to its ``touched`` used rows; loadable with ``torch.load(weights_only=True)``.
+        The learning rate and the rule's constants are not state: an optimiser that loads it keeps
+        its own (a resumed run trains with the ``--embedding-lr`` it was given)."""
         return {"slot": self._slot.clone(),
                 **{name: t[:self._used].clone() for name, t in self._state.items()}}
 

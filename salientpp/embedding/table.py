@@ -42,7 +42,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import InputError, check_int, check_keys, check_seed
+from ..errors import InputError, check_int, check_keys, check_seed, shown
 from ..hashing import GOLDEN, splitmix64_array
 from ..io import check_torch_file, output_errors, replace_file, row_chunks
 from ..resources import MemoryEstimate, check_memory
@@ -55,6 +55,9 @@ INITS = ("normal", "uniform")
 # hashes and Box-Muller temporaries; measured 48 for "normal", 32 for "uniform"): the built-in
 # inits run in chunks of rows of about 16 MiB of them.
 INIT_ENTRY_BYTES = 48
+# The key of a shard's file that holds the run that wrote it (Checkpoint.run_id), beside the
+# embedding's state.
+RUN_ID = "run_id"
 
 
 def hashed_uniform(seed: int, ids: np.ndarray, dim: int, stream: int = 0) -> np.ndarray:
@@ -321,28 +324,34 @@ def shard_name(tag: str, rank: int) -> str:
     return f"embedding-{tag}.rank{rank}.pt"
 
 
-def save_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> None:
-    """Write this rank's shard of checkpoint ``tag`` atomically (a temporary name, then a rename)."""
+def save_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding, run_id: str) -> None:
+    """Write this rank's shard of checkpoint ``tag`` of the run ``run_id`` atomically (a temporary
+    name, then a rename): ``emb.state_dict()`` and, under :data:`RUN_ID`, the run's identity."""
     path = Path(directory) / shard_name(tag, emb.ctx.rank)
     with output_errors(path):
         path.parent.mkdir(exist_ok=True)
     buffer = io.BytesIO()
-    torch.save(emb.state_dict(), buffer)
+    torch.save({**emb.state_dict(), RUN_ID: run_id}, buffer)
     replace_file(path, buffer.getvalue())
 
 
-def load_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding) -> None:
-    """Load this rank's shard of checkpoint ``tag`` into ``emb``."""
+def load_shard(directory: str | os.PathLike, tag: str, emb: DistEmbedding, run_id: str, fix: str) -> None:
+    """Load this rank's shard of checkpoint ``tag`` of the run ``run_id`` (the checkpoint's
+    ``run_id``) into ``emb``. :class:`InputError` ending in ``fix`` when the shard is missing,
+    damaged or written by another run (a shard without a run id belongs to a checkpoint without one)."""
     path = Path(directory) / shard_name(tag, emb.ctx.rank)
     if not path.is_file():
         raise InputError(f"the checkpoint in {directory} has no embedding shard {path.name} for rank {emb.ctx.rank}; "
-                         "resume with as many ranks as wrote it, or use a new --checkpoint-dir")
-    fix = "resume from a checkpoint directory whose files are whole, or use a new --checkpoint-dir"
+                         f"{fix}")
     check_torch_file(path, fix)
     try:
         state = torch.load(path, weights_only=True)
     except Exception as exc:  # a damaged archive directory that no record's checksum covers
         raise InputError(f"{path} is not a readable embedding shard ({type(exc).__name__}); {fix}") from None
+    written_by = state.pop(RUN_ID, "") if isinstance(state, dict) else ""
+    if written_by != run_id:
+        raise InputError(f"the embedding shard {path} was written by another run ({shown(written_by or 'unnamed')}) "
+                         f"than the checkpoint in {directory} ({shown(run_id or 'unnamed')}); {fix}")
     emb.load_state_dict(state)
 
 

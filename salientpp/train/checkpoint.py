@@ -47,6 +47,9 @@ class Checkpoint:
         embedding, best_embedding: the tags of the per-rank embedding shards (files
             ``embedding-TAG.rankK.pt`` beside it, :mod:`salientpp.embedding.table`) of this
             checkpoint and of ``best.pt``; ``""`` without an embedding.
+        run_id: the run that wrote it (16 hex digits drawn when the run started afresh, kept by its
+            resumes and restarts), also recorded in every embedding shard the run writes, so the
+            shards of another run are refused; ``""`` in checkpoints written before it was recorded.
     """
 
     epoch: int
@@ -61,6 +64,7 @@ class Checkpoint:
     options: dict[str, Any] = field(default_factory=dict)
     embedding: str = ""
     best_embedding: str = ""
+    run_id: str = ""
 
 
 def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) -> None:

@@ -25,7 +25,7 @@ from ..streams import dropout_seed
 from .config import LAYERWISE
 from .evaluation import Evaluator
 from .loop import Trainer
-from .setup import RankSetup
+from .setup import RankSetup, build_optimizer
 from .state import METRIC_SUMS, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
 
 # Keys of the "full_graph" entry of an epoch's record.
@@ -103,7 +103,7 @@ class FullGraphTrainer(Trainer):
         torch.manual_seed(config.seed)
         self.model = build_model(config.model, graph.num_features, config.hidden, self.task.num_outputs,
                                  config.layers, config.dropout).to(ctx.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.optimizer = build_optimizer(config, self.model.parameters())
         self.evaluator = Evaluator(graph, self.model, self.task, LAYERWISE, None, config.eval_batch_size,
                                    splits=self.eval_splits)
         self.train_ids = graph.split("train")

@@ -13,6 +13,7 @@ epoch itself.
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from dataclasses import replace
 from typing import Any
@@ -37,7 +38,7 @@ from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkp
 from .config import BF16
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
-from .setup import RankSetup, encoder_dims, resume_checkpoint
+from .setup import RankSetup, apply_optimizer_options, build_optimizer, encoder_dims, resume_checkpoint
 from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
                     TRAIN_METRIC, VALID_MAJORITY, VALID_METRIC, EpochSums, RunState, TrainResult, rng_state,
                     set_rng_state)
@@ -71,6 +72,7 @@ class Trainer:
         self._best_embedding = ""  # the embedding shards of best.pt
         self._epoch, self._evaluating = -1, False  # where the stages of the loaders run, for health reports
         self._checkpointed: tuple[int, int] | None = None  # (epoch, step) of the last checkpoint written or resumed
+        self.run_id = ""  # the run's identity in its checkpoints and embedding shards (Checkpoint.run_id)
         self.eval_splits = self._nonempty_eval_splits()
         self._noted_majority = False
 
@@ -161,7 +163,7 @@ class Trainer:
         tag = ""
         if self.embedding is not None:  # every rank writes its shard before rank 0 writes last.pt
             tag = f"e{epoch}s{step}"
-            save_shard(self.config.checkpoint_dir, tag, self.embedding)
+            save_shard(self.config.checkpoint_dir, tag, self.embedding, self.run_id)
             if best:
                 self._best_embedding = tag
             if self.ctx.distributed:
@@ -170,12 +172,18 @@ class Trainer:
             save_checkpoint(self.config.checkpoint_dir,
                             Checkpoint(epoch, step, self.model.state_dict(), self.optimizer.state_dict(), rng,
                                        partial, state.result.best_valid, state.result.best_epoch, state.history,
-                                       state.options, tag, self._best_embedding), best=best)
+                                       state.options, tag, self._best_embedding, self.run_id), best=best)
         if self.ctx.distributed:
             dist.barrier()
         self._checkpointed = (epoch, step)
         if self.embedding is not None:  # shards neither last.pt nor best.pt points to
             remove_stale_shards(self.config.checkpoint_dir, {tag, self._best_embedding}, self.ctx.rank)
+
+    def _new_run_id(self) -> str:
+        """The identity of a run that starts afresh: 16 random hex digits, rank 0's on every rank
+        (a collective). Drawn from the system, so the training's RNG streams are untouched."""
+        drawn = torch.tensor([secrets.randbits(63)], dtype=torch.int64)
+        return f"{int(self._gather(drawn)[0, 0]):016x}"
 
     def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
@@ -188,11 +196,15 @@ class Trainer:
         try:
             self.model.load_state_dict(ckpt.model)
             self.optimizer.load_state_dict(ckpt.optimizer)
+            apply_optimizer_options(self.optimizer, config)  # the run's --lr, not the checkpoint's
         except (RuntimeError, ValueError, KeyError) as exc:
             raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({exc}); "
                              "resume with the options it was trained with or use a new --checkpoint-dir") from None
+        self.run_id = ckpt.run_id
         if self.embedding is not None:
-            load_shard(config.checkpoint_dir, ckpt.embedding, self.embedding)
+            load_shard(config.checkpoint_dir, ckpt.embedding, self.embedding, ckpt.run_id,
+                       "resume from a checkpoint whose embedding shards, written by its run on as many ranks, lie whole "
+                       "beside it, or use a new --checkpoint-dir")
             self._best_embedding = ckpt.best_embedding
         state.history = list(ckpt.history)
         state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
@@ -229,6 +241,8 @@ class Trainer:
         start_epoch, start_step, sums = 0, 0, None
         if config.resume or (self.ctx.attempt > 0 and has_checkpoint(config.checkpoint_dir)):
             start_epoch, start_step, sums = self._resume(state)
+        elif config.checkpoint_dir:
+            self.run_id = self._new_run_id()
         every, unit = config.checkpoint_interval
         for epoch in range(start_epoch, config.epochs):
             first = start_step if epoch == start_epoch else 0
@@ -341,7 +355,7 @@ class MinibatchTrainer(Trainer):
             decoder = self.model.decoder
             has_parameters = len(list(decoder.parameters())) > 0
             self.decoder = DistributedDataParallel(decoder) if ctx.distributed and has_parameters else decoder
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.optimizer = build_optimizer(config, self.model.parameters())
         eval_forward = SeedForward.of(encoder, self.embedding, config.features, expected, graph.is_typed)
         if link:
             self.evaluator = LinkEvaluator(

@@ -86,7 +86,8 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         if embedding_dim:  # the learned rows of this rank, from the checkpoint's shard
             embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"],
                                       node_types=None if typed is None else typed.featureless)
-            load_shard(path.parent, ckpt.embedding, embedding)
+            load_shard(path.parent, ckpt.embedding, embedding, ckpt.run_id,
+                       "pass a checkpoint whose embedding shards, written by its run, lie whole beside it")
         in_dim = model_in_dim(graph.num_features, features, embedding_dim, typed)
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"], typed=typed)

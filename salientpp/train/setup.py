@@ -315,6 +315,26 @@ def model_in_dim(num_features: int, features: bool, embedding_dim: int, typed: T
     return (num_features if features else 0) + embedding_dim
 
 
+def optimizer_options(config: TrainConfig) -> dict[str, float]:
+    """The hyper-parameters of the model's Adam, from the run's options (``--lr``,
+    ``--weight-decay``): the one place they are decided, for the optimizer a run builds and for
+    the one a resumed run loads from its checkpoint (:func:`apply_optimizer_options`)."""
+    return {"lr": config.lr, "weight_decay": config.weight_decay}
+
+
+def build_optimizer(config: TrainConfig, parameters) -> torch.optim.Optimizer:
+    """The model's Adam over ``parameters`` with the hyper-parameters of :func:`optimizer_options`."""
+    return torch.optim.Adam(parameters, **optimizer_options(config))
+
+
+def apply_optimizer_options(optimizer: torch.optim.Optimizer, config: TrainConfig) -> None:
+    """Give every param group of ``optimizer`` the hyper-parameters of :func:`optimizer_options`:
+    after a resume loads the checkpoint's optimizer state, whose groups hold the values of the run
+    that wrote it, the resumed run trains with the ``--lr`` and ``--weight-decay`` it was given."""
+    for group in optimizer.param_groups:
+        group.update(optimizer_options(config))
+
+
 def resume_checkpoint(config: TrainConfig, partition_id: str) -> Checkpoint:
     """The checkpoint a ``--resume`` run continues from: ``last.pt`` in ``--checkpoint-dir``,
     refused (one sentence) unless it was trained on the data of ``partition_id``
@@ -337,8 +357,8 @@ def check_resume(config: TrainConfig, partition_id: str) -> None:
     changed = [f"{flag} {options[name]} (was {ckpt.options[name]})" for name, flag in resumable_flags().items()
                if name in ckpt.options and ckpt.options[name] != options[name]]
     if changed and config.progress and is_first_rank():  # once per job under torchrun
-        print(f"resuming {config.checkpoint_dir} with options changed since it was written: {', '.join(changed)}",
-              flush=True)
+        print(f"resuming {config.checkpoint_dir} with options changed since it was written, which apply from here "
+              f"on: {', '.join(changed)}", flush=True)
 
 
 def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
