@@ -11,7 +11,7 @@ import pytest
 from cache_support import make_partitioned
 from salientpp.cache import (Budget, PlanOptions, PlanRequest, PolicyContext, Workload, build_plans, check_plan,
                              load_plan, load_plans, policy_scores, register_policy, save_plans)
-from salientpp.cache.plan import read_plan_info
+from salientpp.cache.plan import predicted_rows, read_plan_info
 from salientpp.cache.workload import EdgeSeeds
 from salientpp.cli import main
 from salientpp.data.schema import GraphSchema
@@ -206,6 +206,20 @@ def test_analyze_writes_plans_next_to_the_data(parts, tmp_path, capsys):
                     "--name", "deg") == 0
     plan = load_plan(parts.path / "cache" / "deg", 0)
     assert plan.device_ids.size == 1024 // _row_bytes(parts) and plan.host_ids.size == 0
+
+
+def test_a_plan_that_caches_every_remote_row_predicts_exactly_zero_rows_with_it(parts, tmp_path, capsys):
+    # with the cache, the sum runs over the rows left uncached, not a difference of two float sums,
+    # which for this workload printed "-5.684e-14 with it"
+    every_row = str(parts.num_parts - 1)
+    assert main(["analyze", str(parts.path), "--fanouts", "10,5", "--batch-size", "8", "--replication", every_row,
+                 "--out", str(tmp_path / "all")]) == 0
+    assert "without a cache, 0 with it (100.0% fewer)" in capsys.readouterr().out
+    ctx = PolicyContext(parts, (Workload(FANOUTS, 8),))
+    no_cache, with_cache = predicted_rows(ctx, build_plans(ctx, "vip", Budget(replication=parts.num_parts - 1)))
+    assert (no_cache > 0).all() and (with_cache == 0).all()
+    no_cache, with_cache = predicted_rows(ctx, build_plans(ctx, "vip", Budget(replication=0.3)))
+    assert (0 < with_cache).all() and (with_cache < no_cache).all()
 
 
 @pytest.mark.parametrize("after_rename", [True, False])

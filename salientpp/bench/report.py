@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache.simulator import RESULT_KIND as SIMULATE_KIND
+from ..cache.simulator import RESULT_KIND as SIMULATE_KIND, efficiency_text
 from ..errors import InputError, shown
 from ..io import atomic_output_dir, check_input_file, check_output_dir, mark_complete
 from ..plots import require_pyplot
@@ -210,7 +210,7 @@ def render_markdown(results: Results, plots: list[Path] | None = None) -> str:
         for label, sim in results.simulate:
             header = ["policy"] + [f"α={a:g}" for a in sim["replication"]]
             rows = [[p] + [f"{v:.4g}" for v in sim["rows_per_epoch"][p]] for p in sim["policies"]]
-            rows += [[f"{p} (efficiency)"] + ["n/a" if e is None else f"{e:.3f}" for e in eff]
+            rows += [[f"{p} (efficiency)"] + [efficiency_text(e) for e in eff]
                      for p, eff in sim.get("efficiency", {}).items() if p != "oracle"]
             lines += ["", f"### {_simulation_title(label, sim)}", "",
                       f"No cache: {sim['no_cache_rows_per_epoch']:.4g} rows per epoch.", "", *_table(header, rows)]

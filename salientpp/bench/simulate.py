@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 from ..cache.policies import PolicyContext, get_policy
-from ..cache.simulator import check_replication, simulate
+from ..cache.simulator import check_replication, efficiency_text, mean_efficiency, simulate
 from ..cache.options import fanouts_from, graph_schema
 from ..cache.workload import Workload, fanouts_text
 from ..data.schema import GraphSchema
@@ -79,7 +77,8 @@ def main(args: argparse.Namespace) -> int:
         print("\nseconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.meta["seconds"].items()))
         eff = result.efficiency()
         if eff is not None:
-            print("mean efficiency over α: " + ", ".join(f"{p} {np.nanmean(e):.3f}" for p, e in zip(policies, eff)))
+            print("mean efficiency over α: " + ", ".join(f"{p} {efficiency_text(mean_efficiency(e))}"
+                                                          for p, e in zip(policies, eff)))
         entry = workload.to_json()
         reports.append({"fanouts": entry["fanouts"], "batch_size": workload.batch_size, "seconds": seconds,
                         **result.to_json()})

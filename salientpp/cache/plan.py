@@ -656,12 +656,19 @@ def open_plan(plan: CheckedPlan | PlanInfo | str | os.PathLike, data) -> Checked
 
 def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.ndarray, np.ndarray]:
     """Analytic remote feature rows per epoch of each partition, float64 ``[K]`` without and with
-    each plan's cache (a type without features fetches none)."""
+    each plan's cache (a type without features fetches none). With the cache, the sum runs over
+    the remote rows the plan leaves uncached, not the difference of two sums: never negative, and
+    exactly 0 when the plan caches every remote row (``--replication 1``)."""
     expected = ctx.expected_accesses()
     node_bytes = node_row_bytes(ctx.dataset)
-    no_cache = np.array([expected[cacheable_remote(ctx, p.part, node_bytes), p.part].sum() for p in plans])
-    cached = np.array([expected[p.device_ids, p.part].sum() + expected[p.host_ids, p.part].sum() for p in plans])
-    return no_cache, no_cache - cached
+    no_cache, with_cache = [], []
+    for p in plans:
+        remote = np.zeros(expected.shape[0], dtype=bool)
+        remote[cacheable_remote(ctx, p.part, node_bytes)] = True
+        no_cache.append(expected[remote, p.part].sum())
+        remote[p.device_ids] = remote[p.host_ids] = False
+        with_cache.append(expected[remote, p.part].sum())
+    return np.array(no_cache), np.array(with_cache)
 
 
 def describe(plans: Sequence[CachePlan], node_bytes: np.ndarray | None = None) -> str:
