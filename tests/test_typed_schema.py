@@ -1,6 +1,8 @@
 """The schema of a typed graph (node types, relations and their reverses) and its symmetric CSR."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -78,6 +80,62 @@ def test_an_inconsistent_schema_is_refused_in_one_sentence(change, message):
                   reverse=schema.reverse, target=schema.target)
     with pytest.raises(InputError, match=message):
         GraphSchema(**{**fields, **change})
+
+
+def test_a_reverse_named_rev_within_one_type_is_paired_with_its_relation_not_made_a_symmetric_copy():
+    given = [("paper", "cites", "paper"), ("paper", "rev_cites", "paper")]
+    schema = GraphSchema.with_reverses(["paper"], [3], given, "paper")
+    assert [r.key for r in schema.relations] == given and schema.reverse == (1, 0)
+
+
+def test_a_relation_holding_another_s_edges_reversed_is_its_reverse_whatever_its_name():
+    writes = np.array([[0, 1, 1], [2, 0, 2]])               # author -> paper
+    given = [("author", "writes", "paper"), ("paper", "cites", "paper"), ("paper", "written_by", "author")]
+    schema = GraphSchema.with_reverses(["paper", "author"], [3, 2], given, "paper",
+                                       [writes, np.array([[0], [1]]), writes[::-1, [2, 0, 1, 1]]])
+    assert [str(r) for r in schema.relations] == ["author__writes__paper", "paper__written_by__author",
+                                                  "paper__cites__paper"]
+    assert schema.reverse == (1, 0, 2)
+    partial = GraphSchema.with_reverses(["paper", "author"], [3, 2], given, "paper",
+                                        [writes, np.array([[0], [1]]), writes[::-1, :2]])
+    assert partial.num_relations == 5 and Relation("author", "rev_written_by", "paper") in partial.relations
+
+
+def test_a_schema_of_more_nodes_than_int64_ids_is_refused():
+    with pytest.raises(InputError, match=r"count 1180591620717411303426 nodes in all, more than int64 ids can number"):
+        GraphSchema.with_reverses(["paper", "author"], [2, 2**70], [("author", "writes", "paper")], "paper")
+
+
+@pytest.mark.parametrize("node_types, relation, wrong", [
+    (["paper", "author"], ("author", "a__b", "paper"), "relation name a__b holds '__'"),
+    (["paper", "author"], ("author", "_writes", "paper"), "relation name _writes begins or ends with '_'"),
+    (["paper", "author__x"], ("author__x", "writes", "paper"), "node type name author__x holds '__'"),
+    (["paper", "author_"], ("author_", "writes", "paper"), "node type name author_ begins or ends with '_'"),
+])
+def test_a_name_that_would_not_read_back_from_src__name__dst_is_refused_where_a_schema_is_made_or_read(
+        node_types, relation, wrong):
+    expected = re.escape(wrong) + r", so a relation written src__name__dst .* would not read back; rename it"
+    with pytest.raises(InputError, match=expected):
+        GraphSchema.with_reverses(node_types, [2, 2], [relation], "paper")
+    fine = GraphSchema.with_reverses(["paper", "author"], [2, 2], [("author", "writes", "paper")], "paper")
+    meta = fine.to_meta()
+    meta["node_types"][1]["name"] = node_types[1]
+    meta["relations"][0].update(src=relation[0], name=relation[1])
+    meta["relations"][1].update(dst=relation[0], name="rev_" + relation[1])
+    with pytest.raises(InputError, match="meta.json records an inconsistent schema: the .*" + expected):
+        GraphSchema.from_meta(meta, 4, "meta.json")
+
+
+@pytest.mark.parametrize("text", ["a__b", "a__b__c__d", "", None, 5, ("a", "b", "c")])
+def test_parsing_a_relation_refuses_anything_but_three_names_in_one_sentence(text):
+    with pytest.raises(InputError, match=r"is not a relation written src__name__dst; give it as its three names"):
+        Relation.parse(text)
+
+
+def test_a_relation_of_four_parts_is_unknown_not_a_traceback():
+    with pytest.raises(InputError, match="unknown relation paper__a__b__paper; the graph's relations are "):
+        bibliographic().relation_index("paper__a__b__paper")
+    assert Relation.parse("author__writes__paper") == Relation("author", "writes", "paper")
 
 
 def test_a_relation_joining_an_unknown_type_is_refused():

@@ -170,8 +170,9 @@ def typed_dataset(num_nodes: Mapping[str, int], edges: Mapping[tuple[str, str, s
         num_nodes: nodes of each type, in the order of their global id ranges (the target first
             keeps the splits' ids equal to the source's).
         edges: per relation ``(src, name, dst)``, an integer ``[2, E]`` array: row 0 the ``src``
-            ids, row 1 the ``dst`` ids of edges ``src -> dst``. Each gets its reverse
-            (:meth:`GraphSchema.with_reverses`) and the CSR is :func:`build_typed_csr`'s.
+            ids, row 1 the ``dst`` ids of edges ``src -> dst``. Each gets its reverse, unless
+            another is given as its reverse (:meth:`GraphSchema.with_reverses`), and the CSR is
+            :func:`build_typed_csr`'s.
         target: the type of ``x``, ``y`` (one row each per target node) and ``splits`` (train,
             valid and test ids of target nodes).
         features: the features of other types, ``[n_t, F_t]`` each; a type without is absent.
@@ -182,7 +183,8 @@ def typed_dataset(num_nodes: Mapping[str, int], edges: Mapping[tuple[str, str, s
     that is not ``[2, E]`` integers or holds an id outside its type, and for features or labels
     whose rows do not match their type's nodes.
     """
-    schema = GraphSchema.with_reverses(list(num_nodes), list(num_nodes.values()), list(edges), target)
+    schema = GraphSchema.with_reverses(list(num_nodes), list(num_nodes.values()), list(edges), target,
+                                       list(edges.values()), keep_self_loops)
     by_schema = [np.empty((2, 0), dtype=np.int64)] * schema.num_relations
     for key, edge_index in edges.items():
         relation = Relation(*key)

@@ -95,12 +95,12 @@ NO_COLUMNS_FIX = ("pass features with F >= 1 (a graph without features: one cons
 NO_TYPE_FEATURES_FIX = "leave the type out of the features (a node type without features is absent from them)"
 
 
-def check_features(x: np.ndarray, n: int, first_id: int, where: str, rows: str = "node",
+def check_features(x: np.ndarray, n: int, where: str, rows: str = "node",
                    no_columns: str = NO_COLUMNS_FIX) -> None:
     """Raise :class:`InputError` unless ``x`` holds float32 or float16 features ``[n, F]``,
     ``F >= 1``, every value finite (:func:`first_nonfinite_row`). ``where`` names the features,
-    ``rows`` what a row is (``"node"``, ``"'author' node"``), ``first_id`` the global id of row 0,
-    ``no_columns`` how to repair features without columns."""
+    ``rows`` what a row is (``"node"``, ``"author node"``: a bad row is named by its position
+    among them, its id within its type), ``no_columns`` how to repair features without columns."""
     if x.ndim != 2 or x.shape[0] != n:
         raise InputError(f"{where} must have shape [N={n}, F], got {list(x.shape)}; pass one feature row per {rows}")
     if x.dtype not in FEATURE_DTYPES:
@@ -110,7 +110,7 @@ def check_features(x: np.ndarray, n: int, first_id: int, where: str, rows: str =
                          f"{no_columns}")
     bad_row = first_nonfinite_row(x)
     if bad_row >= 0:
-        raise InputError(f"{where} contain NaN or infinite values (first in the row of node {first_id + bad_row}); "
+        raise InputError(f"{where} contain NaN or infinite values (first in the row of {rows} {bad_row}); "
                          "clean or impute them first")
 
 
@@ -439,7 +439,7 @@ class Dataset(Typed):
         check_csr(self.rowptr, self.col, n, where=name, schema=schema, edge_rel=self.edge_rel)
         start, stop = schema.target_range
         rows = "node" if not self.is_typed else f"{shown(schema.target)} node"
-        check_features(self.x, stop - start, start, f"the features (x) of {name}", rows)
+        check_features(self.x, stop - start, f"the features (x) of {name}", rows)
         for type_name, x in self.features.items():
             others = [t for t in schema.node_types if t != schema.target]
             if type_name not in others:
@@ -447,7 +447,7 @@ class Dataset(Typed):
                                  f"other than the target {shown(schema.target)} (x holds the target's features); key "
                                  f"them by the names of the other types ({', '.join(map(shown, others)) or 'none'})")
             t = schema.type_index(type_name)
-            check_features(x, schema.num_nodes[t], int(schema.offsets[t]), f"the features of the {shown(type_name)} "
+            check_features(x, schema.num_nodes[t], f"the features of the {shown(type_name)} "
                            f"nodes of {name}", f"{shown(type_name)} node", NO_TYPE_FEATURES_FIX)
         check_label_array(self.y, stop - start, f"the labels (y) of {name}", "fix the labels",
                           num_classes=self.declared_classes, first_id=start)

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from ..errors import InputError, shown
 from .convert import as_features, as_labels, as_split, check_feature_dtype, checked
 from .csr import build_csr, build_typed_csr
 from .format import Dataset
-from .schema import HOMOGENEOUS_RELATION, HOMOGENEOUS_TYPE, GraphSchema, Relation
+from .schema import HOMOGENEOUS_RELATION, HOMOGENEOUS_TYPE, GraphSchema
 
 # The attributes a Data must have, with the end of the sentence that says how to give them.
 _REQUIRED = (
@@ -33,6 +34,9 @@ def _numpy(value: Any, what: str) -> np.ndarray:
     import torch
 
     if isinstance(value, torch.Tensor):
+        if value.is_meta:
+            raise InputError(f"{what} is a tensor on the meta device, which holds no values; give a tensor with "
+                             "values, e.g. on the CPU")
         if value.layout != torch.strided:
             raise InputError(f"{what} is a sparse tensor ({value.layout}); pass a dense one, e.g. {what}.to_dense()")
         value = value.detach().cpu()
@@ -71,9 +75,11 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
 
     A ``HeteroData`` becomes a typed dataset (:mod:`salientpp.data.schema`): its node types in
     its order, each holding ``num_nodes`` global ids after the previous types'; one relation per
-    edge type, each with its reverse (:meth:`GraphSchema.with_reverses`: an edge type given in
-    reverse, ``rev_NAME`` as PyG's ``ToUndirected`` names it, is recognised and its edges merged
-    with the relation's; a relation joining a type to itself is made symmetric); the CSR of
+    edge type, each with its reverse (:meth:`GraphSchema.with_reverses`: an edge type given as
+    another's reverse, named ``rev_NAME`` as PyG's ``ToUndirected`` names it or holding exactly
+    its edges reversed under any name, is paired with it and adds no entries, and one named
+    ``rev_NAME`` that does not hold exactly those edges is refused; a relation joining a type to
+    itself and given without a reverse is made symmetric); the CSR of
     :func:`~salientpp.data.csr.build_typed_csr`. ``x``, ``y`` and the splits are the ``target``
     type's, the ``x`` of every other type that has one goes to :attr:`Dataset.features`.
 
@@ -86,7 +92,8 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
             ``HeteroData`` whose ``target`` type has these attributes (N: its node count), whose
             every edge type has an ``edge_index`` (ids counted from 0 within each type), and
             whose other types have ``x`` (``[n_t, F_t]``, widths may differ) or ``num_nodes``
-            (a type without features). Tensors on another device are copied to the CPU; CPU
+            (a type without features; an int, equal to the rows of ``x`` where both are given,
+            in a ``Data`` too). Tensors on another device are copied to the CPU; CPU
             tensors are read without a copy, so the dataset may share memory with ``data``
             (``x`` already of ``feature_dtype``, int64 ``y``, the CSR never).
         target: the node type that carries the labels and splits: required for a ``HeteroData``,
@@ -99,19 +106,27 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
         source: ``Dataset.source`` (meta.json's ``source``); default ``"pyg:<class name>"``.
 
     Raises :class:`InputError` with one sentence on anything :func:`salientpp.data.importers.load_source`
-    would refuse, and for a missing attribute, a sparse ``x``, a split given neither way, a
-    ``target`` missing or unknown (``HeteroData``) or given (``Data``), or an edge id outside the
-    count of its type.
+    would refuse, and for a missing attribute, a sparse or meta-device tensor, a ``num_nodes``
+    that is not an integer or disagrees with the rows of ``x``, labels without one row per
+    feature row, a split given neither way, a ``target`` missing or unknown (``HeteroData``) or
+    given (``Data``), an edge id outside the count of its type, a type or relation name that
+    does not read back from ``src__name__dst`` (:func:`~salientpp.data.schema.check_name`), or
+    an edge type named ``rev_NAME`` that is not exactly ``NAME``'s edges reversed.
     """
     kind = type(data).__name__
     check_feature_dtype(feature_dtype)
-    graph = _Graph(data, kind, target)
+    graph = _Graph(data, kind, target, keep_self_loops)
     schema = graph.schema
     start, stop = schema.target_range
+    target_prefix = graph.prefix(schema.target)
+    y = _numpy(graph.target_store.y, f"{target_prefix}.y")
+    if y.ndim >= 1 and y.shape[0] != stop - start:  # before the splits, which would be blamed for x's rows
+        raise InputError(f"{target_prefix}.y has {y.shape[0]} rows but {target_prefix}.x has {stop - start}; give "
+                         "one row of each per node")
     splits = {}
     for (argument, mask), given in zip(_SPLITS, (train, valid, test)):
         value = given if given is not None else getattr(graph.target_store, mask, None)
-        what = argument if given is not None else f"{graph.prefix(schema.target)}.{mask}"
+        what = argument if given is not None else f"{target_prefix}.{mask}"
         if value is None:
             raise InputError(f"the {argument} split is missing: pass {argument}=<node ids or boolean mask> or give "
                              f"the {graph.what(schema.target)} a boolean {mask} attribute")
@@ -126,9 +141,8 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
         splits[argument] = ids + start
     x_dict = {t: as_features(x, schema.num_nodes[schema.type_index(t)], f"{graph.prefix(t)}.x")
               for t, x in graph.x_dict.items()}
-    y = as_labels(_numpy(graph.target_store.y, f"{graph.prefix(schema.target)}.y"), stop - start,
-                  f"{graph.prefix(schema.target)}.y")
-    rowptr, col, edge_rel = graph.csr(keep_self_loops)
+    y = as_labels(y, stop - start, f"{target_prefix}.y")
+    rowptr, col, edge_rel = graph.csr()
     dataset = Dataset(rowptr=rowptr, col=col, x=x_dict.pop(schema.target), y=y, train_idx=splits["train"],
                       valid_idx=splits["valid"], test_idx=splits["test"], source=source or f"pyg:{kind}",
                       schema=schema, edge_rel=edge_rel, features=x_dict)
@@ -137,10 +151,13 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
 
 class _Graph:
     """The stores of a ``Data`` (one node type, :data:`~salientpp.data.schema.HOMOGENEOUS_TYPE`,
-    and one relation) or a ``HeteroData``, with the schema they give and their features as numpy
-    arrays (``x_dict``: type name -> ``[n_t, F_t]``, the target's always present)."""
+    and one relation) or a ``HeteroData``, with the schema they give (the reverses among them
+    recognised in their edges, self-loops counted as ``keep_self_loops`` keeps them), their
+    features as numpy arrays (``x_dict``: type name -> ``[n_t, F_t]``, the target's always
+    present) and their edges (``edge_index``: edge type -> int ``[2, E]``, ids counted within
+    their types)."""
 
-    def __init__(self, data: Any, kind: str, target: str | None):
+    def __init__(self, data: Any, kind: str, target: str | None, keep_self_loops: bool):
         self.kind = kind
         self.hetero = kind == "HeteroData" or _is_hetero(data)
         if not self.hetero:
@@ -171,18 +188,37 @@ class _Graph:
         if x.ndim != 2:
             raise InputError(f"{self.prefix(target)}.x must have shape [N, F], got {list(x.shape)}; give one feature "
                              "row per node")
-        self.schema = GraphSchema.with_reverses(list(self.nodes), [self._count(t) for t in self.nodes], self.edges,
-                                                target)
+        counts = [self._count(t) for t in self.nodes]
+        self.edge_index = {key: _numpy(store.edge_index, f"{self.prefix(key)}.edge_index")
+                           for key, store in self.edges.items()}
+        self.keep_self_loops = keep_self_loops
+        self.schema = GraphSchema.with_reverses(list(self.nodes), counts, self.edges, target,
+                                                list(self.edge_index.values()), keep_self_loops)
 
     def _count(self, node_type: str) -> int:
-        """Nodes of ``node_type``: the rows of its ``x``, else its ``num_nodes``."""
-        if node_type in self.x_dict and self.x_dict[node_type].ndim >= 1:
-            return int(self.x_dict[node_type].shape[0])
-        count = getattr(self.nodes[node_type], "num_nodes", None)
+        """Nodes of ``node_type``: its ``num_nodes`` where it is given (an integer, equal to the
+        rows of its ``x`` where it has one), else the rows of its ``x``."""
+        store, where = self.nodes[node_type], self.prefix(node_type)
+        rows = self.x_dict[node_type].shape[0] if node_type in self.x_dict and self.x_dict[node_type].ndim else None
+        try:
+            given = "num_nodes" in store  # a PyG store; reading an unset num_nodes would infer one, with a warning
+        except TypeError:  # any object with the attributes of a Data
+            given = True
+        count = getattr(store, "num_nodes", None) if given else None
         if count is None:
-            raise InputError(f"the {self.what(node_type)} has neither features (x) nor num_nodes; set "
-                             f"data[{node_type!r}].num_nodes")
-        return int(count)
+            if rows is None:
+                raise InputError(f"the {self.what(node_type)} has neither features (x) nor num_nodes; set "
+                                 f"{where}.num_nodes")
+            return int(rows)
+        try:
+            count = operator.index(count)
+        except TypeError:
+            raise InputError(f"{where}.num_nodes is {shown(count)}, not an integer; give the number of nodes as an "
+                             "int") from None
+        if rows is not None and rows != count:
+            raise InputError(f"{where}.num_nodes is {count} but {where}.x has {rows} rows; give one feature row per "
+                             "node, or num_nodes equal to the rows")
+        return count
 
     def prefix(self, key: str | tuple[str, str, str]) -> str:
         """How a store is written in a message: ``data`` or ``data['paper']``."""
@@ -194,18 +230,15 @@ class _Graph:
             return self.kind
         return f"{self.kind}'s {'node' if isinstance(key, str) else 'edge'} type {shown(key)}"
 
-    def csr(self, keep_self_loops: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """``rowptr``, ``col`` and ``edge_rel`` of the graph (:func:`build_csr` and no ``edge_rel``
         when the schema is homogeneous, else :func:`build_typed_csr` over global ids)."""
         schema = self.schema
-        arrays = {key: _numpy(store.edge_index, f"{self.prefix(key)}.edge_index") for key, store in self.edges.items()}
         if schema.is_homogeneous:
-            (edge_index,) = arrays.values()
-            return (*build_csr(edge_index, schema.total_nodes, keep_self_loops), None)
-        edges: list[list[np.ndarray]] = [[] for _ in schema.relations]
-        for key, edge_index in arrays.items():
-            relation = Relation(*key)
-            edges[schema.relation_index(relation)].append(
-                schema.global_edges(relation, edge_index, f"{self.prefix(key)}.edge_index"))
-        return build_typed_csr([np.concatenate(e, axis=1) if e else np.empty((2, 0), dtype=np.int64) for e in edges],
-                               schema.reverse, schema.total_nodes, keep_self_loops)
+            (edge_index,) = self.edge_index.values()
+            return (*build_csr(edge_index, schema.total_nodes, self.keep_self_loops), None)
+        edges = [np.empty((2, 0), dtype=np.int64)] * schema.num_relations
+        for key, edge_index in self.edge_index.items():
+            r = schema.relation_index(key)
+            edges[r] = schema.global_edges(schema.relations[r], edge_index, f"{self.prefix(key)}.edge_index")
+        return build_typed_csr(edges, schema.reverse, schema.total_nodes, self.keep_self_loops)

@@ -11,7 +11,8 @@ A relation is PyG's edge type ``(src, name, dst)``: an edge ``u -> v`` of it has
 ``v`` draws its neighbours of that relation among its in-neighbours. Every relation has a
 reverse (:attr:`GraphSchema.reverse`): the relation ``(dst, rev_name, src)`` holding the same
 edges the other way, or the relation itself when it joins a type to itself and its edges are
-symmetric (``("paper", "cites", "paper")`` made undirected, like PyG's ``ToUndirected``). The
+symmetric (``("paper", "cites", "paper")`` made undirected, like PyG's ``ToUndirected``), or a
+relation given as its reverse (:func:`given_reverses`). The
 topology is therefore one symmetric CSR over the global ids (the homogenised graph), whose entries
 carry the relation they belong to (the dataset format, :mod:`salientpp.data.format`).
 """
@@ -53,11 +54,15 @@ class Relation:
         return RELATION_SEPARATOR.join(self.key)
 
     @classmethod
-    def parse(cls, text: str) -> Relation | None:
-        """The relation written ``"src__name__dst"`` (as :meth:`__str__` writes it), or ``None``
-        when ``text`` is not three parts."""
-        parts = text.split(RELATION_SEPARATOR)
-        return cls(*parts) if len(parts) == 3 else None
+    def parse(cls, text: Any) -> Relation:
+        """The relation written ``"src__name__dst"`` (as :meth:`__str__` writes it);
+        :class:`InputError` when ``text`` is not a string of three such parts."""
+        parts = text.split(RELATION_SEPARATOR) if isinstance(text, str) else []
+        if len(parts) != 3:
+            raise InputError(f"{shown(text)} is not a relation written src{RELATION_SEPARATOR}name"
+                             f"{RELATION_SEPARATOR}dst; give it as its three names joined by "
+                             f"{RELATION_SEPARATOR!r}, or its name alone")
+        return cls(*parts)
 
     def reversed(self) -> Relation:
         """The reverse the importers add: ``(dst, rev_name, src)``, or this relation itself when it
@@ -65,6 +70,101 @@ class Relation:
         if self.src == self.dst:
             return self
         return Relation(self.dst, REVERSE_PREFIX + self.name, self.src)
+
+    def named_reverse_of(self) -> Relation | None:
+        """The relation this one is named the reverse of: ``(dst, NAME, src)`` for a relation
+        named ``rev_NAME`` (PyG's ``ToUndirected``'s naming, within one type too), else ``None``."""
+        if not self.name.startswith(REVERSE_PREFIX):
+            return None
+        return Relation(self.dst, self.name[len(REVERSE_PREFIX):], self.src)
+
+
+def check_name(name: str, what: str) -> None:
+    """Raise :class:`InputError` unless the node type or relation name ``name`` (``what`` says
+    which) can be written in ``src__name__dst`` and read back: it must not hold ``__`` nor begin
+    or end with ``_`` (``"paper_"`` then ``"__cites"`` would read as ``"paper"``, ``"_cites"``)."""
+    sep, underscore = RELATION_SEPARATOR, RELATION_SEPARATOR[0]
+    if sep in name:
+        wrong = f"holds {sep!r}"
+    elif name.startswith(underscore) or name.endswith(underscore):
+        wrong = f"begins or ends with {underscore!r}"
+    else:
+        return
+    fixed = underscore.join(part for part in name.split(underscore) if part) or "x"
+    raise InputError(f"the {what} name {shown(name)} {wrong}, so a relation written src{sep}name{sep}dst (as "
+                     f"--fanouts and the model's layers write it) would not read back; rename it, e.g. to "
+                     f"{shown(fixed)}")
+
+
+def _edge_set(edge_index: Any, drop_loops: bool, reversed_: bool) -> np.ndarray | None:
+    """The distinct edges ``(u, v)`` of ``edge_index`` (int ``[2, E]``), or ``(v, u)`` when
+    ``reversed_``, as sorted rows of 16 bytes (two int64), without ``(v, v)`` when ``drop_loops``;
+    ``None`` when it is not an integer ``[2, E]`` array (refused later, where its edges are read)."""
+    edges = np.asarray(edge_index)
+    if edges.ndim != 2 or edges.shape[0] != 2 or not np.issubdtype(edges.dtype, np.integer):
+        return None
+    if drop_loops:
+        edges = edges[:, edges[0] != edges[1]]
+    rows = np.ascontiguousarray((edges[::-1] if reversed_ else edges).T, dtype=np.int64)
+    return np.unique(rows.view(np.dtype((np.void, 16))).ravel())
+
+
+def given_reverses(relations: Sequence[Relation], edges: Sequence[Any] | None = None,
+                   keep_self_loops: bool = False) -> dict[Relation, Relation]:
+    """Which of ``relations`` are given as the reverse of another: ``{reverse: relation}``.
+
+    A relation ``B`` is the reverse of ``A`` when it is named so (``rev_NAME`` of ``NAME``
+    joining the same types the other way: :meth:`Relation.named_reverse_of`) or, with
+    ``edges``, when its distinct edges are exactly ``A``'s reversed, whatever its name (the
+    first such ``A`` in order; a relation within one type too); self-loops are left out of the
+    comparison unless ``keep_self_loops``. A relation is paired once. The one rule for both: a
+    reverse must hold exactly its relation's edges reversed, so a relation named ``rev_NAME``
+    whose edges are not is refused (:class:`InputError` naming the pair), and a relation that
+    shares only some reversed edges with another, under another name, is a relation of its own.
+
+    Args:
+        relations: the given relations, in order.
+        edges: per relation, its int ``[2, E]`` edges (``src`` ids, ``dst`` ids, each counted
+            within its type); without them, reverses are recognised by name alone.
+    """
+    sets: dict[tuple[int, bool], np.ndarray | None] = {}
+
+    def same(a: int, b: int) -> bool | None:
+        """Whether relation ``b``'s edges are exactly ``a``'s reversed (None: not comparable)."""
+        drop = relations[a].src == relations[a].dst and not keep_self_loops
+        for i, flipped in ((a, False), (b, True)):
+            if (i, flipped) not in sets:
+                sets[i, flipped] = _edge_set(edges[i], drop, flipped)
+        left, right = sets[a, False], sets[b, True]
+        if left is None or right is None:
+            return None
+        return left.shape == right.shape and bool(np.all(left == right))
+
+    index = {r: i for i, r in enumerate(relations)}
+    reverses: dict[Relation, Relation] = {}
+    for b, relation in enumerate(relations):
+        a = index.get(relation.named_reverse_of())
+        paired = set(reverses) | set(reverses.values())
+        if a is None or relations[a] in paired or relation in paired:
+            continue
+        if edges is not None and same(a, b) is False:
+            given, other = (shown(str(relations[i])) for i in (b, a))
+            raise InputError(f"the relation {given} is named as the reverse of {other} but its edges are not "
+                             f"exactly those of {other} reversed, so they cannot be merged with them; give it "
+                             f"{other}'s edges reversed (as PyG's ToUndirected does), or rename it if it is a "
+                             "relation of its own")
+        reverses[relation] = relations[a]
+    if edges is not None:
+        for a, relation in enumerate(relations):
+            paired = set(reverses) | set(reverses.values())
+            if relation in paired:
+                continue
+            for b in range(a + 1, len(relations)):
+                other = relations[b]
+                if other not in paired and (other.src, other.dst) == (relation.dst, relation.src) and same(a, b):
+                    reverses[other] = relation
+                    break
+    return reverses
 
 
 @dataclass(frozen=True)
@@ -95,12 +195,15 @@ class GraphSchema:
 
     @classmethod
     def with_reverses(cls, node_types: Sequence[str], num_nodes: Sequence[int],
-                      relations: Iterable[Relation | tuple[str, str, str]], target: str) -> GraphSchema:
-        """The schema of ``relations`` and their reverses (:meth:`Relation.reversed`), each
-        reverse listed right after its relation unless the input already holds it (a relation
-        given before the one it reverses is its reverse too: ``rev_writes`` before ``writes``)."""
+                      relations: Iterable[Relation | tuple[str, str, str]], target: str,
+                      edges: Sequence[Any] | None = None, keep_self_loops: bool = False) -> GraphSchema:
+        """The schema of ``relations`` and their reverses: a relation given as another's reverse
+        (:func:`given_reverses`, which reads ``edges`` and ``keep_self_loops``: per relation, its
+        int ``[2, E]`` edges counted within their types) is that one's, listed right after it; every
+        other relation gets :meth:`Relation.reversed`, listed right after it."""
         given = [r if isinstance(r, Relation) else Relation(*r) for r in relations]
-        reverses_of = {r.reversed(): r for r in given if r.reversed() != r}
+        reverses_of = given_reverses(given, edges, keep_self_loops)
+        reverses_of.update({a: b for b, a in reverses_of.items()})
         ordered: list[Relation] = []
         reverse: dict[Relation, Relation] = {}
         for relation in given:
@@ -115,17 +218,23 @@ class GraphSchema:
 
     def check(self) -> None:
         """Raise :class:`InputError` unless the schema is consistent: distinct type names, one
-        count per type, relations between known types without repeats, at most
-        :data:`MAX_RELATIONS`, each with a reverse that joins the same types the other way, and a
-        known target type."""
+        count per type, fewer than 2^63 nodes in all (int64 ids), names that read back from
+        ``src__name__dst`` (:func:`check_name`), relations between known types without repeats,
+        at most :data:`MAX_RELATIONS`, each with a reverse that joins the same types the other way,
+        and a known target type."""
         types = self.node_types
         if not types:
             raise InputError("a graph needs at least one node type; name its node types")
         if len(set(types)) != len(types):
             raise InputError(f"the node types {', '.join(map(shown, types))} repeat a name; give each type one name")
+        for node_type in types:
+            check_name(node_type, "node type")
         if len(self.num_nodes) != len(types) or any(n < 0 for n in self.num_nodes):
             raise InputError(f"give one node count >= 0 per node type ({len(types)} types), got "
                              f"{shown(list(self.num_nodes))}")
+        if self.total_nodes >= 2**63:
+            raise InputError(f"the node types count {self.total_nodes} nodes in all, more than int64 ids can number "
+                             "(2^63 - 1); give each type its true number of nodes")
         if not self.relations:
             raise InputError("a graph needs at least one relation; give it edges")
         if len(self.relations) > MAX_RELATIONS:
@@ -134,6 +243,7 @@ class GraphSchema:
         if len(set(self.relations)) != len(self.relations):
             raise InputError("a relation is listed twice; list each (src, name, dst) once")
         for relation in self.relations:
+            check_name(relation.name, "relation")
             for end in (relation.src, relation.dst):
                 if end not in types:
                     raise InputError(f"the relation {shown(str(relation))} joins the node type {shown(end)}, which "
@@ -203,14 +313,15 @@ class GraphSchema:
         its name alone when no other relation has that name (as PyG accepts); :class:`InputError`
         names the graph's relations otherwise."""
         if isinstance(relation, str):
-            parsed = Relation.parse(relation)
-            if parsed is not None:
-                relation = parsed
-            else:
+            if RELATION_SEPARATOR not in relation:
                 named = [i for i, r in enumerate(self.relations) if r.name == relation]
                 if len(named) == 1:
                     return named[0]
                 self._unknown_relation(relation, ambiguous=bool(named))
+            try:
+                relation = Relation.parse(relation)
+            except InputError:
+                self._unknown_relation(relation, ambiguous=False)
         key = relation if isinstance(relation, Relation) else Relation(*relation)
         if key not in self.relations:
             self._unknown_relation(str(key), ambiguous=False)
