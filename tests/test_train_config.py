@@ -109,3 +109,19 @@ def test_a_renamed_flag_still_works_for_one_release_and_says_its_new_name(tiny_p
     assert notes == ["note: --gpu-fraction is now --device-fraction; the old name is accepted until the next release",
                      "note: --threads is now --sampler-threads; the old name is accepted until the next release"]
     assert json.loads((tmp_path / "plan" / "meta.json").read_text())["device_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("model", ["rsage", "rgcn", "rgat"])
+@pytest.mark.parametrize("embedding_dim", [0, 8])
+def test_layerwise_inference_of_a_typed_model_is_refused_naming_the_typed_model(tiny_partitions, model,
+                                                                                embedding_dim):
+    # the reason is the model, even with a learned embedding, which layer-wise inference also refuses
+    config = TrainConfig(str(tiny_partitions[0] / "p2"), model=model, inference="layerwise",
+                         embedding_dim=embedding_dim)
+    with pytest.raises(InputError) as info:
+        config.validate()
+    message = str(info.value)
+    assert f"not implemented for the typed model {model}" in message and "--inference sampled" in message
+    assert "embedding" not in message and "\n" not in message
+    with pytest.raises(InputError, match=f"--mode full-graph is not implemented for the typed model {model}"):
+        TrainConfig(str(tiny_partitions[0] / "p2"), model=model, mode="full-graph", layers=2).validate()

@@ -34,7 +34,7 @@ from ..errors import InputError, check_int, check_seed
 from ..fullgraph.schedule import Dependencies
 from ..host import check_fetch_thread
 from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
-from ..models import MODELS
+from ..models import MODELS, TYPED_MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..parsing import flag_names, parse_memory_limit
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, SAMPLING_DEVICES, check_fanouts,
@@ -163,6 +163,15 @@ def non_negative(value: Any, flag: str) -> None:
 def positive_number(value: Any, flag: str) -> None:
     if not (value > 0 and math.isfinite(value)):
         raise InputError(f"{flag} must be a positive finite number, got {value}")
+
+
+def _not_layer_by_layer(model: str, what: str) -> str:
+    """Why ``what`` (``"layer-wise inference"``, ``"--mode full-graph"``), which runs a model layer by
+    layer over the whole graph, cannot run ``model`` (:func:`runs_layer_by_layer` is false): a typed
+    model has no layer-by-layer pass yet; a user's model is not made of the trainer's layers."""
+    if model in TYPED_MODELS:
+        return f"{what} is not implemented for the typed model {model} yet (typed models run on sampled batches only)"
+    return f"{what} runs the built-in models layer by layer, not {model}"
 
 
 def one_of(choices: tuple[str, ...], what: str) -> Callable[[Any, str], None]:
@@ -467,18 +476,19 @@ class TrainConfig:
         if kind.weighted:
             check_reads_edge_weights(self.model, kind.value)
         check_sampling_device(self.sampling_device, kind, self.device)
+        # the model first: a typed model has no layer-wise inference whatever else is given
+        if self.inference == LAYERWISE and not runs_layer_by_layer(self.model):
+            raise InputError(f"{_not_layer_by_layer(self.model, 'layer-wise inference')}; use --inference sampled "
+                             "(with --eval-fanouts -1,-1,... for every neighbour)")
         if self.embedding_dim and self.inference == LAYERWISE:
             raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
                              "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
         if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
             raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
                              "lacks (bfloat16 would be emulated and slower); use --precision fp32")
-        if self.inference == LAYERWISE and not runs_layer_by_layer(self.model):
-            raise InputError(f"layer-wise inference runs the built-in models layer by layer, not {self.model}; "
-                             "use --inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
         if self.mode == FULL_GRAPH and not runs_layer_by_layer(self.model):
-            raise InputError(f"--mode full-graph runs the built-in models layer by layer, not {self.model}; use "
-                             f"--model {' or '.join(MODELS)}, or --mode minibatch")
+            raise InputError(f"{_not_layer_by_layer(self.model, '--mode full-graph')}; use --model "
+                             f"{' or '.join(MODELS)}, or --mode minibatch")
 
     # -- derived views -----------------------------------------------------------------------------
     @property
