@@ -4,10 +4,12 @@ checkpoint directory is left as it was."""
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
 import shutil
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +17,9 @@ import torch
 from salientpp.cli import main as cli_main
 from salientpp.errors import InputError
 from salientpp.io import check_torch_file
+from salientpp.partition import load_partitioned
 from salientpp.train import TrainConfig, train
+from salientpp.train.state import EpochSums
 
 TINY = ["--layers", "2", "--fanouts", "5,5", "--hidden", "32", "--batch-size", "32", "--eval-every", "0",
         "--policy", "none", "--quiet"]
@@ -157,21 +161,44 @@ def test_two_resumes_with_different_learning_rates_end_with_different_weights(tr
     assert any(not torch.equal(slow[name], fast[name]) for name in slow)
 
 
-def test_a_typed_resume_applies_changed_learning_rates_to_the_model_and_the_embedding(typed_partitions, tmp_path):
+TYPED = ["--model", "rsage", "--layers", "2", "--hidden", "8", "--batch-size", "4", "--embedding-dim", "4",
+         "--eval-every", "0", "--policy", "none", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def typed_trained(typed_partitions, tmp_path_factory):
+    """``(part_dir, checkpoint dir)``: one epoch of R-SAGE with fanouts 3,2 for every relation and
+    an embedding of the featureless authors, on the 1-partition typed graph."""
     part = typed_partitions[0] / "p1"
-    options = ["--model", "rsage", "--layers", "2", "--fanouts", "3,2", "--hidden", "8", "--batch-size", "4",
-               "--embedding-dim", "4", "--eval-every", "0", "--policy", "none", "--quiet"]
-    first = tmp_path / "first"
-    assert cli_main(["train", str(part), "--epochs", "1", "--checkpoint-dir", str(first), *options]) == 0
+    ckpt = tmp_path_factory.mktemp("typed") / "ck"
+    assert cli_main(["train", str(part), "--epochs", "1", "--fanouts", "3,2", "--checkpoint-dir", str(ckpt),
+                     *TYPED]) == 0
+    return part, ckpt
+
+
+def _typed_resume(typed_trained, copy, *extra) -> int:
+    part, ckpt = typed_trained
+    shutil.copytree(ckpt, copy)
+    return cli_main(["train", str(part), "--epochs", "2", "--checkpoint-dir", str(copy), "--resume", *TYPED, *extra])
+
+
+def test_a_typed_resume_applies_changed_learning_rates_to_the_model_and_the_embedding(typed_trained, tmp_path):
     ends = {}
     for name, lr in (("slow", "1e-6"), ("fast", "0.5")):
-        shutil.copytree(first, tmp_path / name)
-        assert cli_main(["train", str(part), "--epochs", "2", "--checkpoint-dir", str(tmp_path / name), "--resume",
-                         "--lr", lr, "--embedding-lr", lr, *options]) == 0
+        assert _typed_resume(typed_trained, tmp_path / name, "--fanouts", "3,2", "--lr", lr, "--embedding-lr", lr) == 0
         last = torch.load(tmp_path / name / "last.pt", weights_only=True)
         assert {group["lr"] for group in last["optimizer"]["param_groups"]} == {float(lr)}
         ends[name] = torch.load(tmp_path / name / f"embedding-{last['embedding']}.rank0.pt", weights_only=True)
     assert not torch.equal(ends["slow"]["weight"], ends["fast"]["weight"])
+
+
+def test_a_resume_compares_fanouts_by_value_not_by_spelling(typed_trained, tmp_path, capsys):
+    relations = load_partitioned(typed_trained[0], verify=False, check=False).schema.relations
+    same = ";".join(f"{relation}=3,2" for relation in relations)
+    assert _typed_resume(typed_trained, tmp_path / "same", "--fanouts", same) == 0
+    other = ";".join(f"{relation}={'2,2' if i == 0 else '3,2'}" for i, relation in enumerate(relations))
+    assert _typed_resume(typed_trained, tmp_path / "other", "--fanouts", other) == 2
+    assert "was trained with fanouts=[3, 2], not {" in capsys.readouterr().err
 
 
 # ---- embedding shards belong to their checkpoint -----------------------------------------------------
@@ -216,3 +243,96 @@ def test_predict_without_an_embedding_shard_says_to_put_it_back_not_to_resume(tw
     assert cli_main(["predict", str(part), "--checkpoint", str(lacking), "--out", str(tmp_path / "pred")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no embedding shard" in err and "resume" not in err, err
+
+
+# ---- checkpoints that are not what a run writes ------------------------------------------------------
+
+def _tampered(trained, tmp_path, change) -> Path:
+    """A copy of ``trained``'s checkpoint directory whose ``last.pt`` ``change(state)`` altered
+    (written by torch.save, so every record's checksum is valid)."""
+    copy = tmp_path / "tampered"
+    shutil.copytree(trained[1], copy)
+    state = torch.load(copy / "last.pt", weights_only=True)
+    change(state)
+    torch.save(state, copy / "last.pt")
+    return copy
+
+
+def _first_weight(state) -> str:
+    return next(name for name, t in state["model"].items() if t.is_floating_point())
+
+
+def _mid_epoch(rng_bytes: int | None = None, sums: int | None = None):
+    """A change that makes a checkpoint one rank's at step 1 of its epoch, with RNG states of
+    ``rng_bytes`` (default: this process's CPU generator's) and running sums ``sums`` wide
+    (default: the width a run writes)."""
+    def change(state):
+        state["step"] = 1
+        state["rng"] = torch.zeros((1, rng_bytes or torch.get_rng_state().numel()), dtype=torch.uint8)
+        state["partial"] = torch.zeros((1, sums or EpochSums().to_tensor().numel()), dtype=torch.float64)
+    return change
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda state: state.update(epoch=-1), "its epoch is -1, not a non-negative integer"),
+    (lambda state: state.update(step=1), "its step 1 is mid-epoch, but it holds no RNG states"),
+    (_mid_epoch(sums=2), "its running sums are torch.float64 [1, 2] mid-epoch, not [1, "),
+    (_mid_epoch(rng_bytes=7), "was written mid-epoch with RNG states of 7 bytes, but a rank training on cpu keeps"),
+    (lambda state: state["model"][_first_weight(state)].fill_(float("nan")),
+     "are not finite (.*), so training cannot continue from them"),
+])
+def test_a_checkpoint_with_valid_checksums_but_impossible_contents_is_one_sentence(trained, tmp_path, capsys,
+                                                                                   change, message):
+    copy = _tampered(trained, tmp_path, change)
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    assert _resume(trained[0] / "p1", copy) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(re.escape(message).replace(re.escape("(.*)"), r"\(.*\)"), err), err
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+
+
+def test_the_weights_check_of_resume_is_the_one_predict_makes(trained, tmp_path, capsys):
+    copy = _tampered(trained, tmp_path, lambda state: state["model"][_first_weight(state)].fill_(float("inf")))
+    assert cli_main(["predict", str(trained[0] / "p1"), "--checkpoint", str(copy), "--out", str(tmp_path / "o")]) == 2
+    predict_err = capsys.readouterr().err
+    assert _resume(trained[0] / "p1", copy) == 2
+    resume_err = capsys.readouterr().err
+    # the same sentence up to its consequence
+    assert predict_err.split("error: ")[1].split(", so ")[0] == resume_err.split("error: ")[1].split(", so ")[0]
+
+
+def test_predict_given_a_file_that_is_no_checkpoint_says_to_pass_one(trained, tmp_path, capsys):
+    npy = next((trained[0] / "p1").rglob("*.npy"))
+    before = npy.read_bytes()
+    assert cli_main(["predict", str(trained[0] / "p1"), "--checkpoint", str(npy), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pass as --checkpoint a checkpoint directory" in err, err
+    assert "delete" not in err and "--checkpoint-dir" not in err, err
+    assert npy.read_bytes() == before
+
+
+def _not_a_file(kind: str, path) -> None:
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("kind, what", [("directory", "a directory"), ("fifo", "a named pipe (FIFO)"),
+                                        ("device", "a character device")])
+def test_a_last_pt_that_is_not_a_file_is_named_by_what_it_is_with_one_fix(trained, tmp_path, capsys, kind, what):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    _not_a_file(kind, ck / "last.pt")
+    sentence = f"the checkpoint {ck / 'last.pt'} is {what}, not a regular file; remove it, or choose another"
+    for resume in (["--resume"], []):
+        assert cli_main(["train", str(trained[0] / "p1"), "--epochs", "2", "--checkpoint-dir", str(ck), *resume,
+                         *TINY]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and sentence in err, err
+    assert cli_main(["predict", str(trained[0] / "p1"), "--checkpoint", str(ck), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is {what}, not a regular file; pass as --checkpoint" in err, err
+    assert [p.name for p in ck.iterdir()] == ["last.pt"] and not (tmp_path / "o").exists()

@@ -16,13 +16,14 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ..errors import InputError, shown
-from ..io import (check_torch_file, check_writable_dir, holds_files, output_errors, remove_stale_temporaries_in,
-                  replace_file)
+from ..io import (check_input_file, check_torch_file, check_writable_dir, holds_files, output_errors,
+                  remove_stale_temporaries_in, replace_file)
+from .state import EpochSums
 
 LAST, BEST = "last.pt", "best.pt"
 # The key of a checkpoint's options that holds the partitioning it was trained on
@@ -92,6 +93,15 @@ def weights_misfit(expected: dict[str, torch.Tensor], weights: dict) -> str:
     return f"the model has no {shown(extra[0])}" if extra else ""
 
 
+def check_finite_weights(ckpt: Checkpoint, path: str | os.PathLike, consequence: str, fix: str) -> None:
+    """The one refusal of a checkpoint whose weights hold a NaN or an infinity
+    (:func:`non_finite_weight`), by ``predict`` and ``--resume``: :class:`InputError` naming the
+    first such tensor, then ``consequence`` (what they would cause) and ``fix``."""
+    bad = non_finite_weight(ckpt.model)
+    if bad:
+        raise InputError(f"the weights in {path} are not finite ({shown(bad)}), so {consequence}; {fix}")
+
+
 def non_finite_weight(weights: dict) -> str:
     """The name of the first floating-point tensor of ``weights`` (name -> tensor, a state dict)
     holding a NaN or an infinity, ``""`` when every one is finite."""
@@ -99,6 +109,35 @@ def non_finite_weight(weights: dict) -> str:
         if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             return str(name)
     return ""
+
+
+def _malformed(ckpt: Checkpoint) -> str:
+    """What in ``ckpt``'s position is not what :func:`save_checkpoint` writes (``epoch`` and ``step``
+    non-negative integers; ``rng`` uint8 and ``partial`` float64 ``[K, *]``, with a row per rank
+    and :class:`~salientpp.train.state.EpochSums`' width mid-epoch, ``[0, 0]`` at an epoch's end);
+    ``""`` when nothing is. The size of an RNG state is checked where it is restored."""
+    for name in ("epoch", "step"):
+        value = getattr(ckpt, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"its {name} is {shown(repr(value))}, not a non-negative integer"
+    for name, dtype in (("rng", torch.uint8), ("partial", torch.float64)):
+        value = getattr(ckpt, name)
+        if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.ndim != 2:
+            return f"its {name} is {_described(value)}, not a 2-D {dtype} tensor"
+    if ckpt.step == 0:
+        return ""
+    width, ranks = EpochSums().to_tensor().numel(), ckpt.rng.shape[0]
+    if ranks == 0:
+        return f"its step {ckpt.step} is mid-epoch, but it holds no RNG states"
+    if ckpt.partial.shape != (ranks, width):
+        return (f"its running sums are {_described(ckpt.partial)} mid-epoch, not [{ranks}, {width}] (a row per rank "
+                "of its RNG states)")
+    return ""
+
+
+def _described(value: Any) -> str:
+    """``"<dtype> [shape]"`` of a tensor, else its type's name."""
+    return f"{value.dtype} {list(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
 
 
 def describe_position(epoch: int, step: int) -> str:
@@ -122,6 +161,9 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
     path = check_writable_dir(directory, "--checkpoint-dir", exist_ok=True)
     if path.is_dir():  # what a writer killed mid-write left (its process is gone) is no run's file
         remove_stale_temporaries_in(path)
+    last = path / LAST
+    if os.path.lexists(last):  # a directory, a pipe, a device or a broken link is no run's checkpoint
+        check_input_file(last, "the checkpoint", "remove it, or choose another --checkpoint-dir")
     if restarted:
         return path
     if resume and not has_checkpoint(path):
@@ -133,25 +175,34 @@ def check_checkpoint_dir(directory: str | os.PathLike, resume: bool, restarted: 
 
 
 def load_checkpoint(directory: str | os.PathLike, expected: dict[str, Any], name: str = LAST,
-                    fix: str = "resume with the same data and options or use a new --checkpoint-dir") -> Checkpoint:
+                    fix: str = "resume with the same data and options or use a new --checkpoint-dir",
+                    unreadable: str = "delete it or pick another --checkpoint-dir",
+                    comparable: Callable[[str, Any], Any] | None = None) -> Checkpoint:
     """Load ``directory/name`` and check that its options hold the ``expected`` values (the one
     match of a checkpoint: training resumes one whose partitioning (:data:`PARTITION_ID`) and
     :func:`~salientpp.train.config.checkpoint_options` are the run's; ``predict`` one trained on
-    its data). :class:`InputError` otherwise, ending in ``fix``."""
+    its data). :class:`InputError` otherwise, ending in ``fix``; for a file that is not a whole
+    checkpoint (damaged, foreign, or with a position :func:`save_checkpoint` never writes), ending
+    in ``unreadable``. ``comparable(key, value)`` maps an option's value, the stored one and the
+    expected one alike, to what is compared (the fanout table of a spelling of fanouts); by default
+    the values themselves."""
     path = Path(directory) / name
     if not path.is_file():
         raise InputError(f"there is no checkpoint {path} to resume from; run without --resume first")
-    check_torch_file(path, "delete it or pick another --checkpoint-dir")
+    check_torch_file(path, unreadable)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         ckpt = Checkpoint(**state)
     except Exception as exc:  # a truncated or foreign file: tell the user which one
-        raise InputError(f"{path} is not a salientpp checkpoint ({type(exc).__name__}); delete it or pick "
-                         "another --checkpoint-dir") from None
+        raise InputError(f"{path} is not a salientpp checkpoint ({type(exc).__name__}); {unreadable}") from None
+    malformed = _malformed(ckpt)
+    if malformed:
+        raise InputError(f"{path} is not a checkpoint salientpp train wrote ({malformed}); {unreadable}")
     if "dataset" in ckpt.options:  # a checkpoint of 0.1: read until the next release
         ckpt.options.setdefault(PARTITION_ID, ckpt.options.pop("dataset"))
+    same = comparable or (lambda key, value: value)
     for key, value in expected.items():
-        if ckpt.options.get(key) != value:
+        if same(key, ckpt.options.get(key)) != same(key, value):
             what = ("on another partitioned dataset" if key == PARTITION_ID
                     else f"with {key}={ckpt.options.get(key)!r}, not {value!r}")
             raise InputError(f"the checkpoint in {directory} was trained {what}; {fix}")

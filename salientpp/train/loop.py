@@ -185,10 +185,26 @@ class Trainer:
         drawn = torch.tensor([secrets.randbits(63)], dtype=torch.int64)
         return f"{int(self._gather(drawn)[0, 0]):016x}"
 
+    def _check_rng_states(self, rng: torch.Tensor) -> None:
+        """Refuse (:class:`InputError`) a mid-epoch checkpoint's RNG states (uint8 ``[K, S]``) that
+        this job cannot restore: another number of ranks, or states of another size than this
+        rank's generators (:func:`~salientpp.train.state.rng_state`: a GPU adds its own)."""
+        directory = self.config.checkpoint_dir
+        if rng.shape[0] != self.ctx.world_size:
+            raise InputError(f"the checkpoint in {directory} was written mid-epoch by {rng.shape[0]} ranks, not "
+                             f"{self.ctx.world_size}; resume with as many ranks")
+        size = rng_state(self.ctx.device).numel()
+        if rng.shape[1] != size:
+            raise InputError(f"the checkpoint in {directory} was written mid-epoch with RNG states of {rng.shape[1]} "
+                             f"bytes, but a rank training on {self.ctx.device.type} keeps {size}; resume on the kind "
+                             "of device that wrote it, or from a checkpoint at an epoch's end")
+
     def _resume(self, state: RunState) -> tuple[int, int, EpochSums | None]:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
         config = self.config
-        ckpt = resume_checkpoint(config, self.graph.partition_id)
+        ckpt = resume_checkpoint(config, self.graph.partition_id, self.graph.data.schema)
+        if ckpt.step > 0:  # refused before anything is loaded or rewritten
+            self._check_rng_states(ckpt.rng)
         misfit = weights_misfit(self.model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({misfit}); "
@@ -203,8 +219,8 @@ class Trainer:
         self.run_id = ckpt.run_id
         if self.embedding is not None:
             load_shard(config.checkpoint_dir, ckpt.embedding, self.embedding, ckpt.run_id,
-                       "resume from a checkpoint whose embedding shards, written by its run on as many ranks, lie whole "
-                       "beside it, or use a new --checkpoint-dir")
+                       "resume from a checkpoint whose embedding shards, written by its run on as many ranks, lie "
+                       "whole beside it, or use a new --checkpoint-dir")
             self._best_embedding = ckpt.best_embedding
         state.history = list(ckpt.history)
         state.result.best_valid, state.result.best_epoch = ckpt.best_valid, ckpt.best_epoch
@@ -216,9 +232,6 @@ class Trainer:
                 f.writelines(strict_json(h) + "\n" for h in state.history)
         if ckpt.step == 0:
             return ckpt.epoch, 0, None
-        if ckpt.rng.shape[0] != self.ctx.world_size:
-            raise InputError(f"the checkpoint in {config.checkpoint_dir} was written mid-epoch by {ckpt.rng.shape[0]} "
-                             f"ranks, not {self.ctx.world_size}; resume with as many ranks")
         set_rng_state(ckpt.rng[self.ctx.rank], self.ctx.device)
         return ckpt.epoch, ckpt.step, EpochSums.from_tensor(ckpt.partial[self.ctx.rank])
 

@@ -25,13 +25,14 @@ from ..distributed import CommStats, init_distributed, launch, shutdown_distribu
 from ..embedding import DistEmbedding
 from ..embedding.table import load_shard
 from ..errors import InputError, check_int, counted, shown
-from ..io import atomic_output_dir, check_output_dir, check_output_location, save_array, write_meta
+from ..io import (atomic_output_dir, check_input_file, check_output_dir, check_output_location, save_array,
+                  write_meta)
 from ..loader.graph import DistGraph
 from ..loader.dist_loader import DistNeighborLoader
 from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling.link import NODE
-from .checkpoint import LAST, PARTITION_ID, Checkpoint, load_checkpoint, non_finite_weight, weights_misfit
+from .checkpoint import LAST, PARTITION_ID, Checkpoint, check_finite_weights, load_checkpoint, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
 from .setup import model_in_dim, typed_input_of
@@ -41,13 +42,15 @@ KIND = "salientpp-predictions"
 FULL_NEIGHBOURHOOD = -1
 
 
+# How to fix a --checkpoint that is not a checkpoint file.
+CHECKPOINT_FIX = "pass as --checkpoint a checkpoint directory that `salientpp train` wrote, or its last.pt or best.pt"
+
+
 def _checkpoint_file(checkpoint: str | os.PathLike) -> Path:
+    """The checkpoint file of ``--checkpoint``: a directory's ``last.pt``, or the file itself;
+    :class:`InputError` when that is not a regular file (absent, a directory, a pipe, a device)."""
     path = Path(checkpoint)
-    path = path / LAST if path.is_dir() else path
-    if not path.is_file():
-        raise InputError(f"there is no checkpoint at {path}; pass a --checkpoint-dir of `salientpp train` or a "
-                         "last.pt/best.pt file")
-    return path
+    return check_input_file(path / LAST if path.is_dir() else path, "the checkpoint", CHECKPOINT_FIX)
 
 
 def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path: Path) -> tuple[Checkpoint, Task]:
@@ -56,11 +59,9 @@ def _node_checkpoint(part_dir: str | os.PathLike, data: PartitionedDataset, path
     predictor), its metric one the labels allow. :class:`InputError` otherwise."""
     ckpt = load_checkpoint(path.parent, {PARTITION_ID: partition_identity(data.meta)}, name=path.name,
                            fix=f"pass the PART_DIR it was trained on instead of {part_dir}, or the checkpoint of a "
-                           "run on this one")
-    bad = non_finite_weight(ckpt.model)
-    if bad:
-        raise InputError(f"the weights in {path} are not finite ({shown(bad)}), so every output would be NaN; pass "
-                         "the checkpoint of a run whose loss stayed finite")
+                           "run on this one", unreadable=CHECKPOINT_FIX)
+    check_finite_weights(ckpt, path, "every output would be NaN",
+                         "pass the checkpoint of a run whose loss stayed finite")
     kind = ckpt.options.get("task", NODE)
     if kind != NODE:
         raise InputError(f"{path} holds a {shown(kind)} prediction model, but `salientpp predict` writes the "

@@ -59,7 +59,7 @@ from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
 from ..sampling import check_sampler, fanout_table
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
-from .checkpoint import PARTITION_ID, Checkpoint, describe_position, load_checkpoint
+from .checkpoint import LAST, PARTITION_ID, Checkpoint, check_finite_weights, describe_position, load_checkpoint
 from .config import FULL_GRAPH, SAMPLED_INFERENCE_ONLY, TrainConfig, agreed_options, checkpoint_options, resumable_flags
 from .tasks import Task, link_task, task_of
 
@@ -244,7 +244,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         depth = threads.pipeline_depth(config.pipeline_depth)
         config = replace(config, pipeline_depth=depth, fetch_thread=threads.fetch_thread(depth, config.fetch_thread))
     if config.resume:
-        check_resume(config, plans.partition_identity(data.meta))
+        check_resume(config, plans.partition_identity(data.meta), data.schema)
     task = link_task(config.metric) if config.task == LINK else task_of(data, config.metric)
     if config.mode != FULL_GRAPH:  # every rank must have a training seed for every step
         workload = plan_request(config, data.schema).workload
@@ -335,20 +335,35 @@ def apply_optimizer_options(optimizer: torch.optim.Optimizer, config: TrainConfi
         group.update(optimizer_options(config))
 
 
-def resume_checkpoint(config: TrainConfig, partition_id: str) -> Checkpoint:
+def resume_checkpoint(config: TrainConfig, partition_id: str, schema: GraphSchema | None) -> Checkpoint:
     """The checkpoint a ``--resume`` run continues from: ``last.pt`` in ``--checkpoint-dir``,
     refused (one sentence) unless it was trained on the data of ``partition_id``
-    (:func:`~salientpp.cache.plan.partition_identity`) with the run's
-    :func:`~salientpp.train.config.checkpoint_options`: the one match of a resumed checkpoint,
-    before any rank starts and on every rank that loads it."""
-    return load_checkpoint(config.checkpoint_dir, {PARTITION_ID: partition_id, **checkpoint_options(config)})
+    (:func:`~salientpp.cache.plan.partition_identity`, whose graph has the ``schema``; None:
+    homogeneous) with the run's :func:`~salientpp.train.config.checkpoint_options`, compared by
+    value (fanouts by the table they give, so one list for every relation equals the same lists
+    per relation): the one match of a resumed checkpoint, before any rank starts and on every
+    rank that loads it."""
+    kind = check_sampler(config.sampler)
+
+    def comparable(key: str, value):
+        if key != "fanouts" or value is None:
+            return value
+        try:
+            return fanout_table(value, schema, kind, config.layers).tolist()
+        except InputError:  # a spelling that gives no table here compares as written
+            return value
+    return load_checkpoint(config.checkpoint_dir, {PARTITION_ID: partition_id, **checkpoint_options(config)},
+                           comparable=comparable)
 
 
-def check_resume(config: TrainConfig, partition_id: str) -> None:
+def check_resume(config: TrainConfig, partition_id: str, schema: GraphSchema | None) -> None:
     """Before any rank starts (and writes a cache plan): refuse a ``--resume`` whose checkpoint does
-    not match (:func:`resume_checkpoint`) or already holds ``--epochs`` epochs; print the options
-    that changed since it was written (those a resume may change)."""
-    ckpt = resume_checkpoint(config, partition_id)
+    not match (:func:`resume_checkpoint`), holds weights that are not finite, or already holds
+    ``--epochs`` epochs; print the options that changed since it was written (those a resume may
+    change, which apply from there on)."""
+    ckpt = resume_checkpoint(config, partition_id, schema)
+    check_finite_weights(ckpt, Path(config.checkpoint_dir) / LAST, "training cannot continue from them",
+                         "start afresh with a new --checkpoint-dir")
     if ckpt.epoch >= config.epochs:
         raise InputError(f"the checkpoint in {config.checkpoint_dir} holds the run up to "
                          f"{describe_position(ckpt.epoch, ckpt.step)}, so --epochs {config.epochs} leaves nothing to "
