@@ -234,6 +234,16 @@ def test_another_runs_embedding_shards_are_refused_by_predict_and_resume(two_emb
     assert cli_main(["predict", str(part), "--checkpoint", str(a), "--out", str(tmp_path / "pred")]) == 0
 
 
+def test_a_resume_with_another_embedding_optimizer_is_refused_before_any_rank(two_embedding_runs, tmp_path, capsys,
+                                                                              no_ranks):
+    part, (a, _) = two_embedding_runs
+    before = {p.name: p.read_bytes() for p in a.iterdir()}
+    assert _resume(part, a, "--embedding-dim", "4", "--embedding-optimizer", "adagrad") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "embedding_optimizer='adam', not 'adagrad'" in err, err
+    assert {p.name: p.read_bytes() for p in a.iterdir()} == before
+
+
 def test_predict_without_an_embedding_shard_says_to_put_it_back_not_to_resume(two_embedding_runs, tmp_path, capsys):
     part, (a, _) = two_embedding_runs
     lacking = tmp_path / "lacking"

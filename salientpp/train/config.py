@@ -298,7 +298,7 @@ class TrainConfig:
                             "are fetched", flag="--no-features", agreed=True, resume_matches=True, needs=EMBEDDING_ONLY)
     embedding_optimizer: str = option("adam", "the embedding's sparse optimiser", choices=tuple(SPARSE_OPTIMIZERS),
                                       check=one_of(tuple(SPARSE_OPTIMIZERS), "embedding optimizer"), agreed=True,
-                                      needs=EMBEDDING_ONLY)
+                                      resume_matches=True, needs=EMBEDDING_ONLY)
     embedding_lr: float = option(0.01, "the embedding's learning rate", type=float,
                                  check=lambda value, flag: positive_number(value, f"the embedding learning rate ({flag})"),
                                  agreed=True, needs=EMBEDDING_ONLY)
