@@ -21,7 +21,8 @@ class ImportOptions:
         features, labels, train_idx, valid_idx, test_idx: ``.npy`` files (``edgelist:`` only);
             labels are class ids ``[N]`` or multi-label targets ``[N, T]`` (see :func:`~salientpp.data.convert.as_labels`).
         num_nodes: number of nodes when the edge list does not mention the last ones.
-        feature_dtype: "float32" or "float16"; features are converted to it.
+        feature_dtype: "float32" or "float16"; features are converted to it (a ``synthetic:`` graph's are
+            generated as it: :func:`~salientpp.data.synthetic.parse_spec` applies it to the spec).
         keep_self_loops: keep (v, v) edges instead of dropping them.
         seed: seeds the random split, features and labels an edge list lacks.
         num_features: width of the random features an edge list lacks.
