@@ -1,6 +1,8 @@
 """Checkpoints that do not belong to the run: another dataset, another model, not a checkpoint at
-all, or a pickle that would run code. Each is refused with one sentence and exit code 2, and the
-checkpoint directory is left as it was."""
+all, a pickle that would run code, another run's embedding shards, contents no run writes, or a
+last.pt that is no file. Each is refused with one sentence and exit code 2, and the checkpoint
+directory is left as it was. And a resume trains with the options it was given (learning rates,
+weight decay), comparing those it must match by value."""
 from __future__ import annotations
 
 import io
