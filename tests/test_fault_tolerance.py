@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -13,9 +14,9 @@ import pytest
 import torch
 
 from salientpp.cache import Budget, PolicyContext, Workload, build_plans, save_plans
-from salientpp.distributed import WorkerError
 from salientpp.distributed.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
-from salientpp.distributed.health import Position
+from salientpp.distributed import DistContext, WorkerError
+from salientpp.distributed.health import PEER_READ_S, Health, Position
 from salientpp.distributed.group import free_port
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned
@@ -147,6 +148,32 @@ def test_a_stalled_rank_is_named_by_its_peer_within_the_timeout(p2, monkeypatch)
     assert "rank 1 was last in the forward/backward and gradient all-reduce of epoch 0, step 1" in message
     assert "rank 1 reported least recently" in message
     assert elapsed < 60, elapsed  # start-up (~10 s on 2 busy cores) + the 4 s timeout, far below the 120 s stall
+
+
+
+class _UnansweredStore:
+    """A rendezvous store whose host is stopped: a read waits until the test releases it (torch's
+    store applies no timeout to it)."""
+
+    def __init__(self):
+        self.released = threading.Event()
+
+    def check(self, keys):
+        self.released.wait()
+        return False
+
+
+def test_a_failing_rank_reports_within_its_timeout_when_the_store_never_answers():
+    store = _UnansweredStore()
+    cpu = torch.device("cpu")
+    health = Health(DistContext(1, 2, 1, cpu, cpu, "gloo", rendezvous_store=store, timeout_s=0.2))
+    start = time.monotonic()
+    try:
+        message = str(health.failure(RuntimeError("Connection closed by peer")))
+    finally:
+        store.released.set()
+    assert time.monotonic() - start < PEER_READ_S
+    assert "Connection closed by peer" in message and "the rendezvous store did not answer" in message
 
 
 # -- start-up mismatches -----------------------------------------------------------------------------------

@@ -41,50 +41,88 @@ def _wait_until(predicate, timeout_s: float) -> bool:
     return predicate()
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, parents first: the resource tracker, the fork server and the
+    ranks it forked."""
+    children = _children(pid)
+    return [d for c in children for d in (c, *_descendants(c))]
+
+
+def _ranks(launcher: int) -> list[int]:
+    """The ranks of ``launcher``, oldest (rank 0, which hosts the rendezvous store) first: the
+    children of its fork server."""
+    server = next(c for c in _children(launcher) if "forkserver" in Path(f"/proc/{c}/cmdline").read_text())
+    stats = {pid: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split() for pid in _children(server)}
+    started = {pid: int(fields[19]) for pid, fields in stats.items()}  # the start time, in clock ticks
+    return sorted(started, key=started.get)
+
+
 @pytest.fixture
-def running_job(tiny_partitions, tmp_path):
-    """A 2-rank `salientpp train` run long enough to be killed mid-way: ``(launcher, ranks, json, ckpt)``
-    once both ranks train and the first epoch's line is written."""
+def start_job(tiny_partitions, tmp_path):
+    """Starts a 2-rank `salientpp train` run long enough to be killed mid-way, with extra options:
+    ``(launcher, processes, json, ckpt)`` once both ranks train and the first epoch's line is
+    written; ``processes``: every process below the launcher."""
     json_path, ckpt = tmp_path / "run.jsonl", tmp_path / "ckpt"
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs", "10000",
-         "--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-every", "0",
-         "--policy", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    ranks: list[int] = []
-    try:
+    started: list[tuple[subprocess.Popen, list[int]]] = []
+
+    def start(*extra: str):
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs", "10000",
+             "--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-every", "0",
+             "--policy", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), "--quiet", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        started.append((launcher, []))
         assert _wait_until(lambda: json_path.exists() and json_path.stat().st_size > 0, 120), \
             launcher.stderr.read().decode() if launcher.poll() is not None else "no epoch finished in 120 s"
-        ranks = _children(launcher.pid)
-        assert len(ranks) >= 2 and all(map(_alive, ranks))  # the ranks (and a resource tracker)
-        yield launcher, ranks, json_path, ckpt
-    finally:
-        for pid in [launcher.pid, *ranks]:
+        processes = _descendants(launcher.pid)
+        started[-1][1].extend(processes)
+        assert len(_ranks(launcher.pid)) == 2 and all(map(_alive, processes))
+        return launcher, processes, json_path, ckpt
+
+    yield start
+    for launcher, processes in started:
+        for pid in [launcher.pid, *processes]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         launcher.wait()
 
 
-def _assert_stopped(ranks: list[int], json_path: Path) -> None:
-    assert _wait_until(lambda: not any(map(_alive, ranks)), 10), "a rank outlived its launcher by 10 s"
+@pytest.fixture
+def running_job(start_job):
+    return start_job()
+
+
+def _assert_stopped(processes: list[int], json_path: Path) -> None:
+    assert _wait_until(lambda: not any(map(_alive, processes)), 10), "a rank outlived its launcher by 10 s"
     size = json_path.stat().st_size
     time.sleep(1.5)
     assert json_path.stat().st_size == size
 
 
-def test_ranks_die_within_seconds_when_the_launcher_is_sigkilled(running_job):
-    launcher, ranks, json_path, _ = running_job
+def test_ranks_die_within_seconds_when_the_launcher_is_sigkilled_even_a_stopped_one(running_job):
+    launcher, processes, json_path, _ = running_job
+    os.kill(_ranks(launcher.pid)[1], signal.SIGSTOP)  # its own watchdog thread cannot run
     os.kill(launcher.pid, signal.SIGKILL)
     assert launcher.wait(10) == -signal.SIGKILL
-    _assert_stopped(ranks, json_path)
+    _assert_stopped(processes, json_path)
+
+
+def test_a_stopped_rank_fails_the_job_within_its_timeout_and_no_process_survives(start_job):
+    """Rank 0 hosts the rendezvous store: stopped, it leaves the other rank's reads of the store
+    waiting without a timeout of torch's, and its SIGTERM pending."""
+    launcher, processes, json_path, _ = start_job("--timeout", "2")
+    os.kill(_ranks(launcher.pid)[0], signal.SIGSTOP)
+    assert launcher.wait(15) == 1
+    assert "rank 0 failed: the process was stopped" in launcher.stderr.read().decode()
+    _assert_stopped(processes, json_path)
 
 
 def test_sigterm_stops_the_launcher_and_its_ranks_like_ctrl_c_and_keeps_the_last_checkpoint(running_job):
-    launcher, ranks, json_path, ckpt = running_job
+    launcher, processes, json_path, ckpt = running_job
     os.kill(launcher.pid, signal.SIGTERM)
     assert launcher.wait(15) == 128 + signal.SIGTERM
     assert "terminated" in launcher.stderr.read().decode()
-    _assert_stopped(ranks, json_path)
+    _assert_stopped(processes, json_path)
     epochs = len(json_path.read_text().splitlines())
     ckpt_epoch = torch.load(ckpt / LAST, weights_only=True)["epoch"] if (ckpt / LAST).exists() else 0
     # Every completed epoch was checkpointed before its line was written, or after: never more than one apart.

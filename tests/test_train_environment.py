@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -252,3 +254,28 @@ def test_bad_input_on_the_rank_that_hosts_the_store_is_one_sentence_without_cpp_
     assert capfd.readouterr().err.splitlines() == [
         f"salientpp train: error: {part_dir}/part_0/x.npy does not match its checksum in meta.json, so the file is "
         "corrupt; re-partition the dataset"]
+
+
+# -- a temporary directory too long for the fork server's socket -----------------------------------------
+
+
+def test_training_works_with_a_temporary_directory_too_long_for_a_socket(p2, tmp_path):
+    long_tmp = tmp_path / ("t" * 100)  # a Unix socket's path holds at most 107 bytes
+    long_tmp.mkdir()
+    run = subprocess.run([sys.executable, "-m", "salientpp", "train", p2, *UNEVALUATED, "--epochs", "1",
+                          "--eval-every", "0", "--policy", "none", "--quiet"],
+                         env={**os.environ, "TMPDIR": str(long_tmp)}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+
+
+def test_a_temporary_directory_too_long_for_a_socket_without_a_short_one_is_one_sentence(p2, tmp_path, capsys,
+                                                                                         monkeypatch):
+    from multiprocessing import process
+
+    from salientpp.distributed import group
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("t" * 100)))
+    monkeypatch.delitem(process.current_process()._config, "tempdir", raising=False)
+    monkeypatch.setattr(group, "_SHORT_DIRS", (str(tmp_path / "absent"),))
+    assert cli_main(["train", p2, *UNEVALUATED, "--epochs", "1", "--eval-every", "0", "--policy", "none"]) == 2
+    assert "set TMPDIR to a writable directory of at most" in one_sentence(capsys)

@@ -19,6 +19,7 @@ running. A parent stopped by SIGTERM or Ctrl-C terminates its ranks itself.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import multiprocessing as mp
@@ -348,7 +349,8 @@ _GRACE_S = 5.0
 _REPORT_S = 2.0
 # prctl(2) option: the signal this process gets when its parent dies (Linux).
 _PR_SET_PDEATHSIG = 1
-# Seconds between two looks at the parent where the kernel cannot signal its death.
+# Seconds between two looks at what no signal reports: a rank's parent, where the kernel cannot
+# signal its death; whether a rank is stopped.
 _WATCHDOG_S = 0.5
 
 
@@ -454,10 +456,11 @@ def _stop(procs: list[mp.Process], working: set[int]) -> None:
     time limit, or the launcher itself is stopped) are terminated at once; the others have
     reported and leave on their own, so their exit runs to the end (a SIGTERM there would leave
     their semaphores to the resource tracker's "leaked semaphore" warning). A rank still alive
-    :data:`_GRACE_S` seconds later is killed."""
+    :data:`_GRACE_S` seconds later is killed (SIGKILL, which ends a stopped process too)."""
     for rank in working:
         if procs[rank].is_alive():
             procs[rank].terminate()
+            _signal(procs[rank].pid, signal.SIGCONT)  # a stopped process acts on no SIGTERM until continued
     deadline = time.monotonic() + _GRACE_S
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -466,13 +469,72 @@ def _stop(procs: list[mp.Process], working: set[int]) -> None:
             p.join()
 
 
-def _death(exitcode: int | None) -> str:
-    """Why a rank's process ended without a result, from its exit code."""
-    if exitcode is not None and exitcode < 0:
+def _signal(pid: int | None, signum: int) -> None:
+    """Send ``signum`` to ``pid``, unless that process has already ended."""
+    if pid is not None:
         try:
-            return f"the process was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
+            os.kill(pid, signum)
+        except ProcessLookupError:
             pass
+
+
+def _stopped_s(pid: int | None, since: dict[int, float]) -> float:
+    """How long the process ``pid`` has been stopped (SIGSTOP, Ctrl-Z, a debugger's breakpoint),
+    as far as the calls that track it in ``since`` (pid -> when first seen stopped) saw; 0 while
+    it runs, and where Linux's ``/proc`` does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = ""
+    if state not in ("T", "t"):
+        since.pop(pid, None)
+        return 0.0
+    now = time.monotonic()
+    return now - since.setdefault(pid, now)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _server_end(pid: int | None) -> str | None:
+    """How the fork server ``pid`` (a child of this process) ended, without reaping it: ``"was
+    killed by SIGKILL"``, ``"exited with code 1"``, or ``None`` while it runs. Its ranks' sentinels
+    close as it dies, a moment before the kernel marks it ended: this waits up to a second."""
+    if pid is None:
+        return None
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped already, or not this process's child
+            return None
+        if info is not None:
+            if info.si_code == os.CLD_EXITED:
+                return f"exited with code {info.si_status}"
+            return f"was killed by {_signal_name(info.si_status)}"
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+# The exit code multiprocessing gives a rank whose fork server ended before the rank's own.
+_SERVER_GONE = 255
+
+
+def _death(exitcode: int | None, server_pid: int | None = None) -> str:
+    """Why a rank's process ended without a result, from its exit code and, when it was started
+    by the fork server ``server_pid``, how that server ended."""
+    if exitcode is not None and exitcode < 0:
+        return f"the process was killed by {_signal_name(-exitcode)}"
+    server = _server_end(server_pid) if exitcode == _SERVER_GONE else None
+    if server is not None:
+        return (f"the fork server that starts the ranks {server}, and its ranks died with it (a SIGKILL "
+                "is most often the out-of-memory killer: see dmesg); run the command again, which starts a new one")
     return f"the process died with exit code {exitcode}"
 
 
@@ -481,7 +543,8 @@ def _death(exitcode: int | None) -> str:
 # per rank on this project's 2-core machine, where two ranks import them at once in 14 s; then
 # 0.3-0.5 s of salientpp's training modules and numba, which `salientpp train`'s ranks run: the
 # server imports them by name, this package does not).
-RANK_PRELOAD = ("torch", "torch_geometric", "salientpp.train.run")
+# First the module that makes the server end with this process (salientpp.distributed.rank_server).
+RANK_PRELOAD = ("salientpp.distributed.rank_server", "torch", "torch_geometric", "salientpp.train.run")
 # Environment variables that libraries read when they load (OpenMP's, torch's and numba's), which
 # a rank of the fork server holds as they were when the server loaded them.
 _LOAD_TIME_ENV = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|TORCH|PYTORCH|CUDA|NCCL|LD|NUMBA)_")
@@ -504,13 +567,73 @@ def rank_start_context():
     if server._forkserver_pid is not None and wanted != _server_env:
         server._stop()
     _server_env = wanted
+    _short_socket_dir()
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(RANK_PRELOAD))
     return ctx
 
 
+# The longest path a Unix socket may have (Linux's sun_path: 108 bytes, its final NUL included).
+_SOCKET_PATH_MAX = 107
+# What multiprocessing adds to the temporary directory for the fork server's socket.
+_SOCKET_NAME = "/pymp-xxxxxxxx/listener-xxxxxxxx"
+# Short directories for that socket when TMPDIR's path is too long for it, in order.
+_SHORT_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _short_socket_dir() -> None:
+    """Make multiprocessing put the fork server's socket in a directory whose path is short
+    enough for a Unix socket: its own under ``TMPDIR`` when that is short enough, else one under
+    the first writable of :data:`_SHORT_DIRS`; :class:`InputError` when none is."""
+    from multiprocessing import process, util
+    import shutil
+    import tempfile
+
+    config = process.current_process()._config
+    made = config.get("tempdir")
+    base = os.path.dirname(made) if made else tempfile.gettempdir()
+    if len(os.fsencode(base + _SOCKET_NAME)) <= _SOCKET_PATH_MAX:
+        return
+    for short in _SHORT_DIRS:
+        try:
+            tempdir = tempfile.mkdtemp(prefix="pymp-", dir=short)
+        except OSError:
+            continue
+        util.Finalize(None, util._remove_temp_dir, args=(shutil.rmtree, tempdir), exitpriority=-100)
+        config["tempdir"] = tempdir
+        return
+    limit = _SOCKET_PATH_MAX - len(_SOCKET_NAME)
+    raise InputError(f"the temporary directory {shown(base)} is {len(os.fsencode(base))} bytes long, too long "
+                     f"for the socket through which local ranks start, and none of {', '.join(_SHORT_DIRS)} is "
+                     f"writable; set TMPDIR to a writable directory of at most {limit} bytes")
+
+
+def _server_pid() -> int | None:
+    """The process id of the fork server this process started, ``None`` while none runs."""
+    from multiprocessing import forkserver
+
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+def _end_server() -> None:
+    """At this process's exit, end the fork server it started, and reap it. The server has reaped
+    every rank it started, so their CPU time and peak memory then count among this process's
+    children (``getrusage(RUSAGE_CHILDREN)``, ``/usr/bin/time``), as those of ranks it started
+    itself would. SIGKILL, which ends even a stopped server, and the ranks still alive with it."""
+    pid = _server_pid()
+    if pid is not None:
+        _signal(pid, signal.SIGKILL)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped already
+            pass
+
+
+atexit.register(_end_server)
+
+
 def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s: float | None = None,
-           env: dict[str, str] | None = None) -> list[Any]:
+           env: dict[str, str] | None = None, stall_s: float | None = None) -> list[Any]:
     """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results, rank order.
 
     ``fn`` and ``args`` must be picklable (a module-level function). The ranks start from a fork
@@ -524,8 +647,11 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     rank raised one (same sentence) or, before any rank starts, when ``GLOO_SOCKET_IFNAME`` names
     no interface of this machine (:func:`check_socket_interface`); :class:`WorkerError` when a
     rank raised anything else (a non-zero ``sys.exit`` too), died, or the job ran past
-    ``timeout_s``; the ranks still at work are terminated first. Ranks that reported finish their
-    exit before this returns.
+    ``timeout_s``, or a rank stayed stopped (SIGSTOP, a debugger's breakpoint) for longer than
+    ``stall_s`` (the collective timeout: its peers would time out then, or wait for it without end
+    where no timeout applies, as in a read of the store that a stopped rank 0 hosts); the ranks
+    still at work are terminated first, a stopped one continued so that it can end. Ranks that
+    reported finish their exit before this returns.
     """
     check_int(nprocs, "the number of processes")
     check_socket_interface({**os.environ, **(env or {})})  # before any rank starts, not in each of them
@@ -554,6 +680,9 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
     failures: list[tuple[int, float, WorkerError | InputError]] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = set(range(nprocs))
+    stopped: dict[int, float] = {}  # pid -> when it was first seen stopped
+    stalled: set[int] = set()  # the ranks that failed by staying stopped: still to be terminated
+    server_pid = _server_pid() if ctx.get_start_method() == "forkserver" else None
     try:
         while pending:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -562,6 +691,8 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
                     failures.append((1, time.time(), WorkerError(min(pending), f"the job ran past its "
                                                                                f"{timeout_s:.0f} s time limit")))
                 break
+            if stall_s is not None:
+                remaining = _WATCHDOG_S if remaining is None else min(remaining, _WATCHDOG_S)
             ready = wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending], remaining)
             for rank in sorted(pending):
                 reported = 1
@@ -570,12 +701,17 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
                         kind, value, details, when = conns[rank].recv()
                     except EOFError:  # it died before it could report
                         procs[rank].join(_GRACE_S)
-                        kind, value, details, when = "error", _death(procs[rank].exitcode), "", time.time()
+                        kind, value, details, when = "error", _death(procs[rank].exitcode, server_pid), "", time.time()
                         reported = 0
                 elif procs[rank].sentinel in ready:
                     procs[rank].join(_GRACE_S)
-                    kind, value, details = "error", _death(procs[rank].exitcode), ""
+                    kind, value, details = "error", _death(procs[rank].exitcode, server_pid), ""
                     when, reported = time.time(), 0
+                elif stall_s is not None and _stopped_s(procs[rank].pid, stopped) > stall_s:
+                    kind, value, details = "error", (f"the process was stopped (SIGSTOP, or a debugger) for over "
+                                                     f"{stall_s:g} s, the collective timeout"), ""
+                    when, reported = time.time(), 0
+                    stalled.add(rank)
                 else:
                     continue
                 pending.discard(rank)
@@ -587,9 +723,9 @@ def launch(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, timeout_s:
             if failures and (deadline is None or deadline > time.monotonic() + _REPORT_S):
                 deadline = time.monotonic() + _REPORT_S
     except BaseException:
-        _stop(procs, pending)
+        _stop(procs, pending | stalled)
         raise
-    _stop(procs, pending)
+    _stop(procs, pending | stalled)
     if failures:
         failures.sort(key=lambda f: f[:2])
         first = failures[0][2]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -18,6 +19,8 @@ from typing import Any, Callable
 from ..errors import InputError, shown
 from .group import DistContext
 
+# Seconds a failing rank waits for the store's answer to where its peers are (at most the timeout).
+PEER_READ_S = 5.0
 
 
 class Stage(str, Enum):
@@ -122,9 +125,25 @@ class Health:
         return StageError(message, self.ctx.rank, pos.stage)
 
     def _peer_report(self, now: float) -> str:
-        try:
-            peers = self.peers()
-        except Exception:  # the store lives in rank 0's process (or torchrun's agent)
+        # The store lives in rank 0's process (or torchrun's agent), and a read from a stopped one
+        # waits without end (torch's store applies no timeout to it), so another thread reads.
+        answer: list[dict[int, Position | None] | Exception] = []
+
+        def read() -> None:
+            try:
+                answer.append(self.peers())
+            except Exception as exc:
+                answer.append(exc)
+
+        reader = threading.Thread(target=read, name="salientpp-peer-report", daemon=True)
+        reader.start()
+        wait_s = min(self.ctx.timeout_s, PEER_READ_S)
+        reader.join(wait_s)
+        if not answer:
+            return (f"the rendezvous store did not answer within {wait_s:g} s, so rank 0 (which hosts it) has most "
+                    "likely stalled")
+        peers = answer[0]
+        if isinstance(peers, Exception):
             return "the rendezvous store is unreachable, so rank 0 (which hosts it) has most likely died"
         if not peers:
             return "it has no peers"

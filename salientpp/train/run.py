@@ -130,7 +130,8 @@ def _train(run: ResolvedRun) -> TrainResult:
     attempt = 0
     while True:
         try:
-            return launch(run_rank, (run,), run.local_ranks, env={RESTART_ENV: str(attempt)})[0]
+            return launch(run_rank, (run,), run.local_ranks, env={RESTART_ENV: str(attempt)},
+                          stall_s=run.config.timeout_s)[0]
         except WorkerError as exc:
             if attempt == run.config.max_restarts:
                 raise
