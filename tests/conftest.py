@@ -205,6 +205,12 @@ def typed_dataset(seed: int = 0):
     return dataset, given
 
 
+def relations_into(schema, node_type: int) -> list[int]:
+    """The indices of ``schema``'s relations whose destination is the type ``node_type`` (an index), in order."""
+    name = schema.node_types[node_type]
+    return [i for i, r in enumerate(schema.relations) if r.dst == name]
+
+
 def typed_sample(seed: int = 0, num_seeds: int = 4, layers: int = 2, keep: float = 0.6):
     """A hand-built sampled batch of a small typed graph, as the typed sampler gives one, and the
     graph it was drawn from.
@@ -261,7 +267,7 @@ def typed_sample(seed: int = 0, num_seeds: int = 4, layers: int = 2, keep: float
     for hop in range(1, layers + 1):
         reached = []
         for v in frontier:
-            for r in schema.relations_into(type_of(v)):
+            for r in relations_into(schema, type_of(v)):
                 for u in sorted(into.get((v, r), [])):
                     if u not in hop_of:
                         hop_of[u] = hop
@@ -277,7 +283,7 @@ def typed_sample(seed: int = 0, num_seeds: int = 4, layers: int = 2, keep: float
         src, dst, rel, rowptr = [], [], [], [0]
         for d in range(num_dst):
             v = order[d]
-            for r in schema.relations_into(type_of(v)):
+            for r in relations_into(schema, type_of(v)):
                 for u in sorted(into.get((v, r), [])):
                     src.append(position[u])
                     dst.append(d)

@@ -107,19 +107,19 @@ def test_plan_round_trips_through_disk(parts, ctx, tmp_path):
         load_plan(tmp_path / "plan", 4)
 
 
-def test_plan_info_and_a_copy_with_another_gpu_fraction(parts, ctx, tmp_path):
+def test_plan_info_and_a_copy_with_another_device_fraction(parts, ctx, tmp_path):
     row = _row_bytes(parts)
     plans = build_plans(ctx, "vip", Budget(device_bytes=3 * row, host_bytes=5 * row), 0.2)
     save_plans(plans, tmp_path / "p")
     info = read_plan_info(tmp_path / "p")  # meta.json only, no arrays
     assert info.num_device == (3,) * 4 and info.num_host == (5,) * 4 and info.max_cached_rows == 8
     assert info.device_fraction == 0.2 and info.num_device_owned == tuple(p.num_device_owned for p in plans)
-    half = plans[1].with_gpu_fraction(0.5)
+    half = plans[1].with_device_fraction(0.5)
     assert half.num_device_owned == plans[1].owned_order.size // 2 and half.device_fraction == 0.5
     assert half.device_ids is plans[1].device_ids and plans[1].device_fraction == 0.2  # the same cache, the original kept
     for fraction in (2, -0.1, float("nan"), True, "0.5"):
         with pytest.raises(InputError, match=re.escape(f"the device fraction must be a number in [0, 1], got {fraction!r}")):
-            plans[1].with_gpu_fraction(fraction)
+            plans[1].with_device_fraction(fraction)
 
 
 def test_mismatched_plan_is_refused(parts, ctx, tmp_path):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GINConv, SAGEConv
 
-from conftest import typed_sample
+from conftest import relations_into, typed_sample
 
 from salientpp._ext import extension
 from salientpp.models.gnn import SeedForward
@@ -331,7 +331,7 @@ def _run_hetero(convs, data) -> torch.Tensor:
 
 def _sum_into(schema, t: int, tensors: list[torch.Tensor]) -> torch.Tensor:
     """The sum of the per-relation ``tensors`` over the relations into node type ``t``."""
-    return sum(tensors[r] for r in schema.relations_into(t))
+    return sum(tensors[r] for r in relations_into(schema, t))
 
 
 def test_rsage_computes_what_pyg_to_hetero_of_a_sage_model_computes():

@@ -48,8 +48,6 @@ def test_node_types_hold_contiguous_id_ranges_in_their_order():
     assert schema.offsets.tolist() == [0, 5, 8, 10]
     assert schema.type_of(np.array([0, 4, 5, 7, 8, 9])).tolist() == [0, 0, 1, 1, 2, 2]
     assert schema.target_range == (0, 5)
-    assert schema.relations_into(schema.type_index("paper")) == [0, 1]
-    assert schema.relations_into(schema.type_index("institute")) == [3]
 
 
 def test_a_relation_is_found_by_triple_joined_name_or_unique_name_and_an_unknown_one_is_named():

@@ -381,7 +381,7 @@ def analyze_step(plan: Plan) -> dict[str, float]:
         first.parent.mkdir(parents=True, exist_ok=True)
         plans = request.build_and_save(request.context(data, sampler_threads=plan.args.sampler_threads), first)
         for fraction, path in others:
-            save_plans([p.with_gpu_fraction(fraction) for p in plans], path)
+            save_plans([p.with_device_fraction(fraction) for p in plans], path)
         seconds[f"{cache} α={alpha:g}"] = time.perf_counter() - start
         print("\n".join(map(str, paths.values())) + f" ({seconds[f'{cache} α={alpha:g}']:.1f} s)")
     return seconds
@@ -603,12 +603,17 @@ def collect(plan: Plan, step_seconds: dict[str, float | None], simulation: dict[
 def write_results(plan: Plan, results: dict[str, Any]) -> None:
     """results.json, results.md and (with matplotlib) the report's plots, atomically into ``--out``."""
     from salientpp.bench import report
+    from salientpp.plots import require_pyplot
 
     markdown = render_markdown(results)
     with atomic_output_dir(plan.out) as tmp:
         (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         (tmp / "results.md").write_text(markdown)
-        if report.have_pyplot():
+        try:
+            require_pyplot()
+        except InputError:  # no matplotlib: the results without their plots
+            pass
+        else:
             report.write_plots(report.load_results([tmp / "results.json"]), tmp)
     print("\n" + markdown)
     print(f"results written to {plan.out}")

@@ -233,21 +233,9 @@ def render_markdown(results: Results, plots: list[Path] | None = None) -> str:
 
 # -- plots -------------------------------------------------------------------------------------
 
-def have_pyplot() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _pyplot():
-    return require_pyplot()
-
-
 def plot_communication(label: str, sim: dict[str, Any]):
     """Remote rows per epoch vs alpha, one line per policy (log scale); returns the figure."""
-    plt = _pyplot()
+    plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for policy in sim["policies"]:
         ax.plot(sim["replication"], sim["rows_per_epoch"][policy], marker="o", label=policy)
@@ -264,7 +252,7 @@ def plot_communication(label: str, sim: dict[str, Any]):
 def plot_breakdown(rows: list[TrainRow]):
     """Stacked bars per variant: sampling, fetch and compute (each of the last two split into its
     thread's CPU time and waiting) and the rest of the epoch; returns the figure."""
-    plt = _pyplot()
+    plt = require_pyplot()
     names = [f"{t.variant} ({t.source})" if t.num_parts is None or str(t.num_parts) in t.source
              else f"{t.variant} ({t.num_parts} ranks, {t.source})" for t in rows]
     fig, ax = plt.subplots(figsize=(8.5, 1.6 + 0.45 * len(rows)))
@@ -297,7 +285,7 @@ def scaling_series(rows: list[TrainRow]) -> dict[str, list[tuple[int, float]]]:
 
 def plot_scaling(series: dict[str, list[tuple[int, float]]]):
     """Epoch time vs the number of ranks, one line per variant; returns the figure."""
-    plt = _pyplot()
+    plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant, pts in series.items():
         ax.plot([k for k, _ in pts], [s for _, s in pts], marker="o", label=variant)
@@ -328,7 +316,7 @@ def figures(results: Results) -> list[tuple[str, Any]]:
 
 
 def write_plots(results: Results, out_dir: Path) -> list[Path]:
-    plt = _pyplot()
+    plt = require_pyplot()
     paths = []
     for name, fig in figures(results):
         fig.savefig(out_dir / name, dpi=100)
@@ -352,7 +340,7 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output_dir(args.out)
         if not args.no_plots:
-            _pyplot()
+            require_pyplot()
     results = load_results(args.results)
     if args.out is None:
         print(render_markdown(results))

@@ -43,7 +43,7 @@ from .results import write_outputs
 from .pyg_baseline import sampling_backend
 from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
-from ..sampling import NeighborLoader, NeighborSampler
+from ..sampling import NeighborLoader
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, SamplerKind, check_fanouts, check_sampler, make_sampler
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
@@ -162,11 +162,6 @@ def _measure_cases(cases: Sequence[_Case], repeats: int) -> list[BenchRow]:
     return rows
 
 
-def _measure(impl: str, threads: int, make_batches, count_edges, repeats: int) -> BenchRow:
-    """Runs one warm-up epoch (pages in the graph), then ``repeats`` timed ones."""
-    return _measure_cases([_Case(impl, threads, make_batches, count_edges)], repeats)[0]
-
-
 def _loader_epochs(loader: NeighborLoader) -> Callable[[int], NeighborLoader]:
     def epoch(repeat):
         loader.set_epoch(repeat)
@@ -202,18 +197,6 @@ def _pyg_loader(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size
 
 def _pyg_case(loader, threads: int) -> _Case:
     return _Case("pyg", threads, lambda repeat: loader, lambda b: b.edge_index.shape[1], threads)
-
-
-def bench_salientpp(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size: int, threads: int,
-                    repeats: int) -> BenchRow:
-    case = _threads_case(NODEWISE_IMPL, NeighborSampler(rowptr, col, fanouts), seeds, batch_size, threads)
-    return _measure_cases([case], repeats)[0]
-
-
-def bench_pyg(rowptr, col, seeds: torch.Tensor, fanouts: list[int], batch_size: int, threads: int,
-              repeats: int) -> BenchRow:
-    """PyG's NeighborLoader in the main process with ``torch.set_num_threads(threads)``."""
-    return _measure_cases([_pyg_case(_pyg_loader(rowptr, col, seeds, fanouts, batch_size), threads)], repeats)[0]
 
 
 def default_ladies_fanouts(fanouts: Sequence[int]) -> list[int]:

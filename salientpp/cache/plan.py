@@ -272,7 +272,7 @@ class CachePlan:
         slots[self.host_ids] = np.arange(n_device, n_device + self.host_ids.shape[0], dtype=np.int64)
         return slots
 
-    def with_gpu_fraction(self, device_fraction: float) -> "CachePlan":
+    def with_device_fraction(self, device_fraction: float) -> "CachePlan":
         """The same plan with another share of the owned rows on the device (no re-scoring needed)."""
         device_fraction = check_device_fraction(device_fraction)
         return replace(self, meta=replace(self.meta, options=replace(self.meta.options, device_fraction=device_fraction)),

@@ -366,11 +366,6 @@ class GraphSchema:
             raise InputError(f"{where} is a typed graph ({self.num_types} node types, {self.num_relations} "
                              f"relations) and typed graphs are not supported by {command} yet; {fix}")
 
-    def relations_into(self, node_type: int) -> list[int]:
-        """The relations whose destination is the type ``node_type`` (an index), in order."""
-        name = self.node_types[node_type]
-        return [i for i, r in enumerate(self.relations) if r.dst == name]
-
     def to_meta(self) -> dict[str, Any]:
         """The schema as meta.json entries (read back by :meth:`from_meta`)."""
         return {"node_types": [{"name": t, "num_nodes": n} for t, n in zip(self.node_types, self.num_nodes)],

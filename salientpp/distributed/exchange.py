@@ -94,7 +94,7 @@ class CommStats:
         remote = max(self.remote, 1)
         by_type = {"received_by_type": list(self.received_by_type)} if self.received_by_type else {}
         return {**{name: getattr(self, name) for name in self._counters()}, **by_type,
-                "gpu_hit_rate": self.device_hits / remote, "cpu_hit_rate": self.host_hits / remote,
+                "device_hit_rate": self.device_hits / remote, "host_hit_rate": self.host_hits / remote,
                 "miss_rate": self.received / remote if self.remote else 0.0}
 
     def to_tensor(self) -> torch.Tensor:
