@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import functools
 import importlib
 import inspect
 import linecache
@@ -161,11 +162,17 @@ class MeanGCNConv(nn.Module):
         return self.lin(total / (degree + 1).unsqueeze(1).to(total.dtype))
 
 
-def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.Module:
-    # PyG loads in about 3 s (torch._dynamo with it): only the code that builds or runs its
-    # convolutions imports it, so that the command line starts without it.
+@functools.cache
+def _pyg_convs() -> tuple[type, type, type]:
+    """PyG's ``(GATConv, GINConv, SAGEConv)``, imported on the first call. PyG loads in about 3 s
+    (torch._dynamo with it): only the code that builds or runs its convolutions imports it, so
+    that the command line starts without it, and a batch does not run the import statement again."""
     from torch_geometric.nn import GATConv, GINConv, SAGEConv
+    return GATConv, GINConv, SAGEConv
 
+
+def _conv(model: str, in_dim: int, out_dim: int, last: bool, heads: int) -> nn.Module:
+    GATConv, GINConv, SAGEConv = _pyg_convs()
     if model == "gcn":
         return MeanGCNConv(in_dim, out_dim)
     if model == "sage":
@@ -188,7 +195,7 @@ def _csr_conv(conv: nn.Module, h: torch.Tensor, mfg: MFG, dtype: torch.dtype) ->
     rowptr = getattr(mfg, "rowptr", None)
     if rowptr is None:
         return None
-    from torch_geometric.nn import GINConv, SAGEConv  # loaded by the model's construction
+    _, GINConv, SAGEConv = _pyg_convs()
     col = mfg.edge_index[0]
     weight = getattr(mfg, "edge_weight", None)
     if isinstance(conv, SAGEConv) and str(conv.aggr) == "mean" and conv.root_weight and not (
