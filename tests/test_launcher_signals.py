@@ -5,6 +5,7 @@ rank may go on training (re-parented to init) and no output may keep growing.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -60,24 +61,26 @@ def _ranks(launcher: int) -> list[int]:
 @pytest.fixture
 def start_job(tiny_partitions, tmp_path):
     """Starts a 2-rank `salientpp train` run long enough to be killed mid-way, with extra options:
-    ``(launcher, processes, json, ckpt)`` once both ranks train and the first epoch's line is
-    written; ``processes``: every process below the launcher."""
-    json_path, ckpt = tmp_path / "run.jsonl", tmp_path / "ckpt"
+    ``(launcher, processes, json, ckpt, stderr)`` once both ranks train and the first epoch's line
+    is written; ``processes``: every process below the launcher; ``stderr``: the file of its
+    standard error, progress bars included (rank 0 holds tqdm's lock, a named semaphore)."""
+    json_path, ckpt, stderr = tmp_path / "run.jsonl", tmp_path / "ckpt", tmp_path / "stderr.txt"
     started: list[tuple[subprocess.Popen, list[int]]] = []
 
     def start(*extra: str):
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs", "10000",
-             "--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-every", "0",
-             "--policy", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), "--quiet", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        with stderr.open("wb") as err:
+            launcher = subprocess.Popen(
+                [sys.executable, "-m", "salientpp", "train", str(tiny_partitions[0] / "p2"), "--epochs", "10000",
+                 "--hidden", "16", "--layers", "2", "--fanouts", "5,5", "--batch-size", "16", "--eval-every", "0",
+                 "--policy", "none", "--json", str(json_path), "--checkpoint-dir", str(ckpt), *extra],
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         started.append((launcher, []))
         assert _wait_until(lambda: json_path.exists() and json_path.stat().st_size > 0, 120), \
-            launcher.stderr.read().decode() if launcher.poll() is not None else "no epoch finished in 120 s"
+            stderr.read_text() if launcher.poll() is not None else "no epoch finished in 120 s"
         processes = _descendants(launcher.pid)
         started[-1][1].extend(processes)
         assert len(_ranks(launcher.pid)) == 2 and all(map(_alive, processes))
-        return launcher, processes, json_path, ckpt
+        return launcher, processes, json_path, ckpt, stderr
 
     yield start
     for launcher, processes in started:
@@ -100,7 +103,7 @@ def _assert_stopped(processes: list[int], json_path: Path) -> None:
 
 
 def test_ranks_die_within_seconds_when_the_launcher_is_sigkilled_even_a_stopped_one(running_job):
-    launcher, processes, json_path, _ = running_job
+    launcher, processes, json_path, _, _ = running_job
     os.kill(_ranks(launcher.pid)[1], signal.SIGSTOP)  # its own watchdog thread cannot run
     os.kill(launcher.pid, signal.SIGKILL)
     assert launcher.wait(10) == -signal.SIGKILL
@@ -110,19 +113,20 @@ def test_ranks_die_within_seconds_when_the_launcher_is_sigkilled_even_a_stopped_
 def test_a_stopped_rank_fails_the_job_within_its_timeout_and_no_process_survives(start_job):
     """Rank 0 hosts the rendezvous store: stopped, it leaves the other rank's reads of the store
     waiting without a timeout of torch's, and its SIGTERM pending."""
-    launcher, processes, json_path, _ = start_job("--timeout", "2")
+    launcher, processes, json_path, _, stderr = start_job("--timeout", "2")
     os.kill(_ranks(launcher.pid)[0], signal.SIGSTOP)
     assert launcher.wait(15) == 1
-    assert "rank 0 failed: the process was stopped" in launcher.stderr.read().decode()
+    assert "rank 0 failed: the process was stopped" in stderr.read_text()
     _assert_stopped(processes, json_path)
 
 
 def test_sigterm_stops_the_launcher_and_its_ranks_like_ctrl_c_and_keeps_the_last_checkpoint(running_job):
-    launcher, processes, json_path, ckpt = running_job
+    launcher, processes, json_path, ckpt, stderr = running_job
     os.kill(launcher.pid, signal.SIGTERM)
     assert launcher.wait(15) == 128 + signal.SIGTERM
-    assert "terminated" in launcher.stderr.read().decode()
-    _assert_stopped(processes, json_path)
+    _assert_stopped(processes, json_path)  # the resource tracker too, which warns of leaked semaphores as it ends
+    err = stderr.read_text()
+    assert "salientpp train: terminated" in err and "leaked semaphore" not in err, err[-2000:]
     epochs = len(json_path.read_text().splitlines())
     ckpt_epoch = torch.load(ckpt / LAST, weights_only=True)["epoch"] if (ckpt / LAST).exists() else 0
     # Every completed epoch was checkpointed before its line was written, or after: never more than one apart.
@@ -167,3 +171,33 @@ def test_ranks_write_where_the_launcher_writes_at_each_launch_and_see_its_enviro
         assert sorted(out.splitlines()) == [f"out {word} 0", f"out {word} 1"], out
         assert sorted(err.splitlines()) == [f"err {word} 0", f"err {word} 1"], err
         assert os.getpid() not in pids and len(set(pids)) == 2
+
+
+def _hold_a_semaphore_until_terminated(path: str) -> None:
+    """Rank 0 makes a named semaphore, as tqdm's lock in a rank with a progress bar or numba's
+    thread-launch lock in rank 0 building a cache plan, and works on; rank 1 fails once it is made."""
+    if os.environ["RANK"] == "0":
+        lock = multiprocessing.RLock()
+        Path(path).write_text(lock._semlock.name)
+        time.sleep(60)
+    assert _wait_until(lambda: Path(path).exists(), 30)
+    raise RuntimeError("a peer failed")
+
+
+def test_a_rank_terminated_because_a_peer_failed_leaves_no_semaphore_to_the_resource_tracker(tmp_path):
+    """A SIGTERM (from the launcher, as here, or to the launcher) ends a rank at work: its named
+    semaphores were left to the resource tracker's 'There appear to be 1 leaked semaphore objects'."""
+    from multiprocessing import resource_tracker
+    from multiprocessing.synchronize import sem_unlink
+
+    from salientpp.distributed import WorkerError, launch
+
+    with pytest.raises(WorkerError, match="rank 1 failed: RuntimeError: a peer failed"):
+        launch(_hold_a_semaphore_until_terminated, (str(tmp_path / "name"),), 2)
+    name = (tmp_path / "name").read_text()
+    try:
+        sem_unlink(name)
+    except FileNotFoundError:
+        return
+    resource_tracker.unregister(name, "semaphore")  # left behind: removed here, then failed
+    pytest.fail(f"rank 0 left the semaphore {name}")

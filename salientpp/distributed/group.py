@@ -35,6 +35,7 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing import util as mp_util
 from multiprocessing.connection import wait
 from typing import Any, Callable, Mapping
 
@@ -415,6 +416,7 @@ class _LauncherFd:
 def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: int, env: dict[str, str], conn,
             parent_pid: int, stdio: tuple[int, int]) -> None:
     die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, _end_on_sigterm)
     for fd, target in zip(stdio, (1, 2)):  # the launcher's stdout and stderr, not the fork server's
         os.dup2(fd, target)
         os.close(fd)
@@ -437,6 +439,17 @@ def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: in
         # Through multiprocessing's exit, as a rank that returned: its finalizers unlink the
         # rank's named semaphores (tqdm's lock) and tell the resource tracker (os._exit would not).
         sys.exit(1)
+
+
+def _end_on_sigterm(signum: int, frame) -> None:
+    """How a rank ends on SIGTERM (from its launcher, when a peer failed or the launcher itself was
+    stopped): killed by it, as by default, but after multiprocessing's exit finalizers, which the
+    default skips: they unlink the rank's named semaphores (tqdm's lock, numba's thread-launch
+    lock, made while rank 0 builds a cache plan) and tell the resource tracker, which would
+    otherwise warn of them as leaked when the launcher exits."""
+    mp_util._run_finalizers(0)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _report_of(exc: BaseException) -> tuple[str, Any, str]:
