@@ -1,5 +1,9 @@
 import sys
 
-from .cli import main
+try:
+    from .cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line loads (numpy); the commands load later, in main
+    print("salientpp: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

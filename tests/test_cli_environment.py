@@ -388,6 +388,21 @@ def test_sigterm_in_process_exits_143_and_restores_the_previous_handler(monkeypa
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+def test_ctrl_c_while_the_commands_load_torch_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The `salientpp` script imports salientpp.cli before it calls main; torch (seconds of
+    loading) must load inside main, where Ctrl-C is handled, not in that import."""
+    loaded = subprocess.run([sys.executable, "-c", "import sys, salientpp.cli; print('torch' in sys.modules)"],
+                            capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "False"
+    from salientpp import cli
+
+    def interrupted(name, package=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    assert main(["train", "--help"]) == 130
+    assert capsys.readouterr().err == "salientpp: interrupted\n"
+
+
 @pytest.mark.parametrize("raised, code, word", [(KeyboardInterrupt, 130, "interrupted"),
                                                 (Terminated, 143, "terminated")])
 def test_interrupts_map_to_their_exit_codes(monkeypatch, capsys, raised, code, word):

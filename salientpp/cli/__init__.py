@@ -28,8 +28,6 @@ from ..parsing import NEGATIVE_NUMBERS, integer, real, renamed_flag_notes
 # Before any command imports torch and its OpenMP runtime (no import above loads torch).
 set_defaults(OMP_WAIT)
 
-from ..distributed.group import WorkerError  # noqa: E402  (loads torch: after the defaults above)
-
 # Order of the subcommands in ``salientpp --help``; each name is a module of this package.
 COMMANDS = ("demo", "prepare", "partition", "analyze", "simulate", "train", "predict", "bench", "selfcheck")
 
@@ -157,7 +155,12 @@ def main(argv: list[str] | None = None, *, step: bool = False) -> int:
     143), so that the caller stops too.
     """
     quiet_broken_pipe()
-    parser = build_parser()
+    try:  # the commands' modules load torch: seconds in which Ctrl-C is likely
+        parser = build_parser()
+        from ..distributed.group import WorkerError
+    except KeyboardInterrupt:
+        print("salientpp: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     args = parser.parse_args(argv)
     for note in renamed_flag_notes(sys.argv[1:] if argv is None else argv):
         print(note, file=sys.stderr)

@@ -433,7 +433,10 @@ def _worker(fn: Callable[..., Any], args: tuple, rank: int, world: int, port: in
         report = ("ok", fn(*args), "")
     except BaseException as exc:  # everything must reach the parent, which stops the other ranks
         report = _report_of(exc)
-    conn.send((*report, time.time()))
+    try:
+        conn.send((*report, time.time()))
+    except OSError:  # the launcher is gone (SIGKILLed): nobody to tell, and nothing to print
+        os._exit(1)
     conn.close()
     if report[0] != "ok":
         # Through multiprocessing's exit, as a rank that returned: its finalizers unlink the
