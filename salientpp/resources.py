@@ -19,6 +19,7 @@ import numpy as np
 
 from .cache.plan import Budget, type_row_bytes
 from .cache.workload import Workload
+from .data.learned import learned_types
 from .data.schema import GraphSchema
 from .errors import InputError, counted
 from .host import MiB, format_bytes, memory_budget, sampler_read_ahead
@@ -359,7 +360,7 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
       and one for the training thread, which samples a batch itself when no thread has it ready
       (:func:`_id_map_bytes`);
     * with ``embedding_dim`` D > 0: ``embedding table and optimizer state``, each rank's owned
-      learnable rows (a typed graph's featureless types, else every node) three times (the table
+      learnable rows (:func:`~salientpp.data.learned.learned_types`) three times (the table
       and, once every row was touched, Adam's two moments) and 16 bytes per row (the optimiser's
       slot map and step count). Without ``features`` no
       feature row is read or fetched, so the feature items are left out;
@@ -446,10 +447,12 @@ def _owned_rows(data: PartitionedDataset, type_rows: np.ndarray, embedding_dim: 
     """``(feature bytes, embedding bytes)`` the ``local_ranks`` partitions that hold the most own:
     each owned node's feature row of its type (``type_rows``, int64 ``[T]``) twice (the mapped file
     and the feature store's copy) and 16 bytes of label; with ``embedding_dim`` D, the nodes with
-    learnable rows (a typed graph's featureless types, a homogeneous graph's every node) three
+    learnable rows (of :func:`~salientpp.data.learned.learned_types`: the types without features,
+    a homogeneous graph's every node) three
     rows of D float32 (the table and Adam's two moments) and 16 bytes of optimiser state."""
     counts = data.book.block_sizes
-    learned = type_rows == 0 if data.is_typed else np.ones(counts.shape[1], dtype=bool)
+    learned = np.zeros(counts.shape[1], dtype=bool)
+    learned[list(learned_types(data.schema, type_rows))] = True
     features = counts @ (2 * type_rows + 16)
     embeddings = counts @ learned * (3 * 4 * embedding_dim + 16) if embedding_dim else np.zeros(data.num_parts)
     largest = np.argsort(-(features + embeddings), kind="stable")[:local_ranks]

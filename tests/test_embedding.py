@@ -258,3 +258,21 @@ def test_an_embedding_state_of_another_shape_is_refused_naming_what_differs(one_
     with pytest.raises(InputError, match=re.escape(expected)):
         emb.load_state_dict(change(emb.state_dict()))
     assert torch.equal(emb.weight, before)
+
+
+def test_one_rule_gives_the_featureless_types_or_else_the_targets_rows_beside_its_features(tiny_partitions,
+                                                                                         typed_partitions):
+    """The embedding's types, its rows' place in the model's input (learned_types): a typed graph's
+    featureless types (authors), its target read as its features alone; a homogeneous graph's one
+    type beside its features, or alone without them."""
+    from salientpp.data.learned import learned_types
+    from salientpp.train.setup import embedded_types, model_in_dim
+
+    typed = load_partitioned(typed_partitions[0] / "p2", verify=False)
+    assert embedded_types(typed, features=True) == ("author",)
+    assert model_in_dim(typed, True, DIM) == typed.num_features
+    homogeneous = load_partitioned(tiny_partitions[0] / "p2", verify=False)
+    assert embedded_types(homogeneous, features=True) == embedded_types(homogeneous, features=False) == ("node",)
+    assert model_in_dim(homogeneous, True, DIM) == homogeneous.num_features + DIM
+    assert model_in_dim(homogeneous, False, DIM) == DIM and model_in_dim(homogeneous, True, 0) == homogeneous.num_features
+    assert learned_types(typed.schema, [3] * typed.schema.num_types) == (typed.schema.target_index,)

@@ -364,3 +364,16 @@ def test_a_typed_batch_the_built_in_model_cannot_read_is_refused_in_one_sentence
     change(sample)
     with pytest.raises(InputError, match=expected):
         model(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
+
+
+def test_the_default_model_is_sage_on_one_node_type_and_rsage_on_several():
+    from salientpp.data.schema import GraphSchema
+    from salientpp.models.gnn import check_model
+    from salientpp.train.setup import default_model
+
+    from conftest import typed_dataset
+
+    typed = typed_dataset()[0].schema
+    assert default_model(GraphSchema.homogeneous(10)) == "sage"
+    assert default_model(typed) == "rsage"
+    check_model(default_model(typed), typed=True)  # a typed graph's default reads every node type

@@ -69,9 +69,9 @@ def test_an_embedding_for_a_typed_graph_whose_types_all_have_features_is_refused
 
 @pytest.fixture(scope="module")
 def igbh_trained(tmp_path_factory):
-    """R-SAGE trained on two ranks of a small IGBH-shaped graph whose authors have no features
-    (an embedding learns theirs), with per-relation fanouts, evaluated over every neighbour, and
-    `predict`'s outputs of its checkpoint."""
+    """R-SAGE (the typed graph's default model: no --model) trained on two ranks of a small
+    IGBH-shaped graph whose authors have no features (an embedding learns theirs), with
+    per-relation fanouts, evaluated over every neighbour, and `predict`'s outputs of its checkpoint."""
     from salientpp.data.format import save_dataset
     from salientpp.data.synthetic import synthetic_dataset
     from salientpp.partition.partitioner import partition_dataset
@@ -81,7 +81,7 @@ def igbh_trained(tmp_path_factory):
     save_dataset(dataset, root / "data")
     partition_dataset(dataset, root / "p2", 2)
     fanouts = "cites=5,5;written_by=4,4;rev_written_by=4,4;affiliated_to=2,0;rev_affiliated_to=2,0;topic=3,3;rev_topic=3,3"
-    argv = ["train", str(root / "p2"), "--model", "rsage", "--layers", "2", "--fanouts", fanouts, "--hidden", "32",
+    argv = ["train", str(root / "p2"), "--layers", "2", "--fanouts", fanouts, "--hidden", "32",
             "--batch-size", "64", "--lr", "0.01", "--epochs", "6", "--embedding-dim", "8", "--eval-fanouts", "-1,-1",
             "--checkpoint-dir", str(root / "ckpt"), "--json", str(root / "log.jsonl"), "--quiet"]
     assert exit_code(argv) == 0
@@ -97,6 +97,13 @@ def test_rsage_trains_a_typed_graph_on_two_ranks_and_learns_what_the_relations_c
     assert history[-1]["test_metric"] > 0.6 and history[-1]["train_loss"] < history[0]["train_loss"]
     assert history[-1]["embedding_comm"]["received"] > 0  # remote authors' rows were fetched
     assert all(h["comm"]["received"] > 0 for h in history)
+
+
+def test_a_typed_graph_trains_without_model_with_the_schemas_default_rsage(igbh_trained):
+    from salientpp.train.checkpoint import load_checkpoint
+
+    root, dataset, history = igbh_trained
+    assert load_checkpoint(root / "ckpt", {}).options["model"] == "rsage"
 
 
 def test_predict_writes_the_target_types_outputs_that_score_what_the_last_evaluation_scored(igbh_trained):

@@ -35,6 +35,7 @@ from ..host import ThreadBudget, local_world_size
 from ..models import MFGModel
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling import MFG
+from ..train.setup import default_model
 from ..train.state import TRAIN_CPU
 
 # BaselineConfig.model: PyG's SAGE (PyGReferenceModel) or salientpp's MFGModel.
@@ -93,7 +94,7 @@ class BaselineConfig:
     seed: int = 0
     timeout_s: float = 300.0
     model: str = PYG
-    typed_model: str = "rsage"  # on a typed graph, PyGHeteroModel's: a key of TYPED_BASELINE_MODELS
+    typed_model: str | None = None  # a typed graph's PyGHeteroModel, of TYPED_BASELINE_MODELS; None: default_model
     torch_threads: int | None = None  # as the compared runs' --torch-threads (None: the budget's)
     workers: int | None = None  # PyG's num_workers (None: sampling_workers of the budget)
 
@@ -259,8 +260,8 @@ def _model(config: BaselineConfig, data: PartitionedDataset, graph) -> nn.Module
     torch.manual_seed(config.seed)
     layers = len(config.fanouts)
     if data.is_typed:
-        return PyGHeteroModel(config.typed_model, graph, config.hidden, data.num_classes, layers, data.schema.target,
-                              config.dropout)
+        return PyGHeteroModel(config.typed_model or default_model(data.schema), graph, config.hidden,
+                              data.num_classes, layers, data.schema.target, config.dropout)
     return (PyGReferenceModel if config.model == PYG else MFGModel)(
         "sage", data.num_features, config.hidden, data.num_classes, layers, config.dropout)
 

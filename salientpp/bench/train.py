@@ -26,7 +26,8 @@ torch's dropout), the second salientpp's model on MFGs built from PyG's batches,
 fetching gains show apart from the model step's (``--baselines`` picks them). They are skipped,
 with a message, when PyG has neither pyg-lib nor torch_sparse to sample with.
 
-**Typed graphs** run the same rows with ``--model`` (default ``rsage`` there) and train's forms of
+**Typed graphs** run the same rows with ``--model`` (default, as train's, ``rsage`` there:
+:func:`~salientpp.train.setup.default_model`) and train's forms of
 ``--fanouts`` (one list for every relation, or one per relation); the rows fetched are all types'
 together, against the simulator's for the same fanout table. The baseline there is PyG's
 ``NeighborLoader`` on a ``HeteroData`` of the whole graph with the same fanout table, training
@@ -88,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--model", default=None,
-                   help="a built-in model, as train's --model (default: sage, or rsage on a typed graph)")
+                   help="a built-in model, as train's --model (default the graph's: sage for one node type, rsage "
+                        "for several)")
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
@@ -172,7 +174,7 @@ def _baselines(args, workload: Workload) -> Iterator[dict]:
         try:
             history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                                   device=args.device, model=model,
-                                                  typed_model=args.model if args.typed else "rsage",
+                                                  typed_model=args.model if args.typed else None,
                                                   torch_threads=args.torch_threads, workers=workers))
         except WorkerError as exc:
             print(f"| {name} | failed: {exc} (a SIGKILL is most often the kernel's out-of-memory killer: every "
@@ -285,11 +287,11 @@ def main(args: argparse.Namespace) -> int:
         args.pyg_workers = given
     args.precisions = _choices(args.precisions, "--precisions", PRECISIONS)
     args.typed = load_partitioned(args.part_dir, verify=False, check=False).is_typed
-    args.model = args.model or ("rsage" if args.typed else "sage")
     for precision in args.precisions:  # refuses bf16 on a CPU without it
         _config(args, precision).validate()
     # The pipelined runs' depth and the thread budget, as `salientpp train` resolves them.
     run = resolve_run(_config(args, args.precisions[0], depth=args.pipeline_depth))
+    args.model = run.config.model  # without --model, the graph's (default_model)
     budget, depth = run.threads, run.config.pipeline_depth
     # the pipelined runs' fetch thread (--fetch-thread applies to them only; none at depth 1)
     fetch_thread = depth > 1 and budget.fetch_thread(depth, args.fetch_thread)

@@ -249,10 +249,11 @@ class TrainConfig:
         "every layer (communicate), or choose per vertex or level by a cost model calibrated on this machine, timing "
         "the plans it predicts close to the fastest once at start-up", choices=tuple(d.value for d in Dependencies),
         check=one_of(tuple(d.value for d in Dependencies), "dependency mode"), agreed=True, needs=FULL_GRAPH_ONLY)
-    model: str = option("sage", "a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
-                        "torch.nn.Module (see salientpp.models.gnn for how the trainer calls it)",
-                        metavar="sage|gat|gin|gcn|rsage|rgcn|rgat|PKG.MODULE:FUNCTION", check=lambda value, flag: check_model(value),
-                        agreed=True, resume_matches=True)
+    model: str | None = option(None, "a built-in model or a factory FUNCTION(in_dim, hidden, out_dim, num_layers) -> "
+                               "torch.nn.Module (see salientpp.models.gnn for how the trainer calls it)",
+                               metavar="sage|gat|gin|gcn|rsage|rgcn|rgat|PKG.MODULE:FUNCTION",
+                               default_text="the graph's: sage for one node type, rsage for several",
+                               check=lambda value, flag: check_model(value), agreed=True, resume_matches=True)
     metric: str | None = option(None, "validation/test metric", choices=METRICS,
                                 default_text="accuracy for class labels, roc-auc for multi-label and for --task link",
                                 check=lambda value, flag: check_metric(value), agreed=True)
@@ -290,8 +291,10 @@ class TrainConfig:
                                  check=lambda value, flag: _at_least_0(value, f"the weight decay ({flag})"),
                                  agreed=True)
     dropout: float = option(0.5, "dropout between layers", type=float, check=_dropout, agreed=True)
-    embedding_dim: int = option(0, "learn a D-wide node embedding, partitioned like the features and updated by a "
-                                "sparse optimiser, and feed the model [x || emb]", type=int, metavar="D",
+    embedding_dim: int = option(0, "learn a D-wide embedding, partitioned like the features and updated by a "
+                                "sparse optimiser, of the node types without features; where every type has features, "
+                                "of every node of a homogeneous graph, fed to the model beside them: [x || emb]",
+                                type=int, metavar="D",
                                 default_text="0: none", check=non_negative, agreed=True, resume_matches=True,
                                 needs=MINIBATCH_ONLY)
     features: bool = option(True, "feed the model the learned embedding alone (needs --embedding-dim); no features "
@@ -477,7 +480,8 @@ class TrainConfig:
             check_reads_edge_weights(self.model, kind.value)
         check_sampling_device(self.sampling_device, kind, self.device)
         # the model first: a typed model has no layer-wise inference whatever else is given
-        if self.inference == LAYERWISE and not runs_layer_by_layer(self.model):
+        # (no --model: the graph's default, checked once resolve_run names it)
+        if self.inference == LAYERWISE and self.model is not None and not runs_layer_by_layer(self.model):
             raise InputError(f"{_not_layer_by_layer(self.model, 'layer-wise inference')}; use --inference sampled "
                              "(with --eval-fanouts -1,-1,... for every neighbour)")
         if self.embedding_dim and self.inference == LAYERWISE:
@@ -486,7 +490,7 @@ class TrainConfig:
         if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
             raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
                              "lacks (bfloat16 would be emulated and slower); use --precision fp32")
-        if self.mode == FULL_GRAPH and not runs_layer_by_layer(self.model):
+        if self.mode == FULL_GRAPH and self.model is not None and not runs_layer_by_layer(self.model):
             raise InputError(f"{_not_layer_by_layer(self.model, '--mode full-graph')}; use --model "
                              f"{' or '.join(MODELS)}, or --mode minibatch")
 

@@ -335,10 +335,9 @@ class MinibatchTrainer(Trainer):
         link = config.task == LINK
         cache = setup.open_cache()
         typed = setup.run.typed
-        if config.embedding_dim:  # on a typed graph, of the types without features
+        if config.embedding_dim:  # of the types the run decided (ResolvedRun.embedded)
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
-                                           lr=config.embedding_lr, seed=config.seed,
-                                           node_types=None if typed is None else typed.featureless)
+                                           lr=config.embedding_lr, seed=config.seed, node_types=setup.run.embedded)
         if ctx.rank == 0 and cache.plan is not None:
             print(f"cache plan: {cache.source}", flush=True)
         # the sampler threads and their priority come from the rank's thread budget (ctx.threads)
@@ -353,7 +352,7 @@ class MinibatchTrainer(Trainer):
         else:
             self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **train_options)
         torch.manual_seed(config.seed)
-        encoder = build_model(config.model, *encoder_dims(config, graph.num_features, self.task, typed),
+        encoder = build_model(config.model, *encoder_dims(config, graph.data, self.task),
                               config.layers, config.dropout, typed=typed)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
         # a typed model's weights of a relation or node type that a batch does not reach get no gradient

@@ -35,7 +35,7 @@ from ..sampling.link import NODE
 from .checkpoint import LAST, PARTITION_ID, Checkpoint, check_finite_weights, load_checkpoint, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
-from .setup import model_in_dim, typed_input_of
+from .setup import embedded_types, model_in_dim, typed_input_of
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
 
 KIND = "salientpp-predictions"
@@ -86,10 +86,10 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         embedding = None
         if embedding_dim:  # the learned rows of this rank, from the checkpoint's shard
             embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"],
-                                      node_types=None if typed is None else typed.featureless)
+                                      node_types=embedded_types(graph.data, features))
             load_shard(path.parent, ckpt.embedding, embedding, ckpt.run_id,
                        "pass a checkpoint whose embedding shards, written by its run, lie whole beside it")
-        in_dim = model_in_dim(graph.num_features, features, embedding_dim, typed)
+        in_dim = model_in_dim(graph.data, features, embedding_dim)
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"], typed=typed)
         misfit = weights_misfit(model.state_dict(), ckpt.model)

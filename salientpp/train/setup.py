@@ -52,6 +52,7 @@ from ..host import ThreadBudget
 from ..errors import InputError
 from ..io import check_writable_dir, output_errors
 from ..loader.graph import DistGraph
+from ..data.learned import learned_types
 from ..data.schema import GraphSchema
 from ..models.gnn import build_model, check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..models.typed import TypedInput
@@ -210,6 +211,8 @@ class ResolvedRun:
             against them.
         cache: the cache plan the run trains with.
         typed: a typed graph's model input (:func:`typed_input`); None on a homogeneous graph.
+        embedded: the node types whose nodes the embedding learns rows for (:func:`embedded_types`);
+            empty without ``--embedding-dim``.
         memory: the memory estimate of this machine's ranks, one line, when it was checked.
     """
 
@@ -219,18 +222,28 @@ class ResolvedRun:
     task: Task
     cache: CacheChoice
     typed: TypedInput | None = None
+    embedded: tuple[str, ...] = ()
     memory: str = ""
 
 
+def default_model(schema: GraphSchema) -> str:
+    """The built-in model of a run without ``--model``, decided from the graph's ``schema`` (by
+    ``train``, ``bench train`` and the PyG baseline alike): ``sage`` on one node type and one
+    relation, ``rsage`` (SAGE per relation, summed) on several, the typed model that equals it on one."""
+    return "sage" if schema.is_homogeneous else "rsage"
+
+
 def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_check: bool = False) -> ResolvedRun:
-    """Check ``config`` and decide everything it leaves open, once: its defaults, this machine's
+    """Check ``config`` and decide everything it leaves open, once: its defaults (the model
+    without ``--model`` the graph's, :func:`default_model`), this machine's
     thread budget for ``local_ranks`` ranks (default: ``config.nprocs``, else one per partition,
     which must be the number of partitions), the pipeline depth and fetch thread, and the cache plan (read and
     checked when it exists); with ``memory_check``, refuse a run whose ranks would not fit in
     this machine's memory (:func:`check_train_memory`). :class:`InputError` (one sentence) on the
     first problem. The partitioned dataset's arrays are not verified here: the ranks do it."""
-    config = config.resolved()
     data = load_partitioned(config.part_dir, verify=False, check=False)
+    check_typed_limits(config, data)  # before a typed graph's default model meets a homogeneous-only option
+    config = replace(config, model=config.model or default_model(data.schema)).resolved()
     typed = typed_input(config, data)
     if config.task == LINK:
         data.require_link_split()
@@ -254,34 +267,42 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
             fanout_table(config.eval_fanouts, data.schema, layers=config.layers, what="--eval-fanouts")
     if check_sampler(config.sampler).weighted and not runs_layer_by_layer(config.model):
         # a user's model can be asked whether it reads edge weights only once built: built here once
-        model = build_model(config.model, *encoder_dims(config, data.num_features, task), config.layers)
+        model = build_model(config.model, *encoder_dims(config, data, task), config.layers)
         check_reads_edge_weights(model, config.sampler)
-    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), typed)
+    embedded = embedded_types(data, config.features) if config.embedding_dim else ()
+    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), typed, embedded)
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
 
 
-def typed_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput | None:
-    """The input of the run's model on a typed graph ``data``: its schema, each type's feature
-    width, and ``--embedding-dim`` for the types without features; None on a homogeneous graph.
-    :class:`InputError` (one sentence) for what a typed graph cannot train with yet (link
-    prediction, full-graph mode, ``--no-features``), a model that reads one node type, a type
-    without features and no ``--embedding-dim``, or an ``--embedding-dim`` that no type needs."""
-    if not data.is_typed:
-        return None
+def check_typed_limits(config: TrainConfig, data: PartitionedDataset) -> None:
+    """Refuse (:class:`InputError`, one sentence) what a typed graph ``data`` cannot train with
+    yet: link prediction, full-graph mode, ``--no-features``; nothing on a homogeneous graph."""
     for refused, command in ((config.task == LINK, "link prediction (--task link)"),
                              (config.mode == FULL_GRAPH, "full-graph training (--mode full-graph)")):
         if refused:
             data.schema.require_homogeneous(command, config.part_dir,
                                             "train it in minibatches on the labels of its target type")
-    if not config.features:
+    if data.is_typed and not config.features:
         raise InputError(f"--no-features leaves a homogeneous graph's features out, but on the typed graph "
                          f"{config.part_dir} the types with features feed the model and --embedding-dim gives the "
                          "others learnable rows; drop --no-features")
+
+
+def typed_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput | None:
+    """The input of the run's model (resolved: :func:`check_typed_limits` passed) on a typed graph
+    ``data``: its schema, each type's feature width, and ``--embedding-dim`` for the types without
+    features; None on a homogeneous graph. :class:`InputError` (one sentence) for a model that
+    reads one node type, a type without features and no ``--embedding-dim``, or an
+    ``--embedding-dim`` whose rows would go beside a type's features (:func:`embedded_types`: every
+    type has features), which a typed model does not read."""
+    if not data.is_typed:
+        return None
     check_model(config.model, typed=True)
-    typed = typed_input_of(data, config.embedding_dim)
-    if config.embedding_dim and not typed.featureless:
+    widths = feature_widths(data, config.features)
+    if config.embedding_dim and any(widths[t] for t in learned_types(data.schema, widths)):
         raise InputError(f"--embedding-dim {config.embedding_dim} gives the node types without features a learnable "
                          f"embedding, but every type of {config.part_dir} has features; drop it")
+    typed = typed_input_of(data, config.embedding_dim)
     typed.input_dims()  # a featureless type without --embedding-dim is refused here
     return typed
 
@@ -292,27 +313,40 @@ def typed_input_of(data: PartitionedDataset, embedding_dim: int) -> TypedInput |
     homogeneous graph. Not checked (:func:`typed_input` checks it against a run's options)."""
     if not data.is_typed:
         return None
-    schema = data.schema
-    widths = {name: data.feature_width(t) for t, name in enumerate(schema.node_types)}
-    return TypedInput(schema, {name: width for name, width in widths.items() if width}, embedding_dim or None)
+    widths = feature_widths(data, True)
+    return TypedInput(data.schema, {name: width for name, width in zip(data.schema.node_types, widths) if width},
+                      embedding_dim or None)
 
 
-def encoder_dims(config: TrainConfig, num_features: int, task: Task,
-                 typed: TypedInput | None = None) -> tuple[int, int, int]:
-    """``(in_dim, hidden, out_dim)`` of the run's model (the encoder of link prediction): the
-    features and the learned embedding in (on a typed graph, ``typed``: the target type's
-    features), the task's outputs (link: a ``hidden``-wide embedding per node) out."""
+def feature_widths(data: PartitionedDataset, features: bool) -> list[int]:
+    """``[T]`` the width of the features of each node type of ``data`` that the model is fed: 0 for
+    a type without features, and for every type when ``features`` is false (``--no-features``)."""
+    return [data.feature_width(t) if features else 0 for t in range(data.schema.num_types)]
+
+
+def embedded_types(data: PartitionedDataset, features: bool) -> tuple[str, ...]:
+    """The names of the node types of ``data`` whose nodes ``--embedding-dim`` gives learnable rows,
+    with the features fed to the model or not (:func:`~salientpp.data.learned.learned_types`: the
+    types without features; on a homogeneous graph its one type, beside its features)."""
+    return tuple(data.schema.node_types[t] for t in learned_types(data.schema, feature_widths(data, features)))
+
+
+def encoder_dims(config: TrainConfig, data: PartitionedDataset, task: Task) -> tuple[int, int, int]:
+    """``(in_dim, hidden, out_dim)`` of the run's model (the encoder of link prediction) on ``data``:
+    the target type's input rows in (:func:`model_in_dim`), the task's outputs (link: a
+    ``hidden``-wide embedding per node) out."""
     out_dim = config.hidden if config.task == LINK else task.num_outputs
-    return model_in_dim(num_features, config.features, config.embedding_dim, typed), config.hidden, out_dim
+    return model_in_dim(data, config.features, config.embedding_dim), config.hidden, out_dim
 
 
-def model_in_dim(num_features: int, features: bool, embedding_dim: int, typed: TypedInput | None) -> int:
-    """The width of the model's input rows (on a typed graph, the target type's): the features
-    (unless ``features`` is false) and the learned embedding side by side; a typed graph's
-    embedding serves its featureless types only, so the target's rows are its features."""
-    if typed is not None:
-        return typed.input_dim(typed.schema.target)
-    return (num_features if features else 0) + embedding_dim
+def model_in_dim(data: PartitionedDataset, features: bool, embedding_dim: int) -> int:
+    """The width of the model's input rows of the target type of ``data``: its features (unless
+    ``features`` is false) and, when the embedding (``embedding_dim`` wide, 0: none) learns rows
+    for the target (:func:`embedded_types`), those beside them: ``[x || emb]``."""
+    schema = data.schema
+    widths = feature_widths(data, features)
+    learned = embedding_dim if schema.target_index in learned_types(schema, widths) else 0
+    return widths[schema.target_index] + learned
 
 
 def optimizer_options(config: TrainConfig) -> dict[str, float]:
