@@ -201,3 +201,16 @@ def test_a_rank_terminated_because_a_peer_failed_leaves_no_semaphore_to_the_reso
         return
     resource_tracker.unregister(name, "semaphore")  # left behind: removed here, then failed
     pytest.fail(f"rank 0 left the semaphore {name}")
+
+
+def _kill_the_fork_server() -> None:
+    os.kill(os.getppid(), signal.SIGKILL)  # the OOM killer's choice, say
+    time.sleep(60)
+
+
+def test_a_killed_fork_server_is_named_with_its_signal_not_as_an_exit_code():
+    from salientpp.distributed import WorkerError, launch
+
+    with pytest.raises(WorkerError, match=r"the fork server that starts the ranks was killed by SIGKILL.*run the "
+                                          r"command again"):
+        launch(_kill_the_fork_server, (), 1)
