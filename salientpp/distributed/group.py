@@ -10,12 +10,16 @@ post where they are (:mod:`salientpp.distributed.health`).
 
 **Launching.** Each rank is a process forked by a fork server that has loaded torch and PyG
 once (:func:`rank_start_context`), with the launcher's environment, and joins a loopback-only
-process group. The parent watches them: when one raises or dies, the others are terminated at
-once and the parent raises, so a failure on one rank never leaves the rest waiting in a
-collective. The ranks also die with the parent: the fork server ends with it and the kernel
-sends its ranks SIGKILL then (``PR_SET_PDEATHSIG``), and a watchdog thread checks the parent
-too, so a launcher killed by ``scancel``, ``docker stop`` or the OOM killer leaves no rank
-running. A parent stopped by SIGTERM or Ctrl-C terminates its ranks itself.
+process group. The parent watches them: when one raises, dies or stays stopped (SIGSTOP)
+past the collective timeout, the others are terminated at once and the parent raises, so a
+failure on one rank never leaves the rest waiting in a collective. The ranks also die with the
+parent: the fork server ends with it and the kernel sends its ranks SIGKILL then
+(``PR_SET_PDEATHSIG``, armed in both), and a watchdog thread checks the parent too, so a
+launcher killed by ``scancel``, ``docker stop`` or the OOM killer leaves no rank running, a
+stopped one included. A parent stopped by SIGTERM or Ctrl-C terminates its ranks itself; a rank
+runs multiprocessing's exit finalizers on SIGTERM, so its named semaphores leave with it. At its
+exit the parent reaps the fork server, so the ranks' CPU time and memory count among its
+children's (``/usr/bin/time``).
 """
 from __future__ import annotations
 
