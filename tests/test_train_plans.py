@@ -301,3 +301,23 @@ def test_plans_built_with_another_seed_or_oracle_epochs_never_share_a_default_na
                                                                            "epochs": epochs}))
         names.add(default_plan_name(request))
     assert len(names) == 3, names
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_analyze_and_train_name_one_plan_for_one_request_on_the_device_it_is_for(p2, device):
+    """The device share's default is the device's (default_device_fraction) in both commands, so
+    `analyze --device D` writes the plan that `train --device D` looks for, on a GPU too."""
+    import argparse
+
+    from salientpp.cache.options import graph_schema, plan_request_from
+    from salientpp.cache.plan import default_device_fraction
+    from salientpp.cli import analyze
+
+    parser = argparse.ArgumentParser()
+    analyze.register(parser.add_subparsers())
+    args = parser.parse_args(["analyze", p2, *WORKLOAD, "--replication", "0.1", "--device", device])
+    analyzed = plan_request_from(args, graph_schema(p2))
+    trained = run_setup.plan_request(TrainConfig(p2, fanouts=(5, 5), layers=2, batch_size=16, replication=0.1,
+                                                 device=device).resolved(), graph_schema(p2))
+    assert analyzed.default_dir(p2) == trained.default_dir(p2)
+    assert analyzed.options == trained.options and trained.options.device_fraction == default_device_fraction(device)

@@ -17,8 +17,8 @@ from ..parsing import flag_names, name_list, parse_bytes, parse_seed
 from ..partition.format import KIND as PART_KIND, PartitionedDataset
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, fanout_table, parse_typed_fanouts
 from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
-from .plan import (DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions, PlanRequest,
-                   check_device_fraction, shown_option)
+from .plan import (DEVICE_FRACTION, DEVICES, GPU_DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions,
+                   PlanRequest, check_device_fraction, default_device_fraction, shown_option)
 from .policies import PolicyContext, available_policies
 from .vip import METHODS
 from .workload import EdgeSeeds, Workload, fanouts_text
@@ -150,8 +150,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="device tier budget per partition, e.g. 2GiB (filled first); with --host-cache-bytes")
     parser.add_argument(*flag_names("--host-cache-bytes"), metavar="BYTES",
                         help="host tier budget per partition, e.g. 8GiB")
-    parser.add_argument(*flag_names("--device-fraction"), type=float, default=DEVICE_FRACTION, metavar="FRAC",
-                        help=f"fraction of each partition's own rows kept on the device, by score (default {DEVICE_FRACTION})")
+    parser.add_argument("--device", choices=DEVICES, default=DEVICES[0],
+                        help="the training device the plan is for, as train's --device: it decides the default "
+                             f"--device-fraction (default {DEVICES[0]})")
+    parser.add_argument(*flag_names("--device-fraction"), type=float, metavar="FRAC",
+                        help="fraction of each partition's own rows kept on the device, by score (default, as "
+                             f"train's, {DEVICE_FRACTION} on the CPU, {GPU_DEVICE_FRACTION:g} on a GPU)")
     parser.add_argument("--epochs", type=int, default=PLAN_EPOCHS, metavar="E",
                         help=f"epochs counted by the oracle policy (default {PLAN_EPOCHS})")
 
@@ -162,7 +166,9 @@ def plan_request_from(args: argparse.Namespace, schema: GraphSchema | None = Non
     size = (None if args.device_cache_bytes is None else parse_bytes(args.device_cache_bytes),
             None if args.host_cache_bytes is None else parse_bytes(args.host_cache_bytes))
     budget = Budget.given(args.replication, *size)
-    device_fraction = check_device_fraction(args.device_fraction, "--device-fraction")
+    given = args.device_fraction
+    device_fraction = check_device_fraction(default_device_fraction(args.device) if given is None else given,
+                                            "--device-fraction")
     return PlanRequest(workloads_from(args, schema), PlanOptions(args.policy, budget, device_fraction, seed=args.seed,
                                                          epochs=args.epochs, simulation_epochs=args.simulation_epochs,
                                                          vip_method=args.vip_method))

@@ -41,8 +41,10 @@ FIX = "re-run `salientpp analyze`"
 # The layout of a plan directory: 2 since 0.2 (device/host tiers: device_ids, host_ids,
 # owned_order); a plan without the key was written by 0.1 (gpu_ids, cpu_ids, local_order).
 PLAN_FORMAT = 2
-# The default share of each partition's own rows kept on the device, of `salientpp analyze` and of
-# the plan `salientpp train` builds without --plan on the CPU (TrainConfig.device_fraction).
+# The training devices a plan is for (train's --device, analyze's --device).
+DEVICES = ("cpu", "cuda")
+# The default share of each partition's own rows kept on the device when it is the CPU
+# (default_device_fraction), and PlanOptions' default, which a plan's default name leaves out.
 DEVICE_FRACTION = 0.15
 # The same on a GPU: every owned row, as far as the device memory allows (the feature store keeps
 # its device tiers within device_row_budget); half of products' features are 480 MB.
@@ -50,7 +52,9 @@ GPU_DEVICE_FRACTION = 1.0
 
 
 def default_device_fraction(device: str | torch.device) -> float:
-    """The share of a partition's own rows kept on ``device`` unless one is given:
+    """The share of a partition's own rows kept on ``device`` unless one is given, the one default
+    of every command (``train``'s ``--device-fraction`` for its ``--device``, ``analyze``'s for
+    the ``--device`` the plan is for), so one request names one plan whichever command builds it:
     :data:`GPU_DEVICE_FRACTION` on a GPU, :data:`DEVICE_FRACTION` on the CPU (where both tiers are
     host memory and the share only names the split in the counters)."""
     return GPU_DEVICE_FRACTION if torch.device(device).type == "cuda" else DEVICE_FRACTION
