@@ -38,15 +38,7 @@ def _files_of_each_step(part_dir: str) -> list[set[str]]:
     is the set of salientpp files whose Python code ran from the model step of batch ``i - 1``
     to that of batch ``i`` (element 0: from the epoch's start to the first model step; the last:
     from the last model step to the epoch's end), as ``salientpp/...py`` paths."""
-    ctx = init_distributed("cpu", timeout_s=120)
-    trainer = rank_trainer(TrainConfig(part_dir, batch_size=BATCH_SIZE, progress=False), ctx)
     steps: list[set[str]] = [set()]
-    forward = trainer.forward
-
-    def step_then_forward(batch):  # each model step starts the next interval
-        steps.append(set())
-        return forward(batch)
-
     prefix, start = str(PACKAGE) + "/", len(str(PACKAGE.parent)) + 1
 
     def record(frame, event, arg):
@@ -54,13 +46,23 @@ def _files_of_each_step(part_dir: str) -> list[set[str]]:
         if path.startswith(prefix):
             steps[-1].add(path[start:])
 
-    trainer.forward = step_then_forward
-    threading.setprofile(record)
-    sys.setprofile(record)
+    threading.setprofile(record)  # from here: every thread the rank starts, the loader's included
     try:
-        trainer.train_epoch(0)
+        ctx = init_distributed("cpu", timeout_s=120)
+        trainer = rank_trainer(TrainConfig(part_dir, batch_size=BATCH_SIZE, progress=False), ctx)
+        forward = trainer.forward
+
+        def step_then_forward(batch):  # each model step starts the next interval
+            steps.append(set())
+            return forward(batch)
+
+        trainer.forward = step_then_forward
+        sys.setprofile(record)
+        try:
+            trainer.train_epoch(0)
+        finally:
+            sys.setprofile(None)
     finally:
-        sys.setprofile(None)
         threading.setprofile(None)
     trainer.finish()
     salientpp.shutdown_distributed(ctx)
