@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .errors import InputError, check_int, counted
+from .options import Needs, not_applicable
 
 KiB = 2**10
 MiB = 2**20
@@ -236,6 +237,10 @@ CORES_PER_GPU_TORCH_THREAD = 4
 PIPELINE_OFF = "the torch threads take every core"
 # Batches in flight when the pipeline has a core or a GPU to overlap (ThreadBudget.pipeline_depth).
 PIPELINE_DEPTH = 4
+# What a fetch thread applies with: it overlaps the fetch stages with the model step, which a
+# pipeline of depth 1 does not do (of a pipeline's depth).
+PIPELINED = Needs("--pipeline-depth 2 or more (a fetch thread overlaps the fetch stages with the model step)",
+                  lambda pipeline_depth: pipeline_depth > 1, instead="use --pipeline-depth 2 or more")
 
 
 def sampler_read_ahead(pipeline_depth: int, sampler_threads: int) -> int:
@@ -354,9 +359,8 @@ class ThreadBudget:
         overlaps, so it needs a pipeline: :class:`InputError` for ``requested`` True at depth 1,
         and for a ``requested`` that is not a bool or None (:func:`check_fetch_thread`)."""
         requested = check_fetch_thread(requested)
-        if requested and pipeline_depth == 1:
-            raise InputError("a fetch thread overlaps the fetch stages with the model step, which a pipeline of depth "
-                             "1 does not do; give --pipeline-depth 2 or more, or leave --fetch-thread out")
+        if requested and not PIPELINED.holds(pipeline_depth):
+            raise not_applicable("--fetch-thread on", PIPELINED)
         return (self.gpu and pipeline_depth > 1) if requested is None else requested
 
     @property

@@ -516,21 +516,21 @@ def test_numbers_past_their_type_are_one_sentence(tiny_partitions, tmp_path, cap
 
 @pytest.mark.parametrize("argv, expected", [
     (["analyze", "{P}", *ANALYZE, "--num-negatives", "3", "--out", "{T}/out"],
-     "--num-negatives applies only with --task link"),
+     "--num-negatives 3 applies only with --task link; drop it, or use --task link"),
     (["analyze", "{P}", *ANALYZE, "--negative-sampling", "per-source", "--out", "{T}/out"],
-     "--negative-sampling applies only with --task link"),
+     "--negative-sampling per-source applies only with --task link"),
     (["analyze", "{P}", *ANALYZE, "--eval-batch-size", "32", "--out", "{T}/out"],
-     "--eval-batch-size applies only with --eval-fanouts"),
+     "--eval-batch-size 32 applies only with --eval-fanouts"),
     (["analyze", "{P}", *ANALYZE, "--eval-splits", "test", "--out", "{T}/out"],
-     "--eval-splits applies only with --eval-fanouts"),
+     "--eval-splits test applies only with --eval-fanouts"),
     (["analyze", "{P}", "--fanouts", "5", "--batch-size", "64", "--policy", "degree", "--vip-method", "cavity",
       "--out", "{T}/out"], "--vip-method chooses the estimate of the vip policy, and degree does not use one"),
     (["simulate", "{P}", "--fanouts", "5", "--batch-size", "64", "--policies", "degree,halo", "--vip-method",
       "exact"], "and degree, halo do not use one"),
-    (["prepare", "synthetic:tiny", "{T}/out", "--features", "{T}/x.npy"], "--features applies only to edgelist: "),
-    (["prepare", "synthetic:tiny", "{T}/out", "--root", "{T}"], "--root applies only to ogb: and ogb-lsc: sources"),
-    (["prepare", "synthetic:tiny", "{T}/out", "--self-loops"], "--self-loops applies only to npz:"),
-    (["prepare", "synthetic:tiny", "{T}/out", "--num-features", "8"], "not to synthetic:"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--features", "{T}/x.npy"], "/x.npy applies only with edgelist: sources"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--root", "{T}"], "applies only with ogb: or ogb-lsc: sources"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--self-loops"], "--self-loops applies only with npz: or edgelist:"),
+    (["prepare", "synthetic:tiny", "{T}/out", "--num-features", "8"], "--num-features 8 applies only with edgelist: sources"),
 ])
 def test_an_option_the_command_would_ignore_is_refused(tiny_partitions, tmp_path, capsys, argv, expected):
     part = tmp_path / "p2"

@@ -70,7 +70,7 @@ def test_validate_only_checks_and_resolved_fills_the_defaults_in(tiny_partitions
     full = TrainConfig(part_dir, mode="full-graph", layers=2).resolved()
     assert (full.fanouts, full.eval_fanouts, full.inference, full.policy) == (None, None, "layerwise", None)
     assert full.resolved() == full  # what does not apply to the run stays unset, so it resolves again
-    with pytest.raises(InputError, match="--fanouts 15,10,5 applies only to runs with --mode minibatch"):
+    with pytest.raises(InputError, match="--fanouts 15,10,5 applies only with --mode minibatch"):
         TrainConfig(part_dir, mode="full-graph", layers=3, fanouts=DEFAULT_FANOUTS).validate()
 
 

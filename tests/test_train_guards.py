@@ -300,7 +300,7 @@ def test_an_option_the_run_does_not_use_is_refused_naming_what_it_needs(tiny_par
     field = TrainConfig.__dataclass_fields__[name]
     config = TrainConfig(str(tiny_partitions[0] / "p2"), layers=2, **others, **{name: value})
     assert not option_of(field).needs.holds(config)
-    with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only to runs with "
+    with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only with "
                                          f"{option_of(field).needs.what}"):
         config.validate()
 
@@ -310,7 +310,7 @@ def test_an_option_the_run_does_not_use_is_refused_naming_what_it_needs(tiny_par
 ])
 def test_an_option_is_refused_in_every_kind_of_run_that_does_not_use_it(tiny_partitions, name, value, others):
     field = TrainConfig.__dataclass_fields__[name]
-    with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only to runs with"):
+    with pytest.raises(InputError, match=f"^{flag_of(field)}.* applies only with"):
         TrainConfig(str(tiny_partitions[0] / "p2"), layers=2, **others, **{name: value}).validate()
 
 

@@ -192,7 +192,7 @@ def test_mag240m_all_types_without_the_author_files_says_where_to_put_them(tmp_p
 
 def test_all_types_applies_only_to_mag240m(tmp_path, capsys):
     assert exit_code(["prepare", "synthetic:tiny", str(tmp_path / "out"), "--all-types"]) == 2
-    assert "--all-types applies only to ogb-lsc: sources" in one_sentence(capsys)
+    assert "--all-types applies only with ogb-lsc: sources" in one_sentence(capsys)
     assert not (tmp_path / "out").exists()
 
 

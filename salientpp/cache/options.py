@@ -7,21 +7,42 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
 
 from ..data.format import SPLITS
 from ..data.schema import GraphSchema
 from ..errors import InputError, check_int
 from ..io import read_meta
+from ..options import Declared, Needs, Option, add_arguments, check_applies
 from ..parsing import flag_names, name_list, parse_bytes, parse_seed
 from ..partition.format import KIND as PART_KIND, PartitionedDataset
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, fanout_table, parse_typed_fanouts
-from ..sampling.link import LINK, NODE, TASKS, NegativeSampling
+from ..sampling.link import LINK, NODE, NUM_NEGATIVES, TASKS, NegativeSampling
 from .plan import (DEVICE_FRACTION, DEVICES, GPU_DEVICE_FRACTION, PLAN_EPOCHS, SIMULATION_EPOCHS, Budget, PlanOptions,
                    PlanRequest, check_device_fraction, default_device_fraction, shown_option)
 from .policies import PolicyContext, available_policies
 from .vip import METHODS
 from .workload import EdgeSeeds, Workload, fanouts_text
+
+
+# The cache policy a plan is built with unless one is chosen (analyze --policy, train --policy).
+DEFAULT_POLICY = "vip"
+
+# The workload options that apply only with others: of --task link, and of --eval-fanouts.
+LINK_TASK = Needs("--task link", lambda options: options.task == LINK)
+LINK_OPTIONS = (
+    Declared("num_negatives", None, Option("--task link: negatives per edge", type=int,
+                                           default_text=str(NUM_NEGATIVES), needs=LINK_TASK)),
+    Declared("negative_sampling", None, Option("--task link: uniform node pairs or per-source destinations",
+                                               choices=tuple(m.value for m in NegativeSampling),
+                                               default_text=NegativeSampling.UNIFORM.value, needs=LINK_TASK)))
+EVAL_FANOUTS = Needs("--eval-fanouts", lambda args: args.eval_fanouts is not None)
+EVAL_OPTIONS = (
+    Declared("eval_batch_size", None, Option("inference seeds per minibatch", type=int, metavar="B",
+                                             default_text="the training batch size", needs=EVAL_FANOUTS)),
+    Declared("eval_splits", None, Option(f"seed splits of inference, from {','.join(SPLITS)}", metavar="S1,S2",
+                                         default_text="valid", needs=EVAL_FANOUTS)),
+    Declared("eval_weight", None, Option("inference passes per training epoch", type=float, metavar="W",
+                                         default_text="1", needs=EVAL_FANOUTS)))
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
@@ -34,15 +55,11 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replace", action="store_true", help="the sampler draws with replacement")
     parser.add_argument(*flag_names("--eval-fanouts"), metavar="F1,F2,...",
                         help="also serve sampled inference with these fanouts (a mixed workload)")
-    parser.add_argument(*flag_names("--eval-batch-size"), type=int, metavar="B",
-                        help="inference seeds per minibatch (default: the training batch size)")
-    parser.add_argument(*flag_names("--eval-splits"), metavar="S1,S2",
-                        help=f"seed splits of inference, from {','.join(SPLITS)} (default valid)")
-    parser.add_argument(*flag_names("--eval-weight"), type=float, metavar="W",
-                        help="inference passes per training epoch (default 1)")
+    add_arguments(parser, EVAL_OPTIONS, defaults=True)
     parser.add_argument("--vip-method", choices=METHODS,
-                        help="VIP estimate of the vip policy (default exact, cavity with --sampler ladies; cavity "
-                             "corrects the hop>=2 over-estimate)")
+                        help="VIP estimate of the vip policy (default: the sampler's, "
+                             + ", ".join(f"{name} {check_sampler(name).default_vip_method}" for name in SAMPLERS)
+                             + "; cavity corrects the hop>=2 over-estimate)")
     parser.add_argument("--sampler", default=DEFAULT_SAMPLER.value, choices=SAMPLERS,
                         help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
                              "layer-wise, --fanouts are nodes per layer)")
@@ -59,24 +76,13 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=TASKS, default=NODE,
                         help="node seeds, or link prediction: the held-out training edges of `prepare --link-split` "
                              "with negatives, --batch-size edges per batch (default node)")
-    parser.add_argument("--num-negatives", type=int, help="--task link: negatives per edge (default 1)")
-    parser.add_argument("--negative-sampling", choices=[m.value for m in NegativeSampling],
-                        help="--task link: uniform node pairs or per-source destinations (default uniform)")
-
-
-def _only_with(needs: str, given: dict[str, Any]) -> None:
-    """Refuse the options of ``given`` (flag -> value, ``None`` when not given) that were given,
-    since they apply only with ``needs``, which was not."""
-    for flag, value in given.items():
-        if value is not None:
-            raise InputError(f"{flag} applies only with {needs}; drop it, or add {needs}")
+    add_arguments(parser, LINK_OPTIONS, defaults=True)
 
 
 def edge_seeds_from(args: argparse.Namespace) -> EdgeSeeds | None:
     """The :class:`EdgeSeeds` of ``--task link`` (``None`` for node seeds)."""
+    check_applies(args, LINK_OPTIONS)
     if args.task != LINK:
-        _only_with("--task link", {"--num-negatives": args.num_negatives,
-                                   "--negative-sampling": args.negative_sampling})
         return None
     default = EdgeSeeds()
     return EdgeSeeds(default.num_negatives if args.num_negatives is None else args.num_negatives,
@@ -102,9 +108,8 @@ def workloads_from(args: argparse.Namespace, schema: GraphSchema | None = None) 
     edges = edge_seeds_from(args)
     train = Workload(fanouts_from(args.fanouts, schema, args.sampler), args.batch_size, replace=args.replace,
                      sampler=args.sampler, edges=edges, schema=schema)
+    check_applies(args, EVAL_OPTIONS)
     if args.eval_fanouts is None:
-        _only_with("--eval-fanouts", {"--eval-batch-size": args.eval_batch_size, "--eval-splits": args.eval_splits,
-                                      "--eval-weight": args.eval_weight})
         return (train,)
     splits = ("valid",) if args.eval_splits is None else tuple(name_list(args.eval_splits, "--eval-splits",
                                                                           "valid,test"))
@@ -142,8 +147,8 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     """The workload options and what a plan is built with: ``--policy``, the budget, the device
     share and the oracle's epochs (:func:`plan_request_from` reads them)."""
     add_workload_options(parser)
-    parser.add_argument("--policy", default="vip", metavar="NAME",
-                        help=f"cache policy, one of {', '.join(available_policies())} (default vip)")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME",
+                        help=f"cache policy, one of {', '.join(available_policies())} (default {DEFAULT_POLICY})")
     parser.add_argument("--replication", type=float, metavar="ALPHA",
                         help="cache the top ALPHA*N/K remote rows per partition (a fraction in [0, K-1])")
     parser.add_argument(*flag_names("--device-cache-bytes"), metavar="BYTES",

@@ -15,7 +15,7 @@ from ..data.schema import GraphSchema, Relation
 from ..errors import InputError, check_int
 from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_replace,
                               check_sampler, fanout_table)
-from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
+from ..sampling.link import NUM_NEGATIVES, NegativeSampling, check_negative_sampling, check_num_negatives
 
 
 def check_batch_size(batch_size) -> int:
@@ -52,7 +52,7 @@ class EdgeSeeds:
     ``num_negatives`` negatives each, drawn ``negative_sampling``, and the distinct endpoints are
     the batch's node seeds (:class:`~salientpp.sampling.link_loader.LinkNeighborLoader`)."""
 
-    num_negatives: int = 1
+    num_negatives: int = NUM_NEGATIVES
     negative_sampling: NegativeSampling = NegativeSampling.UNIFORM
 
     def __post_init__(self) -> None:

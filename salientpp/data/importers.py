@@ -27,19 +27,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from ..options import check_applies, declared
 from .convert import check_feature_dtype, checked
 from .edgelist import _from_edgelist
 from .format import MULTICLASS, Dataset, class_count
 from .igbh import _from_igbh
 from .npz import _from_npz
 from .ogb import _from_mag240m, _from_ogb
-from .options import ImportOptions, check_counts
+from .options import ImportOptions, Source, check_counts
 
 SCHEMES = ("synthetic", "npz", "edgelist", "ogb", "ogb-lsc", "igbh")
 
 
 def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
-    """Read ``source`` (``SCHEME:ARG``) into a validated :class:`Dataset`."""
+    """Read ``source`` (``SCHEME:ARG``) into a validated :class:`Dataset`; :class:`InputError` for an
+    option of ``options`` its scheme does not read (:func:`~salientpp.options.check_applies`), before
+    any input is read."""
     options = options or ImportOptions()
     scheme, sep, arg = source.partition(":")
     if not sep or scheme not in SCHEMES:
@@ -47,7 +50,7 @@ def load_source(source: str, options: ImportOptions | None = None) -> Dataset:
                          + ", ".join(f"{s}:..." for s in SCHEMES))
     if not arg:
         raise InputError(f"source {source!r} names no {scheme} argument; write it as {scheme}:ARG")
-    options.check_applies_to(scheme)
+    check_applies(options, declared(ImportOptions), Source(scheme))
     check_feature_dtype(options.feature_dtype)
     check_counts(options)
     feature_dtype = options.feature_dtype

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
+from ..sampling.link import NUM_NEGATIVES, NegativeSampling, check_negative_sampling, check_num_negatives
 from ..sampling.link_loader import LinkNeighborLoader, check_edges
 from .dist_loader import Batch, DistNeighborLoader
 from .pipeline import InFlight
@@ -62,7 +62,7 @@ class DistLinkNeighborLoader(DistNeighborLoader):
 
     SEEDS = "edges"
 
-    def __init__(self, graph, split, fanouts, batch_size: int, num_negatives: int = 1,
+    def __init__(self, graph, split, fanouts, batch_size: int, num_negatives: int = NUM_NEGATIVES,
                  negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM, **options):
         self.num_negatives = check_num_negatives(num_negatives)
         self.negative_sampling = check_negative_sampling(negative_sampling)

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, shown
+from ..options import Needs, not_applicable
 from ..parsing import number_list
 
 if TYPE_CHECKING:
@@ -155,19 +156,25 @@ def make_sampler(rowptr, col, fanouts: Fanouts,
 SAMPLING_DEVICES = ("cpu", "cuda")
 
 
+def kind_needs(rule: str) -> Needs:
+    """Where an option applies only with the kinds whose field ``rule`` (``"gpu"``,
+    ``"draws_in_bulk"``) is true: ``--sampler bulk or ladies``, of anything with a ``sampler``."""
+    names = " or ".join(name for name, (k, _) in _REGISTERED.items() if getattr(k, rule))
+    return Needs(f"--sampler {names}", lambda options: getattr(check_sampler(options.sampler), rule))
+
+
 def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str | torch.device) -> torch.device:
     """Where a loader of ``kind`` draws its batches when ``sampling_device`` (``"cpu"`` or
     ``"cuda"``, :data:`SAMPLING_DEVICES`) is asked for in a run training on ``device`` (``"cpu"``,
     ``"cuda"``, ``"cuda:1"``): the CPU, or the training GPU itself. :class:`InputError` unless
-    ``kind`` can draw there (``kind.gpu``) and the run trains on a GPU."""
+    ``kind`` can draw there (``kind.gpu``, the rule of ``train``'s option too: :func:`kind_needs`)
+    and the run trains on a GPU."""
     if sampling_device not in SAMPLING_DEVICES:
         raise InputError(f"the sampling device must be one of {', '.join(SAMPLING_DEVICES)}, got {sampling_device!r}")
     if sampling_device == "cpu":
         return torch.device("cpu")
     if not kind.gpu:
-        gpu_kinds = " or ".join(name for name, (k, _) in _REGISTERED.items() if k.gpu)
-        raise InputError(f"the {kind.title} sampler draws on the CPU only; sample on the GPU with --sampler "
-                         f"{gpu_kinds}, or leave --sampling-device out")
+        raise not_applicable("--sampling-device cuda", kind_needs("gpu"))
     if torch.device(device).type != "cuda":
         raise InputError("--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda")
     return torch.device(device)

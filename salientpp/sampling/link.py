@@ -26,6 +26,8 @@ from ..errors import InputError, check_choice, check_int
 # (link prediction, over the held-out edges of `salientpp prepare --link-split`).
 NODE, LINK = "node", "link"
 TASKS = (NODE, LINK)
+# Negatives per positive edge unless chosen (train, analyze, simulate --num-negatives; the link loaders).
+NUM_NEGATIVES = 1
 
 
 class NegativeSampling(str, enum.Enum):

@@ -7,7 +7,8 @@ import torch
 
 from ..errors import InputError
 from .bulk import stream_seed
-from .link import LinkSeeds, NegativeSampling, check_negative_sampling, check_num_negatives, draw_link_seeds
+from .link import (NUM_NEGATIVES, LinkSeeds, NegativeSampling, check_negative_sampling, check_num_negatives,
+                   draw_link_seeds)
 from .loader import NeighborLoader
 from .sampler import BaseSampler, FetchContext
 
@@ -48,7 +49,8 @@ class LinkNeighborLoader(NeighborLoader):
     """
 
     def __init__(self, sampler: BaseSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
-                 num_negatives: int = 1, negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
+                 num_negatives: int = NUM_NEGATIVES,
+                 negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
                  shuffle: bool = True, seed: int = 0, sampler_threads: int = 1, read_ahead: int = 4,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
                  prefetch_next_epoch: bool = False):

@@ -1,6 +1,7 @@
 """The training configuration: every option of ``salientpp train`` as one dataclass, the schema.
 
-Each field of :class:`TrainConfig` carries an :class:`Option` in its metadata, and everything
+Each field of :class:`TrainConfig` carries an :class:`~salientpp.options.Option` in its metadata
+(the schema every command declares its options with, :mod:`salientpp.options`), and everything
 else is derived from it: the command-line flag (:func:`add_options`, :func:`config_from_args`),
 the options every rank must agree on (:func:`agreed_options`), those a cache plan decides
 (``--plan`` refuses them), those a checkpoint must match to be resumed
@@ -25,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from ..cache.options import DEFAULT_POLICY, LINK_TASK
 from ..cache.plan import DEVICE_FRACTION, GPU_DEVICE_FRACTION, check_device_fraction, default_device_fraction
 from ..cache.policies import get_policy
 from ..distributed.group import DEFAULT_TIMEOUT_S, check_timeout, is_first_rank, may_be_a_restart
@@ -36,10 +38,12 @@ from ..host import check_fetch_thread
 from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
 from ..models import MODELS, TYPED_MODELS
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
-from ..parsing import flag_names, parse_memory_limit
+from ..options import Declared, Needs, Option, add_arguments, check_applies, declared, option, values_from
+from ..parsing import parse_memory_limit
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, SAMPLING_DEVICES, check_fanouts,
                         check_sampler, check_sampling_device, parse_typed_fanouts)
-from ..sampling.link import LINK, TASKS, NegativeSampling
+from ..sampling.kinds import kind_needs
+from ..sampling.link import LINK, NUM_NEGATIVES, TASKS, NegativeSampling
 from .checkpoint import check_checkpoint_dir
 from .link import DECODERS
 from .tasks import METRICS, check_metric
@@ -58,7 +62,6 @@ DEFAULT_FANOUTS = (15, 10, 5)
 # --fanouts: one list for every relation, or (a typed graph's) one list per relation by name.
 Fanouts = tuple[int, ...] | dict[str, tuple[int, ...]]
 DEFAULT_EVAL_FANOUT = 20  # per layer
-DEFAULT_POLICY = "vip"
 DEFAULT_REPLICATION = 0.1
 
 
@@ -68,64 +71,14 @@ def cpu_has_bf16() -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-# ---- the schema ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Option:
-    """How one :class:`TrainConfig` field is given and used.
-
-    Attributes:
-        help: the ``--help`` text; the default is appended (``default_text``, else the field's default).
-        flag: the command-line flag; ``None``: ``--`` and the field name with dashes; ``""``: a
-            positional argument. A bool field's flag sets the opposite of its default.
-        type: what argparse converts the text with (``int``, ``float``; ``str`` by default).
-        parse: text -> value after argparse, which may raise :class:`InputError` (fanouts, sizes).
-        choices, metavar: as in argparse.
-        default_text: how the help states a default that is not the field's own (``None`` fields).
-        check: ``check(value, flag)`` raises :class:`InputError` for a bad value (not called for ``None``).
-        agreed: every rank of a job must hold the same value (after :meth:`TrainConfig.resolved`);
-            a function: the same function of it (``--checkpoint-dir``: whether one is given,
-            which decides whether checkpoints' collectives run; its path may differ between machines).
-        plan_decides: a cache plan (``--plan``) decides it, so the two cannot be given together.
-        resume_matches: a checkpoint is resumed only by a run with the same value.
-        trains: the value shapes the training itself, so a resumed run that changed it says so
-            (``--checkpoint-dir`` and ``--resume`` are agreed on but only say where and whether).
-        alias: ``(flag, value, help)``: a second flag that sets the field to ``value``, exclusive
-            with the first (``--no-pipeline`` for ``--pipeline-depth 1``).
-        needs: the option applies only to runs where ``needs.holds(config)``; set to anything but
-            its default elsewhere, it is refused (``--dependencies`` without ``--mode full-graph``).
-    """
-
-    help: str
-    flag: str | None = None
-    type: Callable[[str], Any] | None = None
-    parse: Callable[[Any], Any] | None = None
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    default_text: str | None = None
-    check: Callable[[Any, str], Any] | None = None
-    agreed: bool | Callable[[Any], Any] = False
-    plan_decides: bool = False
-    resume_matches: bool = False
-    trains: bool = True
-    alias: tuple[str, Any, str] | None = None
-    needs: "Needs | None" = None
-
-
-@dataclass(frozen=True)
-class Needs:
-    """The runs an option applies to: those where ``holds(config)``, which ``what`` names as the
-    options that make it so (``"--task link"``)."""
-
-    what: str
-    holds: Callable[["TrainConfig"], bool]
-
+# ---- the schema: each field an Option (salientpp.options), these its Needs ------------------------
 
 MINIBATCH_ONLY = Needs("--mode minibatch", lambda config: config.mode == MINIBATCH)
 FULL_GRAPH_ONLY = Needs("--mode full-graph", lambda config: config.mode == FULL_GRAPH)
-LINK_ONLY = Needs("--task link", lambda config: config.task == LINK)
-BULK_ONLY = Needs("--sampler " + " or ".join(name for name in SAMPLERS if check_sampler(name).draws_in_bulk),
-                  lambda config: check_sampler(config.sampler).draws_in_bulk)
+LINK_ONLY = LINK_TASK
+BULK_ONLY = kind_needs("draws_in_bulk")
+GPU_SAMPLER_ONLY = kind_needs("gpu")
+LAYER_SIZES = kind_needs("layer_sizes")  # whose fanouts are nodes per layer
 EMBEDDING_ONLY = Needs("--embedding-dim", lambda config: config.embedding_dim > 0)
 CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoint_dir))
 CACHED_ONLY = Needs("--mode minibatch and a --policy other than none",
@@ -136,20 +89,13 @@ SAMPLED_INFERENCE_ONLY = Needs("--eval-every 1 or more and --inference sampled i
                                and MINIBATCH_ONLY.holds(config))
 
 
-def option(default: Any, help: str, **spec: Any) -> Any:
-    """A :class:`TrainConfig` field with ``default`` (``dataclasses.MISSING``: required) and the
-    :class:`Option` of ``help`` and ``spec``."""
-    return field(default=default, metadata={"option": Option(help, **spec)})
-
-
 def option_of(f: dataclasses.Field) -> Option:
     return f.metadata["option"]
 
 
 def flag_of(f: dataclasses.Field) -> str:
     """The field's command-line flag (``--batch-size``), or its name in capitals when positional."""
-    flag = option_of(f).flag
-    return f.name.upper() if flag == "" else flag or "--" + f.name.replace("_", "-")
+    return Declared(f.name, f.default, option_of(f)).flag
 
 
 def positive(value: Any, flag: str) -> None:
@@ -217,11 +163,6 @@ def _joined(values: tuple[int, ...]) -> str:
     return ",".join(map(str, values))
 
 
-def _shown(value: Any) -> str:
-    """An option's value as it is typed: ``15,10,5`` for a tuple."""
-    return _joined(value) if isinstance(value, tuple) else str(value)
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """What to train, where, and how: one field per option of ``salientpp train`` (each field's
@@ -260,8 +201,8 @@ class TrainConfig:
     task: str = option("node", "node classification, or link prediction over the held-out edges of `salientpp "
                        "prepare --link-split`", choices=TASKS, check=one_of(TASKS, "task"), agreed=True,
                        resume_matches=True, needs=MINIBATCH_ONLY)
-    num_negatives: int = option(1, "--task link: negatives per training edge", type=int, check=positive, agreed=True,
-                                needs=LINK_ONLY)
+    num_negatives: int = option(NUM_NEGATIVES, "--task link: negatives per training edge", type=int, check=positive,
+                                agreed=True, needs=LINK_ONLY)
     negative_sampling: str = option(
         NegativeSampling.UNIFORM.value, "--task link: uniform random node pairs, or random destinations of each "
         "edge's source", choices=tuple(m.value for m in NegativeSampling),
@@ -273,8 +214,8 @@ class TrainConfig:
     hidden: int = option(256, "hidden width", type=int, check=positive, agreed=True, resume_matches=True)
     layers: int = option(3, "number of layers", type=int, check=positive, agreed=True, resume_matches=True)
     fanouts: Fanouts | None = option(
-        None, "neighbours per hop, seeds first, one per layer; -1: every neighbour (ladies: nodes per layer); on a "
-        "typed graph for every relation, or one list per relation: REL=15,10,5;REL2=5,5,5 (0: none at that hop)",
+        None, f"neighbours per hop, seeds first, one per layer; -1: every neighbour ({LAYER_SIZES.what}: nodes per "
+        "layer); on a typed graph for every relation, or one list per relation: REL=15,10,5;REL2=5,5,5 (0: none at that hop)",
         parse=parse_typed_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True,
         needs=MINIBATCH_ONLY)
     batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
@@ -282,8 +223,8 @@ class TrainConfig:
     sampler: str = option(DEFAULT_SAMPLER.value, "training sampler; bulk: the same draws, many batches at "
                           "once; ladies: layer-wise importance sampling, --fanouts are nodes per layer (SAGE)",
                           choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True, needs=MINIBATCH_ONLY)
-    minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, "minibatches the bulk and ladies samplers draw at "
-                                       "once", flag="--bulk-size", type=int, metavar="K", check=positive, agreed=True,
+    minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, f"minibatches drawn at once with {BULK_ONLY.what}",
+                                       flag="--bulk-size", type=int, metavar="K", check=positive, agreed=True,
                                        needs=BULK_ONLY)
     lr: float = option(0.003, "Adam learning rate", type=float,
                        check=lambda value, flag: positive_number(value, f"the learning rate ({flag})"), agreed=True)
@@ -334,8 +275,8 @@ class TrainConfig:
         alias=("--no-pipeline", 1, "run the stages of each batch one after another (--pipeline-depth 1)"),
         needs=MINIBATCH_ONLY)
     sampling_device: str = option("cpu", "where the training batches are drawn: the host's cores, or the training GPU "
-                                  "(a bulk kind, with the graph's CSR on the GPU)", choices=SAMPLING_DEVICES,
-                                  agreed=True, needs=BULK_ONLY)
+                                  f"(with {GPU_SAMPLER_ONLY.what}, the graph's CSR on the GPU)", choices=SAMPLING_DEVICES,
+                                  agreed=True, needs=GPU_SAMPLER_ONLY)
     fetch_thread: bool | None = option(
         None, "run the pipeline's fetch stages (the exchange and the assembly of each batch) on a thread of their own, "
         "one batch ahead of the model step", choices=("on", "off"), parse=lambda text: text == "on",
@@ -460,13 +401,7 @@ class TrainConfig:
 
     def _check_combinations(self) -> None:
         """The rules between options, on the options as given."""
-        for f in fields(self):
-            needs = option_of(f).needs
-            value = getattr(self, f.name)
-            if needs is not None and value != f.default and not needs.holds(self):
-                given = flag_of(f) if isinstance(value, bool) else f"{flag_of(f)} {_shown(value)}"
-                raise InputError(f"{given} applies only to runs with {needs.what}; drop it, or train with "
-                                 f"{needs.what}")
+        check_applies(self, declared(TrainConfig))
         if self.plan is not None:
             given = [flag_of(f) for f in fields(self) if option_of(f).plan_decides and getattr(self, f.name) is not None]
             if given:
@@ -555,29 +490,10 @@ def resumable_flags() -> dict[str, str]:
 # ---- the command line -----------------------------------------------------------------------------
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    """One argument per :class:`TrainConfig` field, from its :class:`Option`. Arguments left out
-    stay out of the namespace (``argparse.SUPPRESS``), so the field's default applies and
-    ``--plan`` can tell the options that were given."""
-    for f in fields(TrainConfig):
-        spec = option_of(f)
-        if spec.flag == "":
-            parser.add_argument(f.name, metavar=spec.metavar, help=spec.help)
-            continue
-        default = spec.default_text if spec.default_text is not None else f.default
-        shown = isinstance(default, str) or not (default is None or isinstance(default, bool))
-        help_text = f"{spec.help} (default {default})" if shown else spec.help
-        kwargs: dict[str, Any] = {"dest": f.name, "help": help_text, "default": argparse.SUPPRESS}
-        if isinstance(f.default, bool):
-            kwargs["action"] = "store_false" if f.default else "store_true"
-        else:
-            kwargs.update(type=spec.type, choices=spec.choices, metavar=spec.metavar)
-        group = parser
-        if spec.alias is not None:
-            group = parser.add_mutually_exclusive_group()
-            alias, value, alias_help = spec.alias
-            group.add_argument(alias, dest=f.name, action="store_const", const=value, help=alias_help,
-                               default=argparse.SUPPRESS)
-        group.add_argument(*flag_names(flag_of(f)), **kwargs)
+    """One argument per :class:`TrainConfig` field, from its :class:`Option`
+    (:func:`~salientpp.options.add_arguments`). Arguments left out stay out of the namespace, so
+    the field's default applies and ``--plan`` can tell the options that were given."""
+    add_arguments(parser, declared(TrainConfig))
 
 
 def config_from_args(args: argparse.Namespace, ignore: tuple[str, ...] = ("command", "func")) -> TrainConfig:
@@ -589,5 +505,4 @@ def config_from_args(args: argparse.Namespace, ignore: tuple[str, ...] = ("comma
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ValueError(f"the train parser has arguments that map to no TrainConfig field: {', '.join(unknown)}")
-    return TrainConfig(**{name: value if option_of(known[name]).parse is None else option_of(known[name]).parse(value)
-                          for name, value in given.items()})
+    return TrainConfig(**values_from(args, declared(TrainConfig)))
