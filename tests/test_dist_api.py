@@ -167,7 +167,7 @@ def _typed_batch(sample):
     """The hand-built typed sample as the Batch a typed loader yields (labels: the seeds' ids)."""
     from salientpp.loader.dist_loader import hop_layout
 
-    return salientpp.Batch(None, sample.n_id[:sample.num_seeds], sample.n_id, sample.num_seeds, sample.mfgs,
+    return salientpp.Batch(sample.n_id[:sample.num_seeds], sample.n_id, sample.num_seeds, sample.mfgs,
                            *hop_layout(sample.mfgs, sample.num_seeds), schema=sample.schema,
                            node_type=sample.node_type, x_dict=sample.x_dict)
 
@@ -354,7 +354,7 @@ def _typed_epoch(part_dir: str, plan: str | None, dataset) -> dict:
     loader.set_epoch(1)
     for batch in loader:
         n_id, node_type = batch.n_id.numpy(), batch.node_type.numpy()
-        assert batch.x is None and batch.schema is graph.schema
+        assert batch.x is batch.x_dict[schema.target] and batch.schema is graph.schema
         assert np.array_equal(node_type, book.type_of(n_id))
         assert set(batch.x_dict) == set(rows)  # every type with features, none for the authors
         for name, x in batch.x_dict.items():
@@ -435,16 +435,49 @@ def test_a_typed_loader_refuses_bad_fanouts_or_an_untyped_sampler_in_one_sentenc
         salientpp.shutdown_distributed(ctx)
 
 
+def _drawn(graph, fanouts) -> list[tuple]:
+    """What a loader over ``fanouts`` draws in an epoch of the training split: per batch its
+    ``n_id``, each MFG's edges and edge types, and its node types."""
+    loader = salientpp.DistNeighborLoader(graph, "train", fanouts=fanouts, batch_size=4, seed=5)
+    return [(b.n_id.tolist(), [(m.edge_index.tolist(), m.edge_type.tolist()) for m in b.mfgs], b.node_type.tolist())
+            for b in loader]
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_loader_given_the_fanout_table_draws_the_batches_of_its_list_and_its_mapping(tiny_partitions,
+                                                                                       typed_partitions, typed):
+    """fanouts as the [L, R] table (Workload's form), one list for every relation, or a dict per
+    relation are one thing: the loader reads them into the same table and draws the same batches."""
+    root = (typed_partitions if typed else tiny_partitions)[0]
+    ctx = salientpp.init_distributed()
+    try:
+        graph = salientpp.DistGraph(root / "p1", ctx)
+        relations = [str(r) for r in graph.schema.relations]
+        table = np.array([[3] * len(relations), [2] * len(relations)])
+        forms = [[3, 2], {r: [3, 2] for r in relations}, table, table.tolist()]
+        loaders = [salientpp.DistNeighborLoader(graph, "train", fanouts=f, batch_size=4) for f in forms]
+        assert all(np.array_equal(loader.fanouts, table) for loader in loaders)
+        drawn = [_drawn(graph, f) for f in forms]
+        assert drawn[0] and all(d == drawn[0] for d in drawn[1:])
+        if typed:  # a table with a relation that draws nothing draws fewer edges of it than the full one
+            table[:, relations.index(str(graph.schema.relations[0]))] = 0
+            fewer = _drawn(graph, table)
+            assert sum(len(e[0][0]) for b in fewer for e in b[1]) < sum(len(e[0][0]) for b in drawn[0] for e in b[1])
+    finally:
+        salientpp.shutdown_distributed(ctx)
+
+
 def _typed_valid_steps(part_dir: str) -> list:
     ctx = salientpp.init_distributed()
     graph = salientpp.DistGraph(part_dir, ctx)
     steps = []
     for batch in salientpp.DistNeighborLoader(graph, "valid", fanouts=[3, 2], batch_size=1, shuffle=False):
         steps.append((batch.batch_size, {name: tuple(x.shape) for name, x in batch.x_dict.items()},
-                      tuple(batch.node_type.shape), [m.edge_type is not None for m in batch.mfgs],
+                      tuple(batch.node_type.shape), [m.edge_type.shape == (m.num_edges,) for m in batch.mfgs],
                       tuple(batch.to_pyg()["paper"].x.shape)))
     without = next(iter(salientpp.DistNeighborLoader(graph, "valid", fanouts=[3, 2], batch_size=1, features=False)))
-    steps.append((without.x, without.x_dict, tuple(without.node_type.shape)))
+    papers = int((without.node_type == graph.schema.target_index).sum())
+    steps.append(((papers, 0), tuple(without.x.shape), without.x_dict, tuple(without.node_type.shape)))
     salientpp.shutdown_distributed(ctx)
     return steps
 
@@ -458,5 +491,5 @@ def test_a_typed_empty_step_has_no_rows_of_each_type_and_a_loader_without_featur
         assert shapes == {"paper": (0, 5), "inst": (0, 2)} and node_type == (0,) and all(edge_types)
         assert paper == (0, 5)
     for steps in results:
-        x, x_dict, node_type = steps[-1]
-        assert x is None and x_dict == {} and node_type[0] >= 0
+        papers, x, x_dict, node_type = steps[-1]
+        assert x == papers and x_dict == {} and node_type[0] >= 0  # x: no columns, a row per paper

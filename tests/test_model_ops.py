@@ -488,8 +488,8 @@ def test_the_cuda_dropout_draws_the_cpu_mask_bit_for_bit(dtype, relu):
 
 def test_type_ranks_give_each_node_its_row_among_its_types_nodes_in_n_id_order():
     node_type = torch.tensor([2, 0, 2, 1, 0, 2, 2])
-    rank, counts = type_ranks(node_type, 7, 4)
+    rank, counts = type_ranks(node_type, 4)
     assert rank.tolist() == [0, 0, 1, 0, 1, 2, 3] and counts.tolist() == [2, 1, 4, 0]
     assert rank.dtype == counts.dtype == torch.int64
-    rank, counts = type_ranks(None, 3, 2)
-    assert rank.tolist() == [0, 1, 2] and counts.tolist() == [3, 0]
+    rank, counts = type_ranks(torch.zeros(1, dtype=torch.int64).expand(3), 1)  # one type: the positions
+    assert rank.tolist() == [0, 1, 2] and counts.tolist() == [3]

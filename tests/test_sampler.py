@@ -318,7 +318,7 @@ def test_a_typed_batch_draws_each_relations_fanout_among_that_relations_neighbou
         fanouts["cites"], fanouts["rev_affiliated_with"] = [3, 2], [6, 5]
         del fanouts["institution__rev_affiliated_with__author"]
     sampler = NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema)
-    table = sampler.fanout_table
+    table = sampler.fanouts
     assert table.shape == (2, R) and table.dtype == np.int64
     keys = typed_keys(rowptr, col, edge_rel, R)
     degrees = relation_degrees(rowptr, edge_rel, R)
@@ -363,7 +363,7 @@ def test_a_typed_sampler_draws_each_neighbour_of_a_relation_uniformly(replace):
     R = schema.num_relations
     table = {"cites": [2], "writes": [3], "rev_writes": [1], "affiliated_with": [1], "rev_affiliated_with": [4]}
     sampler = NeighborSampler(rowptr, col, table, replace=replace, edge_rel=edge_rel, schema=schema)
-    fanout = sampler.fanout_table[0]
+    fanout = sampler.fanouts[0]
     keys = typed_keys(rowptr, col, edge_rel, R)
     n = schema.total_nodes
     seeds = torch.arange(n)
@@ -422,7 +422,8 @@ def test_a_typed_graph_of_one_relation_samples_like_the_homogeneous_graph():
     plain = NeighborSampler(rowptr, col, [4, 3])
     seeds = torch.tensor([0, 5, 405, 77])
     a, b = plain.sample(seeds, seed=1), typed.sample(seeds, seed=1)
-    assert a.node_type is None and all(m.edge_type is None for m in a.mfgs)
+    assert torch.equal(a.node_type, torch.zeros(a.num_nodes, dtype=torch.int64)) and a.node_type.stride() == (0,)
+    assert all(torch.equal(m.edge_type, torch.zeros(m.num_edges, dtype=torch.int64)) for m in a.mfgs)
     assert torch.equal(a.n_id, b.n_id)
     assert torch.equal(b.node_type, torch.from_numpy(schema.type_of(b.n_id.numpy())))
     assert b.node_type.tolist()[:4] == [0, 0, 1, 0]
@@ -437,7 +438,7 @@ def test_typed_mfgs_and_batches_move_their_types():
     moved = batch.to("cpu")
     assert torch.equal(moved.node_type, batch.node_type)
     assert all(torch.equal(m.edge_type, b.edge_type) for m, b in zip(moved.mfgs, batch.mfgs))
-    assert MFG.empty().edge_type is None and MFG.empty().to("cpu").edge_type is None
+    assert MFG.empty().edge_type.shape == MFG.empty().to("cpu").edge_type.shape == (0,)
 
 
 def test_a_typed_batch_takes_its_node_types_from_the_given_type_of_where_ids_are_renumbered():

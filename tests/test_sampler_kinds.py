@@ -37,7 +37,7 @@ TINY = SamplerKind("tiny", "TINY", "nodewise", layer_sizes=True)
 
 class TinySampler(BaseSampler):
     def __init__(self, rowptr, col, fanouts, *, replace, minibatches_per_bulk, device):
-        self.fanouts = list(check_fanouts(fanouts, TINY))
+        self.fanouts = fanout_table(fanouts, kind=TINY)
         self.inner = NeighborSampler(rowptr, col, self.fanouts, replace=check_replace(replace, TINY))
         self.num_nodes = self.inner.num_nodes
 
@@ -165,7 +165,7 @@ def test_a_kind_that_draws_homogeneous_graphs_only_refuses_a_typed_graph():
     assert SamplerKind.NODEWISE.typed
     sampler = make_sampler(rowptr, col, {"cites": [3], "writes": [2], "rev_writes": [0], "affiliated_with": [1],
                                          "rev_affiliated_with": [-1]}, "nodewise", edge_rel=edge_rel, schema=schema)
-    assert isinstance(sampler, NeighborSampler) and sampler.fanout_table.tolist() == [[3, 2, 0, 1, -1]]
+    assert isinstance(sampler, NeighborSampler) and sampler.fanouts.tolist() == [[3, 2, 0, 1, -1]]
 
 
 def _typed_schema() -> GraphSchema:

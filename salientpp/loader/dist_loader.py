@@ -18,8 +18,7 @@ still take part in the collectives. The VIP analysis and the simulator model the
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterator
 
@@ -33,11 +32,11 @@ from ..distributed.device import device_ops
 from ..distributed.exchange import CommStats
 from ..distributed.health import Stage
 from ..errors import InputError, check_int, check_seed
-from ..data.schema import HOMOGENEOUS_TYPE, GraphSchema
+from ..data.schema import GraphSchema
 from ..host import ThreadBudget, local_world_size, sampler_read_ahead
 from ..models.typed import type_ranks
-from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_fanouts,
-                        check_sampler, check_sampling_device, make_sampler)
+from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, FetchContext, NeighborLoader, SamplerKind, check_sampler,
+                        check_sampling_device, fanout_table, make_sampler)
 from ..sampling import MFG
 from ..streams import OTHER_WORKLOAD, TRAIN_WORKLOAD, loader_seed
 from .graph import DistGraph
@@ -64,10 +63,12 @@ def hop_layout(mfgs: list[MFG], batch_size: int) -> tuple[list[int], list[int], 
 class Batch:
     """One minibatch, ready for a model.
 
+    A homogeneous graph is the one-type case: its batch has the same fields, with the
+    homogeneous :class:`~salientpp.data.schema.GraphSchema` (type ``"node"``, relation
+    ``node__to__node``), ``node_type`` and ``edge_type`` zeros (constant views, no per-node
+    memory) and ``x_dict == {"node": x}``.
+
     Attributes:
-        x: ``[num_nodes, F]`` features of ``n_id`` on the device (owned rows, cache tiers and
-            fetched rows, assembled); float16 datasets stay float16. A typed graph's batch has
-            none (None): its features are :attr:`x_dict`.
         y: the seeds' labels on the device: int64 ``[batch_size]`` or ``[batch_size, T]``.
         n_id: int64 ``[num_nodes]`` global ids (partitioned numbering) on the device; the first
             ``batch_size`` are the seeds.
@@ -77,13 +78,13 @@ class Batch:
         num_sampled_nodes: ``[L + 1]`` nodes first reached at hop 0 (the seeds), 1, ..., L, as in
             PyG: ``n_id`` lists them hop by hop.
         num_sampled_edges: ``[L]`` edges of :attr:`edge_index` per hop.
-        schema: the node types and relations of a typed graph; None for a homogeneous graph
-            (one type ``"node"``, one relation).
-        node_type: int64 ``[num_nodes]`` the type index of each node of ``n_id`` (a typed
-            graph's; None for a homogeneous one). The MFGs' ``edge_type`` give each edge's relation.
+        schema: the graph's node types and relations (the homogeneous schema for an untyped graph).
+        node_type: int64 ``[num_nodes]`` the type index of each node of ``n_id``. The MFGs'
+            ``edge_type`` give each edge's relation.
         x_dict: node type name -> ``[n_t, F_t]`` feature rows of the batch nodes of that type, in
-            ``n_id`` order; a type without features has no entry. A homogeneous batch's is
-            ``{"node": x}``.
+            ``n_id`` order, on the device (owned rows, cache tiers and fetched rows, assembled;
+            float16 datasets stay float16); a type without features has no entry, nor has any
+            type in the batches of a loader without features.
 
     **Typed graphs** follow PyG's heterogeneous conventions as its ``NeighborLoader`` sets them:
     :attr:`edge_index_dict` holds one edge index per relation (PyG's edge type triple) for the
@@ -101,7 +102,6 @@ class Batch:
     semantics (every layer re-sampled for every node reached so far).
     """
 
-    x: torch.Tensor
     y: torch.Tensor
     n_id: torch.Tensor
     batch_size: int
@@ -109,32 +109,35 @@ class Batch:
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
     hop_ranges: list[tuple[int, int, int]] = field(repr=False)
-    schema: GraphSchema | None = field(default=None, kw_only=True)
-    node_type: torch.Tensor | None = field(default=None, kw_only=True)
-    x_dict: dict[str, torch.Tensor] | None = field(default=None, kw_only=True)
+    schema: GraphSchema = field(kw_only=True)
+    node_type: torch.Tensor = field(kw_only=True)
+    x_dict: dict[str, torch.Tensor] = field(kw_only=True)
 
-    def __post_init__(self):
-        if self.x_dict is None and self.schema is None:
-            self.x_dict = {HOMOGENEOUS_TYPE: self.x}
+    @property
+    def x(self) -> torch.Tensor:
+        """``[n_t, F]`` the rows of the target type, :attr:`x_dict` ``[target_type]`` (a homogeneous
+        batch's every row: ``[num_nodes, F]``). A target type without features, or a loader without
+        features, gives float32 ``[n_t, 0]``: no columns, one row per batch node of the type."""
+        rows = self.x_dict.get(self.target_type)
+        if rows is None:
+            num_rows = int((self.node_type == self.schema.target_index).sum())
+            rows = torch.empty((num_rows, 0), device=self.n_id.device)
+        return rows
 
     @cached_property
     def edge_index(self) -> torch.Tensor:
-        edge_index = self._hop_ordered("edge_index")
-        return torch.empty((2, 0), dtype=torch.int64, device=self.n_id.device) if edge_index is None else edge_index
+        return self._hop_ordered("edge_index", (2, 0))
 
     @cached_property
-    def edge_type(self) -> torch.Tensor | None:
-        """int64 ``[E]`` the relation of each edge of :attr:`edge_index` (a typed graph's), or None."""
-        if self.schema is None:
-            return None
-        edge_type = self._hop_ordered("edge_type")
-        return torch.empty(0, dtype=torch.int64, device=self.n_id.device) if edge_type is None else edge_type
+    def edge_type(self) -> torch.Tensor:
+        """int64 ``[E]`` the relation of each edge of :attr:`edge_index`."""
+        return self._hop_ordered("edge_type", (0,))
 
-    def _hop_ordered(self, name: str) -> torch.Tensor | None:
-        """The MFGs' edge tensor ``name`` (edges last) of the edges of :attr:`hop_ranges`, hop by
-        hop; None without layers."""
+    def _hop_ordered(self, name: str, empty: tuple[int, ...]) -> torch.Tensor:
+        """The MFGs' int64 edge tensor ``name`` (edges last) of the edges of :attr:`hop_ranges`, hop
+        by hop; int64 of shape ``empty`` without layers."""
         parts = [getattr(self.mfgs[layer], name)[..., first:last] for layer, first, last in self.hop_ranges]
-        return torch.cat(parts, dim=-1) if parts else None
+        return torch.cat(parts, dim=-1) if parts else torch.empty(empty, dtype=torch.int64, device=self.n_id.device)
 
     @property
     def num_nodes(self) -> int:
@@ -143,20 +146,16 @@ class Batch:
     @property
     def target_type(self) -> str:
         """The node type of the seeds (a homogeneous graph's one type, ``"node"``)."""
-        return HOMOGENEOUS_TYPE if self.schema is None else self.schema.target
+        return self.schema.target
 
     @cached_property
     def _typed_view(self) -> tuple[dict, dict, dict, dict]:
         """``(edge_index_dict, num_sampled_edges_dict, num_sampled_nodes_dict, n_id_dict)`` of
         PyG's heterogeneous convention (one host synchronisation for the counts)."""
-        schema = self.schema or GraphSchema.homogeneous(self.num_nodes)
+        schema, node_type, edge_type = self.schema, self.node_type, self.edge_type
         device, hops = self.n_id.device, len(self.num_sampled_edges)
-        rank, _ = type_ranks(self.node_type, self.num_nodes, schema.num_types)
+        rank, _ = type_ranks(node_type, schema.num_types)
         rank = rank.to(device)
-        node_type = (torch.zeros(self.num_nodes, dtype=torch.int64, device=device) if self.node_type is None
-                     else self.node_type)
-        edge_type = self.edge_type if self.edge_type is not None else torch.zeros(
-            self.edge_index.shape[1], dtype=torch.int64, device=device)
         node_hop = torch.repeat_interleave(torch.arange(hops + 1, device=device),
                                            torch.tensor(self.num_sampled_nodes, device=device))
         edge_hop = torch.repeat_interleave(torch.arange(hops, device=device),
@@ -195,14 +194,14 @@ class Batch:
         return self._typed_view[3]
 
     def to_pyg(self):
-        """This batch as PyG's ``NeighborLoader`` gives it: a homogeneous graph's as a
-        ``torch_geometric.data.Data`` (x, y, edge_index, n_id, batch_size, num_sampled_nodes,
-        num_sampled_edges); a typed graph's as a ``HeteroData`` with, per node type, ``x`` (types
+        """This batch as PyG's ``NeighborLoader`` gives it: a homogeneous graph's (one node type and
+        one relation, PyG's convention) as a ``torch_geometric.data.Data`` (x, y, edge_index, n_id,
+        batch_size, num_sampled_nodes, num_sampled_edges); a typed graph's as a ``HeteroData`` with, per node type, ``x`` (types
         with features), ``n_id``, ``num_nodes`` and ``num_sampled_nodes``, per relation
         ``edge_index`` and ``num_sampled_edges``, and ``y`` and ``batch_size`` on the target type."""
         from torch_geometric.data import Data, HeteroData
 
-        if self.schema is None:
+        if self.schema.is_homogeneous:
             return Data(x=self.x, y=self.y, edge_index=self.edge_index, n_id=self.n_id, batch_size=self.batch_size,
                         num_sampled_nodes=self.num_sampled_nodes, num_sampled_edges=self.num_sampled_edges)
         data = HeteroData()
@@ -230,9 +229,11 @@ class DistNeighborLoader:
     Args:
         graph: the :class:`DistGraph`.
         split: ``"train"``, ``"valid"``, ``"test"``, or int64 ids this rank owns.
-        fanouts: neighbours per hop, ``fanouts[0]`` at the seeds (-1: all); one per model layer.
-            On a typed graph one list for every relation or a dict relation -> list, made into the
-            fanout table by :func:`~salientpp.sampling.kinds.fanout_table`.
+        fanouts: neighbours per hop, ``fanouts[0]`` at the seeds (-1: all); one per model layer:
+            one list for every relation, a dict relation -> list, or the int64 ``[L, R]`` fanout
+            table itself (one row per hop, one column per relation of the graph's schema, as
+            :attr:`~salientpp.cache.workload.Workload.fanouts` holds it), all read by
+            :func:`~salientpp.sampling.kinds.fanout_table` into :attr:`fanouts`, the table.
         batch_size: at most this many seeds per batch (see the module docstring).
         shuffle: reshuffle the seeds every epoch (from ``seed`` and the epoch).
         plan: a cache plan (``salientpp analyze``) built for this partitioning: its directory or
@@ -290,8 +291,8 @@ class DistNeighborLoader:
             other next epoch discards them). After the last epoch, :meth:`close` stops that
             sampling.
         features: assemble the batch's feature rows; ``False`` fetches none (no cache either,
-            so ``plan`` must be ``None``) and ``Batch.x`` is float32 ``[num_nodes, 0]``, for a
-            model fed by a :class:`~salientpp.embedding.DistEmbedding` alone.
+            so ``plan`` must be ``None``): ``Batch.x_dict`` is empty and ``Batch.x`` float32
+            ``[n_t, 0]``, for a model fed by a :class:`~salientpp.embedding.DistEmbedding` alone.
 
     After each epoch, :attr:`stats` holds its exchange counters (rows owned, cache hits, rows
     fetched and bytes) and :attr:`times` the seconds spent in each stage.
@@ -299,7 +300,8 @@ class DistNeighborLoader:
     **Typed graphs.** On a typed :class:`DistGraph` the sampler is the typed node-wise one
     (``edge_rel``, the schema, the fanout table) and each :class:`Batch` carries ``x_dict`` (the
     rows of every node type with features, exactly the dataset's), ``node_type``, MFGs with
-    ``edge_type``, the seeds' ``y`` and the ``schema``; ``x`` is None. The rows of every type
+    ``edge_type``, the seeds' ``y`` and the ``schema``; ``x`` is the target type's rows. A
+    homogeneous graph's batches are the one-type case of the same. The rows of every type
     travel in one exchange per batch (:class:`~salientpp.distributed.exchange.RowExchange`),
     and :attr:`stats` counts the rows received per type (``received_by_type``).
     """
@@ -315,9 +317,8 @@ class DistNeighborLoader:
         self.graph = graph
         self.sampler = check_sampler(sampler)
         self.sampling_device = check_sampling_device(sampling_device, self.sampler, graph.ctx.device)
-        typed = graph.is_typed
-        self.fanouts = fanouts if typed and isinstance(fanouts, Mapping) else check_fanouts(fanouts, self.sampler)
-        # made first: a typed graph's fanouts are checked here, before any collective
+        # read first, before any collective: int64 [L, R]
+        self.fanouts = fanout_table(fanouts, graph.schema, self.sampler)
         sampler_core = make_sampler(graph.rowptr, graph.col, self.fanouts, self.sampler, replace, minibatches_per_bulk,
                                     self.sampling_device,
                                     **graph.data.sampler_args)
@@ -441,24 +442,16 @@ class DistNeighborLoader:
                 self._loader.close()
 
     def _batch(self, item: InFlight) -> Batch:
-        device = self.graph.ctx.device
+        device, schema = self.graph.ctx.device, self.graph.schema
         batch = item.batch
         rows = self._empty_x_dict if batch is None else item.x_dict  # node type index -> its rows
-        typed = {}
-        if self.graph.is_typed:  # no x: the rows of each type with features
-            names = self.graph.schema.node_types
-            typed = {"schema": self.graph.schema, "x_dict": {names[t]: x for t, x in rows.items()},
-                     "node_type": torch.empty(0, dtype=torch.int64, device=device) if batch is None else item.node_type}
-        num_nodes = 0 if batch is None else batch.num_nodes
-        # a homogeneous graph's x: its one type's rows, or float32 [num_nodes, 0] without features
-        x = None if typed else rows[0] if rows else torch.empty((num_nodes, 0), device=device)
+        x_dict = {schema.node_types[t]: x for t, x in rows.items()}
         if batch is None:  # no seeds on this rank for this step
             seeds = torch.empty(0, dtype=torch.int64)
             mfgs = [MFG.empty() for _ in range(self.num_layers)]
-            if self.graph.is_typed:
-                mfgs = [replace(m, edge_type=torch.empty(0, dtype=torch.int64)) for m in mfgs]
-            return Batch(x, self._labels(seeds).to(device), seeds.to(device), 0,
-                         [m.to(device) for m in mfgs], *hop_layout(mfgs, 0), **typed)
+            return Batch(self._labels(seeds).to(device), seeds.to(device), 0, [m.to(device) for m in mfgs],
+                         *hop_layout(mfgs, 0), schema=schema, node_type=torch.empty(0, dtype=torch.int64, device=device),
+                         x_dict=x_dict)
         self.ops.wait(item.ready)  # the compute stream waits for the side stream; the host does not
-        return Batch(x, item.y, item.n_id, batch.batch_size, item.mfgs,
-                     *hop_layout(batch.mfgs, batch.batch_size), **typed)
+        return Batch(item.y, item.n_id, batch.batch_size, item.mfgs, *hop_layout(batch.mfgs, batch.batch_size),
+                     schema=schema, node_type=item.node_type, x_dict=x_dict)

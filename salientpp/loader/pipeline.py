@@ -37,6 +37,7 @@ from ..distributed.device import DeviceOps, Event
 from ..distributed.exchange import CommStats, Pending, RowExchange
 from ..distributed.feature_store import FeatureStore
 from ..distributed.health import Stage
+from ..sampling.convert import moved
 
 
 @dataclass
@@ -51,7 +52,8 @@ class InFlight:
             nodes of the type, in ``n_id`` order, on the device (types with features; a
             homogeneous graph's ``{0: [num_nodes, F]}``; empty without a store) (set last).
         mfgs, n_id, y, node_type: the batch's MFGs, int64 ``[num_nodes]`` node ids, its seeds' label
-            rows and (a typed graph's) int64 ``[num_nodes]`` node types, on the device (set last).
+            rows and int64 ``[num_nodes]`` node types, on the device (set last; a one-type graph's
+            node types, and a one-relation graph's edge types, stay constant views).
         ready: the event after which ``x_dict``, ``mfgs``, ``n_id`` and ``y`` are complete on the device; the
             consumer makes its stream wait for it (:meth:`DeviceOps.wait`) before using them.
     """
@@ -168,16 +170,15 @@ class AssembleStage:
         item.x_dict = {} if self.store is None else self.store.assemble(batch.origins, received, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
                              edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight),
-                             edge_type=None if mfg.edge_type is None else up(mfg.edge_type))
+                             edge_type=moved(mfg.edge_type, up))
                      for mfg in batch.mfgs]
         item.n_id = up(batch.n_id)
         item.y = up(self.labels(self.ops.download(batch.n_id[:batch.batch_size])))
-        item.node_type = None if batch.node_type is None else up(batch.node_type)
+        item.node_type = moved(batch.node_type, up)
         item.ready = self.ops.record()
         structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight, mfg.edge_type)
                      if t is not None]
-        features = [*item.x_dict.values()] + ([] if item.node_type is None else [item.node_type])
-        self.ops.hand_over(features + [item.n_id, item.y, *structure])
+        self.ops.hand_over([*item.x_dict.values(), item.node_type, item.n_id, item.y, *structure])
         return item
 
 

@@ -369,22 +369,24 @@ def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: i
                 typed: TypedInput | None = None) -> nn.Module:
     """The model ``spec`` names (see the module docstring); PyG's generated files are removed.
 
-    ``typed``: a typed graph's schema and input widths, which the built-in typed models
-    (:data:`~salientpp.models.typed.TYPED_MODELS`) are built from; without it they are built
-    for a homogeneous graph of ``in_dim`` features. A user's factory still gets ``in_dim`` (the
+    ``typed``: the graph's schema and input widths, which the built-in typed models
+    (:data:`~salientpp.models.typed.TYPED_MODELS`) are built from; not given: a homogeneous
+    graph's of ``in_dim`` features (:meth:`~salientpp.models.typed.TypedInput.homogeneous`).
+    A user's factory still gets ``in_dim`` (the
     target type's width) and is checked against the graph's kind of input (:func:`model_input`).
     """
+    typed = typed or TypedInput.homogeneous(in_dim)
+    several = not typed.schema.is_homogeneous  # several node types or relations
     if spec in MODELS:
-        check_model(spec, typed=typed is not None and not typed.schema.is_homogeneous)
+        check_model(spec, typed=several)
         return MFGModel(spec, in_dim, hidden, out_dim, num_layers, dropout)
     if spec in TYPED_MODELS:
-        return TypedMFGModel(spec, TypedInput.homogeneous(in_dim) if typed is None else typed, hidden, out_dim,
-                             num_layers, dropout)
+        return TypedMFGModel(spec, typed, hidden, out_dim, num_layers, dropout)
     with no_pyg_tempfiles():
         model = _factory(spec)(in_dim, hidden, out_dim, num_layers)
     if not isinstance(model, nn.Module):
         raise InputError(f"the model factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
-    model_input(model, typed=typed is not None and not typed.schema.is_homogeneous)
+    model_input(model, typed=several)
     return model
 
 
@@ -511,14 +513,14 @@ class SeedForward:
     def _embedded_rows(self, batch) -> dict[str, torch.Tensor]:
         """The embedding's float32 ``[n_t, D]`` rows of the batch nodes of each type it holds, in
         ``n_id`` order, by type name (one lookup: a collective)."""
-        if batch.node_type is None:  # a homogeneous graph: its one type
-            return {batch.target_type: self.embedding(batch.n_id)}
         types = self.embedding.types
         mask = None if types is None else torch.isin(batch.node_type, types.to(batch.node_type.device))
         rows = self.embedding(batch.n_id if mask is None else batch.n_id[mask])
         node_type = batch.node_type if mask is None else batch.node_type[mask]
         names = batch.schema.node_types
-        held = range(len(names)) if types is None else types.tolist()
+        held = list(range(len(names))) if types is None else types.tolist()
+        if len(held) == 1:  # every row looked up is of the one type held (a homogeneous graph's too)
+            return {names[held[0]]: rows}
         return {names[t]: rows[node_type == t] for t in held}
 
 

@@ -15,7 +15,7 @@ over the typed MFGs of a batch.
 * ``node_type``: int64 ``[num_nodes]``, the type index of each node of ``n_id``.
 * ``n_id``: int64 ``[num_nodes]`` global ids, the seeds first (all of the target type).
 
-A homogeneous batch (``node_type`` and ``edge_type`` None) is a typed one with one type and one
+A homogeneous batch (``node_type`` and ``edge_type`` zeros) is a typed one with one type and one
 relation, so these models run on it too.
 
 **Structure** (MLPerf's R-GAT reference, GraphLearn-for-PyTorch's ``examples/igbh/rgnn.py``: a
@@ -82,19 +82,21 @@ def check_architecture(model: str, models: Sequence[str], what: str, num_layers:
         raise InputError(f"{_ATTENTION[model]} needs a hidden size divisible by its {heads} heads, got {hidden}")
 
 
-def type_ranks(node_type: torch.Tensor | None, num_nodes: int, num_types: int) -> tuple[torch.Tensor, torch.Tensor]:
+def type_ranks(node_type: torch.Tensor, num_types: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Where each batch node sits among the batch nodes of its type.
 
     Args:
-        node_type: int64 ``[num_nodes]`` type index of each node of ``n_id``, or None (one type).
+        node_type: int64 ``[num_nodes]`` type index of each node of ``n_id`` (a one-type graph's
+            is never read: each node's row is its position).
 
     Returns:
         ``(rank, counts)``: int64 ``[num_nodes]``, the row of each node in its type's rows (its
         ``x_dict`` row: ``n_id`` order within a type), and int64 ``[num_types]`` nodes per type.
     """
-    if node_type is None:
-        rank = torch.arange(num_nodes, dtype=torch.int64)
-        return rank, torch.tensor([num_nodes] + [0] * (num_types - 1), dtype=torch.int64)
+    if num_types == 1:
+        num_nodes = node_type.shape[0]
+        return (torch.arange(num_nodes, dtype=torch.int64, device=node_type.device),
+                torch.tensor([num_nodes], dtype=torch.int64, device=node_type.device))
     if node_type.device.type == "cpu":  # numpy's masked writes, one pass per type: several times faster than a sort
         types = node_type.numpy()
         counts_np = np.bincount(types, minlength=num_types)
@@ -139,37 +141,30 @@ class TypedBlock:
     relations: list[RelationBlock]
 
 
-def typed_blocks(mfgs: Sequence[MFG], node_type: torch.Tensor | None, schema: GraphSchema,
-                 num_nodes: int) -> tuple[list[int], list[TypedBlock]]:
+def typed_blocks(mfgs: Sequence[MFG], node_type: torch.Tensor, schema: GraphSchema) -> tuple[list[int], list[TypedBlock]]:
     """The per-type view of a batch's MFGs: nodes per type, and each layer's edges split by
     relation into CSRs over the rows of their types (one host synchronisation for the counts).
 
     Args:
-        mfgs: model order; ``edge_type`` None means relation 0 for every edge.
-        node_type: int64 ``[num_nodes]`` or None (every node of type 0).
+        mfgs: model order, with their ``edge_type``.
+        node_type: int64 ``[num_nodes]`` (a homogeneous batch's: zeros).
 
     Returns:
         ``(counts, blocks)``: batch nodes per type ``[T]``, and one :class:`TypedBlock` per MFG.
     """
     num_types, num_relations = schema.num_types, schema.num_relations
-    if node_type is None and num_types > 1:
+    if not isinstance(node_type, torch.Tensor):
         raise InputError(f"a batch of a graph with {num_types} node types needs node_type, the type of each "
-                         "node of n_id; pass the typed batch's node_type")
+                         "node of n_id; pass the batch's node_type")
     device = mfgs[0].edge_index.device if mfgs else torch.device("cpu")
-    rank, counts = type_ranks(node_type, num_nodes, num_types)
+    rank, counts = type_ranks(node_type, num_types)
     rank, counts = rank.to(device), counts.to(device)
     if num_types == 1 and num_relations == 1:
         rank = None  # the rows of the one type are the positions
     parts = [counts]
     for mfg in mfgs:
-        if mfg.edge_type is None and num_relations > 1 and mfg.num_edges:
-            raise InputError(f"an MFG of a graph with {num_relations} relations needs edge_type, the relation of "
-                             "each edge; pass the typed batch's MFGs")
-        dst_types = node_type[:mfg.num_dst] if node_type is not None else None
-        parts.append(torch.bincount(dst_types, minlength=num_types) if dst_types is not None
-                     else torch.tensor([mfg.num_dst] + [0] * (num_types - 1), device=device))
-        parts.append(torch.bincount(mfg.edge_type, minlength=num_relations) if mfg.edge_type is not None
-                     else torch.tensor([mfg.num_edges] + [0] * (num_relations - 1), device=device))
+        parts.append(_counts(node_type[:mfg.num_dst], num_types, device))
+        parts.append(_counts(mfg.edge_type, num_relations, device))
     numbers = torch.cat(parts).tolist()  # the one synchronisation
     node_counts, numbers = numbers[:num_types], numbers[num_types:]
     blocks = []
@@ -181,6 +176,14 @@ def typed_blocks(mfgs: Sequence[MFG], node_type: torch.Tensor | None, schema: Gr
     return node_counts, blocks
 
 
+def _counts(index: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
+    """int64 ``[size]``: how many entries of ``index`` (``[n]``, values in ``[0, size)``) hold each
+    value, on ``device``; with one value, ``[n]`` without reading them."""
+    if size == 1:
+        return torch.tensor([index.shape[0]], dtype=torch.int64, device=device)
+    return torch.bincount(index.to(device), minlength=size)
+
+
 def _relation_blocks(mfg: MFG, rank: torch.Tensor | None, schema: GraphSchema, num_dst: list[int],
                      edges: list[int]) -> list[RelationBlock]:
     """:func:`typed_blocks`'s relation CSRs of one MFG (``edges[r]`` edges of relation ``r``;
@@ -189,8 +192,8 @@ def _relation_blocks(mfg: MFG, rank: torch.Tensor | None, schema: GraphSchema, n
     src, dst = mfg.edge_index[0], mfg.edge_index[1]
     if rank is None:  # one type and one relation: the MFG's own CSR
         return [RelationBlock(0, 0, 0, mfg.rowptr, src, dst)]
-    # stable: within a relation the edges stay grouped by destination
-    order = torch.argsort(mfg.edge_type, stable=True) if mfg.edge_type is not None else None
+    # stable: within a relation the edges stay grouped by destination (one relation: they are already)
+    order = torch.argsort(mfg.edge_type, stable=True) if schema.num_relations > 1 else None
     blocks, start = [], 0
     for r, relation in enumerate(schema.relations):
         t = types.index(relation.dst)
@@ -368,11 +371,11 @@ class TypedMFGModel(nn.Module):
             h.append(self.project[t](rows.to(dtype)))
         return h
 
-    def forward(self, x_dict: Mapping[str, torch.Tensor], mfgs: Sequence[MFG], node_type: torch.Tensor | None,
+    def forward(self, x_dict: Mapping[str, torch.Tensor], mfgs: Sequence[MFG], node_type: torch.Tensor,
                 n_id: torch.Tensor) -> torch.Tensor:
         if len(mfgs) != self.num_layers:
             raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
-        counts, blocks = typed_blocks(mfgs, node_type, self.schema, int(n_id.shape[0]))
+        counts, blocks = typed_blocks(mfgs, node_type, self.schema)
         h = self.inputs(x_dict, counts)
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             h = conv(h, block)

@@ -42,7 +42,7 @@ import torch
 from .._ext import extension
 from ..errors import InputError, check_int
 from .convert import as_int64_tensor
-from .kinds import SamplerKind, check_fanouts, check_replace, register_sampler
+from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
 from .sampler import MFG, BaseSampler, RowOrigins, SampledBatch, check_csr_ends
 
 # ``method`` -> the kind it draws.
@@ -133,7 +133,7 @@ class BulkSampler(BaseSampler):
             raise InputError(f"unknown bulk sampling method {method!r}; choose one of {', '.join(METHODS)}")
         check_int(minibatches_per_bulk, "minibatches_per_bulk (--bulk-size)")
         self.kind = METHODS[method]
-        self.fanouts = list(check_fanouts(fanouts, self.kind))
+        self.fanouts = fanout_table(fanouts, kind=self.kind)  # int64 [L, 1]: one relation
         self.replace = check_replace(replace, self.kind)
         self.minibatches_per_bulk = int(minibatches_per_bulk)
         self.device = torch.device(device)
@@ -184,7 +184,7 @@ class BulkSampler(BaseSampler):
         nodes = torch.cat([s.to(device) for s in seed_lists]) if seed_lists else torch.empty(0, dtype=torch.int64)
         frontier = _Frontier(nodes, mb, counts)
         hops = []  # per hop: (counts before, counts after, row pointer per row, src local, weights)
-        for fanout in self.fanouts:
+        for fanout in self.fanouts[:, 0].tolist():
             if self.kind is SamplerKind.LADIES:
                 edge_row, src, weight = self._ladies(frontier, fanout, generators)
             else:

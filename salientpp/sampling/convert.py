@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -45,3 +46,15 @@ def as_tensor(array: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
             warnings.simplefilter("ignore", UserWarning)
             return torch.from_numpy(array)
     return torch.from_numpy(array)
+
+
+def one_type(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """int64 ``[n]`` zeros as a constant view (stride 0, one element of memory): the node type of
+    every node, or the relation of every edge, of a graph of one type and one relation."""
+    return torch.zeros(1, dtype=torch.int64, device=device).expand(n)
+
+
+def moved(t: torch.Tensor, move: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``move(t)``, a copy of ``t`` to another device, where a constant view (:func:`one_type`)
+    stays one: only its one element is copied, so a one-type batch moves no per-node memory."""
+    return move(t[:1]).expand(t.shape) if t.dim() == 1 and t.stride(0) == 0 else move(t)

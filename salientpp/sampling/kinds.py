@@ -14,8 +14,9 @@ Adding a sampler kind takes:
 1. a module ``salientpp/sampling/NAME.py`` with a subclass of
    :class:`~salientpp.sampling.sampler.BaseSampler` (``_sample`` draws one batch; the default
    ``start_epoch`` draws an epoch's batches one at a time in a background thread, so override it
-   only to draw them otherwise; its constructor checks ``fanouts`` and ``replace`` with
-   :func:`check_fanouts` and :func:`check_replace`), its ``SamplerKind("NAME", ...)`` and
+   only to draw them otherwise; its constructor reads ``fanouts`` with :func:`fanout_table` into
+   its ``fanouts``, the int64 ``[L, R]`` table, and checks ``replace`` with :func:`check_replace`),
+   its ``SamplerKind("NAME", ...)`` and
    ``register_sampler(kind, build)``, where ``build(rowptr, col, fanouts, *, replace,
    minibatches_per_bulk, device)`` returns the sampler (a kind that draws typed graphs,
    ``typed=True``, also takes the keywords ``edge_rel`` and ``schema`` and its fanouts in the
@@ -148,8 +149,8 @@ def make_sampler(rowptr, col, fanouts: Fanouts,
     build = _REGISTERED[kind.value][1]
     check_typed_graph(kind, schema)
     typed = {"edge_rel": edge_rel, "schema": schema, "type_of": type_of} if kind.typed else {}
-    return build(rowptr, col, fanouts if isinstance(fanouts, Mapping) else list(fanouts), replace=replace,
-                 minibatches_per_bulk=minibatches_per_bulk, device=device, **typed)
+    return build(rowptr, col, fanouts, replace=replace, minibatches_per_bulk=minibatches_per_bulk, device=device,
+                 **typed)
 
 
 # Where a loader's batches are drawn: the host's cores (the default) or the training GPU.
@@ -183,7 +184,8 @@ def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str |
 def check_typed_graph(kind: SamplerKind, schema: GraphSchema | None) -> None:
     """The one rule of which kinds draw typed graphs: :class:`InputError` when ``schema`` has
     several node types or relations and ``kind`` draws homogeneous graphs only (not
-    ``kind.typed``), naming the kinds that draw them."""
+    ``kind.typed``), naming the kinds that draw them (None: a graph whose schema is not at hand,
+    drawn as a homogeneous one)."""
     if schema is not None and not schema.is_homogeneous and not kind.typed:
         typed = " or ".join(k.value for k, _ in _REGISTERED.values() if k.typed)
         raise InputError(f"the {kind.value} sampler draws homogeneous graphs only; use --sampler {typed}")
@@ -263,9 +265,9 @@ def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: Samp
                  layers: int | None = None, what: str = "fanouts", *, num_relations: int | None = None) -> np.ndarray:
     """The one rule of a graph's fanouts: int64 ``[L, R]``, entry ``[h, r]`` the neighbours of
     relation ``r`` every node reached draws at hop ``h`` (PyG's ``num_neighbors``), for the ``R``
-    relations of ``schema`` (None: a homogeneous graph, ``R = 1``, or with ``num_relations`` a typed
-    graph of that many relations whose schema is not at hand, as a workload read back with its
-    relation names; the schema's count wins when both are given). Every caller reads fanouts here.
+    relations of ``schema`` (None: its relations are not at hand: ``R = num_relations``, as for a
+    workload read back with its relation names, or 1, a homogeneous graph; the schema's count wins
+    when both are given). Every caller reads fanouts here; the rules depend on ``R`` alone.
 
     ``fanouts`` takes three forms:
 
@@ -277,21 +279,19 @@ def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: Samp
       graph of several relations, 0 (that relation draws nothing at that hop);
     * the table given whole: a 2-D array or a sequence of L rows of R integers (a typed
       :attr:`~salientpp.cache.workload.Workload.fanouts`), each entry an integer in
-      ``[0, 2^31 - 1]`` or -1; on a homogeneous graph its one column also obeys the rule of one
-      list (:func:`check_fanouts`: >= 1, layer sizes).
+      ``[0, 2^31 - 1]`` or -1; with one relation its one column also obeys the rule of one list
+      (:func:`check_fanouts`: >= 1, layer sizes).
 
     With ``layers``, exactly one row (hop) per layer. A kind that draws homogeneous graphs only is
     refused a typed ``schema`` (:func:`check_typed_graph`). :class:`InputError` names ``what``
     otherwise, in one sentence."""
     check_typed_graph(kind, schema)
-    typed = num_relations is not None if schema is None else not schema.is_homogeneous
-    width = (num_relations or 1) if schema is None else schema.num_relations
+    width = schema.num_relations if schema is not None else num_relations or 1
     if _is_table(fanouts):
         table = _check_table(fanouts, width, what)
-        if typed:
-            _check_layers(table.shape[0], layers, what)
-        else:  # one column: the rule of a homogeneous graph's list (>= 1, layer sizes) holds for it too
+        if width == 1:  # one column: the rule of one list (>= 1, layer sizes) holds for it too
             check_fanouts(table[:, 0].tolist(), kind, layers, what)
+        _check_layers(table.shape[0], layers, what)
         return table
     if not isinstance(fanouts, Mapping):
         values = check_fanouts(fanouts, kind, layers, what)
@@ -308,7 +308,7 @@ def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: Samp
             r = schema.relation_index(shown(key))
         if r in given:
             raise InputError(f"{what} names the relation {relations[r]} twice; give each relation one list")
-        given[r] = check_fanouts(value, kind, what=f"{what} of {relations[r]}", zero=typed)
+        given[r] = check_fanouts(value, kind, what=f"{what} of {relations[r]}", zero=width > 1)
     missing = [relations[r] for r in range(len(relations)) if r not in given]
     if missing:
         raise InputError(f"{what} gives no list for the relation{'s' if len(missing) > 1 else ''} "

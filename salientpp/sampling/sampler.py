@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -16,12 +16,10 @@ import torch
 from .._ext import extension
 from ..errors import InputError
 from ..partition.book import PartitionBook
-from .convert import as_int64_tensor, as_tensor, as_vector
+from ..data.schema import GraphSchema
+from .convert import as_int64_tensor, as_tensor, as_vector, moved, one_type
 from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
 from .worker import ThreadWorker
-
-if TYPE_CHECKING:
-    from ..data.schema import GraphSchema
 
 
 @dataclass
@@ -44,8 +42,9 @@ class MFG:
             must aggregate ``sum_e edge_weight[e] * x[src_e]`` per destination, an unbiased
             estimate of the neighbour mean, instead of averaging the sampled neighbours.
         edge_type: int64 ``[E]``, the relation (an index of the graph's
-            :attr:`~salientpp.data.schema.GraphSchema.relations`) of each edge, or None for a
-            homogeneous graph; a destination's edges are grouped by relation, ascending.
+            :attr:`~salientpp.data.schema.GraphSchema.relations`) of each edge; a destination's
+            edges are grouped by relation, ascending. Not given (None): relation 0 for every edge,
+            as a constant view (:func:`~salientpp.sampling.convert.one_type`), a one-relation graph's.
     """
 
     num_src: int
@@ -53,7 +52,11 @@ class MFG:
     edge_index: torch.Tensor
     rowptr: torch.Tensor
     edge_weight: torch.Tensor | None = None
-    edge_type: torch.Tensor | None = None
+    edge_type: torch.Tensor = None
+
+    def __post_init__(self):
+        if self.edge_type is None:
+            self.edge_type = one_type(self.edge_index.shape[1], self.edge_index.device)
 
     @property
     def num_edges(self) -> int:
@@ -67,10 +70,12 @@ class MFG:
                    torch.zeros(1, dtype=torch.int64, device=device))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MFG:
-        weight, edge_type = (None if t is None else t.to(device, non_blocking=non_blocking)
-                             for t in (self.edge_weight, self.edge_type))
-        return MFG(self.num_src, self.num_dst, self.edge_index.to(device, non_blocking=non_blocking),
-                   self.rowptr.to(device, non_blocking=non_blocking), weight, edge_type)
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        weight = None if self.edge_weight is None else move(self.edge_weight)
+        return MFG(self.num_src, self.num_dst, move(self.edge_index), move(self.rowptr), weight,
+                   moved(self.edge_type, move))
 
 
 @dataclass
@@ -223,8 +228,9 @@ class SampledBatch:
         y: int64 ``[batch_size]`` seed labels, or None when the loader has no labels.
         origins: the :class:`RowOrigins`, or None without a fetch context.
         node_type: int64 ``[num_nodes]``, the node type (an index of the graph's
-            :attr:`~salientpp.data.schema.GraphSchema.node_types`) of each node of ``n_id``, or
-            None for a homogeneous graph.
+            :attr:`~salientpp.data.schema.GraphSchema.node_types`) of each node of ``n_id``. Not
+            given (None): type 0 for every node, as a constant view
+            (:func:`~salientpp.sampling.convert.one_type`), a one-type graph's.
     """
 
     n_id: torch.Tensor
@@ -232,7 +238,11 @@ class SampledBatch:
     mfgs: list[MFG]
     y: torch.Tensor | None = None
     origins: RowOrigins | None = None
-    node_type: torch.Tensor | None = None
+    node_type: torch.Tensor = None
+
+    def __post_init__(self):
+        if self.node_type is None:
+            self.node_type = one_type(self.n_id.shape[0], self.n_id.device)
 
     @property
     def num_nodes(self) -> int:
@@ -244,24 +254,38 @@ class SampledBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> SampledBatch:
         """Moves ``n_id``, the MFGs, ``y`` and ``node_type`` (not the row origins) to ``device``."""
-        y, node_type = (None if t is None else t.to(device, non_blocking=non_blocking) for t in (self.y, self.node_type))
-        return SampledBatch(self.n_id.to(device, non_blocking=non_blocking), self.batch_size,
-                            [m.to(device, non_blocking) for m in self.mfgs], y, self.origins, node_type)
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        return SampledBatch(move(self.n_id), self.batch_size, [m.to(device, non_blocking) for m in self.mfgs],
+                            None if self.y is None else move(self.y), self.origins, moved(self.node_type, move))
 
 
 # A per-node type lookup: int64 ``[n]`` node type of each global id of an int64 ``[n]`` array
 # (:meth:`~salientpp.data.schema.GraphSchema.type_of`).
 TypeOf = Callable[[np.ndarray], np.ndarray]
 
+# What gives a batch its ``node_type``: int64 ``[n]`` node ids -> int64 ``[n]`` their types (:func:`node_types`).
+NodeTypes = Callable[[torch.Tensor], torch.Tensor]
 
-def batch_from_extension(raw: tuple, batch_size: int, type_of: TypeOf | None = None) -> SampledBatch:
-    """Wraps the tuple returned by the C++ extension (hops in sampling order); ``type_of`` gives
-    the batch its ``node_type`` (None: a homogeneous graph)."""
+
+def node_types(schema: GraphSchema, type_of: TypeOf | None = None) -> NodeTypes:
+    """The node types of a batch's ``n_id`` on a graph of ``schema``, decided once: by ``type_of``
+    (None: ``schema.type_of``), or, with one node type, the constant view
+    :func:`~salientpp.sampling.convert.one_type` (no per-node lookup or memory)."""
+    if schema.num_types == 1:
+        return lambda n_id: one_type(n_id.shape[0], n_id.device)
+    lookup = type_of or schema.type_of
+    return lambda n_id: torch.from_numpy(lookup(n_id.numpy()).astype(np.int64, copy=False))
+
+
+def batch_from_extension(raw: tuple, batch_size: int, types: NodeTypes) -> SampledBatch:
+    """Wraps the tuple returned by the C++ extension (hops in sampling order); ``types`` gives
+    the batch its ``node_type`` (:func:`node_types`)."""
     n_id, hops, y, fetch = raw
     mfgs = [MFG(num_src, num_dst, edge_index, rowptr, None, edge_type)
             for num_src, num_dst, rowptr, edge_index, edge_type in reversed(hops)]
-    node_type = None if type_of is None else torch.from_numpy(type_of(n_id.numpy()).astype(np.int64, copy=False))
-    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else RowOrigins(**fetch), node_type)
+    return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else RowOrigins(**fetch), types(n_id))
 
 
 # ---- the sampler interface and the node-wise sampler ----------------------------------------------
@@ -285,10 +309,13 @@ class BaseSampler(abc.ABC):
     :meth:`sample` for one batch and :meth:`start_epoch` for an epoch's batches.
 
     Batch ``i`` of an epoch is drawn from the stream ``(seed, i)`` alone, so :meth:`sample` and
-    :meth:`start_epoch` give the same batch, whichever thread or bulk draws it."""
+    :meth:`start_epoch` give the same batch, whichever thread or bulk draws it.
+
+    ``fanouts`` is the int64 ``[L, R]`` fanout table (:func:`~salientpp.sampling.kinds.fanout_table`:
+    row ``h`` the fanout of each relation at hop ``h``; ``R = 1`` for a homogeneous graph)."""
 
     num_nodes: int
-    fanouts: list[int]
+    fanouts: np.ndarray
 
     @property
     def num_layers(self) -> int:
@@ -376,21 +403,22 @@ class NeighborSampler(BaseSampler):
             arrays (memory maps too) or CPU tensors; shared, not copied, when contiguous int64.
             Only the cheap checks are done here; a corrupt CSR is reported when sampling meets it.
         fanouts: ``[f_1, ..., f_L]``; ``fanouts[0]`` applies at the seeds. Each >= 1 or -1 (all).
-            For a typed graph also a dict relation -> list (:func:`~salientpp.sampling.kinds.fanout_table`).
+            Also a dict relation -> list or the ``[L, R]`` table itself, the forms
+            :func:`~salientpp.sampling.kinds.fanout_table` reads.
         replace: sample with replacement.
         edge_rel: int8 ``[nnz]``, the relation of each CSR entry, a row's entries grouped by
             relation ascending (:func:`~salientpp.data.csr.build_typed_csr`; ``Dataset.edge_rel``);
             None for a homogeneous graph.
         schema: the graph's :class:`~salientpp.data.schema.GraphSchema` (``Dataset.schema``);
-            needed with ``edge_rel``. None: a homogeneous graph.
+            needed with ``edge_rel``. Not given: the homogeneous schema of the CSR's nodes.
         type_of: the node type of ids (int64 ``[n]`` -> int64 ``[n]``) for the batches'
             ``node_type``; None: ``schema.type_of`` (a partitioned graph, whose ids are renumbered
             into (partition, type) blocks, passes its book's ``type_of``).
 
     Attributes:
-        fanout_table: int64 ``[L, R]``, the fanout of each hop and relation (``R = 1`` for a
-            homogeneous graph); ``fanouts`` is its one column for a homogeneous graph, its rows otherwise.
-        schema: as given (None for a homogeneous graph).
+        fanouts: int64 ``[L, R]``, the fanout of each hop and relation (``R = 1`` for a
+            homogeneous graph).
+        schema: the graph's schema (the homogeneous one when not given).
     """
 
     def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray,
@@ -401,15 +429,14 @@ class NeighborSampler(BaseSampler):
         col_t = as_int64_tensor(col, "col")
         check_csr_ends(rowptr_t, col_t)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
-        edge_rel_t = check_typed_graph_arrays(edge_rel, schema, col_t, self.num_nodes)
-        self.schema = schema
-        self.fanout_table = fanout_table(fanouts, schema, SamplerKind.NODEWISE)
-        typed = schema is not None and not schema.is_homogeneous
-        self.fanouts = self.fanout_table.tolist() if typed else self.fanout_table[:, 0].tolist()
+        if schema is None and edge_rel is not None:  # relations the sampler could not name: not a homogeneous graph
+            raise InputError("edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema")
+        self.schema = schema or GraphSchema.homogeneous(self.num_nodes)
+        edge_rel_t = check_typed_graph_arrays(edge_rel, self.schema, col_t, self.num_nodes)
+        self.fanouts = fanout_table(fanouts, self.schema, SamplerKind.NODEWISE)
         self.replace = check_replace(replace, SamplerKind.NODEWISE)
-        self._type_of = (type_of or schema.type_of) if typed else None
-        self._core = extension().Sampler(rowptr_t, col_t, edge_rel_t, torch.from_numpy(self.fanout_table),
-                                         self.replace)
+        self._types = node_types(self.schema, type_of)
+        self._core = extension().Sampler(rowptr_t, col_t, edge_rel_t, torch.from_numpy(self.fanouts), self.replace)
 
     def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
                 labels_offset: int, fetch) -> SampledBatch:
@@ -417,7 +444,7 @@ class NeighborSampler(BaseSampler):
             raw = self._core.sample(seeds, to_uint64(seed), to_uint64(batch_index), labels, labels_offset, fetch)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        return batch_from_extension(raw, int(seeds.shape[0]), self._type_of)
+        return batch_from_extension(raw, int(seeds.shape[0]), self._types)
 
     def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
                     labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, sampler_threads: int = 1,
@@ -425,22 +452,22 @@ class NeighborSampler(BaseSampler):
         """:meth:`BaseSampler.start_epoch` in ``sampler_threads`` C++ threads (a ``_C.BatchLoader``)."""
         core = extension().BatchLoader(self._core, order, bounds, seed, labels, labels_offset, fetch, sampler_threads,
                                        read_ahead, first, low_priority)
-        return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist(), self._type_of)
+        return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist(), self._types)
 
 
 class _ExtensionWorker:
     """A ``_C.BatchLoader`` whose batches come out as :class:`SampledBatch` (a :class:`BatchWorker`);
-    ``sizes`` are the seeds of the batches it samples, in order; ``type_of`` gives them their
-    ``node_type`` (None for a homogeneous graph)."""
+    ``sizes`` are the seeds of the batches it samples, in order; ``types`` gives them their
+    ``node_type`` (:func:`node_types`)."""
 
-    def __init__(self, core, sizes: list[int], type_of: TypeOf | None):
+    def __init__(self, core, sizes: list[int], types: NodeTypes):
         self._core = core
         self._sizes = iter(sizes)
-        self._type_of = type_of
+        self._types = types
 
     def next(self) -> SampledBatch | None:
         raw = self._core.next()
-        return None if raw is None else batch_from_extension(raw, next(self._sizes), self._type_of)
+        return None if raw is None else batch_from_extension(raw, next(self._sizes), self._types)
 
     def close(self) -> None:
         self._core.close()
@@ -468,28 +495,26 @@ def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:
                          f"got {int(rowptr[0])}..{int(rowptr[-1])}; pass a matching CSR pair")
 
 
-def check_typed_graph_arrays(edge_rel: torch.Tensor | np.ndarray | None, schema: GraphSchema | None,
+def check_typed_graph_arrays(edge_rel: torch.Tensor | np.ndarray | None, schema: GraphSchema,
                              col: torch.Tensor, num_nodes: int) -> torch.Tensor | None:
-    """The cheap checks of a typed graph's arrays: ``edge_rel`` as an int8 tensor of one entry
-    per entry of ``col`` (its values are checked when sampling meets them), given together with
-    a ``schema`` of ``num_nodes`` nodes, and given for a schema of several node types or
-    relations; None for a homogeneous graph (whose ``edge_rel``, if given, holds one relation:
-    the untyped sampler draws the same). :class:`InputError` otherwise."""
-    if schema is not None and schema.total_nodes != num_nodes:
+    """The cheap checks of a graph's arrays against its ``schema``: ``num_nodes`` nodes, and
+    ``edge_rel`` as an int8 tensor of one entry per entry of ``col`` (its values are checked when
+    sampling meets them), given for a schema of several relations; None for a graph of one
+    relation (whose ``edge_rel``, if given, says nothing: every entry is relation 0, which the
+    sampler draws without it). :class:`InputError` otherwise."""
+    if schema.total_nodes != num_nodes:
         raise InputError(f"the schema counts {schema.total_nodes} nodes but the CSR has {num_nodes}; pass the "
                          "schema of this graph")
     if edge_rel is None:
-        if schema is not None and not schema.is_homogeneous:
+        if schema.num_relations > 1:
             raise InputError("a typed graph needs the relation of each CSR entry; pass edge_rel=dataset.edge_rel "
                              "with its schema")
         return None
-    if schema is None:
-        raise InputError("edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema")
     edge_rel_t = as_vector(edge_rel, "edge_rel", torch.int8)
     if edge_rel_t.shape[0] != col.shape[0]:
         raise InputError(f"edge_rel must have one entry per entry of col ({col.shape[0]}), has "
                          f"{edge_rel_t.shape[0]}; pass the edge_rel of this CSR")
-    return None if schema.is_homogeneous else edge_rel_t
+    return None if schema.num_relations == 1 else edge_rel_t
 
 
 def to_uint64(value: int) -> int:
