@@ -29,7 +29,9 @@ WORKLOAD = ["--fanouts", "5", "--batch-size", "64"]
     (["prepare", "synthetic:tiny", "{T}/out", "--all-types"], "--all-types", "ogb-lsc: sources"),
     (["bench", "vip", "{P}", "--negative-sampling", "per-source"], "--negative-sampling per-source", "--task link"),
     (["bench", "train", "{P}", "--sampling-device", "cuda"], "--sampling-device cuda", "--sampler bulk or ladies"),
-], ids=["train", "analyze", "simulate", "prepare", "bench-vip", "bench-train"])
+    (["bench", "sampler", "{T}/absent", "--ladies-fanouts", "64,64"], "--ladies-fanouts 64,64",
+     "--samplers naming ladies"),
+], ids=["train", "analyze", "simulate", "prepare", "bench-vip", "bench-train", "bench-sampler"])
 def test_every_command_refuses_a_conditional_option_in_the_one_sentence(tiny_partitions, tmp_path, capsys, no_ranks,
                                                                         argv, given, what):
     part = tiny_partitions[0] / "p2"

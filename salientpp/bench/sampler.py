@@ -41,6 +41,7 @@ from ..errors import InputError
 from ..io import check_output_dir, check_output_paths
 from .results import write_outputs
 from .pyg_baseline import sampling_backend
+from ..options import Declared, Needs, Option, add_arguments as add_declared, check_applies
 from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader
@@ -381,18 +382,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"samplers to measure, from {', '.join(SAMPLERS)} (default nodewise; PyG is added "
                         "unless --no-pyg)")
     p.add_argument("--bulk-sizes", default=",".join(map(str, DEFAULT_BULK_SIZES)), metavar="K1,K2,...",
-                   help="minibatches per bulk step k for bulk and ladies, one row each "
+                   help=f"minibatches per bulk step k for {_kinds_with('draws_in_bulk')}, one row each "
                         f"(default {','.join(map(str, DEFAULT_BULK_SIZES))})")
-    p.add_argument("--ladies-fanouts", metavar="L1,L2,...",
-                   help="LADIES layer sizes: nodes drawn per layer (not neighbours per node), seeds first, one "
-                        f"per hop of --fanouts (default {DEFAULT_LADIES_LAYER_SIZE} per layer)")
     p.add_argument("--no-pyg", action="store_true", help="skip the PyG NeighborLoader column")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="where the bulk and LADIES samplers run (default cpu; the C++ sampler is always on the CPU)")
+    add_declared(p, KIND_OPTIONS, defaults=True)
     p.add_argument("--json", help="also write the results to this JSON file (must not exist)")
     p.add_argument("--plot", metavar="OUT.png",
                    help="write a plot of M edges/s vs k (bulk, ladies; lines for nodewise) here (matplotlib; "
                         "must not exist)")
+
+
+def _kinds_with(rule: str) -> str:
+    """The kinds whose field ``rule`` is true, by name: ``"bulk or ladies"``."""
+    return " or ".join(name for name in SAMPLERS if getattr(check_sampler(name), rule))
+
+
+def _measuring(rule: str) -> Needs:
+    """Where an option applies only when ``--samplers`` names a kind whose field ``rule`` is true
+    (of the kinds measured, a list of :class:`SamplerKind`)."""
+    return Needs(f"--samplers naming {_kinds_with(rule)}", lambda kinds: any(getattr(kind, rule) for kind in kinds))
+
+
+# The options that apply only to some of the kinds measured (main refuses them otherwise).
+KIND_OPTIONS = (
+    Declared("ladies_fanouts", None, Option(
+        "layer sizes of the kinds whose fanouts are nodes drawn per layer (not neighbours per node), seeds first, "
+        "one per hop of --fanouts", metavar="L1,L2,...", default_text=f"{DEFAULT_LADIES_LAYER_SIZE} per layer",
+        needs=_measuring("layer_sizes"))),
+    Declared("device", "cpu", Option("where the kinds that can draw on a GPU run (the C++ node-wise sampler is always "
+                                     "on the CPU)", choices=("cpu", "cuda"), needs=_measuring("gpu"))))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -403,7 +421,9 @@ def main(args: argparse.Namespace) -> int:
     bulk_sizes = list(number_list(args.bulk_sizes, int, "--bulk-sizes", "1,4,16,64"))
     ladies_fanouts = (None if args.ladies_fanouts is None
                       else list(number_list(args.ladies_fanouts, int, "--ladies-fanouts", "512,512")))
-    check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, args.batch_size, args.batches, args.repeats, threads)
+    kinds = check_options(samplers, bulk_sizes, fanouts, ladies_fanouts, args.batch_size, args.batches, args.repeats,
+                          threads)
+    check_applies(args, KIND_OPTIONS, kinds)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda needs a GPU that torch can use, and there is none here; run on a GPU machine "
                          "or leave --device at cpu")
