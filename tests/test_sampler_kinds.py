@@ -339,7 +339,8 @@ def test_sampling_on_the_gpu_needs_a_kind_that_draws_there_and_a_run_on_the_gpu(
     assert cpu_only == ("--sampling-device cuda applies only with --sampler bulk or ladies; drop it, or use --sampler "
                         "bulk or ladies")
     no_gpu = _message(lambda: check_sampling_device("cuda", SamplerKind.BULK, "cpu"))
-    assert no_gpu == "--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda"
+    assert no_gpu == ("--sampling-device cuda applies only with --device cuda (the batches are drawn on the training "
+                      "GPU); drop it, or use --device cuda")
     assert "must be one of cpu, cuda, got 'tpu'" in _message(lambda: check_sampling_device("tpu", SamplerKind.BULK, "cuda"))
     part_dir = str(tiny_partitions[0] / "p1")
     assert _message(lambda: TrainConfig(part_dir, sampler="bulk", sampling_device="cuda").validate()) == no_gpu

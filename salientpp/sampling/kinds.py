@@ -164,6 +164,11 @@ def kind_needs(rule: str) -> Needs:
     return Needs(f"--sampler {names}", lambda options: getattr(check_sampler(options.sampler), rule))
 
 
+# --sampling-device cuda draws the batches on the training GPU (of the run's training device).
+ON_THE_TRAINING_GPU = Needs("--device cuda (the batches are drawn on the training GPU)",
+                            lambda device: torch.device(device).type == "cuda", instead="use --device cuda")
+
+
 def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str | torch.device) -> torch.device:
     """Where a loader of ``kind`` draws its batches when ``sampling_device`` (``"cpu"`` or
     ``"cuda"``, :data:`SAMPLING_DEVICES`) is asked for in a run training on ``device`` (``"cpu"``,
@@ -176,8 +181,8 @@ def check_sampling_device(sampling_device: str, kind: SamplerKind, device: str |
         return torch.device("cpu")
     if not kind.gpu:
         raise not_applicable("--sampling-device cuda", kind_needs("gpu"))
-    if torch.device(device).type != "cuda":
-        raise InputError("--sampling-device cuda draws the batches on the training GPU, so it needs --device cuda")
+    if not ON_THE_TRAINING_GPU.holds(device):
+        raise not_applicable("--sampling-device cuda", ON_THE_TRAINING_GPU)
     return torch.device(device)
 
 
