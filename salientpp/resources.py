@@ -19,7 +19,7 @@ import numpy as np
 
 from .cache.plan import Budget, type_row_bytes
 from .cache.workload import Workload
-from .data.learned import learned_types
+from .data.learned import feature_widths, input_width, learned_types
 from .data.schema import GraphSchema
 from .errors import InputError, counted
 from .host import MiB, format_bytes, memory_budget, sampler_read_ahead
@@ -409,7 +409,8 @@ def estimate_train(data: PartitionedDataset, *, fanouts: Sequence[int], batch_si
         items["cache-slot maps"] = ranks * 16 * n
     if embedding_dim:
         items["embedding table and optimizer state"] = embedded
-    dims = [data.num_features * features + embedding_dim] + [hidden] * (layers - 1) + [data.num_outputs]
+    in_dim = input_width(data.schema, feature_widths(data, features), embedding_dim)
+    dims = [in_dim] + [hidden] * (layers - 1) + [data.num_outputs]
     size = batch_size_estimate(n, e, fanouts, batch_size)
     batch_bytes, graph_bytes = _feature_batch_bytes(size, row), _feature_batch_bytes(size, 0)
     activations = _activation_bytes(model, size, dims, training=True)

@@ -276,3 +276,20 @@ def test_one_rule_gives_the_featureless_types_or_else_the_targets_rows_beside_it
     assert model_in_dim(homogeneous, True, DIM) == homogeneous.num_features + DIM
     assert model_in_dim(homogeneous, False, DIM) == DIM and model_in_dim(homogeneous, True, 0) == homogeneous.num_features
     assert learned_types(typed.schema, [3] * typed.schema.num_types) == (typed.schema.target_index,)
+
+
+def test_the_memory_estimate_widens_the_models_input_only_where_the_rule_puts_the_rows(tiny_partitions,
+                                                                                      typed_partitions):
+    """The estimate's model input is train's (input_width): a homogeneous graph's embedding widens
+    it, a typed graph's (of its featureless types) leaves the target's rows as its features."""
+    from salientpp.resources import estimate_train
+
+    common = dict(fanouts=(2, 2), batch_size=4, hidden=8, layers=2, local_ranks=1, pipeline_depth=1, policy="none")
+
+    def parameters(part_dir, embedding_dim):
+        data = load_partitioned(part_dir, verify=False)
+        return estimate_train(data, embedding_dim=embedding_dim, **common).items["model and optimizer"]
+
+    homogeneous, typed = tiny_partitions[0] / "p2", typed_partitions[0] / "p2"
+    assert parameters(homogeneous, DIM) > parameters(homogeneous, 0)
+    assert parameters(typed, DIM) == parameters(typed, 0)

@@ -52,7 +52,7 @@ from ..host import ThreadBudget
 from ..errors import InputError
 from ..io import check_writable_dir, output_errors
 from ..loader.graph import DistGraph
-from ..data.learned import learned_types
+from ..data.learned import feature_widths, input_width, learned_types
 from ..data.schema import GraphSchema
 from ..models.gnn import build_model, check_model, check_reads_edge_weights, runs_layer_by_layer
 from ..models.typed import TypedInput
@@ -318,12 +318,6 @@ def typed_input_of(data: PartitionedDataset, embedding_dim: int) -> TypedInput |
                       embedding_dim or None)
 
 
-def feature_widths(data: PartitionedDataset, features: bool) -> list[int]:
-    """``[T]`` the width of the features of each node type of ``data`` that the model is fed: 0 for
-    a type without features, and for every type when ``features`` is false (``--no-features``)."""
-    return [data.feature_width(t) if features else 0 for t in range(data.schema.num_types)]
-
-
 def embedded_types(data: PartitionedDataset, features: bool) -> tuple[str, ...]:
     """The names of the node types of ``data`` whose nodes ``--embedding-dim`` gives learnable rows,
     with the features fed to the model or not (:func:`~salientpp.data.learned.learned_types`: the
@@ -340,13 +334,10 @@ def encoder_dims(config: TrainConfig, data: PartitionedDataset, task: Task) -> t
 
 
 def model_in_dim(data: PartitionedDataset, features: bool, embedding_dim: int) -> int:
-    """The width of the model's input rows of the target type of ``data``: its features (unless
-    ``features`` is false) and, when the embedding (``embedding_dim`` wide, 0: none) learns rows
-    for the target (:func:`embedded_types`), those beside them: ``[x || emb]``."""
-    schema = data.schema
-    widths = feature_widths(data, features)
-    learned = embedding_dim if schema.target_index in learned_types(schema, widths) else 0
-    return widths[schema.target_index] + learned
+    """The width of the model's input rows of the target type of ``data``, its features fed or not
+    (:func:`~salientpp.data.learned.input_width`: with the embedding's rows beside them when it
+    learns the target's, ``[x || emb]``)."""
+    return input_width(data.schema, feature_widths(data, features), embedding_dim)
 
 
 def optimizer_options(config: TrainConfig) -> dict[str, float]:
