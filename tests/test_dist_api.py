@@ -155,6 +155,9 @@ def test_the_pyg_edge_view_is_hop_ordered_and_trim_to_layer_keeps_the_seed_outpu
     assert data.batch_size == batch.batch_size and torch.equal(data.edge_index, batch.edge_index)
     # a homogeneous graph is a typed one with one type and one relation
     assert batch.x_dict.keys() == {"node"} and batch.x_dict["node"] is batch.x and batch.target_type == "node"
+    assert batch.schema.is_homogeneous and batch.node_type.shape == batch.n_id.shape
+    assert batch.node_type.stride() == (0,) and not batch.node_type.any()  # zeros as a view: no per-node memory
+    assert all(m.edge_type.stride() == (0,) for m in batch.mfgs) and batch.edge_type.shape == (batch.edge_index.shape[1],)
     assert batch.edge_index_dict.keys() == {("node", "to", "node")}
     assert torch.equal(batch.edge_index_dict[("node", "to", "node")], batch.edge_index)
     assert batch.num_sampled_nodes_dict == {"node": nodes}
