@@ -302,6 +302,34 @@ def test_a_typed_workloads_fanouts_are_its_graphs_table_and_survive_json(typed_p
     assert Workload((10, 5), 16, schema=GraphSchema.homogeneous(10)) == Workload((10, 5), 16)
 
 
+def test_a_homogeneous_workload_is_the_table_of_its_one_relation_and_reads_its_old_json_back():
+    workload = Workload((10, 5), 16, schema=GraphSchema.homogeneous(10))
+    relation = str(GraphSchema.homogeneous(10).relations[0])
+    assert workload.relations == (relation,) and workload.fanouts == ((10,), (5,))
+    assert workload.fanout_table.tolist() == [[10], [5]] and workload.hop_fanouts == (10, 5)
+    written = workload.to_json()  # the one list of hops, as plans written before typed graphs hold it
+    assert written["fanouts"] == [10, 5] and "relations" not in written
+    assert Workload.from_json(written) == workload
+    # the same table named by its relation is the same workload
+    assert Workload.from_json({**written, "fanouts": [[10], [5]], "relations": [relation]}) == workload
+
+
+@pytest.mark.parametrize("alpha, num_nodes, num_parts, width", [
+    (0.57, 100, 1, 512), (0.3, 10, 1, 4), (0.1, 30, 3, 100), (1.1, 7_000_003, 4, 516), (0.0, 10, 2, 8),
+    (0.999, 12_345, 7, 1 << 20), (2.0, 10, 3, 8)])
+def test_a_byte_budget_over_rows_of_one_width_takes_exactly_the_rows_of_the_row_budget(alpha, num_nodes, num_parts,
+                                                                                       width):
+    # Every plan and simulation gives Budget.rows each ranked row's bytes, a homogeneous graph's too;
+    # rows of one width must take what the row form (floor(alpha N / K)) takes, whatever the rounding.
+    budget, remote = Budget(replication=alpha), num_nodes - num_nodes // num_parts
+    ranked = np.full(remote, width, dtype=np.int64)
+    assert (budget.rows(remote, num_nodes, num_parts, width, ranked, num_nodes * width)
+            == budget.rows(remote, num_nodes, num_parts, width))
+    tiers = Budget(device_bytes=3 * width + 1, host_bytes=5 * width)
+    assert tiers.rows(remote, num_nodes, num_parts, width, ranked, num_nodes * width) == tiers.rows(
+        remote, num_nodes, num_parts, width)
+
+
 def test_a_typed_plan_name_shows_each_relations_fanout_only_where_they_differ(typed_parts):
     schema = typed_parts.schema
     lists = {str(r): (3, 1) for r in schema.relations} | {"author__writes__paper": (0, 5)}

@@ -43,7 +43,7 @@ def test_oracle_fetches_no_more_than_any_policy_at_every_alpha(result, parts):
     np.testing.assert_allclose(result.rows[:, 0, :], np.broadcast_to(result.accessed, result.rows[:, 0, :].shape))
     remote = parts.num_nodes - np.diff(parts.book.offsets)
     assert (remote > 3 * parts.num_nodes // 4).any(), "the fixture should have a partition smaller than N/K"
-    assert np.all(result.cached[-1] == remote)
+    assert np.all(result.cached[:, -1] == remote)  # [P, A, K]: every policy caches them all
     assert np.all(result.rows[:, -1, :] == 0)
     # More cache never fetches more (each policy's order is fixed; α only moves the cut).
     assert np.all(np.diff(result.rows, axis=1) <= 1e-9)
@@ -166,7 +166,7 @@ def _typed_recount(parts, workload, k, seed, epochs):
     partition k fetch per epoch (a type without features fetches none)."""
     from salientpp.cache.plan import type_row_bytes
 
-    sampler = NeighborSampler(parts.rowptr, parts.col, workload.sampler_fanouts, edge_rel=parts.edge_rel,
+    sampler = NeighborSampler(parts.rowptr, parts.col, workload.fanout_table, edge_rel=parts.edge_rel,
                               schema=parts.schema)
     loader = NeighborLoader(sampler, torch.from_numpy(workload.seeds(parts, k)), workload.batch_size, shuffle=True,
                             seed=loader_seed(seed, k, 0, 0), num_batches=workload.lockstep_steps(parts))
@@ -207,6 +207,15 @@ def test_a_typed_simulation_counts_rows_and_hits_per_node_type_as_the_typed_samp
 
 def test_a_homogeneous_simulation_has_no_per_type_breakdown(result):
     assert "per_type" not in result.to_json() and "node type" not in result.table()
+
+
+def test_a_homogeneous_simulation_is_counted_as_its_one_node_type(result):
+    # The per-type accounting runs on every graph: a homogeneous graph's one type holds every count,
+    # bit for bit, and its bytes are its rows times the row width.
+    assert result.node_types == ("node",) and result.type_bytes.tolist() == [result.row_bytes]
+    assert np.array_equal(result.type_rows[..., 0], result.total_rows())
+    assert result.type_accessed[0] == result.accessed.sum()
+    assert np.array_equal(result.total_bytes(), result.total_rows() * result.row_bytes)
 
 
 def test_simulate_takes_fanouts_per_relation_on_a_typed_graph(typed_parts, tmp_path, capsys):

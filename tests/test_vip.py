@@ -33,6 +33,26 @@ def test_path_graph_matches_the_sampling_process():
     np.testing.assert_allclose(p[:, 0], [1, 1, .75, 0])
 
 
+@pytest.mark.parametrize("method", ["exact", "taylor", "cavity", "pair"])
+def test_one_relations_constant_reads_as_an_array_of_zeros(graph, method):
+    # A homogeneous graph runs the typed kernels with the relation of every entry one np.int8
+    # (compiled out of the loops); it must compute exactly what an edge_rel of zeros does.
+    from salientpp.cache import vip
+
+    rowptr, col = vip._as_csr(*graph[:2])
+    degree = np.diff(rowptr)[:, None]
+    rng = np.random.default_rng(0)
+    prev, prev2 = rng.random((degree.shape[0], 3)), rng.random((degree.shape[0], 3)) / 2
+    w, w_prev = pick_weights(degree, np.array([5]), False), pick_weights(degree, np.array([3]), False)
+    ratio = vip.pair_ratio(degree, np.array([3]), False)
+    reverse = np.zeros(1, dtype=np.int64)
+    zeros = vip._kernel_array(np.zeros(col.shape[0], dtype=np.int8), np.int8)
+    constant, array = ((rowptr, col, relation, reverse) for relation in (np.int8(0), zeros))
+    assert np.array_equal(vip._hop(method, constant, w, prev, w_prev, prev2, ratio),
+                          vip._hop(method, array, w, prev, w_prev, prev2, ratio))
+    assert np.array_equal(vip.relation_degrees(rowptr, np.int8(0), 1), vip.relation_degrees(rowptr, zeros, 1))
+
+
 def test_pick_weights():
     degree = np.array([0, 1, 4, 20])
     np.testing.assert_allclose(pick_weights(degree, 5, False), [0, 1, 1, .25])
@@ -695,7 +715,7 @@ def cpp_hop_sets(rowptr, col, edge_rel, schema, fanouts, seeds, batch_size, batc
     from salientpp.sampling import NeighborSampler
 
     workload = Workload(fanouts, batch_size, replace=replace, schema=schema)
-    sampler = NeighborSampler(rowptr, col, workload.sampler_fanouts, replace, edge_rel=edge_rel, schema=schema)
+    sampler = NeighborSampler(rowptr, col, workload.fanout_table, replace, edge_rel=edge_rel, schema=schema)
     steps = -(-len(seeds) // batch_size)
     for i in range(batches):
         chosen = seeds[rng.random(len(seeds)) < 1 / steps]

@@ -30,10 +30,10 @@ SUMMARY = "rows fetched per epoch per cache policy and alpha, saving efficiency 
 DEFAULT_POLICIES = "vip,vip-cavity,vip-simulation,degree,halo,num-paths,random,oracle"
 
 
-def parse_setting(text: str, schema: GraphSchema | None = None) -> Workload:
+def parse_setting(text: str, schema: GraphSchema) -> Workload:
     """``"15,10,5:1024"`` -> the workload of fanouts 15,10,5 and batch size 1024 on the graph of
-    ``schema`` (``None``: homogeneous); on a typed graph FANOUTS may give one list per relation
-    (``REL=15,10;REL2=5,0:1024``, :func:`~salientpp.cache.options.fanouts_from`)."""
+    ``schema``; FANOUTS may give one list per relation (``REL=15,10;REL2=5,0:1024``,
+    :func:`~salientpp.cache.options.fanouts_from`)."""
     fanouts, sep, batch = text.rpartition(":")
     if not sep or not batch.strip().isdigit():
         raise InputError(f"a setting is FANOUTS:BATCH like 15,10,5:1024, got {text!r}")

@@ -225,7 +225,7 @@ def _sampling_alone(args, data, workload: Workload, threads: int, depth: int) ->
     rowptr, col = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (data.rowptr, data.col))
     seeds = max((np.asarray(data.part(k).train_idx) for k in range(data.num_parts)), key=len)
     device = check_sampling_device(args.sampling_device, check_sampler(args.sampler), args.device)
-    loader = NeighborLoader(make_sampler(rowptr, col, workload.sampler_fanouts, args.sampler, device=device,
+    loader = NeighborLoader(make_sampler(rowptr, col, workload.fanout_table, args.sampler, device=device,
                                          **data.sampler_args),
                             torch.from_numpy(seeds), args.batch_size, sampler_threads=threads,
                             read_ahead=sampler_read_ahead(depth, threads))

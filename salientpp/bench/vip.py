@@ -6,11 +6,11 @@ memory is the largest total of the numpy arrays allocated during the analysis (t
 plus the process's peak resident size, which also counts the memory-mapped graph pages read.
 The Monte-Carlo check draws independent uniform b-subsets of each partition's training set and
 reports, per hop, the relative error of the predicted vertices per minibatch and the per-vertex
-mean absolute error (with the part of it expected from Monte-Carlo noise alone). On a typed
-graph (the C++ typed sampler, a fanout table) it also reports, per node type and hop, the
-relative error of the predicted vertices of that type per minibatch
-(:func:`~salientpp.cache.vip.expected_nodes_per_type`, types from the partition book) against
-the sampled ones, with the Monte-Carlo standard error of that measurement.
+mean absolute error (with the part of it expected from Monte-Carlo noise alone). It also
+measures, per node type and hop, the relative error of the predicted vertices of that type per
+minibatch (:func:`~salientpp.cache.vip.expected_nodes_per_type`, types from the partition book)
+against the sampled ones, with the Monte-Carlo standard error of that measurement, and shows it
+for a graph of several node types (a homogeneous graph's one type is the whole).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import torch
 
+from ..cache.plan import node_types
 from ..cache.vip import METHODS, expected_nodes_per_type, inclusion_probabilities, workload_probabilities
 from ..cache.workload import Workload, check_batch_size, fanouts_text
 from ..data.schema import GraphSchema
@@ -40,17 +41,16 @@ KIND = "salientpp-bench-vip"
 SUMMARY = "VIP analysis time, peak memory and accuracy against the sampler"
 
 
-def _warm_up(methods, typed: bool = False) -> None:
-    """Compile the VIP kernels on a 3-vertex path (``typed``: also their typed specialisation, on
-    the star of two ``a`` nodes joined to one ``b`` node by a relation and its reverse)."""
+def _warm_up(methods) -> None:
+    """Compile the VIP kernels for a graph of one relation, on a 3-vertex path, and for several, on
+    the star of two ``a`` nodes joined to one ``b`` node by a relation and its reverse."""
     rowptr, col = np.array([0, 1, 3, 4]), np.array([1, 0, 2, 1])
     for method in methods:
         inclusion_probabilities(rowptr, col, [np.array([0])], [1, 1], 1, method=method)
-        if typed:
-            schema = GraphSchema.with_reverses(("a", "b"), (2, 1), [("a", "r", "b")], "a")
-            inclusion_probabilities(np.array([0, 1, 2, 4]), np.array([2, 2, 0, 1]), [np.array([0])],
-                                    np.ones((2, 2), dtype=np.int64), 1, method=method,
-                                    edge_rel=np.array([1, 1, 0, 0], dtype=np.int8), schema=schema)
+        schema = GraphSchema.with_reverses(("a", "b"), (2, 1), [("a", "r", "b")], "a")
+        inclusion_probabilities(np.array([0, 1, 2, 4]), np.array([2, 2, 0, 1]), [np.array([0])],
+                                np.ones((2, 2), dtype=np.int64), 1, method=method,
+                                edge_rel=np.array([1, 1, 0, 0], dtype=np.int8), schema=schema)
 
 
 def time_analysis(dataset, workload: Workload, method: str) -> dict:
@@ -81,16 +81,15 @@ def _link_batches(sampler, edges: np.ndarray, workload: Workload, steps: int, ba
 
 
 def monte_carlo(dataset, workload: Workload, batches: int, seed: int):
-    """Per partition: float64 ``[L+1, N]`` inclusion frequencies, ``[batches, L+1]`` set sizes and,
-    on a typed graph, ``[batches, L+1, T]`` set sizes per node type (``None`` when homogeneous).
+    """Per partition: float64 ``[L+1, N]`` inclusion frequencies, ``[batches, L+1]`` set sizes and
+    ``[batches, L+1, T]`` set sizes per node type.
 
     Node seeds: draw i is batch ``i % S`` of an independent lockstep epoch (S balanced batches per
     rank, as the trainer's loader cuts them), a uniform subset of the partition's training nodes
     of that batch's size. Edge seeds: the batches of the trainer's link loader, epoch after epoch."""
     fanouts = workload.fanouts
-    typed = {"edge_rel": dataset.edge_rel, "schema": dataset.schema} if dataset.is_typed else {}
-    sampler = make_sampler(dataset.rowptr, dataset.col, workload.sampler_fanouts, workload.sampler, workload.replace,
-                           **typed)
+    sampler = make_sampler(dataset.rowptr, dataset.col, workload.fanout_table, workload.sampler, workload.replace,
+                           **dataset.sampler_args)
     num_types = dataset.schema.num_types
     rng = np.random.default_rng(seed)
     steps = workload.lockstep_steps(dataset)
@@ -100,7 +99,7 @@ def monte_carlo(dataset, workload: Workload, batches: int, seed: int):
         bounds = np.arange(steps + 1) * seeds_k.shape[-1] // steps
         freq = np.zeros((len(fanouts) + 1, dataset.num_nodes))
         sizes = np.zeros((batches, len(fanouts) + 1))
-        type_sizes = np.zeros((batches, len(fanouts) + 1, num_types)) if typed else None
+        type_sizes = np.zeros((batches, len(fanouts) + 1, num_types))
         if workload.edges is not None:
             drawn = _link_batches(sampler, seeds_k, workload, steps, batches, seed * 1000 + k)
         else:
@@ -112,25 +111,22 @@ def monte_carlo(dataset, workload: Workload, batches: int, seed: int):
             n_id = batch.n_id.numpy()
             for h, count in enumerate(counts):
                 freq[h, n_id[:count]] += 1
-                if typed:
-                    type_sizes[i, h] = np.bincount(dataset.book.type_of(n_id[:count]), minlength=num_types)
+                type_sizes[i, h] = np.bincount(dataset.book.type_of(n_id[:count]), minlength=num_types)
             sizes[i] = counts
         results.append((freq / batches, sizes, type_sizes))
     return results
 
 
-def accuracy(dataset, workload: Workload, methods, mc) -> tuple[dict, dict | None]:
+def accuracy(dataset, workload: Workload, methods, mc) -> tuple[dict, dict]:
     """Relative error of vertices per minibatch and per-vertex MAE, per method and hop (all
-    partitions); and on a typed graph (else ``None``), per method, node type and hop, the relative
-    error of that type's vertices per minibatch and its Monte-Carlo standard error (relative)."""
+    partitions); and per method, node type and hop, the relative error of that type's vertices
+    per minibatch and its Monte-Carlo standard error (relative)."""
     fanouts = workload.fanouts
     batches = mc[0][1].shape[0]
-    typed = mc[0][2] is not None
-    if typed:
-        node_type = dataset.book.type_of(np.arange(dataset.num_nodes, dtype=np.int64))
-        # Summed over partitions, the per-batch mean of each type's count and its standard error, [L+1, T].
-        measured_types = sum(t.mean(axis=0) for _, _, t in mc)
-        se_types = np.sqrt(sum(t.var(axis=0) / batches for _, _, t in mc))
+    node_type = node_types(dataset)
+    # Summed over partitions, the per-batch mean of each type's count and its standard error, [L+1, T].
+    measured_types = sum(t.mean(axis=0) for _, _, t in mc)
+    se_types = np.sqrt(sum(t.var(axis=0) / batches for _, _, t in mc))
     out, per_type = {}, {}
     for method in methods:
         hops = workload_probabilities(dataset, workload, method=method, return_hops=True)
@@ -144,18 +140,17 @@ def accuracy(dataset, workload: Workload, methods, mc) -> tuple[dict, dict | Non
             rows.append({"hop": h, "relative_error": predicted / measured - 1, "mae": float(mae),
                          "mae_noise": float(noise)})
         out[method] = rows
-        if typed:
-            predicted = np.stack([expected_nodes_per_type(p, node_type, dataset.schema.num_types).sum(axis=1)
-                                  for p in hops])  # [L+1, T]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                error, noise = predicted / measured_types - 1, se_types / measured_types
-            per_type[method] = {name: [{"hop": h, "predicted": float(predicted[h, t]),
-                                        "measured": float(measured_types[h, t]),
-                                        "relative_error": None if measured_types[h, t] == 0 else float(error[h, t]),
-                                        "relative_se": None if measured_types[h, t] == 0 else float(noise[h, t])}
-                                       for h in range(len(fanouts) + 1)]
-                                for t, name in enumerate(dataset.schema.node_types)}
-    return out, per_type if typed else None
+        predicted = np.stack([expected_nodes_per_type(p, node_type, dataset.schema.num_types).sum(axis=1)
+                              for p in hops])  # [L+1, T]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            error, noise = predicted / measured_types - 1, se_types / measured_types
+        per_type[method] = {name: [{"hop": h, "predicted": float(predicted[h, t]),
+                                    "measured": float(measured_types[h, t]),
+                                    "relative_error": None if measured_types[h, t] == 0 else float(error[h, t]),
+                                    "relative_se": None if measured_types[h, t] == 0 else float(noise[h, t])}
+                                   for h in range(len(fanouts) + 1)]
+                            for t, name in enumerate(dataset.schema.node_types)}
+    return out, per_type
 
 
 def _type_tables(per_type: dict) -> str:
@@ -207,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
     dataset = load_partitioned(args.part_dir)
     if workload.edges is not None:
         dataset.require_link_split()
-    _warm_up(methods, dataset.is_typed)
+    _warm_up(methods)
     timings = []
     for method in methods:
         timings.append(time_analysis(dataset, workload, method))
@@ -233,9 +228,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"| {method} | " + " | ".join(f"{r['relative_error']:+.2%} / {r['mae']:.4f} ({r['mae_noise']:.4f})"
                                                  for r in rows) + " |")
         report["accuracy"] = acc
-        if per_type is not None:
+        report["accuracy_per_type"] = per_type
+        if dataset.schema.num_types > 1:  # a homogeneous graph's one type repeats the table above
             print(_type_tables(per_type))
-            report["accuracy_per_type"] = per_type
         report["mc_batches"] = args.mc_batches
     write_outputs(args, KIND, report, args.json)
     return 0

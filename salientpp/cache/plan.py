@@ -118,13 +118,15 @@ class Budget:
         """(device rows, host rows) for a partition with ``num_remote`` remote vertices: the one
         place a budget becomes rows.
 
-        Rows of one width (``ranked_bytes`` None: a homogeneous graph, ``row_bytes`` each): alpha
-        caches ``floor(alpha * N / K)`` rows, a tier ``budget // row_bytes``. Rows of different
-        widths (a typed graph): ``ranked_bytes`` int64 ``[num_remote]`` is the bytes of each
+        Rows of one width (``ranked_bytes`` None: an estimate, ``row_bytes`` each): alpha
+        caches ``floor(alpha * N / K)`` rows, a tier ``budget // row_bytes``. The rows of a graph
+        (:func:`budget_rows`): ``ranked_bytes`` int64 ``[num_remote]`` is the bytes of each
         remote row in the order the rows are taken (by score; a type without features is never
         among them) and ``total_bytes`` the bytes of every feature row of the graph; alpha is
         then ``alpha * total_bytes / K`` bytes (alpha times an average partition's feature rows
-        of all types), and each tier takes rows in order while their bytes fit."""
+        of all types), and each tier takes rows in order while their bytes fit. Counted in rows
+        of the mean width, ``total_bytes / N``, so that rows of one width take exactly the rows
+        of the first form."""
         if ranked_bytes is None:
             if self.replication is not None:
                 if self.replication >= num_parts - 1:  # full replication, also for partitions smaller than N/K
@@ -136,8 +138,8 @@ class Budget:
         if self.replication is not None:
             if self.replication >= num_parts - 1:
                 return num_remote, 0
-            budget = int(math.floor(self.replication * total_bytes / num_parts + 1e-9))
-            return int(np.searchsorted(spent, budget, side="right")), 0
+            mean_rows = spent / (total_bytes / num_nodes)  # integers when every row has the mean width
+            return int(np.searchsorted(mean_rows, self.replication * num_nodes / num_parts + 1e-9, side="right")), 0
         n_device = int(np.searchsorted(spent, self.device_bytes, side="right"))
         used = int(spent[n_device - 1]) if n_device else 0
         return n_device, int(np.searchsorted(spent, used + self.host_bytes, side="right")) - n_device
@@ -320,30 +322,28 @@ def type_row_bytes(dataset) -> np.ndarray:
     return out
 
 
-def node_row_bytes(dataset) -> np.ndarray | None:
-    """int64 ``[N]``: the bytes of each vertex's feature row (:func:`type_row_bytes` of its type,
-    ``book.type_of``) on a typed graph; ``None`` on a homogeneous one (every row
-    :func:`row_bytes_of`)."""
-    if not dataset.is_typed:
-        return None
-    return type_row_bytes(dataset)[dataset.book.type_of(np.arange(dataset.num_nodes, dtype=np.int64))]
+def node_types(dataset) -> np.ndarray:
+    """int64 ``[N]``: the node type of each vertex of a partitioned dataset (``book.type_of``; 0
+    on a homogeneous graph, its one type)."""
+    return dataset.book.type_of(np.arange(dataset.num_nodes, dtype=np.int64))
 
 
-def cacheable_remote(ctx: PolicyContext, k: int, node_bytes: np.ndarray | None) -> np.ndarray:
+def node_row_bytes(dataset) -> np.ndarray:
+    """int64 ``[N]``: the bytes of each vertex's feature row, :func:`type_row_bytes` of its type
+    (:func:`node_types`)."""
+    return type_row_bytes(dataset)[node_types(dataset)]
+
+
+def cacheable_remote(ctx: PolicyContext, k: int, node_bytes: np.ndarray) -> np.ndarray:
     """int64 ids partition ``k`` may cache: the vertices it does not own whose rows have features
-    (``node_bytes`` of :func:`node_row_bytes`; ``None``: every remote vertex)."""
-    mask = ctx.remote_mask(k)
-    if node_bytes is not None:
-        mask &= node_bytes > 0
-    return np.flatnonzero(mask)
+    (``node_bytes`` of :func:`node_row_bytes`)."""
+    return np.flatnonzero(ctx.remote_mask(k) & (node_bytes > 0))
 
 
-def budget_rows(budget: Budget, dataset, ranked: np.ndarray, node_bytes: np.ndarray | None) -> tuple[int, int]:
+def budget_rows(budget: Budget, dataset, ranked: np.ndarray, node_bytes: np.ndarray) -> tuple[int, int]:
     """(device rows, host rows) of ``budget`` when a partition takes the remote rows ``ranked``
-    (int64 ids, best first) of ``dataset``: :meth:`Budget.rows`, with each row's bytes on a
-    typed graph (``node_bytes`` of :func:`node_row_bytes`)."""
-    if node_bytes is None:
-        return budget.rows(ranked.size, dataset.num_nodes, dataset.num_parts, row_bytes_of(dataset))
+    (int64 ids, best first) of ``dataset``: :meth:`Budget.rows` with each row's bytes
+    (``node_bytes`` of :func:`node_row_bytes`)."""
     return budget.rows(ranked.size, dataset.num_nodes, dataset.num_parts, row_bytes_of(dataset),
                        node_bytes[ranked], int(node_bytes.sum()))
 
@@ -675,16 +675,15 @@ def predicted_rows(ctx: PolicyContext, plans: Sequence[CachePlan]) -> tuple[np.n
     return np.array(no_cache), np.array(with_cache)
 
 
-def describe(plans: Sequence[CachePlan], node_bytes: np.ndarray | None = None) -> str:
+def describe(plans: Sequence[CachePlan], node_bytes: np.ndarray) -> str:
     """A short text table of the plans (rows and bytes per tier); ``node_bytes`` (:func:`node_row_bytes`)
-    gives each row's bytes on a typed graph, whose rows differ in width."""
+    gives each row's bytes."""
     meta = plans[0].meta
     lines = [f"policy {meta.options.policy}, fanouts {fanouts_text(meta.training)}, batch size "
              f"{meta.training.batch_size}, {json.dumps(meta.options.budget.to_json())}, row {meta.row_bytes} bytes",
              f"{'part':>4} {'owned':>10} {'dev owned':>10} {'dev cache':>10} {'host cache':>10} {'cache MiB':>10}"]
     for p in plans:
-        mib = (p.num_cached * meta.row_bytes if node_bytes is None
-               else int(node_bytes[p.device_ids].sum() + node_bytes[p.host_ids].sum())) / 2**20
+        mib = int(node_bytes[p.device_ids].sum() + node_bytes[p.host_ids].sum()) / 2**20
         lines.append(f"{p.part:>4} {p.owned_order.size:>10} {p.num_device_owned:>10} {p.device_ids.size:>10} "
                      f"{p.host_ids.size:>10} {mib:>10.1f}")
     return "\n".join(lines)

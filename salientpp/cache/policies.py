@@ -108,9 +108,9 @@ class PolicyContext:
 
     def samplers(self) -> list:
         data = self.dataset
-        typed = {"edge_rel": data.edge_rel, "schema": data.schema} if data.is_typed else {}
-        return self._memoised("samplers", lambda: [make_sampler(data.rowptr, data.col, w.sampler_fanouts, w.sampler,
-                                                                w.replace, **typed) for w in self.workloads])
+        return self._memoised("samplers", lambda: [
+            make_sampler(data.rowptr, data.col, w.fanout_table, w.sampler, w.replace, **data.sampler_args)
+            for w in self.workloads])
 
     def access_counts(self, k: int, epochs: int, stream: int) -> np.ndarray:
         """float64 ``[N]`` weighted minibatch counts of partition ``k`` summed over ``epochs``

@@ -10,11 +10,12 @@ containing v. The simulator therefore keeps one count vector per partition and e
 policy and every α against the same sampled batches. The oracle caches the largest counts, so no
 static cache of the same size fetches fewer rows.
 
-On a typed graph the same counts are split by node type (``book.type_of``): rows fetched and
-cache hits per type, with the bytes of each type's rows. A type without features fetches no
-feature rows (its rows are learnable embeddings), so it is left out; α is a byte budget
-(:meth:`~salientpp.cache.plan.Budget.rows`), so the rows each policy caches depend on the types
-it ranks first, and the saving efficiency compares bytes.
+The same counts are split by node type (``book.type_of``; a homogeneous graph is the case of
+one type): rows fetched and cache hits per type, with the bytes of each type's rows. A type
+without features fetches no feature rows (its rows are learnable embeddings), so it is left out;
+α is a byte budget (:meth:`~salientpp.cache.plan.Budget.rows`), so on a graph of several types
+the rows each policy caches depend on the types it ranks first, and the saving efficiency
+compares bytes.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 from .. import streams
 from ..errors import InputError
 from ..plots import require_pyplot
-from .plan import Budget, budget_rows, cacheable_remote, node_row_bytes, row_bytes_of, type_row_bytes
+from .plan import Budget, budget_rows, cacheable_remote, node_types, row_bytes_of, type_row_bytes
 from .policies import PolicyContext, get_policy, policy_scores, rank_vertices
 
 # The relative rounding error of a saving (:meth:`SimulationResult.efficiency`): rows fetched are
@@ -48,17 +49,16 @@ class SimulationResult:
         replication: A replication factors α.
         rows: float64 ``[P, A, K]`` rows fetched per epoch by partition k.
         accessed: float64 ``[K]`` remote rows touched per epoch (the rows fetched with no cache).
-        cached: int64 ``[A, K]`` rows each partition caches at each α.
+        cached: int64 ``[P, A, K]`` rows each partition caches at each α: within the byte budget of
+            α, so on a graph of several row widths they depend on the policy.
         steps: float64 ``[K]`` minibatches per epoch of each partition, weighted over the workloads:
             ``sum_w weight_w * S_w`` with ``S_w`` = :meth:`Workload.lockstep_steps`, the same for every
             partition (the ranks run in lockstep; a partition with fewer seeds than ``S_w`` runs
             batches without seeds, which fetch nothing).
-        row_bytes: bytes per feature row (a typed graph's widest).
+        row_bytes: bytes per feature row (the widest, on a graph of several node types).
         epochs: evaluated epochs.
         meta: run description (dataset, workloads, seed, timings).
-        node_types: a typed graph's node types (the schema's order); ``()`` when homogeneous, and
-            then the per-type fields are ``None``. On a typed graph ``cached`` is int64
-            ``[P, A, K]``: the rows each policy caches in the byte budget of each α.
+        node_types: the graph's node types (the schema's order; ``("node",)`` when homogeneous).
         type_bytes: int64 ``[T]`` bytes of a feature row of each type (0: no features).
         type_accessed: float64 ``[T]`` remote rows of each type touched per epoch, all partitions.
         type_rows: float64 ``[P, A, T]`` rows of each type fetched per epoch, all partitions
@@ -73,11 +73,11 @@ class SimulationResult:
     steps: np.ndarray
     row_bytes: int
     epochs: int
+    node_types: tuple[str, ...]
+    type_bytes: np.ndarray
+    type_accessed: np.ndarray
+    type_rows: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
-    node_types: tuple[str, ...] = ()
-    type_bytes: np.ndarray | None = None
-    type_accessed: np.ndarray | None = None
-    type_rows: np.ndarray | None = None
 
     def total_rows(self) -> np.ndarray:
         """float64 ``[P, A]`` rows fetched per epoch, all partitions together."""
@@ -85,31 +85,23 @@ class SimulationResult:
 
     def total_bytes(self) -> np.ndarray:
         """float64 ``[P, A]`` bytes fetched per epoch, all partitions together."""
-        if not self.node_types:
-            return self.total_rows() * self.row_bytes
         return self.type_rows @ self.type_bytes.astype(np.float64)
 
     def no_cache_bytes(self) -> float:
         """Bytes fetched per epoch without a cache, all partitions together."""
-        if not self.node_types:
-            return float(self.accessed.sum() * self.row_bytes)
         return float(self.type_accessed @ self.type_bytes.astype(np.float64))
 
     def efficiency(self) -> np.ndarray | None:
-        """float64 ``[P, A]`` ``(no cache - policy) / (no cache - oracle)`` in rows (in bytes on a
-        typed graph, whose rows differ in width); NaN where the oracle saves nothing (α = 0);
+        """float64 ``[P, A]`` ``(no cache - policy) / (no cache - oracle)`` in bytes (rows may differ
+        in width); NaN where the oracle saves nothing (α = 0);
         None when the oracle was not simulated. A saving within :data:`_SAVING_NOISE` of the
         no-cache volume is none: rows weighted over several workloads are floats, summed in
         another order with a cache than without, so at α = 0 the difference is a rounding error
         (1e-13 of it), whose ratios read as efficiencies."""
         if "oracle" not in self.policies:
             return None
-        if self.node_types:
-            no_cache = self.no_cache_bytes()
-            saving = no_cache - self.total_bytes()
-        else:
-            no_cache = float(self.accessed.sum())
-            saving = no_cache - self.total_rows()
+        no_cache = self.no_cache_bytes()
+        saving = no_cache - self.total_bytes()
         saving = np.where(saving > _SAVING_NOISE * no_cache, saving, 0.0)
         best = saving[self.policies.index("oracle")]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -121,12 +113,13 @@ class SimulationResult:
         out = {
             "policies": list(self.policies), "replication": list(self.replication), "epochs": self.epochs,
             "row_bytes": self.row_bytes, "no_cache_rows_per_epoch": float(self.accessed.sum()),
+            "no_cache_bytes_per_epoch": self.no_cache_bytes(),
             "rows_per_epoch": {p: total[i].tolist() for i, p in enumerate(self.policies)},
             "bytes_per_epoch": {p: row.tolist() for p, row in zip(self.policies, self.total_bytes())},
             "per_partition": {
                 "no_cache_rows_per_epoch": self.accessed.tolist(),
                 "steps_per_epoch": self.steps.tolist(),
-                "cached_rows": self.cached.tolist(),
+                "cached_rows": {p: self.cached[i].tolist() for i, p in enumerate(self.policies)},
                 "rows_per_epoch": {p: self.rows[i].tolist() for i, p in enumerate(self.policies)},
             },
             "meta": self.meta,
@@ -134,10 +127,8 @@ class SimulationResult:
         if eff is not None:
             out["efficiency"] = {p: [None if math.isnan(e) else float(e) for e in eff[i]]
                                  for i, p in enumerate(self.policies)}
-        if self.node_types:
+        if self.by_type:
             hits = self.type_accessed - self.type_rows
-            out["per_partition"]["cached_rows"] = {p: self.cached[i].tolist() for i, p in enumerate(self.policies)}
-            out["no_cache_bytes_per_epoch"] = self.no_cache_bytes()
             out["per_type"] = {
                 "node_types": list(self.node_types), "row_bytes": self.type_bytes.tolist(),
                 "no_cache_rows_per_epoch": self.type_accessed.tolist(),
@@ -145,6 +136,12 @@ class SimulationResult:
                 "hits_per_epoch": {p: hits[i].tolist() for i, p in enumerate(self.policies)},
             }
         return out
+
+    @property
+    def by_type(self) -> bool:
+        """Whether the results show a breakdown by node type: with several types (that of a
+        homogeneous graph's one type is the whole)."""
+        return len(self.node_types) > 1
 
     def table(self) -> str:
         """Markdown tables: rows fetched per epoch, and the saving efficiency when the oracle ran."""
@@ -155,7 +152,7 @@ class SimulationResult:
                  f"epochs; no cache: {self.accessed.sum():.4g} rows = "
                  f"{self.no_cache_bytes() / 2**20:.1f} MiB)", "", head, rule]
         lines += [f"| {p} | " + " | ".join(f"{v:.4g}" for v in total[i]) + " |" for i, p in enumerate(self.policies)]
-        for t, name in enumerate(self.node_types):
+        for t, name in enumerate(self.node_types if self.by_type else ()):
             if self.type_bytes[t] == 0:
                 continue
             lines += ["", f"Rows of node type {name} fetched per epoch ({self.type_bytes[t]} bytes each; no cache: "
@@ -164,8 +161,7 @@ class SimulationResult:
                       for i, p in enumerate(self.policies)]
         eff = self.efficiency()
         if eff is not None:
-            unit = " in bytes" if self.node_types else ""
-            lines += ["", f"Saving efficiency (no cache - policy) / (no cache - oracle){unit}", "", head, rule]
+            lines += ["", "Saving efficiency (no cache - policy) / (no cache - oracle) in bytes", "", head, rule]
             lines += [f"| {p} | " + " | ".join(efficiency_text(e) for e in eff[i]) + " |"
                       for i, p in enumerate(self.policies)]
         return "\n".join(lines)
@@ -204,15 +200,16 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
     dataset = ctx.dataset
     num_parts, num_nodes = dataset.num_parts, dataset.num_nodes
     replication = check_replication(replication, num_parts)
-    node_bytes = node_row_bytes(dataset)  # None: homogeneous, every row row_bytes_of(dataset)
-    typed = node_bytes is not None
-    num_types = dataset.schema.num_types
-    node_type = dataset.book.type_of(np.arange(num_nodes, dtype=np.int64)) if typed else None
+    node_type = node_types(dataset)
+    type_bytes = type_row_bytes(dataset)
+    node_bytes = type_bytes[node_type]
+    num_types = type_bytes.shape[0]
     rows = np.zeros((len(policies), len(replication), num_parts))
     accessed = np.zeros(num_parts)
     cached = np.zeros((len(policies), len(replication), num_parts), dtype=np.int64)
-    type_accessed = np.zeros(num_types)
-    type_rows = np.zeros((len(policies), len(replication), num_types))
+    # per type and partition, summed over the partitions at the end as rows and accessed are
+    type_accessed = np.zeros((num_types, num_parts))
+    type_rows = np.zeros((len(policies), len(replication), num_types, num_parts))
     steps = np.zeros(num_parts)
     seconds = {"sampling": 0.0, **{name: 0.0 for name in policies}}
     lockstep = [w.lockstep_steps(dataset) for w in ctx.workloads]  # S_w: every partition's batches per epoch
@@ -223,8 +220,8 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
         seconds["sampling"] += time.perf_counter() - start
         remote = cacheable_remote(ctx, k, node_bytes)
         accessed[k] = counts[remote].sum() / ctx.epochs
-        if typed:
-            type_accessed += _per_type(node_type, remote, counts, num_types) / ctx.epochs
+        for t in range(num_types):
+            type_accessed[t, k] = counts[remote][node_type[remote] == t].sum() / ctx.epochs
         steps[k] = sum(w.weight * lockstep[i] for i, w in enumerate(ctx.workloads))
         for i, name in enumerate(policies):
             start = time.perf_counter()
@@ -232,25 +229,19 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
             seconds[name] += time.perf_counter() - start
             order = rank_vertices(scores, remote, ctx.rng(k, streams.TIEBREAK_STREAM))
             cached[i, :, k] = [budget_rows(b, dataset, order, node_bytes)[0] for b in budgets]
-            hits = np.concatenate([[0.0], np.cumsum(counts[order])])
-            rows[i, :, k] = (hits[-1] - hits[cached[i, :, k]]) / ctx.epochs
-            if typed:
-                for a, n in enumerate(cached[i, :, k]):
-                    type_rows[i, a] += _per_type(node_type, order[n:], counts, num_types) / ctx.epochs
+            ranked, ranked_type = counts[order], node_type[order]
+            for t in range(num_types):  # each type's rows fetched: its counts beyond each cut
+                hits = np.concatenate([[0.0], np.cumsum(np.where(ranked_type == t, ranked, 0.0))])
+                type_rows[i, :, t, k] = (hits[-1] - hits[cached[i, :, k]]) / ctx.epochs
+            rows[i, :, k] = type_rows[i, :, :, k].sum(axis=1)
         ctx.forget(k)
     meta = {"part_dir": str(dataset.path), "workloads": [w.to_json() for w in ctx.workloads], "seed": ctx.seed,
             "simulation_epochs": ctx.simulation_epochs, "vip_method": ctx.vip_method,
             "num_parts": num_parts, "num_nodes": num_nodes, "seconds": seconds}
-    per_type = (dict(node_types=tuple(dataset.schema.node_types), type_bytes=type_row_bytes(dataset),
-                     type_accessed=type_accessed, type_rows=type_rows) if typed else {})
     return SimulationResult(policies=policies, replication=replication, rows=rows, accessed=accessed,
-                            cached=cached if typed else cached[0], steps=steps, row_bytes=row_bytes_of(dataset),
-                            epochs=ctx.epochs, meta=meta, **per_type)
-
-
-def _per_type(node_type: np.ndarray, ids: np.ndarray, counts: np.ndarray, num_types: int) -> np.ndarray:
-    """float64 ``[T]``: ``counts[ids]`` summed by the node type of each id."""
-    return np.bincount(node_type[ids], weights=counts[ids], minlength=num_types)
+                            cached=cached, steps=steps, row_bytes=row_bytes_of(dataset), epochs=ctx.epochs,
+                            node_types=tuple(dataset.schema.node_types), type_bytes=type_bytes,
+                            type_accessed=type_accessed.sum(axis=1), type_rows=type_rows.sum(axis=3), meta=meta)
 
 
 def plot_volume(result: SimulationResult, path: str) -> None:

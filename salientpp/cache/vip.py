@@ -81,12 +81,14 @@ relation r' (:func:`relation_degrees`, ``[N, R]``). So u picks v with probabilit
 The taylor form sums the same terms; the cavity form divides u's absence by v's own pick of u at
 hop h - 1, which used the entry's relation, :math:`1 - w_{h-1}(v, r_e)\, p^{h-2}(v)` (and by u's
 pick of v, :math:`1 - w_{h-1}(u, \mathrm{rev}(r_e))\, p^{h-2}(u)`, as the kernel does for one
-relation). A homogeneous graph (``edge_rel`` None) is the case of one relation that is its own
-reverse: the kernels are compiled once for it and once for ``edge_rel``, so its arrays and speed
-are those of the untyped recurrence. A relation of fanout 0 at every hop leaves out the types
-reachable only through it. :func:`expected_nodes_per_type` sums VIP per node type: the
-expected vertices of each type per minibatch. LADIES stays homogeneous (its ``"ladies"``
-distribution refuses ``edge_rel``). Accuracy: hop 1 is exact as above, and against a reference
+relation). A homogeneous graph is the case of one relation that is its own reverse
+(:meth:`~salientpp.data.schema.GraphSchema.homogeneous`): the same kernels run on it, with
+weights ``[N, 1]`` and the relation of every entry one ``np.int8`` constant (which numba compiles
+hoisted out of the loops, no memory per entry), so its speed is that of the untyped recurrence.
+A relation of fanout 0 at every hop leaves out the types reachable only through it.
+:func:`expected_nodes_per_type` sums VIP per node type: the expected vertices of each type per
+minibatch. LADIES stays homogeneous (its ``"ladies"`` distribution refuses a graph of several
+types or relations). Accuracy: hop 1 is exact as above, and against a reference
 typed sampler of a few dozen nodes the cavity estimate is within 2% per type from hop 2 on
 (``tests/test_vip.py``). A type reached only through siblings one parent pulls in together (IGBH's
 institutes, through the authors of a paper) is over-estimated by the cavity form at hop 2 (+7% on
@@ -188,30 +190,31 @@ def default_method(sampler: SamplerKind | str) -> str:
     return check_sampler(sampler).default_vip_method
 
 
-def _pick(w, edge_rel, reverse, u, j):  # pragma: no cover - compiled through its overload
-    """The weight with which ``u = col[j]`` picks the vertex of row ``v`` (the CSR entry ``j``)."""
+def _rel(edge_rel, j):  # pragma: no cover - compiled through its overload
+    """The relation of the CSR entry ``j``."""
     raise NotImplementedError
 
 
-@overload(_pick, inline="always")
-def _pick_kernel(w, edge_rel, reverse, u, j):  # pragma: no cover - compiled
-    # Homogeneous (edge_rel None): w is float64 [N]. Typed: w is [N, R] and u picks v through the
-    # reverse of the entry's relation. Numba compiles one of the two per kernel signature.
-    if isinstance(edge_rel, types.NoneType):
-        return lambda w, edge_rel, reverse, u, j: w[u]
-    return lambda w, edge_rel, reverse, u, j: w[u, reverse[edge_rel[j]]]
+@overload(_rel, inline="always")
+def _rel_kernel(edge_rel, j):  # pragma: no cover - compiled
+    # edge_rel int8 [nnz], or the one int8 relation of every entry (a graph of one relation,
+    # :func:`_relations`): numba compiles each kernel once for each, the constant hoisted out of its loops.
+    if isinstance(edge_rel, types.Integer):
+        return lambda edge_rel, j: edge_rel
+    return lambda edge_rel, j: edge_rel[j]
 
 
-def _own(w, edge_rel, v, j):  # pragma: no cover - compiled through its overload
+@njit(inline="always")
+def _pick(w, edge_rel, reverse, u, j):  # pragma: no cover - compiled
+    """The weight with which ``u = col[j]`` picks the vertex of row ``v`` (the CSR entry ``j``): u
+    draws v through the reverse of the entry's relation (w float64 ``[N, R]``)."""
+    return w[u, reverse[_rel(edge_rel, j)]]
+
+
+@njit(inline="always")
+def _own(w, edge_rel, v, j):  # pragma: no cover - compiled
     """The weight with which ``v`` picks its neighbour ``col[j]`` (the CSR entry ``j`` of row ``v``)."""
-    raise NotImplementedError
-
-
-@overload(_own, inline="always")
-def _own_kernel(w, edge_rel, v, j):  # pragma: no cover - compiled
-    if isinstance(edge_rel, types.NoneType):
-        return lambda w, edge_rel, v, j: w[v]
-    return lambda w, edge_rel, v, j: w[v, edge_rel[j]]
+    return w[v, _rel(edge_rel, j)]
 
 
 @njit(parallel=True, cache=True)
@@ -269,7 +272,7 @@ def _hop_cavity(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, out):  #
             u = col[j]
             wu = _pick(w, edge_rel, reverse, u, j)
             if wu > 0.0:
-                # v's own pick of u depends on the entry's relation on a typed graph, on v alone otherwise
+                # v's own pick of u: through the entry's relation
                 own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
                 for k in range(num_parts):
                     out[v, k] *= 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
@@ -280,9 +283,8 @@ def _hop_cavity(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, out):  #
 @njit(parallel=True, cache=True)
 def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out):  # pragma: no cover - compiled
     # The cavity product times 1 + the pair term of the siblings u1, u2 of v that one parent x in
-    # S^{h-2} pulled in together at hop h - 1 (module docstring, "pair"). Typed arrays only (a
-    # homogeneous graph comes as one relation). ratio[x, r]: P(x draws two given relation-r entries)
-    # over the product of their single pick probabilities.
+    # S^{h-2} pulled in together at hop h - 1 (module docstring, "pair"). ratio[x, r]: P(x draws two
+    # given relation-r entries) over the product of their single pick probabilities.
     n, num_parts = prev.shape
     num_relations = reverse.shape[0]
     for v in prange(n):
@@ -294,9 +296,9 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
         size = 0
         for j in range(rowptr[v], rowptr[v + 1]):
             u = col[j]
-            if w[u, reverse[edge_rel[j]]] > 0.0:
+            if _pick(w, edge_rel, reverse, u, j) > 0.0:
                 for i in range(rowptr[u], rowptr[u + 1]):
-                    x, r = col[i], reverse[edge_rel[i]]
+                    x, r = col[i], reverse[_rel(edge_rel, i)]
                     if x != v and w_prev[x, r] > 0.0:
                         parent[size] = x * num_relations + r
                         via[size] = j
@@ -306,7 +308,7 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
             absent = 1.0 - prev[v, k]
             for j in range(rowptr[v], rowptr[v + 1]):
                 u = col[j]
-                wu = w[u, reverse[edge_rel[j]]]
+                wu = _pick(w, edge_rel, reverse, u, j)
                 if wu > 0.0:
                     own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
                     absent *= 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
@@ -324,7 +326,7 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
                     while start < size and parent[order[start]] == key:
                         j = via[order[start]]
                         u = col[j]
-                        wu = w[u, reverse[edge_rel[j]]]
+                        wu = _pick(w, edge_rel, reverse, u, j)
                         wx = w_prev[x, r]
                         own, back = _own(w_prev, edge_rel, v, j), _pick(w_prev, edge_rel, reverse, u, j)
                         factor = 1.0 - wu * (1.0 - _cavity_absent(own, back, prev, prev2, v, u, k))
@@ -339,11 +341,28 @@ def _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out
             out[v, k] = 1.0 - min(1.0 - prev[v, k], absent * (1.0 + max(0.0, term)))
 
 
+def _count_row(rowptr, edge_rel, out, v):  # pragma: no cover - compiled through its overload
+    """Add the entries of row ``v`` to ``out[v]``, by relation."""
+    raise NotImplementedError
+
+
+@overload(_count_row, inline="always")
+def _count_row_kernel(rowptr, edge_rel, out, v):  # pragma: no cover - compiled
+    if isinstance(edge_rel, types.Integer):  # every entry of one relation: the row's length
+        def count(rowptr, edge_rel, out, v):
+            out[v, edge_rel] += rowptr[v + 1] - rowptr[v]
+        return count
+
+    def count_each(rowptr, edge_rel, out, v):
+        for j in range(rowptr[v], rowptr[v + 1]):
+            out[v, edge_rel[j]] += 1
+    return count_each
+
+
 @njit(parallel=True, cache=True)
 def _relation_degrees(rowptr, edge_rel, out):  # pragma: no cover - compiled
     for v in prange(rowptr.shape[0] - 1):
-        for j in range(rowptr[v], rowptr[v + 1]):
-            out[v, edge_rel[j]] += 1
+        _count_row(rowptr, edge_rel, out, v)
 
 
 @njit(parallel=True, cache=True)
@@ -395,9 +414,10 @@ def pair_ratio(degree: np.ndarray, fanout, replace: bool) -> np.ndarray:
 
 def relation_degrees(rowptr: np.ndarray, edge_rel: np.ndarray, num_relations: int) -> np.ndarray:
     """int64 ``[N, R]``: ``out[v, r]`` counts the relation-r entries of row ``v`` (``rowptr`` int64
-    ``[N + 1]``, ``edge_rel`` int8 ``[nnz]``, values in ``[0, R)``), v's relation-r in-neighbours."""
+    ``[N + 1]``, ``edge_rel`` int8 ``[nnz]`` with values in ``[0, R)``, or one int8: the relation
+    of every entry), v's relation-r in-neighbours."""
     out = np.zeros((rowptr.shape[0] - 1, num_relations), dtype=np.int64)
-    _relation_degrees(_kernel_array(rowptr, np.int64), _kernel_array(edge_rel, np.int8), out)
+    _relation_degrees(_kernel_array(rowptr, np.int64), _kernel_relations(edge_rel), out)
     return out
 
 
@@ -468,8 +488,8 @@ def _check_edge_set(edges, num_nodes: int, k: int) -> np.ndarray:
 def workload_probabilities(dataset, workload: Workload, *, method: str = "exact", return_hops: bool = False,
                            num_threads: int | None = None) -> np.ndarray | list[np.ndarray]:
     """:func:`inclusion_probabilities` of one workload over every partition of a PartitionedDataset
-    (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`), typed
-    when the dataset has an ``edge_rel`` and a ``schema``. It passes the workload's
+    (its lockstep batches; node seeds, or edge seeds with :func:`link_seed_probabilities`), over the
+    dataset's ``schema`` and ``edge_rel``. It passes the workload's
     :attr:`~Workload.fanout_table`, so a workload made without a typed dataset's schema (one
     column) is refused on it in one sentence."""
     seed_sets = [workload.seeds(dataset, k) for k in range(dataset.num_parts)]
@@ -535,10 +555,12 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
             LADIES's pick weights (``fanouts`` = layer sizes; see the module docstring).
         seed_probs: float64 ``[N, K]`` :math:`p^0` to start from instead of ``1/S`` on the seed
             sets (e.g. :func:`link_seed_probabilities`; ``seed_sets`` then only gives K).
-        edge_rel: int8 ``[nnz]``, the relation of each CSR entry (``Dataset.edge_rel``), for the
-            typed recurrence (module docstring, "Typed graphs"); ``None``: homogeneous.
+        edge_rel: int8 ``[nnz]``, the relation of each CSR entry (``Dataset.edge_rel``; module
+            docstring, "Typed graphs"); ``None`` on a graph of one relation: every entry is
+            relation 0.
         schema: the graph's :class:`~salientpp.data.schema.GraphSchema`, whose relations number
-            ``edge_rel`` and give each its reverse; needed with ``edge_rel``.
+            ``edge_rel`` and give each its reverse; needed with ``edge_rel``; ``None``: the
+            homogeneous schema of the N vertices.
 
     Returns:
         float64 ``[N, K]``: ``VIP[v, k]`` = P(v is in a minibatch of partition k); or the list of
@@ -554,14 +576,10 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     batch_size = check_batch_size(batch_size)
     rowptr, col = _as_csr(rowptr, col)
     num_nodes = rowptr.shape[0] - 1
-    edge_rel, reverse = _relations(edge_rel, schema, col.shape[0], sampler)
-    table = fanout_table(fanouts, schema, sampler)
-    if edge_rel is None:
-        fanouts = tuple(int(f) for f in table[:, 0])
-        degree = np.diff(rowptr)
-    else:  # one row of fanouts per hop, and each vertex's degree, per relation
-        fanouts = table
-        degree = relation_degrees(rowptr, edge_rel, reverse.shape[0])
+    schema, edge_rel = _relations(edge_rel, schema, num_nodes, col.shape[0], sampler)
+    reverse = np.asarray(schema.reverse, dtype=np.int64)
+    fanouts = fanout_table(fanouts, schema, sampler)  # one row per hop, one column per relation
+    degree = relation_degrees(rowptr, edge_rel, schema.num_relations)
     if num_threads is not None:
         numba.set_num_threads(max(1, min(int(num_threads), numba.config.NUMBA_NUM_THREADS)))
     if seed_probs is None:
@@ -577,11 +595,11 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
     for h, fanout in enumerate(fanouts):
         prev = hops[-1]
         w = weights_of(degree, fanout, replace, prev)
-        if w.shape != degree.shape:  # a pick weight per partition (homogeneous): one column at a time
+        if w.ndim == 3:  # a pick weight per partition, [K, N, R]: one partition at a time
             out = np.empty_like(prev)
             for k in range(prev.shape[1]):
-                column = _hop(method, graph, np.ascontiguousarray(w[:, k]), np.ascontiguousarray(prev[:, k:k + 1]),
-                              None if weights[-1] is None else np.ascontiguousarray(weights[-1][:, k]),
+                column = _hop(method, graph, np.ascontiguousarray(w[k]), np.ascontiguousarray(prev[:, k:k + 1]),
+                              None if weights[-1] is None else np.ascontiguousarray(weights[-1][k]),
                               None if len(hops) < 2 else np.ascontiguousarray(hops[-2][:, k:k + 1]))
                 out[:, k] = column[:, 0]
         else:
@@ -599,21 +617,32 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
 TYPED_DISTRIBUTIONS = ("nodewise",)
 
 
-def _relations(edge_rel, schema: GraphSchema | None, nnz: int,
-               sampler: SamplerKind) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``edge_rel`` as int8 ``[nnz]`` and the schema's reverses as int64 ``[R]``, or ``(None, None)``
-    for a homogeneous graph; :class:`InputError` when they do not fit the graph or the sampler."""
-    if edge_rel is None:
-        if schema is not None and not schema.is_homogeneous:
-            raise InputError(f"the graph has {schema.num_relations} relations but no edge_rel was given; pass the "
-                             "relation of each CSR entry (the dataset's edge_rel)")
-        return None, None
+def _kernel_relations(edge_rel) -> np.ndarray | np.int8:
+    """``edge_rel`` (int ``[nnz]``, or one integer) as the kernels take it: a read-only int8 array,
+    or an ``np.int8``."""
+    return np.int8(edge_rel) if np.ndim(edge_rel) == 0 else _kernel_array(edge_rel, np.int8)
+
+
+def _relations(edge_rel, schema: GraphSchema | None, num_nodes: int, nnz: int,
+               sampler: SamplerKind) -> tuple[GraphSchema, np.ndarray | np.int8]:
+    """The graph's schema (``None``: the homogeneous one of ``num_nodes`` vertices) and the
+    relation of each CSR entry as the kernels read it: ``edge_rel`` as int8 ``[nnz]``, or on a graph
+    of one relation ``np.int8(0)``, the relation of every entry (``edge_rel`` may then be ``None``);
+    :class:`InputError` when they do not fit the graph or the sampler."""
     if schema is None:
-        raise InputError("edge_rel needs the graph's schema, which numbers its relations and gives their reverses; "
-                         "pass schema= (the dataset's schema)")
-    if sampler.distribution not in TYPED_DISTRIBUTIONS:
+        if edge_rel is not None:
+            raise InputError("edge_rel needs the graph's schema, which numbers its relations and gives their "
+                             "reverses; pass schema= (the dataset's schema)")
+        schema = GraphSchema.homogeneous(num_nodes)
+    if not schema.is_homogeneous and sampler.distribution not in TYPED_DISTRIBUTIONS:
         raise InputError(f"the VIP analysis of {sampler.title} sampling covers homogeneous graphs only; sample a "
                          "typed graph node-wise (--sampler nodewise)")
+    every_entry = np.int8(0)
+    if edge_rel is None:
+        if schema.num_relations > 1:
+            raise InputError(f"the graph has {schema.num_relations} relations but no edge_rel was given; pass the "
+                             "relation of each CSR entry (the dataset's edge_rel)")
+        return schema, every_entry
     edge_rel = np.asarray(edge_rel)
     if edge_rel.shape != (nnz,) or not np.issubdtype(edge_rel.dtype, np.integer):
         raise InputError(f"edge_rel must be an int8 array of one relation per CSR entry ([{nnz}]), got "
@@ -621,25 +650,20 @@ def _relations(edge_rel, schema: GraphSchema | None, nnz: int,
     if nnz and (edge_rel.min() < 0 or edge_rel.max() >= schema.num_relations):
         raise InputError(f"edge_rel holds relations outside [0, {schema.num_relations}), the schema's; pass the "
                          "edge_rel and schema of the same dataset")
-    return _kernel_array(edge_rel, np.int8), np.asarray(schema.reverse, dtype=np.int64)
+    return schema, every_entry if schema.num_relations == 1 else _kernel_array(edge_rel, np.int8)
 
 
 def _hop(method: str, graph: tuple, w: np.ndarray, prev: np.ndarray, w_prev: np.ndarray | None,
          prev2: np.ndarray | None, ratio: np.ndarray | None = None) -> np.ndarray:
-    """:math:`p^h` from :math:`p^{h-1}` (``prev``, ``[N, K]``) with pick weights ``w`` (``[N]``, or
-    ``[N, R]`` per relation on a typed graph); ``w_prev`` and ``prev2`` (hop h - 1's weights and
-    :math:`p^{h-2}`) serve the cavity and pair forms, ``ratio`` (:func:`pair_ratio` of hop h - 1,
-    shaped like ``w``) the pair form. ``graph`` is ``(rowptr, col, edge_rel, reverse)``, the last
-    two ``None`` when homogeneous."""
+    """:math:`p^h` from :math:`p^{h-1}` (``prev``, ``[N, K]``) with pick weights ``w`` (``[N, R]``,
+    per relation); ``w_prev`` and ``prev2`` (hop h - 1's weights and :math:`p^{h-2}`) serve the
+    cavity and pair forms, ``ratio`` (:func:`pair_ratio` of hop h - 1, shaped like ``w``) the pair
+    form. ``graph`` is ``(rowptr, col, edge_rel, reverse)``."""
     out = np.empty_like(prev)
     if method == "taylor":
         _hop_taylor(*graph, w, prev, out)
     elif method == "pair" and prev2 is not None:
-        rowptr, col, edge_rel, reverse = graph
-        if edge_rel is None:  # the pair kernel takes the typed arrays: one relation, its own reverse
-            edge_rel, reverse = _kernel_array(np.zeros(col.shape[0], dtype=np.int8), np.int8), np.zeros(1, dtype=np.int64)
-            w, w_prev, ratio = w[:, None], w_prev[:, None], ratio[:, None]
-        _hop_pair(rowptr, col, edge_rel, reverse, w, prev, w_prev, prev2, ratio, out)
+        _hop_pair(*graph, w, prev, w_prev, prev2, ratio, out)
     elif method == "cavity" and prev2 is not None:
         _hop_cavity(*graph, w, prev, w_prev, prev2, out)
     else:
@@ -657,15 +681,17 @@ def ladies_weights(degree: np.ndarray, layer_size: int, prev: np.ndarray) -> np.
 
 
 # The pick weights w_h of each distribution a sampler kind draws from (``SamplerKind.distribution``),
-# ``weights(degree, fanout, replace, prev)`` with ``prev`` = p^{h-1} ``[N, K]``: float64 ``[N]`` (the
-# same for every partition) or ``[N, K]``. A kind of another distribution needs its model here.
-VIP_MODELS: dict[str, Callable[[np.ndarray, int, bool, np.ndarray], np.ndarray]] = {
+# ``weights(degree, fanout, replace, prev)`` with ``degree`` int64 ``[N, R]`` (:func:`relation_degrees`),
+# ``fanout`` the hop's row ``[R]`` and ``prev`` = p^{h-1} ``[N, K]``: float64 ``[N, R]`` (the same for
+# every partition) or ``[K, N, R]`` (one per partition). LADIES draws graphs of one relation
+# (:func:`_relations`). A kind of another distribution needs its model here.
+VIP_MODELS: dict[str, Callable[[np.ndarray, np.ndarray, bool, np.ndarray], np.ndarray]] = {
     "nodewise": lambda degree, fanout, replace, prev: pick_weights(degree, fanout, replace),
-    "ladies": lambda degree, fanout, replace, prev: ladies_weights(degree, fanout, prev),
+    "ladies": lambda degree, fanout, replace, prev: ladies_weights(degree[:, 0], fanout[0], prev).T[:, :, None],
 }
 
 
-def vip_model(sampler: SamplerKind | str) -> Callable[[np.ndarray, int, bool, np.ndarray], np.ndarray]:
+def vip_model(sampler: SamplerKind | str) -> Callable[[np.ndarray, np.ndarray, bool, np.ndarray], np.ndarray]:
     """The pick weights of ``sampler``'s distribution (:data:`VIP_MODELS`), or :class:`InputError`."""
     kind = check_sampler(sampler)
     if kind.distribution not in VIP_MODELS:

@@ -11,11 +11,16 @@ from dataclasses import InitVar, dataclass
 import numpy as np
 
 from ..data.format import SPLITS
-from ..data.schema import GraphSchema, Relation
+from ..data.schema import HOMOGENEOUS_RELATION, GraphSchema, Relation
 from ..errors import InputError, check_int
 from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_replace,
                               check_sampler, fanout_table)
 from ..sampling.link import NUM_NEGATIVES, NegativeSampling, check_negative_sampling, check_num_negatives
+
+
+# The relations of a homogeneous graph's workload, the one column of its fanout table
+# (:meth:`~salientpp.data.schema.GraphSchema.homogeneous`'s relation).
+HOMOGENEOUS_RELATIONS = (str(Relation(*HOMOGENEOUS_RELATION)),)
 
 
 def check_batch_size(batch_size) -> int:
@@ -68,13 +73,11 @@ class Workload:
     """One stream of sampled minibatches whose remote feature rows a rank must fetch.
 
     Attributes:
-        fanouts: the checked fanouts of its graph: on a homogeneous graph the neighbours drawn per
-            hop, ``fanouts[0]`` at the seeds, -1 = all neighbours; on a typed graph (``schema``
-            given, several node types or relations) the ``[L, R]`` table of
-            :func:`~salientpp.sampling.kinds.fanout_table` (from one list for every relation, a
-            dict relation -> list or the table given whole) as a tuple of L rows of R ints, entry ``[h][r]`` the
-            neighbours of relation r drawn at hop h (0 = none); :attr:`fanout_table` is it as an
-            int64 array.
+        fanouts: the checked ``[L, R]`` table of :func:`~salientpp.sampling.kinds.fanout_table`
+            (made from one list for every relation, a dict relation -> list, or the table given
+            whole) as a tuple of L rows of R ints: entry ``[h][r]`` the neighbours of relation r
+            drawn at hop h, ``fanouts[0]`` at the seeds (-1 = all, 0 = none). A homogeneous graph
+            is the case of one relation (``R = 1``). :attr:`fanout_table` is it as an int64 array.
         batch_size: the most seeds per minibatch: every partition runs :meth:`lockstep_steps`
             batches per epoch, ``S = max_k ceil(|seeds_k| / batch_size)``, balanced within
             the partition.
@@ -88,14 +91,14 @@ class Workload:
         edges: ``None`` for node seeds; an :class:`EdgeSeeds` for link prediction, whose seeds are
             the splits' held-out edges (whose sources the partition owns) and ``batch_size``
             counts edges.
-        relations: a typed workload's relations (``"src__name__dst"``), the columns of its
-            fanout table; ``()`` on a homogeneous graph.
-        schema: (init only) the graph's :class:`~salientpp.data.schema.GraphSchema`, which turns
-            ``fanouts`` into its table; ``None``: a homogeneous graph, or a table already made
-            (with its ``relations``, as :meth:`from_json` reads one).
+        relations: the graph's relations (``"src__name__dst"``), the columns of the fanout table:
+            those of ``schema``, or of a workload read back (:meth:`from_json`); by default
+            :data:`HOMOGENEOUS_RELATIONS`, a homogeneous graph's one relation.
+        schema: (init only) the graph's :class:`~salientpp.data.schema.GraphSchema`, whose
+            relations become ``relations`` and which reads ``fanouts`` (a dict names them).
     """
 
-    fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
+    fanouts: tuple[tuple[int, ...], ...]
     batch_size: int
     replace: bool = False
     splits: tuple[str, ...] = ("train",)
@@ -107,14 +110,11 @@ class Workload:
 
     def __post_init__(self, schema: GraphSchema | None) -> None:
         object.__setattr__(self, "sampler", check_sampler(self.sampler))
-        if schema is not None:
-            object.__setattr__(self, "relations", () if schema.is_homogeneous
-                               else tuple(str(r) for r in schema.relations))
-        # without a schema, a typed workload read back (from_json) gives its relations' count
-        table = fanout_table(self.fanouts, schema, self.sampler, num_relations=len(self.relations) or None)
-        fanouts = (tuple(tuple(int(f) for f in row) for row in table) if self.relations
-                   else tuple(int(f) for f in table[:, 0]))
-        object.__setattr__(self, "fanouts", fanouts)
+        relations = tuple(self.relations) if schema is None else tuple(str(r) for r in schema.relations)
+        object.__setattr__(self, "relations", relations or HOMOGENEOUS_RELATIONS)
+        # without a schema, a workload read back (from_json) gives its relations' count
+        table = fanout_table(self.fanouts, schema, self.sampler, num_relations=len(self.relations))
+        object.__setattr__(self, "fanouts", tuple(tuple(int(f) for f in row) for row in table))
         object.__setattr__(self, "replace", check_replace(self.replace, self.sampler))
         object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))
         splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
@@ -129,24 +129,17 @@ class Workload:
         return len(self.fanouts)
 
     @property
-    def is_typed(self) -> bool:
-        """Whether its fanouts are a typed graph's table (one column per relation)."""
-        return bool(self.relations)
-
-    @property
     def fanout_table(self) -> np.ndarray:
-        """int64 ``[L, R]``: :attr:`fanouts` as a table (``R = 1`` on a homogeneous graph)."""
-        table = np.array(self.fanouts, dtype=np.int64)
-        return table if self.is_typed else table[:, None]
+        """int64 ``[L, R]``: :attr:`fanouts` as an array, as every sampler kind takes it
+        (:func:`~salientpp.sampling.make_sampler`)."""
+        return np.array(self.fanouts, dtype=np.int64).reshape(len(self.fanouts), len(self.relations))
 
     @property
     def hop_fanouts(self) -> tuple[int, ...]:
-        """The most neighbours a node draws at each hop: on a typed graph, of each node type the
-        fanouts of the relations into it summed, the largest over the types (-1 where a relation
-        takes them all; at least 1). One list, for estimates of a batch's size. A homogeneous
-        workload's fanouts as they are."""
-        if not self.is_typed:
-            return self.fanouts
+        """The most neighbours a node draws at each hop: of each node type the fanouts of the
+        relations into it summed, the largest over the types (-1 where a relation takes them
+        all; at least 1). One list, for estimates of a batch's size (a homogeneous workload's
+        one column)."""
         into = [Relation.parse(r).dst for r in self.relations]
         hops = []
         for row in self.fanouts:
@@ -155,14 +148,6 @@ class Workload:
                 drawn[dst] = drawn.get(dst, 0) + fanout
             hops.append(-1 if -1 in row else max(1, *drawn.values()))
         return tuple(hops)
-
-    @property
-    def sampler_fanouts(self) -> tuple[int, ...] | dict[str, tuple[int, ...]]:
-        """Its fanouts as :func:`~salientpp.sampling.make_sampler` takes them: the list, or a typed
-        graph's dict relation -> list (the columns of its table)."""
-        if not self.is_typed:
-            return self.fanouts
-        return {rel: tuple(int(f) for f in column) for rel, column in zip(self.relations, self.fanout_table.T)}
 
     def seeds(self, dataset, k: int) -> np.ndarray:
         """Partition ``k``'s seeds of a PartitionedDataset (new global numbering): int64 sorted node
@@ -195,21 +180,23 @@ class Workload:
         return lockstep_steps([self.num_seeds(dataset, k) for k in range(dataset.num_parts)], self.batch_size)
 
     def to_json(self) -> dict:
-        """The workload as JSON; a typed one's fanouts are its table's rows, with its relations."""
-        typed = {"relations": list(self.relations)} if self.is_typed else {}
-        return {"fanouts": [list(row) for row in self.fanouts] if self.is_typed else list(self.fanouts),
+        """The workload as JSON: its fanouts the table's rows, with its relations; a homogeneous
+        graph's (:data:`HOMOGENEOUS_RELATIONS`) the one list of hops, without relations, as plans
+        and results have recorded it since before typed graphs (:meth:`from_json` reads both)."""
+        hops = self.relations == HOMOGENEOUS_RELATIONS
+        return {"fanouts": [row[0] for row in self.fanouts] if hops else [list(row) for row in self.fanouts],
                 "batch_size": self.batch_size, "replace": self.replace,
                 "splits": list(self.splits), "weight": self.weight, "sampler": self.sampler.value,
-                "edges": None if self.edges is None else self.edges.to_json(), **typed}
+                "edges": None if self.edges is None else self.edges.to_json(),
+                **({} if hops else {"relations": list(self.relations)})}
 
     @classmethod
     def from_json(cls, entry: dict) -> "Workload":
-        relations = tuple(entry.get("relations", ()))
-        fanouts = tuple(tuple(row) for row in entry["fanouts"]) if relations else tuple(entry["fanouts"])
-        return cls(fanouts=fanouts, batch_size=int(entry["batch_size"]),
+        return cls(fanouts=entry["fanouts"], batch_size=int(entry["batch_size"]),
                    replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]),
                    sampler=entry.get("sampler", SamplerKind.NODEWISE.value),
-                   edges=None if entry.get("edges") is None else EdgeSeeds(**entry["edges"]), relations=relations)
+                   edges=None if entry.get("edges") is None else EdgeSeeds(**entry["edges"]),
+                   relations=tuple(entry.get("relations", ())))
 
 
 def fanouts_text(workload: Workload) -> str:
