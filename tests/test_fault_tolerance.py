@@ -152,8 +152,8 @@ def test_a_stalled_rank_is_named_by_its_peer_within_the_timeout(p2, monkeypatch)
 
 
 class _UnansweredStore:
-    """A rendezvous store whose host is stopped: a read waits until the test releases it (torch's
-    store applies no timeout to it)."""
+    """A rendezvous store whose host is stopped: a read or a write waits until the test releases it
+    (torch's store applies no timeout to it)."""
 
     def __init__(self):
         self.released = threading.Event()
@@ -161,6 +161,9 @@ class _UnansweredStore:
     def check(self, keys):
         self.released.wait()
         return False
+
+    def set(self, key, value):
+        self.released.wait()
 
 
 def test_a_failing_rank_reports_within_its_timeout_when_the_store_never_answers():
@@ -172,6 +175,7 @@ def test_a_failing_rank_reports_within_its_timeout_when_the_store_never_answers(
         message = str(health.failure(RuntimeError("Connection closed by peer")))
     finally:
         store.released.set()
+        health.close()
     assert time.monotonic() - start < PEER_READ_S
     assert "Connection closed by peer" in message and "the rendezvous store did not answer" in message
 

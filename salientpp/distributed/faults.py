@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import InputError
 from .health import Position, Stage
@@ -82,17 +83,21 @@ class FaultInjector:
         self.pending = [f for f in faults if f.rank in (None, rank) and f.attempt == attempt]
         self.rank = rank
 
-    def __call__(self, position: Position) -> None:
+    def __call__(self, position: Position, publish: Callable[[], None] = lambda: None) -> None:
+        """Fire the first pending fault that matches ``position``; a kill calls ``publish`` (the
+        rank's :meth:`~salientpp.distributed.health.Health.publish`) first, so its peers' reports
+        name the stage it was killed in, not the one its publishing thread posted last."""
         for fault in self.pending:
             if fault.matches(position):
                 if fault.step is not None:
                     self.pending.remove(fault)
-                self._fire(fault, position.epoch, position.step)
+                self._fire(fault, position.epoch, position.step, publish)
                 return
 
-    def _fire(self, fault: Fault, epoch: int, step: int) -> None:
+    def _fire(self, fault: Fault, epoch: int, step: int, publish: Callable[[], None]) -> None:
         where = f"{fault.stage} of epoch {epoch}, step {step} on rank {self.rank}"
         if fault.action == "kill":
+            publish()
             os.kill(os.getpid(), signal.SIGKILL)
         elif fault.action == "raise":
             raise InjectedFault(f"injected fault at {where}")

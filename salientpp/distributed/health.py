@@ -1,10 +1,14 @@
 """Knowing where every rank is, so that a failure names the rank and the stage.
 
-Each rank posts its position (stage, epoch, step, time) to the rendezvous store as it enters a
-stage. When a collective fails on a rank (a peer died, raised or stalled past the timeout), the
-rank reads its peers' positions and raises a :class:`StageError` that says where it stopped and
-which peer is behind. :func:`agree` compares facts every rank must share (options, versions,
-data, cache plans) once at start-up, instead of letting a mismatch hang a collective later.
+Each rank keeps its position (stage, epoch, step, time) in memory as it enters a stage, and a
+daemon thread publishes it to the rendezvous store every :func:`publish_period` (a quarter of the
+collective timeout, at most :data:`PUBLISH_S`), so a batch costs the store nothing. When a
+collective fails on a rank (a peer died, raised or stalled past the timeout), the rank publishes
+its own position, reads its peers' and raises a :class:`StageError` that says where it stopped
+and which peer is behind: a stalled peer's thread keeps publishing the stage it is stuck in, and
+a peer that died shows the last position its thread published, at most one period old.
+:func:`agree` compares facts every rank must share (options, versions, data, cache plans) once
+at start-up, instead of letting a mismatch hang a collective later.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import json
 import re
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Callable
@@ -21,6 +26,18 @@ from .group import DistContext
 
 # Seconds a failing rank waits for the store's answer to where its peers are (at most the timeout).
 PEER_READ_S = 5.0
+# The longest time between two publications of a rank's position, and the shortest (a tiny
+# --timeout must not turn the publishing thread into a busy loop).
+PUBLISH_S, MIN_PUBLISH_S = 2.0, 0.05
+PUBLISHER_THREAD = "salientpp-health"
+
+
+def publish_period(timeout_s: float) -> float:
+    """Seconds between two publications of a rank's position: a quarter of the collective
+    timeout ``timeout_s`` within [:data:`MIN_PUBLISH_S`, :data:`PUBLISH_S`]. A peer fails a
+    timeout after it began to wait for this rank, so by then this rank has published the stage
+    it is stuck in (the peer reads for up to :data:`PEER_READ_S` more)."""
+    return min(PUBLISH_S, max(MIN_PUBLISH_S, timeout_s / 4))
 
 
 class Stage(str, Enum):
@@ -81,26 +98,60 @@ class Position:
 
 
 class Health:
-    """This rank's position, posted to the store, and the fault injector called at each stage.
+    """This rank's position, published to the store on a timer, and the fault injector called at
+    each stage.
+
+    Entering a stage writes the position in memory only. With a store and peers, a daemon thread
+    (:data:`PUBLISHER_THREAD`) publishes it every :func:`publish_period` of the context's timeout
+    when it changed; :meth:`publish` publishes it now, and :meth:`failure` does before reading the
+    peers'. :meth:`close` stops the thread (it also ends once the :class:`Health` is collected).
 
     Args:
         ctx: the process group context (its ``rendezvous_store`` is ``None`` on a single process).
-        inject: called with the new :class:`Position` on entering a stage (fault injection).
+        inject: called on entering a stage with the new :class:`Position` and :meth:`publish`
+            (fault injection: an injected kill publishes first, so the peers read the stage it
+            killed the rank in).
     """
 
-    def __init__(self, ctx: DistContext, inject: Callable[[Position], None] | None = None):
+    def __init__(self, ctx: DistContext, inject: Callable[[Position, Callable[[], None]], None] | None = None):
         self.ctx = ctx
         self.inject = inject
         self.position = Position(Stage.STARTUP.value, time=time.time())
+        self._published: Position | None = None
+        self._publishing = threading.Lock()  # one publication at a time, so an older never overwrites a newer
+        self._stop = threading.Event()
+        self._publisher: threading.Thread | None = None
+        if ctx.rendezvous_store is not None and ctx.world_size > 1:
+            self._publisher = threading.Thread(target=_publish_until_stopped, name=PUBLISHER_THREAD, daemon=True,
+                                               args=(weakref.ref(self), self._stop, publish_period(ctx.timeout_s)))
+            self._publisher.start()
 
     def enter(self, stage: Stage, epoch: int = -1, step: int = -1, evaluation: bool = False) -> None:
-        """Post that this rank enters ``stage`` of ``epoch``/``step`` (of an evaluation pass when
-        ``evaluation``), and run the fault injector there."""
+        """Note that this rank enters ``stage`` of ``epoch``/``step`` (of an evaluation pass when
+        ``evaluation``): in memory, no store traffic; and run the fault injector there."""
         self.position = Position(Stage(stage).value, epoch, step, time.time(), evaluation)
-        if self.ctx.rendezvous_store is not None:
-            self.ctx.rendezvous_store.set(f"position/{self.ctx.rank}", json.dumps(asdict(self.position)))
         if self.inject is not None:
-            self.inject(self.position)
+            self.inject(self.position, self.publish)
+
+    def publish(self) -> None:
+        """Post this rank's position to the store now, unless it is already there (nothing on a
+        single process). Raises what the store raises when it is unreachable."""
+        store = self.ctx.rendezvous_store
+        if store is None:
+            return
+        with self._publishing:
+            position = self.position
+            if position is not self._published:
+                store.set(f"position/{self.ctx.rank}", json.dumps(asdict(position)))
+                self._published = position
+
+    def close(self) -> None:
+        """Stop publishing: end the thread and wait for it, for at most :data:`PUBLISH_S` (a
+        publication to a store that stopped answering is left to the daemon thread)."""
+        self._stop.set()
+        if self._publisher is not None:
+            self._publisher.join(PUBLISH_S)
+            self._publisher = None
 
     def peers(self) -> dict[int, Position | None]:
         """The last posted position of every other rank (``None``: never posted). Raises
@@ -131,6 +182,7 @@ class Health:
 
         def read() -> None:
             try:
+                self.publish()  # for the peers that fail after this rank
                 answer.append(self.peers())
             except Exception as exc:
                 answer.append(exc)
@@ -153,6 +205,20 @@ class Health:
                  for r, p in sorted(peers.items())]
         return (f"{'; '.join(parts)} (rank {stalest} reported least recently: it has likely died or stalled; "
                 f"the collective timeout is {self.ctx.timeout_s:g} s)")
+
+
+def _publish_until_stopped(health_ref: "weakref.ref[Health]", stop: threading.Event, period_s: float) -> None:
+    """The publishing thread: publish every ``period_s`` until ``stop`` is set, the
+    :class:`Health` is collected or the store fails (the group is gone: nobody reads it any more)."""
+    while not stop.wait(period_s):
+        health = health_ref()
+        if health is None:
+            return
+        try:
+            health.publish()
+        except Exception:  # noqa: BLE001 - the store is gone; a failure report says so, not this thread
+            return
+        del health  # hold no reference while waiting, so the Health can be collected
 
 
 def agree(ctx: DistContext, topic: str, facts: dict[str, Any]) -> None:

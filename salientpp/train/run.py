@@ -75,6 +75,7 @@ def run_rank(run: ResolvedRun) -> TrainResult:
         # Alone, the rank is this process: fail as a launched rank does (WorkerError, one line).
         raise WorkerError(ctx.rank, f"{type(failure).__name__}: {failure}", traceback.format_exc()) from exc
     finally:
+        health.close()
         shutdown_distributed(ctx)
 
 
