@@ -223,7 +223,7 @@ def _typed_fault(fault: str):
                             "out of the features"),
     ("features_dtype", "the features of the inst nodes of typed-test must be float32 or float16, got float64"),
     ("features_nan", "the features of the inst nodes of typed-test contain NaN or infinite values (first in the "
-                     "row of node 52)"),
+                     "row of inst node 2)"),
     ("y_rows", "the labels (y) of typed-test must have shape [N=30]"),
     ("split_outside_target", "train_idx of typed-test holds node ids outside [20, 50) such as 5"),
     ("link_split", "typed-test is a typed graph (3 node types, 5 relations) and typed graphs are not supported by link "
