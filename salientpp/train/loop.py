@@ -335,6 +335,7 @@ class MinibatchTrainer(Trainer):
         link = config.task == LINK
         cache = setup.open_cache()
         typed = setup.run.typed
+        several = graph.is_typed  # several node types or relations: the model's input and DDP decide by it
         if config.embedding_dim:  # of the types the run decided (ResolvedRun.embedded)
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
                                            lr=config.embedding_lr, seed=config.seed, node_types=setup.run.embedded)
@@ -356,19 +357,19 @@ class MinibatchTrainer(Trainer):
                               config.layers, config.dropout, typed=typed)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
         # a typed model's weights of a relation or node type that a batch does not reach get no gradient
-        self.ddp = (DistributedDataParallel(encoder, find_unused_parameters=graph.is_typed) if ctx.distributed
+        self.ddp = (DistributedDataParallel(encoder, find_unused_parameters=several) if ctx.distributed
                     else encoder)
         expected = (ExpectedOutputs(config.hidden, f"a {config.hidden}-wide embedding per node (--hidden) for the "
                                     f"{config.decoder} decoder", config.model) if link else
                     ExpectedOutputs(self.task.num_outputs, self.task.outputs_meaning, config.model))
-        self.forward = SeedForward.of(self.ddp, self.embedding, config.features, expected, graph.is_typed)
+        self.forward = SeedForward.of(self.ddp, self.embedding, config.features, expected, several)
         self.decoder = None
         if link:  # the decoder, under DDP of its own when it has parameters
             decoder = self.model.decoder
             has_parameters = len(list(decoder.parameters())) > 0
             self.decoder = DistributedDataParallel(decoder) if ctx.distributed and has_parameters else decoder
         self.optimizer = build_optimizer(config, self.model.parameters())
-        eval_forward = SeedForward.of(encoder, self.embedding, config.features, expected, graph.is_typed)
+        eval_forward = SeedForward.of(encoder, self.embedding, config.features, expected, several)
         if link:
             self.evaluator = LinkEvaluator(
                 graph, eval_forward, self.model.decoder,
