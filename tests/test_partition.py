@@ -367,7 +367,10 @@ def test_a_homogeneous_partitioned_directory_has_the_files_it_had_before_typed_g
     assert files_digest(meta) == HOMOGENEOUS_DIGESTS[method, parts]
     assert sorted(meta) == HOMOGENEOUS_META_KEYS and meta["constraints"] == list(CONSTRAINTS)
     loaded = load_partitioned(out)
-    assert not loaded.is_typed and loaded.edge_rel is None and loaded.book.type_offsets is None
+    assert not loaded.is_typed and loaded.book.type_offsets is None
+    # every entry is relation 0, as a constant view: no edge_rel.npy (the digest above), no memory
+    assert loaded.edge_rel.dtype == np.int8 and loaded.edge_rel.shape == loaded.col.shape
+    assert loaded.edge_rel.strides == (0,) and not loaded.edge_rel.any()
     assert loaded.book.num_types == 1 and loaded.feature_types == []
 
 

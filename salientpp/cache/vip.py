@@ -556,8 +556,8 @@ def inclusion_probabilities(rowptr: np.ndarray, col: np.ndarray, seed_sets: Sequ
         seed_probs: float64 ``[N, K]`` :math:`p^0` to start from instead of ``1/S`` on the seed
             sets (e.g. :func:`link_seed_probabilities`; ``seed_sets`` then only gives K).
         edge_rel: int8 ``[nnz]``, the relation of each CSR entry (``Dataset.edge_rel``; module
-            docstring, "Typed graphs"); ``None`` on a graph of one relation: every entry is
-            relation 0.
+            docstring, "Typed graphs"); not read on a graph of one relation (may be ``None``):
+            every entry is relation 0.
         schema: the graph's :class:`~salientpp.data.schema.GraphSchema`, whose relations number
             ``edge_rel`` and give each its reverse; needed with ``edge_rel``; ``None``: the
             homogeneous schema of the N vertices.
@@ -627,7 +627,7 @@ def _relations(edge_rel, schema: GraphSchema | None, num_nodes: int, nnz: int,
                sampler: SamplerKind) -> tuple[GraphSchema, np.ndarray | np.int8]:
     """The graph's schema (``None``: the homogeneous one of ``num_nodes`` vertices) and the
     relation of each CSR entry as the kernels read it: ``edge_rel`` as int8 ``[nnz]``, or on a graph
-    of one relation ``np.int8(0)``, the relation of every entry (``edge_rel`` may then be ``None``);
+    of one relation ``np.int8(0)``, the relation of every entry (``edge_rel`` is then not read);
     :class:`InputError` when they do not fit the graph or the sampler."""
     if schema is None:
         if edge_rel is not None:
@@ -637,12 +637,11 @@ def _relations(edge_rel, schema: GraphSchema | None, num_nodes: int, nnz: int,
     if not schema.is_homogeneous and sampler.distribution not in TYPED_DISTRIBUTIONS:
         raise InputError(f"the VIP analysis of {sampler.title} sampling covers homogeneous graphs only; sample a "
                          "typed graph node-wise (--sampler nodewise)")
-    every_entry = np.int8(0)
+    if schema.num_relations == 1:  # every entry is relation 0 (a dataset's edge_rel: a constant view), never scanned
+        return schema, np.int8(0)
     if edge_rel is None:
-        if schema.num_relations > 1:
-            raise InputError(f"the graph has {schema.num_relations} relations but no edge_rel was given; pass the "
-                             "relation of each CSR entry (the dataset's edge_rel)")
-        return schema, every_entry
+        raise InputError(f"the graph has {schema.num_relations} relations but no edge_rel was given; pass the "
+                         "relation of each CSR entry (the dataset's edge_rel)")
     edge_rel = np.asarray(edge_rel)
     if edge_rel.shape != (nnz,) or not np.issubdtype(edge_rel.dtype, np.integer):
         raise InputError(f"edge_rel must be an int8 array of one relation per CSR entry ([{nnz}]), got "
@@ -650,7 +649,7 @@ def _relations(edge_rel, schema: GraphSchema | None, num_nodes: int, nnz: int,
     if nnz and (edge_rel.min() < 0 or edge_rel.max() >= schema.num_relations):
         raise InputError(f"edge_rel holds relations outside [0, {schema.num_relations}), the schema's; pass the "
                          "edge_rel and schema of the same dataset")
-    return schema, every_entry if schema.num_relations == 1 else _kernel_array(edge_rel, np.int8)
+    return schema, _kernel_array(edge_rel, np.int8)
 
 
 def _hop(method: str, graph: tuple, w: np.ndarray, prev: np.ndarray, w_prev: np.ndarray | None,

@@ -42,9 +42,7 @@ class DistGraph:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: the global CSR (memory-mapped).
         offset: the first global id this rank owns (it owns ``[offset, offset + num_owned)``).
         x: ``[num_owned, F]`` owned feature rows (memory-mapped); y: owned labels.
-        schema: the node types and relations; ``is_typed``: whether it has several.
-        edge_rel: int8 ``[nnz]`` the relation of each entry of ``col`` (memory-mapped), or ``None``
-            for a homogeneous graph.
+        schema: the node types and relations (one of each on a homogeneous graph).
 
     **Typed graphs.** ``x``, ``y`` and the splits concern the target type: row i is the id
     ``seed_start + i``, and ``num_owned`` counts this rank's nodes of the target type (for a
@@ -72,8 +70,7 @@ class DistGraph:
         self.part = data.part(self.rank)
         self.offset = int(data.book.offsets[self.rank])
         self.rowptr, self.col = np.asarray(data.rowptr), np.asarray(data.col)
-        self.schema, self.is_typed = data.schema, data.is_typed
-        self.edge_rel = None if data.edge_rel is None else np.asarray(data.edge_rel)
+        self.schema = data.schema
         self.seed_start = data.book.block(self.rank, data.schema.target_index)[0]
         self._stores: dict[str | None, tuple[FeatureStore, RowExchange]] = {}
 

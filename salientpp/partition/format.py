@@ -115,7 +115,9 @@ class PartitionedDataset(Typed):
         check: :meth:`part` runs :meth:`check_part` on first load.
         schema: the node types and relations; ``None`` (a homogeneous directory): the
             homogeneous schema of N nodes.
-        edge_rel: int8 ``[nnz]`` the relation of each entry of ``col``, or ``None`` (homogeneous).
+        edge_rel: int8 ``[nnz]`` the relation of each entry of ``col``: ``edge_rel.npy``
+            (memory-mapped), or on a graph of one relation, which has no such file, relation 0 as a
+            constant view (stride 0, no memory).
     """
 
     path: Path
@@ -129,6 +131,11 @@ class PartitionedDataset(Typed):
     schema: GraphSchema | None = None
     edge_rel: np.ndarray | None = None
     _parts: dict[int, PartData] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.edge_rel is None:  # a graph of one relation: every entry is relation 0
+            self.edge_rel = np.broadcast_to(np.int8(0), self.col.shape)
 
     @property
     def feature_types(self) -> list[int]:
@@ -163,7 +170,8 @@ class PartitionedDataset(Typed):
     def sampler_args(self) -> dict:
         """What :func:`~salientpp.sampling.make_sampler` needs of this graph beside its CSR: a typed
         graph's ``edge_rel``, ``schema`` and ``type_of`` (the partitioned ids' types,
-        ``book.type_of``); nothing for a homogeneous graph."""
+        ``book.type_of``); nothing for a homogeneous graph, which the samplers draw on their one-relation
+        fast path (its constant ``edge_rel`` would be copied into a contiguous tensor there)."""
         if not self.is_typed:
             return {}
         return {"edge_rel": np.asarray(self.edge_rel), "schema": self.schema, "type_of": self.book.type_of}
@@ -266,7 +274,7 @@ class PartitionedDataset(Typed):
         """
         n = self.num_nodes
         check_csr(self.rowptr, self.col, n, where=f"the partitioned directory {self.path}", fix=FIX)
-        if self.edge_rel is not None and self.edge_rel.shape != self.col.shape:
+        if self.edge_rel.shape != self.col.shape:
             raise InputError(f"edge_rel.npy in {self.path} has {counted(self.edge_rel.shape[0], 'entry', 'entries')}, "
                              f"not one per entry of col.npy ({self.col.shape[0]}); {FIX}")
         orig_id = self.orig_id

@@ -335,7 +335,7 @@ class MinibatchTrainer(Trainer):
         link = config.task == LINK
         cache = setup.open_cache()
         typed = setup.run.typed
-        several = graph.is_typed  # several node types or relations: the model's input and DDP decide by it
+        several = graph.data.is_typed  # several node types or relations: the model's input and DDP decide by it
         if config.embedding_dim:  # of the types the run decided (ResolvedRun.embedded)
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
                                            lr=config.embedding_lr, seed=config.seed, node_types=setup.run.embedded)

@@ -106,7 +106,7 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
                 outputs = evaluator.layerwise_logits(owned, CommStats())
                 ids = torch.from_numpy(owned + graph.seed_start)
             else:
-                forward = SeedForward.of(model, embedding, features, typed=graph.is_typed)
+                forward = SeedForward.of(model, embedding, features, typed=graph.data.is_typed)
                 loader = DistNeighborLoader(graph, owned + graph.seed_start, [FULL_NEIGHBOURHOOD] * options["layers"],
                                             batch_size, shuffle=False, features=features)
                 rows, id_rows = [torch.empty((0, task.num_outputs))], [torch.empty(0, dtype=torch.int64)]
