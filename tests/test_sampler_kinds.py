@@ -31,18 +31,18 @@ def registry(monkeypatch):
 # ---- a new kind, as its own module would define it ---------------------------------------------------------------
 
 # Node-wise draws whose fanouts must all be >= 1 (the layer-size rule), drawn one batch at a time
-# by the C++ sampler's ``_sample`` in the thread that BaseSampler.start_epoch runs by default.
+# by the C++ sampler's ``_draw`` in the thread that BaseSampler.start_epoch runs by default.
 TINY = SamplerKind("tiny", "TINY", "nodewise", layer_sizes=True)
 
 
 class TinySampler(BaseSampler):
-    def __init__(self, rowptr, col, fanouts, *, replace, minibatches_per_bulk, device):
+    def __init__(self, rowptr, col, fanouts, *, replace):  # TINY reads no other builder option
         self.fanouts = fanout_table(fanouts, kind=TINY)
         self.inner = NeighborSampler(rowptr, col, self.fanouts, replace=check_replace(replace, TINY))
         self.num_nodes = self.inner.num_nodes
 
-    def _sample(self, seeds, seed, batch_index, labels, labels_offset, fetch):
-        return self.inner._sample(seeds, seed, batch_index, labels, labels_offset, fetch)
+    def _draw(self, seeds, seed, batch_index):
+        return self.inner._draw(seeds, seed, batch_index)
 
 
 def test_a_new_kind_takes_its_own_module_and_the_loader_iterates_it(registry):
@@ -82,6 +82,28 @@ def test_a_new_kind_takes_its_own_module_and_the_loader_iterates_it(registry):
     seeds = [np.arange(0, 100, 7), np.arange(100, 200, 7)]
     assert np.array_equal(inclusion_probabilities(rowptr, col, seeds, [4, 3], 4, sampler="tiny"),
                           inclusion_probabilities(rowptr, col, seeds, [4, 3], 4, sampler="nodewise"))
+
+
+def test_a_kind_is_built_with_only_the_options_its_fields_say_it_reads(registry):
+    received = {}
+
+    def builder(name):
+        def build(rowptr, col, fanouts, **options):
+            received[name] = set(options)
+            return NeighborSampler(rowptr, col, fanouts)
+        return build
+
+    register_sampler(SamplerKind("plain", "PLAIN", "nodewise"), builder("plain"))
+    register_sampler(SamplerKind("bulky", "BULKY", "nodewise", draws_in_bulk=True, gpu=True), builder("bulky"))
+    rowptr, col = random_graph(30, 90, seed=5)
+    for name in ("plain", "bulky"):
+        make_sampler(rowptr, col, [3], name, minibatches_per_bulk=5, device="cpu")
+    assert received == {"plain": {"replace"}, "bulky": {"replace", "minibatches_per_bulk", "device"}}
+    # A kind that draws on the CPU only refuses another device instead of ignoring it.
+    with pytest.raises(InputError, match="sampling on meta applies only with --sampler bulk or ladies or bulky"):
+        make_sampler(rowptr, col, [3], "plain", device="meta")
+    with pytest.raises(InputError, match="sampling on cuda applies only with"):
+        make_sampler(rowptr, col, [3], "nodewise", device="cuda")
 
 
 def test_the_registry_forgets_a_kind_after_its_test():

@@ -5,12 +5,13 @@ from .kinds import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLING_DEVICES, Sam
                     check_sampler, check_sampling_device, check_typed_graph, fanout_table, make_sampler, parse_fanouts, parse_typed_fanouts,
                     register_sampler, sampler_names)
 from .loader import NeighborLoader
-from .sampler import MFG, BaseSampler, FetchContext, RowOrigins, NeighborSampler, SampledBatch
+from .sampler import (MFG, BaseSampler, BatchStages, EpochSchedule, FetchContext, NeighborSampler, RowOrigins,
+                      SampledBatch, Workers)
 
 # The kinds that the modules imported above registered (adding a kind: salientpp/sampling/kinds.py).
 SAMPLERS = sampler_names()
 
-__all__ = ["BaseSampler", "NeighborSampler", "BulkSampler", "NeighborLoader", "SampledBatch", "MFG", "FetchContext",
+__all__ = ["BaseSampler", "EpochSchedule", "BatchStages", "Workers", "NeighborSampler", "BulkSampler", "NeighborLoader", "SampledBatch", "MFG", "FetchContext",
            "RowOrigins", "SamplerKind", "SAMPLERS", "DEFAULT_SAMPLER", "MINIBATCHES_PER_BULK", "check_fanouts",
            "SAMPLING_DEVICES", "check_replace", "check_sampler", "check_sampling_device", "check_typed_graph", "fanout_table", "make_sampler", "parse_fanouts",
            "parse_typed_fanouts", "register_sampler"]

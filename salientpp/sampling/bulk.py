@@ -39,11 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._ext import extension
 from ..errors import InputError, check_int
 from .convert import as_int64_tensor
 from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
-from .sampler import MFG, BaseSampler, RowOrigins, SampledBatch, check_csr_ends
+from .sampler import MFG, BaseSampler, BatchStages, EpochSchedule, SampledBatch, check_csr_ends
 
 # ``method`` -> the kind it draws.
 METHODS = {"nodewise": SamplerKind.BULK, "ladies": SamplerKind.LADIES}
@@ -143,28 +142,27 @@ class BulkSampler(BaseSampler):
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self.degree = rowptr_t[1:] - rowptr_t[:-1]
 
-    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
-                labels_offset: int, fetch) -> SampledBatch:
-        """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``, with labels and row origins."""
+    def _draw(self, seeds: torch.Tensor, seed: int, batch_index: int) -> SampledBatch:
+        """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``."""
         (batch,) = self.sample_bulk([seeds], seed, batch_index)
-        return attach(batch, labels, labels_offset, fetch)
+        return batch
 
-    def _epoch_batches(self, order: torch.Tensor, bounds: list[int], seed: int, first: int,
-                       labels: torch.Tensor | None, labels_offset: int, fetch) -> Iterator[SampledBatch]:
-        """The batches ``first:`` of :meth:`start_epoch`, ``minibatches_per_bulk`` at a time (one
-        background thread; torch's intra-op threads do the work, with the GIL released). On a GPU
-        the thread draws on a CUDA stream of its own, so its kernels can overlap the model step's;
-        each batch is complete when yielded (:func:`attach` copies its ids to the host, which
-        waits for the stream)."""
+    def _epoch_batches(self, schedule: EpochSchedule, stages: BatchStages) -> Iterator[SampledBatch]:
+        """The batches of :meth:`start_epoch`, ``minibatches_per_bulk`` at a time (one background
+        thread; torch's intra-op threads do the work, with the GIL released). On a GPU the thread
+        draws on a CUDA stream of its own, so its kernels can overlap the model step's; each batch
+        is complete when yielded (:meth:`~salientpp.sampling.sampler.BatchStages.apply` copies its
+        seeds to the host, which waits for the stream)."""
+        order, bounds = schedule.order, schedule.bounds.tolist()
         num_batches = len(bounds) - 1
         if self.device.type == "cuda":  # this thread draws on the GPU: on a stream of its own
             torch.cuda.set_device(self.device)
             torch.cuda.set_stream(torch.cuda.Stream(self.device))
-        for start in range(first, num_batches, self.minibatches_per_bulk):
+        for start in range(schedule.first, num_batches, self.minibatches_per_bulk):
             stop = min(start + self.minibatches_per_bulk, num_batches)
-            bulk = self.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], seed, start)
+            bulk = self.sample_bulk([order[bounds[i]:bounds[i + 1]] for i in range(start, stop)], schedule.seed, start)
             for batch in bulk:
-                yield attach(batch, labels, labels_offset, fetch)
+                yield stages.apply(batch)
 
     def sample_bulk(self, seed_lists: Sequence[torch.Tensor], seed: int, first_index: int) -> list[SampledBatch]:
         """Samples ``len(seed_lists)`` minibatches in one bulk step.
@@ -354,16 +352,6 @@ def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBat
             mfgs.append(MFG(num_src, num_dst, edges[j], _offsets(rows[j]), weights[j]))
         per_hop.append(mfgs)
     return [SampledBatch(n_ids[j], sizes[j], [hop[j] for hop in reversed(per_hop)]) for j in range(len(sizes))]
-
-
-def attach(batch: SampledBatch, labels: torch.Tensor | None, labels_offset: int, fetch) -> SampledBatch:
-    """``batch`` with its seeds' labels and, given a ``_C.FetchContext``, its row origins."""
-    seeds = batch.n_id[:batch.batch_size].cpu()
-    if labels is not None:
-        batch.y = labels[seeds - labels_offset]
-    if fetch is not None:
-        batch.origins = RowOrigins(**extension().row_origins(fetch, batch.n_id.cpu().contiguous()))
-    return batch
 
 
 register_sampler(SamplerKind.BULK, functools.partial(BulkSampler, method="nodewise"))

@@ -12,15 +12,16 @@ compares it with a specific kind. This module imports no other sampler module.
 Adding a sampler kind takes:
 
 1. a module ``salientpp/sampling/NAME.py`` with a subclass of
-   :class:`~salientpp.sampling.sampler.BaseSampler` (``_sample`` draws one batch; the default
+   :class:`~salientpp.sampling.sampler.BaseSampler` (``_draw`` draws one batch's topology; the default
    ``start_epoch`` draws an epoch's batches one at a time in a background thread, so override it
    only to draw them otherwise; its constructor reads ``fanouts`` with :func:`fanout_table` into
    its ``fanouts``, the int64 ``[L, R]`` table, and checks ``replace`` with :func:`check_replace`),
    its ``SamplerKind("NAME", ...)`` and
-   ``register_sampler(kind, build)``, where ``build(rowptr, col, fanouts, *, replace,
-   minibatches_per_bulk, device)`` returns the sampler (a kind that draws typed graphs,
-   ``typed=True``, also takes the keywords ``edge_rel`` and ``schema`` and its fanouts in the
-   forms :func:`fanout_table` reads);
+   ``register_sampler(kind, build)``, where ``build(rowptr, col, fanouts, *, replace, ...)``
+   returns the sampler and takes only the options its kind's fields say it reads
+   (:func:`make_sampler`): ``minibatches_per_bulk`` with ``draws_in_bulk=True``, ``device`` with
+   ``gpu=True``, ``edge_rel``, ``schema`` and ``type_of`` with ``typed=True`` (and then its
+   fanouts in the forms :func:`fanout_table` reads);
 2. one line in ``salientpp/sampling/__init__.py`` importing that module before ``SAMPLERS`` is
    made, so that ``--sampler NAME`` is offered by every command.
 
@@ -103,7 +104,8 @@ DEFAULT_SAMPLER = SamplerKind.NODEWISE
 # Minibatches a bulk sampler draws at once by default (the batches themselves do not depend on it).
 MINIBATCHES_PER_BULK = 8
 
-# ``build(rowptr, col, fanouts, *, replace, minibatches_per_bulk, device)`` -> the kind's sampler.
+# ``build(rowptr, col, fanouts, *, replace, ...)`` -> the kind's sampler; the keywords after
+# ``replace`` are those its kind's fields say it reads (:func:`make_sampler`).
 Build = Callable[..., Any]
 
 # The forms of a graph's fanouts that fanout_table reads: one list, a table given whole, a list per relation.
@@ -136,21 +138,32 @@ def check_sampler(name: str | SamplerKind) -> SamplerKind:
 
 def make_sampler(rowptr, col, fanouts: Fanouts,
                  kind: str | SamplerKind = DEFAULT_SAMPLER, replace: bool = False,
-                 minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str = "cpu", *, edge_rel=None,
-                 schema: GraphSchema | None = None, type_of=None):
+                 minibatches_per_bulk: int = MINIBATCHES_PER_BULK, device: str | torch.device = "cpu", *,
+                 edge_rel=None, schema: GraphSchema | None = None, type_of=None):
     """The sampler of ``kind`` over the CSR ``rowptr``, ``col`` (a
     :class:`~salientpp.sampling.sampler.BaseSampler`), built by the function its module registered:
     for the built-in kinds a :class:`~salientpp.sampling.NeighborSampler` (CPU) or a
-    :class:`~salientpp.sampling.BulkSampler` running on ``device``. A typed graph (``edge_rel``
-    int8 ``[nnz]`` and its ``schema``; fanouts in a form of :func:`fanout_table`) needs a kind
-    that draws typed graphs (:func:`check_typed_graph`); ``type_of`` maps its ids to node types where
-    they are not the schema's ranges (a partitioned graph's ``book.type_of``)."""
+    :class:`~salientpp.sampling.BulkSampler` running on ``device``.
+
+    The builder gets ``fanouts``, ``replace`` and only the options its kind reads, as its
+    :class:`SamplerKind` fields say: ``minibatches_per_bulk`` with ``draws_in_bulk``, ``device``
+    with ``gpu`` (a kind without it draws on the CPU and refuses another ``device``), and a typed
+    graph's ``edge_rel`` (int8 ``[nnz]``), ``schema`` and ``type_of`` (its ids' node types where
+    they are not the schema's ranges, a partitioned graph's ``book.type_of``) with ``typed``; a
+    kind without ``typed`` refuses a graph of several types or relations (:func:`check_typed_graph`)."""
     kind = check_sampler(kind)
     build = _REGISTERED[kind.value][1]
     check_typed_graph(kind, schema)
-    typed = {"edge_rel": edge_rel, "schema": schema, "type_of": type_of} if kind.typed else {}
-    return build(rowptr, col, fanouts, replace=replace, minibatches_per_bulk=minibatches_per_bulk, device=device,
-                 **typed)
+    options = {}
+    if kind.draws_in_bulk:
+        options["minibatches_per_bulk"] = minibatches_per_bulk
+    if kind.gpu:
+        options["device"] = device
+    elif torch.device(device).type != "cpu":
+        raise not_applicable(f"sampling on {device}", kind_needs("gpu"))
+    if kind.typed:
+        options.update(edge_rel=edge_rel, schema=schema, type_of=type_of)
+    return build(rowptr, col, fanouts, replace=replace, **options)
 
 
 # Where a loader's batches are drawn: the host's cores (the default) or the training GPU.

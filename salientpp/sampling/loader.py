@@ -8,7 +8,8 @@ import torch
 
 from ..errors import InputError, check_int, check_keys, check_seed
 from .convert import as_int64_tensor
-from .sampler import BaseSampler, BatchWorker, FetchContext, SampledBatch, check_labels, check_seeds
+from .sampler import (BaseSampler, BatchStages, BatchWorker, EpochSchedule, FetchContext, SampledBatch, Workers,
+                      check_labels, check_seeds)
 
 
 class NeighborLoader:
@@ -78,6 +79,12 @@ class NeighborLoader:
             thread samples it.
         prefetch_next_epoch: start sampling epoch ``e + 1`` when epoch ``e``'s last batch is taken
             (see above).
+
+    Attributes:
+        workers: the :class:`~salientpp.sampling.sampler.Workers` (threads, read-ahead, priority)
+            every epoch runs with.
+        stages: the :class:`~salientpp.sampling.sampler.BatchStages` (labels, row origins) every
+            batch goes through.
     """
 
     _worker = None  # the BatchWorker of the running iteration
@@ -97,21 +104,19 @@ class NeighborLoader:
         self.sampler = sampler
         if num_batches is not None and _is_empty(seeds):  # a rank without seeds still runs its S steps
             self.seeds = torch.empty(0, dtype=torch.int64)
-            self.labels = None if labels is None else as_int64_tensor(labels, "labels")
+            labels = None if labels is None else as_int64_tensor(labels, "labels")
         else:
             self.seeds = check_seeds(seeds, sampler.num_nodes, "seeds")
-            self.labels = check_labels(labels, labels_offset, self.seeds)
+            labels = check_labels(labels, labels_offset, self.seeds)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.num_batches = None if num_batches is None else self._check_num_batches(num_batches)
         self.seed = check_seed(seed, "seed")
-        self.sampler_threads = int(sampler_threads)
-        self.read_ahead = int(read_ahead)
-        self.low_priority = bool(low_priority)
+        self.workers = Workers(int(sampler_threads), int(read_ahead), bool(low_priority))
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
-        self.labels_offset = int(labels_offset)
-        self._fetch = None if fetch is None else fetch.to_extension(sampler.num_nodes)
+        self.stages = BatchStages(labels, int(labels_offset),
+                                  None if fetch is None else fetch.to_extension(sampler.num_nodes))
         self.epoch = 0
 
     def _check_num_batches(self, num_batches) -> int:
@@ -201,11 +206,8 @@ class NeighborLoader:
 
     def _start(self, epoch: int, first: int) -> BatchWorker:
         """The sampler's workers on batches ``first:`` of ``epoch``."""
-        seed = self._epoch_keys(epoch)[1]
-        return self.sampler.start_epoch(self._order(epoch).contiguous(), self._bounds(epoch), seed, first,
-                                        labels=self.labels, labels_offset=self.labels_offset, fetch=self._fetch,
-                                        sampler_threads=self.sampler_threads, read_ahead=self.read_ahead,
-                                        low_priority=self.low_priority)
+        schedule = EpochSchedule(self._order(epoch).contiguous(), self._bounds(epoch), self._epoch_keys(epoch)[1], first)
+        return self.sampler.start_epoch(schedule, self.stages, self.workers)
 
     def _batches(self, worker: BatchWorker, first: int) -> Iterator[SampledBatch]:
         """Yields ``worker.next()`` for batches ``first:`` and stops ``worker`` at the end; with

@@ -288,6 +288,76 @@ def batch_from_extension(raw: tuple, batch_size: int, types: NodeTypes) -> Sampl
     return SampledBatch(n_id, batch_size, mfgs, y, None if fetch is None else RowOrigins(**fetch), types(n_id))
 
 
+@dataclass(frozen=True)
+class EpochSchedule:
+    """Which batches of an epoch a sampler draws (:meth:`BaseSampler.start_epoch`).
+
+    Batch ``i`` holds the seeds ``order[bounds[i]:bounds[i + 1]]`` (checked, possibly none) and is
+    drawn from the stream ``(seed, i)`` alone; batches ``first:`` are drawn, in order.
+
+    Attributes:
+        order: int64 ``[n]`` contiguous, the epoch's seeds in order.
+        bounds: int64 ``[S + 1]``, the batch boundaries in ``order``.
+        seed: the epoch's sampling seed.
+        first: the first batch drawn (a resumed epoch starts later).
+    """
+
+    order: torch.Tensor
+    bounds: torch.Tensor
+    seed: int
+    first: int = 0
+
+    def sizes(self) -> list[int]:
+        """The seeds of batches ``first:``, in order."""
+        return (self.bounds[self.first + 1:] - self.bounds[self.first:-1]).tolist()
+
+
+@dataclass(frozen=True)
+class BatchStages:
+    """What a batch gets after its topology is drawn: its seeds' labels and its row origins.
+
+    Attributes:
+        labels: int64 ``[M]`` checked labels (:func:`check_labels`); the batch gets
+            ``y = labels[seeds - labels_offset]``. None: no ``y``.
+        labels_offset: the id of ``labels[0]``.
+        fetch: a ``_C.FetchContext`` (:meth:`FetchContext.to_extension`); the batch gets its
+            :class:`RowOrigins`. None: no row origins.
+    """
+
+    labels: torch.Tensor | None = None
+    labels_offset: int = 0
+    fetch: Any = None
+
+    def apply(self, batch: SampledBatch) -> SampledBatch:
+        """``batch`` (its topology drawn, on any device) with its seeds' labels and row origins."""
+        seeds = batch.n_id[:batch.batch_size].cpu()
+        if self.labels is not None:
+            batch.y = self.labels[seeds - self.labels_offset]
+        if self.fetch is not None:
+            batch.origins = RowOrigins(**extension().row_origins(self.fetch, batch.n_id.cpu().contiguous()))
+        return batch
+
+
+# Stages that add nothing: a batch's topology alone.
+NO_STAGES = BatchStages()
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How a loader runs its sampler's epoch (the loader's choice, not the sampler's).
+
+    Attributes:
+        sampler_threads: the sampling threads of a sampler that draws in a pool of its own (the
+            node-wise C++ sampler); one background thread otherwise.
+        read_ahead: the most batches sampled ahead of the consumer.
+        low_priority: run the sampling threads at a lower scheduling priority.
+    """
+
+    sampler_threads: int = 1
+    read_ahead: int = 4
+    low_priority: bool = False
+
+
 # ---- the sampler interface and the node-wise sampler ----------------------------------------------
 
 
@@ -306,7 +376,10 @@ class BaseSampler(abc.ABC):
     """What a loader needs from a sampler, whatever its kind (:class:`NeighborSampler`,
     :class:`~salientpp.sampling.BulkSampler`, any kind registered with
     :func:`~salientpp.sampling.kinds.register_sampler`): ``num_nodes``, ``fanouts``,
-    :meth:`sample` for one batch and :meth:`start_epoch` for an epoch's batches.
+    :meth:`sample` for one batch and :meth:`start_epoch` for an epoch's batches (PyG's
+    ``BaseSampler`` shape). A kind draws a batch's topology from its seeds and a random stream
+    (:meth:`_draw`); the :class:`BatchStages` then add labels and row origins, and the loader's
+    :class:`Workers` say how the epoch runs (threads, read-ahead).
 
     Batch ``i`` of an epoch is drawn from the stream ``(seed, i)`` alone, so :meth:`sample` and
     :meth:`start_epoch` give the same batch, whichever thread or bulk draws it.
@@ -335,40 +408,35 @@ class BaseSampler(abc.ABC):
                 :class:`RowOrigins`, where each of its feature rows comes from.
         """
         seeds_t = check_seeds(seeds, self.num_nodes, "seeds")
-        labels_t = check_labels(labels, labels_offset, seeds_t)
-        ctx = None if fetch is None else fetch.to_extension(self.num_nodes)
-        return self._sample(seeds_t, seed, batch_index, labels_t, labels_offset, ctx)
+        stages = BatchStages(check_labels(labels, labels_offset, seeds_t), labels_offset,
+                             None if fetch is None else fetch.to_extension(self.num_nodes))
+        return self._sample(seeds_t, seed, batch_index, stages)
 
     @abc.abstractmethod
-    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
-                labels_offset: int, fetch) -> SampledBatch:
-        """One batch of checked ``seeds`` (possibly none: a batch of a rank without seeds) with
-        checked ``labels`` and a ``_C.FetchContext`` or None."""
+    def _draw(self, seeds: torch.Tensor, seed: int, batch_index: int) -> SampledBatch:
+        """The topology of one batch of checked ``seeds`` (possibly none: a batch of a rank without
+        seeds) from the stream ``(seed, batch_index)``: ``n_id``, MFGs and ``node_type``, without
+        labels or row origins (the :class:`BatchStages` add them)."""
 
-    def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
-                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, sampler_threads: int = 1,
-                    read_ahead: int = 4, low_priority: bool = False) -> BatchWorker:
-        """Starts sampling batches ``first:`` of an epoch, in order; :class:`NeighborLoader` calls it.
+    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, stages: BatchStages) -> SampledBatch:
+        """One batch: :meth:`_draw`, then ``stages``. A kind that fuses the stages into its draw
+        (the node-wise C++ sampler) overrides it."""
+        return stages.apply(self._draw(seeds, seed, batch_index))
 
-        Batch ``i`` holds the seeds ``order[bounds[i]:bounds[i + 1]]`` (checked, possibly none) and
-        is drawn from the stream ``(seed, i)``, with ``y`` from the checked ``labels`` and its row
-        sources from the ``_C.FetchContext`` ``fetch``. At most ``read_ahead`` batches are sampled
-        ahead of the consumer; ``low_priority`` lowers the sampling threads' priority.
+    def start_epoch(self, schedule: EpochSchedule, stages: BatchStages, workers: Workers) -> BatchWorker:
+        """Starts sampling the batches of ``schedule``, in order, each through ``stages``, run as
+        ``workers`` says; :class:`NeighborLoader` calls it.
 
         This default runs :meth:`_epoch_batches` in one background thread
-        (:class:`~salientpp.sampling.worker.ThreadWorker`; ``sampler_threads`` does not apply).
+        (:class:`~salientpp.sampling.worker.ThreadWorker`, at most ``workers.read_ahead`` batches
+        ahead; ``workers.sampler_threads`` does not apply)."""
+        return ThreadWorker(self._epoch_batches(schedule, stages), workers.read_ahead, workers.low_priority)
 
-        Args:
-            order: int64 ``[n]`` the epoch's seeds in order; bounds: int64 ``[S + 1]``.
-        """
-        batches = self._epoch_batches(order, bounds.tolist(), seed, first, labels, labels_offset, fetch)
-        return ThreadWorker(batches, read_ahead, low_priority)
-
-    def _epoch_batches(self, order: torch.Tensor, bounds: list[int], seed: int, first: int,
-                       labels: torch.Tensor | None, labels_offset: int, fetch) -> Iterator[SampledBatch]:
-        """The batches ``first:`` of :meth:`start_epoch`, one :meth:`_sample` each."""
-        for i in range(first, len(bounds) - 1):
-            yield self._sample(order[bounds[i]:bounds[i + 1]], seed, i, labels, labels_offset, fetch)
+    def _epoch_batches(self, schedule: EpochSchedule, stages: BatchStages) -> Iterator[SampledBatch]:
+        """The batches of :meth:`start_epoch`, one :meth:`_sample` each."""
+        order, bounds = schedule.order, schedule.bounds.tolist()
+        for i in range(schedule.first, len(bounds) - 1):
+            yield self._sample(order[bounds[i]:bounds[i + 1]], schedule.seed, i, stages)
 
 
 class NeighborSampler(BaseSampler):
@@ -438,21 +506,25 @@ class NeighborSampler(BaseSampler):
         self._types = node_types(self.schema, type_of)
         self._core = extension().Sampler(rowptr_t, col_t, edge_rel_t, torch.from_numpy(self.fanouts), self.replace)
 
-    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, labels: torch.Tensor | None,
-                labels_offset: int, fetch) -> SampledBatch:
+    def _draw(self, seeds: torch.Tensor, seed: int, batch_index: int) -> SampledBatch:
+        return self._sample(seeds, seed, batch_index, NO_STAGES)
+
+    def _sample(self, seeds: torch.Tensor, seed: int, batch_index: int, stages: BatchStages) -> SampledBatch:
+        """The draw with its stages fused in C++ (the node-wise fast path)."""
         try:  # the GIL is released while C++ works
-            raw = self._core.sample(seeds, to_uint64(seed), to_uint64(batch_index), labels, labels_offset, fetch)
+            raw = self._core.sample(seeds, to_uint64(seed), to_uint64(batch_index), stages.labels,
+                                    stages.labels_offset, stages.fetch)
         except ValueError as exc:
             raise InputError(str(exc)) from None
         return batch_from_extension(raw, int(seeds.shape[0]), self._types)
 
-    def start_epoch(self, order: torch.Tensor, bounds: torch.Tensor, seed: int, first: int = 0, *,
-                    labels: torch.Tensor | None = None, labels_offset: int = 0, fetch=None, sampler_threads: int = 1,
-                    read_ahead: int = 4, low_priority: bool = False) -> BatchWorker:
-        """:meth:`BaseSampler.start_epoch` in ``sampler_threads`` C++ threads (a ``_C.BatchLoader``)."""
-        core = extension().BatchLoader(self._core, order, bounds, seed, labels, labels_offset, fetch, sampler_threads,
-                                       read_ahead, first, low_priority)
-        return _ExtensionWorker(core, (bounds[first + 1:] - bounds[first:-1]).tolist(), self._types)
+    def start_epoch(self, schedule: EpochSchedule, stages: BatchStages, workers: Workers) -> BatchWorker:
+        """:meth:`BaseSampler.start_epoch` in ``workers.sampler_threads`` C++ threads (a
+        ``_C.BatchLoader``), the stages fused into each draw."""
+        core = extension().BatchLoader(self._core, schedule.order, schedule.bounds, schedule.seed, stages.labels,
+                                       stages.labels_offset, stages.fetch, workers.sampler_threads,
+                                       workers.read_ahead, schedule.first, workers.low_priority)
+        return _ExtensionWorker(core, schedule.sizes(), self._types)
 
 
 class _ExtensionWorker:
@@ -473,15 +545,7 @@ class _ExtensionWorker:
         self._core.close()
 
 
-def _build_nodewise(rowptr, col, fanouts: Sequence[int] | Mapping[Any, Sequence[int]], *, replace: bool,
-                    minibatches_per_bulk: int, device, edge_rel=None, schema: GraphSchema | None = None,
-                    type_of: TypeOf | None = None) -> NeighborSampler:
-    """The node-wise kind's sampler: one batch at a time on the CPU, so ``minibatches_per_bulk``
-    and ``device`` do not apply; it draws typed graphs (``edge_rel``, ``schema``)."""
-    return NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema, type_of=type_of)
-
-
-register_sampler(SamplerKind.NODEWISE, _build_nodewise)
+register_sampler(SamplerKind.NODEWISE, NeighborSampler)
 
 
 def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:
