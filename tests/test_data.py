@@ -236,11 +236,16 @@ def test_a_typed_dataset_with_a_fault_is_refused_in_one_sentence(fault, expected
     assert expected in message and "\n" not in message, message
 
 
-def test_a_homogeneous_dataset_with_relations_per_entry_is_refused():
+def test_a_homogeneous_dataset_relates_every_entry_by_relation_0_without_memory_or_file(tmp_path):
     dataset = small_dataset()
-    with pytest.raises(InputError, match=re.escape("test has one node type and one relation but holds a relation per "
-                                                   "entry (edge_rel); drop edge_rel")):
-        replace(dataset, edge_rel=np.zeros(dataset.num_edges, np.int8)).validate()
+    given = replace(dataset, edge_rel=np.ones(dataset.num_edges, np.int8))  # never read: the one relation wins
+    fewer = replace(dataset, rowptr=np.minimum(dataset.rowptr, 3), col=dataset.col[:3])  # a copy with another CSR
+    for d in (dataset, given, fewer):
+        assert d.edge_rel.dtype == np.int8 and d.edge_rel.shape == d.col.shape
+        assert d.edge_rel.strides == (0,) and not d.edge_rel.any()
+    save_dataset(given, tmp_path / "d")
+    assert not (tmp_path / "d" / "edge_rel.npy").exists()
+    assert load_dataset(tmp_path / "d").edge_rel.strides == (0,)
 
 
 def test_relations_are_checked_in_chunks_across_which_a_row_may_run(monkeypatch):

@@ -239,4 +239,4 @@ def test_a_homogeneous_dataset_directory_is_the_one_written_before_typed_graphs(
     meta.update(source="SOURCE", salientpp_version="VERSION")
     assert hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest() == CORA_META_BEFORE_TYPES
     dataset = load_dataset(tmp_path / "cora")  # read as homogeneous: no schema in meta.json
-    assert dataset.schema == GraphSchema.homogeneous(2708) and dataset.edge_rel is None and not dataset.features
+    assert dataset.schema == GraphSchema.homogeneous(2708) and dataset.edge_rel.strides == (0,) and not dataset.features

@@ -136,8 +136,9 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
     tests, not here: they cost a sort of the edges. ``where`` names the graph and ``fix`` the repair in the message.
 
     With a ``schema`` (:class:`~salientpp.data.schema.GraphSchema` over the global ids, N nodes
-    in all), ``edge_rel`` must be given exactly when the schema is typed (not
-    :attr:`~salientpp.data.schema.GraphSchema.is_homogeneous`), and then be int8 ``[nnz]`` with
+    in all), ``edge_rel`` must be given when the schema is typed (not
+    :attr:`~salientpp.data.schema.GraphSchema.is_homogeneous`; on a homogeneous one, if given, it
+    must be int8 ``[nnz]``, its entries never read: every entry is relation 0), and then be int8 ``[nnz]`` with
     every entry a relation in ``[0, R)`` that joins the right types (the entry ``u`` of relation
     ``r`` in row ``v``: ``u`` of type ``r.src``, ``v`` of type ``r.dst``), and every row grouped
     by relation (``edge_rel`` never decreases within a row), as :func:`build_typed_csr` writes
@@ -160,15 +161,14 @@ def check_csr(rowptr: np.ndarray, col: np.ndarray, num_nodes: int, where: str = 
         raise InputError(f"col of {where} holds ids outside [0, {num_nodes}) (from {low} to {high}); {fix}")
     if schema is None or (schema.is_homogeneous and edge_rel is None):
         return
-    if schema.is_homogeneous:
-        raise InputError(f"{where} has one node type and one relation but holds a relation per entry (edge_rel); "
-                         "drop edge_rel, which only a typed graph has")
     if edge_rel is None:
         raise InputError(f"{where} is a typed graph ({schema.num_relations} relations) without the relation of each "
                          f"entry (edge_rel, int8 [nnz]); {fix}")
     if edge_rel.ndim != 1 or edge_rel.dtype != np.int8 or edge_rel.shape[0] != col.shape[0]:
         raise InputError(f"edge_rel of {where} must be int8 [nnz={col.shape[0]}], got {edge_rel.dtype} "
                          f"{list(edge_rel.shape)}; {fix}")
+    if schema.is_homogeneous:  # one relation: every entry is relation 0 (a dataset's constant view), never read
+        return
     _check_relations(rowptr, col, edge_rel, schema, where, fix)
 
 

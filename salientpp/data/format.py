@@ -308,6 +308,14 @@ def check_permutation(values: np.ndarray, n: int, where: str, fix: str, what: st
         raise InputError(f"{where} repeats {what}, so it is not a permutation of 0..{n - 1}; {fix}")
 
 
+def entry_relations(edge_rel: np.ndarray | None, schema: GraphSchema, nnz: int) -> np.ndarray | None:
+    """The relation of each of a CSR's ``nnz`` entries: a typed graph's ``edge_rel`` (int8
+    ``[nnz]``; ``None`` when not given, which :meth:`Dataset.validate` refuses); on a homogeneous
+    graph relation 0 as a constant view (int8 ``[nnz]``, stride 0: no memory), whatever was given
+    (a copy of the dataset with another CSR gets its own; it is never read or written)."""
+    return np.broadcast_to(np.int8(0), (nnz,)) if schema.is_homogeneous else edge_rel
+
+
 @dataclass
 class Dataset(Typed):
     """A graph dataset in memory (arrays may be read-only memory maps).
@@ -334,8 +342,9 @@ class Dataset(Typed):
             ``y`` is the node ``target_range[0] + i``, and the splits hold global ids in
             ``target_range`` (for a homogeneous graph: every node, from 0).
         edge_rel: int8 ``[nnz]``, the relation of each CSR entry (entry ``u`` of row ``v`` is an edge
-            ``u -> v``; rows grouped by relation, :func:`~salientpp.data.csr.build_typed_csr`), or
-            ``None`` for a homogeneous graph.
+            ``u -> v``; rows grouped by relation, :func:`~salientpp.data.csr.build_typed_csr`); on a
+            homogeneous graph relation 0 as a constant view (:func:`entry_relations`: no memory, and
+            no ``edge_rel.npy``).
         features: the features of the node types other than the target, by type name: float32 or
             float16 ``[n_t, F_t]`` (widths may differ); a type without features is absent.
     """
@@ -355,6 +364,10 @@ class Dataset(Typed):
     schema: GraphSchema | None = None
     edge_rel: np.ndarray | None = None
     features: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.edge_rel = entry_relations(self.edge_rel, self.schema, self.col.shape[0])
 
     @property
     def x_dict(self) -> dict[str, np.ndarray]:
@@ -488,7 +501,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike) -> Path:
                  for name in ("rowptr", "col", "x", "y") + SPLIT_FILES}
         if dataset.input_id is not None:
             files["input_id"] = save_array(tmp, "input_id", np.asarray(dataset.input_id))
-        if dataset.edge_rel is not None:
+        if not dataset.schema.is_homogeneous:  # as load_dataset reads it: a homogeneous graph has no such file
             files["edge_rel"] = save_array(tmp, "edge_rel", np.asarray(dataset.edge_rel))
         for node_type, x in dataset.features.items():
             name = feature_file(dataset.schema, node_type)

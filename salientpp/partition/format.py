@@ -48,7 +48,8 @@ import numpy as np
 from .. import __version__
 from ..data.csr import check_csr
 from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTYPE, MULTILABEL, MULTILABEL_DTYPES,
-                           SPLIT_FILES, check_ids, check_label_array, check_permutation, first_nonfinite_row)
+                           SPLIT_FILES, check_ids, check_label_array, check_permutation, entry_relations,
+                           first_nonfinite_row)
 from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, write_meta
 from ..data.links import EDGE_SPLITS, check_edge_array
@@ -116,8 +117,8 @@ class PartitionedDataset(Typed):
         schema: the node types and relations; ``None`` (a homogeneous directory): the
             homogeneous schema of N nodes.
         edge_rel: int8 ``[nnz]`` the relation of each entry of ``col``: ``edge_rel.npy``
-            (memory-mapped), or on a graph of one relation, which has no such file, relation 0 as a
-            constant view (stride 0, no memory).
+            (memory-mapped), or on a homogeneous graph, which has no such file, relation 0 as a
+            constant view (:func:`~salientpp.data.format.entry_relations`: stride 0, no memory).
     """
 
     path: Path
@@ -134,8 +135,7 @@ class PartitionedDataset(Typed):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.edge_rel is None:  # a graph of one relation: every entry is relation 0
-            self.edge_rel = np.broadcast_to(np.int8(0), self.col.shape)
+        self.edge_rel = entry_relations(self.edge_rel, self.schema, self.col.shape[0])
 
     @property
     def feature_types(self) -> list[int]:
