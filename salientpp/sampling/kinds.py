@@ -172,7 +172,7 @@ SAMPLING_DEVICES = ("cpu", "cuda")
 
 def kind_needs(rule: str) -> Needs:
     """Where an option applies only with the kinds whose field ``rule`` (``"gpu"``,
-    ``"draws_in_bulk"``) is true: ``--sampler bulk or ladies``, of anything with a ``sampler``."""
+    ``"draws_in_bulk"``, ``"typed"``) is true: ``--sampler bulk or ladies``, of anything with a ``sampler``."""
     names = " or ".join(name for name, (k, _) in _REGISTERED.items() if getattr(k, rule))
     return Needs(f"--sampler {names}", lambda options: getattr(check_sampler(options.sampler), rule))
 
@@ -205,8 +205,7 @@ def check_typed_graph(kind: SamplerKind, schema: GraphSchema | None) -> None:
     ``kind.typed``), naming the kinds that draw them (None: a graph whose schema is not at hand,
     drawn as a homogeneous one)."""
     if schema is not None and not schema.is_homogeneous and not kind.typed:
-        typed = " or ".join(k.value for k, _ in _REGISTERED.values() if k.typed)
-        raise InputError(f"the {kind.value} sampler draws homogeneous graphs only; use --sampler {typed}")
+        raise InputError(f"the {kind.value} sampler draws homogeneous graphs only; use {kind_needs('typed').what}")
 
 
 # The largest fanout: the C++ samplers count neighbours in 32 bits (-1 takes them all).
