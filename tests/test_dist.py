@@ -148,7 +148,7 @@ def _exchange_worker(num_nodes: int, num_features: int, seed: int) -> bool:
     for _ in range(3):
         want = np.sort(local_rng.choice(remote, min(remote.size, 50), replace=False))
         counts = torch.from_numpy(np.bincount(book.owner(want), minlength=ctx.world_size))
-        rows = exchange.fetch(torch.from_numpy(want), counts)
+        rows = exchange.fetch(torch.from_numpy(want), counts).view(-1, num_features)
         ok &= bool(torch.equal(rows, torch.from_numpy(x[want])))
     totals = torch.tensor([exchange.stats.sent, exchange.stats.received], dtype=torch.int64)
     dist.all_reduce(totals)

@@ -50,7 +50,7 @@ def _exchange_seconds(network: str | None, rows: int) -> tuple[float, float, boo
     try:
         table = torch.arange(ctx.world_size * rows * WIDTH, dtype=torch.float32).view(-1, WIDTH)
         owned = table[ctx.rank * rows:(ctx.rank + 1) * rows]
-        exchange = RowExchange(ctx, lambda ids: owned[ids - ctx.rank * rows], WIDTH, torch.float32)
+        exchange = RowExchange(ctx, lambda ids, counts: owned[ids - ctx.rank * rows], WIDTH, torch.float32)
         peer = 1 - ctx.rank
         ids = torch.arange(peer * rows, (peer + 1) * rows)
         counts = torch.tensor([rows if k == peer else 0 for k in range(2)])
@@ -58,7 +58,7 @@ def _exchange_seconds(network: str | None, rows: int) -> tuple[float, float, boo
         start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_utime
         requested_counts = exchange.counts(counts).wait()
         requested = exchange.ids(ids, counts, requested_counts).wait()
-        received = exchange.rows(requested, requested_counts, counts).wait()
+        received = exchange.rows(requested, requested_counts, counts).wait().view(-1, WIDTH)
         wall = time.perf_counter() - start
         cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu
         return wall, cpu, torch.equal(received, table[ids])

@@ -130,11 +130,11 @@ class RowExchange:
 
     Args:
         ctx: the process group context.
-        serve: with one type, ``serve(ids)`` returns the ``[n, F]`` rows of ids this rank owns
-            (int64 ``[n]``, on ``ctx.comm_device``), on ``ctx.comm_device``; with several,
-            ``serve(ids, counts)`` gets them grouped by requesting rank and by type within a rank
-            (``counts`` int64 ``[K * T]`` per block, host) and returns their rows in that order, flat
-            (1-D, ``sum F_type(id)`` elements) on ``ctx.comm_device``.
+        serve: ``serve(ids, counts)`` gets ids this rank owns (int64 ``[n]``, on
+            ``ctx.comm_device``) grouped by requesting rank and by type within a rank (``counts``
+            int64 ``[K * T]`` per block, host; one type: ``[K]``, which a server of one width may
+            ignore) and returns their rows in that order on ``ctx.comm_device``: ``sum F_type(id)``
+            elements, flat or of any contiguous shape that flattens to them (one type: ``[n, F]``).
         widths: ``F``, the width of every row (one type), or ``F_t`` of each node type (0: a type
             without features, whose ids are never requested).
         dtype: the dtype of every row.
@@ -201,11 +201,10 @@ class RowExchange:
 
     def rows(self, requested_ids: torch.Tensor, requested_counts: torch.Tensor, send_counts: torch.Tensor) -> Pending:
         """Serve the rows others requested from us and start the exchange; the result is our
-        requested rows, owner by owner in request order (type by type within an owner): ``[n, F]``
-        with one type, flat (1-D, :func:`row_pieces` views it) with several. ``requested_counts``
-        and ``send_counts`` are per block."""
-        one_type = self.num_types == 1
-        out_rows = self.serve(requested_ids) if one_type else self.serve(requested_ids, requested_counts)
+        requested rows, owner by owner in request order (type by type within an owner), flat (1-D:
+        :func:`row_pieces` views it as ``[rows, F_t]`` pieces; of one width ``F``, ``.view(-1, F)``).
+        ``requested_counts`` and ``send_counts`` are per block."""
+        out_rows = self.serve(requested_ids, requested_counts).reshape(-1)
         sent, received = self._elements(requested_counts), self._elements(send_counts)
         recv = torch.empty(int(received.sum()), dtype=self.dtype, device=self.ctx.comm_device)
         by_type = send_counts.view(-1, self.num_types).sum(0)
@@ -213,10 +212,7 @@ class RowExchange:
         self.stats.bytes_sent += int(sent.sum()) * recv.element_size()
         self.stats.received += int(by_type.sum())
         self.stats.bytes_received += int(received.sum()) * recv.element_size()
-        if one_type:  # rows of one width travel as [n, F] (the same bytes), split by rows
-            recv = recv.view(int(by_type.sum()), self.widths[0])
-            sent, received = self.per_peer(requested_counts), self.per_peer(send_counts)
-        else:
+        if self.num_types > 1:  # the rows of each type, reported beside the total
             self.stats.count_by_type(by_type.tolist())
         return self._all_to_all(recv, out_rows, received.tolist(), sent.tolist())
 
@@ -300,7 +296,7 @@ class Halo:
         counts = torch.from_numpy(np.bincount(book.owner(ids), minlength=ctx.world_size).astype(np.int64))
         ids_t = torch.from_numpy(np.asarray(ids, dtype=np.int64))
         # Only counts and ids travel here; the row width of this exchange object is never used.
-        ask = RowExchange(ctx, lambda _: None, 0, torch.float32)
+        ask = RowExchange(ctx, lambda ids, counts: None, 0, torch.float32)
         requested_counts = ask.counts(counts).wait().cpu()
         requested = ask.ids(ids_t, counts, requested_counts).wait().cpu()
         return cls(ids_t, counts, requested, requested_counts)

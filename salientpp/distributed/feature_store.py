@@ -156,16 +156,13 @@ class FeatureStore:
         rows = torch.index_select(self.serve_row, 0, ids - self.offset).to(self.ctx.device)
         return gather_rows(out, [RowSource(self.owned_device[t], rows, high=self.owned_host[t])])  # both tiers, one launch
 
-    def serve(self, ids: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+    def serve(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """The rows of owned global ids (int64 ``[n]``, on ``ctx.comm_device``), on ``ctx.comm_device``,
-        as :class:`~salientpp.distributed.exchange.RowExchange` asks: with one type ``[n, F]``; with
-        several, ``ids`` grouped by requesting rank and by type within a rank (``counts`` int64
-        ``[K * T]`` per (rank, type), host) and their rows flattened in that order (1-D). With NCCL
+        as :class:`~salientpp.distributed.exchange.RowExchange` asks: ``ids`` grouped by requesting
+        rank and by type within a rank (``counts`` int64 ``[K * T]`` per (rank, type), host) and
+        their rows flattened in that order (1-D; one type: one run, one gather). With NCCL
         this runs on the GPU without waiting for it; with gloo and a GPU the rows cross to host
         memory, which gloo needs."""
-        if counts is None:
-            out = torch.empty((ids.shape[0], self.widths[0]), dtype=self.dtype, device=self.ctx.device)
-            return self._owned_rows(out, 0, ids).to(self.ctx.comm_device)
         runs = row_runs(counts, self.widths)
         out = torch.empty(runs[-1].stop if runs else 0, dtype=self.dtype, device=self.ctx.device)
         for run in runs:

@@ -219,7 +219,7 @@ class DistEmbedding:
         block = torch.searchsorted(self._starts, ids, right=True) - 1
         return ids - self._starts[block] + self._rows[block]
 
-    def _serve(self, ids: torch.Tensor) -> torch.Tensor:
+    def _serve(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:  # one width: counts unread
         return self.weight[self._local(ids.cpu())].to(self.ctx.comm_device)
 
     def reset_stats(self) -> None:
@@ -258,7 +258,7 @@ class DistEmbedding:
         own = self._local(uniq[lo:hi])
         requested_counts = self.exchange.counts(remote_counts).wait()
         requested = self.exchange.ids(remote, remote_counts, requested_counts).wait()
-        fetched = self.exchange.rows(requested, requested_counts, remote_counts).wait().cpu()
+        fetched = self.exchange.rows(requested, requested_counts, remote_counts).wait().cpu().view(-1, self.dim)
         self.stats.owned += int(own.shape[0])
         rows = torch.cat([self.weight[own], fetched])  # owned first, then remote by owner
         # uniq's order is [before | own | after]; rows' is [own | before | after]

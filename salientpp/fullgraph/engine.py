@@ -42,16 +42,18 @@ class LevelExchange:
     def rows(self, h_owned: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
         comm = self.ctx.comm_device
-        exchange = RowExchange(self.ctx, lambda ids: h_owned[ids.to(h_owned.device) - self.lo].to(comm),
-                               int(h_owned.shape[1]), h_owned.dtype)
+        width = int(h_owned.shape[1])
+        exchange = RowExchange(self.ctx, lambda ids, counts: h_owned[ids.to(h_owned.device) - self.lo].to(comm),
+                               width, h_owned.dtype)
         exchange.stats = self.stats
-        out = exchange.rows(self._requested, self.halo.requested_counts, self.halo.counts).wait().to(h_owned.device)
+        out = exchange.rows(self._requested, self.halo.requested_counts, self.halo.counts).wait()
+        out = out.view(-1, width).to(h_owned.device)
         self.seconds += time.perf_counter() - start
         return out
 
     def gradients(self, grad_rows: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
-        exchange = RowExchange(self.ctx, lambda ids: None, int(grad_rows.shape[1]), grad_rows.dtype)
+        exchange = RowExchange(self.ctx, lambda ids, counts: None, int(grad_rows.shape[1]), grad_rows.dtype)
         back = exchange.send_back(grad_rows.contiguous(), self.halo.counts, self.halo.requested_counts).wait()
         row_bytes = grad_rows.shape[1] * grad_rows.element_size()
         self.stats.sent += int(grad_rows.shape[0])
@@ -130,11 +132,12 @@ class FullGraphEngine:
         self.stats, self.startup = CommStats(), CommStats()
         x_owned = torch.from_numpy(np.array(graph.x, dtype=np.float32))  # a writable copy
         halo = Halo.build(ctx, schedule.computed[0][num_owned:], graph.book)
-        exchange = RowExchange(ctx, lambda ids: x_owned[ids.cpu() - lo].to(ctx.comm_device), int(x_owned.shape[1]),
+        width = int(x_owned.shape[1])
+        exchange = RowExchange(ctx, lambda ids, counts: x_owned[ids.cpu() - lo].to(ctx.comm_device), width,
                                torch.float32)
         exchange.stats = self.startup
         remote = exchange.rows(halo.requested.to(ctx.comm_device), halo.requested_counts, halo.counts).wait()
-        self.x = torch.cat([x_owned, remote.cpu()]).to(device)
+        self.x = torch.cat([x_owned, remote.cpu().view(-1, width)]).to(device)
         active = active_levels(ctx, schedule)
         rowptr, col = graph.rowptr, graph.col
         self.layers: list[_Layer] = []

@@ -44,10 +44,11 @@ class LayerwiseInference:
     def _exchange_rows(self, h: torch.Tensor, stats: CommStats) -> torch.Tensor:
         """``[n_h, d]`` halo rows of the embeddings ``h`` (``[n_k, d]``, owned, local order)."""
         comm = self.ctx.comm_device
-        exchange = RowExchange(self.ctx, lambda ids: h[ids.cpu() - self.lo].to(comm), int(h.shape[1]), h.dtype)
+        width = int(h.shape[1])
+        exchange = RowExchange(self.ctx, lambda ids, counts: h[ids.cpu() - self.lo].to(comm), width, h.dtype)
         exchange.stats = stats
         halo = self.halo
-        return exchange.rows(halo.requested.to(comm), halo.requested_counts, halo.counts).wait().cpu()
+        return exchange.rows(halo.requested.to(comm), halo.requested_counts, halo.counts).wait().cpu().view(-1, width)
 
     def _layer(self, model: MFGModel, i: int, table: torch.Tensor, dst_local: np.ndarray) -> torch.Tensor:
         """Layer ``i`` for owned local ids ``dst_local``; ``table`` = ``[owned rows; halo rows]``."""
