@@ -794,6 +794,19 @@ def test_a_typed_datasets_workload_reaches_the_typed_recurrence():
         workload_probabilities(dataset, Workload((2,), 1))
 
 
+def test_a_graph_of_one_relation_never_reads_its_edge_rel():
+    # a homogeneous dataset's edge_rel is relation 0 as a constant view; the VIP takes the one
+    # relation from the schema, so even relations it would refuse (1, out of range) are not read
+    from salientpp.data.schema import GraphSchema
+
+    rowptr, col = line_graph(12)
+    seeds, schema = [np.array([0, 5]), np.array([7])], GraphSchema.homogeneous(12)
+    want = inclusion_probabilities(rowptr, col, seeds, [2, 2], 1)
+    for edge_rel in (np.broadcast_to(np.int8(0), col.shape), np.ones(col.shape[0], np.int8)):
+        got = inclusion_probabilities(rowptr, col, seeds, [2, 2], 1, edge_rel=edge_rel, schema=schema)
+        np.testing.assert_array_equal(got, want)
+
+
 def coauthor_graph(seed=0):
     """Papers, authors and institutes, ``(schema, rowptr, col, edge_rel)``: 240 papers of 3 authors
     each, drawn mostly from one of 24 groups of 15 authors that share 2 institutes, and 2 citations
