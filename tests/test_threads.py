@@ -291,10 +291,10 @@ def test_the_trainers_loaders_run_the_budgets_sampler_threads_at_its_priority(pa
     budget = ThreadBudget(8, 1, 5, 3, "affinity mask")
     trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=budget), init_distributed("cpu", threads=budget)))
     assert trainer.threads is budget
-    assert (trainer.loader._loader.sampler_threads, trainer.loader._loader.low_priority) == (3, True)
+    assert (trainer.loader._loader.workers.sampler_threads, trainer.loader._loader.workers.low_priority) == (3, True)
     fitting = ThreadBudget(8, 1, 5, 3, "affinity mask", torch_threads_given=True, sampler_threads_given=True)
     trainer = MinibatchTrainer(RankSetup.open(replace(run, threads=fitting), init_distributed("cpu", threads=fitting)))
-    assert (trainer.loader._loader.sampler_threads, trainer.loader._loader.low_priority) == (3, False)
+    assert (trainer.loader._loader.workers.sampler_threads, trainer.loader._loader.workers.low_priority) == (3, False)
 
 
 @pytest.mark.parametrize("given, usable, depth", [(None, 8, 4), (None, 4, 1), (3, 4, 3)])
@@ -307,7 +307,7 @@ def test_the_runs_pipeline_depth_is_the_budgets_unless_given_and_the_sampler_rea
     assert run.config.pipeline_depth == depth
     trainer = MinibatchTrainer(RankSetup.open(run, init_distributed("cpu")))
     assert trainer.loader.pipeline_depth == depth
-    assert trainer.loader.read_ahead == trainer.loader._loader.read_ahead == depth
+    assert trainer.loader.read_ahead == trainer.loader._loader.workers.read_ahead == depth
 
 
 def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cores, monkeypatch):
@@ -322,7 +322,7 @@ def test_a_loaders_default_pipeline_depth_follows_the_machines_budget(parts, cor
     assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=2, sampler_threads=5).read_ahead == 5
     assert DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=1, sampler_threads=5).read_ahead == 1
     loader = DistNeighborLoader(graph, "train", (4, 4), 32, pipeline_depth=3, sampler_threads=5, read_ahead=2)
-    assert loader.read_ahead == loader._loader.read_ahead == 2
+    assert loader.read_ahead == loader._loader.workers.read_ahead == 2
 
 
 @pytest.mark.parametrize("name, value", [("sampler_threads", 0), ("torch_threads", 0), ("torch_threads", -1),
@@ -403,7 +403,7 @@ def test_the_python_api_takes_the_command_lines_defaults(parts):
     graph = DistGraph(str(parts / "p1"), ctx)
     loader = DistNeighborLoader(graph, "train", (4, 4), 32)
     resolved = Config(str(parts / "p1"), policy="none").resolved()
-    assert (loader._loader.sampler_threads, loader._loader.low_priority) == (budget.sampler_threads, True)
+    assert (loader._loader.workers.sampler_threads, loader._loader.workers.low_priority) == (budget.sampler_threads, True)
     assert loader.pipeline_depth == budget.pipeline_depth()
     assert loader.store.num_device_owned == int(resolved.device_fraction * graph.num_owned) > 0
     assert inspect.signature(init_distributed).parameters["timeout_s"].default == resolved.timeout_s == ctx.timeout_s
