@@ -171,8 +171,7 @@ def plan_request_from(args: argparse.Namespace, schema: GraphSchema | None = Non
     size = (None if args.device_cache_bytes is None else parse_bytes(args.device_cache_bytes),
             None if args.host_cache_bytes is None else parse_bytes(args.host_cache_bytes))
     budget = Budget.given(args.replication, *size)
-    given = args.device_fraction
-    device_fraction = check_device_fraction(default_device_fraction(args.device) if given is None else given,
+    device_fraction = check_device_fraction(default_device_fraction(args.device, args.device_fraction),
                                             "--device-fraction")
     return PlanRequest(workloads_from(args, schema), PlanOptions(args.policy, budget, device_fraction, seed=args.seed,
                                                          epochs=args.epochs, simulation_epochs=args.simulation_epochs,

@@ -51,12 +51,14 @@ DEVICE_FRACTION = 0.15
 GPU_DEVICE_FRACTION = 1.0
 
 
-def default_device_fraction(device: str | torch.device) -> float:
-    """The share of a partition's own rows kept on ``device`` unless one is given, the one default
+def default_device_fraction(device: str | torch.device, given: float | None = None) -> float:
+    """``given``, or else the share of a partition's own rows kept on ``device``: the one default
     of every command (``train``'s ``--device-fraction`` for its ``--device``, ``analyze``'s for
     the ``--device`` the plan is for), so one request names one plan whichever command builds it:
     :data:`GPU_DEVICE_FRACTION` on a GPU, :data:`DEVICE_FRACTION` on the CPU (where both tiers are
     host memory and the share only names the split in the counters)."""
+    if given is not None:
+        return given
     return GPU_DEVICE_FRACTION if torch.device(device).type == "cuda" else DEVICE_FRACTION
 
 

@@ -170,8 +170,7 @@ class DistGraph:
         if key not in self._stores:
             owned_order, cache_slot, num_device_slots, identity = None, None, 0, {}
             if plan is None:
-                if device_fraction is None:
-                    device_fraction = default_device_fraction(self.ctx.device)
+                device_fraction = default_device_fraction(self.ctx.device, device_fraction)
                 num_device_owned = device_owned_rows(device_fraction, self.book.part_size(self.rank))
             else:
                 info = open_plan(plan, self.data).info  # built for this partitioning (any workload serves)

@@ -394,8 +394,7 @@ class TrainConfig:
             metric=None if self.metric is None else check_metric(self.metric, LINK if link else None),
             policy=None if planned else (DEFAULT_POLICY if self.policy is None else self.policy),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
-            device_fraction=None if planned else (default_device_fraction(self.device) if self.device_fraction is None
-                                                  else self.device_fraction))
+            device_fraction=None if planned else default_device_fraction(self.device, self.device_fraction))
         return replace(filled, **{f.name: f.default for f in fields(filled)
                                   if option_of(f).needs is not None and not option_of(f).needs.holds(filled)})
 
@@ -403,7 +402,7 @@ class TrainConfig:
         """The rules between options, on the options as given."""
         check_applies(self, declared(TrainConfig))
         if self.plan is not None:
-            given = [flag_of(f) for f in fields(self) if option_of(f).plan_decides and getattr(self, f.name) is not None]
+            given = [d.flag for d in declared(TrainConfig) if d.option.plan_decides and getattr(self, d.name) is not None]
             if given:
                 raise plan_conflict(self.plan, given)
         if self.task == LINK:
