@@ -361,7 +361,7 @@ class ThreadBudget:
         requested = check_fetch_thread(requested)
         if requested and not PIPELINED.holds(pipeline_depth):
             raise not_applicable("--fetch-thread on", PIPELINED)
-        return (self.gpu and pipeline_depth > 1) if requested is None else requested
+        return (self.gpu and PIPELINED.holds(pipeline_depth)) if requested is None else requested
 
     @property
     def low_priority_sampler(self) -> bool:

@@ -46,6 +46,7 @@ from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, SamplerKind, check_fanouts, check_sampler, make_sampler
+from ..sampling.kinds import kinds_with
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
 KIND = "salientpp-bench-sampler"
@@ -382,7 +383,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"samplers to measure, from {', '.join(SAMPLERS)} (default nodewise; PyG is added "
                         "unless --no-pyg)")
     p.add_argument("--bulk-sizes", default=",".join(map(str, DEFAULT_BULK_SIZES)), metavar="K1,K2,...",
-                   help=f"minibatches per bulk step k for {_kinds_with('draws_in_bulk')}, one row each "
+                   help=f"minibatches per bulk step k for {kinds_with('draws_in_bulk')}, one row each "
                         f"(default {','.join(map(str, DEFAULT_BULK_SIZES))})")
     p.add_argument("--no-pyg", action="store_true", help="skip the PyG NeighborLoader column")
     add_declared(p, KIND_OPTIONS, defaults=True)
@@ -392,15 +393,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "must not exist)")
 
 
-def _kinds_with(rule: str) -> str:
-    """The kinds whose field ``rule`` is true, by name: ``"bulk or ladies"``."""
-    return " or ".join(name for name in SAMPLERS if getattr(check_sampler(name), rule))
-
-
 def _measuring(rule: str) -> Needs:
     """Where an option applies only when ``--samplers`` names a kind whose field ``rule`` is true
     (of the kinds measured, a list of :class:`SamplerKind`)."""
-    return Needs(f"--samplers naming {_kinds_with(rule)}", lambda kinds: any(getattr(kind, rule) for kind in kinds))
+    return Needs(f"--samplers naming {kinds_with(rule)}", lambda kinds: any(getattr(kind, rule) for kind in kinds))
 
 
 # The options that apply only to some of the kinds measured (main refuses them otherwise).

@@ -170,11 +170,16 @@ def make_sampler(rowptr, col, fanouts: Fanouts,
 SAMPLING_DEVICES = ("cpu", "cuda")
 
 
+def kinds_with(rule: str) -> str:
+    """The registered kinds whose field ``rule`` (``"gpu"``, ``"draws_in_bulk"``, ``"typed"``)
+    is true, by name: ``"bulk or ladies"``."""
+    return " or ".join(name for name, (k, _) in _REGISTERED.items() if getattr(k, rule))
+
+
 def kind_needs(rule: str) -> Needs:
-    """Where an option applies only with the kinds whose field ``rule`` (``"gpu"``,
-    ``"draws_in_bulk"``, ``"typed"``) is true: ``--sampler bulk or ladies``, of anything with a ``sampler``."""
-    names = " or ".join(name for name, (k, _) in _REGISTERED.items() if getattr(k, rule))
-    return Needs(f"--sampler {names}", lambda options: getattr(check_sampler(options.sampler), rule))
+    """Where an option applies only with the kinds whose field ``rule`` is true (:func:`kinds_with`):
+    ``--sampler bulk or ladies``, of anything with a ``sampler``."""
+    return Needs(f"--sampler {kinds_with(rule)}", lambda options: getattr(check_sampler(options.sampler), rule))
 
 
 # --sampling-device cuda draws the batches on the training GPU (of the run's training device).
