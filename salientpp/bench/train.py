@@ -174,7 +174,7 @@ def _baselines(args, workload: Workload) -> Iterator[dict]:
         try:
             history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                                   device=args.device, model=model,
-                                                  typed_model=args.model if args.typed else None,
+                                                  typed_model=args.model,
                                                   torch_threads=args.torch_threads, workers=workers))
         except WorkerError as exc:
             print(f"| {name} | failed: {exc} (a SIGKILL is most often the kernel's out-of-memory killer: every "

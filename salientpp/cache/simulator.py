@@ -220,8 +220,7 @@ def simulate(ctx: PolicyContext, policies: Sequence[str], replication: Sequence[
         seconds["sampling"] += time.perf_counter() - start
         remote = cacheable_remote(ctx, k, node_bytes)
         accessed[k] = counts[remote].sum() / ctx.epochs
-        for t in range(num_types):
-            type_accessed[t, k] = counts[remote][node_type[remote] == t].sum() / ctx.epochs
+        type_accessed[:, k] = np.bincount(node_type[remote], weights=counts[remote], minlength=num_types) / ctx.epochs
         steps[k] = sum(w.weight * lockstep[i] for i, w in enumerate(ctx.workloads))
         for i, name in enumerate(policies):
             start = time.perf_counter()
