@@ -170,11 +170,11 @@ class AssembleStage:
         item.x_dict = {} if self.store is None else self.store.assemble(batch.origins, received, self.stats, self.ops)
         item.mfgs = [replace(mfg, edge_index=up(mfg.edge_index), rowptr=up(mfg.rowptr),
                              edge_weight=None if mfg.edge_weight is None else up(mfg.edge_weight),
-                             edge_type=moved(mfg.edge_type, up))
+                             edge_type=moved(mfg.edge_type, up, self.ops.device))
                      for mfg in batch.mfgs]
         item.n_id = up(batch.n_id)
         item.y = up(self.labels(self.ops.download(batch.n_id[:batch.batch_size])))
-        item.node_type = moved(batch.node_type, up)
+        item.node_type = moved(batch.node_type, up, self.ops.device)
         item.ready = self.ops.record()
         structure = [t for mfg in item.mfgs for t in (mfg.edge_index, mfg.rowptr, mfg.edge_weight, mfg.edge_type)
                      if t is not None]

@@ -1,6 +1,8 @@
 """Zero-copy conversion of user arrays (numpy, memory maps, tensors) to CPU tensors."""
 from __future__ import annotations
 
+import functools
+
 import warnings
 from collections.abc import Callable
 
@@ -48,13 +50,20 @@ def as_tensor(array: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
+@functools.lru_cache(maxsize=None)
+def _zero(device: torch.device) -> torch.Tensor:
+    """int64 ``[1]`` zero on ``device``, made once per device: the memory of every :func:`one_type`."""
+    return torch.zeros(1, dtype=torch.int64, device=device)
+
+
 def one_type(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """int64 ``[n]`` zeros as a constant view (stride 0, one element of memory): the node type of
-    every node, or the relation of every edge, of a graph of one type and one relation."""
-    return torch.zeros(1, dtype=torch.int64, device=device).expand(n)
+    """int64 ``[n]`` zeros as a constant view of the device's one zero (stride 0, no allocation):
+    the node type of every node, or the relation of every edge, of a graph of one type and one
+    relation."""
+    return _zero(torch.device(device)).expand(n)
 
 
-def moved(t: torch.Tensor, move: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """``move(t)``, a copy of ``t`` to another device, where a constant view (:func:`one_type`)
-    stays one: only its one element is copied, so a one-type batch moves no per-node memory."""
-    return move(t[:1]).expand(t.shape) if t.dim() == 1 and t.stride(0) == 0 else move(t)
+def moved(t: torch.Tensor, move: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str) -> torch.Tensor:
+    """``move(t)``, a copy of ``t`` to ``device``, where a view of :func:`one_type` (slices of one
+    included) is that view on ``device``: a one-type batch copies nothing to move its types."""
+    return one_type(t.shape[0], device) if t._base is _zero(t.device) else move(t)

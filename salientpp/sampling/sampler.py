@@ -75,7 +75,7 @@ class MFG:
 
         weight = None if self.edge_weight is None else move(self.edge_weight)
         return MFG(self.num_src, self.num_dst, move(self.edge_index), move(self.rowptr), weight,
-                   moved(self.edge_type, move))
+                   moved(self.edge_type, move, device))
 
 
 @dataclass
@@ -258,7 +258,7 @@ class SampledBatch:
             return t.to(device, non_blocking=non_blocking)
 
         return SampledBatch(move(self.n_id), self.batch_size, [m.to(device, non_blocking) for m in self.mfgs],
-                            None if self.y is None else move(self.y), self.origins, moved(self.node_type, move))
+                            None if self.y is None else move(self.y), self.origins, moved(self.node_type, move, device))
 
 
 # A per-node type lookup: int64 ``[n]`` node type of each global id of an int64 ``[n]`` array
