@@ -113,7 +113,7 @@ class Batch:
     node_type: torch.Tensor = field(kw_only=True)
     x_dict: dict[str, torch.Tensor] = field(kw_only=True)
 
-    @property
+    @cached_property
     def x(self) -> torch.Tensor:
         """``[n_t, F]`` the rows of the target type, :attr:`x_dict` ``[target_type]`` (a homogeneous
         batch's every row: ``[num_nodes, F]``). A target type without features, or a loader without
