@@ -38,7 +38,8 @@ from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkp
 from .config import BF16
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
-from .setup import RankSetup, apply_optimizer_options, build_optimizer, encoder_dims, resume_checkpoint
+from .setup import (RankSetup, apply_optimizer_options, build_optimizer, embedded_types, encoder_dims,
+                    resume_checkpoint)
 from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
                     TRAIN_METRIC, VALID_MAJORITY, VALID_METRIC, EpochSums, RunState, TrainResult, rng_state,
                     set_rng_state)
@@ -336,9 +337,9 @@ class MinibatchTrainer(Trainer):
         cache = setup.open_cache()
         typed = setup.run.typed
         several = graph.data.is_typed  # several node types or relations: the model's input and DDP decide by it
-        if config.embedding_dim:  # of the types the run decided (ResolvedRun.embedded)
+        if config.embedding_dim:
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
-                                           lr=config.embedding_lr, seed=config.seed, node_types=setup.run.embedded)
+                                           lr=config.embedding_lr, seed=config.seed, node_types=embedded_types(graph.data, config.features))
         if ctx.rank == 0 and cache.plan is not None:
             print(f"cache plan: {cache.source}", flush=True)
         # the sampler threads and their priority come from the rank's thread budget (ctx.threads)

@@ -211,8 +211,6 @@ class ResolvedRun:
             against them.
         cache: the cache plan the run trains with.
         typed: a typed graph's model input (:func:`typed_input`); None on a homogeneous graph.
-        embedded: the node types whose nodes the embedding learns rows for (:func:`embedded_types`);
-            empty without ``--embedding-dim``.
         memory: the memory estimate of this machine's ranks, one line, when it was checked.
     """
 
@@ -222,7 +220,6 @@ class ResolvedRun:
     task: Task
     cache: CacheChoice
     typed: TypedInput | None = None
-    embedded: tuple[str, ...] = ()
     memory: str = ""
 
 
@@ -269,8 +266,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         # a user's model can be asked whether it reads edge weights only once built: built here once
         model = build_model(config.model, *encoder_dims(config, data, task), config.layers)
         check_reads_edge_weights(model, config.sampler)
-    embedded = embedded_types(data, config.features) if config.embedding_dim else ()
-    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), typed, embedded)
+    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), typed)
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
 
 
@@ -298,11 +294,10 @@ def typed_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput | N
     if not data.is_typed:
         return None
     check_model(config.model, typed=True)
-    widths = feature_widths(data, config.features)
-    if config.embedding_dim and any(widths[t] for t in learned_types(data.schema, widths)):
+    typed = typed_input_of(data, config.embedding_dim)
+    if config.embedding_dim and not typed.featureless:
         raise InputError(f"--embedding-dim {config.embedding_dim} gives the node types without features a learnable "
                          f"embedding, but every type of {config.part_dir} has features; drop it")
-    typed = typed_input_of(data, config.embedding_dim)
     typed.input_dims()  # a featureless type without --embedding-dim is refused here
     return typed
 
