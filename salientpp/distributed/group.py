@@ -30,9 +30,11 @@ import multiprocessing as mp
 import numbers
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -605,9 +607,7 @@ def _short_socket_dir() -> None:
     """Make multiprocessing put the fork server's socket in a directory whose path is short
     enough for a Unix socket: its own under ``TMPDIR`` when that is short enough, else one under
     the first writable of :data:`_SHORT_DIRS`; :class:`InputError` when none is."""
-    from multiprocessing import process, util
-    import shutil
-    import tempfile
+    from multiprocessing import process
 
     config = process.current_process()._config
     made = config.get("tempdir")
@@ -619,7 +619,7 @@ def _short_socket_dir() -> None:
             tempdir = tempfile.mkdtemp(prefix="pymp-", dir=short)
         except OSError:
             continue
-        util.Finalize(None, util._remove_temp_dir, args=(shutil.rmtree, tempdir), exitpriority=-100)
+        mp_util.Finalize(None, mp_util._remove_temp_dir, args=(shutil.rmtree, tempdir), exitpriority=-100)
         config["tempdir"] = tempdir
         return
     limit = _SOCKET_PATH_MAX - len(_SOCKET_NAME)
