@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "fetch.h"
 #include "gather_ops.h"
@@ -23,7 +24,9 @@ py::dict origins_to_python(const RowOrigins& p) {
   d["owned_pos"] = p.owned_pos;
   d["owned_row"] = p.owned_row;
   d["owned_counts"] = p.owned_counts;
-  d["x"] = tensor_or_none(p.x);
+  py::list x;
+  for (const torch::Tensor& t : p.x) x.append(tensor_or_none(t));
+  d["x"] = x;
   d["remote_id"] = p.remote_id;
   d["remote_pos"] = p.remote_pos;
   d["remote_counts"] = p.remote_counts;
@@ -60,12 +63,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "salientpp C++ kernels: neighbour sampling, finding row origins, row gathers, model-step ops";
   py::class_<FetchContext>(m, "FetchContext")
       .def(py::init([](torch::Tensor offsets, int64_t num_types, int64_t rank, std::optional<torch::Tensor> cache_slot,
-                       torch::Tensor device_slots, torch::Tensor featured, std::optional<torch::Tensor> local_x,
-                       std::optional<torch::Tensor> local_row, bool pin) {
+                       torch::Tensor device_slots, torch::Tensor featured,
+                       std::vector<std::optional<torch::Tensor>> local_x, std::optional<torch::Tensor> local_row,
+                       bool pin) {
              TORCH_CHECK(num_types >= 1 && (offsets.size(0) - 1) % num_types == 0 &&
                              device_slots.numel() == num_types && featured.numel() == num_types &&
-                             featured.scalar_type() == torch::kBool && device_slots.scalar_type() == torch::kInt64,
-                         "a fetch context needs K * T + 1 offsets, int64 device_slots [T] and bool featured [T]");
+                             featured.scalar_type() == torch::kBool && device_slots.scalar_type() == torch::kInt64 &&
+                             static_cast<int64_t>(local_x.size()) == num_types,
+                         "a fetch context needs K * T + 1 offsets, int64 device_slots [T], bool featured [T] and T "
+                         "local_x entries");
              FetchContext c;
              c.offsets = offsets;
              c.num_types = num_types;
@@ -73,7 +79,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              if (cache_slot.has_value()) c.cache_slot = *cache_slot;
              c.device_slots = device_slots.contiguous();
              c.featured = featured.contiguous();
-             if (local_x.has_value()) c.local_x = *local_x;
+             for (const std::optional<torch::Tensor>& x : local_x) {
+               c.local_x.push_back(x.value_or(torch::Tensor()));
+             }
              if (local_row.has_value()) c.local_row = *local_row;
              c.pin = pin;
              return c;

@@ -24,7 +24,6 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
   const int64_t* cache_slot = ctx.cache_slot.defined() ? ctx.cache_slot.data_ptr<int64_t>() : nullptr;
   const int64_t* device_slots = ctx.device_slots.data_ptr<int64_t>();
   const bool* featured = ctx.featured.data_ptr<bool>();
-  const bool typed = num_types > 1;
 
   // Category of each position: a remote block b in [0, K * T), then owned rows of type t, the
   // device tier of type t, the host tier of type t, and none (a type without feature rows).
@@ -38,7 +37,7 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
     block_category[b] = !featured[t] ? kNone : (b / num_types == rank ? kOwned + t : b);
   }
   std::vector<int64_t> category(num_nodes);
-  std::vector<int64_t> position(typed ? num_nodes : 0);  // rank among the batch nodes of its type (typed only)
+  std::vector<int64_t> position(num_nodes);  // rank among the batch nodes of its type
   std::vector<int64_t> count(kNone + 1, 0);
   std::vector<int64_t> rows(num_types, 0);
   for (int64_t i = 0; i < num_nodes; ++i) {
@@ -46,8 +45,7 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
     const int64_t id = n_id[i];
     const int64_t b = std::upper_bound(blocks + 1, blocks + num_blocks + 1, id) - (blocks + 1);
     const int64_t t = block_type[b];
-    if (typed) position[i] = rows[t];
-    ++rows[t];
+    position[i] = rows[t]++;
     int64_t c = block_category[b];
     if (c == b && cache_slot != nullptr && cache_slot[id] >= 0) {
       c = cache_slot[id] < device_slots[t] ? kDevice + t : kHost + t;
@@ -58,10 +56,10 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
 
   // next[c]: the next index in the concatenated row order [owned by type, remote by block,
   // device tier by type, host tier by type].
-  std::vector<int64_t> next(kNone + 1);
+  std::vector<int64_t> next(kNone + 1), owned_begin(num_types);
   int64_t base = 0;
   for (int64_t t = 0; t < num_types; ++t) {
-    next[kOwned + t] = base;
+    next[kOwned + t] = owned_begin[t] = base;
     base += count[kOwned + t];
   }
   const int64_t n_owned = base;
@@ -115,18 +113,11 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
   int64_t* device_slot = origins.device_slot.data_ptr<int64_t>();
   int64_t* host_pos = origins.host_pos.data_ptr<int64_t>();
   int64_t* host_slot = origins.host_slot.data_ptr<int64_t>();
-  // With local_x (one type), the owned rows go straight to their positions in the batch's x, which
-  // the assembly completes in place (one [num_nodes, F] buffer per batch, each owned row copied once).
-  char* x_out = nullptr;
-  const char* x_src = nullptr;
-  int64_t row_bytes = 0;
-  if (ctx.local_x.defined()) {
-    TORCH_CHECK(num_types == 1, "local_x needs a one-type fetch context");
-    const torch::Tensor& x = ctx.local_x;
-    origins.x = torch::empty({num_nodes, x.size(1)}, x.options().pinned_memory(ctx.pin));
-    row_bytes = x.size(1) * x.element_size();
-    x_out = static_cast<char*>(origins.x.data_ptr());
-    x_src = static_cast<const char*>(x.data_ptr());
+  // The owned rows each type may have: local_x[t]'s, else the type's block (the identity row map).
+  std::vector<int64_t> owned_rows(num_types);
+  for (int64_t t = 0; t < num_types; ++t) {
+    owned_rows[t] = ctx.local_x[t].defined() ? ctx.local_x[t].size(0)
+                                              : blocks[rank * num_types + t + 1] - blocks[rank * num_types + t];
   }
   auto is_owned = [&](int64_t c) { return c >= kOwned && c < kDevice; };
   for (int64_t i = 0; i < num_nodes; ++i) {
@@ -137,18 +128,17 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
     if (c == kNone) continue;
     const int64_t id = n_id[i];
     const int64_t j = next[c]++;
-    const int64_t pos = typed ? position[i] : i;
+    const int64_t pos = position[i];
     if (c < kOwned) {
       remote_id[j - n_owned] = id;
       remote_pos[j - n_owned] = pos;
     } else if (c < kDevice) {
       const int64_t t = c - kOwned;
-      const int64_t start = blocks[rank * num_types + t];
-      const int64_t num_rows = x_out != nullptr ? ctx.local_x.size(0) : blocks[rank * num_types + t + 1] - start;
-      const int64_t row = local_row != nullptr ? local_row[id - own_start] : id - start;
-      if (row < 0 || row >= num_rows) {
+      const int64_t row = local_row != nullptr ? local_row[id - own_start] : id - blocks[rank * num_types + t];
+      if (row < 0 || row >= owned_rows[t]) {
         throw std::invalid_argument("local_row maps id " + std::to_string(id) + " to row " + std::to_string(row) +
-                                    " outside the " + std::to_string(num_rows) + " owned rows of its type; fix local_row");
+                                    " outside the " + std::to_string(owned_rows[t]) +
+                                    " owned rows of its type; fix local_row");
       }
       owned_pos[j] = pos;
       owned_row[j] = row;
@@ -160,12 +150,21 @@ RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num
       host_slot[j - host_base] = cache_slot[id] - device_slots[c - kHost];
     }
   }
-  if (x_out != nullptr) {
+  // Each type with local_x[t] gets its owned rows straight at their positions in the batch's x[t],
+  // which the assembly completes in place (one [num_rows[t], F_t] buffer per type and batch, each
+  // owned row copied once).
+  origins.x.resize(num_types);
+  for (int64_t t = 0; t < num_types; ++t) {
+    const torch::Tensor& src = ctx.local_x[t];
+    if (!src.defined() || !featured[t]) continue;
+    origins.x[t] = torch::empty({rows[t], src.size(1)}, src.options().pinned_memory(ctx.pin));
+    const int64_t row_bytes = src.size(1) * src.element_size();
     RowSource owned;
-    owned.low = x_src;
-    owned.idx = owned_row;
-    owned.pos = owned_pos;
-    copy_source_rows(owned, row_bytes, x_out, num_nodes * row_bytes, 0, n_owned);
+    owned.low = static_cast<const char*>(src.data_ptr());
+    owned.idx = owned_row + owned_begin[t];
+    owned.pos = owned_pos + owned_begin[t];
+    copy_source_rows(owned, row_bytes, static_cast<char*>(origins.x[t].data_ptr()), rows[t] * row_bytes, 0,
+                     count[kOwned + t]);
   }
   return origins;
 }

@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace salientpp {
 
@@ -16,9 +17,10 @@ struct FetchContext {
                              // G_t + j row j of its type's host tier; may be undefined (no cache)
   torch::Tensor device_slots;  // int64 [T]: G_t, the rows of each type's device tier
   torch::Tensor featured;    // bool [T]: the types with feature rows; the ids of the others get no origin
-  torch::Tensor local_x;     // [n_rank, F] owned feature rows (CPU), one type only; may be undefined (no slicing)
+  std::vector<torch::Tensor> local_x;  // [T]: type t's owned feature rows [n_t, F_t] (CPU, contiguous); undefined
+                                       // for a type without features or without slicing
   torch::Tensor local_row;   // int64 [n_rank]: row of local index id - offsets[rank*T] among its type's owned rows
-                             // (local_x's with one type); may be undefined (its index within its block)
+                             // (local_x[t]'s); may be undefined (its index within its block)
   bool pin = false;          // allocate the outputs in pinned memory
 };
 
@@ -31,7 +33,8 @@ struct RowOrigins {
   torch::Tensor num_rows;              // int64 [T]: the batch nodes of each type
   torch::Tensor owned_pos, owned_row;  // int64 [n_o]: positions owned by rank, their rows among the type's owned rows
   torch::Tensor owned_counts;          // int64 [T]
-  torch::Tensor x;                     // [num_nodes, F]: rows owned_pos written, the rest not yet (undefined without local_x)
+  std::vector<torch::Tensor> x;        // [T]: x[t] [num_rows[t], F_t] with type t's owned_pos rows written, the rest
+                                       // not yet; undefined where the context has no local_x[t]
   torch::Tensor remote_id, remote_pos; // int64 [n_r]: ids to request, grouped by block (n_id order within)
   torch::Tensor remote_counts;         // int64 [K * T]: number of remote ids per block (0 at rank's blocks)
   torch::Tensor device_pos, device_slot;  // int64 [n_g]: positions cached in the device tier, row in the type's tier
@@ -40,7 +43,8 @@ struct RowOrigins {
   torch::Tensor host_counts;           // int64 [T]
 };
 
-// Splits n_id (int64 [num_nodes]) by type, owner and cache tier and writes the owned rows into x.
+// Splits n_id (int64 [num_nodes]) by type, owner and cache tier and writes each type's owned rows into x[t]
+// where the context has its local_x[t].
 RowOrigins row_origins(const FetchContext& ctx, const int64_t* n_id, int64_t num_nodes);
 
 }  // namespace salientpp

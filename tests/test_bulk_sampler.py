@@ -348,7 +348,7 @@ def loader_setup():
     cached = rng.permutation(remote)[:remote.shape[0] // 2]  # first 80 in the device tier, the rest CPU
     cache_slot = np.full(N, -1, dtype=np.int64)
     cache_slot[cached] = np.arange(cached.shape[0])
-    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=80, local_x=x[owned], pin=False)
+    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=80, local_x=[x[owned]], pin=False)
     return rowptr, col, x, labels, ctx, (x[cached[:80]], x[cached[80:]])
 
 
@@ -378,7 +378,7 @@ def test_a_bulk_loader_prefetching_the_next_epoch_yields_the_same_batches(loader
         for got, expected in zip(list(loader), list(plain), strict=True):
             assert_same_batch(got, expected)
             assert torch.equal(got.origins.owned_pos, expected.origins.owned_pos)
-            assert torch.equal(got.origins.x[got.origins.owned_pos], expected.origins.x[expected.origins.owned_pos])
+            assert torch.equal(got.origins.x[0][got.origins.owned_pos], expected.origins.x[0][expected.origins.owned_pos])
     loader.close()
 
 

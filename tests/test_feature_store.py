@@ -125,7 +125,7 @@ def test_assembly_is_complete_only_after_the_consumer_waits_for_its_event():
     received = torch.randn(9, 6, generator=gen)
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
     owned_local = torch.randint(0, 40, (12,), generator=gen)
-    plan = _origins(x=None, owned_pos=pos[:12], owned_row=store.local_row[owned_local],
+    plan = _origins(x=[None], owned_pos=pos[:12], owned_row=store.local_row[owned_local],
                     remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
                     host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = torch.empty(31, 6)
@@ -155,7 +155,7 @@ def test_assembly_completes_the_x_the_sampler_threads_started_in_place():
     pos = torch.randperm(12 + 9 + 4 + 6, generator=gen)
     started = torch.full((31, 6), float("nan"))
     started[pos[:12]] = torch.randn(12, 6, generator=gen)
-    plan = _origins(x=started.clone(), owned_pos=pos[:12], owned_row=torch.zeros(12, dtype=torch.int64),
+    plan = _origins(x=[started.clone()], owned_pos=pos[:12], owned_row=torch.zeros(12, dtype=torch.int64),
                     remote_pos=pos[12:21], device_pos=pos[21:25], device_slot=torch.tensor([4, 0, 0, 2]),
                     host_pos=pos[25:], host_slot=torch.tensor([6, 5, 1, 0, 3, 3]))
     expected = started.clone()
@@ -164,7 +164,7 @@ def test_assembly_completes_the_x_the_sampler_threads_started_in_place():
     expected[plan.host_pos] = store.cache_host[0][plan.host_slot]
 
     x = store.assemble(plan, received, CommStats(), HostOps())[0]
-    assert x.data_ptr() == plan.x.data_ptr()
+    assert x.data_ptr() == plan.x[0].data_ptr()
     assert torch.equal(x, expected)
 
 
@@ -203,6 +203,51 @@ def test_a_typed_store_numbers_each_types_cache_rows_and_caches_nothing_of_a_typ
         assert store.device_slots[t] == device.shape[0]
         assert np.array_equal(slot[device[np.argsort(plan_slot[device])]], np.arange(device.shape[0]))
         assert np.array_equal(slot[host[np.argsort(plan_slot[host])]], device.shape[0] + np.arange(host.shape[0]))
+
+
+def test_on_cpu_the_sampler_threads_write_every_featured_types_owned_rows_and_the_assembly_equals_the_slow_path():
+    """A typed store on CPU gives the fetch context one slice source per type with features (None
+    for type 1, which has none): the sampler threads write each such type's owned rows into the
+    batch's x[t], and the assembled rows equal those of the same batches without that fast path
+    (local_x=None) and the unpartitioned rows, received and cached rows included."""
+    from salientpp.data.csr import build_csr
+    from salientpp.sampling import FetchContext, NeighborLoader, NeighborSampler
+
+    rank, num_nodes, widths = 1, 300, {0: 4, 2: 7}
+    rng = np.random.default_rng(7)
+    types = TYPED_BOOK.type_of(np.arange(num_nodes))
+    x = {t: torch.randn(num_nodes, w, generator=torch.Generator().manual_seed(t)) for t, w in widths.items()}
+    features = {t: x[t][slice(*TYPED_BOOK.block(rank, t))].numpy() for t in widths}
+    remote = np.setdiff1d(np.arange(num_nodes), TYPED_BOOK.owned(rank))
+    plan_slot = np.full(num_nodes, -1, dtype=np.int64)
+    plan_slot[rng.choice(remote, 60, replace=False)] = rng.permutation(60)
+    ctx = DistContext(rank, 3, rank, torch.device("cpu"), torch.device("cpu"), None)
+    store = FeatureStore(ctx, TYPED_BOOK, features, rng.permutation(100), 30, plan_slot, 20)
+    for t in widths:  # the cache tiers as fill_cache leaves them
+        ids = np.flatnonzero((store.cache_slot.numpy() >= 0) & (types == t))
+        table = torch.empty(ids.shape[0], widths[t])
+        table[store.cache_slot[ids]] = x[t][ids]
+        store.cache_device[t], store.cache_host[t] = table[:store.device_slots[t]], table[store.device_slots[t]:]
+    fast = FetchContext(**store.fetch_context_args())
+    assert [s is not None for s in fast.local_x] == [True, False, True]
+    slow = FetchContext(**store.fetch_context_args() | dict(local_x=None))
+    rowptr, col = build_csr(rng.integers(0, num_nodes, size=(2, 1500)), num_nodes)
+    sampler = NeighborSampler(rowptr, col, [4, 3])
+
+    def assembled(fetch):
+        for batch in NeighborLoader(sampler, torch.arange(100, 200), 25, seed=3, sampler_threads=2, fetch=fetch):
+            o = batch.origins
+            received = torch.cat([x[int(types[i])][i].flatten() for i in o.remote_id.tolist()])
+            yield batch.n_id, o, store.assemble(o, received, CommStats(), HostOps())
+
+    for (n_id, o, got), (_, plain, expected) in zip(assembled(fast), assembled(slow), strict=True):
+        assert o.x[1] is None and plain.x == [None, None, None]
+        node_type = types[n_id.numpy()]
+        for t in widths:
+            owned_pos, owned_row = (a.split(o.owned_counts.tolist())[t] for a in (o.owned_pos, o.owned_row))
+            assert owned_pos.numel() and got[t].data_ptr() == o.x[t].data_ptr()  # completed in place
+            assert torch.equal(o.x[t][owned_pos], store.slice_source[t][owned_row])  # the threads wrote them
+            assert torch.equal(got[t], expected[t]) and torch.equal(got[t], x[t][n_id[torch.from_numpy(node_type == t)]])
 
 
 def test_row_runs_merge_the_consecutive_blocks_of_one_type_and_skip_empty_ones():

@@ -104,7 +104,7 @@ def test_batches_without_seeds_are_valid_and_fetch_nothing(graph):
             assert torch.equal(mfg.rowptr, torch.zeros(1, dtype=torch.int64))
         plan = batch.origins
         assert torch.equal(plan.remote_counts, torch.zeros(2, dtype=torch.int64))
-        assert plan.remote_id.numel() == plan.owned_pos.numel() == 0 and plan.x is None
+        assert plan.remote_id.numel() == plan.owned_pos.numel() == 0 and plan.x == [None]
     assert batches[1].origins.remote_counts[0] >= 1  # seed 1 lives on partition 0
     # A rank without any seed still yields its S batches.
     empty = NeighborLoader(sampler, torch.empty(0, dtype=torch.int64), 4, labels=labels, fetch=fetch, num_batches=3)

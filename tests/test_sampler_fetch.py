@@ -33,14 +33,14 @@ def setup():
     local_row = np.empty_like(storage)
     local_row[storage] = np.arange(storage.shape[0])
     local_x = x[owned[storage]]
-    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=num_device, local_x=local_x,
+    ctx = FetchContext(book, RANK, cache_slot=cache_slot, num_device_slots=num_device, local_x=[local_x],
                        local_row=local_row, pin=False)
     return NeighborSampler(rowptr, col, [4, 3]), x, ctx, gpu_cache, cpu_cache
 
 
 def complete(plan, x, gpu_cache, cpu_cache) -> torch.Tensor:
     """The plan's x with the rows of the other sources written in (the owners send ``x[remote_id]``)."""
-    out = plan.x.clone()
+    out = plan.x[0].clone()
     out[plan.remote_pos] = x[plan.remote_id]
     out[plan.device_pos] = gpu_cache[plan.device_slot]
     out[plan.host_pos] = cpu_cache[plan.host_slot]
@@ -67,8 +67,8 @@ def check_plan(batch, x, ctx, gpu_cache, cpu_cache):
     for k in range(4):
         assert (plan.remote_pos[remote_owner == k].diff() > 0).all()
     # The plan's x has the owned rows of x[n_id] at their positions; the other sources complete it.
-    assert torch.equal(plan.x[plan.owned_pos], x[n_id[plan.owned_pos]])
-    assert torch.equal(plan.x[plan.owned_pos], torch.as_tensor(ctx.local_x)[plan.owned_row])
+    assert torch.equal(plan.x[0][plan.owned_pos], x[n_id[plan.owned_pos]])
+    assert torch.equal(plan.x[0][plan.owned_pos], ctx.local_x[0][plan.owned_row])
     assert torch.equal(complete(plan, x, gpu_cache, cpu_cache), x[n_id])
     assert plan.owned_pos.numel() and plan.remote_id.numel() and plan.device_pos.numel() and plan.host_pos.numel()
 
@@ -92,7 +92,7 @@ def test_plan_without_cache_or_rows(setup):
     sampler, x, ctx, _, _ = setup
     batch = sampler.sample(torch.arange(600, 700, 2), seed=1, fetch=FetchContext(ctx.book, 2, pin=False))
     plan = batch.origins
-    assert plan.x is None and plan.device_pos.numel() == 0 and plan.host_pos.numel() == 0
+    assert plan.x == [None] and plan.device_pos.numel() == 0 and plan.host_pos.numel() == 0
     assert torch.equal(plan.owned_row, batch.n_id[plan.owned_pos] - OFFSETS[2])  # identity row map
     assert plan.remote_counts.sum() == plan.remote_id.numel() == batch.num_nodes - plan.owned_pos.numel()
 
@@ -102,7 +102,9 @@ def test_plan_without_cache_or_rows(setup):
     (dict(cache_slot=np.full(10, -1, dtype=np.int64)), "one entry per node"),
     (dict(cache_slot=np.full(N, -2, dtype=np.int64)), "below -1"),
     (dict(book=PartitionBook(np.array([0, 500], dtype=np.int64))), "cover ids"),
-    (dict(local_row=None, local_x=torch.zeros(300, F)), "local_x has"),
+    (dict(local_row=None, local_x=[torch.zeros(300, F)]), "local_x has"),
+    (dict(local_x=torch.zeros(350, F)), "one array or None per node type"),
+    (dict(local_x=[torch.zeros(350)]), "2-D"),
     (dict(local_row=np.zeros(5, dtype=np.int64)), "one entry per owned id"),
     (dict(pin=True), "pinned memory"),
 ])
@@ -167,7 +169,12 @@ def test_a_typed_batch_gets_its_row_origins_per_node_type_and_none_for_a_type_wi
         assert torch.equal(rows, expected), f"type {t}'s rows differ"
 
 
-def test_local_x_serves_a_one_type_book_only():
+@pytest.mark.parametrize("local_x,match", [
+    ([torch.zeros(60, 3)], "one array or None per node type"),  # one entry for two types
+    ([torch.zeros(60, 3), torch.zeros(40, 2)], "None for a type without features"),  # type 1 has none
+    ([torch.zeros(50, 3), None], "local_x has"),  # rank 0 owns 60 ids of type 0
+])
+def test_a_typed_local_x_needs_one_entry_per_type_none_for_a_type_without_features_and_its_types_rows(local_x, match):
     book = PartitionBook(np.array([0, 100, 200]), np.array([0, 60, 100, 150, 200]))
-    with pytest.raises(InputError, match="local_x serves one node type"):
-        FetchContext(book, 0, local_x=torch.zeros(100, 3), pin=False).to_extension(200)
+    with pytest.raises(InputError, match=match):
+        FetchContext(book, 0, local_x=local_x, pin=False, featured=[True, False]).to_extension(200)

@@ -88,6 +88,9 @@ class FeatureStore:
         local_row: int64 ``[n_k]`` the row of each local index among its type's owned rows.
         owned_device, owned_host, cache_device, cache_host: per type, ``[rows, F_t]`` tiers
             (None for a type without features).
+        slice_source: per type, the ``[n_kt, F_t]`` CPU tensor of its owned rows in storage order
+            from which the sampler threads copy them into each batch (the fetch context's
+            ``local_x``): set for every type with features on a CPU run, else None.
         cache_slot: int64 ``[N]`` the row of each cached id in its type's tiers
             (:class:`~salientpp.sampling.FetchContext`'s), -1 elsewhere; device_slots: ``G_t``.
     """
@@ -117,9 +120,9 @@ class FeatureStore:
         self.num_device_owned = device_rows_that_fit(type_row_bytes[order_type], self.num_device_owned_wanted,
                                                      device_budget)
         local_row = np.zeros(n_k, dtype=np.int64)  # 0 for a type without features: never looked up
-        # The sampler threads copy owned rows into each batch's x from one CPU tensor: those of a
-        # one-type store on CPU, where they are all of them.
-        self.slice_source = None
+        # On CPU every owned row of a type is in one tensor, from which the sampler threads copy the
+        # type's owned rows into each batch's x[t] (the fetch context's local_x; None: not sliced).
+        self.slice_source: list[torch.Tensor | None] = [None] * self.num_types
         self.owned_device, self.owned_host, self.cache_device, self.cache_host = ([None] * self.num_types
                                                                                   for _ in range(4))
         for t in self.featured:
@@ -130,8 +133,8 @@ class FeatureStore:
             on_device = int(np.count_nonzero(order_type[:self.num_device_owned] == t))
             self.owned_device[t] = storage[:on_device].to(ctx.device)
             self.owned_host[t] = storage[on_device:].pin_memory() if self.pin else storage[on_device:]
-            if ctx.device.type == "cpu" and self.num_types == 1:
-                self.slice_source = storage
+            if ctx.device.type == "cpu":
+                self.slice_source[t] = storage
         self.dtype = self.owned_host[self.featured[0]].dtype
         self.local_row = torch.from_numpy(local_row)
         # Serving peers looks storage rows up where the requested ids arrive (the GPU with NCCL).
@@ -199,8 +202,8 @@ class FeatureStore:
         """Node type index -> ``[n_t, F_t]`` feature rows of the batch's nodes of the type, in
         ``n_id`` order, on ``ctx.device``, for every type with features (a homogeneous graph: ``{0:
         [num_nodes, F]}``): one launch of the row gather per type on ``ops``'s side stream, after
-        the uploads of the origins' indices. It completes the origins' ``x`` in place where the
-        sampler threads wrote the owned rows into one (CPU runs of one type), else a new tensor.
+        the uploads of the origins' indices. It completes the origins' ``x[t]`` in place where the
+        sampler threads wrote the type's owned rows into one (CPU runs), else a new tensor.
 
         ``origins`` is the batch's :class:`~salientpp.sampling.RowOrigins`, ``received`` the rows
         fetched for ``origins.remote_id`` (on the device, or on the host with gloo), or ``None``
@@ -222,8 +225,8 @@ class FeatureStore:
         num_rows = origins.num_rows.tolist()
         out = {}
         for t in self.featured:
-            if origins.x is not None:  # the sampler threads wrote the owned rows into it (CPU runs)
-                out[t] = up(origins.x)
+            if origins.x[t] is not None:  # the sampler threads wrote the type's owned rows (CPU runs)
+                out[t] = up(origins.x[t])
             else:
                 out[t] = ops.empty((num_rows[t], self.widths[t]), self.dtype)
                 sources[t].insert(0, RowSource(self.owned_device[t], owned_row[t], owned_pos[t], high=self.owned_host[t]))

@@ -94,10 +94,13 @@ class FetchContext:
             no cache. Owned ids are never looked up in the cache.
         num_device_slots: ``G_t``, the rows of each type's device cache tier: a sequence of T
             ints, or one int for every type.
-        local_x: ``[n_rank, F]`` owned feature rows (CPU; one type only), or None: the plan then has no ``x``.
+        local_x: one entry per node type (``[x]`` for a homogeneous graph): type ``t``'s owned
+            feature rows ``[n_t, F_t]`` (CPU), which the sampler threads write into the plan's
+            ``x[t]``, or None (a type without features, or without this fast path). None: no
+            type has them.
         local_row: int64 ``[n_rank]``: row of local index ``id - offsets[rank]`` among the owned
-            rows of its type (``local_x``'s with one type; owned rows stored in VIP order); None =
-            its index within its block.
+            rows of its type (``local_x[t]``'s; owned rows stored in VIP order); None = its index
+            within its block.
         pin: put the plan's ``x`` in pinned memory; defaults to ``torch.cuda.is_available()``.
         featured: which of the T types have feature rows (None: all); the ids of the others get no
             row origin.
@@ -107,7 +110,7 @@ class FetchContext:
     rank: int
     cache_slot: torch.Tensor | np.ndarray | None = None
     num_device_slots: int | Sequence[int] = 0
-    local_x: torch.Tensor | np.ndarray | None = None
+    local_x: Sequence[torch.Tensor | np.ndarray | None] | None = None
     local_row: torch.Tensor | np.ndarray | None = None
     pin: bool = field(default_factory=torch.cuda.is_available)
     featured: Sequence[bool] | None = None
@@ -144,25 +147,31 @@ class FetchContext:
             if num_nodes and int(cache_slot.min()) < -1:
                 raise InputError("cache_slot holds values below -1; use -1 for ids that are not cached")
 
-        local_x = None
-        if self.local_x is not None:
-            local_x = as_tensor(self.local_x, "local_x")
-            if local_x.dim() != 2:
-                raise InputError(f"local_x must be a 2-D [rows, F] array, got shape {list(local_x.shape)}")
-            if num_types != 1:
-                raise InputError(f"local_x serves one node type, but the book has {num_types}; pass local_x=None")
-        num_rows = part_size if local_x is None else int(local_x.shape[0])
+        local_x = [None] * num_types if self.local_x is None else self.local_x
+        if isinstance(local_x, (torch.Tensor, np.ndarray)) or len(local_x) != num_types:
+            raise InputError(f"local_x must hold one array or None per node type ({num_types}); "
+                             "wrap a homogeneous graph's owned rows as [x]")
+        local_x = [None if x is None else as_tensor(x, "local_x") for x in local_x]
+        for t, x in enumerate(local_x):
+            if x is not None and (x.dim() != 2 or not featured[t]):
+                raise InputError(f"local_x[{t}] must be a 2-D [rows, F] array, or None for a type without "
+                                 f"features; got shape {list(x.shape)} for a type "
+                                 f"{'with' if featured[t] else 'without'} features")
+        block_sizes = self.book.block_sizes[self.rank]  # [T] the owned ids of each type
+        num_rows = np.array([n if x is None else x.shape[0] for n, x in zip(block_sizes, local_x)], dtype=np.int64)
 
         local_row = None
         if self.local_row is not None:
             local_row = as_int64_tensor(self.local_row, "local_row")
             if local_row.shape[0] != part_size:
                 raise InputError(f"local_row must have one entry per owned id ({part_size}), has {local_row.shape[0]}")
-            if part_size and (int(local_row.min()) < 0 or int(local_row.max()) >= num_rows):
-                raise InputError(f"local_row must map into the {num_rows} rows of local_x; fix the row order")
-        elif local_x is not None and num_rows != part_size:
-            raise InputError(f"local_x has {num_rows} rows but rank {self.rank} owns {part_size} ids; "
-                             "pass local_row or the owned rows only")
+            limit = np.repeat(num_rows, block_sizes)  # the rows of each owned id's type
+            if part_size and (int(local_row.min()) < 0 or np.any(local_row.numpy() >= limit)):
+                raise InputError("local_row must map each owned id into the rows of its type's local_x; "
+                                 "fix the row order")
+        elif np.any(num_rows != block_sizes):
+            raise InputError(f"local_x has {num_rows.tolist()} rows per node type but rank {self.rank} owns "
+                             f"{block_sizes.tolist()} ids of each; pass local_row or the owned rows only")
 
         return extension().FetchContext(torch.tensor(np.asarray(self.book.blocks), dtype=torch.int64), num_types,
                                         int(self.rank), cache_slot, torch.from_numpy(device_slots),
@@ -185,9 +194,10 @@ class RowOrigins:
         num_rows: int64 ``[T]``: the batch nodes of each type.
         owned_pos, owned_row: int64 ``[n_o]``: positions owned by this rank, their rows among the
             type's owned rows (``local_x``'s); owned_counts: int64 ``[T]``.
-        x: ``[num_nodes, F]`` with the owned rows already written at ``owned_pos`` and the other
-            rows not yet written (the assembly writes them in place); pinned when the context
-            says so; None when the context has no ``local_x`` (one type only).
+        x: one entry per node type: ``x[t]`` ``[num_rows[t], F_t]`` with the type's owned rows
+            already written at its ``owned_pos`` and its other rows not yet written (the assembly
+            writes them in place), pinned when the context says so; None where the context has no
+            ``local_x[t]``.
         remote_id, remote_pos: int64 ``[n_r]``: ids to request from their owners and their
             positions, grouped by block ``k * T + t`` (ascending), ``n_id`` order within a block.
         remote_counts: int64 ``[K * T]``: how many of ``remote_id`` each block holds (0 at rank's).
@@ -201,7 +211,7 @@ class RowOrigins:
     owned_pos: torch.Tensor
     owned_row: torch.Tensor
     owned_counts: torch.Tensor
-    x: torch.Tensor | None
+    x: list[torch.Tensor | None]
     remote_id: torch.Tensor
     remote_pos: torch.Tensor
     remote_counts: torch.Tensor
