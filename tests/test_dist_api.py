@@ -401,7 +401,7 @@ def _typed_model_step(part_dir: str) -> tuple:
     loader = salientpp.DistNeighborLoader(graph, "train", fanouts=[3, 2], batch_size=4)
     batch = next(iter(loader))
     typed = TypedInput(graph.schema, {name: int(x.shape[1]) for name, x in batch.x_dict.items()}, embedding_dim=3)
-    model = build_model("rsage", graph.num_features, 8, 3, 2, typed=typed)
+    model = build_model("rsage", graph.num_features, 8, 3, 2, inputs=typed)
     # the authors (no features) get their rows from an embedding of the featureless types
     embedding = salientpp.DistEmbedding(graph, 3, node_types=typed.featureless)
     forward = SeedForward.of(model, embedding, typed=True)

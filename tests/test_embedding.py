@@ -191,6 +191,8 @@ def test_a_resumed_run_restores_each_ranks_embedding_shard_and_continues_identic
     (["--embedding-dim", "-1"], "non-negative"),
     (["--embedding-dim", "8", "--inference", "layerwise"], "layer-wise"),
     (["--embedding-dim", "8", "--embedding-lr", "0"], "learning rate"),
+    # rows beside the features ([x || emb]) are what a model reading one input per type cannot take
+    (["--embedding-dim", "8", "--model", "rsage"], "the rsage model reads one input per type"),
 ])
 def test_bad_embedding_options_get_one_sentence_and_exit_2_before_any_rank_starts(cora_2, capsys, no_ranks, args,
                                                                                     expected):

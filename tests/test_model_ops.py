@@ -287,7 +287,7 @@ HIDDEN, HEADS = 8, 4  # the built-in R-GAT has 4 heads, as MLPerf configures it
 def _typed_model(name: str, sample) -> TypedMFGModel:
     torch.manual_seed(1)
     typed = TypedInput(sample.schema, {"paper": 5, "author": 6}, embedding_dim=3)
-    return build_model(name, 5, HIDDEN, 3, 2, dropout=0.5, typed=typed).double().eval()
+    return build_model(name, 5, HIDDEN, 3, 2, dropout=0.5, inputs=typed).double().eval()
 
 
 def _x_dict(sample) -> dict[str, torch.Tensor]:

@@ -288,7 +288,7 @@ def test_a_hetero_model_on_a_typed_graph_is_called_with_x_dict_and_edge_index_di
 def test_a_built_in_typed_model_takes_x_dict_mfgs_node_type_and_n_id_and_returns_the_seeds(name):
     sample = typed_sample()
     typed = TypedInput(sample.schema, {"paper": 5, "author": 6}, embedding_dim=3)
-    model = build_model(name, 5, 16, 7, 2, typed=typed)
+    model = build_model(name, 5, 16, 7, 2, inputs=typed)
     assert model_input(model, typed=True) is ModelInput.TYPED_MFGS and isinstance(model, TypedMFGModel)
     forward = SeedForward.of(model, typed=True, expected=ExpectedOutputs(7, "a score per class of 7", name))
     fields = int((sample.node_type == sample.schema.type_index("field")).sum())
@@ -304,7 +304,7 @@ def test_a_built_in_typed_model_takes_x_dict_mfgs_node_type_and_n_id_and_returns
 
 def test_a_built_in_typed_model_refuses_an_x_dict_without_the_rows_of_a_featureless_type():
     sample = typed_sample()
-    model = build_model("rsage", 5, 16, 7, 2, typed=TypedInput(sample.schema, {"paper": 5, "author": 6}, 3))
+    model = build_model("rsage", 5, 16, 7, 2, inputs=TypedInput(sample.schema, {"paper": 5, "author": 6}, 3))
     with pytest.raises(InputError, match="x_dict has no rows of the node type field, .*embedding rows"):
         model(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)
 
@@ -335,11 +335,11 @@ def test_rsage_trains_on_a_homogeneous_graph_through_the_built_in_trainer(tiny_p
      r"the model _Hops takes 'edge_index\+hops' input, which a typed graph does not have .*; declare "
      r"salientpp_input = 'x_dict\+edge_index_dict'"),
     (lambda s: model_input(_Blocks(), typed=True), r"the model _Blocks takes 'mfgs' input, which a typed graph"),
-    (lambda s: build_model("sage", 5, 8, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
+    (lambda s: build_model("sage", 5, 8, 3, 2, inputs=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
      r"the built-in sage model reads one node type; on a typed graph use --model rsage or rgcn or rgat"),
-    (lambda s: build_model("rsage", 5, 8, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6})),
+    (lambda s: build_model("rsage", 5, 8, 3, 2, inputs=TypedInput(s.schema, {"paper": 5, "author": 6})),
      r"the node type field has no features; give it a learnable embedding with --embedding-dim"),
-    (lambda s: build_model("rgat", 5, 6, 3, 2, typed=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
+    (lambda s: build_model("rgat", 5, 6, 3, 2, inputs=TypedInput(s.schema, {"paper": 5, "author": 6}, 3)),
      r"R-GAT needs a hidden size divisible by its 4 heads, got 6"),
     (lambda s: SeedForward.of(build_model("rsage", 5, 8, 3, 2), embedding=SimpleNamespace(types=None)),
      r"takes its input per node type \('x_dict\+mfgs'\), which a learnable embedding of every node beside the "
@@ -361,7 +361,7 @@ def test_a_model_that_does_not_fit_a_typed_graph_is_refused_in_one_sentence(call
 ])
 def test_a_typed_batch_the_built_in_model_cannot_read_is_refused_in_one_sentence(change, expected):
     sample = typed_sample()
-    model = build_model("rsage", 5, 8, 3, 2, typed=TypedInput(sample.schema, {"paper": 5, "author": 6}, 3))
+    model = build_model("rsage", 5, 8, 3, 2, inputs=TypedInput(sample.schema, {"paper": 5, "author": 6}, 3))
     change(sample)
     with pytest.raises(InputError, match=expected):
         model(sample.x_dict, sample.mfgs, sample.node_type, sample.n_id)

@@ -48,7 +48,6 @@ def test_a_command_without_typed_graphs_refuses_one_in_one_sentence(typed_dirs, 
     (["--embedding-dim", "4", "--fanouts", "writes=3,2"], "gives no list for the relations"),
     (["--embedding-dim", "4", "--fanouts", "3,2,2"], "--fanouts gives 3 hops but 2 layers are sampled"),
     (["--embedding-dim", "4", "--eval-fanouts", "writes=3,2"], "--eval-fanouts gives no list for the relations"),
-    (["--embedding-dim", "4", "--no-features"], "drop --no-features"),
     (["--embedding-dim", "4", "--sampler", "bulk"], "draws homogeneous graphs only"),
 ])
 def test_bad_typed_training_input_is_refused_in_one_sentence_before_any_rank_starts(typed_dirs, capsys, no_ranks,
@@ -65,6 +64,25 @@ def test_an_embedding_for_a_typed_graph_whose_types_all_have_features_is_refused
     partition_dataset(synthetic_dataset("igbh,num_nodes=1000"), tmp_path / "p1", 1)
     assert exit_code(["train", str(tmp_path / "p1"), "--model", "rsage", "--embedding-dim", "4"]) == 2
     assert "every type of" in one_sentence(capsys)
+
+
+def test_a_typed_graph_trains_on_learned_rows_alone_for_every_type_with_no_features(typed_dirs, tmp_path):
+    import torch
+
+    from salientpp.partition import load_partitioned
+
+    log, ckpt = tmp_path / "log.jsonl", tmp_path / "ckpt"
+    argv = ["train", str(typed_dirs / "parts"), "--no-features", "--embedding-dim", "4", "--layers", "2",
+            "--fanouts", "3,2", "--epochs", "6", "--checkpoint-dir", str(ckpt),
+            "--json", str(log), "--quiet"]
+    assert exit_code(argv) == 0
+    history = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(h["comm"]["received"] == 0 and h["comm"]["owned"] == 0 for h in history)  # no feature row is read
+    assert all(h["embedding_comm"]["received"] > 0 for h in history)  # every type's rows come from the embedding
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    shard = torch.load(next(ckpt.glob("embedding-*.rank0.pt")), weights_only=True)
+    # rank 0's learned rows: one for each node it owns, of every type
+    assert shard["weight"].shape == (load_partitioned(typed_dirs / "parts").book.part_size(0), 4)
 
 
 @pytest.fixture(scope="module")

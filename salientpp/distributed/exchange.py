@@ -120,8 +120,8 @@ class CommStats:
 class RowExchange:
     """Moves feature rows between ranks with ``all_to_all_single``.
 
-    The rows may be of several node types whose widths differ (a typed graph's features; one type
-    is the homogeneous case). Counts are then per (owner, node type) block of the partition book:
+    The rows may be of several node types, each of its own width (a homogeneous graph: one type).
+    Counts are then per (owner, node type) block of the partition book:
     int64 ``[K * T]``, entry ``k * T + t`` the ids of type ``t`` requested from rank ``k`` (with one
     type, per owner: ``[K]``). The ids travel grouped by owner and by type within an owner
     (ascending global ids are, the book being partition-major and type-minor), so each owner's

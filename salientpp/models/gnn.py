@@ -366,22 +366,22 @@ def check_model(spec: str, typed: bool = False) -> str:
 
 
 def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5,
-                typed: TypedInput | None = None) -> nn.Module:
+                inputs: TypedInput | None = None) -> nn.Module:
     """The model ``spec`` names (see the module docstring); PyG's generated files are removed.
 
-    ``typed``: the graph's schema and input widths, which the built-in typed models
-    (:data:`~salientpp.models.typed.TYPED_MODELS`) are built from; not given: a homogeneous
-    graph's of ``in_dim`` features (:meth:`~salientpp.models.typed.TypedInput.homogeneous`).
-    A user's factory still gets ``in_dim`` (the
-    target type's width) and is checked against the graph's kind of input (:func:`model_input`).
+    ``inputs``: the graph's schema and the width of each type's input rows, which the built-in
+    typed models (:data:`~salientpp.models.typed.TYPED_MODELS`) are built from; not given: a
+    homogeneous graph's of ``in_dim`` features (:meth:`~salientpp.models.typed.TypedInput.homogeneous`).
+    A user's factory still gets ``in_dim`` (the target type's width) and is checked against the
+    graph's kind of input (:func:`model_input`).
     """
-    typed = typed or TypedInput.homogeneous(in_dim)
-    several = not typed.schema.is_homogeneous  # several node types or relations
+    inputs = inputs or TypedInput.homogeneous(in_dim)
+    several = not inputs.schema.is_homogeneous  # several node types or relations
     if spec in MODELS:
         check_model(spec, typed=several)
         return MFGModel(spec, in_dim, hidden, out_dim, num_layers, dropout)
     if spec in TYPED_MODELS:
-        return TypedMFGModel(spec, typed, hidden, out_dim, num_layers, dropout)
+        return TypedMFGModel(spec, inputs, hidden, out_dim, num_layers, dropout)
     with no_pyg_tempfiles():
         model = _factory(spec)(in_dim, hidden, out_dim, num_layers)
     if not isinstance(model, nn.Module):
@@ -504,10 +504,8 @@ class SeedForward:
         part in the embedding's exchange (a collective) when there is one."""
         if batch.batch_size:
             return self(batch)
-        if self.embedding is not None and self.kind.typed:
-            self._embedded_rows(batch)
-        elif self.embedding is not None:
-            self.embedding(batch.n_id)
+        if self.embedding is not None:
+            self.inputs(batch)  # the embedding's lookup of the batch's nodes, as a step with seeds does it
         return None
 
     def _embedded_rows(self, batch) -> dict[str, torch.Tensor]:
@@ -519,7 +517,7 @@ class SeedForward:
         node_type = batch.node_type if mask is None else batch.node_type[mask]
         names = batch.schema.node_types
         held = list(range(len(names))) if types is None else types.tolist()
-        if len(held) == 1:  # every row looked up is of the one type held (a homogeneous graph's too)
+        if len(held) == 1:  # every row looked up is of the one type held: no mask
             return {names[held[0]]: rows}
         return {names[t]: rows[node_type == t] for t in held}
 

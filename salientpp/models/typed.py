@@ -236,6 +236,14 @@ class TypedInput:
         return cls(schema, {schema.target: int(in_dim)})
 
     @property
+    def beside_features(self) -> bool:
+        """Whether the embedding's rows go beside features: with an embedding and every type with
+        features, it learns rows for the target type, fed beside them (``[x || emb]``,
+        :func:`~salientpp.data.learned.learned_types`), which a model reading one input per type
+        (these typed models) does not take."""
+        return self.embedding_dim is not None and not self.featureless
+
+    @property
     def featureless(self) -> tuple[str, ...]:
         """The node types without features, in the schema's order: those the embedding serves."""
         return tuple(t for t in self.schema.node_types if t not in self.feature_dims)

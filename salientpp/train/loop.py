@@ -335,7 +335,6 @@ class MinibatchTrainer(Trainer):
         config, ctx, graph = self.config, self.ctx, self.graph
         link = config.task == LINK
         cache = setup.open_cache()
-        typed = setup.run.typed
         several = graph.data.is_typed  # several node types or relations: the model's input and DDP decide by it
         if config.embedding_dim:
             self.embedding = DistEmbedding(graph, config.embedding_dim, optimizer=config.embedding_optimizer,
@@ -355,7 +354,7 @@ class MinibatchTrainer(Trainer):
             self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **train_options)
         torch.manual_seed(config.seed)
         encoder = build_model(config.model, *encoder_dims(config, graph.data, self.task),
-                              config.layers, config.dropout, typed=typed)
+                              config.layers, config.dropout, inputs=setup.run.inputs)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
         # a typed model's weights of a relation or node type that a batch does not reach get no gradient
         self.ddp = (DistributedDataParallel(encoder, find_unused_parameters=several) if ctx.distributed

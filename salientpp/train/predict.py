@@ -35,7 +35,7 @@ from ..sampling.link import NODE
 from .checkpoint import LAST, PARTITION_ID, Checkpoint, check_finite_weights, load_checkpoint, weights_misfit
 from .config import LAYERWISE
 from .evaluation import Evaluator
-from .setup import embedded_types, model_in_dim, typed_input_of
+from .setup import embedded_types, model_in_dim, model_input_of
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
 
 KIND = "salientpp-predictions"
@@ -82,7 +82,6 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         options = ckpt.options
         task = task_of(graph.data, options.get("metric"))
         embedding_dim, features = options.get("embedding_dim", 0), options.get("features", True)
-        typed = typed_input_of(graph.data, embedding_dim)
         embedding = None
         if embedding_dim:  # the learned rows of this rank, from the checkpoint's shard
             embedding = DistEmbedding(graph, embedding_dim, optimizer=options["embedding_optimizer"],
@@ -91,7 +90,8 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
                        "pass a checkpoint whose embedding shards, written by its run, lie whole beside it")
         in_dim = model_in_dim(graph.data, features, embedding_dim)
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
-                            options["layers"], options["dropout"], typed=typed)
+                            options["layers"], options["dropout"],
+                            inputs=model_input_of(graph.data, embedding_dim, features))
         misfit = weights_misfit(model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the weights in {path} do not fit the {shown(options['model'])} model its options "

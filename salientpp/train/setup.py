@@ -55,7 +55,7 @@ from ..loader.graph import DistGraph
 from ..data.learned import feature_widths, input_width, learned_types
 from ..data.schema import GraphSchema
 from ..models.gnn import build_model, check_model, check_reads_edge_weights, runs_layer_by_layer
-from ..models.typed import TypedInput
+from ..models.typed import TYPED_MODELS, TypedInput
 from ..partition import PartitionedDataset, load_partitioned
 from ..resources import check_memory, estimate_full_graph, estimate_train
 from ..sampling import check_sampler, fanout_table
@@ -210,7 +210,7 @@ class ResolvedRun:
         task: the loss and metric of the labels (or of link prediction), the metric checked
             against them.
         cache: the cache plan the run trains with.
-        typed: a typed graph's model input (:func:`typed_input`); None on a homogeneous graph.
+        inputs: the model's input rows, per node type (:func:`model_input`).
         memory: the memory estimate of this machine's ranks, one line, when it was checked.
     """
 
@@ -219,7 +219,7 @@ class ResolvedRun:
     local_ranks: int
     task: Task
     cache: CacheChoice
-    typed: TypedInput | None = None
+    inputs: TypedInput
     memory: str = ""
 
 
@@ -241,7 +241,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
     data = load_partitioned(config.part_dir, verify=False, check=False)
     check_typed_limits(config, data)  # before a typed graph's default model meets a homogeneous-only option
     config = replace(config, model=config.model or default_model(data.schema)).resolved()
-    typed = typed_input(config, data)
+    inputs = model_input(config, data)
     if config.task == LINK:
         data.require_link_split()
     if local_ranks is None:
@@ -266,49 +266,43 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         # a user's model can be asked whether it reads edge weights only once built: built here once
         model = build_model(config.model, *encoder_dims(config, data, task), config.layers)
         check_reads_edge_weights(model, config.sampler)
-    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), typed)
+    run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), inputs)
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
 
 
 def check_typed_limits(config: TrainConfig, data: PartitionedDataset) -> None:
     """Refuse (:class:`InputError`, one sentence) what a typed graph ``data`` cannot train with
-    yet: link prediction, full-graph mode, ``--no-features``; nothing on a homogeneous graph."""
+    yet: link prediction, full-graph mode; nothing on a homogeneous graph."""
     for refused, command in ((config.task == LINK, "link prediction (--task link)"),
                              (config.mode == FULL_GRAPH, "full-graph training (--mode full-graph)")):
         if refused:
             data.schema.require_homogeneous(command, config.part_dir,
                                             "train it in minibatches on the labels of its target type")
-    if data.is_typed and not config.features:
-        raise InputError(f"--no-features leaves a homogeneous graph's features out, but on the typed graph "
-                         f"{config.part_dir} the types with features feed the model and --embedding-dim gives the "
-                         "others learnable rows; drop --no-features")
 
 
-def typed_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput | None:
-    """The input of the run's model (resolved: :func:`check_typed_limits` passed) on a typed graph
-    ``data``: its schema, each type's feature width, and ``--embedding-dim`` for the types without
-    features; None on a homogeneous graph. :class:`InputError` (one sentence) for a model that
-    reads one node type, a type without features and no ``--embedding-dim``, or an
-    ``--embedding-dim`` whose rows would go beside a type's features (:func:`embedded_types`: every
-    type has features), which a typed model does not read."""
-    if not data.is_typed:
-        return None
-    check_model(config.model, typed=True)
-    typed = typed_input_of(data, config.embedding_dim)
-    if config.embedding_dim and not typed.featureless:
+def model_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput:
+    """The input of the run's model (resolved: :func:`check_typed_limits` passed) on ``data``, a
+    graph of one type or several (:func:`model_input_of`). :class:`InputError` (one sentence) for a
+    built-in model that reads one node type on a graph of several, a type without input rows (no
+    features fed and no ``--embedding-dim``), or a built-in typed model asked for an embedding
+    whose rows would go beside a type's features (:attr:`TypedInput.beside_features`: every type has
+    features), which it does not read."""
+    check_model(config.model, typed=data.is_typed)
+    inputs = model_input_of(data, config.embedding_dim, config.features)
+    if config.model in TYPED_MODELS and inputs.beside_features:
         raise InputError(f"--embedding-dim {config.embedding_dim} gives the node types without features a learnable "
-                         f"embedding, but every type of {config.part_dir} has features; drop it")
-    typed.input_dims()  # a featureless type without --embedding-dim is refused here
-    return typed
+                         f"embedding, but every type of {config.part_dir} has features, and the {config.model} model "
+                         "reads one input per type; drop --embedding-dim, or add --no-features")
+    inputs.input_dims()  # a type without input rows is refused here
+    return inputs
 
 
-def typed_input_of(data: PartitionedDataset, embedding_dim: int) -> TypedInput | None:
-    """The model input of the typed graph ``data`` with an ``embedding_dim``-wide embedding (0:
-    none) of its types without features: its schema and each type's feature width; None on a
-    homogeneous graph. Not checked (:func:`typed_input` checks it against a run's options)."""
-    if not data.is_typed:
-        return None
-    widths = feature_widths(data, True)
+def model_input_of(data: PartitionedDataset, embedding_dim: int, features: bool) -> TypedInput:
+    """The model input of ``data`` with an ``embedding_dim``-wide embedding (0: none), the features
+    fed to the model or not (``--no-features``): its schema, the width of each type's features fed
+    (:func:`~salientpp.data.learned.feature_widths`) and the embedding's. Not checked
+    (:func:`model_input` checks it against a run's options)."""
+    widths = feature_widths(data, features)
     return TypedInput(data.schema, {name: width for name, width in zip(data.schema.node_types, widths) if width},
                       embedding_dim or None)
 
