@@ -204,7 +204,7 @@ def _edges_valid(batches, rowptr: np.ndarray, col: np.ndarray, fanout_check: lis
 def check_bulk(device: torch.device, batches: int = 400) -> list[Check]:
     """Bulk node-wise and LADIES on ``device`` against the CPU (see the module docstring)."""
     from .data.synthetic import synthetic_dataset
-    from .sampling import SamplerKind, make_sampler
+    from .sampling import BULK, LADIES, NODEWISE, make_sampler
 
     ds = synthetic_dataset("tiny,num_nodes=3000,avg_degree=16,seed=1")
     rowptr, col = np.asarray(ds.rowptr), np.asarray(ds.col)
@@ -213,8 +213,8 @@ def check_bulk(device: torch.device, batches: int = 400) -> list[Check]:
     rows = []
     # Each bulk kind on the device, against the CPU sampler of its distribution: the C++ one for
     # node-wise, the bulk one for LADIES.
-    for name, kind, reference_kind, fanouts in (("nodewise", SamplerKind.BULK, SamplerKind.NODEWISE, [10, 5]),
-                                                ("ladies", SamplerKind.LADIES, SamplerKind.LADIES, [64, 64])):
+    for name, kind, reference_kind, fanouts in (("nodewise", BULK, NODEWISE, [10, 5]),
+                                                ("ladies", LADIES, LADIES, [64, 64])):
         on_device = make_sampler(rowptr, col, fanouts, kind, device=device)
         drawn = [b for start in range(0, batches, 50)
                  for b in on_device.sample_bulk(seed_lists[start:start + 50], seed=1, first_index=start)]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import exit_code, one_sentence
 from salientpp.options import Needs, not_applicable
-from salientpp.sampling import SAMPLERS, SamplerKind, check_sampler, check_sampling_device
+from salientpp.sampling import BULK, LADIES, NODEWISE, SAMPLERS, check_sampler, check_sampling_device
 from salientpp.train import TrainConfig
 from salientpp.train.config import BULK_ONLY, GPU_SAMPLER_ONLY
 
@@ -78,9 +78,9 @@ def test_what_depends_on_the_sampler_kind_is_the_kinds_fields_in_the_config_and_
 
 
 def test_a_kind_named_in_the_needs_is_every_kind_with_the_field():
-    gpu = [k for k in (SamplerKind.NODEWISE, SamplerKind.BULK, SamplerKind.LADIES) if k.gpu]
+    gpu = [k for k in (NODEWISE, BULK, LADIES) if k.gpu]
     assert all(f"{k.value}" in GPU_SAMPLER_ONLY.what for k in gpu)
-    assert SamplerKind.NODEWISE.value not in GPU_SAMPLER_ONLY.what.split()
+    assert NODEWISE.value not in GPU_SAMPLER_ONLY.what.split()
 
 
 def test_prepare_checks_its_options_once_and_refuses_num_classes_out_of_core(tmp_path, monkeypatch, capsys):

@@ -12,7 +12,7 @@ from salientpp.cli import main
 from salientpp.errors import InputError
 from salientpp.partition.book import PartitionBook
 from salientpp.data.schema import GraphSchema, Relation
-from salientpp.sampling import (BaseSampler, BulkSampler, FetchContext, NeighborLoader, NeighborSampler, SamplerKind,
+from salientpp.sampling import (BULK, LADIES, NODEWISE, BaseSampler, BulkSampler, FetchContext, NeighborLoader, NeighborSampler, SamplerKind,
                                 check_fanouts, check_replace, check_sampler, check_typed_graph, fanout_table, kinds,
                                 make_sampler, parse_fanouts, parse_typed_fanouts, register_sampler)
 from salientpp.sampling.kinds import sampler_names
@@ -133,7 +133,7 @@ def _message(call) -> str:
 
 def test_the_replace_rule_is_one_sentence_wherever_it_applies():
     rowptr, col = random_graph(50, 200, seed=4)
-    sentence = _message(lambda: check_replace(True, SamplerKind.LADIES))
+    sentence = _message(lambda: check_replace(True, LADIES))
     assert sentence == "LADIES always draws its nodes with replacement; drop --replace"
     assert _message(lambda: Workload((64, 64), 8, replace=True, sampler="ladies")) == sentence
     assert _message(lambda: BulkSampler(rowptr, col, [64, 64], method="ladies", replace=True)) == sentence
@@ -147,7 +147,7 @@ def test_the_replace_rule_is_one_sentence_wherever_it_applies():
 
 def test_the_fanout_rule_is_one_sentence_wherever_it_applies(tmp_path, capsys):
     rowptr, col = random_graph(50, 200, seed=5)
-    sentence = _message(lambda: check_fanouts([64, 0], SamplerKind.LADIES))
+    sentence = _message(lambda: check_fanouts([64, 0], LADIES))
     assert sentence.startswith("LADIES samples a number of nodes per layer, so every entry of fanouts must be >= 1")
     assert _message(lambda: Workload((64, 0), 8, sampler="ladies")) == sentence
     assert _message(lambda: BulkSampler(rowptr, col, [64, 0], method="ladies")) == sentence
@@ -156,14 +156,14 @@ def test_the_fanout_rule_is_one_sentence_wherever_it_applies(tmp_path, capsys):
                                                     sampler="ladies")) == sentence
     # Where the list is an option's value, the same sentence names the option.
     flagged = sentence.replace("every entry of fanouts", "every entry of --fanouts")
-    assert _message(lambda: parse_fanouts("64,0", SamplerKind.LADIES)) == flagged
+    assert _message(lambda: parse_fanouts("64,0", LADIES)) == flagged
     assert _message(lambda: TrainConfig(str(tmp_path), layers=2, fanouts=(64, 0), sampler="ladies").validate()
                     ) == flagged
 
     # bench sampler checks its --ladies-fanouts by the same rule, named by its option, and their
     # number by the same rule too: one per hop of --fanouts.
     for ladies, values in (("0,64,64", [0, 64, 64]), ("64,64", [64, 64])):
-        expected = _message(lambda: check_fanouts(values, SamplerKind.LADIES, 3, "--ladies-fanouts"))
+        expected = _message(lambda: check_fanouts(values, LADIES, 3, "--ladies-fanouts"))
         assert main(["bench", "sampler", str(tmp_path / "absent"), "--samplers", "ladies", "--fanouts", "4,3,2",
                      "--ladies-fanouts", ladies]) == 2
         assert capsys.readouterr().err.strip() == f"salientpp bench: error: {expected}"
@@ -184,7 +184,7 @@ def test_a_kind_that_draws_homogeneous_graphs_only_refuses_a_typed_graph():
         assert _message(lambda: make_sampler(rowptr, col, [4, 4], name, edge_rel=edge_rel, schema=schema)) == sentence
         assert _message(lambda: fanout_table([4, 4], schema, kind)) == sentence
         check_typed_graph(kind, GraphSchema.homogeneous(10))  # a homogeneous schema is every kind's
-    assert SamplerKind.NODEWISE.typed
+    assert NODEWISE.typed
     sampler = make_sampler(rowptr, col, {"cites": [3], "writes": [2], "rev_writes": [0], "affiliated_with": [1],
                                          "rev_affiliated_with": [-1]}, "nodewise", edge_rel=edge_rel, schema=schema)
     assert isinstance(sampler, NeighborSampler) and sampler.fanouts.tolist() == [[3, 2, 0, 1, -1]]
@@ -287,10 +287,10 @@ def test_the_fanout_table_refuses_a_bad_table_in_one_sentence(fanouts, schema, e
 
 def test_a_table_given_whole_obeys_the_kinds_and_the_layers_rules():
     schema = _typed_schema()
-    assert _message(lambda: fanout_table(np.full((2, 5), 4), schema, SamplerKind.LADIES)) == (
+    assert _message(lambda: fanout_table(np.full((2, 5), 4), schema, LADIES)) == (
         "the ladies sampler draws homogeneous graphs only; use --sampler nodewise")
-    assert _message(lambda: fanout_table([[64], [-1]], kind=SamplerKind.LADIES)) == _message(
-        lambda: check_fanouts([64, -1], SamplerKind.LADIES))
+    assert _message(lambda: fanout_table([[64], [-1]], kind=LADIES)) == _message(
+        lambda: check_fanouts([64, -1], LADIES))
     expected = "--fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"
     assert _message(lambda: fanout_table(np.full((2, 5), 4), schema, layers=3, what="--fanouts")) == expected
     assert _message(lambda: fanout_table([[4], [4]], layers=3, what="--fanouts")) == expected
@@ -309,7 +309,7 @@ def test_a_workload_and_the_vip_analysis_read_fanouts_through_the_one_rule():
     assert Workload(np.array([[5], [3]]), 4) == Workload((5, 3), 4)
     assert _message(lambda: Workload([[5, 5]], 4, schema=schema)) == _message(lambda: fanout_table([[5, 5]], schema))
     assert _message(lambda: Workload([[64], [0]], 4, sampler="ladies")) == _message(
-        lambda: check_fanouts([64, 0], SamplerKind.LADIES))
+        lambda: check_fanouts([64, 0], LADIES))
     seeds = [np.array([0, 1])]
     want = inclusion_probabilities(rowptr, col, seeds, table, 1, edge_rel=edge_rel, schema=schema)
     for form in (lists, table.tolist()):
@@ -353,17 +353,17 @@ def test_sampling_on_the_gpu_needs_a_kind_that_draws_there_and_a_run_on_the_gpu(
     (before any rank starts) and a loader."""
     from salientpp.sampling import check_sampling_device
 
-    assert check_sampling_device("cpu", SamplerKind.NODEWISE, "cpu") == torch.device("cpu")
-    assert check_sampling_device("cpu", SamplerKind.BULK, "cuda:1") == torch.device("cpu")
-    assert check_sampling_device("cuda", SamplerKind.BULK, "cuda:1") == torch.device("cuda", 1)
-    assert [k.value for k in (SamplerKind.NODEWISE, SamplerKind.BULK, SamplerKind.LADIES) if k.gpu] == ["bulk", "ladies"]
-    cpu_only = _message(lambda: check_sampling_device("cuda", SamplerKind.NODEWISE, "cuda"))
+    assert check_sampling_device("cpu", NODEWISE, "cpu") == torch.device("cpu")
+    assert check_sampling_device("cpu", BULK, "cuda:1") == torch.device("cpu")
+    assert check_sampling_device("cuda", BULK, "cuda:1") == torch.device("cuda", 1)
+    assert [k.value for k in (NODEWISE, BULK, LADIES) if k.gpu] == ["bulk", "ladies"]
+    cpu_only = _message(lambda: check_sampling_device("cuda", NODEWISE, "cuda"))
     assert cpu_only == ("--sampling-device cuda applies only with --sampler bulk or ladies; drop it, or use --sampler "
                         "bulk or ladies")
-    no_gpu = _message(lambda: check_sampling_device("cuda", SamplerKind.BULK, "cpu"))
+    no_gpu = _message(lambda: check_sampling_device("cuda", BULK, "cpu"))
     assert no_gpu == ("--sampling-device cuda applies only with --device cuda (the batches are drawn on the training "
                       "GPU); drop it, or use --device cuda")
-    assert "must be one of cpu, cuda, got 'tpu'" in _message(lambda: check_sampling_device("tpu", SamplerKind.BULK, "cuda"))
+    assert "must be one of cpu, cuda, got 'tpu'" in _message(lambda: check_sampling_device("tpu", BULK, "cuda"))
     part_dir = str(tiny_partitions[0] / "p1")
     assert _message(lambda: TrainConfig(part_dir, sampler="bulk", sampling_device="cuda").validate()) == no_gpu
     # On the command line a node-wise run is told the same: the config's rule is the loader's (kind.gpu).

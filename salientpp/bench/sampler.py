@@ -45,7 +45,7 @@ from ..options import Declared, Needs, Option, add_arguments as add_declared, ch
 from ..parsing import flag_names, name_list, number_list
 from ..plots import check_plot_path, require_pyplot
 from ..sampling import NeighborLoader
-from ..sampling import DEFAULT_SAMPLER, SAMPLERS, SamplerKind, check_fanouts, check_sampler, make_sampler
+from ..sampling import DEFAULT_SAMPLER, NODEWISE, SAMPLERS, SamplerKind, check_fanouts, check_sampler, make_sampler
 from ..sampling.kinds import kinds_with
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
@@ -58,7 +58,7 @@ PYG_INSTALL_HINT = ("install torch_scatter and torch_sparse from source with "
 DEFAULT_BULK_SIZES = (1, 4, 16, 64)
 DEFAULT_LADIES_LAYER_SIZE = 512
 NODEWISE_IMPL = "salientpp"  # the C++ node-wise sampler's ``impl`` in the rows and the JSON
-TABLE_NAMES = {NODEWISE_IMPL: SamplerKind.NODEWISE.value}
+TABLE_NAMES = {NODEWISE_IMPL: NODEWISE.value}
 IMPLS = {name: impl for impl, name in TABLE_NAMES.items()}  # a kind's ``impl`` where it is not the kind's name
 
 
@@ -95,7 +95,7 @@ class SamplerBenchConfig:
     num_batches: int
     repeats: int
     threads: list[int]
-    samplers: list[str] = field(default_factory=lambda: [DEFAULT_SAMPLER.value])
+    samplers: list[str] = field(default_factory=lambda: [DEFAULT_SAMPLER])
     bulk_sizes: list[int] = field(default_factory=list)
     ladies_fanouts: list[int] | None = None
     device: str = "cpu"  # where the bulk samplers run (the C++ sampler and PyG run on the CPU)
@@ -244,7 +244,7 @@ def check_options(samplers: Sequence[str], bulk_sizes: Sequence[int], fanouts: S
 
 def run_sampler_bench(dataset_dir: str | Path, fanouts: list[int], batch_size: int, threads: list[int],
                       num_batches: int, repeats: int, with_pyg: bool = True,
-                      samplers: Sequence[str] = (DEFAULT_SAMPLER.value,),
+                      samplers: Sequence[str] = (DEFAULT_SAMPLER,),
                       bulk_sizes: Sequence[int] = DEFAULT_BULK_SIZES, ladies_fanouts: Sequence[int] | None = None,
                       device: str = "cpu") -> tuple[SamplerBenchConfig, list[BenchRow]]:
     """Measures the samplers on ``num_batches`` batches of training seeds (fixed random subset).
@@ -379,7 +379,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(*flag_names("--sampler-threads"), default="1,2", help="sampler thread counts to measure (1,2)")
     p.add_argument("--batches", type=int, default=30, help="batches per repeat (default 30)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (median reported)")
-    p.add_argument("--samplers", default=DEFAULT_SAMPLER.value, metavar="S1,S2,...",
+    p.add_argument("--samplers", default=DEFAULT_SAMPLER, metavar="S1,S2,...",
                    help=f"samplers to measure, from {', '.join(SAMPLERS)} (default nodewise; PyG is added "
                         "unless --no-pyg)")
     p.add_argument("--bulk-sizes", default=",".join(map(str, DEFAULT_BULK_SIZES)), metavar="K1,K2,...",

@@ -25,7 +25,7 @@ from .results import write_outputs
 from ..parsing import number_list
 from ..plots import check_plot_path, require_pyplot
 from ..partition import load_partitioned
-from ..sampling import NeighborLoader, SamplerKind, make_sampler
+from ..sampling import LADIES, NODEWISE, NeighborLoader, SamplerKind, make_sampler
 from ..train import TrainConfig, train
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
@@ -140,9 +140,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
 
-    configurations = [(SamplerKind.NODEWISE, f) for f in parse_configurations(args.nodewise, SamplerKind.NODEWISE,
+    configurations = [(NODEWISE, f) for f in parse_configurations(args.nodewise, NODEWISE,
                                                                                 "--nodewise")]
-    configurations += [(SamplerKind.LADIES, f) for f in parse_configurations(args.ladies, SamplerKind.LADIES,
+    configurations += [(LADIES, f) for f in parse_configurations(args.ladies, LADIES,
                                                                                "--ladies")]
     if not configurations:
         raise InputError("no configuration to run; give --nodewise or --ladies fanout lists")

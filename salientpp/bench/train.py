@@ -94,8 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
-    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER.value,
-                   help=f"the sampler kind, as train's (default {DEFAULT_SAMPLER.value})")
+    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
+                   help=f"the sampler kind, as train's (default {DEFAULT_SAMPLER})")
     p.add_argument("--sampling-device", choices=SAMPLING_DEVICES, default="cpu",
                    help="where the batches are drawn, as `train --sampling-device` (cuda: a bulk kind on the GPU; "
                         "default cpu)")

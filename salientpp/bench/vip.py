@@ -179,7 +179,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--methods", default="exact,cavity", help=f"VIP estimates, from {','.join(METHODS)}")
     p.add_argument("--replace", action="store_true", help="model sampling with replacement")
-    p.add_argument("--sampler", default=DEFAULT_SAMPLER.value, choices=SAMPLERS,
+    p.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                    help="the sampler modelled and drawn (LADIES: --fanouts are layer sizes)")
     p.add_argument("--mc-batches", type=int, default=0, metavar="B",
                    help="also compare with B sampled minibatches per partition (default 0: skip)")

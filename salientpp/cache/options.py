@@ -10,7 +10,7 @@ import shlex
 
 from ..data.format import SPLITS
 from ..data.schema import GraphSchema
-from ..errors import InputError, check_int
+from ..errors import check_int
 from ..io import read_meta
 from ..options import Declared, Needs, Option, add_arguments, check_applies
 from ..parsing import flag_names, name_list, parse_bytes, parse_seed
@@ -60,7 +60,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                         help="VIP estimate of the vip policy (default: the sampler's, "
                              + ", ".join(f"{name} {check_sampler(name).default_vip_method}" for name in SAMPLERS)
                              + "; cavity corrects the hop>=2 over-estimate)")
-    parser.add_argument("--sampler", default=DEFAULT_SAMPLER.value, choices=SAMPLERS,
+    parser.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                         help="the training sampler (default nodewise; bulk: the same draws in bulk; ladies: "
                              "layer-wise, --fanouts are nodes per layer)")
     add_task_options(parser)
@@ -188,7 +188,7 @@ def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> st
              str(train.batch_size)]
     if train.replace:
         words.append("--replace")
-    if train.sampler is not DEFAULT_SAMPLER:
+    if train.sampler.value != DEFAULT_SAMPLER:
         words += ["--sampler", train.sampler.value]
     if train.edges is not None:
         words += ["--task", LINK, "--num-negatives", str(train.edges.num_negatives),

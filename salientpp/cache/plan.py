@@ -460,7 +460,7 @@ def default_plan_name(request: "PlanRequest") -> str:
     budget = options.budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
             else f"d{budget.device_bytes}-h{budget.host_bytes}")
-    sampler = "" if training.sampler is DEFAULT_SAMPLER else f"-{training.sampler.value}"
+    sampler = "" if training.sampler.value == DEFAULT_SAMPLER else f"-{training.sampler.value}"
     if training.edges is not None:
         sampler += "-link"
     others = "".join(f"-{f.metadata['tag']}{shown_option(getattr(options, f.name))}"

@@ -15,6 +15,7 @@ from ..data.schema import HOMOGENEOUS_RELATION, GraphSchema, Relation
 from ..errors import InputError, check_int
 from ..sampling.kinds import (DEFAULT_SAMPLER, RELATION_FANOUTS, RELATION_LISTS, SamplerKind, check_replace,
                               check_sampler, fanout_table)
+from ..sampling.sampler import NODEWISE
 from ..sampling.link import NUM_NEGATIVES, NegativeSampling, check_negative_sampling, check_num_negatives
 
 
@@ -103,7 +104,7 @@ class Workload:
     replace: bool = False
     splits: tuple[str, ...] = ("train",)
     weight: float = 1.0
-    sampler: SamplerKind = DEFAULT_SAMPLER
+    sampler: SamplerKind = DEFAULT_SAMPLER  # a kind or its name, checked into the kind
     edges: EdgeSeeds | None = None
     relations: tuple[str, ...] = ()
     schema: InitVar[GraphSchema | None] = None
@@ -194,7 +195,7 @@ class Workload:
     def from_json(cls, entry: dict) -> "Workload":
         return cls(fanouts=entry["fanouts"], batch_size=int(entry["batch_size"]),
                    replace=bool(entry["replace"]), splits=tuple(entry["splits"]), weight=float(entry["weight"]),
-                   sampler=entry.get("sampler", SamplerKind.NODEWISE.value),
+                   sampler=entry.get("sampler", NODEWISE.value),
                    edges=None if entry.get("edges") is None else EdgeSeeds(**entry["edges"]),
                    relations=tuple(entry.get("relations", ())))
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -52,14 +52,16 @@ if TYPE_CHECKING:
 class SamplerKind:
     """How a minibatch's message-flow graphs are drawn: a kind's name and its rules.
 
-    The built-in kinds:
+    The built-in kinds, each declared and registered by its own module:
 
-    * ``NODEWISE``: the C++ thread-pool sampler (:class:`~salientpp.sampling.NeighborSampler`),
-      one batch at a time: every reached node draws ``f_h`` distinct neighbours.
-    * ``BULK``: the same distribution, drawn for many minibatches at once with sparse-matrix
-      operations (:class:`~salientpp.sampling.BulkSampler` ``method="nodewise"``).
-    * ``LADIES``: layer-wise importance sampling (:class:`~salientpp.sampling.BulkSampler`
-      ``method="ladies"``): ``fanouts[h]`` nodes per layer, MFGs with edge weights.
+    * ``NODEWISE`` (:mod:`salientpp.sampling.sampler`): the C++ thread-pool sampler
+      (:class:`~salientpp.sampling.NeighborSampler`), one batch at a time: every reached node
+      draws ``f_h`` distinct neighbours.
+    * ``BULK`` (:mod:`salientpp.sampling.bulk`): the same distribution, drawn for many minibatches
+      at once with sparse-matrix operations (:class:`~salientpp.sampling.BulkSampler` ``method="nodewise"``).
+    * ``LADIES`` (:mod:`salientpp.sampling.bulk`): layer-wise importance sampling
+      (:class:`~salientpp.sampling.BulkSampler` ``method="ladies"``): ``fanouts[h]`` nodes per
+      layer, MFGs with edge weights.
 
     Attributes:
         value: the name ``--sampler`` takes.
@@ -76,10 +78,6 @@ class SamplerKind:
         gpu: it can draw on a GPU (its builder's ``device``), so ``--sampling-device cuda`` applies.
     """
 
-    NODEWISE: ClassVar[SamplerKind]
-    BULK: ClassVar[SamplerKind]
-    LADIES: ClassVar[SamplerKind]
-
     value: str
     title: str
     distribution: str
@@ -92,14 +90,9 @@ class SamplerKind:
     gpu: bool = False
 
 
-SamplerKind.NODEWISE = SamplerKind("nodewise", "node-wise", "nodewise", typed=True)
-SamplerKind.BULK = SamplerKind("bulk", "bulk node-wise", "nodewise", draws_in_bulk=True, gpu=True)
-# LADIES's plain VIP recurrence over-estimates by 4-12% from hop 2 on (``bench vip``, docs/cache.md).
-SamplerKind.LADIES = SamplerKind("ladies", "LADIES", "ladies", default_vip_method="cavity", draws_in_bulk=True,
-                                 weighted=True, layer_sizes=True, always_replaces=True, gpu=True)
-
-# The kind ``--sampler`` defaults to; default cache plan names leave it out.
-DEFAULT_SAMPLER = SamplerKind.NODEWISE
+# The name of the kind ``--sampler`` defaults to (:func:`check_sampler` finds it); default cache
+# plan names leave it out.
+DEFAULT_SAMPLER = "nodewise"
 
 # Minibatches a bulk sampler draws at once by default (the batches themselves do not depend on it).
 MINIBATCHES_PER_BULK = 8
@@ -217,7 +210,7 @@ def check_typed_graph(kind: SamplerKind, schema: GraphSchema | None) -> None:
 MAX_FANOUT = 2**31 - 1
 
 
-def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWISE, layers: int | None = None,
+def check_fanouts(fanouts: Sequence[int], kind: str | SamplerKind = DEFAULT_SAMPLER, layers: int | None = None,
                   what: str = "fanouts", zero: bool = False) -> tuple[int, ...]:
     """The one rule of a valid fanout list, returned as a tuple of ints: one integer per hop,
     ``fanouts[0]`` at the seeds, each a positive number of neighbours or -1 (all of them), or 0
@@ -226,6 +219,7 @@ def check_fanouts(fanouts: Sequence[int], kind: SamplerKind = SamplerKind.NODEWI
     layer, so each is >= 1; with ``layers``, exactly one per layer. :class:`InputError` names
     ``what`` otherwise (the flag the list was given with, ``"--eval-fanouts"``, or the parameter):
     a bool or a float such as 5.5 is not an integer (``int`` would round it)."""
+    kind = check_sampler(kind)
     items = tuple(fanouts) if isinstance(fanouts, Iterable) and not isinstance(fanouts, str) else None
     if items is None or not all(isinstance(f, numbers.Integral) and not isinstance(f, bool) for f in items):
         raise InputError(f"{what} must be integers like 15,10,5, got {fanouts!r}; pass one integer per hop")
@@ -283,7 +277,7 @@ def _is_table(fanouts) -> bool:
             and any(isinstance(row, Iterable) and not isinstance(row, str) for row in fanouts))
 
 
-def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: SamplerKind = SamplerKind.NODEWISE,
+def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: str | SamplerKind = DEFAULT_SAMPLER,
                  layers: int | None = None, what: str = "fanouts", *, num_relations: int | None = None) -> np.ndarray:
     """The one rule of a graph's fanouts: int64 ``[L, R]``, entry ``[h, r]`` the neighbours of
     relation ``r`` every node reached draws at hop ``h`` (PyG's ``num_neighbors``), for the ``R``
@@ -307,6 +301,7 @@ def fanout_table(fanouts: Fanouts, schema: GraphSchema | None = None, kind: Samp
     With ``layers``, exactly one row (hop) per layer. A kind that draws homogeneous graphs only is
     refused a typed ``schema`` (:func:`check_typed_graph`). :class:`InputError` names ``what``
     otherwise, in one sentence."""
+    kind = check_sampler(kind)
     check_typed_graph(kind, schema)
     width = schema.num_relations if schema is not None else num_relations or 1
     if _is_table(fanouts):
@@ -352,7 +347,7 @@ def check_replace(replace: bool, kind: SamplerKind) -> bool:
     return bool(replace)
 
 
-def parse_fanouts(text: str, kind: SamplerKind = SamplerKind.NODEWISE, what: str = "--fanouts") -> tuple[int, ...]:
+def parse_fanouts(text: str, kind: str | SamplerKind = DEFAULT_SAMPLER, what: str = "--fanouts") -> tuple[int, ...]:
     """``"15,10,5"`` -> ``(15, 10, 5)``, checked by :func:`check_fanouts`; an error names ``what``,
     the flag ``text`` was given with (``"--eval-fanouts"``)."""
     return check_fanouts(number_list(text, int, what, "15,10,5"), kind, what=what)

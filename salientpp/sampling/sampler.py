@@ -22,6 +22,11 @@ from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
 from .worker import ThreadWorker
 
 
+# The kind this module draws: the C++ thread-pool sampler, one batch at a time (registered below,
+# with NeighborSampler as its builder).
+NODEWISE = SamplerKind("nodewise", "node-wise", "nodewise", typed=True)
+
+
 @dataclass
 class MFG:
     """The message-flow graph of one layer (one sampling hop).
@@ -511,8 +516,8 @@ class NeighborSampler(BaseSampler):
             raise InputError("edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema")
         self.schema = schema or GraphSchema.homogeneous(self.num_nodes)
         edge_rel_t = check_typed_graph_arrays(edge_rel, self.schema, col_t, self.num_nodes)
-        self.fanouts = fanout_table(fanouts, self.schema, SamplerKind.NODEWISE)
-        self.replace = check_replace(replace, SamplerKind.NODEWISE)
+        self.fanouts = fanout_table(fanouts, self.schema, NODEWISE)
+        self.replace = check_replace(replace, NODEWISE)
         self._types = node_types(self.schema, type_of)
         self._core = extension().Sampler(rowptr_t, col_t, edge_rel_t, torch.from_numpy(self.fanouts), self.replace)
 
@@ -555,7 +560,7 @@ class _ExtensionWorker:
         self._core.close()
 
 
-register_sampler(SamplerKind.NODEWISE, NeighborSampler)
+register_sampler(NODEWISE, NeighborSampler)
 
 
 def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:

@@ -20,7 +20,7 @@ import dataclasses
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -220,7 +220,7 @@ class TrainConfig:
         needs=MINIBATCH_ONLY)
     batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
                              check=positive, agreed=True, resume_matches=True)
-    sampler: str = option(DEFAULT_SAMPLER.value, "training sampler; bulk: the same draws, many batches at "
+    sampler: str = option(DEFAULT_SAMPLER, "training sampler; bulk: the same draws, many batches at "
                           "once; ladies: layer-wise importance sampling, --fanouts are nodes per layer (SAGE)",
                           choices=SAMPLERS, check=one_of(SAMPLERS, "sampler"), agreed=True, needs=MINIBATCH_ONLY)
     minibatches_per_bulk: int = option(MINIBATCHES_PER_BULK, f"minibatches drawn at once with {BULK_ONLY.what}",
