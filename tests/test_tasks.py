@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from salientpp.data import MULTICLASS, MULTILABEL
 from salientpp.distributed import init_distributed, launch, shutdown_distributed
 from salientpp.errors import InputError
-from salientpp.train.tasks import (ACCURACY, BCE_WITH_LOGITS, CROSS_ENTROPY, F1_MICRO, LINK_METRICS, METRICS, MRR,
+from salientpp.train.tasks import (ACCURACY, BCE_WITH_LOGITS, CROSS_ENTROPY, F1_MACRO, F1_MICRO, LINK_METRICS, METRICS, MRR,
                                    NODE_METRICS, ROC_AUC, Task, all_gather_rows, link_task, check_metric, make_task, roc_auc, roc_auc_per_task,
                                    task_from_labels, task_of)
 
@@ -76,7 +76,7 @@ def test_task_from_labels_picks_loss_and_metric():
     assert task_from_labels(np.zeros((3, 2), np.float32), metric="accuracy").metric == ACCURACY
     assert task_from_labels(np.zeros((3, 2), np.float32), metric="F1_micro").metric == F1_MICRO
     assert task_from_labels(np.array([0, 1, 1]), metric="rocauc").metric == ROC_AUC   # binary multi-class
-    assert check_metric("ROC_AUC") == ROC_AUC and set(NODE_METRICS) == {ACCURACY, ROC_AUC, F1_MICRO}
+    assert check_metric("ROC_AUC") == ROC_AUC and set(NODE_METRICS) == {ACCURACY, ROC_AUC, F1_MICRO, F1_MACRO}
     assert set(METRICS) == set(NODE_METRICS) | set(LINK_METRICS)
 
 
@@ -145,6 +145,75 @@ def test_task_of_a_dataset_uses_its_labels(tmp_path):
     assert task_of(load_partitioned(tmp_path / "p"), "accuracy") == Task(MULTILABEL, 5, ACCURACY)
 
 
+def direct_f1(predicted: np.ndarray, positive: np.ndarray, known: np.ndarray) -> tuple[float, float]:
+    """(micro, macro) F1 of bool ``[n, C]`` predictions and truths over the ``known`` entries,
+    column by column; macro over the columns with a true or a predicted positive."""
+    tp = (predicted & positive & known).sum(0)
+    fp = (predicted & ~positive & known).sum(0)
+    fn = (~predicted & positive & known).sum(0)
+    present = tp + fp + fn > 0
+    macro = np.mean([2 * a / (2 * a + b + c) for a, b, c in zip(tp[present], fp[present], fn[present])])
+    return 2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum()), float(macro)
+
+
+def multiclass_batch(rng, n: int = 40, classes: int = 5):
+    """Random logits [n, C] and class ids [n] (some -1) where class C - 1 is never true nor predicted."""
+    logits = rng.standard_normal((n, classes)).astype(np.float32)
+    logits[:, -1] = -10.0
+    y = rng.integers(0, classes - 1, n)
+    y[rng.random(n) < 0.2] = -1
+    return logits, y
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_macro_f1_of_class_labels_is_the_mean_over_the_classes_present_of_their_f1(seed):
+    rng = np.random.default_rng(seed)
+    logits, y = multiclass_batch(rng)
+    classes = logits.shape[1]
+    known = (y >= 0)[:, None]
+    one_hot = np.eye(classes, dtype=bool)
+    _, expected = direct_f1(one_hot[logits.argmax(1)], one_hot[np.maximum(y, 0)], known)
+    task = make_task(MULTICLASS, classes, F1_MACRO)
+    assert task.num_sums == 3 * classes and not task.decomposable   # per-class counts, summed at evaluation
+    assert task.evaluate(torch.from_numpy(logits), torch.from_numpy(y)) == pytest.approx(expected, abs=1e-12)
+    metrics = pytest.importorskip("sklearn.metrics")
+    labelled = y >= 0
+    assert expected == pytest.approx(metrics.f1_score(y[labelled], logits.argmax(1)[labelled], average="macro"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_micro_and_macro_f1_of_multilabel_targets_count_the_known_targets(seed):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((30, 4)).astype(np.float32)
+    y = (rng.random((30, 4)) < 0.4).astype(np.float32)
+    logits[:, 3], y[:, 3] = -1.0, 0.0                       # a target never true nor predicted
+    y[rng.random(y.shape) < 0.25] = np.nan
+    micro, macro = direct_f1(logits > 0, y == 1, ~np.isnan(y))
+    for metric, expected in ((F1_MICRO, micro), (F1_MACRO, macro)):
+        value = make_task(MULTILABEL, 4, metric).evaluate(torch.from_numpy(logits), torch.from_numpy(y))
+        assert value == pytest.approx(expected, abs=1e-12)
+    assert np.isnan(make_task(MULTILABEL, 4, F1_MACRO).evaluate(torch.full((2, 4), -1.0), torch.zeros((2, 4))))
+
+
+def test_the_metrics_each_label_kind_offers_are_checked_when_the_task_is_made():
+    assert make_task(MULTICLASS, 3, "macro_F1").metric == F1_MACRO
+    with pytest.raises(InputError, match="f1-micro is for multi-label targets"):
+        make_task(MULTICLASS, 3, F1_MICRO)
+    with pytest.raises(InputError, match="unknown metric 'f2'"):
+        make_task(MULTICLASS, 3, "f2")
+
+
+@pytest.mark.parametrize("metric, phrase", [(F1_MICRO, "f1-micro is for multi-label targets"),
+                                            ("f1-weighted", "invalid choice: 'f1-weighted'")])
+def test_train_refuses_a_metric_its_labels_do_not_offer_before_any_rank_starts(tiny_partitions, capsys, no_ranks,
+                                                                              metric, phrase):
+    from conftest import exit_code, one_sentence
+
+    root, _ = tiny_partitions
+    assert exit_code(["train", str(root / "p2"), "--metric", metric, "--epochs", "1"]) == 2
+    assert phrase in one_sentence(capsys)
+
+
 # ---- across ranks -------------------------------------------------------------------------------
 
 def _gather_worker(seed: int) -> dict:
@@ -166,7 +235,15 @@ def _gather_worker(seed: int) -> dict:
     auc = acc.compute()
     accuracy = make_task(MULTILABEL, 3, ACCURACY).accumulator()
     accuracy.update(torch.from_numpy(scores[mine]), torch.from_numpy(y[mine]))
+    logits, labels = multiclass_batch(np.random.default_rng(seed), n=24)
+    macro = make_task(MULTICLASS, logits.shape[1], F1_MACRO)
+    own = slice(0, 6) if ctx.rank == 0 else slice(6, 24)      # ranks of different sizes and class mixes
+    f1 = macro.accumulator()
+    f1.update(torch.from_numpy(logits[own]), torch.from_numpy(labels[own]))
     result = {"rows": rows.tolist(), "flags": flags.tolist(), "flags_dtype": str(flags.dtype), "auc": auc,
+              "f1_macro": f1.compute(), "rank_f1_macro": macro.evaluate(torch.from_numpy(logits[own]),
+                                                                        torch.from_numpy(labels[own])),
+              "expected_f1_macro": macro.evaluate(torch.from_numpy(logits), torch.from_numpy(labels)),
               "expected_auc": roc_auc(scores, y), "accuracy": accuracy.compute(),
               "expected_accuracy": make_task(MULTILABEL, 3, ACCURACY).evaluate(torch.from_numpy(scores),
                                                                                torch.from_numpy(y))}
@@ -181,7 +258,10 @@ def test_metrics_combine_across_ranks_with_gloo():
         assert r["flags"] == [[True]] * 3 and r["flags_dtype"] == "torch.bool"
         assert r["auc"] == pytest.approx(r["expected_auc"], abs=1e-12)
         assert r["accuracy"] == pytest.approx(r["expected_accuracy"])
+        assert r["f1_macro"] == pytest.approx(r["expected_f1_macro"], abs=1e-12)   # per-class counts summed
     assert results[0]["auc"] == results[1]["auc"]
+    rank_mean = (results[0]["rank_f1_macro"] + results[1]["rank_f1_macro"]) / 2
+    assert abs(rank_mean - results[0]["expected_f1_macro"]) > 1e-3       # averaging per rank would differ
 
 
 def test_gather_without_a_process_group_returns_the_rows():

@@ -15,8 +15,10 @@ Two kinds of node labels (see :mod:`salientpp.data.format`), and link prediction
 Every choice of a metric, its default, and whether it fits the labels is made in one place:
 :func:`make_task` with the tables below.
 
-Metrics and ranks: :data:`ACCURACY` and :data:`F1_MICRO` are sums (correct/count, TP/FP/FN)
-that add up across batches and ranks (one ``all_reduce``). ROC-AUC does not decompose: every
+Metrics and ranks: :data:`ACCURACY`, :data:`F1_MICRO` and :data:`F1_MACRO` are computed from
+counts (correct/count; TP/FP/FN; TP/FP/FN per class or target) that add up across batches and
+ranks (one ``all_reduce``), so a distributed evaluation equals a one-process one: F1-macro is
+computed from the per-class counts summed over every rank, never averaged per rank. ROC-AUC does not decompose: every
 rank's scores and targets are gathered (:func:`all_gather_rows`) and the AUC is computed on
 the whole set, identically on every rank. :class:`MetricAccumulator` does either.
 
@@ -45,17 +47,22 @@ from ..sampling.link import LINK
 ACCURACY = "accuracy"
 ROC_AUC = "roc-auc"
 F1_MICRO = "f1-micro"
+F1_MACRO = "f1-macro"
 MRR = "mrr"
 HITS_AT = (10, 50, 100)
-NODE_METRICS = (ACCURACY, ROC_AUC, F1_MICRO)
+NODE_METRICS = (ACCURACY, ROC_AUC, F1_MICRO, F1_MACRO)
 LINK_METRICS = (ROC_AUC, MRR, *(f"hits@{k}" for k in HITS_AT))
 """The metrics link prediction reports (``--metric`` picks the one that selects the best epoch)."""
 METRICS = tuple(dict.fromkeys(NODE_METRICS + LINK_METRICS))
 """The metric names ``--metric`` accepts."""
 DEFAULT_METRICS = {MULTICLASS: ACCURACY, MULTILABEL: ROC_AUC, LINK: ROC_AUC}
+COUNTED_METRICS = frozenset({ACCURACY, F1_MICRO, F1_MACRO})
+"""Metrics computed from counts over nodes (:meth:`Task.metric_sums`), so ranks combine them with one ``all_reduce``."""
 DECOMPOSABLE_METRICS = frozenset({ACCURACY, F1_MICRO})
-"""Metrics that are sums over nodes, so ranks combine them with one ``all_reduce``."""
-_ALIASES = {"acc": ACCURACY, "rocauc": ROC_AUC, "auc": ROC_AUC, "f1": F1_MICRO, "micro-f1": F1_MICRO}
+"""The counted metrics of a fixed few counts (at most three), which the training loop adds up per
+step for the training split's metric; F1-macro's per-class counts are summed at evaluation only."""
+_ALIASES = {"acc": ACCURACY, "rocauc": ROC_AUC, "auc": ROC_AUC, "f1": F1_MICRO, "micro-f1": F1_MICRO,
+            "macro-f1": F1_MACRO}
 
 CROSS_ENTROPY = "cross-entropy"
 BCE_WITH_LOGITS = "bce-with-logits"
@@ -100,9 +107,18 @@ class Task:
         return LOSSES[self.kind]
 
     @property
+    def num_sums(self) -> int:
+        """The counts of :meth:`metric_sums`: 2 (:data:`ACCURACY`), 3 (:data:`F1_MICRO`),
+        ``3 * num_outputs`` (:data:`F1_MACRO`), or 0 for a metric that needs every score
+        (ROC-AUC and the link ranking metrics: :meth:`scores_and_targets`)."""
+        if self.metric not in COUNTED_METRICS:
+            return 0
+        return {ACCURACY: 2, F1_MICRO: 3, F1_MACRO: 3 * self.num_outputs}[self.metric]
+
+    @property
     def decomposable(self) -> bool:
-        """Whether the metric is a sum over nodes (:meth:`metric_sums`); else (ROC-AUC) it needs
-        every score (:meth:`scores_and_targets`)."""
+        """Whether the training loop adds the metric's counts up per step (:data:`DECOMPOSABLE_METRICS`:
+        a fixed few, :data:`ACCURACY` and :data:`F1_MICRO`) and records the training split's metric."""
         return self.metric in DECOMPOSABLE_METRICS
 
     def targets(self, y: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -145,38 +161,61 @@ class Task:
         return F.binary_cross_entropy_with_logits(logits[known], targets[known])
 
     def metric_sums(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """float64 ``[S]`` sums of a batch that add up across batches and ranks, on the logits'
-        device (so that a GPU step does not wait for them; decomposable metrics only;
-        :meth:`metric_from_sums` turns their total into the metric).
+        """float64 ``[num_sums]`` counts of a batch that add up across batches and ranks, on the
+        logits' device (so that a GPU step does not wait for them; counted metrics only,
+        :data:`COUNTED_METRICS`; :meth:`metric_from_sums` turns their total into the metric).
 
         :data:`ACCURACY`: ``[correct, count]`` (multi-class: argmax equals the class, over the
         labelled rows; multi-label: ``logit > 0`` equals the target, over the known targets).
         :data:`F1_MICRO`: ``[true positives, false positives, false negatives]`` over the known
-        targets, predicting ``logit > 0``.
+        targets, predicting ``logit > 0``. :data:`F1_MACRO`: the same three per class (multi-class,
+        predicting the argmax, over the labelled rows) or per target (multi-label), ``[3, C]``
+        flattened: ``[TP_0 .. TP_{C-1}, FP_0 .., FN_0 ..]``.
         """
-        if not self.decomposable:
-            raise ValueError(f"{self.metric} is not a sum over nodes; use scores_and_targets")
+        if not self.num_sums:
+            raise ValueError(f"{self.metric} is not computed from counts; use scores_and_targets")
         logits = logits.detach()
         if self.kind == MULTICLASS:
             known = targets >= 0
-            correct = (logits.argmax(-1) == targets) & known
-            return _counts(correct, known)
-        targets = targets.float()
-        known = ~torch.isnan(targets)
-        predicted = logits > 0
-        positive = targets == 1
-        if self.metric == ACCURACY:
-            return _counts((predicted == positive) & known, known)
-        return _counts(predicted & positive & known, predicted & ~positive & known, ~predicted & positive & known)
+            predicted = logits.argmax(-1)
+            if self.metric == ACCURACY:
+                return _counts((predicted == targets) & known, known)
+            # one-hot [b, C] of the labelled rows' prediction and class: the per-class counts below
+            predicted = F.one_hot(predicted, self.num_outputs).bool() & known.unsqueeze(1)
+            positive = F.one_hot(targets.clamp(min=0), self.num_outputs).bool() & known.unsqueeze(1)
+            known = known.unsqueeze(1).expand_as(positive)
+        else:
+            targets = targets.float()
+            known = ~torch.isnan(targets)
+            predicted = logits > 0
+            positive = targets == 1
+            if self.metric == ACCURACY:
+                return _counts((predicted == positive) & known, known)
+        confusion = (predicted & positive & known, predicted & ~positive & known, ~predicted & positive & known)
+        if self.metric == F1_MICRO:
+            return _counts(*confusion)
+        return torch.cat([m.sum(0) for m in confusion]).double()
 
     def metric_from_sums(self, sums: torch.Tensor | list[float]) -> float:
         """The metric from :meth:`metric_sums` added over batches and ranks; NaN without any
-        labelled node (or, for F1, without any positive target or prediction)."""
-        s = [float(v) for v in sums]
+        labelled node (or, for F1, without any positive target or prediction).
+
+        :data:`F1_MACRO` is the unweighted mean over classes (targets) of ``2 TP / (2 TP + FP + FN)``,
+        leaving out a class with no true and no predicted positive (``TP + FP + FN = 0``, where F1
+        is 0/0): ``sklearn.metrics.f1_score(average="macro")``'s default on class labels (its
+        ``labels`` are the classes present), and its ``zero_division=np.nan`` on multi-label
+        targets (whose default counts such a target as 0)."""
+        s = torch.as_tensor(sums, dtype=torch.float64).cpu()
         if self.metric == ACCURACY:
-            return s[0] / s[1] if s[1] else float("nan")
-        denominator = 2 * s[0] + s[1] + s[2]
-        return 2 * s[0] / denominator if denominator else float("nan")
+            return float(s[0] / s[1]) if s[1] else float("nan")
+        tp, fp, fn = s.view(3, -1)
+        denominator = 2 * tp + fp + fn
+        present = denominator > 0
+        if not bool(present.any()):
+            return float("nan")
+        if self.metric == F1_MICRO:
+            return float(2 * tp[0] / denominator[0])
+        return float((2 * tp[present] / denominator[present]).mean())
 
     def scores_and_targets(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 CPU ``([b, T'], [b, T'])`` scores and 0/1/NaN targets for :func:`roc_auc`.
@@ -211,7 +250,7 @@ class Task:
 class MetricAccumulator:
     """Collects a task's metric over batches (and ranks).
 
-    Decomposable metrics keep float64 sums (:attr:`sums`); ROC-AUC keeps every batch's scores
+    Counted metrics keep float64 sums (:attr:`sums`, ``[Task.num_sums]``); ROC-AUC keeps every batch's scores
     and targets on the CPU (``4 * 2 * T'`` bytes per row) until :meth:`compute`.
     """
 
@@ -221,13 +260,13 @@ class MetricAccumulator:
 
     def reset(self) -> None:
         """Forget every batch."""
-        self.sums = torch.zeros(3 if self.task.metric == F1_MICRO else 2, dtype=torch.float64)
+        self.sums = torch.zeros(self.task.num_sums, dtype=torch.float64)
         self._scores: list[torch.Tensor] = []
         self._targets: list[torch.Tensor] = []
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         """Add a batch: ``logits`` float ``[b, num_outputs]``, ``targets`` from :meth:`Task.targets`."""
-        if self.task.decomposable:
+        if self.task.num_sums:
             self.sums += self.task.metric_sums(logits, targets).cpu()
         else:
             scores, target = self.task.scores_and_targets(logits, targets)
@@ -249,7 +288,7 @@ class MetricAccumulator:
         if distributed is None:
             distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
         width = self.task.num_outputs if self.task.kind == MULTILABEL else 1
-        if self.task.decomposable:
+        if self.task.num_sums:
             sums = self.sums
             if distributed:
                 sums = sums.to(device or "cpu")
@@ -267,7 +306,8 @@ class MetricAccumulator:
 
 def check_metric(name: str, kind: str | None = None) -> str:
     """The canonical metric name for ``name`` (case and ``_``/``-`` ignored; ``rocauc`` and
-    ``auc`` mean :data:`ROC_AUC`, ``acc`` :data:`ACCURACY`, ``f1`` :data:`F1_MICRO`), one of
+    ``auc`` mean :data:`ROC_AUC`, ``acc`` :data:`ACCURACY`, ``f1`` :data:`F1_MICRO`, ``macro-f1``
+    :data:`F1_MACRO`), one of
     the metrics of a task of ``kind`` (default: any task's), or :class:`InputError`."""
     key = str(name).strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
@@ -290,7 +330,7 @@ def make_task(kind: str, num_outputs: int, metric: str | None = None) -> Task:
     :class:`InputError` with one sentence when it does not fit: a link metric for node labels
     or a node metric for link prediction; ROC-AUC needs binary or multi-label targets
     (multi-class labels with exactly two classes are scored by their log-odds); F1-micro needs
-    multi-label targets (on one class per node it equals accuracy).
+    multi-label targets (on one class per node it equals accuracy); F1-macro fits both.
     """
     if kind not in DEFAULT_METRICS:
         raise ValueError(f"unknown task kind {kind!r}; expected one of {', '.join(DEFAULT_METRICS)}")
