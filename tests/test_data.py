@@ -201,7 +201,7 @@ def _typed_fault(fault: str):
         return replace(dataset, train_idx=np.array([5, 21], np.int64))
     if fault == "link_split":
         edges = np.array([[20], [21]], np.int64)
-        return replace(dataset, link_split=LinkSplit(edges, edges, edges))
+        return replace(dataset, link_split=LinkSplit(edges, edges, edges, dataset.schema.relations[0]))
     raise AssertionError(fault)
 
 
@@ -226,8 +226,8 @@ def _typed_fault(fault: str):
                      "row of inst node 2)"),
     ("y_rows", "the labels (y) of typed-test must have shape [N=30]"),
     ("split_outside_target", "train_idx of typed-test holds node ids outside [20, 50) such as 5"),
-    ("link_split", "typed-test is a typed graph (3 node types, 5 relations) and typed graphs are not supported by link "
-                   "prediction yet"),
+    ("link_split", "train_edges of typed-test holds the node 20 in row 0, which is not of the type author of the "
+                   "relation author__writes__paper"),
 ])
 def test_a_typed_dataset_with_a_fault_is_refused_in_one_sentence(fault, expected):
     with pytest.raises(InputError) as refused:

@@ -11,7 +11,8 @@ from salientpp.cli import main
 from salientpp.data import load_dataset
 from salientpp.data.csr import build_csr
 from salientpp.data.format import save_dataset
-from salientpp.data.links import LinkSplit, edge_positions, split_edges, undirected_edges
+from salientpp.data.links import LinkSplit, edge_positions, relation_edges, split_edges
+from salientpp.data.schema import GraphSchema
 from salientpp.data.synthetic import synthetic_dataset
 from salientpp.errors import InputError
 from salientpp.partition import load_partitioned, partition_dataset
@@ -24,6 +25,19 @@ SPEC = "tiny,num_nodes=600"
 @pytest.fixture(scope="module")
 def tiny():
     return synthetic_dataset(SPEC)
+
+
+def undirected_edges(rowptr: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """Each undirected edge of a homogeneous CSR once (its one relation, 0)."""
+    return relation_edges(rowptr, col, np.zeros(col.shape[0], dtype=np.int8), 0, 0)
+
+
+def _split(rowptr, col, fractions, seed):
+    """``(rowptr, col, split)`` of :func:`split_edges` on a homogeneous CSR."""
+    schema = GraphSchema.homogeneous(rowptr.shape[0] - 1)
+    new_rowptr, new_col, _, split = split_edges(rowptr, col, np.zeros(col.shape[0], dtype=np.int8), schema,
+                                                schema.relations[0], fractions, seed)
+    return new_rowptr, new_col, split
 
 
 def _pairs(edges: np.ndarray) -> set[tuple[int, int]]:
@@ -50,7 +64,7 @@ def _cora_edges(cora_npz) -> np.ndarray:
 
 
 def test_held_out_edges_leave_the_csr_in_both_directions_and_the_rest_is_unchanged(tiny):
-    rowptr, col, split = split_edges(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=3)
+    rowptr, col, split = _split(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=3)
     directed = _csr_pairs(rowptr, col)
     for u, v in np.concatenate([split.valid, split.test], axis=1).T.tolist():
         assert (u, v) not in directed and (v, u) not in directed
@@ -60,7 +74,7 @@ def test_held_out_edges_leave_the_csr_in_both_directions_and_the_rest_is_unchang
 
 
 def test_the_three_splits_are_disjoint_cover_every_edge_and_match_the_fractions(tiny):
-    split = split_edges(tiny.rowptr, tiny.col, (0.7, 0.1, 0.2), seed=0)[2]
+    split = _split(tiny.rowptr, tiny.col, (0.7, 0.1, 0.2), seed=0)[2]
     original = _pairs(undirected_edges(tiny.rowptr, tiny.col))
     train, valid, test = _pairs(split.train), _pairs(split.valid), _pairs(split.test)
     m = len(original)
@@ -72,7 +86,7 @@ def test_the_three_splits_are_disjoint_cover_every_edge_and_match_the_fractions(
 
 
 def test_leftover_edges_stay_in_the_graph_but_are_not_training_targets(tiny):
-    rowptr, col, split = split_edges(tiny.rowptr, tiny.col, (0.5, 0.1, 0.1), seed=1)
+    rowptr, col, split = _split(tiny.rowptr, tiny.col, (0.5, 0.1, 0.1), seed=1)
     original = _pairs(undirected_edges(tiny.rowptr, tiny.col))
     remaining = _pairs(undirected_edges(rowptr, col))
     train = _pairs(split.train)
@@ -81,15 +95,15 @@ def test_leftover_edges_stay_in_the_graph_but_are_not_training_targets(tiny):
 
 
 def test_the_same_seed_gives_the_same_split_and_another_seed_another(tiny):
-    first = split_edges(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=3)[2]
-    again = split_edges(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=3)[2]
-    other = split_edges(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=4)[2]
+    first = _split(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=3)[2]
+    again = _split(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=3)[2]
+    other = _split(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=4)[2]
     assert all(np.array_equal(a, b) for a, b in zip(first.arrays().values(), again.arrays().values()))
     assert _pairs(other.valid) != _pairs(first.valid)
 
 
 def test_each_edge_is_oriented_by_a_fair_coin(tiny):
-    split = split_edges(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=5)[2]
+    split = _split(tiny.rowptr, tiny.col, (0.8, 0.1, 0.1), seed=5)[2]
     both = np.concatenate([split.train, split.valid, split.test], axis=1)
     share = float((both[0] < both[1]).mean())
     assert abs(share - 0.5) < 4 * 0.5 / np.sqrt(both.shape[1])  # binomial(M, 1/2): 4 standard deviations
@@ -98,7 +112,7 @@ def test_each_edge_is_oriented_by_a_fair_coin(tiny):
 def test_self_loops_stay_in_the_graph_and_in_no_split():
     edge_index = np.array([[0, 0, 1, 1, 2, 3], [1, 2, 2, 1, 3, 3]])  # 4 edges and 2 self loops
     rowptr, col = build_csr(edge_index, 4, keep_self_loops=True)
-    new_rowptr, new_col, split = split_edges(rowptr, col, (0.25, 0.25, 0.5), seed=0)
+    new_rowptr, new_col, split = _split(rowptr, col, (0.25, 0.25, 0.5), seed=0)
     loops = {(1, 1), (3, 3)}
     trained = _pairs(split.train)  # training edges stay in the graph, both ways
     assert _csr_pairs(new_rowptr, new_col) == loops | trained | {(v, u) for u, v in trained}
@@ -109,7 +123,7 @@ def test_edge_positions_finds_every_edge_of_the_csr_and_nothing_else(tiny):
     rng = np.random.default_rng(0)
     queries = rng.integers(0, tiny.num_nodes, size=(2, 3000))
     queries[:, :1000] = undirected_edges(tiny.rowptr, tiny.col)[:, :1000]
-    found = edge_positions(tiny.rowptr, tiny.col, queries)
+    found = edge_positions(tiny.rowptr, tiny.col, tiny.edge_rel, queries, 0)
     directed = _csr_pairs(tiny.rowptr, tiny.col)
     assert ((found >= 0) == np.array([(u, v) in directed for u, v in queries.T.tolist()])).all()
     hits = found >= 0
@@ -121,10 +135,10 @@ def test_edge_positions_finds_every_edge_of_the_csr_and_nothing_else(tiny):
 def test_prepare_writes_the_split_and_load_checks_it(tmp_path, capsys):
     assert main(["prepare", f"synthetic:{SPEC}", str(tmp_path / "ds"), "--link-split", "0.85,0.05,0.10",
                  "--seed", "7"]) == 0
-    assert "held-out edges train/valid/test" in capsys.readouterr().out
+    assert "held-out edges of node__to__node train/valid/test" in capsys.readouterr().out
     ds = load_dataset(tmp_path / "ds")
     original = synthetic_dataset(SPEC)
-    expected = split_edges(original.rowptr, original.col, (0.85, 0.05, 0.10), seed=7)
+    expected = _split(original.rowptr, original.col, (0.85, 0.05, 0.10), seed=7)
     assert ds.has_link_split and np.array_equal(ds.col, expected[1])
     assert all(np.array_equal(a, b) for a, b in zip(ds.link_split.arrays().values(), expected[2].arrays().values()))
     meta = json.loads((tmp_path / "ds" / "meta.json").read_text())
@@ -136,7 +150,7 @@ def test_prepare_writes_the_split_and_load_checks_it(tmp_path, capsys):
 
 def test_a_held_out_edge_still_in_the_graph_is_refused(tmp_path, tiny):
     edges = undirected_edges(tiny.rowptr, tiny.col)
-    leaking = replace(tiny, link_split=LinkSplit(edges[:, 2:], edges[:, :1], edges[:, 1:2]))
+    leaking = replace(tiny, link_split=LinkSplit(edges[:, 2:], edges[:, :1], edges[:, 1:2], tiny.schema.relations[0]))
     with pytest.raises(InputError, match=r"valid_edges .* is still in the graph"):
         save_dataset(leaking, tmp_path / "ds")
     assert not (tmp_path / "ds").exists()

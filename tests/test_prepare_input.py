@@ -362,13 +362,21 @@ def test_partition_refuses_a_hand_made_dataset_with_repeated_ids(tmp_path, capsy
 
 # ---- typed graphs -------------------------------------------------------------------------------
 
-def test_prepare_writes_a_typed_source_and_refuses_a_link_split_of_it(tmp_path, capsys, monkeypatch):
+def test_prepare_writes_a_typed_source_and_refuses_a_link_split_without_a_known_relation(tmp_path, capsys,
+                                                                                           monkeypatch):
     typed, _ = typed_dataset()
     monkeypatch.setattr("salientpp.cli.prepare.load_source", lambda source, options: typed)
+    relations = ", ".join(str(r) for r in typed.schema.relations)
     assert main(["prepare", "synthetic:tiny", str(tmp_path / "typed"), "--link-split", "0.8,0.1,0.1"]) == 2
     assert one_sentence(capsys) == (
-        "salientpp prepare: error: synthetic:tiny is a typed graph (3 node types, 5 relations) and typed graphs are "
-        "not supported by --link-split yet; drop --link-split (link prediction stays homogeneous)")
+        "salientpp prepare: error: synthetic:tiny has 5 relations, so link prediction needs the one whose edges to "
+        f"hold out; name it with --link-relation, one of {relations}")
+    assert main(["prepare", "synthetic:tiny", str(tmp_path / "typed"), "--link-split", "0.8,0.1,0.1",
+                 "--link-relation", "author__reads__paper"]) == 2
+    assert one_sentence(capsys) == (f"salientpp prepare: error: unknown relation author__reads__paper; the graph's "
+                                    f"relations are {relations}")
+    assert main(["prepare", "synthetic:tiny", str(tmp_path / "typed"), "--link-relation", "writes"]) == 2
+    assert "--link-relation names the relation of --link-split, which is not given" in one_sentence(capsys)
     assert not (tmp_path / "typed").exists()
     assert main(["prepare", "synthetic:tiny", str(tmp_path / "typed")]) == 0
     assert "54 nodes, 244 directed edges of 3 types and 5 relations (features, labels and splits of the paper nodes)" \

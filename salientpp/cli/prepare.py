@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 
-from ..data.format import MULTICLASS, Dataset, save_dataset
+from ..data.format import MULTICLASS, Dataset, save_dataset, with_link_split
 from ..data.importers import ImportOptions, load_source
 from ..data.options import Source
-from ..data.links import parse_link_split, split_edges
+from ..data.links import link_relation, parse_link_split
 from ..data.synthetic import fits_in_memory, parse_spec, write_synthetic
 from ..errors import InputError, counted, shown
 from ..io import check_output_dir, check_output_location, mark_complete
@@ -24,9 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("out_dir", help="dataset directory to create (must not exist)")
     add_arguments(p, declared(ImportOptions))
     p.add_argument("--link-split", metavar="TRAIN,VALID,TEST",
-                   help="hold out edges for link prediction (homogeneous graphs only): fractions of the undirected "
-                        "edges (summing to at most 1); validation and test edges are removed from the graph (see "
-                        "docs/data.md)")
+                   help="hold out edges for link prediction: fractions of the edges of --link-relation (summing to "
+                        "at most 1); validation and test edges are removed from the graph with their reverses (see "
+                        "docs/link-prediction.md)")
+    p.add_argument("--link-relation", metavar="SRC__NAME__DST",
+                   help="with --link-split: the relation whose edges to hold out (e.g. user__rates__movie, or its "
+                        "name alone when unique); required on a typed graph, the only relation by default")
     p.set_defaults(func=run)
 
 
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
     check_output_location(args.out_dir, "the output directory")
     check_output_dir(args.out_dir)  # before a long import, not after it
     fractions = None if args.link_split is None else parse_link_split(args.link_split)
+    if args.link_relation is not None and fractions is None:
+        raise InputError("--link-relation names the relation of --link-split, which is not given; add --link-split "
+                         "0.85,0.05,0.10 or drop --link-relation")
     options = ImportOptions(**values_from(args, declared(ImportOptions)))
     start = time.perf_counter()
     scheme, _, spec = args.source.partition(":")
@@ -46,18 +51,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     dataset = load_source(args.source, options)
     if fractions is not None:
-        dataset.schema.require_homogeneous("--link-split", args.source, "drop --link-split (link prediction stays "
-                                           "homogeneous)")
+        relation = link_relation(dataset.schema, args.link_relation, args.source)
         if dataset.has_link_split:
             raise InputError(f"{args.source} already holds held-out edges (train_edges, valid_edges, test_edges); "
                              "drop --link-split to use them, or drop them from the archive")
-        rowptr, col, split = split_edges(dataset.rowptr, dataset.col, fractions, options.seed)
-        dataset = replace(dataset, rowptr=rowptr, col=col, link_split=split)
+        dataset = with_link_split(dataset, relation, fractions, options.seed)
     save_dataset(dataset, args.out_dir)
     mark_complete(args, args.out_dir)
     _summary(args.out_dir, dataset, start)
     if dataset.has_link_split:
-        print(f"held-out edges train/valid/test: {dataset.link_split.counts()} (valid and test are not in the graph)")
+        print(f"held-out edges of {dataset.link_split.relation} train/valid/test: {dataset.link_split.counts()} "
+              "(valid and test are not in the graph, nor are their reverses)")
     if dataset.input_id is not None:
         print(f"the edge list's ids (up to {int(dataset.input_id[-1]):,}) were sparse, so they were compacted to "
               f"0..{dataset.num_nodes - 1:,} ({counted(dataset.num_nodes, 'distinct id', spec=',')}); input_id.npy "

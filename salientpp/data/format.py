@@ -15,7 +15,9 @@ Layout (all arrays are plain ``.npy`` files, memory-mapped on load; nothing is p
                                      when ``prepare`` compacted the sparse ids of an edge list)
     train_edges.npy, valid_edges.npy, test_edges.npy
                    int64   [2, E_s]  optional, all three or none: held-out edges of link prediction
-                                     (:mod:`salientpp.data.links`); valid and test edges are not in the CSR
+                                     (:mod:`salientpp.data.links`) of the relation meta.json's
+                                     link_relation names (src__name__dst); valid and test edges are
+                                     not in the CSR, nor are their reverses
     meta.json      kind, counts, dtypes, source, one entry (dtype, shape, checksum) per file;
                    label_kind ("multiclass" | "multilabel"), label_dtype, and num_classes
                    (multiclass: every class id lies in [-1, num_classes)) or num_tasks (multilabel)
@@ -41,7 +43,7 @@ is not all NaN; every bool row). Split ids must be labelled.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +53,9 @@ from .. import __version__
 from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, read_rows, row_chunks, save_array, write_meta
 from .csr import check_csr
-from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out
-from .schema import GraphSchema, Typed
+from .links import (EDGE_SPLITS, LINK_RELATION_KEY, LinkSplit, check_edge_array, check_endpoint_types,
+                    check_held_out, recorded_relation, split_edges)
+from .schema import GraphSchema, Relation, Typed
 
 KIND = "salientpp-dataset"
 # The seed sets of a dataset, and the files that hold their node ids.
@@ -434,7 +437,8 @@ class Dataset(Typed):
         wrong types, rows not grouped by relation), ``x``, ``y`` without one row per target node,
         split ids outside the target's range, ``features`` keyed by the target or an unknown
         type, or with rows that ``x`` could not hold (``[n_t, F_t >= 1]`` float32/float16,
-        finite), and held-out edges (link prediction stays homogeneous). One
+        finite), and held-out edges of a relation the schema lacks or whose ends are not of the
+        relation's types. One
         pass over every array (features and labels in 32 MiB chunks; an unsorted split is sorted
         once; a binary search in the CSR per held-out edge and direction).
 
@@ -478,11 +482,21 @@ class Dataset(Typed):
                 raise InputError(f"input_id of {name} must hold distinct non-negative ids in ascending order; "
                                  "re-create the dataset")
         if self.link_split is not None:
-            schema.require_homogeneous("link prediction", name)
             fix = "re-create the dataset with prepare --link-split (or fix the held-out edges of its input)"
             for split_name, edges in self.link_split.arrays().items():
                 check_edge_array(edges, n, f"{split_name} of {name}", fix)
-            check_held_out(self.rowptr, self.col, self.link_split, name, fix)
+            check_endpoint_types(self.link_split, schema, name, fix)
+            check_held_out(self.rowptr, self.col, self.edge_rel, schema, self.link_split, name, fix)
+
+
+def with_link_split(dataset: Dataset, relation: Relation, fractions: tuple[float, float, float],
+                    seed: int = 0) -> Dataset:
+    """``dataset`` with held-out edges of ``relation`` (:func:`~salientpp.data.links.split_edges`
+    by ``fractions``, seeded by ``seed``): its graph without the validation and test edges and
+    their reverses, and the split in :attr:`Dataset.link_split`."""
+    rowptr, col, edge_rel, split = split_edges(dataset.rowptr, dataset.col, dataset.edge_rel, dataset.schema,
+                                               relation, fractions, seed)
+    return replace(dataset, rowptr=rowptr, col=col, edge_rel=edge_rel, link_split=split)
 
 
 def feature_file(schema: GraphSchema, node_type: str) -> str:
@@ -528,6 +542,7 @@ def dataset_meta(dataset: Dataset, files: dict[str, dict[str, Any]]) -> dict[str
         "num_test": int(dataset.test_idx.shape[0]),
         "files": files,
         **schema_meta(dataset),
+        **({} if dataset.link_split is None else {LINK_RELATION_KEY: str(dataset.link_split.relation)}),
         **dataset.extra_meta,
     }
 
@@ -566,11 +581,12 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
     if "input_id" in meta["files"]:
         arrays["input_id"] = load_listed(Path(path), "input_id", meta, "re-create the dataset directory",
                                          *FILE_FORMATS["input_id"], verify=verify)
+    schema = GraphSchema.from_meta(meta, int(arrays["rowptr"].shape[0]) - 1, f"meta.json in {path}")
     link_split = None
     if any(name in meta["files"] for name in EDGE_SPLITS):  # all three or none: a missing one is refused
         link_split = LinkSplit(*(load_listed(Path(path), name, meta, "re-create the dataset directory",
-                                             *FILE_FORMATS[name], verify=verify) for name in EDGE_SPLITS))
-    schema = GraphSchema.from_meta(meta, int(arrays["rowptr"].shape[0]) - 1, f"meta.json in {path}")
+                                             *FILE_FORMATS[name], verify=verify) for name in EDGE_SPLITS),
+                               relation=recorded_relation(meta, schema, f"the dataset directory {path}"))
     features = {}
     if not schema.is_homogeneous:
         arrays["edge_rel"] = load_listed(Path(path), "edge_rel", meta, "re-create the dataset directory",
@@ -582,7 +598,7 @@ def load_dataset(path: str | os.PathLike, verify: bool = True, validate: bool = 
                                                   *FILE_FORMATS["x"], verify=verify)
     reserved = {"kind", "salientpp_version", "source", "files", "num_nodes", "num_edges", "num_features",
                 "num_classes", "num_tasks", "label_kind", "label_dtype", "feature_dtype", "num_train", "num_valid",
-                "num_test", *SCHEMA_KEYS}
+                "num_test", LINK_RELATION_KEY, *SCHEMA_KEYS}
     declared = _declared_classes(meta, path) if arrays["y"].ndim == 1 else None  # else the label kind is refused
     dataset = Dataset(**arrays, source=meta.get("source", "unknown"), link_split=link_split,
                       extra_meta={k: v for k, v in meta.items() if k not in reserved}, declared_classes=declared,

@@ -12,9 +12,10 @@ from ..errors import InputError, shown
 from ..io import check_input_file
 from .convert import as_features, as_labels, as_split
 from .csr import build_csr
-from .format import Dataset
+from .format import Dataset, entry_relations
 from .links import EDGE_SPLITS, LinkSplit, check_edge_array, check_held_out, remove_edges
 from .options import ImportOptions
+from .schema import GraphSchema, Relation
 
 _NPZ_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")   # a zip archive (an empty one: end of central directory)
 _NPY_MAGIC = b"\x93NUMPY"
@@ -63,11 +64,14 @@ def _from_npz(path: Path, options: ImportOptions) -> Dataset:
     x = arrays["x"]
     num_nodes = int(x.shape[0]) if x.ndim >= 1 else 0
     rowptr, col = build_csr(arrays["edge_index"], num_nodes, options.keep_self_loops)
-    link_split = _npz_link_split(arrays, path, num_nodes)
+    schema = GraphSchema.homogeneous(num_nodes)
+    link_split = _npz_link_split(arrays, path, num_nodes, schema.relations[0])
     if link_split is not None:  # held-out edges leave the message-passing graph
-        rowptr, col = remove_edges(rowptr, col, np.concatenate([link_split.valid, link_split.test], axis=1))
-        check_held_out(rowptr, col, link_split, str(path), "every training edge must be in edge_index and in "
-                       "neither valid_edges nor test_edges")
+        edge_rel = entry_relations(None, schema, col.shape[0])
+        rowptr, col, edge_rel = remove_edges(rowptr, col, edge_rel, np.concatenate([link_split.valid, link_split.test],
+                                                                                  axis=1), 0, 0)
+        check_held_out(rowptr, col, edge_rel, schema, link_split, str(path), "every training edge must be in "
+                       "edge_index and in neither valid_edges nor test_edges")
     return Dataset(rowptr=rowptr, col=col, x=as_features(x, num_nodes, f"x in {path}"),
                    y=as_labels(arrays["y"], num_nodes, f"y in {path}"),
                    train_idx=as_split(arrays["train_idx"], num_nodes, "train_idx"),
@@ -76,10 +80,11 @@ def _from_npz(path: Path, options: ImportOptions) -> Dataset:
                    source=f"npz:{path.resolve()}", link_split=link_split)
 
 
-def _npz_link_split(arrays: dict[str, np.ndarray], path: Path, num_nodes: int) -> LinkSplit | None:
+def _npz_link_split(arrays: dict[str, np.ndarray], path: Path, num_nodes: int, relation: Relation
+                    ) -> LinkSplit | None:
     """The held-out edges of an npz archive (keys ``train_edges``, ``valid_edges``, ``test_edges``,
     integer ``[2, E_s]`` of ids in ``[0, num_nodes)`` without self loops, all three or none) as
-    int64, or ``None`` without them."""
+    int64 edges of ``relation`` (the graph's one), or ``None`` without them."""
     given = [key for key in EDGE_SPLITS if key in arrays]
     if not given:
         return None
@@ -95,4 +100,4 @@ def _npz_link_split(arrays: dict[str, np.ndarray], path: Path, num_nodes: int) -
         array = array.astype(np.int64)
         check_edge_array(array, num_nodes, f"{key} in {path}", "fix the held-out edges")
         edges.append(array)
-    return LinkSplit(*edges)
+    return LinkSplit(*edges, relation=relation)

@@ -12,8 +12,9 @@ import numpy as np
 from ..errors import InputError, shown
 from .convert import as_features, as_labels, as_split, check_feature_dtype, checked
 from .csr import build_csr, build_typed_csr
-from .format import Dataset
-from .schema import HOMOGENEOUS_RELATION, HOMOGENEOUS_TYPE, GraphSchema
+from .format import Dataset, labelled, with_link_split
+from .links import check_link_split, link_relation
+from .schema import HOMOGENEOUS_RELATION, HOMOGENEOUS_TYPE, RELATION_SEPARATOR, GraphSchema, Relation
 
 # The attributes a Data must have, with the end of the sentence that says how to give them.
 _REQUIRED = (
@@ -64,7 +65,9 @@ def _is_hetero(data: Any) -> bool:
 
 
 def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: Any = None, test: Any = None,
-             feature_dtype: str = "float32", keep_self_loops: bool = False, source: str | None = None) -> Dataset:
+             feature_dtype: str = "float32", keep_self_loops: bool = False, source: str | None = None,
+             target_edge: str | tuple[str, str, str] | None = None,
+             link_split: tuple[float, float, float] | None = None, seed: int = 0) -> Dataset:
     """A validated :class:`Dataset` from a ``torch_geometric.data.Data`` or ``HeteroData``.
 
     The graph is built as ``salientpp prepare npz:...`` builds it (the same helpers): edges are
@@ -104,6 +107,18 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
         feature_dtype: ``"float32"`` or ``"float16"`` (every type's features).
         keep_self_loops: keep ``(v, v)`` edges.
         source: ``Dataset.source`` (meta.json's ``source``); default ``"pyg:<class name>"``.
+        link_split: ``(train, valid, test)`` fractions of the edges of ``target_edge`` to hold out for
+            link prediction (``salientpp prepare --link-split``'s: :func:`~salientpp.data.links.split_edges`,
+            seeded by ``seed``): validation and test edges leave the graph together with their
+            reverses (PyG's ``RandomLinkSplit(edge_types=..., rev_edge_types=...)``). With it,
+            ``y`` and the node splits may be left out (link prediction reads neither): every
+            node of the target type is then of class 0, and the training split holds the
+            labelled ones; and ``target`` may be left out: the destination type of
+            ``target_edge`` when it has features, else its source type.
+        target_edge: the relation whose edges ``link_split`` holds out (an edge type such as
+            ``("user", "rates", "movie")``, ``"user__rates__movie"``, or a name no other relation
+            has): required for a ``HeteroData`` of several edge types, a ``Data``'s one relation by
+            default; refused without ``link_split``.
 
     Raises :class:`InputError` with one sentence on anything :func:`salientpp.data.importers.load_source`
     would refuse, and for a missing attribute, a sparse or meta-device tensor, a ``num_nodes``
@@ -115,11 +130,17 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
     """
     kind = type(data).__name__
     check_feature_dtype(feature_dtype)
-    graph = _Graph(data, kind, target, keep_self_loops)
+    if target_edge is not None and link_split is None:
+        raise InputError("target_edge= names the relation of link_split=, which is not given; pass link_split=(0.85, "
+                         "0.05, 0.10) or drop target_edge=")
+    linked = link_split is not None
+    graph = _Graph(data, kind, target, keep_self_loops, linked, target_edge)
     schema = graph.schema
     start, stop = schema.target_range
     target_prefix = graph.prefix(schema.target)
-    y = _numpy(graph.target_store.y, f"{target_prefix}.y")
+    given_y = getattr(graph.target_store, "y", None)
+    y = (np.zeros(stop - start, dtype=np.int64) if given_y is None and linked
+         else _numpy(given_y, f"{target_prefix}.y"))
     if y.ndim >= 1 and y.shape[0] != stop - start:  # before the splits, which would be blamed for x's rows
         raise InputError(f"{target_prefix}.y has {y.shape[0]} rows but {target_prefix}.x has {stop - start}; give "
                          "one row of each per node")
@@ -127,6 +148,9 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
     for (argument, mask), given in zip(_SPLITS, (train, valid, test)):
         value = given if given is not None else getattr(graph.target_store, mask, None)
         what = argument if given is not None else f"{target_prefix}.{mask}"
+        if value is None and linked:  # the node splits of a link dataset: every labelled node trains
+            value = labelled(as_labels(y, stop - start, f"{target_prefix}.y")) if argument == "train" else \
+                np.zeros(0, dtype=np.int64)
         if value is None:
             raise InputError(f"the {argument} split is missing: pass {argument}=<node ids or boolean mask> or give "
                              f"the {graph.what(schema.target)} a boolean {mask} attribute")
@@ -146,7 +170,19 @@ def from_pyg(data: Any, *, target: str | None = None, train: Any = None, valid: 
     dataset = Dataset(rowptr=rowptr, col=col, x=x_dict.pop(schema.target), y=y, train_idx=splits["train"],
                       valid_idx=splits["valid"], test_idx=splits["test"], source=source or f"pyg:{kind}",
                       schema=schema, edge_rel=edge_rel, features=x_dict)
+    if linked:
+        fractions = check_link_split(link_split, "link_split=")
+        dataset = with_link_split(dataset, graph.link_relation, fractions, seed)
     return checked(dataset, feature_dtype)
+
+
+def _relation_ends(target_edge: str | tuple[str, str, str], edge_types: Any) -> tuple[str, ...]:
+    """``(dst, src)`` of the edge type ``target_edge`` names (a triple, ``"src__name__dst"``, or a
+    name one edge type has), or ``()`` when it names none (refused later, naming the relations)."""
+    for key in edge_types:
+        if target_edge in (key, key[1], RELATION_SEPARATOR.join(key)):
+            return key[2], key[0]
+    return ()
 
 
 class _Graph:
@@ -157,7 +193,8 @@ class _Graph:
     present) and their edges (``edge_index``: edge type -> int ``[2, E]``, ids counted within
     their types)."""
 
-    def __init__(self, data: Any, kind: str, target: str | None, keep_self_loops: bool):
+    def __init__(self, data: Any, kind: str, target: str | None, keep_self_loops: bool, linked: bool,
+                 target_edge: str | tuple[str, str, str] | None):
         self.kind = kind
         self.hetero = kind == "HeteroData" or _is_hetero(data)
         if not self.hetero:
@@ -170,12 +207,17 @@ class _Graph:
         else:
             self.nodes = {t: data[t] for t in data.node_types}
             self.edges = {tuple(e): data[e] for e in data.edge_types}
+            if target is None and linked and target_edge is not None:  # an end of the relation with features
+                ends = _relation_ends(target_edge, self.edges)
+                target = next((t for t in ends if getattr(self.nodes.get(t), "x", None) is not None), None)
             if target is None or target not in self.nodes:
                 given = "no target=" if target is None else f"the unknown target={shown(target)}"
                 raise InputError(f"from_pyg of a HeteroData got {given}; pass target=TYPE, the node type that carries "
                                  f"the labels and splits, one of {', '.join(map(shown, self.nodes)) or 'none'}")
         self.target_store = self.nodes[target]
         for attribute, message in _REQUIRED:
+            if attribute == "y" and linked:  # a link dataset's labels are optional (from_pyg)
+                continue
             stores = self.edges if attribute == "edge_index" else {target: self.target_store}
             for key, store in stores.items():
                 if getattr(store, attribute, None) is None:
@@ -194,6 +236,9 @@ class _Graph:
         self.keep_self_loops = keep_self_loops
         self.schema = GraphSchema.with_reverses(list(self.nodes), counts, self.edges, target,
                                                 list(self.edge_index.values()), keep_self_loops)
+        # the relation of link prediction (linked), else None: read by from_pyg only when linked
+        self.link_relation: Relation | None = (link_relation(self.schema, target_edge, f"the {kind}", "target_edge=")
+                                               if linked else None)
 
     def _count(self, node_type: str) -> int:
         """Nodes of ``node_type``: its ``num_nodes`` where it is given (an integer, equal to the

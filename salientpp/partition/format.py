@@ -13,7 +13,8 @@ Layout (``.npy`` arrays + ``meta.json``; partition k owns the new ids ``[offsets
                          int64 sorted NEW global ids of the owned split nodes
     part_<k>/train_edges.npy, valid_edges.npy, test_edges.npy
                          optional (datasets with held-out edges): int64 [2, E_k] the split's edges
-                         whose SOURCE partition k owns, NEW global ids, sorted by source then destination
+                         whose SOURCE partition k owns, NEW global ids, sorted by source then destination;
+                         edges of the relation meta.json's link_relation names (src__name__dst)
 
 A typed graph (:mod:`salientpp.data.schema`) is renumbered partition-major and type-minor:
 partition k's nodes of type t hold the new ids ``[type_offsets[k*T + t], type_offsets[k*T + t + 1])``
@@ -52,8 +53,8 @@ from ..data.format import (FILE_FORMATS, LABEL_KINDS, MULTICLASS, MULTICLASS_DTY
                            first_nonfinite_row)
 from ..errors import InputError, counted, shown
 from ..io import atomic_output_dir, load_listed, meta_count, read_meta, save_array, write_meta
-from ..data.links import EDGE_SPLITS, check_edge_array
-from ..data.schema import GraphSchema, Typed
+from ..data.links import EDGE_SPLITS, check_edge_array, recorded_relation
+from ..data.schema import GraphSchema, Relation, Typed
 from .book import PartitionBook
 
 KIND = "salientpp-partitioned"
@@ -227,6 +228,13 @@ class PartitionedDataset(Typed):
             raise InputError(f"--task link needs held-out edges, which {self.path} lacks; prepare the dataset with "
                              "`salientpp prepare SOURCE OUT --link-split 0.85,0.05,0.10` and partition it again")
 
+    @property
+    def link_relation(self) -> Relation:
+        """The relation of the held-out edges (meta.json's ``link_relation``; the graph's only
+        relation in a directory that names none): their sources are of its ``src`` type, their
+        destinations of its ``dst`` type."""
+        return recorded_relation(self.meta, self.schema, f"meta.json in {self.path}")
+
     def degree(self) -> np.ndarray:
         return np.diff(self.rowptr)
 
@@ -347,13 +355,26 @@ class PartitionedDataset(Typed):
         for name in SPLIT_FILES:
             check_ids(getattr(part, name), part.y, start, stop, str(folder / f"{name}.npy"), FIX,
                       strictly_increasing=True)
-        for name in EDGE_SPLITS if self.has_link_split else ():
+        if self.has_link_split:
+            self._check_edges(k, part)
+
+    def _check_edges(self, k: int, part: PartData) -> None:
+        """:class:`InputError` unless partition ``k``'s held-out edges join nodes of the types of
+        their relation and have sources it owns."""
+        folder, relation = self.path / f"part_{k}", self.link_relation
+        for name in EDGE_SPLITS:
             edges = getattr(part, name)
             check_edge_array(edges, self.num_nodes, str(folder / f"{name}.npy"), FIX)
-            outside = (edges[0] < start) | (edges[0] >= stop)
+            outside = np.asarray(self.book.owner(edges[0])) != k
             if outside.any():
                 raise InputError(f"{folder / f'{name}.npy'} holds edge source {int(edges[0, outside.argmax()])}, "
                                  f"which partition {k} does not own; {FIX}")
+            for side, node_type in enumerate((relation.src, relation.dst)):
+                wrong = np.asarray(self.book.type_of(edges[side])) != self.schema.type_index(node_type)
+                if wrong.any():
+                    raise InputError(f"{folder / f'{name}.npy'} holds the node {int(edges[side, wrong.argmax()])} in "
+                                     f"row {side}, which is not of the type {shown(node_type)} of the relation "
+                                     f"{shown(str(relation))}; {FIX}")
 
 
 def save_partitioned(out_dir: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray, offsets: np.ndarray,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.format import Dataset, label_meta
-from ..data.links import EDGE_SPLITS
+from ..data.links import EDGE_SPLITS, LINK_RELATION_KEY
 from ..data.schema import GraphSchema
 from ..errors import InputError, check_int, counted
 from ..io import atomic_output_dir, check_output_dir
@@ -240,6 +240,8 @@ def partition_dataset(dataset: Dataset, out_dir: str | os.PathLike, num_parts: i
         write_partitioned_meta(tmp, {"source": dataset.source, **label_meta(dataset.y, dataset.declared_classes),
                                      "method": used, **({"fallback": fallback} if fallback else {}), "seed": seed,
                                      "constraints": list(names), "quality": quality.to_dict(),
-                                     **(dataset.schema.to_meta() if dataset.is_typed else {})}, target.files)
+                                     **(dataset.schema.to_meta() if dataset.is_typed else {}),
+                                     **({} if dataset.link_split is None else
+                                        {LINK_RELATION_KEY: str(dataset.link_split.relation)})}, target.files)
     clock.lap(WRITE)
     return PartitionReport(quality, clock.timings, used, fallback)
