@@ -16,7 +16,7 @@ from salientpp.errors import InputError
 from salientpp.partition.book import PartitionBook
 from salientpp.sampling import BulkSampler, FetchContext, NeighborLoader, NeighborSampler
 from salientpp.sampling.bulk import select_rows
-from test_sampler import ALPHA, edge_counts, random_graph, stars, without_replacement_pvalue
+from test_sampler import ALPHA, edge_counts, random_graph, stars, typed_graph, without_replacement_pvalue
 from test_sampler_fetch import complete
 
 
@@ -137,27 +137,56 @@ def test_bulk_nodewise_random_graph_neighbours_are_uniform(fanout):
 # --- 2. Two-sample comparison with the C++ sampler ------------------------------------------------------------
 
 
-def test_bulk_nodewise_reaches_as_many_nodes_per_hop_as_cpp_sampler():
-    """Both samplers give the same distribution of |S^h|, the nodes reached after hop h.
+def typed_hop_sizes(batch, num_types: int) -> np.ndarray:
+    """int64 ``[L + 1, T]``: the nodes of each type reached after hop 0 (the seeds), 1, ..., L."""
+    node_type = batch.node_type.numpy()
+    return np.stack([np.bincount(node_type[:n], minlength=num_types) for n in hop_sizes(batch)])
 
-    This is where the semantics matter (every node reached so far draws again at every hop):
-    a sampler that expanded only the newest frontier would reach fewer nodes at hop 2.
-    """
+
+def homogeneous_case():
     rowptr, col = random_graph(1500, 6000, seed=7)  # mean degree 8
-    seeds = torch.arange(0, 1500, 50)  # 30 seeds
-    fanouts, runs = [4, 3], 600
-    cpp = np.array([hop_sizes(NeighborSampler(rowptr, col, fanouts).sample(seeds, seed=21, batch_index=i))
+    return rowptr, col, {}, [4, 3], [4, 2], torch.arange(0, 1500, 50)  # 30 seeds; one neighbour fewer at hop 2
+
+
+def typed_case():
+    schema, rowptr, col, edge_rel = typed_graph(seed=3)  # relation degrees 0 .. ~20
+    fanouts = {"cites": [3, 2], "writes": [2, 3], "rev_writes": [2, 2], "affiliated_with": [1, 1],
+               "rev_affiliated_with": [2, 2]}
+    fewer = {**fanouts, "writes": [2, 2]}  # papers draw one author fewer at hop 2
+    return rowptr, col, {"edge_rel": edge_rel, "schema": schema}, fanouts, fewer, torch.arange(0, 300, 10)
+
+
+@pytest.mark.parametrize("case", [homogeneous_case, typed_case])
+def test_bulk_nodewise_reaches_as_many_nodes_of_each_type_per_hop_as_cpp_sampler(case):
+    """Both samplers give the same distribution of the nodes of each type reached after hop h.
+
+    This is where the semantics matter (every node reached so far draws again at every hop, along
+    each relation into its type with that relation's fanout): a sampler that expanded only the
+    newest frontier, or mixed the relations' fanouts, would reach other numbers at hop 2.
+    """
+    rowptr, col, typed, fanouts, fewer_fanouts, seeds = case()
+    runs = 600
+    num_types = typed["schema"].num_types if typed else 1
+    cpp_sampler = NeighborSampler(rowptr, col, fanouts, **typed)
+    cpp = np.array([typed_hop_sizes(cpp_sampler.sample(seeds, seed=21, batch_index=i), num_types)
                     for i in range(runs)])
-    ours = np.array([hop_sizes(b) for b in bulk_batches(BulkSampler(rowptr, col, fanouts), [seeds] * runs, 22)])
-    fewer = np.array([hop_sizes(b) for b in bulk_batches(BulkSampler(rowptr, col, [4, 2]), [seeds] * runs, 23)])
-    # 2 hops x 2 tests, Bonferroni: a correct sampler fails with probability <= ALPHA overall.
-    # Welch's t on means (600 iid sizes each: the CLT holds) and KS on the whole distribution
-    # (conservative with ties, so it never rejects a correct sampler more often than ALPHA / 4).
-    for hop in (1, 2):
-        assert stats.ttest_ind(ours[:, hop], cpp[:, hop], equal_var=False).pvalue > ALPHA / 4
-        assert stats.ks_2samp(ours[:, hop], cpp[:, hop]).pvalue > ALPHA / 4
-    # The test has power: one neighbour fewer at hop 2 is rejected by far.
-    assert stats.ttest_ind(fewer[:, 2], cpp[:, 2], equal_var=False).pvalue < 1e-10
+    ours, fewer = (np.array([typed_hop_sizes(b, num_types)
+                             for b in bulk_batches(BulkSampler(rowptr, col, f, **typed), [seeds] * runs, s)])
+                   for f, s in ((fanouts, 22), (fewer_fanouts, 23)))
+    # Every (hop >= 1, type) whose size varies, x 2 tests, Bonferroni: a correct sampler fails with
+    # probability <= ALPHA overall. Welch's t on means (600 iid sizes each: the CLT holds) and KS on
+    # the whole distribution (conservative with ties, so it never rejects a correct sampler more
+    # often than its level).
+    tested = [(h, t) for h in range(1, cpp.shape[1]) for t in range(num_types) if cpp[:, h, t].std() > 0]
+    assert len(tested) >= (2 if not typed else 4)
+    level = ALPHA / (2 * len(tested))
+    for h, t in tested:
+        assert stats.ttest_ind(ours[:, h, t], cpp[:, h, t], equal_var=False).pvalue > level
+        assert stats.ks_2samp(ours[:, h, t], cpp[:, h, t]).pvalue > level
+        assert np.array_equal(ours[:, 0, t], cpp[:, 0, t])  # the seeds
+    # The test has power: one neighbour fewer at hop 2 (along one relation) is rejected by far.
+    reached = fewer[:, 2].sum(1), cpp[:, 2].sum(1)
+    assert stats.ttest_ind(*reached, equal_var=False).pvalue < 1e-10
 
 
 # --- 3. Batches do not depend on the bulk ---------------------------------------------------------------------
@@ -454,6 +483,41 @@ def test_bad_bulk_options_are_refused(kwargs, match):
     args = dict(fanouts=[3, 2]) | kwargs
     with pytest.raises(InputError, match=match):
         BulkSampler(rowptr, col, **args)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda rel: rel[:-1], "one entry per entry of col"),
+    (lambda rel: np.where(rel == rel.max(), 9, rel).astype(np.int8), "relations outside"),
+    (lambda rel: rel[::-1].copy(), "group each row's entries by relation"),
+])
+def test_a_typed_graph_with_bad_relations_is_refused(change, match):
+    schema, rowptr, col, edge_rel = typed_graph()
+    with pytest.raises(InputError, match=match):
+        BulkSampler(rowptr, col, [3, 2], edge_rel=change(edge_rel), schema=schema)
+    with pytest.raises(InputError, match="needs the graph's schema"):
+        BulkSampler(rowptr, col, [3, 2], edge_rel=edge_rel)
+    with pytest.raises(InputError, match="draws homogeneous graphs only"):
+        BulkSampler(rowptr, col, [30, 30], method="ladies", schema=schema)
+
+
+def test_a_typed_partitioning_trains_on_two_ranks_with_the_bulk_sampler_and_reports_macro_f1(typed_partitions,
+                                                                                            tmp_path):
+    """The typed bulk sampler in a run: per-relation fanouts, a featureless type's embedding, the
+    batches' node and edge types read by R-SAGE; the typed node task reports --metric f1-macro."""
+    import json
+
+    from conftest import exit_code
+
+    root, _ = typed_partitions
+    log = tmp_path / "log.jsonl"
+    argv = ["train", str(root / "p2"), "--sampler", "bulk", "--bulk-size", "2", "--metric", "f1-macro",
+            "--embedding-dim", "4", "--layers", "2", "--fanouts", "cites=3,2;writes=2,2;rev_writes=2,0;at=1,1;"
+            "rev_at=1,1", "--batch-size", "4", "--epochs", "3", "--json", str(log), "--quiet"]
+    assert exit_code(argv) == 0
+    history = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(history) == 3 and all(h["metric"] == "f1-macro" for h in history)
+    assert all(0.0 <= h[key] <= 1.0 for h in history for key in ("valid_metric", "test_metric"))
+    assert all(h["comm"]["received"] > 0 and h["embedding_comm"]["received"] > 0 for h in history)
 
 
 def _nice(tid: int) -> int:

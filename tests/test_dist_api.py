@@ -423,7 +423,7 @@ def test_a_typed_batch_runs_the_built_in_rsage_and_becomes_a_hetero_data(typed_p
 @pytest.mark.parametrize("fanouts, sampler, phrase", [
     ({"writes": [3, 2]}, "nodewise", "gives no list for the relations"),
     ({"writes": [3, 2], "nope": [3, 2]}, "nodewise", "nope"),
-    ([3, 2], "bulk", "draws homogeneous graphs only"),
+    ([3, 2], "ladies", "draws homogeneous graphs only"),
 ])
 def test_a_typed_loader_refuses_bad_fanouts_or_an_untyped_sampler_in_one_sentence(typed_partitions, fanouts, sampler,
                                                                                    phrase):

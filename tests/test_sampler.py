@@ -1,4 +1,5 @@
-"""The C++ neighbour sampler: exact uniformity, MFG structure, determinism, errors."""
+"""The C++ neighbour sampler: exact uniformity, MFG structure, determinism, errors; on typed graphs
+the bulk node-wise sampler too (the two draw the same distribution)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from salientpp._ext import extension
 from salientpp.data.csr import build_csr, build_typed_csr
 from salientpp.data.schema import GraphSchema, Relation
 from salientpp.errors import InputError
-from salientpp.sampling import MFG, NeighborSampler
+from salientpp.sampling import MFG, BulkSampler, NeighborSampler
 
 # Significance level of the uniformity tests. Under an exactly uniform sampler the p-value is
 # Uniform(0, 1), so a fixed seed has a 0.1% chance of being an unlucky one (and the tests are
@@ -306,8 +307,13 @@ def relation_degrees(rowptr, edge_rel, num_relations):
     return np.bincount(row * num_relations + edge_rel, minlength=n * num_relations).reshape(n, num_relations)
 
 
+# The node-wise samplers of typed graphs: the C++ one and the bulk one (on the CPU).
+TYPED_SAMPLERS = [NeighborSampler, BulkSampler]
+
+
+@pytest.mark.parametrize("sampler_class", TYPED_SAMPLERS)
 @pytest.mark.parametrize("replace", [False, True])
-def test_a_typed_batch_draws_each_relations_fanout_among_that_relations_neighbours(replace):
+def test_a_typed_batch_draws_each_relations_fanout_among_that_relations_neighbours(replace, sampler_class):
     schema, rowptr, col, edge_rel = typed_graph()
     R = schema.num_relations
     # Hop 0 draws some relations, none (0) or all (-1) of others; hop 1 one list for every relation would
@@ -317,7 +323,7 @@ def test_a_typed_batch_draws_each_relations_fanout_among_that_relations_neighbou
     if replace:
         fanouts["cites"], fanouts["rev_affiliated_with"] = [3, 2], [6, 5]
         del fanouts["institution__rev_affiliated_with__author"]
-    sampler = NeighborSampler(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema)
+    sampler = sampler_class(rowptr, col, fanouts, replace=replace, edge_rel=edge_rel, schema=schema)
     table = sampler.fanouts
     assert table.shape == (2, R) and table.dtype == np.int64
     keys = typed_keys(rowptr, col, edge_rel, R)
@@ -350,8 +356,9 @@ def test_a_typed_batch_draws_each_relations_fanout_among_that_relations_neighbou
             assert np.unique(np.stack([dst, src]), axis=1).shape[1] == src.shape[0], "duplicate neighbour in a hop"
 
 
+@pytest.mark.parametrize("sampler_class", TYPED_SAMPLERS)
 @pytest.mark.parametrize("replace", [False, True])
-def test_a_typed_sampler_draws_each_neighbour_of_a_relation_uniformly(replace):
+def test_a_typed_sampler_draws_each_neighbour_of_a_relation_uniformly(replace, sampler_class):
     """Over B independent batches each entry u of relation r in row v is drawn f/deg_r(v) times
     per batch on average (without replacement: in each batch with probability p = f/deg; with
     replacement: Binomial(f, 1/deg) times), so its count has mean B p and standard error
@@ -362,7 +369,7 @@ def test_a_typed_sampler_draws_each_neighbour_of_a_relation_uniformly(replace):
     schema, rowptr, col, edge_rel = typed_graph(seed=1)
     R = schema.num_relations
     table = {"cites": [2], "writes": [3], "rev_writes": [1], "affiliated_with": [1], "rev_affiliated_with": [4]}
-    sampler = NeighborSampler(rowptr, col, table, replace=replace, edge_rel=edge_rel, schema=schema)
+    sampler = sampler_class(rowptr, col, table, replace=replace, edge_rel=edge_rel, schema=schema)
     fanout = sampler.fanouts[0]
     keys = typed_keys(rowptr, col, edge_rel, R)
     n = schema.total_nodes
@@ -412,14 +419,15 @@ def test_a_typed_sampler_of_one_relation_draws_the_untyped_batches():
                 assert torch.equal(b_type, torch.zeros(a_edges.shape[1], dtype=torch.int64))
 
 
-def test_a_typed_graph_of_one_relation_samples_like_the_homogeneous_graph():
-    """Two node types, the second isolated, one relation: NeighborSampler takes the typed path and
+@pytest.mark.parametrize("sampler_class", TYPED_SAMPLERS)
+def test_a_typed_graph_of_one_relation_samples_like_the_homogeneous_graph(sampler_class):
+    """Two node types, the second isolated, one relation: a typed sampler takes the typed path and
     gives the homogeneous sampler's batches, with edge and node types."""
     rowptr, col = random_graph(400, 3000, seed=12)
     rowptr = np.concatenate([rowptr, np.full(10, rowptr[-1])])  # 10 isolated nodes of type "b"
     schema = GraphSchema(("a", "b"), (400, 10), (Relation("a", "to", "a"),), (0,), "a")
-    typed = NeighborSampler(rowptr, col, [4, 3], edge_rel=np.zeros(col.shape[0], dtype=np.int8), schema=schema)
-    plain = NeighborSampler(rowptr, col, [4, 3])
+    typed = sampler_class(rowptr, col, [4, 3], edge_rel=np.zeros(col.shape[0], dtype=np.int8), schema=schema)
+    plain = sampler_class(rowptr, col, [4, 3])
     seeds = torch.tensor([0, 5, 405, 77])
     a, b = plain.sample(seeds, seed=1), typed.sample(seeds, seed=1)
     assert torch.equal(a.node_type, torch.zeros(a.num_nodes, dtype=torch.int64)) and a.node_type.stride() == (0,)
@@ -441,10 +449,11 @@ def test_typed_mfgs_and_batches_move_their_types():
     assert MFG.empty().edge_type.shape == MFG.empty().to("cpu").edge_type.shape == (0,)
 
 
-def test_a_typed_batch_takes_its_node_types_from_the_given_type_of_where_ids_are_renumbered():
+@pytest.mark.parametrize("sampler_class", TYPED_SAMPLERS)
+def test_a_typed_batch_takes_its_node_types_from_the_given_type_of_where_ids_are_renumbered(sampler_class):
     schema, rowptr, col, edge_rel = typed_graph()
     blocks = lambda ids: (np.asarray(ids) * 7) % schema.num_types  # noqa: E731  (any renumbering's lookup)
-    sampler = NeighborSampler(rowptr, col, [3, 2], edge_rel=edge_rel, schema=schema, type_of=blocks)
+    sampler = sampler_class(rowptr, col, [3, 2], edge_rel=edge_rel, schema=schema, type_of=blocks)
     batch = sampler.sample(torch.arange(0, 300, 7), seed=3)
     assert np.array_equal(batch.node_type.numpy(), blocks(batch.n_id.numpy()))
     assert not np.array_equal(batch.node_type.numpy(), schema.type_of(batch.n_id.numpy()))

@@ -176,18 +176,18 @@ def test_a_kind_that_draws_homogeneous_graphs_only_refuses_a_typed_graph():
     from test_sampler import typed_graph
 
     schema, rowptr, col, edge_rel = typed_graph()
-    for name in ("bulk", "ladies"):
-        kind = check_sampler(name)
-        assert not kind.typed
-        sentence = f"the {name} sampler draws homogeneous graphs only; use --sampler nodewise"
-        assert _message(lambda: check_typed_graph(kind, schema)) == sentence
-        assert _message(lambda: make_sampler(rowptr, col, [4, 4], name, edge_rel=edge_rel, schema=schema)) == sentence
-        assert _message(lambda: fanout_table([4, 4], schema, kind)) == sentence
-        check_typed_graph(kind, GraphSchema.homogeneous(10))  # a homogeneous schema is every kind's
-    assert NODEWISE.typed
-    sampler = make_sampler(rowptr, col, {"cites": [3], "writes": [2], "rev_writes": [0], "affiliated_with": [1],
-                                         "rev_affiliated_with": [-1]}, "nodewise", edge_rel=edge_rel, schema=schema)
-    assert isinstance(sampler, NeighborSampler) and sampler.fanouts.tolist() == [[3, 2, 0, 1, -1]]
+    kind = check_sampler("ladies")
+    assert not kind.typed
+    sentence = "the ladies sampler draws homogeneous graphs only; use --sampler nodewise or bulk"
+    assert _message(lambda: check_typed_graph(kind, schema)) == sentence
+    assert _message(lambda: make_sampler(rowptr, col, [4, 4], "ladies", edge_rel=edge_rel, schema=schema)) == sentence
+    assert _message(lambda: fanout_table([4, 4], schema, kind)) == sentence
+    check_typed_graph(kind, GraphSchema.homogeneous(10))  # a homogeneous schema is every kind's
+    for name, sampler_class in (("nodewise", NeighborSampler), ("bulk", BulkSampler)):
+        assert check_sampler(name).typed
+        sampler = make_sampler(rowptr, col, {"cites": [3], "writes": [2], "rev_writes": [0], "affiliated_with": [1],
+                                             "rev_affiliated_with": [-1]}, name, edge_rel=edge_rel, schema=schema)
+        assert isinstance(sampler, sampler_class) and sampler.fanouts.tolist() == [[3, 2, 0, 1, -1]]
 
 
 def _typed_schema() -> GraphSchema:
@@ -288,7 +288,7 @@ def test_the_fanout_table_refuses_a_bad_table_in_one_sentence(fanouts, schema, e
 def test_a_table_given_whole_obeys_the_kinds_and_the_layers_rules():
     schema = _typed_schema()
     assert _message(lambda: fanout_table(np.full((2, 5), 4), schema, LADIES)) == (
-        "the ladies sampler draws homogeneous graphs only; use --sampler nodewise")
+        "the ladies sampler draws homogeneous graphs only; use --sampler nodewise or bulk")
     assert _message(lambda: fanout_table([[64], [-1]], kind=LADIES)) == _message(
         lambda: check_fanouts([64, -1], LADIES))
     expected = "--fanouts gives 2 hops but 3 layers are sampled; pass one fanout per layer"

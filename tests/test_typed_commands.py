@@ -48,7 +48,6 @@ def test_a_command_without_typed_graphs_refuses_one_in_one_sentence(typed_dirs, 
     (["--embedding-dim", "4", "--fanouts", "writes=3,2"], "gives no list for the relations"),
     (["--embedding-dim", "4", "--fanouts", "3,2,2"], "--fanouts gives 3 hops but 2 layers are sampled"),
     (["--embedding-dim", "4", "--eval-fanouts", "writes=3,2"], "--eval-fanouts gives no list for the relations"),
-    (["--embedding-dim", "4", "--sampler", "bulk"], "draws homogeneous graphs only"),
 ])
 def test_bad_typed_training_input_is_refused_in_one_sentence_before_any_rank_starts(typed_dirs, capsys, no_ranks,
                                                                                    options, phrase):

@@ -6,13 +6,16 @@ rows), the row-selection matrix :math:`Q \in \{0,1\}^{R \times N}` has one 1 per
 (a row gather: for a selection matrix it is exactly the sparse product; ``tests`` check it
 against ``torch.sparse.mm``). Each hop then samples ``P``:
 
-* **node-wise** (``method="nodewise"``), per row: ``min(f, d)`` distinct entries, every subset of
-  that size equally likely: Floyd's algorithm run for all rows at once, one vectorised step per
-  drawn entry (for ``f > 32``, the ``f`` entries of smallest independent uniform key); ``P``
-  stays implicit (each row is a slice of ``A``'s ``col``), so undrawn entries cost nothing;
-  ``f = -1`` keeps the whole row.
-  With ``replace=True``: ``f`` independent uniform entries. This is the distribution of the C++
-  :class:`~salientpp.sampling.NeighborSampler`, including its semantics (every node reached so far
+* **node-wise** (``method="nodewise"``), per row and relation ``r`` (a typed graph's CSR groups a
+  row's entries by relation, ascending, so a row is ``R`` consecutive segments; a homogeneous
+  graph's row is one): ``min(f_r, d_r)`` distinct entries of the segment, every subset of that
+  size equally likely: Floyd's algorithm run for all segments at once, one vectorised step per
+  drawn entry (for ``f_r > 32``, the ``f_r`` entries of smallest independent uniform key); ``P``
+  stays implicit (each segment is a slice of ``A``'s ``col``), so undrawn entries cost nothing;
+  ``f_r = -1`` keeps the whole segment, ``f_r = 0`` none of it.
+  With ``replace=True``: ``f_r`` independent uniform entries. This is the distribution of the C++
+  :class:`~salientpp.sampling.NeighborSampler`, typed graphs included (per-relation fanouts, MFGs
+  with ``edge_type``, batches with ``node_type``), with its semantics (every node reached so far
   draws again at every hop), so the node-wise VIP applies unchanged.
 * **LADIES** (``method="ladies"``), per minibatch: with :math:`\hat A = D^{-1}A` (the mean
   aggregation a SAGE layer computes), candidate ``j`` of the union of the minibatch's
@@ -41,11 +44,14 @@ import torch
 
 from ..errors import InputError, check_int
 from .convert import as_int64_tensor
+from ..data.schema import GraphSchema
+from .convert import one_type
 from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
-from .sampler import MFG, BaseSampler, BatchStages, EpochSchedule, SampledBatch, check_csr_ends
+from .sampler import (MFG, BaseSampler, BatchStages, EpochSchedule, NodeTypes, SampledBatch, TypeOf, check_csr_ends,
+                      check_typed_graph_arrays, graph_schema, node_types)
 
 # The kinds this module draws (registered below, with their builders).
-BULK = SamplerKind("bulk", "bulk node-wise", "nodewise", draws_in_bulk=True, gpu=True)
+BULK = SamplerKind("bulk", "bulk node-wise", "nodewise", draws_in_bulk=True, typed=True, gpu=True)
 # LADIES's plain VIP recurrence over-estimates by 4-12% from hop 2 on (``bench vip``, docs/cache.md).
 LADIES = SamplerKind("ladies", "LADIES", "ladies", default_vip_method="cavity", draws_in_bulk=True,
                      weighted=True, layer_sizes=True, always_replaces=True, gpu=True)
@@ -115,7 +121,8 @@ class BulkSampler(BaseSampler):
     """Samples ``minibatches_per_bulk`` minibatches at a time with sparse-matrix operations.
 
     The output is the node-wise sampler's :class:`~salientpp.sampling.SampledBatch` with one
-    :class:`~salientpp.sampling.MFG` per layer (model order); LADIES MFGs carry ``edge_weight``.
+    :class:`~salientpp.sampling.MFG` per layer (model order); LADIES MFGs carry ``edge_weight``,
+    node-wise ones of a typed graph ``edge_type`` (its batches ``node_type``).
     See the module docstring for the two methods and their distributions: ``method`` picks the
     kind, ``bulk`` or ``ladies`` (:data:`METHODS`). A loader runs it in one background thread
     that samples ``minibatches_per_bulk`` batches at a time (:meth:`_epoch_batches`).
@@ -123,22 +130,36 @@ class BulkSampler(BaseSampler):
     Args:
         rowptr: int64 ``[N + 1]``, col: int64 ``[nnz]``: CSR of a symmetric graph (numpy arrays,
             memory maps or tensors; CPU tensors are shared, not copied).
-        fanouts: node-wise: neighbours per node per hop (``>= 1`` or ``-1``, all); LADIES: nodes
-            drawn per layer (``>= 1``); ``fanouts[0]`` at the seeds.
+        fanouts: node-wise: neighbours per node per hop (``>= 1`` or ``-1``, all), or a typed
+            graph's per-relation forms :func:`~salientpp.sampling.kinds.fanout_table` reads (a dict
+            relation -> list, the ``[L, R]`` table); LADIES: nodes drawn per layer (``>= 1``);
+            ``fanouts[0]`` at the seeds.
         method: ``"nodewise"`` or ``"ladies"``.
         minibatches_per_bulk: ``k >= 1``, the minibatches a loader samples in one bulk step.
         replace: node-wise with replacement (``f`` independent draws per node).
         device: where the CSR lives and the sampling runs (``"cpu"`` or a CUDA device).
+        edge_rel: int8 ``[nnz]``, the relation of each CSR entry, a row's entries grouped by
+            relation ascending (``Dataset.edge_rel``); None for a homogeneous graph. Node-wise only.
+        schema: the graph's :class:`~salientpp.data.schema.GraphSchema`, needed with ``edge_rel``;
+            not given: the homogeneous schema of the CSR's nodes.
+        type_of: the node type of ids for the batches' ``node_type`` (int64 ``[n]`` -> int64
+            ``[n]``); None: ``schema.type_of``.
+
+    Attributes:
+        fanouts: int64 ``[L, R]`` (``R = 1`` for a homogeneous graph or LADIES).
+        schema: the graph's schema.
+        segptr: int64 ``[N * R + 1]``: the entries of relation ``r`` in row ``v`` are
+            ``col[segptr[v * R + r]:segptr[v * R + r + 1]]`` (``rowptr`` itself when ``R = 1``).
     """
 
     def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray, fanouts: Sequence[int],
                  method: str = "nodewise", minibatches_per_bulk: int = 1, replace: bool = False,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", *, edge_rel: torch.Tensor | np.ndarray | None = None,
+                 schema: GraphSchema | None = None, type_of: TypeOf | None = None):
         if method not in METHODS:
             raise InputError(f"unknown bulk sampling method {method!r}; choose one of {', '.join(METHODS)}")
         check_int(minibatches_per_bulk, "minibatches_per_bulk (--bulk-size)")
         self.kind = METHODS[method]
-        self.fanouts = fanout_table(fanouts, kind=self.kind)  # int64 [L, 1]: one relation
         self.replace = check_replace(replace, self.kind)
         self.minibatches_per_bulk = int(minibatches_per_bulk)
         self.device = torch.device(device)
@@ -147,6 +168,12 @@ class BulkSampler(BaseSampler):
         self.rowptr, self.col = rowptr_t, col_t
         self.num_nodes = int(rowptr_t.shape[0] - 1)
         self.degree = rowptr_t[1:] - rowptr_t[:-1]
+        self.schema = graph_schema(schema, edge_rel, self.num_nodes)
+        self.fanouts = fanout_table(fanouts, self.schema, self.kind)  # int64 [L, R]
+        self.segptr = _segments(rowptr_t, check_typed_graph_arrays(edge_rel, self.schema, col_t, self.num_nodes),
+                                self.schema.num_relations)
+        self._types: NodeTypes = node_types(self.schema, type_of)
+        self._edge_types = _edge_types(self.schema.num_relations)
 
     def _draw(self, seeds: torch.Tensor, seed: int, batch_index: int) -> SampledBatch:
         """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``."""
@@ -187,45 +214,57 @@ class BulkSampler(BaseSampler):
         mb = torch.repeat_interleave(torch.arange(len(seed_lists), device=device), counts)
         nodes = torch.cat([s.to(device) for s in seed_lists]) if seed_lists else torch.empty(0, dtype=torch.int64)
         frontier = _Frontier(nodes, mb, counts)
-        hops = []  # per hop: (counts before, counts after, row pointer per row, src local, weights)
-        for fanout in self.fanouts[:, 0].tolist():
+        hops = []  # per hop: (counts before, counts after, edges per row, dst local, src local, weights, types)
+        for fanout in self.fanouts:
             if self.kind is LADIES:
-                edge_row, src, weight = self._ladies(frontier, fanout, generators)
+                edge_row, src, weight = self._ladies(frontier, int(fanout[0]), generators)
+                edge_type = one_type(edge_row.shape[0], device)
             else:
-                edge_row, src = self._nodewise(frontier, fanout, generators)
+                edge_row, edge_type, src = self._nodewise(frontier, fanout, generators)
                 weight = None
             src_local, grown = _grow(frontier, frontier.mb[edge_row], src, self.num_nodes)
             row_counts = torch.bincount(edge_row, minlength=frontier.nodes.shape[0])
-            hops.append((frontier.counts, grown.counts, row_counts, frontier.local[edge_row], src_local, weight))
+            hops.append((frontier.counts, grown.counts, row_counts, frontier.local[edge_row], src_local, weight,
+                         edge_type))
             frontier = grown
-        return _split(frontier, [len(s) for s in seed_lists], hops)
+        return _split(frontier, [len(s) for s in seed_lists], hops, self._types)
 
-    def _nodewise(self, frontier: _Frontier, fanout: int, generators: list[torch.Generator]
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(edge_row, src)``: the drawn entries of ``P = QA`` (grouped by row) and their columns.
+    def _nodewise(self, frontier: _Frontier, fanouts: np.ndarray, generators: list[torch.Generator]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(edge_row, edge_type, src)``: the drawn entries of ``P = QA`` (grouped by row, then
+        relation ascending), their relations (int64) and their columns, for the hop's fanout of
+        each relation ``fanouts`` (int64 ``[R]``).
 
-        ``P`` stays implicit: row ``r`` is ``col[start[r]:start[r] + degree[r]]`` of ``A``, and a
-        draw is a position within it, so no entry of ``P`` that is not drawn is ever touched."""
-        start = self.rowptr[frontier.nodes]
-        degree = self.rowptr[frontier.nodes + 1] - start
-        if fanout == -1:
-            take = degree
-        elif self.replace:
-            take = torch.where(degree > 0, fanout, 0)
-        else:
-            take = torch.clamp(degree, max=fanout)
+        ``P`` stays implicit: the segment ``s = v * R + r`` (row ``v``'s entries of relation ``r``)
+        is ``col[segptr[s]:segptr[s + 1]]`` of ``A``, and a draw is a position within it, so no
+        entry of ``P`` that is not drawn is ever touched."""
+        device = frontier.nodes.device
+        num_relations = fanouts.shape[0]
+        seg = (frontier.nodes.unsqueeze(1) * num_relations + torch.arange(num_relations, device=device)).reshape(-1)
+        owner = frontier.mb.repeat_interleave(num_relations)
+        start = self.segptr[seg]
+        degree = self.segptr[seg + 1] - start
+        fanout = torch.from_numpy(fanouts).to(device).repeat(frontier.nodes.shape[0])  # of each segment
+        everything = fanout == -1
+        drawn = torch.where(degree > 0, fanout, 0) if self.replace else torch.minimum(degree, fanout)
+        take = torch.where(everything, degree, drawn)
         edge_ptr = _offsets(take)
         total = int(edge_ptr[-1])
-        edge_row = _segment_ids(edge_ptr, total)
-        offset = torch.arange(total, device=degree.device) - edge_ptr[edge_row]  # all of a row: 0 .. d - 1
-        if fanout != -1 and self.replace:
-            row_degree = degree[edge_row]
-            offset = (_uniforms(generators, frontier.mb, take) * row_degree).long().clamp_(max=row_degree - 1)
-        elif fanout != -1:
-            big = degree > fanout
-            if bool(big.any()):  # rows with more neighbours than the fanout: f distinct positions each
-                offset[big[edge_row]] = _distinct(degree[big], fanout, generators, frontier.mb[big]).reshape(-1)
-        return edge_row, self.col[start[edge_row] + offset]
+        edge_seg = _segment_ids(edge_ptr, total)
+        offset = torch.arange(total, device=device) - edge_ptr[edge_seg]  # all of a segment: 0 .. d - 1
+        if self.replace:  # f independent uniform positions in each segment that is not taken whole
+            chosen = ~everything
+            draw = chosen[edge_seg]
+            seg_degree = degree[edge_seg[draw]]
+            uniform = _uniforms(generators, owner[chosen], take[chosen])
+            offset[draw] = (uniform * seg_degree).long().clamp_(max=seg_degree - 1)
+        else:  # segments with more neighbours than their fanout: f distinct positions each
+            for f in sorted({int(f) for f in fanouts} - {-1, 0}):
+                big = (fanout == f) & (degree > f)
+                if bool(big.any()):
+                    offset[big[edge_seg]] = _distinct(degree[big], f, generators, owner[big]).reshape(-1)
+        return (torch.div(edge_seg, num_relations, rounding_mode="floor"), self._edge_types(edge_seg),
+                self.col[start[edge_seg] + offset])
 
     def _ladies(self, frontier: _Frontier, layer_size: int, generators: list[torch.Generator]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -260,6 +299,35 @@ class BulkSampler(BaseSampler):
         factor = times / (layer_size * q.clamp(min=torch.finfo(torch.float64).tiny))
         keep = times[inverse] > 0
         return row[keep], self.col[entry[keep]], (value[keep] * factor[inverse[keep]]).to(torch.float32)
+
+
+def _segments(rowptr: torch.Tensor, edge_rel: torch.Tensor | None, num_relations: int) -> torch.Tensor:
+    """int64 ``[N * R + 1]``: the segment pointer of a CSR whose rows hold ``R = num_relations``
+    consecutive segments, one per relation ascending (:attr:`BulkSampler.segptr`): ``rowptr`` itself
+    for one relation (``edge_rel`` None), else from ``edge_rel`` (int8 ``[nnz]``, CPU), checked to
+    hold relations of the schema grouped ascending in every row (:class:`InputError` otherwise)."""
+    if edge_rel is None:
+        return rowptr
+    num_nodes = rowptr.shape[0] - 1
+    rel = edge_rel.to(device=rowptr.device, dtype=torch.int64)
+    row = _segment_ids(rowptr, rel.shape[0])
+    if rel.shape[0] and (int(rel.min()) < 0 or int(rel.max()) >= num_relations):
+        raise InputError(f"edge_rel holds relations outside [0, {num_relations}), the schema's; pass the "
+                         "edge_rel of this graph")
+    key = row * num_relations + rel
+    if bool((key[1:] < key[:-1]).any()):
+        raise InputError("edge_rel must group each row's entries by relation, ascending; build the CSR with "
+                         "build_typed_csr")
+    return _offsets(torch.bincount(key, minlength=num_nodes * num_relations))
+
+
+def _edge_types(num_relations: int):
+    """What gives a hop's edges their ``edge_type``: int64 ``[E]`` segments ``v * R + r`` ->
+    int64 ``[E]`` relations ``r``, decided once: with one relation the constant view
+    :func:`~salientpp.sampling.convert.one_type` (no memory), as the C++ sampler gives."""
+    if num_relations == 1:
+        return lambda seg: one_type(seg.shape[0], seg.device)
+    return lambda seg: seg % num_relations
 
 
 def _device_csr(array: torch.Tensor | np.ndarray, name: str, device: torch.device) -> torch.Tensor:
@@ -341,11 +409,12 @@ def _grow(frontier: _Frontier, edge_mb: torch.Tensor, src: torch.Tensor, num_nod
     return local[inverse[num_known:]], _Frontier(nodes[order], mb[order], frontier.counts + new_counts)
 
 
-def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBatch]:
-    """Cuts the bulk's hops into one :class:`SampledBatch` per minibatch."""
+def _split(frontier: _Frontier, sizes: list[int], hops: list, types: NodeTypes) -> list[SampledBatch]:
+    """Cuts the bulk's hops into one :class:`SampledBatch` per minibatch, whose ``node_type``
+    ``types`` gives (:func:`~salientpp.sampling.sampler.node_types`)."""
     n_ids = torch.split(frontier.nodes, frontier.counts.tolist())
     per_hop = []
-    for dst_counts, src_counts, row_counts, dst_local, src_local, weight in hops:
+    for dst_counts, src_counts, row_counts, dst_local, src_local, weight, edge_type in hops:
         edge_counts = torch.zeros_like(dst_counts).index_add_(
             0, torch.repeat_interleave(torch.arange(dst_counts.shape[0], device=dst_counts.device), dst_counts),
             row_counts)
@@ -353,11 +422,13 @@ def _split(frontier: _Frontier, sizes: list[int], hops: list) -> list[SampledBat
         rows = torch.split(row_counts, dst_counts.tolist())
         edges = torch.split(torch.stack([src_local, dst_local]), edge_sizes, dim=1)
         weights = [None] * len(sizes) if weight is None else torch.split(weight, edge_sizes)
+        edge_types = torch.split(edge_type, edge_sizes)
         mfgs = []
         for j, (num_src, num_dst) in enumerate(zip(src_counts.tolist(), dst_counts.tolist())):
-            mfgs.append(MFG(num_src, num_dst, edges[j], _offsets(rows[j]), weights[j]))
+            mfgs.append(MFG(num_src, num_dst, edges[j], _offsets(rows[j]), weights[j], edge_types[j]))
         per_hop.append(mfgs)
-    return [SampledBatch(n_ids[j], sizes[j], [hop[j] for hop in reversed(per_hop)]) for j in range(len(sizes))]
+    return [SampledBatch(n_ids[j], sizes[j], [hop[j] for hop in reversed(per_hop)], node_type=types(n_ids[j]))
+            for j in range(len(sizes))]
 
 
 register_sampler(BULK, functools.partial(BulkSampler, method="nodewise"))

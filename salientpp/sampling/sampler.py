@@ -285,13 +285,13 @@ NodeTypes = Callable[[torch.Tensor], torch.Tensor]
 
 
 def node_types(schema: GraphSchema, type_of: TypeOf | None = None) -> NodeTypes:
-    """The node types of a batch's ``n_id`` on a graph of ``schema``, decided once: by ``type_of``
-    (None: ``schema.type_of``), or, with one node type, the constant view
+    """The node types of a batch's ``n_id`` (on its device) on a graph of ``schema``, decided once:
+    by ``type_of`` (None: ``schema.type_of``, a lookup on the host), or, with one node type, the constant view
     :func:`~salientpp.sampling.convert.one_type` (no per-node lookup or memory)."""
     if schema.num_types == 1:
         return lambda n_id: one_type(n_id.shape[0], n_id.device)
     lookup = type_of or schema.type_of
-    return lambda n_id: torch.from_numpy(lookup(n_id.numpy()).astype(np.int64, copy=False))
+    return lambda n_id: torch.from_numpy(lookup(n_id.cpu().numpy()).astype(np.int64, copy=False)).to(n_id.device)
 
 
 def batch_from_extension(raw: tuple, batch_size: int, types: NodeTypes) -> SampledBatch:
@@ -512,9 +512,7 @@ class NeighborSampler(BaseSampler):
         col_t = as_int64_tensor(col, "col")
         check_csr_ends(rowptr_t, col_t)
         self.num_nodes = int(rowptr_t.shape[0] - 1)
-        if schema is None and edge_rel is not None:  # relations the sampler could not name: not a homogeneous graph
-            raise InputError("edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema")
-        self.schema = schema or GraphSchema.homogeneous(self.num_nodes)
+        self.schema = graph_schema(schema, edge_rel, self.num_nodes)
         edge_rel_t = check_typed_graph_arrays(edge_rel, self.schema, col_t, self.num_nodes)
         self.fanouts = fanout_table(fanouts, self.schema, NODEWISE)
         self.replace = check_replace(replace, NODEWISE)
@@ -572,6 +570,16 @@ def check_csr_ends(rowptr: torch.Tensor, col: torch.Tensor) -> None:
     if int(rowptr[0]) != 0 or int(rowptr[-1]) != col.shape[0]:
         raise InputError(f"rowptr must run from 0 to len(col) = {col.shape[0]}, "
                          f"got {int(rowptr[0])}..{int(rowptr[-1])}; pass a matching CSR pair")
+
+
+def graph_schema(schema: GraphSchema | None, edge_rel: torch.Tensor | np.ndarray | None,
+                 num_nodes: int) -> GraphSchema:
+    """The schema a sampler of a graph of ``num_nodes`` nodes draws with: ``schema``, or the
+    homogeneous one when not given; :class:`InputError` for an ``edge_rel`` without its schema
+    (relations the sampler could not name: not a homogeneous graph)."""
+    if schema is None and edge_rel is not None:
+        raise InputError("edge_rel needs the graph's schema to name its relations; pass schema=dataset.schema")
+    return schema or GraphSchema.homogeneous(num_nodes)
 
 
 def check_typed_graph_arrays(edge_rel: torch.Tensor | np.ndarray | None, schema: GraphSchema,
