@@ -182,7 +182,7 @@ def test_an_existing_default_plan_of_other_options_is_refused_before_any_rank_st
                      "--name", "vip-f5-5-b16-r0.1"]) == 0
     assert (part_dir / "cache" / "vip-f5-5-b16-r0.1").is_dir()
     capsys.readouterr()
-    assert cli_main(["train", str(part_dir), *SMALL]) == 2
+    assert cli_main(["train", str(part_dir), *UNEVALUATED, "--eval-every", "0"]) == 2
     err = one_sentence(capsys)
     assert "was built with device fraction 0.5 but this run asks for 0.15" in err and "--plan" in err
 
@@ -206,7 +206,7 @@ def test_a_corrupt_partition_book_or_renumbering_is_blamed_on_the_partition_not_
     meta["files"][corrupt]["checksum"] = file_checksum(part_dir / f"{corrupt}.npy")
     (part_dir / "meta.json").write_text(json.dumps(meta))
     capsys.readouterr()
-    assert cli_main(["train", str(part_dir), *SMALL]) == 2
+    assert cli_main(["train", str(part_dir), *UNEVALUATED, "--eval-every", "0"]) == 2
     err = one_sentence(capsys)
     assert expected.format(d=part_dir) in err and "re-partition the dataset" in err and "analyze" not in err
 
@@ -217,7 +217,7 @@ def test_a_read_only_partitioned_dir_without_a_plan_is_refused_before_any_rank_s
     fail_probe_in(monkeypatch, part_dir, errno.EROFS)
     assert cli_main(["train", str(part_dir), *SMALL]) == 2
     err = one_sentence(capsys)
-    assert f"no cache plan at {part_dir / 'cache' / 'vip-f5-5-b16-r0.1'}" in err
+    assert f"no cache plan at {part_dir / 'cache' / 'vip-f5-5-b16-r0.1-eval-valid.test-f5-5-b16'}" in err
     assert "the file system is read-only" in err and "--out DIR` and train with --plan DIR" in err
     assert not (part_dir / "cache").exists()
 
@@ -230,7 +230,8 @@ def test_a_failed_save_of_the_plan_is_never_swallowed(p2, tmp_path, monkeypatch)
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr("salientpp.cache.plan.write_meta", disk_full)
-    with pytest.raises(InputError, match=r"cannot write .*vip-f5-5-b16-r0\.1: no space left on device"):
+    with pytest.raises(InputError, match=r"cannot write .*vip-f5-5-b16-r0\.1-eval-valid\.test-f20-20-b16: no space left "
+                                         "on device"):
         run_setup.open_cache(choice, load_partitioned(part_dir), 0, 0, 1)
     assert not list((part_dir / "cache").iterdir())  # no plan, no temporary
 
@@ -260,7 +261,9 @@ def tiny_link_p2(tmp_path_factory) -> str:
     dict(task="link", num_negatives=3, negative_sampling="per-source"),
     dict(seed=3, policy="random", replication=0.2, device_fraction=0.5),
     dict(policy="oracle", sampler="bulk"),
-], ids=["ladies", "link", "seed-random", "oracle-bulk"])
+    dict(eval_every=3, eval_fanouts=(4, 4), eval_batch_size=50),
+    dict(eval_every=0),
+], ids=["ladies", "link", "seed-random", "oracle-bulk", "evaluated-every-third-epoch", "unevaluated"])
 def test_the_suggested_analyze_command_writes_a_plan_that_train_then_takes(p2, tiny_link_p2, options, tmp_path,
                                                                           capsys):
     """The plan request is derived once from the config: the analyze command suggested for it
@@ -318,6 +321,81 @@ def test_analyze_and_train_name_one_plan_for_one_request_on_the_device_it_is_for
     args = parser.parse_args(["analyze", p2, *WORKLOAD, "--replication", "0.1", "--device", device])
     analyzed = plan_request_from(args, graph_schema(p2))
     trained = run_setup.plan_request(TrainConfig(p2, fanouts=(5, 5), layers=2, batch_size=16, replication=0.1,
-                                                 device=device).resolved(), graph_schema(p2))
+                                                 device=device, eval_every=0).resolved(), graph_schema(p2))
     assert analyzed.default_dir(p2) == trained.default_dir(p2)
     assert analyzed.options == trained.options and trained.options.device_fraction == default_device_fraction(device)
+
+
+# -- the default plan serves the run's evaluation ----------------------------------------------------
+
+
+def _request(part: str, schema=None, **options):
+    config = TrainConfig(part, **{"hidden": 16, "layers": 2, "batch_size": 16, "fanouts": (5, 5), **options}).resolved()
+    return run_setup.plan_request(config, schema)
+
+
+def test_the_default_plan_serves_the_sampled_evaluation_by_its_passes_per_epoch_and_says_so(p2):
+    from salientpp.cache.plan import default_plan_name
+
+    evaluated = _request(p2, eval_fanouts=(4, 4), eval_batch_size=50, eval_every=4)
+    training, evaluation = evaluated.workloads
+    assert evaluation.splits == ("valid", "test") and evaluation.weight == 1 / 4
+    assert (evaluation.fanouts, evaluation.batch_size) == (((4,), (4,)), 50)
+    assert _request(p2, eval_fanouts=(4, 4), eval_batch_size=50, eval_every=2).workloads[1].weight == 1 / 2
+    # --plan-workload train, no evaluation, or one that reads no cached rows: the training-only plan.
+    alone = [_request(p2, eval_fanouts=(4, 4), plan_workload="train"), _request(p2, eval_every=0),
+             _request(p2, inference="layerwise")]
+    assert all(request.workloads == (training,) for request in alone)
+    names = {default_plan_name(request) for request in alone}
+    assert len(names) == 1 and default_plan_name(evaluated) not in names
+
+
+def test_a_typed_graphs_default_plan_serves_its_evaluation_over_its_relations(typed_partitions):
+    from salientpp.cache.options import graph_schema
+
+    part = str(typed_partitions[0] / "p2")
+    schema = graph_schema(part)
+    training, evaluation = _request(part, schema, batch_size=4, eval_fanouts=(2, 2)).workloads
+    assert evaluation.relations == training.relations == tuple(str(r) for r in schema.relations)
+    assert evaluation.fanout_table.shape == (2, len(schema.relations)) and (evaluation.fanout_table == 2).all()
+
+
+def test_a_default_plan_of_other_evaluation_under_the_runs_name_is_refused(p2, tmp_path, capsys, no_ranks):
+    """A training-only plan written under an evaluated run's name is never taken as if it served
+    that run's evaluation."""
+    part_dir = _copy_without_plans(p2, tmp_path / "p2")
+    name = run_setup.plan_request(TrainConfig(str(part_dir), hidden=16, layers=2, batch_size=16, fanouts=(5, 5),
+                                              eval_fanouts=(5, 5)).resolved()).default_dir(part_dir).name
+    assert cli_main(["analyze", str(part_dir), *WORKLOAD, "--replication", "0.1", "--name", name]) == 0
+    capsys.readouterr()
+    assert cli_main(["train", str(part_dir), *SMALL]) == 2
+    err = one_sentence(capsys)
+    assert "was built for training only but this run asks for a plan of training and evaluation" in err
+    assert f"--plan {part_dir / 'cache' / name}" in err
+
+
+def test_the_evaluation_aware_plan_fetches_far_fewer_rows_per_epoch_where_evaluation_dominates(p2):
+    """On the tiny graph (valid + test are 11.5x its training nodes) with evaluation every epoch,
+    the rows a partition fetches per epoch of training and evaluation, counted over the batches
+    the loaders draw, fall by far more than the margin under the default plan."""
+    from salientpp import streams
+    from salientpp.cache.plan import build_plans, cacheable_remote, node_row_bytes
+
+    data = load_partitioned(p2)
+    assert data.split_size("valid") + data.split_size("test") >= 10 * data.split_size("train")
+    options = dict(layers=1, fanouts=(5,), eval_fanouts=(5,), eval_batch_size=256, replication=0.2)
+    evaluated = _request(p2, **options)
+    alone = _request(p2, plan_workload="train", **options)
+    served = evaluated.context(data)  # what the run fetches: training and evaluation, one epoch each
+    node_bytes = node_row_bytes(data)
+
+    def rows(request) -> float:
+        fetched = 0.0
+        for plan in build_plans(request.context(data), "vip", request.options.budget):
+            uncached = np.zeros(data.num_nodes, dtype=bool)
+            uncached[cacheable_remote(served, plan.part, node_bytes)] = True
+            uncached[plan.device_ids] = uncached[plan.host_ids] = False
+            fetched += served.access_counts(plan.part, 2, streams.RUN_STREAM)[uncached].sum() / 2
+        return fetched
+
+    assert rows(evaluated) < 0.7 * rows(alone)

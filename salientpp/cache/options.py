@@ -21,7 +21,7 @@ from .plan import (DEVICE_FRACTION, DEVICES, GPU_DEVICE_FRACTION, PLAN_EPOCHS, S
                    PlanRequest, check_device_fraction, default_device_fraction, shown_option)
 from .policies import PolicyContext, available_policies
 from .vip import METHODS
-from .workload import EdgeSeeds, Workload, fanouts_text
+from .workload import EVAL_NEGATIVES, EdgeSeeds, Workload, fanouts_text
 
 
 # The cache policy a plan is built with unless one is chosen (analyze --policy, train --policy).
@@ -42,7 +42,12 @@ EVAL_OPTIONS = (
     Declared("eval_splits", None, Option(f"seed splits of inference, from {','.join(SPLITS)}", metavar="S1,S2",
                                          default_text="valid", needs=EVAL_FANOUTS)),
     Declared("eval_weight", None, Option("inference passes per training epoch", type=float, metavar="W",
-                                         default_text="1", needs=EVAL_FANOUTS)))
+                                         default_text="1", needs=EVAL_FANOUTS)),
+    Declared("eval_negatives", None, Option("--task link: destinations of its source each held-out edge of "
+                                            "inference is ranked against", type=int, metavar="N",
+                                            default_text=str(EVAL_NEGATIVES),
+                                            needs=Needs("--task link and --eval-fanouts", lambda args: (
+                                                args.task == LINK and EVAL_FANOUTS.holds(args))))))
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +120,8 @@ def workloads_from(args: argparse.Namespace, schema: GraphSchema | None = None) 
                                                                           "valid,test"))
     inference = Workload(fanouts_from(args.eval_fanouts, schema, DEFAULT_SAMPLER, "--eval-fanouts"),
                          args.eval_batch_size or args.batch_size, replace=args.replace, splits=splits,
-                         weight=1.0 if args.eval_weight is None else args.eval_weight, edges=edges, schema=schema)
+                         weight=1.0 if args.eval_weight is None else args.eval_weight,
+                         edges=None if edges is None else EdgeSeeds.evaluation(args.eval_negatives), schema=schema)
     return train, inference
 
 
@@ -197,7 +203,9 @@ def analyze_command(part_dir: str, request: PlanRequest, out: str = "DIR") -> st
         inference = request.workloads[1]
         words += ["--eval-fanouts", fanouts_text(inference), "--eval-batch-size",
                   str(inference.batch_size), "--eval-splits", ",".join(inference.splits),
-                  "--eval-weight", f"{inference.weight:g}"]
+                  "--eval-weight", shown_option(inference.weight)]
+        if inference.edges is not None:
+            words += ["--eval-negatives", str(inference.edges.num_negatives)]
     budget = options.budget
     words += ["--policy", options.policy]
     words += (["--replication", f"{budget.replication:g}"] if budget.replication is not None else

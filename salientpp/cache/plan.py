@@ -450,12 +450,13 @@ MAX_PLAN_NAME = 128
 
 
 def default_plan_name(request: "PlanRequest") -> str:
-    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload, the budget, and each other
-    option of the request that is not its default (``-s3`` for seed 3, ``-e20`` for 20 oracle
-    epochs, ``-cavity`` for another VIP method, ``-df0.3`` for another device share), so that plans
-    built differently never share a name. A name longer than :data:`MAX_PLAN_NAME` (the fanouts
-    of a deep model) keeps its first characters and ends in a digest of the whole name, so
-    distinct plans keep distinct names."""
+    """``vip-f15-10-5-b1024-r0.1``: the policy, the training workload, the budget, each further
+    workload (:func:`workload_tag`: ``-eval-valid.test-f20-20-20-b1024-w0.5`` for sampled
+    evaluation every other epoch) and each other option of the request that is not its default
+    (``-s3`` for seed 3, ``-e20`` for 20 oracle epochs, ``-cavity`` for another VIP method,
+    ``-df0.3`` for another device share), so that plans built differently never share a name. A
+    name longer than :data:`MAX_PLAN_NAME` (the fanouts of a deep model) keeps its first
+    characters and ends in a digest of the whole name, so distinct plans keep distinct names."""
     options, training = request.options, request.workload
     budget = options.budget
     size = (f"r{budget.replication:g}" if budget.replication is not None
@@ -465,16 +466,38 @@ def default_plan_name(request: "PlanRequest") -> str:
         sampler += "-link"
     others = "".join(f"-{f.metadata['tag']}{shown_option(getattr(options, f.name))}"
                      for f in options.changed_fields(request.default_options))
-    name = f"{options.policy}{sampler}-f{fanouts_tag(training)}-b{training.batch_size}-{size}{others}"
+    served = "".join(workload_tag(workload) for workload in request.workloads[1:])
+    name = f"{options.policy}{sampler}-f{fanouts_tag(training)}-b{training.batch_size}-{size}{served}{others}"
     if len(name) <= MAX_PLAN_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
     return f"{name[:MAX_PLAN_NAME - len(digest) - 1]}-{digest}"
 
 
+def workload_tag(workload: Workload) -> str:
+    """A workload besides training in a plan's name: ``-eval``, its splits joined by ``.``, its
+    fanouts and batch size, then what differs from one pass per epoch of nodes drawn without
+    replacement: ``-w0.333333`` (its weight, 6 digits), ``-n100.per-source`` (edge seeds with their negatives),
+    ``-replace``, ``-SAMPLER``."""
+    tag = f"-eval-{'.'.join(workload.splits)}-f{fanouts_tag(workload)}-b{workload.batch_size}"
+    if workload.weight != 1:
+        tag += f"-w{workload.weight:g}"
+    if workload.edges is not None:
+        tag += f"-n{workload.edges.num_negatives}.{workload.edges.negative_sampling.value}"
+    if workload.replace:
+        tag += "-replace"
+    if workload.sampler.value != DEFAULT_SAMPLER:
+        tag += f"-{workload.sampler.value}"
+    return tag
+
+
 def shown_option(value) -> str:
-    """An option's value as it is typed (``0.3``, not ``0.30000000000000004``)."""
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """An option's value as it is typed (``0.3``, not ``0.30000000000000004``), and read back as
+    that value: a float that ``:g`` would round (``1/3``) in full."""
+    if not isinstance(value, float):
+        return str(value)
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def save_plans(plans: Sequence[CachePlan], out_dir: str | os.PathLike) -> Path:
@@ -641,6 +664,10 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
         raise InputError(f"{plan_dir} was built for batch size {planned.batch_size} but training uses "
                          f"{wanted.batch_size}; {rebuild(f'--batch-size {wanted.batch_size}')}")
     if request.options is not None:
+        if info.meta.workloads[1:] != request.workloads[1:]:
+            raise InputError(f"{plan_dir} was built for {served(info.meta.workloads)} but this run asks for a plan of "
+                             f"{served(request.workloads)}; train with --plan {plan_dir} to use that plan as it is, or "
+                             "remove it so that this run builds the plan of its options")
         for f in fields(request.options):
             theirs, ours = getattr(info.meta.options, f.name), getattr(request.options, f.name)
             if theirs != ours:
@@ -650,6 +677,14 @@ def check_plan(info: PlanInfo, data, request: PlanRequest | None = None) -> Chec
                                  f"asks for {shown_ours}; train with --plan {plan_dir} to use that plan as it is, or "
                                  "remove it so that this run builds the plan of its options")
     return CheckedPlan(info)
+
+
+def served(workloads: Sequence[Workload]) -> str:
+    """What a plan's ``workloads`` serve, in words: ``training only``, or ``training and
+    evaluation with fanouts 20,20 and batch size 1024 over valid,test, 0.5 passes per epoch``."""
+    others = [f"evaluation with fanouts {fanouts_text(w)} and batch size {w.batch_size} over {','.join(w.splits)}, "
+              f"{shown_option(w.weight)} passes per epoch" for w in workloads[1:]]
+    return " and ".join(["training", *others]) if others else "training only"
 
 
 def open_plan(plan: CheckedPlan | PlanInfo | str | os.PathLike, data) -> CheckedPlan:

@@ -19,6 +19,10 @@ from ..sampling.sampler import NODEWISE
 from ..sampling.link import NUM_NEGATIVES, NegativeSampling, check_negative_sampling, check_num_negatives
 
 
+# The negatives of its source each held-out edge is ranked against when link prediction is
+# evaluated (train's --eval-negatives, analyze's): :meth:`EdgeSeeds.evaluation`.
+EVAL_NEGATIVES = 100
+
 # The relations of a homogeneous graph's workload, the one column of its fanout table
 # (:meth:`~salientpp.data.schema.GraphSchema.homogeneous`'s relation).
 HOMOGENEOUS_RELATIONS = (str(Relation(*HOMOGENEOUS_RELATION)),)
@@ -64,6 +68,12 @@ class EdgeSeeds:
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_negatives", check_num_negatives(self.num_negatives))
         object.__setattr__(self, "negative_sampling", check_negative_sampling(self.negative_sampling))
+
+    @classmethod
+    def evaluation(cls, num_negatives: int | None = None) -> "EdgeSeeds":
+        """The edge seeds of link evaluation: each held-out edge with ``num_negatives`` (default
+        :data:`EVAL_NEGATIVES`) destinations of its source, against which its rank is measured."""
+        return cls(EVAL_NEGATIVES if num_negatives is None else num_negatives, NegativeSampling.PER_SOURCE)
 
     def to_json(self) -> dict:
         return {"num_negatives": self.num_negatives, "negative_sampling": self.negative_sampling.value}

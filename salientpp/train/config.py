@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from ..cache.options import DEFAULT_POLICY, LINK_TASK
+from ..cache.workload import EVAL_NEGATIVES
 from ..cache.plan import DEVICE_FRACTION, GPU_DEVICE_FRACTION, check_device_fraction, default_device_fraction
 from ..cache.policies import get_policy
 from ..distributed.group import DEFAULT_TIMEOUT_S, check_timeout, is_first_rank, may_be_a_restart
@@ -54,6 +55,10 @@ MINIBATCH, FULL_GRAPH = "minibatch", "full-graph"
 MODES = (MINIBATCH, FULL_GRAPH)
 SAMPLED, LAYERWISE = "sampled", "layerwise"
 INFERENCE = (SAMPLED, LAYERWISE)
+# What the cache plan built without --plan serves (--plan-workload): the training batches and the
+# run's sampled evaluation (salientpp.train.setup.plan_request), or the training batches alone.
+TRAIN_AND_EVAL, TRAIN_ONLY = "train+eval", "train"
+PLAN_WORKLOADS = (TRAIN_AND_EVAL, TRAIN_ONLY)
 # Number formats of the training step: float32, or bfloat16 under torch.autocast.
 FP32, BF16 = "fp32", "bf16"
 PRECISIONS = (FP32, BF16)
@@ -172,8 +177,8 @@ class TrainConfig:
     :meth:`resolved` where the option applies to the run (else it stays ``None``): ``fanouts``
     (15,10,5; full-graph mode aggregates every neighbour without them), ``eval_fanouts``
     (20 per layer), ``eval_batch_size`` (the batch size), ``policy``/``replication``/
-    ``device_fraction`` (vip, 0.1, 0.15 on the CPU and 1 on a GPU; ``None`` with ``--plan``, whose
-    plan decides them), and
+    ``device_fraction``/``plan_workload`` (vip, 0.1, 0.15 on the CPU and 1 on a GPU, train+eval;
+    ``None`` with ``--plan``, whose plan decides them), and
     ``pipeline_depth``, ``sampler_threads``, ``torch_threads`` (the thread budget of this machine,
     resolved with it by :func:`salientpp.train.run.resolve_run`).
     """
@@ -209,8 +214,8 @@ class TrainConfig:
         check=one_of(tuple(m.value for m in NegativeSampling), "negative sampling"), agreed=True, needs=LINK_ONLY)
     decoder: str = option("dot", "--task link: how a node pair is scored from its embeddings", choices=DECODERS,
                           check=one_of(DECODERS, "decoder"), agreed=True, resume_matches=True, needs=LINK_ONLY)
-    eval_negatives: int = option(100, "--task link: negatives of its source each held-out edge is ranked against "
-                                 "(MRR, hits@K)", type=int, check=positive, agreed=True, needs=LINK_ONLY)
+    eval_negatives: int = option(EVAL_NEGATIVES, "--task link: negatives of its source each held-out edge is ranked "
+                                 "against (MRR, hits@K)", type=int, check=positive, agreed=True, needs=LINK_ONLY)
     hidden: int = option(256, "hidden width", type=int, check=positive, agreed=True, resume_matches=True)
     layers: int = option(3, "number of layers", type=int, check=positive, agreed=True, resume_matches=True)
     fanouts: Fanouts | None = option(
@@ -262,6 +267,11 @@ class TrainConfig:
                                         "the plan's order, as far as the device's free memory allows", type=float,
                                         default_text=f"{DEVICE_FRACTION} on the CPU, {GPU_DEVICE_FRACTION:g} on a GPU",
                                         check=check_device_fraction, agreed=True, plan_decides=True, needs=MINIBATCH_ONLY)
+    plan_workload: str | None = option(
+        None, "without --plan: what the cache plan serves, weighted by passes per epoch: the training batches and the "
+        "sampled evaluation the run does every --eval-every epochs (train+eval; layer-wise inference reads no cached "
+        "rows), or the training batches alone (train)", choices=PLAN_WORKLOADS, default_text=TRAIN_AND_EVAL,
+        check=one_of(PLAN_WORKLOADS, "plan workload"), agreed=True, plan_decides=True, needs=CACHED_ONLY)
     device: str = option("cpu", "training device", choices=DEVICES, check=one_of(DEVICES, "device"), agreed=True)
     precision: str = option(FP32, "number format of the training step: bf16 runs the forward under torch.autocast "
                             "with bfloat16 (CPUs with AVX512-BF16 or AMX, or GPUs)", choices=PRECISIONS,
@@ -394,6 +404,7 @@ class TrainConfig:
             metric=None if self.metric is None else check_metric(self.metric, LINK if link else None),
             policy=None if planned else (DEFAULT_POLICY if self.policy is None else self.policy),
             replication=None if planned else (DEFAULT_REPLICATION if self.replication is None else self.replication),
+            plan_workload=None if planned else (self.plan_workload or TRAIN_AND_EVAL),
             device_fraction=None if planned else default_device_fraction(self.device, self.device_fraction))
         return replace(filled, **{f.name: f.default for f in fields(filled)
                                   if option_of(f).needs is not None and not option_of(f).needs.holds(filled)})

@@ -61,7 +61,9 @@ from ..resources import check_memory, estimate_full_graph, estimate_train
 from ..sampling import check_sampler, fanout_table
 from ..sampling.link import LINK, NegativeSampling, link_batch_bound
 from .checkpoint import LAST, PARTITION_ID, Checkpoint, check_finite_weights, describe_position, load_checkpoint
-from .config import FULL_GRAPH, SAMPLED_INFERENCE_ONLY, TrainConfig, agreed_options, checkpoint_options, resumable_flags
+from .config import (FULL_GRAPH, SAMPLED_INFERENCE_ONLY, TRAIN_AND_EVAL, TrainConfig, agreed_options,
+                     checkpoint_options, resumable_flags)
+from .state import EVAL_SPLITS
 from .tasks import Task, link_task, task_of
 
 
@@ -105,17 +107,40 @@ def plan_request(config: TrainConfig, schema: GraphSchema | None = None) -> Plan
     """What ``config``'s run (resolved) on the graph of ``schema`` (None: homogeneous) asks of a
     cache plan, derived once here for choosing, naming, building, checking and suggesting it: the
     training workload (the fanout table of ``--fanouts``, batch size, sampler, node or edge seeds
-    with their negatives) and, without ``--plan``, the plan's options (the policy, replication
-    factor and device share of ``--policy``, ``--replication`` and ``--device-fraction``, the run's
-    seed, and analyze's defaults for the rest). :class:`InputError` for fanouts that do not fit
-    the graph or the layers."""
+    with their negatives), one pass per epoch, then with ``--plan-workload train+eval`` (the
+    default) the run's sampled evaluation (:func:`evaluation_workload`, when it has one); and,
+    without ``--plan``, the plan's options (the policy, replication factor and device share of
+    ``--policy``, ``--replication`` and ``--device-fraction``, the run's seed, and analyze's
+    defaults for the rest). :class:`InputError` for fanouts that do not fit the graph or the
+    layers."""
     edges = EdgeSeeds(config.num_negatives, config.negative_sampling) if config.task == LINK else None
     table = fanout_table(config.fanouts, schema, check_sampler(config.sampler), config.layers, "--fanouts")
-    workload = Workload(table, config.batch_size, sampler=config.sampler, edges=edges, schema=schema)
+    workloads = (Workload(table, config.batch_size, sampler=config.sampler, edges=edges, schema=schema),)
+    evaluation = evaluation_workload(config, schema) if config.plan_workload == TRAIN_AND_EVAL else None
+    if evaluation is not None:
+        workloads += (evaluation,)
     if config.plan is not None or config.policy == "none":
-        return PlanRequest((workload,))
-    return PlanRequest((workload,), PlanOptions(config.policy, Budget(replication=config.replication),
-                                                config.device_fraction, seed=config.seed))
+        return PlanRequest(workloads)
+    return PlanRequest(workloads, PlanOptions(config.policy, Budget(replication=config.replication),
+                                              config.device_fraction, seed=config.seed))
+
+
+def evaluation_workload(config: TrainConfig, schema: GraphSchema | None = None) -> Workload | None:
+    """The sampled evaluation ``config``'s run (resolved) does on the graph of ``schema``, as the
+    cache sees it: minibatches of ``--eval-batch-size`` seeds over the validation and test splits
+    (an empty split adds none) drawn with ``--eval-fanouts`` through the cache, ``1 /
+    --eval-every`` passes per training epoch; with ``--task link``, held-out edges with
+    ``--eval-negatives`` destinations of their source each (:meth:`EdgeSeeds.evaluation`).
+    ``None`` when it does none that reads the cache: ``--eval-every 0``, and layer-wise inference
+    (and full-graph mode), which exchanges every halo row of every layer without it. The one place
+    the run's evaluation becomes a workload (the plan, the memory estimate); :class:`InputError`
+    for ``--eval-fanouts`` that do not fit the graph or the layers."""
+    if not SAMPLED_INFERENCE_ONLY.holds(config):
+        return None
+    edges = EdgeSeeds.evaluation(config.eval_negatives) if config.task == LINK else None
+    table = fanout_table(config.eval_fanouts, schema, layers=config.layers, what="--eval-fanouts")
+    return Workload(table, config.eval_batch_size, splits=EVAL_SPLITS, weight=1 / config.eval_every, edges=edges,
+                    schema=schema)
 
 
 def choose_cache(config: TrainConfig, data: PartitionedDataset) -> CacheChoice:
@@ -260,8 +285,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         workload = plan_request(config, data.schema).workload
         check_training_seeds([workload.num_seeds(data, k) for k in range(data.num_parts)], config.batch_size,
                              config.part_dir, "edges" if workload.edges is not None else "nodes")
-        if SAMPLED_INFERENCE_ONLY.holds(config):
-            fanout_table(config.eval_fanouts, data.schema, layers=config.layers, what="--eval-fanouts")
+        evaluation_workload(config, data.schema)  # --eval-fanouts checked against the graph and the layers
     if check_sampler(config.sampler).weighted and not runs_layer_by_layer(config.model):
         # a user's model can be asked whether it reads edge weights only once built: built here once
         model = build_model(config.model, *encoder_dims(config, data, task), config.layers)
@@ -401,7 +425,8 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
                                        dependencies=config.dependencies, local_ranks=local_ranks,
                                        reuse_freed_memory=config.reuse_freed_memory)
     else:
-        sampled_eval = SAMPLED_INFERENCE_ONLY.holds(config)
+        evaluation = evaluation_workload(config, data.schema)
+        sampled_eval = evaluation is not None
         cache = run.cache
         batch_size, eval_batch_size, link_pairs = config.batch_size, config.eval_batch_size, (0, 0)
         if config.task == LINK:  # a batch of B edges seeds their endpoints and their negatives'
@@ -414,8 +439,7 @@ def check_train_memory(run: ResolvedRun, data: PartitionedDataset) -> str:
             link_pairs = (train_pairs, eval_pairs)
         # the most neighbours a node draws per hop over its relations (a typed graph's table summed)
         fanouts = plan_request(config, data.schema).workload.hop_fanouts
-        eval_fanouts = (Workload(fanout_table(config.eval_fanouts, data.schema), config.eval_batch_size,
-                                 schema=data.schema).hop_fanouts if sampled_eval else None)
+        eval_fanouts = evaluation.hop_fanouts if sampled_eval else None
         estimate = estimate_train(data, fanouts=fanouts, batch_size=batch_size, hidden=config.hidden,
                                   layers=config.layers, local_ranks=local_ranks, pipeline_depth=config.pipeline_depth,
                                   sampler_threads=run.threads.sampler_threads, model=config.model,
