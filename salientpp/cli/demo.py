@@ -30,14 +30,16 @@ def steps(work: Path, preset: str, parts: int, epochs: int) -> list[list[str]]:
     """The demo's subcommands, in order, as argument lists for :func:`salientpp.cli.main`."""
     data, part = str(work / "dataset"), str(work / f"partitioned-{parts}")
     workload = ["--fanouts", "10,5", "--batch-size", "32"]
+    # the evaluation train runs every epoch, which its cache plan serves beside training
+    evaluation = ["--eval-fanouts", "20,20", "--eval-batch-size", "32", "--eval-splits", "valid,test"]
     return [
         ["prepare", f"synthetic:{preset}", data],
         ["partition", data, part, "--parts", str(parts)],
-        ["analyze", part, *workload, "--policy", "vip", "--replication", "0.1"],
-        ["simulate", part, *workload, "--policies", "vip,degree,halo,random,oracle",
+        ["analyze", part, *workload, *evaluation, "--policy", "vip", "--replication", "0.1"],
+        ["simulate", part, *workload, *evaluation, "--policies", "vip,degree,halo,random,oracle",
          "--replication", "0,0.05,0.1,0.2", "--epochs", "2"],
-        ["train", part, *workload, "--epochs", str(epochs), "--hidden", "64", "--layers", "2", "--lr", "0.01",
-         "--policy", "vip", "--replication", "0.1", "--json", str(work / "metrics.jsonl")],
+        ["train", part, *workload, "--eval-fanouts", "20,20", "--epochs", str(epochs), "--hidden", "64", "--layers",
+         "2", "--lr", "0.01", "--policy", "vip", "--replication", "0.1", "--json", str(work / "metrics.jsonl")],
     ]
 
 
