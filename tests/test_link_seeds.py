@@ -9,9 +9,11 @@ from scipy import stats
 
 from salientpp.cache.vip import inclusion_probabilities, link_seed_probabilities, seed_probabilities
 from salientpp.data.csr import build_csr
+from salientpp.data.schema import GraphSchema
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborSampler
-from salientpp.sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives, draw_link_seeds
+from salientpp.sampling.link import (LinkEnds, NegativeSampling, check_negative_sampling, check_num_negatives,
+                                    draw_link_seeds)
 
 MODES = list(NegativeSampling)
 NUM_NODES, BATCH_SIZE, NUM_NEGATIVES, FANOUT, EPOCHS = 300, 40, 2, 3, 500
@@ -23,6 +25,12 @@ NUM_NODES, BATCH_SIZE, NUM_NEGATIVES, FANOUT, EPOCHS = 300, 40, 2, 3, 500
 # its bound, largest |z| 8 to 45); p0 scaled by 0.98 or 1.02 fails two or three. The correct p0
 # passes as it did at 2000 epochs, which took four times as long and gave no other verdict: mean
 # error 0.82-0.88 of sqrt(2/pi) se (0.82-0.93 at 2000), largest |z| 3.0 (3.1) (measured).
+
+
+def every(num_nodes: int) -> LinkEnds:
+    """The ends of a homogeneous graph's links: both over all ``num_nodes`` nodes."""
+    schema = GraphSchema.homogeneous(num_nodes)
+    return LinkEnds.of(schema, schema.relations[0], schema.offsets)
 
 
 def _positives(seed: int = 0, num_nodes: int = 50, count: int = 30) -> torch.Tensor:
@@ -38,7 +46,7 @@ def _positives(seed: int = 0, num_nodes: int = 50, count: int = 30) -> torch.Ten
 @pytest.mark.parametrize("mode", MODES)
 def test_link_seeds_index_distinct_sorted_nodes_positives_first(mode):
     positives, r = _positives(), 3
-    links = draw_link_seeds(positives, 50, r, mode, torch.Generator().manual_seed(0))
+    links = draw_link_seeds(positives, every(50), r, mode, torch.Generator().manual_seed(0))
     p, q = positives.shape[1], positives.shape[1] * r
     assert links.num_positives == p
     assert links.nodes.dtype == torch.int64 and links.nodes.ndim == 1
@@ -57,7 +65,7 @@ def test_link_seeds_index_distinct_sorted_nodes_positives_first(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_same_generator_seed_gives_the_same_negatives(mode):
     positives = _positives()
-    first, again, other = (draw_link_seeds(positives, 50, 2, mode, torch.Generator().manual_seed(s))
+    first, again, other = (draw_link_seeds(positives, every(50), 2, mode, torch.Generator().manual_seed(s))
                            for s in (7, 7, 8))
     assert torch.equal(first.nodes, again.nodes) and torch.equal(first.edge_label_index, again.edge_label_index)
     assert not torch.equal(first.nodes[first.edge_label_index], other.nodes[other.edge_label_index])
@@ -65,7 +73,7 @@ def test_same_generator_seed_gives_the_same_negatives(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_positives_give_empty_link_seeds(mode):
-    links = draw_link_seeds(torch.empty((2, 0), dtype=torch.int64), 50, 3, mode, torch.Generator().manual_seed(0))
+    links = draw_link_seeds(torch.empty((2, 0), dtype=torch.int64), every(50), 3, mode, torch.Generator().manual_seed(0))
     assert links.num_positives == 0
     assert list(links.nodes.shape) == [0] and links.nodes.dtype == torch.int64
     assert list(links.edge_label_index.shape) == [2, 0] and links.edge_label_index.dtype == torch.int64
@@ -84,7 +92,7 @@ def test_negative_endpoints_are_uniform_over_all_nodes(mode):
     generator = torch.Generator().manual_seed(3)
     counts = np.zeros(num_nodes * num_nodes if mode is NegativeSampling.UNIFORM else num_nodes, dtype=np.int64)
     for _ in range(1000):
-        links = draw_link_seeds(positives, num_nodes, r, mode, generator)
+        links = draw_link_seeds(positives, every(num_nodes), r, mode, generator)
         negatives = links.nodes[links.edge_label_index[:, p:]].numpy()
         cells = negatives[0] * num_nodes + negatives[1] if mode is NegativeSampling.UNIFORM else negatives[1]
         counts += np.bincount(cells, minlength=counts.size)
@@ -103,11 +111,11 @@ def test_seed_probabilities_of_a_star_by_hand(mode, ends):
     # would say 1 - (1/2)^4); a leaf's edge is in a batch with probability 1/2 and is missed by
     # the 2 * ends negative endpoints with (4/5)^(2 ends).
     edges = np.array([[0, 0, 0, 0], [1, 2, 3, 4]])
-    p0 = link_seed_probabilities(5, [edges], 2, 1, mode)
+    p0 = link_seed_probabilities(5, [edges], 2, 1, mode, every(5))
     np.testing.assert_allclose(p0[:, 0], [1.0] + [1 - 0.5 * 0.8 ** (2 * ends)] * 4)
     # S = 8 in lockstep with a larger partition: 4 batches of one edge, 4 empty ones. The centre
     # is a seed of the non-empty half; a leaf is absent from a one-edge batch with 3/4 * (4/5)^ends.
-    p0 = link_seed_probabilities(5, [edges], 2, 1, mode, num_batches=8)
+    p0 = link_seed_probabilities(5, [edges], 2, 1, mode, every(5), num_batches=8)
     np.testing.assert_allclose(p0[:, 0], [0.5] + [1 - (4 * 0.75 * 0.8**ends + 4) / 8] * 4)
 
 
@@ -160,7 +168,7 @@ def simulation(request, link_graph):
             order = torch.randperm(num_edges, generator=generator)
             for i in range(steps):
                 batch = edges[:, order[i * num_edges // steps:(i + 1) * num_edges // steps]]
-                links = draw_link_seeds(batch, NUM_NODES, NUM_NEGATIVES, mode, generator)
+                links = draw_link_seeds(batch, every(NUM_NODES), NUM_NEGATIVES, mode, generator)
                 hits[links.nodes.numpy(), k] += 1
                 seeds.append((k, links.nodes.numel()))
                 hop1.append((k, sampler.sample(links.nodes, seed=epoch, batch_index=i).n_id.numel()))
@@ -175,7 +183,7 @@ def test_link_seed_probabilities_match_monte_carlo_frequencies(link_graph, simul
     rowptr, col, sets = link_graph
     mode, steps, freq, seeds, _ = simulation
     assert 4 <= steps <= 8 and sets[0].shape[1] != sets[1].shape[1]  # uneven partitions in lockstep
-    p0 = link_seed_probabilities(NUM_NODES, sets, BATCH_SIZE, NUM_NEGATIVES, mode)
+    p0 = link_seed_probabilities(NUM_NODES, sets, BATCH_SIZE, NUM_NEGATIVES, mode, every(NUM_NODES))
     batches = EPOCHS * steps
     # The binomial standard error over the simulated batches; it is conservative, since the
     # batches of one epoch share out each edge once (negatively correlated positives).
@@ -195,7 +203,7 @@ def test_link_seed_probabilities_match_monte_carlo_frequencies(link_graph, simul
 def test_hop_one_vertex_count_matches_sampled_link_batches(link_graph, simulation):
     rowptr, col, sets = link_graph
     mode, steps, _, _, hop1 = simulation
-    p0 = link_seed_probabilities(NUM_NODES, sets, BATCH_SIZE, NUM_NEGATIVES, mode)
+    p0 = link_seed_probabilities(NUM_NODES, sets, BATCH_SIZE, NUM_NEGATIVES, mode, every(NUM_NODES))
     p1 = inclusion_probabilities(rowptr, col, sets, [FANOUT], BATCH_SIZE, seed_probs=p0)
     # At hop 1 the recurrence is exact but for the correlation of the seed draw: both ends of an
     # edge enter together, so a vertex absent from the seeds makes its partners (graph neighbours
@@ -218,25 +226,25 @@ def test_bad_link_options_are_input_errors():
     with pytest.raises(InputError, match="negatives per edge .* must be a positive integer, got 0"):
         check_num_negatives(0)
     with pytest.raises(InputError, match="--num-negatives"):
-        draw_link_seeds(positives, 3, 0, NegativeSampling.UNIFORM, generator)
+        draw_link_seeds(positives, every(3), 0, NegativeSampling.UNIFORM, generator)
     with pytest.raises(InputError, match="--num-negatives"):
-        link_seed_probabilities(3, [edges], 1, 0, "uniform")
+        link_seed_probabilities(3, [edges], 1, 0, "uniform", every(3))
     with pytest.raises(InputError, match="uniform, per-source"):
         check_negative_sampling("binary")
     with pytest.raises(InputError, match="uniform, per-source"):
-        draw_link_seeds(positives, 3, 1, "triplet", generator)
+        draw_link_seeds(positives, every(3), 1, "triplet", generator)
     with pytest.raises(InputError, match="uniform, per-source"):
-        link_seed_probabilities(3, [edges], 1, 1, "triplet")
+        link_seed_probabilities(3, [edges], 1, 1, "triplet", every(3))
     with pytest.raises(InputError, match=r"partition 1 lie outside \[0, 3\)"):
-        link_seed_probabilities(3, [edges, np.array([[0], [3]])], 1, 1, "uniform")
+        link_seed_probabilities(3, [edges, np.array([[0], [3]])], 1, 1, "uniform", every(3))
     with pytest.raises(InputError, match=r"outside \[0, 3\)"):
-        link_seed_probabilities(3, [np.array([[-1], [0]])], 1, 1, "uniform")
+        link_seed_probabilities(3, [np.array([[-1], [0]])], 1, 1, "uniform", every(3))
     with pytest.raises(InputError, match=r"\[2, E\]"):
-        link_seed_probabilities(3, [np.array([0, 1, 2])], 1, 1, "uniform")
+        link_seed_probabilities(3, [np.array([0, 1, 2])], 1, 1, "uniform", every(3))
     with pytest.raises(InputError, match="batch size"):
-        link_seed_probabilities(3, [edges], 0, 1, "uniform")
+        link_seed_probabilities(3, [edges], 0, 1, "uniform", every(3))
     with pytest.raises(InputError, match=r"\[2, P\]"):
-        draw_link_seeds(positives.T.contiguous()[:1], 3, 1, "uniform", generator)
+        draw_link_seeds(positives.T.contiguous()[:1], every(3), 1, "uniform", generator)
     rowptr, col = build_csr(edges, 3)
     with pytest.raises(InputError, match="seed_probs"):
         inclusion_probabilities(rowptr, col, [edges], [2], 1, seed_probs=np.zeros((3, 2)))

@@ -12,8 +12,10 @@ import torch
 
 from salientpp._ext import extension
 from salientpp.data.csr import build_csr
+from salientpp.data.schema import GraphSchema
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborLoader, NeighborSampler
+from salientpp.sampling.link import LinkEnds
 from salientpp.sampling.link_loader import LinkNeighborLoader
 
 
@@ -178,8 +180,10 @@ def test_prefetching_the_next_epoch_gives_the_batches_a_fresh_loader_gives(graph
 def test_a_link_loader_prefetching_the_next_epoch_yields_the_same_batches_and_links(graph):
     sampler, _ = graph
     edges = torch.from_numpy(np.random.default_rng(5).integers(0, 5000, size=(2, 700)))
-    loaders = [LinkNeighborLoader(sampler, edges, 128, num_negatives=2, seed=4, sampler_threads=2, prefetch_next_epoch=p)
-               for p in (False, True)]
+    schema = GraphSchema.homogeneous(sampler.num_nodes)
+    ends = LinkEnds.of(schema, schema.relations[0], schema.offsets)
+    loaders = [LinkNeighborLoader(sampler, edges, 128, num_negatives=2, seed=4, sampler_threads=2, prefetch_next_epoch=p,
+                                  ends=ends) for p in (False, True)]
     for epoch in (0, 1, 2, 5):
         got = []
         for loader in loaders:

@@ -34,6 +34,7 @@ from .results import write_outputs
 from ..parsing import name_list, parse_seed
 from ..partition.format import load_partitioned
 from ..sampling import DEFAULT_SAMPLER, SAMPLERS, check_sampler, make_sampler
+from ..sampling.link import LinkEnds
 from ..sampling.link_loader import LinkNeighborLoader
 
 # The kind its --json file declares (salientpp.bench.results) and its line in `salientpp bench --help`.
@@ -67,10 +68,12 @@ def time_analysis(dataset, workload: Workload, method: str) -> dict:
     return {"method": method, "seconds": seconds, "peak_alloc_bytes": int(peak)}
 
 
-def _link_batches(sampler, edges: np.ndarray, workload: Workload, steps: int, batches: int, seed: int):
-    """``batches`` batches of the trainer's link loader over ``edges``, epoch after epoch."""
+def _link_batches(sampler, edges: np.ndarray, workload: Workload, steps: int, batches: int, seed: int,
+                  ends: LinkEnds):
+    """``batches`` batches of the trainer's link loader over ``edges`` (negatives' ends from
+    ``ends``), epoch after epoch."""
     loader = LinkNeighborLoader(sampler, torch.from_numpy(edges), workload.batch_size, workload.edges.num_negatives,
-                                workload.edges.negative_sampling, seed=seed, num_batches=steps)
+                                workload.edges.negative_sampling, seed=seed, num_batches=steps, ends=ends)
     drawn, epoch = 0, 0
     while drawn < batches:
         loader.set_epoch(epoch)
@@ -104,7 +107,8 @@ def monte_carlo(dataset, workload: Workload, batches: int, seed: int):
         sizes = np.zeros((batches, len(fanouts) + 1))
         type_sizes = np.zeros((batches, len(fanouts) + 1, num_types))
         if workload.edges is not None:
-            drawn = _link_batches(sampler, seeds_k, workload, steps, batches, seed * 1000 + k)
+            drawn = _link_batches(sampler, seeds_k, workload, steps, batches, seed * 1000 + k,
+                                  LinkEnds.of_partitions(dataset))
         else:
             drawn = (sampler.sample(torch.from_numpy(rng.choice(seeds_k, int(bounds[i % steps + 1] - bounds[i % steps]),
                                                                 replace=False)), seed=seed, batch_index=k * batches + i)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..sampling import NeighborLoader
+from ..sampling.link import LinkEnds
 from ..sampling.link_loader import LinkNeighborLoader
 from ..streams import loader_seed
 from .workload import Workload
@@ -51,7 +52,8 @@ def access_counts(dataset, workloads: Sequence[Workload], samplers: Sequence, k:
                        sampler_threads=sampler_threads, num_batches=workload.lockstep_steps(dataset))
         if workload.edges is not None:  # the link loader: edges, negatives, then their endpoints sampled
             loader = LinkNeighborLoader(sampler, torch.from_numpy(seeds), num_negatives=workload.edges.num_negatives,
-                                        negative_sampling=workload.edges.negative_sampling, **options)
+                                        negative_sampling=workload.edges.negative_sampling,
+                                        ends=LinkEnds.of_partitions(dataset), **options)
         else:
             loader = NeighborLoader(sampler, seeds=torch.from_numpy(seeds), **options)
         for epoch in range(epochs):

@@ -144,19 +144,22 @@ one would count once).
   (1.6 for the hub of the test graph, m = 37 of :math:`E_k` = 263 edges, S = 7: the chance that
   none of its edges is in a batch comes out 60% too high). The product costs no more (a
   cumulative sum over m), so it is used.
-* Negatives: :math:`R_i = c\, r\, n_i` endpoints drawn uniformly and independently over the N
-  vertices, c = 1 for ``per-source`` (the destinations; their sources are the positives' sources,
-  seeds already) and c = 2 for ``uniform`` (both ends), so v is none of them with probability
-  :math:`B_i = (1 - 1/N)^{R_i}`.
+* Negatives: :math:`r\, n_i` destinations drawn uniformly and independently over the
+  :math:`N_d` nodes of the relation's destination type and, for ``uniform`` negatives, as many
+  sources over the :math:`N_s` nodes of its source type (``per-source`` negatives' sources are the
+  positives' sources, seeds already; a homogeneous graph's both ends range over all N vertices),
+  so v is none of them with probability :math:`B_i(v) = \beta(v)^{n_i}`, with
+  :math:`\beta(v) = (1 - 1/N_d)^{r [v \in d]} (1 - 1/N_s)^{r [v \in s]}` (the second factor for
+  ``uniform`` only; :math:`(1 - 1/N)^{2 r}` on a homogeneous graph).
 
 The negatives are drawn independently of which edges the batch holds, so v is not a node seed
 of batch i with probability exactly :math:`A_i(m) B_i`, and per minibatch (averaged over the S
 batches of an epoch, as for node seeds)
 
-.. math::  p^0_k(v) = 1 - \frac{1}{S} \sum_{i=1}^{S} A_i(m_k(v))\, (1 - 1/N)^{c r n_i}
+.. math::  p^0_k(v) = 1 - \frac{1}{S} \sum_{i=1}^{S} A_i(m_k(v))\, \beta(v)^{n_i}
 
 (:func:`link_seed_probabilities`: two batch sizes, so two tables over m). To first order this is
-:math:`1 - (1 - 1/S)^{m} (1 - 1/N)^{c r E_k / S}`. The recurrence runs from it unchanged
+:math:`1 - (1 - 1/S)^{m} \beta(v)^{E_k / S}`. The recurrence runs from it unchanged
 (``seed_probs``). Hop 1 is again exact up to the correlation of the seed draw, which edges make
 stronger: both ends of an edge enter together, so where the seed edges are also graph edges (as
 in training) a vertex that is not a seed has none of its edges in the batch, its partners are
@@ -177,7 +180,7 @@ from numba.extending import overload
 from ..errors import InputError, check_int
 from ..data.schema import GraphSchema
 from ..sampling.kinds import DEFAULT_SAMPLER, SamplerKind, check_replace, check_sampler, fanout_table
-from ..sampling.link import NegativeSampling, check_negative_sampling, check_num_negatives
+from ..sampling.link import LinkEnds, NegativeSampling, check_negative_sampling, check_num_negatives
 from .workload import Workload, check_batch_size, lockstep_steps
 
 METHODS = ("exact", "taylor", "cavity", "pair")
@@ -441,18 +444,25 @@ def seed_probabilities(num_nodes: int, seed_sets: Sequence[np.ndarray], batch_si
 
 
 def link_seed_probabilities(num_nodes: int, edge_sets: Sequence[np.ndarray], batch_size: int, num_negatives: int,
-                            mode: NegativeSampling | str, *, num_batches: int | None = None) -> np.ndarray:
+                            mode: NegativeSampling | str, ends: LinkEnds, *,
+                            num_batches: int | None = None) -> np.ndarray:
     """float64 ``[N, K]``: :math:`p^0` of link batches, the probability that a vertex is a node seed of
     a batch of partition k, averaged over the S batches of an epoch (module docstring, "Link prediction").
 
     Args:
         edge_sets: K int64 ``[2, E_k]`` arrays, partition k's seed edges (global ids).
         batch_size: b, the most edges per batch; num_negatives: r per edge; mode: how negatives are drawn.
+        ends: the pools of the negatives' ends (:class:`~salientpp.sampling.link.LinkEnds`).
         num_batches: S, overriding ``max_k ceil(E_k / b)``.
     """
     batch_size = check_batch_size(batch_size)
-    draws_per_edge = check_num_negatives(num_negatives) * (
-        1 if check_negative_sampling(mode) is NegativeSampling.PER_SOURCE else 2)
+    r = check_num_negatives(num_negatives)
+    pools = [ends.destinations] + ([] if check_negative_sampling(mode) is NegativeSampling.PER_SOURCE
+                                   else [ends.sources])
+    ids = np.arange(num_nodes, dtype=np.int64)
+    miss = np.ones(num_nodes)  # beta(v): the chance that one edge's negatives all miss v
+    for pool in pools:
+        miss *= np.where(pool.contains(ids), (1.0 - 1.0 / max(pool.size, 1)) ** r, 1.0)
     sets = [_check_edge_set(edges, num_nodes, k) for k, edges in enumerate(edge_sets)]
     sizes = [edges.shape[1] for edges in sets]
     steps = lockstep_steps(sizes, batch_size) if num_batches is None else _check_steps(num_batches)
@@ -464,13 +474,13 @@ def link_seed_probabilities(num_nodes: int, edge_sets: Sequence[np.ndarray], bat
         incident = np.bincount(source, minlength=num_nodes) + np.bincount(target[target != source],
                                                                            minlength=num_nodes)
         beyond = total - np.arange(incident.max())  # E_k - j for j < max m
-        absent = np.zeros(incident.max() + 1)  # sum over the batches of A_i(m) B_i, for m = 0..max m
+        absent = np.zeros(num_nodes)  # sum over the batches of A_i(m(v)) B_i(v)
         for size, count in ((total // steps, steps - total % steps), (total // steps + 1, total % steps)):
             with np.errstate(divide="ignore"):  # n_i >= E_k - j: the batch cannot miss v (log 0)
                 log_none = np.log1p(-np.minimum(size / beyond, 1.0))
             none = np.exp(np.concatenate([[0.0], np.cumsum(log_none)]))
-            absent += count * none * (1.0 - 1.0 / num_nodes) ** (draws_per_edge * size)
-        p0[:, k] = 1.0 - absent[incident] / steps
+            absent += count * none[incident] * miss ** size
+        p0[:, k] = 1.0 - absent / steps
     return p0
 
 
@@ -498,7 +508,7 @@ def workload_probabilities(dataset, workload: Workload, *, method: str = "exact"
     if workload.edges is not None:
         seed_probs = link_seed_probabilities(dataset.num_nodes, seed_sets, workload.batch_size,
                                              workload.edges.num_negatives, workload.edges.negative_sampling,
-                                             num_batches=steps)
+                                             LinkEnds.of_partitions(dataset), num_batches=steps)
     return inclusion_probabilities(dataset.rowptr, dataset.col, seed_sets, workload.fanout_table, workload.batch_size,
                                    num_batches=steps, replace=workload.replace, method=method,
                                    return_hops=return_hops, num_threads=num_threads, sampler=workload.sampler,

@@ -1,7 +1,10 @@
 """The distributed loader of link prediction: :class:`DistLinkNeighborLoader` and its :class:`LinkBatch`.
 
-Its seeds are edges: each rank's are the edges whose source it owns (``DistGraph.edges``). A
-batch's positive edges come with negatives, and the distinct endpoints of both are sampled and
+Its seeds are edges of the dataset's link relation (``PartitionedDataset.link_relation``): each
+rank's are the edges whose source it owns (``DistGraph.edges``). A batch's positive edges come with
+negatives, whose ends are drawn from the relation's source and destination types
+(:meth:`~salientpp.sampling.link.LinkEnds.of_partitions`), and the distinct endpoints of both
+(nodes of those two types) are sampled and
 fetched like the node seeds of :class:`~salientpp.loader.dist_loader.DistNeighborLoader`, through
 the same cache and pipeline. Ranks run in lockstep: every rank runs
 ``S = max_k ceil(E_k / batch_size)`` batches per epoch.
@@ -14,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..sampling.link import NUM_NEGATIVES, NegativeSampling, check_negative_sampling, check_num_negatives
+from ..sampling.link import NUM_NEGATIVES, LinkEnds, NegativeSampling, check_negative_sampling, check_num_negatives
 from ..sampling.link_loader import LinkNeighborLoader, check_edges
 from .dist_loader import Batch, DistNeighborLoader
 from .pipeline import InFlight
@@ -82,7 +85,8 @@ class DistLinkNeighborLoader(DistNeighborLoader):
 
     def _inner_loader(self, sampler, **options) -> LinkNeighborLoader:
         return LinkNeighborLoader(sampler, torch.from_numpy(self.seeds), num_negatives=self.num_negatives,
-                                  negative_sampling=self.negative_sampling, **options)
+                                  negative_sampling=self.negative_sampling, ends=LinkEnds.of_partitions(self.graph.data),
+                                  **options)
 
     def _labels(self, seeds: torch.Tensor) -> torch.Tensor:
         return torch.empty(0)

@@ -1,14 +1,17 @@
 """Link-prediction seeds: a batch of positive edges, its negatives, and the node seeds they span.
 
-Two ways to draw ``r`` negatives per positive edge, uniform over all N nodes, with replacement:
+The edges are those of one relation (:class:`~salientpp.data.schema.Relation`), from nodes of its
+source type to nodes of its destination type (a homogeneous graph's: every node, both ends).
+Two ways to draw ``r`` negatives per positive edge, with replacement, each end uniform over the
+nodes of its type (:class:`LinkEnds`; a homogeneous graph's: all N nodes):
 
 * :attr:`NegativeSampling.UNIFORM` (PyG's "binary"): ``r`` random pairs ``(u', v')`` per
   positive, both ends uniform and independent;
 * :attr:`NegativeSampling.PER_SOURCE` (PyG's "triplet", OGB's ranking protocol): for each
   positive ``(s, d)``, ``r`` pairs ``(s, v')`` with ``v'`` uniform.
 
-Negatives are not filtered against true edges: with ``m`` edges among ``N^2`` pairs a negative is
-an edge with probability ``m / N^2`` (2e-4 on Cora), and OGB's evaluation does not filter either.
+Negatives are not filtered against true edges: with ``m`` edges among ``N_s N_d`` pairs a negative is
+an edge with probability ``m / (N_s N_d)`` (2e-4 on Cora), and OGB's evaluation does not filter either.
 The batch's node seeds are the distinct endpoints of its positives and negatives; the node-wise
 samplers then sample them exactly as they sample the seeds of node classification.
 """
@@ -17,8 +20,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from ..data.schema import GraphSchema, Relation
 from ..errors import InputError, check_choice, check_int
 
 
@@ -56,6 +61,70 @@ def link_batch_bound(num_positives: int, num_negatives: int, mode: NegativeSampl
 
 
 @dataclass(frozen=True)
+class NodePool:
+    """The ids an end of a negative is drawn from, uniformly: the union of the blocks
+    ``[starts[i], stops[i])`` (int64 ``[B]`` each, disjoint, ascending), such as one node type's
+    block in every partition."""
+
+    starts: np.ndarray
+    stops: np.ndarray
+
+    @classmethod
+    def of_type(cls, blocks: np.ndarray, num_types: int, node_type: int) -> NodePool:
+        """The nodes of type ``node_type`` (an index) of a numbering in ``K * T + 1`` rising
+        ``blocks`` (:attr:`~salientpp.partition.book.PartitionBook.blocks`: partition ``k``'s nodes
+        of type ``t`` are ``[blocks[k T + t], blocks[k T + t + 1])``; one partition's:
+        :attr:`GraphSchema.offsets`)."""
+        blocks = np.asarray(blocks, dtype=np.int64)
+        first = np.arange(node_type, blocks.shape[0] - 1, num_types)
+        return cls(blocks[first], blocks[first + 1])
+
+    @property
+    def size(self) -> int:
+        """The ids in the pool."""
+        return int((self.stops - self.starts).sum())
+
+    def draw(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """int64 ``[count]`` ids drawn uniformly from the pool with replacement (one
+        ``torch.randint`` over ``[0, size)``, mapped onto the blocks in order: over a pool of the
+        one block ``[0, N)``, exactly ``torch.randint(0, N)``)."""
+        u = torch.randint(0, self.size, (count,), generator=generator, dtype=torch.int64)
+        sizes = torch.from_numpy(self.stops - self.starts)
+        ends = torch.cumsum(sizes, 0)
+        block = torch.searchsorted(ends, u, right=True)
+        return u - (ends - sizes)[block] + torch.from_numpy(self.starts)[block]
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """bool ``[n]``: which of ``ids`` (int ``[n]``) lie in the pool."""
+        block = np.searchsorted(self.starts, ids, side="right") - 1
+        inside = block >= 0
+        inside[inside] = ids[inside] < self.stops[block[inside]]
+        return inside
+
+
+@dataclass(frozen=True)
+class LinkEnds:
+    """Where the two ends of a negative of ``relation``'s edges are drawn: ``sources`` (a uniform
+    negative's source; its type's nodes) and ``destinations`` (every negative's destination)."""
+
+    relation: Relation
+    sources: NodePool
+    destinations: NodePool
+
+    @classmethod
+    def of(cls, schema: GraphSchema, relation: Relation, blocks: np.ndarray) -> LinkEnds:
+        """The ends of ``relation`` of ``schema`` in the numbering of ``blocks`` (:meth:`NodePool.of_type`)."""
+        src, dst = (NodePool.of_type(blocks, schema.num_types, schema.type_index(t)) for t in (relation.src, relation.dst))
+        return cls(relation, src, dst)
+
+    @classmethod
+    def of_partitions(cls, data) -> LinkEnds:
+        """The ends of the held-out edges' relation of ``data`` (a
+        :class:`~salientpp.partition.format.PartitionedDataset`), in its numbering."""
+        return cls.of(data.schema, data.link_relation, data.book.blocks)
+
+
+@dataclass(frozen=True)
 class LinkSeeds:
     """One batch of link seeds.
 
@@ -75,13 +144,15 @@ class LinkSeeds:
     num_positives: int
 
 
-def draw_link_seeds(positives: torch.Tensor, num_nodes: int, num_negatives: int, mode: NegativeSampling | str,
+def draw_link_seeds(positives: torch.Tensor, ends: LinkEnds, num_negatives: int, mode: NegativeSampling | str,
                     generator: torch.Generator) -> LinkSeeds:
     """The :class:`LinkSeeds` of ``positives`` with ``num_negatives`` negatives each.
 
     Args:
-        positives: int64 ``[2, P]`` global ids (P may be 0: an empty :class:`LinkSeeds`).
-        num_nodes: N; negative endpoints are uniform over ``[0, N)``.
+        positives: int64 ``[2, P]`` global ids (P may be 0: an empty :class:`LinkSeeds`), edges of
+            ``ends.relation``.
+        ends: the pools of the negatives' ends: destinations uniform over ``ends.destinations``,
+            a uniform negative's source over ``ends.sources``.
         num_negatives: r >= 1; mode: :class:`NegativeSampling` (or its value).
         generator: the only source of randomness: the same state gives the same negatives.
     """
@@ -90,12 +161,9 @@ def draw_link_seeds(positives: torch.Tensor, num_nodes: int, num_negatives: int,
         raise InputError(f"positives must be an int64 [2, P] edge tensor, got {positives.dtype} "
                          f"{list(positives.shape)}")
     p = int(positives.shape[1])
-    if mode is NegativeSampling.PER_SOURCE:
-        source = positives[0].repeat_interleave(r)
-        target = torch.randint(0, num_nodes, (p * r,), generator=generator, dtype=torch.int64)
-        negatives = torch.stack([source, target])
-    else:
-        negatives = torch.randint(0, num_nodes, (2, p * r), generator=generator, dtype=torch.int64)
+    source = (positives[0].repeat_interleave(r) if mode is NegativeSampling.PER_SOURCE
+              else ends.sources.draw(p * r, generator))
+    negatives = torch.stack([source, ends.destinations.draw(p * r, generator)])
     pairs = torch.cat([positives, negatives], dim=1)
     nodes, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
     label = torch.cat([torch.ones(p, dtype=torch.float32), torch.zeros(p * r, dtype=torch.float32)])

@@ -7,8 +7,8 @@ import torch
 
 from ..errors import InputError
 from .bulk import stream_seed
-from .link import (NUM_NEGATIVES, LinkSeeds, NegativeSampling, check_negative_sampling, check_num_negatives,
-                   draw_link_seeds)
+from .link import (NUM_NEGATIVES, LinkEnds, LinkSeeds, NegativeSampling, check_negative_sampling,
+                   check_num_negatives, draw_link_seeds)
 from .loader import NeighborLoader
 from .sampler import BaseSampler, FetchContext
 
@@ -38,7 +38,7 @@ class LinkNeighborLoader(NeighborLoader):
 
     Args:
         sampler: a :class:`~salientpp.sampling.sampler.BaseSampler` of any kind, as for :class:`NeighborLoader`.
-        edges: int64 ``[2, E]`` positive edges (global ids).
+        edges: int64 ``[2, E]`` positive edges (global ids) of ``ends.relation``.
         batch_size: the most positive edges per batch.
         num_negatives: negatives per positive (>= 1); negative_sampling: ``"uniform"`` or
             ``"per-source"`` (:class:`~salientpp.sampling.link.NegativeSampling`).
@@ -46,6 +46,8 @@ class LinkNeighborLoader(NeighborLoader):
             of any rank, so they run in lockstep (a rank with fewer edges gets empty batches).
         shuffle, seed, sampler_threads, read_ahead, fetch, low_priority, prefetch_next_epoch: as for
             :class:`NeighborLoader`.
+        ends: where the negatives' ends are drawn (:class:`~salientpp.sampling.link.LinkEnds`: the
+            nodes of the relation's source and destination types, in the sampler's numbering).
     """
 
     def __init__(self, sampler: BaseSampler, edges: torch.Tensor | np.ndarray, batch_size: int,
@@ -53,8 +55,9 @@ class LinkNeighborLoader(NeighborLoader):
                  negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM,
                  shuffle: bool = True, seed: int = 0, sampler_threads: int = 1, read_ahead: int = 4,
                  fetch: FetchContext | None = None, num_batches: int | None = None, low_priority: bool = False,
-                 prefetch_next_epoch: bool = False):
+                 prefetch_next_epoch: bool = False, *, ends: LinkEnds):
         self.edges = check_edges(edges, sampler.num_nodes, "edges")
+        self.ends = ends
         self.num_negatives = check_num_negatives(num_negatives)
         self.negative_sampling = check_negative_sampling(negative_sampling)
         num_edges = int(self.edges.shape[1])
@@ -86,7 +89,7 @@ class LinkNeighborLoader(NeighborLoader):
             else:
                 order = torch.arange(num_edges)
             bounds = (torch.arange(len(self) + 1) * num_edges // len(self)).tolist()
-            links = [draw_link_seeds(self.edges[:, order[bounds[i]:bounds[i + 1]]], self.sampler.num_nodes,
+            links = [draw_link_seeds(self.edges[:, order[bounds[i]:bounds[i + 1]]], self.ends,
                                      self.num_negatives, self.negative_sampling,
                                      torch.Generator().manual_seed(stream_seed(shuffle_key, i)))
                      for i in range(len(self))]
