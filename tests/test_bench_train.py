@@ -220,3 +220,74 @@ def test_a_typed_graph_has_no_baseline_for_rgcn(tmp_path, monkeypatch, capsys):
     assert cli(["bench", "train", str(tmp_path / "p1"), *TINY, "--model", "rgcn", "--baselines", "pyg"]) == 0
     assert "baseline skipped: PyG's model is built for --model rsage or rgat on a typed graph, not rgcn" in \
         capsys.readouterr().out
+
+def test_a_typed_graph_with_a_featureless_type_is_timed_with_train_s_embedding(typed_partitions, tmp_path,
+                                                                                monkeypatch, capsys):
+    """``--embedding-dim`` (train's option) gives the authors, who have no features, learned rows:
+    our runs fetch them from the partitioned embedding beside the features the simulator predicts,
+    and PyG's baseline gets the same width (an nn.Embedding of its own)."""
+    root, _ = typed_partitions
+    configs = []
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_train, "run_baseline",
+                        lambda config: configs.append(config) or [{"epoch_s": 1.0, "stage_s": {}, "steps": 1}])
+    out = tmp_path / "rows.json"
+    argv = ["bench", "train", str(root / "p2"), "--fanouts", "3,2", "--batch-size", "4", "--epochs", "2",
+            "--replication", "0.2", "--hidden", "8", "--baselines", "pyg", "--json", str(out)]
+    assert cli(argv) == 2  # without it, the authors have no input rows
+    assert "the node type author has no features; give it a learnable embedding with --embedding-dim" in \
+        one_sentence(capsys)
+    assert cli([*argv, "--embedding-dim", "4"]) == 0
+    assert [(c.typed_model, c.embedding_dim, c.features) for c in configs] == [("rsage", 4, True)]
+    rows = json.loads(out.read_text())["rows"]
+    ours, baseline = rows[:-1], rows[-1]
+    assert [r["cache"] for r in ours] == ["none", "vip"] and baseline["cache"].endswith("to_hetero(SAGE), full replication")
+    assert all(r["rows_per_epoch"] == r["predicted_rows"] > 0 and r["embedding_rows_per_epoch"] > 0 for r in ours)
+    assert all(r["epoch_s"] > 0 and r["num_parts"] == 2 for r in rows)
+    assert set(ours[0]) == set(ours[1]) and set(baseline) <= set(ours[0]) | {"pyg_workers"}
+
+
+def test_pyg_s_typed_model_reads_a_featureless_types_rows_from_its_embedding_by_node_id(typed_partitions):
+    import torch
+
+    from salientpp.bench.pyg_baseline import PyGHeteroModel, pyg_graph
+    from salientpp.train.setup import model_input_of
+
+    root, _ = typed_partitions
+    data = load_partitioned(root / "p2")
+    graph = pyg_graph(data)
+    model = PyGHeteroModel("rsage", graph, 8, data.num_classes, 1, "paper", inputs=model_input_of(data, 4, True))
+    assert list(model.embedding) == ["author"] and model.embedding["author"].weight.shape == (20, 4)
+    # a one-layer batch: every paper, the authors 3, 0, 7, 12 (local rows 0..3) and the papers they wrote
+    authors = torch.tensor([3, 0, 7, 12])
+    writes = graph[("author", "writes", "paper")].edge_index
+    kept = writes[:, torch.isin(writes[0], authors)]
+    local = torch.full((20,), -1, dtype=torch.int64)
+    local[authors] = torch.arange(4)
+    cites = ("paper", "cites", "paper")
+    batch_edges = {cites: graph[cites].edge_index, ("author", "writes", "paper"): torch.stack([local[kept[0]], kept[1]])}
+    out = model({"paper": graph["paper"].x}, batch_edges, n_id_dict={"author": authors})
+    assert out.shape == (graph["paper"].num_nodes, data.num_classes)
+    out.sum().backward()
+    touched = model.embedding["author"].weight.grad.abs().sum(1) > 0
+    assert kept.shape[1] and set(torch.nonzero(touched).flatten().tolist()) == set(kept[0].tolist())
+
+
+@pytest.mark.skipif(bench_train.unavailable_reason() is not None, reason=str(bench_train.unavailable_reason()))
+def test_pyg_s_typed_baseline_trains_a_featureless_type_on_its_embedding(typed_partitions):
+    from salientpp.bench.pyg_baseline import BaselineConfig, run_baseline
+
+    root, _ = typed_partitions
+    relations = load_partitioned(root / "p2", verify=False).schema.num_relations
+    history = run_baseline(BaselineConfig(str(root / "p2"), 2, ((3,) * relations, (2,) * relations), 4, 8,
+                                          embedding_dim=4))
+    assert len(history) == 2 and all(h["epoch_s"] > 0 and h["stage_s"]["train"] > 0 for h in history)
+
+
+def test_a_homogeneous_graph_given_an_embedding_skips_pyg_s_baselines_which_read_features_only(
+        tiny_partitions, monkeypatch, capsys):
+    root, _ = tiny_partitions
+    monkeypatch.setattr(bench_train, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_train, "run_baseline", lambda config: pytest.fail("a baseline ran"))
+    assert cli(["bench", "train", str(root / "p1"), *TINY, "--embedding-dim", "4"]) == 0
+    assert "baseline skipped: PyG's homogeneous baselines read features only" in capsys.readouterr().out

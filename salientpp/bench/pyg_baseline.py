@@ -8,7 +8,11 @@ and torch's ReLU and dropout), or :data:`OURS`, the trainer's own :class:`~salie
 (CSR aggregation, fused dropout) on MFGs built from PyG's batches, so that one row shows what
 the sampling and fetching gain and the other what the model step gains. On a typed graph PyG
 holds a ``HeteroData`` (:func:`pyg_graph`) and trains :class:`PyGHeteroModel`, what
-``to_hetero`` makes of a SAGE model (PyG's model only: ``OURS`` is homogeneous). Like ours, each
+``to_hetero`` makes of a SAGE model (PyG's model only: ``OURS`` is homogeneous); a type without
+features (or every type, with ``--no-features``) gets its input rows from an ``nn.Embedding`` of
+``--embedding-dim`` columns, replicated in every rank as the features are, where salientpp's
+trainer looks them up in its partitioned embedding (train's :func:`~salientpp.train.setup.model_input_of`
+decides which types and their widths for both). Like ours, each
 layer runs on its own hop's edges (PyG's "hierarchical" trimming; the seeds' outputs equal
 those of the model over the whole subgraph, at a fraction of the compute).
 Ranks with fewer batches run empty steps so that DDP's all-reduces stay in lockstep, as in the
@@ -35,7 +39,8 @@ from ..host import ThreadBudget, local_world_size
 from ..models import MFGModel
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling import MFG
-from ..train.setup import default_model
+from ..models.typed import TypedInput
+from ..train.setup import default_model, model_input_of
 from ..train.state import TRAIN_CPU
 
 # BaselineConfig.model: PyG's SAGE (PyGReferenceModel) or salientpp's MFGModel.
@@ -95,6 +100,8 @@ class BaselineConfig:
     timeout_s: float = 300.0
     model: str = PYG
     typed_model: str | None = None  # a typed graph's PyGHeteroModel, of TYPED_BASELINE_MODELS; None: default_model
+    embedding_dim: int = 0  # as --embedding-dim: learned input rows of the types without features (typed graphs)
+    features: bool = True  # as --no-features (False): every type's input rows learned
     torch_threads: int | None = None  # as the compared runs' --torch-threads (None: the budget's)
     workers: int | None = None  # PyG's num_workers (None: sampling_workers of the budget)
 
@@ -220,32 +227,43 @@ class PyGHeteroModel(nn.Module):
     same). ``model``: ``rsage`` (``SAGEConv``) or ``rgat`` (``GATConv(hidden, hidden / heads,
     heads, add_self_loops=False)``), the sizes of salientpp's ``TypedMFGModel``, for the
     ``HeteroData`` ``graph`` (its node and edge types, each type's feature width ``F_t``).
+    ``inputs``: the run's model input (train's :func:`~salientpp.train.setup.model_input_of`): the
+    types it gives no features (:attr:`~salientpp.models.typed.TypedInput.featureless`) read
+    ``embedding_dim``-wide rows of an ``nn.Embedding`` of the type's nodes (PyG's own way, rows
+    drawn from N(0, 1)) instead; None: every type's features in ``graph``.
 
-    ``forward(x_dict, edge_index_dict, nodes_per_hop=None, edges_per_hop=None)``: float32 ``[n_t,
-    F_t]`` rows per type (a type without rows is left out of the layers' inputs), int64 ``[2, E_r]`` edges per relation key, and the batch's
-    :func:`sampled_per_hop` counts (``None``: no trimming); returns the target type's ``[n,
-    out_dim]`` outputs (its seeds first)."""
+    ``forward(x_dict, edge_index_dict, nodes_per_hop=None, edges_per_hop=None, n_id_dict=None)``:
+    float32 ``[n_t, F_t]`` rows per type (a type without rows is left out of the layers' inputs),
+    int64 ``[2, E_r]`` edges per relation key, the batch's :func:`sampled_per_hop` counts
+    (``None``: no trimming), and int64 ``[n_t]`` the rows in ``graph`` of each type's batch nodes
+    (PyG's ``n_id``), which the embedded types read; returns the target type's ``[n, out_dim]``
+    outputs (its seeds first)."""
 
     def __init__(self, model: str, graph, hidden: int, out_dim: int, num_layers: int, target: str,
-                 dropout: float = 0.5, heads: int = 4):
+                 dropout: float = 0.5, heads: int = 4, inputs: TypedInput | None = None):
         from torch_geometric.nn import GATConv, HeteroConv, SAGEConv
 
         super().__init__()
         node_types, edge_types = graph.metadata()
-        in_dims = {t: graph[t].x.shape[1] for t in node_types}
+        in_dims = ({t: graph[t].x.shape[1] for t in node_types} if inputs is None else
+                   dict(zip(inputs.schema.node_types, inputs.input_dims())))
         conv = ((lambda: SAGEConv(hidden, hidden)) if TYPED_BASELINE_MODELS[model] == "SAGE" else
                 (lambda: GATConv(hidden, hidden // heads, heads, add_self_loops=False)))
         self.types = list(node_types)
+        self.embedding = nn.ModuleDict({t: nn.Embedding(graph[t].num_nodes, in_dims[t])
+                                        for t in (() if inputs is None else inputs.featureless)})
         self.project = nn.ModuleList(nn.Linear(in_dims[t], hidden) for t in self.types)
         self.convs = nn.ModuleList(HeteroConv({key: conv() for key in edge_types}, aggr="sum")
                                    for _ in range(num_layers))
         self.head = nn.Linear(hidden, out_dim)
         self.target, self.dropout = target, float(dropout)
 
-    def forward(self, x_dict, edge_index_dict, nodes_per_hop=None, edges_per_hop=None) -> torch.Tensor:
+    def forward(self, x_dict, edge_index_dict, nodes_per_hop=None, edges_per_hop=None, n_id_dict=None) -> torch.Tensor:
         from torch_geometric.utils import trim_to_layer
 
-        h = {t: self.project[i](x_dict[t]) for i, t in enumerate(self.types) if t in x_dict}
+        rows = {**{t: x for t, x in x_dict.items() if t not in self.embedding},
+                **{t: table(n_id_dict[t]) for t, table in self.embedding.items() if t in n_id_dict}}
+        h = {t: self.project[i](rows[t]) for i, t in enumerate(self.types) if t in rows}
         for i, conv in enumerate(self.convs):
             if nodes_per_hop is not None:
                 h, edge_index_dict, _ = trim_to_layer(i, nodes_per_hop, edges_per_hop, h, edge_index_dict)
@@ -261,7 +279,8 @@ def _model(config: BaselineConfig, data: PartitionedDataset, graph) -> nn.Module
     layers = len(config.fanouts)
     if data.is_typed:
         return PyGHeteroModel(config.typed_model or default_model(data.schema), graph, config.hidden,
-                              data.num_classes, layers, data.schema.target, config.dropout)
+                              data.num_classes, layers, data.schema.target, config.dropout,
+                              inputs=model_input_of(data, config.embedding_dim, config.features))
     return (PyGReferenceModel if config.model == PYG else MFGModel)(
         "sage", data.num_features, config.hidden, data.num_classes, layers, config.dropout)
 
@@ -276,7 +295,7 @@ def seed_outputs(model: nn.Module, batch, num_layers: int, target: str | None) -
         nodes, edges = batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict
     else:
         nodes, edges = sampled_per_hop(batch.edge_index_dict, {target: seeds}, num_layers)
-    return model(batch.x_dict, batch.edge_index_dict, nodes, edges)[:seeds], batch[target].y[:seeds]
+    return model(batch.x_dict, batch.edge_index_dict, nodes, edges, batch.n_id_dict)[:seeds], batch[target].y[:seeds]
 
 
 def _empty_inputs(graph, num_layers: int, typed: bool, device: torch.device) -> tuple:
@@ -284,8 +303,10 @@ def _empty_inputs(graph, num_layers: int, typed: bool, device: torch.device) -> 
     lockstep on a rank out of batches."""
     if not typed:
         return torch.empty((0, graph.x.shape[1]), device=device), [MFG.empty(device)] * num_layers
-    x_dict = {t: torch.empty((0, graph[t].x.shape[1]), device=device) for t in graph.node_types}
-    return x_dict, {key: torch.empty((2, 0), dtype=torch.int64, device=device) for key in graph.edge_types}
+    x_dict = {t: torch.empty((0, graph[t].x.shape[1]), device=device) for t in graph.node_types if "x" in graph[t]}
+    edge_index_dict = {key: torch.empty((2, 0), dtype=torch.int64, device=device) for key in graph.edge_types}
+    n_id_dict = {t: torch.empty(0, dtype=torch.int64, device=device) for t in graph.node_types}
+    return x_dict, edge_index_dict, None, None, n_id_dict
 
 
 def _rank(config: BaselineConfig) -> list[dict[str, float]]:

@@ -33,7 +33,13 @@ together, against the simulator's for the same fanout table. The baseline there 
 ``NeighborLoader`` on a ``HeteroData`` of the whole graph with the same fanout table, training
 PyG's ``to_hetero(SAGE)`` for ``--model rsage`` or ``to_hetero(GAT)`` for ``rgat``
 (:class:`~salientpp.bench.pyg_baseline.PyGHeteroModel`, of the same size; none for ``rgcn``); the
-baseline with salientpp's model is homogeneous only and skipped there.
+baseline with salientpp's model is homogeneous only and skipped there. A typed graph whose types
+lack features takes train's ``--embedding-dim`` (and ``--no-features``, ``--embedding-optimizer``,
+``--embedding-lr``: :data:`EMBEDDING_OPTIONS`, declared once in
+:class:`~salientpp.train.TrainConfig`): our runs learn those types' rows in the partitioned
+embedding (its exchange is in each row's ``embedding_rows_per_epoch``), PyG's model in an
+``nn.Embedding`` replicated in every rank. PyG's homogeneous baselines read features only, so
+they are skipped, with a message, when a homogeneous graph is given ``--embedding-dim``.
 
 ``--compare-freed-memory`` adds the uncached run with each rank returning freed host memory to
 the system (:mod:`salientpp.distributed.host_memory`), alternating with the default.
@@ -66,8 +72,9 @@ from ..partition import load_partitioned
 from ..loader.pipeline import WAIT, StageTimes
 from ..train import TrainConfig, resolve_run, train
 from ..train.setup import plan_request
-from ..train.config import FP32, PRECISIONS
-from ..train.state import TRAIN_CPU
+from ..options import add_arguments as add_declared, declared, values_from
+from ..train.config import EMBEDDING_ONLY, FP32, PRECISIONS
+from ..train.state import EMBEDDING_COMM, TRAIN_CPU
 from .pyg_baseline import (OURS, PYG, TYPED_BASELINE_MODELS, BaselineConfig, run_baseline, sampling_backend,
                            sampling_workers, unavailable_reason)
 
@@ -78,6 +85,8 @@ SUMMARY = "distributed epoch time and its breakdown per cache setting, pipeline 
 FETCH_STAGES = tuple(stage.value for stage in (Stage.COUNTS, Stage.IDS, Stage.ROWS, Stage.ASSEMBLE))
 # The baselines' models (--baselines), and how their rows name them.
 BASELINE_MODELS = {PYG: "PyG's SAGE", OURS: "salientpp's model"}
+# train's options of the model's learned input rows: --embedding-dim and those it enables.
+EMBEDDING_OPTIONS = tuple(d for d in declared(TrainConfig) if d.name == "embedding_dim" or d.option.needs is EMBEDDING_ONLY)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,6 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="a built-in model, as train's --model (default the graph's: sage for one node type, rsage "
                         "for several)")
+    add_declared(p, EMBEDDING_OPTIONS, defaults=True)  # as train's
     p.add_argument("--pipeline-depth", type=int, default=None,
                    help=f"batches in flight of the pipelined runs (default: the thread budget's: {PIPELINE_DEPTH} on "
                         "a GPU or when --torch-threads leaves cores free, else 1)")
@@ -161,6 +171,9 @@ def _baselines(args, workload: Workload) -> Iterator[dict]:
     if args.typed and OURS in models:
         print(f"baseline with {BASELINE_MODELS[OURS]} skipped: it runs on homogeneous graphs only")
         models = [m for m in models if m != OURS]
+    if not args.typed and args.embedding_dim:
+        print("baseline skipped: PyG's homogeneous baselines read features only, not --embedding-dim's learned rows")
+        return
     if args.typed and args.model not in TYPED_BASELINE_MODELS:
         print(f"baseline skipped: PyG's model is built for --model {' or '.join(TYPED_BASELINE_MODELS)} on a typed "
               f"graph, not {args.model}")
@@ -174,7 +187,8 @@ def _baselines(args, workload: Workload) -> Iterator[dict]:
         try:
             history = run_baseline(BaselineConfig(args.part_dir, args.epochs, fanouts, args.batch_size, args.hidden,
                                                   device=args.device, model=model,
-                                                  typed_model=args.model,
+                                                  typed_model=args.model, embedding_dim=args.embedding_dim,
+                                                  features=args.features,
                                                   torch_threads=args.torch_threads, workers=workers))
         except WorkerError as exc:
             print(f"| {name} | failed: {exc} (a SIGKILL is most often the kernel's out-of-memory killer: every "
@@ -206,14 +220,16 @@ def _config(args, precision: str, cache: str = "none", alpha: float = 0.0, depth
                        eval_every=0, sampler_threads=args.sampler_threads, torch_threads=args.torch_threads, device=args.device,
                        device_fraction=args.device_fraction,
                        precision=precision, reuse_freed_memory=reuse_freed_memory, network=args.network,
-                       progress=False)
+                       progress=False, **values_from(args, EMBEDDING_OPTIONS))
 
 
 def _run(args, precision: str, cache: str, alpha: float, depth: int, reuse_freed_memory: bool = True) -> dict:
     result = train(_config(args, precision, cache, alpha, depth, reuse_freed_memory))
     return {"cache": cache, "alpha": alpha, "depth": depth, "precision": precision, **median_row(result.history),
             "rank_cpu_s": statistics.median(h["cpu_s"] for h in _timed(result.history)),
-            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history)}
+            "rows_per_epoch": statistics.mean(h["comm"]["received"] for h in result.history),
+            "embedding_rows_per_epoch": statistics.mean(h.get(EMBEDDING_COMM, {}).get("received", 0)
+                                                        for h in result.history)}
 
 
 def _sampling_alone(args, data, workload: Workload, threads: int, depth: int) -> float:
