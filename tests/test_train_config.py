@@ -112,16 +112,11 @@ def test_a_renamed_flag_still_works_for_one_release_and_says_its_new_name(tiny_p
 
 
 @pytest.mark.parametrize("model", ["rsage", "rgcn", "rgat"])
-@pytest.mark.parametrize("embedding_dim", [0, 8])
-def test_layerwise_inference_of_a_typed_model_is_refused_naming_the_typed_model(tiny_partitions, model,
-                                                                                embedding_dim):
-    # the reason is the model, even with a learned embedding, which layer-wise inference also refuses
-    config = TrainConfig(str(tiny_partitions[0] / "p2"), model=model, inference="layerwise",
-                         embedding_dim=embedding_dim)
-    with pytest.raises(InputError) as info:
-        config.validate()
-    message = str(info.value)
-    assert f"not implemented for the typed model {model}" in message and "--inference sampled" in message
-    assert "embedding" not in message and "\n" not in message
+def test_a_typed_model_runs_layerwise_inference_but_not_full_graph_training(tiny_partitions, model):
+    part_dir = str(tiny_partitions[0] / "p2")
+    TrainConfig(part_dir, model=model, inference="layerwise").validate()
+    # a learned embedding is refused for what it is, as for every model
+    with pytest.raises(InputError, match="reads the stored features only, not a learned embedding"):
+        TrainConfig(part_dir, model=model, inference="layerwise", embedding_dim=8).validate()
     with pytest.raises(InputError, match=f"--mode full-graph is not implemented for the typed model {model}"):
-        TrainConfig(str(tiny_partitions[0] / "p2"), model=model, mode="full-graph", layers=2).validate()
+        TrainConfig(part_dir, model=model, mode="full-graph", layers=2).validate()

@@ -68,9 +68,9 @@ from torch import nn
 from ..errors import InputError, shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
-from .typed import TYPED_MODELS, TypedInput, TypedMFGModel, check_architecture
+from .typed import TYPED_MODELS, TypedBlock, TypedInput, TypedMFGModel, check_architecture
 
-# The built-in models of homogeneous graphs (they run layer by layer), and every built-in model.
+# The built-in models of homogeneous graphs (they train full-graph), and every built-in model.
 MODELS = ("sage", "gat", "gin", "gcn")
 BUILT_IN_MODELS = MODELS + TYPED_MODELS
 
@@ -299,6 +299,25 @@ class MFGModel(nn.Module):
     @property
     def num_layers(self) -> int:
         return len(self.convs)
+
+    def layer_inputs(self, rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Layer-wise inference's input rows of each node type (:meth:`whole_graph_layer`'s of layer
+        0), as :meth:`~salientpp.models.typed.TypedMFGModel.layer_inputs` gives them: the one
+        type's features ``[x]``, as they are (each layer converts what it reads)."""
+        return list(rows)
+
+    def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
+        """Layer ``i`` over a chunk of the whole graph, as layer-wise inference runs every built-in
+        model (:meth:`~salientpp.models.typed.TypedMFGModel.whole_graph_layer`): ``h = [table]``
+        ``[n, d_i]`` rows of the one type, ``block`` the chunk's destinations (its ``dst_rows``)
+        and their edges (one relation, ``col`` rows of ``table``). Returns ``[out]``, ``[num_dst,
+        d_{i+1}]``: :meth:`layer` over the MFG whose sources are the destinations' rows, then one
+        row per edge."""
+        (table,), (relation,) = h, block.relations
+        dst = block.dst_rows[0]
+        c, e = int(dst.shape[0]), int(relation.col.shape[0])
+        edge_index = torch.stack([torch.arange(c, c + e, device=dst.device), relation.dst])
+        return [self.layer(i, table[torch.cat([dst, relation.col])], MFG(c + e, c, edge_index, relation.rowptr))]
 
     def layer(self, i: int, h: torch.Tensor, mfg: MFG) -> torch.Tensor:
         """Layer ``i`` alone: ``h`` ``[num_src, d_i]`` source rows (destinations first) ->
@@ -530,9 +549,16 @@ _WEIGHTED_MODELS = ("sage",)
 
 def runs_layer_by_layer(model: str | nn.Module) -> bool:
     """Whether ``model`` (a ``--model`` value, or a model built from one) is made of layers the
-    trainer can run one at a time over the whole graph: layer-wise inference, ``predict``'s exact
-    outputs and full-graph training. The built-in models are (:class:`MFGModel`); a user's
-    factory's are not."""
+    trainer can run one at a time over the whole graph: layer-wise inference and ``predict``'s
+    exact outputs (``layer_inputs`` and ``whole_graph_layer``). Every built-in model is (:class:`MFGModel`,
+    :class:`~salientpp.models.typed.TypedMFGModel`); a user's factory's is not."""
+    return isinstance(model, (MFGModel, TypedMFGModel)) if isinstance(model, nn.Module) else model in BUILT_IN_MODELS
+
+
+def trains_full_graph(model: str | nn.Module) -> bool:
+    """Whether full-graph training (:mod:`salientpp.fullgraph`, which runs each layer's
+    ``convolve`` over the owned vertices and their halo) can train ``model``: the built-in models
+    of homogeneous graphs (:class:`MFGModel`, :data:`MODELS`)."""
     return isinstance(model, MFGModel) if isinstance(model, nn.Module) else model in MODELS
 
 

@@ -134,11 +134,20 @@ class RelationBlock:
 
 @dataclass
 class TypedBlock:
-    """One layer of a typed batch: ``num_dst[t]`` destinations of each type (the first rows of
-    the type) and one :class:`RelationBlock` per relation of the schema."""
+    """One layer of a typed batch: ``num_dst[t]`` destinations of each type and one
+    :class:`RelationBlock` per relation of the schema.
+
+    ``dst_rows``: int64 ``[num_dst[t]]`` per type, the destinations' rows among the rows of their
+    type (layer-wise inference's chunk of a whole-graph table); ``None``: the first ``num_dst[t]``
+    rows, a sampled batch's (its destinations are a prefix of its sources)."""
 
     num_dst: list[int]
     relations: list[RelationBlock]
+    dst_rows: list[torch.Tensor] | None = None
+
+    def destinations(self, t: int, x: torch.Tensor) -> torch.Tensor:
+        """``[num_dst[t], d]`` the destinations' rows of ``x``, the rows of type ``t``."""
+        return x[:self.num_dst[t]] if self.dst_rows is None else x[self.dst_rows[t]]
 
 
 def typed_blocks(mfgs: Sequence[MFG], node_type: torch.Tensor, schema: GraphSchema) -> tuple[list[int], list[TypedBlock]]:
@@ -275,7 +284,7 @@ class RelationalMeanConv(nn.Module):
 
     def forward(self, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
         roots = self.root
-        out = [roots[t if len(roots) > 1 else 0](x[:n]) for t, (x, n) in enumerate(zip(h, block.num_dst))]
+        out = [roots[t if len(roots) > 1 else 0](block.destinations(t, x)) for t, x in enumerate(h)]
         for rel in block.relations:
             if rel.col.numel() and block.num_dst[rel.dst_type]:
                 mean = aggregate(h[rel.src_type], rel.rowptr, rel.col, mean=True)
@@ -306,13 +315,15 @@ class RelationalGATConv(nn.Module):
             num_dst = block.num_dst[rel.dst_type]
             if not rel.col.numel() or not num_dst:
                 continue
-            lin = self.lin[rel.relation]
-            z_src = lin(h[rel.src_type]).view(-1, heads, channels)
-            z_dst = lin(h[rel.dst_type][:num_dst]).view(-1, heads, channels)
-            score = ((z_src * self.att_src[rel.relation]).sum(-1)[rel.col]
+            lin, x_src, col = self.lin[rel.relation], h[rel.src_type], rel.col
+            if col.shape[0] < x_src.shape[0]:  # fewer edges than rows (a chunk of a whole-graph table): theirs only
+                x_src, col = x_src[col], torch.arange(col.shape[0], device=col.device)
+            z_src = lin(x_src).view(-1, heads, channels)
+            z_dst = lin(block.destinations(rel.dst_type, h[rel.dst_type])).view(-1, heads, channels)
+            score = ((z_src * self.att_src[rel.relation]).sum(-1)[col]
                      + (z_dst * self.att_dst[rel.relation]).sum(-1)[rel.dst])  # [E_r, heads]
             alpha = _segment_softmax(F.leaky_relu(score, ATTENTION_SLOPE), rel.dst, num_dst)
-            messages = z_src[rel.col] * alpha.unsqueeze(-1)
+            messages = z_src[col] * alpha.unsqueeze(-1)
             total = torch.zeros((num_dst, heads, channels), dtype=messages.dtype, device=messages.device)
             out[rel.dst_type] = out[rel.dst_type] + total.index_add_(0, rel.dst, messages).view(num_dst, -1)
         return out
@@ -379,15 +390,36 @@ class TypedMFGModel(nn.Module):
             h.append(self.project[t](rows.to(dtype)))
         return h
 
+    def layer_inputs(self, rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Layer-wise inference's input (:meth:`whole_graph_layer`'s of layer 0): ``rows[t]``
+        ``[n_t, F_t]`` input rows of ``n_t`` nodes of type ``t`` (the schema's order) -> their
+        projections ``[n_t, hidden]``."""
+        return self.inputs(dict(zip(self.schema.node_types, rows)), [int(x.shape[0]) for x in rows])
+
+    def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
+        """Layer ``i`` over a chunk of the whole graph, as layer-wise inference runs it: ``h[t]``
+        ``[n_t, hidden]`` every row of type ``t`` it holds, ``block`` the chunk's destinations
+        (their ``dst_rows``) and edges (``col``: rows of ``h[src_type]``). Returns each type's
+        ``[block.num_dst[t], hidden]`` (LeakyReLU and dropout after every layer but the last); the
+        last layer's through the head, ``[num_dst[t], out_dim]``."""
+        out = self._step(i, list(h), block)
+        return [self.head(x) for x in out] if i == self.num_layers - 1 else out
+
+    def _step(self, i: int, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
+        """Layer ``i`` over per-type rows ``h[t]`` (:class:`RelationalMeanConv`'s ``forward``), with
+        LeakyReLU and dropout after every layer but the last."""
+        h = self.convs[i](h, block)
+        if i < self.num_layers - 1:
+            h = [dropout(F.leaky_relu(x), self.dropout, self.training) for x in h]
+        return h
+
     def forward(self, x_dict: Mapping[str, torch.Tensor], mfgs: Sequence[MFG], node_type: torch.Tensor,
                 n_id: torch.Tensor) -> torch.Tensor:
         if len(mfgs) != self.num_layers:
             raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
         counts, blocks = typed_blocks(mfgs, node_type, self.schema)
         h = self.inputs(x_dict, counts)
-        for i, (conv, block) in enumerate(zip(self.convs, blocks)):
-            h = conv(h, block)
-            if i < self.num_layers - 1:
-                h = [dropout(F.leaky_relu(x), self.dropout, self.training) for x in h]
+        for i, block in enumerate(blocks):
+            h = self._step(i, h, block)
         target = self.schema.target_index
         return self.head(h[target][:mfgs[-1].num_dst] if mfgs else h[target][:0])

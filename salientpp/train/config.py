@@ -38,7 +38,7 @@ from ..fullgraph.schedule import Dependencies
 from ..host import check_fetch_thread
 from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
 from ..models import MODELS, TYPED_MODELS
-from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer
+from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer, trains_full_graph
 from ..options import Declared, Needs, Option, add_arguments, check_applies, declared, option, values_from
 from ..parsing import parse_memory_limit
 from ..sampling import (DEFAULT_SAMPLER, MINIBATCHES_PER_BULK, SAMPLERS, SAMPLING_DEVICES, check_fanouts,
@@ -118,10 +118,11 @@ def positive_number(value: Any, flag: str) -> None:
 
 def _not_layer_by_layer(model: str, what: str) -> str:
     """Why ``what`` (``"layer-wise inference"``, ``"--mode full-graph"``), which runs a model layer by
-    layer over the whole graph, cannot run ``model`` (:func:`runs_layer_by_layer` is false): a typed
-    model has no layer-by-layer pass yet; a user's model is not made of the trainer's layers."""
+    layer over the whole graph, cannot run ``model`` (:func:`runs_layer_by_layer`, or for full-graph
+    training :func:`trains_full_graph`, is false): a typed model has no full-graph training yet; a
+    user's model is not made of the trainer's layers."""
     if model in TYPED_MODELS:
-        return f"{what} is not implemented for the typed model {model} yet (typed models run on sampled batches only)"
+        return f"{what} is not implemented for the typed model {model} yet (typed models train on sampled batches only)"
     return f"{what} runs the built-in models layer by layer, not {model}"
 
 
@@ -424,7 +425,7 @@ class TrainConfig:
         if kind.weighted:
             check_reads_edge_weights(self.model, kind.value)
         check_sampling_device(self.sampling_device, kind, self.device)
-        # the model first: a typed model has no layer-wise inference whatever else is given
+        # the model first: a user's model has no layer-wise inference whatever else is given
         # (no --model: the graph's default, checked once resolve_run names it)
         if self.inference == LAYERWISE and self.model is not None and not runs_layer_by_layer(self.model):
             raise InputError(f"{_not_layer_by_layer(self.model, 'layer-wise inference')}; use --inference sampled "
@@ -435,7 +436,7 @@ class TrainConfig:
         if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
             raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
                              "lacks (bfloat16 would be emulated and slower); use --precision fp32")
-        if self.mode == FULL_GRAPH and self.model is not None and not runs_layer_by_layer(self.model):
+        if self.mode == FULL_GRAPH and self.model is not None and not trains_full_graph(self.model):
             raise InputError(f"{_not_layer_by_layer(self.model, '--mode full-graph')}; use --model "
                              f"{' or '.join(MODELS)}, or --mode minibatch")
 

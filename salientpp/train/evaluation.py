@@ -25,7 +25,7 @@ class Evaluator:
     Every call is a collective: all ranks evaluate at the same epochs. Sampled inference uses a
     :class:`DistNeighborLoader` over the validation and test nodes with the evaluation fanouts
     and batch size, through the same cache; layer-wise inference computes every layer over all
-    neighbours (exact; built-in models only).
+    neighbours (exact; built-in models only, typed ones included).
 
     Args:
         graph: this rank's :class:`DistGraph`; model: the (non-DDP) model; task: labels and metric.
@@ -53,9 +53,10 @@ class Evaluator:
         self._majority: float | None = None
 
     def layerwise_logits(self, local_ids: np.ndarray, stats: CommStats) -> torch.Tensor:
-        """``[len(local_ids), C]`` full-neighbour outputs for owned local ids (a collective)."""
+        """``[len(local_ids), C]`` full-neighbour outputs for owned local ids (rows of
+        :attr:`~salientpp.loader.graph.DistGraph.x`: global id ``seed_start + i``; a collective)."""
         if self._layerwise is None:
-            self._layerwise = LayerwiseInference(self.graph.ctx, self.graph.data, self.graph.x, self._chunk_size)
+            self._layerwise = LayerwiseInference(self.graph.ctx, self.graph.data, self._chunk_size)
         return self._layerwise(self.model, local_ids, stats)
 
     def _outputs(self, epoch: int, stats: CommStats) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

@@ -5,8 +5,16 @@ layer-``(l-1)`` embeddings, so the result equals a forward pass over the whole g
 the partitioning. Neighbours owned by other ranks form the *halo*; it is the same at every
 layer, so its ids are exchanged once (counts, then ids) and each layer exchanges only rows,
 with the all-to-all of :class:`~salientpp.distributed.exchange.RowExchange`. Destinations are
-processed in chunks of ``chunk_size``: a chunk holds one source row per edge of its
-destinations, so memory stays bounded by the chunk, not the graph.
+processed in chunks of ``chunk_size``, so memory stays bounded by the chunk, not the graph.
+
+The embeddings are kept per node type (``h[t]``: the rank's owned rows of type ``t`` in id
+order, then its halo rows of the type), as the typed models keep a batch's: a rank's owned ids
+hold its nodes type by type (the partition book's blocks), each type's features have their own
+width, and the model's ``layer_inputs`` projects them. A chunk is a
+:class:`~salientpp.models.typed.TypedBlock` of destinations of one type: per relation into it, a
+CSR over the destinations whose ``col`` are rows of the source type's table (the relation of each
+edge is the partitioned graph's ``edge_rel``), and the destinations' own rows (``dst_rows``). A
+homogeneous graph is the case of one type and one relation.
 """
 from __future__ import annotations
 
@@ -16,74 +24,133 @@ import torch
 from ..data.csr import row_edge_positions
 from ..distributed import CommStats, DistContext, RowExchange
 from ..distributed.exchange import Halo
-from ..models import MFGModel
+from ..errors import InputError, shown
+from ..models.typed import RelationBlock, TypedBlock
 from ..partition import PartitionedDataset
-from ..sampling import MFG
 
 
 class LayerwiseInference:
     """Full-neighbour inference on one rank (building it is a collective: every rank at once).
 
+    The model is a built-in one (:func:`~salientpp.models.gnn.runs_layer_by_layer`): it has
+    ``num_layers``, ``layer_inputs(rows)`` and ``whole_graph_layer(i, h, block)``.
+
     Args:
         ctx: the process group context (rank = partition).
-        data: the partitioned dataset (the graph is replicated, features are not).
-        x_local: ``[n_k, F]`` owned feature rows in local id order (any float dtype).
+        data: the partitioned dataset (the graph is replicated, features are not); its stored
+            features of every node type are the input (a type without features is refused: its
+            rows would be a learned embedding, which layer-wise inference does not read).
         chunk_size: destinations per chunk.
     """
 
-    def __init__(self, ctx: DistContext, data: PartitionedDataset, x_local, chunk_size: int):
-        self.ctx = ctx
-        self.rowptr, self.col = np.asarray(data.rowptr), np.asarray(data.col)
+    def __init__(self, ctx: DistContext, data: PartitionedDataset, chunk_size: int):
+        self.ctx, self.schema, self.book = ctx, data.schema, data.book
+        self.rowptr, self.col, self.edge_rel = np.asarray(data.rowptr), np.asarray(data.col), data.edge_rel
         self.lo, self.hi = int(data.book.offsets[ctx.rank]), int(data.book.offsets[ctx.rank + 1])
-        self.x_local = torch.from_numpy(np.array(x_local, dtype=np.float32))  # a writable float32 copy
+        # the first owned id of each type, and the relations by index: (source type, destination type)
+        self.starts = [data.book.block(ctx.rank, t)[0] for t in range(self.schema.num_types)]
+        types = self.schema.node_types
+        self.ends = [(types.index(r.src), types.index(r.dst)) for r in self.schema.relations]
+        self.inputs = _owned_features(data, ctx.rank)
         self.chunk_size = int(chunk_size)
         neighbours = self.col[self.rowptr[self.lo]:self.rowptr[self.hi]]
         ids = np.unique(neighbours[(neighbours < self.lo) | (neighbours >= self.hi)]).astype(np.int64)
         self.halo = Halo.build(ctx, ids, data.book)
+        halo_ids = self.halo.ids.numpy()
+        self.halo_type = torch.from_numpy(np.asarray(data.book.type_of(halo_ids)))
+        self.halo_ids = [halo_ids[self.halo_type.numpy() == t] for t in range(self.schema.num_types)]  # ascending
 
     def _exchange_rows(self, h: torch.Tensor, stats: CommStats) -> torch.Tensor:
         """``[n_h, d]`` halo rows of the embeddings ``h`` (``[n_k, d]``, owned, local order)."""
         comm = self.ctx.comm_device
         width = int(h.shape[1])
-        exchange = RowExchange(self.ctx, lambda ids, counts: h[ids.cpu() - self.lo].to(comm), width, h.dtype)
+        exchange = RowExchange(self.ctx, lambda ids, counts: h[(ids - self.lo).to(h.device)].to(comm), width, h.dtype)
         exchange.stats = stats
         halo = self.halo
-        return exchange.rows(halo.requested.to(comm), halo.requested_counts, halo.counts).wait().cpu().view(-1, width)
+        return exchange.rows(halo.requested.to(comm), halo.requested_counts, halo.counts).wait().view(-1, width)
 
-    def _layer(self, model: MFGModel, i: int, table: torch.Tensor, dst_local: np.ndarray) -> torch.Tensor:
-        """Layer ``i`` for owned local ids ``dst_local``; ``table`` = ``[owned rows; halo rows]``."""
-        device, n_k = self.ctx.device, self.hi - self.lo
-        halo_ids = self.halo.ids.numpy()
+    def _tables(self, owned: list[torch.Tensor], stats: CommStats) -> list[torch.Tensor]:
+        """Each type's table ``[n_kt + n_ht, d]``: its owned rows ``owned[t]``, then its halo rows
+        (exchanged: a collective)."""
+        halo = self._exchange_rows(torch.cat(owned), stats).to(owned[0].device)
+        kinds = self.halo_type.to(halo.device)
+        return [torch.cat([x, halo[kinds == t]]) for t, x in enumerate(owned)]
+
+    def _rows(self, ids: np.ndarray, t: int) -> np.ndarray:
+        """int64 rows in type ``t``'s table of global ids ``ids`` of that type."""
+        owned = (ids >= self.lo) & (ids < self.hi)
+        return np.where(owned, ids - self.starts[t], len(self.inputs[t]) + np.searchsorted(self.halo_ids[t], ids))
+
+    def _chunk(self, t: int, dst: np.ndarray) -> TypedBlock:
+        """The block of the owned destinations of type ``t`` at rows ``dst`` of its table: every
+        edge into them, split by relation."""
+        c, num_types = dst.shape[0], self.schema.num_types
+        positions, degree = row_edge_positions(self.rowptr, dst + self.starts[t])
+        nbr, rel = np.asarray(self.col[positions], dtype=np.int64), np.asarray(self.edge_rel[positions])
+        dst_index = np.repeat(np.arange(c, dtype=np.int64), degree)
+        relations = []
+        for r, (src_type, dst_type) in enumerate(self.ends):
+            chosen = rel == r if dst_type == t else np.zeros(rel.shape[0], dtype=bool)
+            rows = dst_index[chosen]
+            rowptr = np.zeros((c if dst_type == t else 0) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=rowptr.shape[0] - 1), out=rowptr[1:])
+            relations.append(RelationBlock(r, src_type, dst_type, torch.from_numpy(rowptr),
+                                           torch.from_numpy(self._rows(nbr[chosen], src_type)), torch.from_numpy(rows)))
+        empty = torch.empty(0, dtype=torch.int64)
+        return TypedBlock([c if u == t else 0 for u in range(num_types)], relations,
+                          [torch.from_numpy(dst) if u == t else empty for u in range(num_types)])
+
+    def _layer(self, model: torch.nn.Module, i: int, tables: list[torch.Tensor],
+               dst: list[np.ndarray]) -> list[torch.Tensor]:
+        """Layer ``i``'s outputs of the owned rows ``dst[t]`` of each type ``t`` (rows of its table)."""
+        device = tables[0].device
         out = []
-        # An empty dst_local still runs one (empty) chunk, so the output has the layer's width.
-        for start in range(0, max(dst_local.shape[0], 1), self.chunk_size):
-            dst = dst_local[start:start + self.chunk_size]
-            positions, degree = row_edge_positions(self.rowptr, dst + self.lo)
-            nbr = np.asarray(self.col[positions], dtype=np.int64)
-            owned = (nbr >= self.lo) & (nbr < self.hi)
-            rows = np.where(owned, nbr - self.lo, n_k + np.searchsorted(halo_ids, nbr))
-            # Sources: the destinations first (a prefix, as in an MFG), then one row per edge.
-            src = torch.from_numpy(np.concatenate([dst, rows]))
-            c, e = dst.shape[0], rows.shape[0]
-            edge_index = torch.stack([torch.arange(c, c + e), torch.repeat_interleave(torch.arange(c),
-                                                                                       torch.from_numpy(degree))])
-            rowptr = torch.from_numpy(np.concatenate([[0], np.cumsum(degree)]))
-            mfg = MFG(c + e, c, edge_index.to(device), rowptr.to(device))
-            out.append(model.layer(i, table[src].to(device), mfg).cpu())
-        return torch.cat(out)
+        for t, rows in enumerate(dst):
+            chunks = []
+            # An empty set of rows still runs one (empty) chunk, so the output has the layer's width.
+            for start in range(0, max(rows.shape[0], 1), self.chunk_size):
+                block = _to(self._chunk(t, rows[start:start + self.chunk_size]), device)
+                chunks.append(model.whole_graph_layer(i, tables, block)[t])
+            out.append(torch.cat(chunks))
+        return out
 
     @torch.no_grad()
-    def __call__(self, model: MFGModel, dst_local: np.ndarray, stats: CommStats) -> torch.Tensor:
-        """``[len(dst_local), out_dim]`` model outputs of owned local ids ``dst_local`` (a
-        collective). Every layer but the last runs on all owned vertices; the last on
-        ``dst_local`` only. ``stats`` counts the halo rows moved."""
+    def __call__(self, model: torch.nn.Module, dst_local: np.ndarray, stats: CommStats) -> torch.Tensor:
+        """``[len(dst_local), out_dim]`` model outputs of the owned nodes of the target type at rows
+        ``dst_local`` of its features (ids ``seed_start + i``; a collective). Every layer but the
+        last runs on all owned vertices; the last on ``dst_local`` only. ``stats`` counts the halo
+        rows moved."""
         was_training = model.training
         model.eval()
-        everyone = np.arange(self.hi - self.lo, dtype=np.int64)
-        h = self.x_local
+        target = self.schema.target_index
+        everyone = [np.arange(len(x), dtype=np.int64) for x in self.inputs]
+        last = [np.asarray(dst_local, dtype=np.int64) if t == target else np.empty(0, dtype=np.int64)
+                for t in range(self.schema.num_types)]
+        h = model.layer_inputs([x.to(self.ctx.device) for x in self.inputs])
         for i in range(model.num_layers):
-            table = torch.cat([h, self._exchange_rows(h, stats)])
-            dst = np.asarray(dst_local, dtype=np.int64) if i == model.num_layers - 1 else everyone
-            h = self._layer(model, i, table, dst)
+            h = self._layer(model, i, self._tables(h, stats), last if i == model.num_layers - 1 else everyone)
         model.train(was_training)
-        return h
+        return h[target].cpu()
+
+
+def _to(block: TypedBlock, device: torch.device) -> TypedBlock:
+    """``block`` with its tensors on ``device``."""
+    return TypedBlock(block.num_dst, [RelationBlock(r.relation, r.src_type, r.dst_type, r.rowptr.to(device),
+                                                    r.col.to(device), r.dst.to(device)) for r in block.relations],
+                      [rows.to(device) for rows in block.dst_rows])
+
+
+def _owned_features(data: PartitionedDataset, rank: int) -> list[torch.Tensor]:
+    """float32 ``[n_kt, F_t]`` (writable copies) the stored features of ``rank``'s nodes of each
+    node type, in the schema's order (rows in id order); :class:`InputError` for a type without
+    features."""
+    part, schema = data.part(rank), data.schema
+    rows = []
+    for t, name in enumerate(schema.node_types):
+        x = part.x if t == schema.target_index else part.features.get(name)
+        if x is None:
+            raise InputError(f"layer-wise inference reads the stored features, but the node type {shown(name)} has "
+                             "none (its rows are a learned embedding); use --inference sampled (with --eval-fanouts "
+                             "-1,-1,... for every neighbour)")
+        rows.append(torch.from_numpy(np.array(x, dtype=np.float32)))
+    return rows
