@@ -173,7 +173,7 @@ class BulkSampler(BaseSampler):
         self.segptr = _segments(rowptr_t, check_typed_graph_arrays(edge_rel, self.schema, col_t, self.num_nodes),
                                 self.schema.num_relations)
         self._types: NodeTypes = node_types(self.schema, type_of)
-        self._edge_types = _edge_types(self.schema.num_relations)
+        self._split_segments = _segment_split(self.schema.num_relations)
 
     def _draw(self, seeds: torch.Tensor, seed: int, batch_index: int) -> SampledBatch:
         """Batch 0 of ``sample_bulk([seeds], seed, batch_index)``."""
@@ -252,9 +252,9 @@ class BulkSampler(BaseSampler):
         total = int(edge_ptr[-1])
         edge_seg = _segment_ids(edge_ptr, total)
         offset = torch.arange(total, device=device) - edge_ptr[edge_seg]  # all of a segment: 0 .. d - 1
-        if self.replace:  # f independent uniform positions in each segment that is not taken whole
-            chosen = ~everything
-            draw = chosen[edge_seg]
+        if self.replace:  # f independent uniform positions in each segment not taken whole (fanout -1)
+            # the segments drawing, and their edges: masks only where a relation takes all (known on the host)
+            chosen, draw = (~everything, ~everything[edge_seg]) if (fanouts == -1).any() else (slice(None),) * 2
             seg_degree = degree[edge_seg[draw]]
             uniform = _uniforms(generators, owner[chosen], take[chosen])
             offset[draw] = (uniform * seg_degree).long().clamp_(max=seg_degree - 1)
@@ -263,8 +263,7 @@ class BulkSampler(BaseSampler):
                 big = (fanout == f) & (degree > f)
                 if bool(big.any()):
                     offset[big[edge_seg]] = _distinct(degree[big], f, generators, owner[big]).reshape(-1)
-        return (torch.div(edge_seg, num_relations, rounding_mode="floor"), self._edge_types(edge_seg),
-                self.col[start[edge_seg] + offset])
+        return (*self._split_segments(edge_seg), self.col[start[edge_seg] + offset])
 
     def _ladies(self, frontier: _Frontier, layer_size: int, generators: list[torch.Generator]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -321,13 +320,14 @@ def _segments(rowptr: torch.Tensor, edge_rel: torch.Tensor | None, num_relations
     return _offsets(torch.bincount(key, minlength=num_nodes * num_relations))
 
 
-def _edge_types(num_relations: int):
-    """What gives a hop's edges their ``edge_type``: int64 ``[E]`` segments ``v * R + r`` ->
-    int64 ``[E]`` relations ``r``, decided once: with one relation the constant view
-    :func:`~salientpp.sampling.convert.one_type` (no memory), as the C++ sampler gives."""
+def _segment_split(num_relations: int):
+    """What gives a hop's edges their rows and ``edge_type``: int64 ``[E]`` segments ``s = v * R + r``
+    -> ``(v, r)``, two int64 ``[E]``, decided once: with one relation the segments are the rows
+    and the relations the constant view :func:`~salientpp.sampling.convert.one_type` (no
+    arithmetic, no memory), as the C++ sampler gives."""
     if num_relations == 1:
-        return lambda seg: one_type(seg.shape[0], seg.device)
-    return lambda seg: seg % num_relations
+        return lambda seg: (seg, one_type(seg.shape[0], seg.device))
+    return lambda seg: (torch.div(seg, num_relations, rounding_mode="floor"), seg % num_relations)
 
 
 def _device_csr(array: torch.Tensor | np.ndarray, name: str, device: torch.device) -> torch.Tensor:
