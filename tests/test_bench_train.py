@@ -221,10 +221,12 @@ def test_a_typed_graph_has_no_baseline_for_rgcn(tmp_path, monkeypatch, capsys):
     assert "baseline skipped: PyG's model is built for --model rsage or rgat on a typed graph, not rgcn" in \
         capsys.readouterr().out
 
+@pytest.mark.parametrize("sampler", ["nodewise", "bulk"])
 def test_a_typed_graph_with_a_featureless_type_is_timed_with_train_s_embedding(typed_partitions, tmp_path,
-                                                                                monkeypatch, capsys):
+                                                                                monkeypatch, capsys, sampler):
     """``--embedding-dim`` (train's option) gives the authors, who have no features, learned rows:
-    our runs fetch them from the partitioned embedding beside the features the simulator predicts,
+    our runs fetch them from the partitioned embedding beside the features the simulator predicts
+    (for either node-wise sampler: the bulk one draws the typed graph as the simulator's does),
     and PyG's baseline gets the same width (an nn.Embedding of its own)."""
     root, _ = typed_partitions
     configs = []
@@ -233,7 +235,7 @@ def test_a_typed_graph_with_a_featureless_type_is_timed_with_train_s_embedding(t
                         lambda config: configs.append(config) or [{"epoch_s": 1.0, "stage_s": {}, "steps": 1}])
     out = tmp_path / "rows.json"
     argv = ["bench", "train", str(root / "p2"), "--fanouts", "3,2", "--batch-size", "4", "--epochs", "2",
-            "--replication", "0.2", "--hidden", "8", "--baselines", "pyg", "--json", str(out)]
+            "--replication", "0.2", "--hidden", "8", "--baselines", "pyg", "--sampler", sampler, "--json", str(out)]
     assert cli(argv) == 2  # without it, the authors have no input rows
     assert "the node type author has no features; give it a learnable embedding with --embedding-dim" in \
         one_sentence(capsys)
