@@ -46,7 +46,7 @@ from ..errors import InputError, check_int
 from .convert import as_int64_tensor
 from ..data.schema import GraphSchema
 from .convert import one_type
-from .kinds import SamplerKind, check_replace, fanout_table, register_sampler
+from .kinds import Fanouts, SamplerKind, check_replace, fanout_table, register_sampler
 from .sampler import (MFG, BaseSampler, BatchStages, EpochSchedule, NodeTypes, SampledBatch, TypeOf, check_csr_ends,
                       check_typed_graph_arrays, graph_schema, node_types)
 
@@ -152,7 +152,7 @@ class BulkSampler(BaseSampler):
             ``col[segptr[v * R + r]:segptr[v * R + r + 1]]`` (``rowptr`` itself when ``R = 1``).
     """
 
-    def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray, fanouts: Sequence[int],
+    def __init__(self, rowptr: torch.Tensor | np.ndarray, col: torch.Tensor | np.ndarray, fanouts: Fanouts,
                  method: str = "nodewise", minibatches_per_bulk: int = 1, replace: bool = False,
                  device: torch.device | str = "cpu", *, edge_rel: torch.Tensor | np.ndarray | None = None,
                  schema: GraphSchema | None = None, type_of: TypeOf | None = None):
