@@ -60,7 +60,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -306,18 +306,20 @@ class MFGModel(nn.Module):
         type's features ``[x]``, as they are (each layer converts what it reads)."""
         return list(rows)
 
-    def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
-        """Layer ``i`` over a chunk of the whole graph, as layer-wise inference runs every built-in
+    def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor],
+                          blocks: Iterable[TypedBlock]) -> Iterator[list[torch.Tensor]]:
+        """Layer ``i`` over chunks of the whole graph, as layer-wise inference runs every built-in
         model (:meth:`~salientpp.models.typed.TypedMFGModel.whole_graph_layer`): ``h = [table]``
-        ``[n, d_i]`` rows of the one type, ``block`` the chunk's destinations (its ``dst_rows``)
-        and their edges (one relation, ``col`` rows of ``table``). Returns ``[out]``, ``[num_dst,
-        d_{i+1}]``: :meth:`layer` over the MFG whose sources are the destinations' rows, then one
-        row per edge."""
-        (table,), (relation,) = h, block.relations
-        dst = block.dst_rows[0]
-        c, e = int(dst.shape[0]), int(relation.col.shape[0])
-        edge_index = torch.stack([torch.arange(c, c + e, device=dst.device), relation.dst])
-        return [self.layer(i, table[torch.cat([dst, relation.col])], MFG(c + e, c, edge_index, relation.rowptr))]
+        ``[n, d_i]`` rows of the one type, each block a chunk's destinations (its ``dst_rows``)
+        and their edges (one relation, ``col`` rows of ``table``). Yields ``[out]`` per block,
+        ``[num_dst, d_{i+1}]``: :meth:`layer` over the MFG whose sources are the destinations'
+        rows, then one row per edge."""
+        (table,) = h
+        for block in blocks:
+            (relation,), dst = block.relations, block.dst_rows[0]
+            c, e = int(dst.shape[0]), int(relation.col.shape[0])
+            edge_index = torch.stack([torch.arange(c, c + e, device=dst.device), relation.dst])
+            yield [self.layer(i, table[torch.cat([dst, relation.col])], MFG(c + e, c, edge_index, relation.rowptr))]
 
     def layer(self, i: int, h: torch.Tensor, mfg: MFG) -> torch.Tensor:
         """Layer ``i`` alone: ``h`` ``[num_src, d_i]`` source rows (destinations first) ->

@@ -46,7 +46,7 @@ in PyG's ``HeteroData``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -272,7 +272,17 @@ class TypedInput:
         return check_int(self.embedding_dim, "the embedding dimension")
 
 
-class RelationalMeanConv(nn.Module):
+class _RelationalConv(nn.Module):
+    """A relational layer: ``forward(h, block)``, and :meth:`over_chunks` for layer-wise inference."""
+
+    def over_chunks(self, h: list[torch.Tensor], blocks: Iterable[TypedBlock]) -> Iterator[list[torch.Tensor]]:
+        """``forward(h, block)`` of each block, all over the same rows ``h`` (layer-wise
+        inference's chunks of one whole-graph layer)."""
+        for block in blocks:
+            yield self(h, block)
+
+
+class RelationalMeanConv(_RelationalConv):
     """R-SAGE's layer (a root weight per destination type, ``shared_root=False``) or R-GCN's (one
     root for every type): ``forward(h, block)`` with ``h[t]`` ``[n_t, in_dim]`` source rows of
     type ``t`` returns ``out[t]`` ``[block.num_dst[t], out_dim]``."""
@@ -292,7 +302,7 @@ class RelationalMeanConv(nn.Module):
         return out
 
 
-class RelationalGATConv(nn.Module):
+class RelationalGATConv(_RelationalConv):
     """R-GAT's layer: per relation ``r``, PyG's ``GATConv(in_dim, out_dim // heads, heads,
     add_self_loops=False)`` over the relation's edges, summed over the relations into each type,
     with one bias per type (the sum of the relations' biases). ``forward`` as
@@ -305,25 +315,39 @@ class RelationalGATConv(nn.Module):
         self.att_src = nn.Parameter(torch.empty(schema.num_relations, heads, self.channels))
         self.att_dst = nn.Parameter(torch.empty(schema.num_relations, heads, self.channels))
         self.bias = nn.Parameter(torch.zeros(schema.num_types, out_dim))
+        self.src_types = [schema.type_index(r.src) for r in schema.relations]
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
 
-    def forward(self, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
+    def over_chunks(self, h: list[torch.Tensor], blocks: Iterable[TypedBlock]) -> Iterator[list[torch.Tensor]]:
+        """As :meth:`_RelationalConv.over_chunks`, with every relation's :meth:`_sources` computed
+        once for all the chunks, not by each chunk over every row."""
+        sources = [self._sources(r, h[t]) for r, t in enumerate(self.src_types)]
+        for block in blocks:
+            yield self(h, block, sources)
+
+    def _sources(self, relation: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(z [n, heads, channels], score [n, heads])``: relation ``relation``'s projection of the
+        source rows ``x`` ``[n, in_dim]``, and their half of the attention score."""
+        z = self.lin[relation](x).view(-1, self.heads, self.channels)
+        return z, (z * self.att_src[relation]).sum(-1)
+
+    def forward(self, h: list[torch.Tensor], block: TypedBlock,
+                sources: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> list[torch.Tensor]:
+        """``sources``: per relation, its :meth:`_sources` of every row of ``h[src_type]``, when
+        already computed (:meth:`over_chunks`)."""
         out = [self.bias[t].expand(n, -1) for t, n in enumerate(block.num_dst)]
         heads, channels = self.heads, self.channels
         for rel in block.relations:
             num_dst = block.num_dst[rel.dst_type]
             if not rel.col.numel() or not num_dst:
                 continue
-            lin, x_src, col = self.lin[rel.relation], h[rel.src_type], rel.col
-            if col.shape[0] < x_src.shape[0]:  # fewer edges than rows (a chunk of a whole-graph table): theirs only
-                x_src, col = x_src[col], torch.arange(col.shape[0], device=col.device)
-            z_src = lin(x_src).view(-1, heads, channels)
-            z_dst = lin(block.destinations(rel.dst_type, h[rel.dst_type])).view(-1, heads, channels)
-            score = ((z_src * self.att_src[rel.relation]).sum(-1)[col]
-                     + (z_dst * self.att_dst[rel.relation]).sum(-1)[rel.dst])  # [E_r, heads]
+            r, col = rel.relation, rel.col
+            z, z_score = self._sources(r, h[rel.src_type]) if sources is None else sources[r]
+            z_dst = self.lin[r](block.destinations(rel.dst_type, h[rel.dst_type])).view(-1, heads, channels)
+            score = z_score[col] + (z_dst * self.att_dst[r]).sum(-1)[rel.dst]  # [E_r, heads]
             alpha = _segment_softmax(F.leaky_relu(score, ATTENTION_SLOPE), rel.dst, num_dst)
-            messages = z_src[col] * alpha.unsqueeze(-1)
+            messages = z[col] * alpha.unsqueeze(-1)
             total = torch.zeros((num_dst, heads, channels), dtype=messages.dtype, device=messages.device)
             out[rel.dst_type] = out[rel.dst_type] + total.index_add_(0, rel.dst, messages).view(num_dst, -1)
         return out
@@ -396,19 +420,19 @@ class TypedMFGModel(nn.Module):
         projections ``[n_t, hidden]``."""
         return self.inputs(dict(zip(self.schema.node_types, rows)), [int(x.shape[0]) for x in rows])
 
-    def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
-        """Layer ``i`` over a chunk of the whole graph, as layer-wise inference runs it: ``h[t]``
-        ``[n_t, hidden]`` every row of type ``t`` it holds, ``block`` the chunk's destinations
-        (their ``dst_rows``) and edges (``col``: rows of ``h[src_type]``). Returns each type's
-        ``[block.num_dst[t], hidden]`` (LeakyReLU and dropout after every layer but the last); the
-        last layer's through the head, ``[num_dst[t], out_dim]``."""
-        out = self._step(i, list(h), block)
-        return [self.head(x) for x in out] if i == self.num_layers - 1 else out
+    def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor],
+                          blocks: Iterable[TypedBlock]) -> Iterator[list[torch.Tensor]]:
+        """Layer ``i`` over chunks of the whole graph, as layer-wise inference runs it: ``h[t]``
+        ``[n_t, hidden]`` every row of type ``t`` it holds, each block a chunk's destinations
+        (their ``dst_rows``) and edges (``col``: rows of ``h[src_type]``). Yields, per block, each
+        type's ``[block.num_dst[t], hidden]`` (LeakyReLU and dropout after every layer but the
+        last); the last layer's through the head, ``[num_dst[t], out_dim]``."""
+        for out in self.convs[i].over_chunks(list(h), blocks):
+            out = self._activate(i, out)
+            yield [self.head(x) for x in out] if i == self.num_layers - 1 else out
 
-    def _step(self, i: int, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
-        """Layer ``i`` over per-type rows ``h[t]`` (:class:`RelationalMeanConv`'s ``forward``), with
-        LeakyReLU and dropout after every layer but the last."""
-        h = self.convs[i](h, block)
+    def _activate(self, i: int, h: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Layer ``i``'s per-type outputs ``h``, with LeakyReLU and dropout after every layer but the last."""
         if i < self.num_layers - 1:
             h = [dropout(F.leaky_relu(x), self.dropout, self.training) for x in h]
         return h
@@ -419,7 +443,7 @@ class TypedMFGModel(nn.Module):
             raise ValueError(f"{len(mfgs)} MFGs for {self.num_layers} layers")
         counts, blocks = typed_blocks(mfgs, node_type, self.schema)
         h = self.inputs(x_dict, counts)
-        for i, block in enumerate(blocks):
-            h = self._step(i, h, block)
+        for i, (conv, block) in enumerate(zip(self.convs, blocks)):
+            h = self._activate(i, conv(h, block))
         target = self.schema.target_index
         return self.head(h[target][:mfgs[-1].num_dst] if mfgs else h[target][:0])

@@ -33,7 +33,7 @@ class LayerwiseInference:
     """Full-neighbour inference on one rank (building it is a collective: every rank at once).
 
     The model is a built-in one (:func:`~salientpp.models.gnn.runs_layer_by_layer`): it has
-    ``num_layers``, ``layer_inputs(rows)`` and ``whole_graph_layer(i, h, block)``.
+    ``num_layers``, ``layer_inputs(rows)`` and ``whole_graph_layer(i, h, blocks)``.
 
     Args:
         ctx: the process group context (rank = partition).
@@ -102,17 +102,16 @@ class LayerwiseInference:
 
     def _layer(self, model: torch.nn.Module, i: int, tables: list[torch.Tensor],
                dst: list[np.ndarray]) -> list[torch.Tensor]:
-        """Layer ``i``'s outputs of the owned rows ``dst[t]`` of each type ``t`` (rows of its table)."""
-        device = tables[0].device
-        out = []
-        for t, rows in enumerate(dst):
-            chunks = []
-            # An empty set of rows still runs one (empty) chunk, so the output has the layer's width.
-            for start in range(0, max(rows.shape[0], 1), self.chunk_size):
-                block = _to(self._chunk(t, rows[start:start + self.chunk_size]), device)
-                chunks.append(model.whole_graph_layer(i, tables, block)[t])
-            out.append(torch.cat(chunks))
-        return out
+        """Layer ``i``'s outputs of the owned rows ``dst[t]`` of each type ``t`` (rows of its table):
+        one call of the model over every chunk of the layer."""
+        device, size = tables[0].device, self.chunk_size
+        # An empty set of rows still runs one (empty) chunk, so the output has the layer's width.
+        chunks = [(t, start) for t, rows in enumerate(dst) for start in range(0, max(rows.shape[0], 1), size)]
+        blocks = (_to(self._chunk(t, dst[t][start:start + size]), device) for t, start in chunks)
+        out: list[list[torch.Tensor]] = [[] for _ in dst]
+        for (t, _), rows in zip(chunks, model.whole_graph_layer(i, tables, blocks)):
+            out[t].append(rows[t])
+        return [torch.cat(rows) for rows in out]
 
     @torch.no_grad()
     def __call__(self, model: torch.nn.Module, dst_local: np.ndarray, stats: CommStats) -> torch.Tensor:
