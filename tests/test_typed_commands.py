@@ -24,7 +24,6 @@ def typed_dirs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("argv, command", [
-    (["train", "{parts}", "--embedding-dim", "4", "--task", "link"], "link prediction (--task link)"),
     (["train", "{parts}", "--mode", "full-graph"], "full-graph training (--mode full-graph)"),
     (["bench", "fullgraph", "{parts}"], "full-graph training"),
     (["bench", "tradeoff", "{parts}"], "bench tradeoff"),

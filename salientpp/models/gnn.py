@@ -68,7 +68,7 @@ from torch import nn
 from ..errors import InputError, shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
-from .typed import TYPED_MODELS, TypedBlock, TypedInput, TypedMFGModel, check_architecture
+from .typed import TYPED_MODELS, TypedBlock, TypedInput, TypedMFGModel, check_architecture, seed_rows
 
 # The built-in models of homogeneous graphs (they train full-graph), and every built-in model.
 MODELS = ("sage", "gat", "gin", "gcn")
@@ -515,7 +515,7 @@ class SeedForward:
         out = self.model(self.inputs(batch), *(getattr(batch, name) for name in positional[1:]),
                          **{name: getattr(batch, name) for name in keywords})
         if self.kind not in (ModelInput.MFGS, ModelInput.TYPED_MFGS):  # every node's rows: the seeds' come first
-            out = (out[batch.target_type] if isinstance(out, dict) else out)[:batch.batch_size]
+            out = self._seed_rows(out, batch) if isinstance(out, dict) else out[:batch.batch_size]
         if self.expected is not None:
             self.expected.check(out, batch.batch_size)
         return out
@@ -528,6 +528,16 @@ class SeedForward:
         if self.embedding is not None:
             self.inputs(batch)  # the embedding's lookup of the batch's nodes, as a step with seeds does it
         return None
+
+    @staticmethod
+    def _seed_rows(out: dict[str, torch.Tensor], batch) -> torch.Tensor:
+        """The seeds' rows, in ``n_id`` order, of a model's per-type outputs (``to_hetero``'s: node
+        type name -> ``[n_t, d]``, the type's batch nodes in ``n_id`` order), whose seeds may be of
+        several types (link prediction's endpoints; :func:`~salientpp.models.typed.seed_rows`)."""
+        names = batch.schema.node_types
+        seed_type = batch.node_type[:batch.batch_size]
+        counts = torch.bincount(seed_type, minlength=len(names)).tolist()
+        return seed_rows([out.get(name) for name in names], seed_type, counts)
 
     def _embedded_rows(self, batch) -> dict[str, torch.Tensor]:
         """The embedding's float32 ``[n_t, D]`` rows of the batch nodes of each type it holds, in

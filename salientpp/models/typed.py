@@ -13,14 +13,15 @@ over the typed MFGs of a batch.
   relation. Local indices are positions in ``n_id`` (all types mixed), destinations a prefix of
   the sources.
 * ``node_type``: int64 ``[num_nodes]``, the type index of each node of ``n_id``.
-* ``n_id``: int64 ``[num_nodes]`` global ids, the seeds first (all of the target type).
+* ``n_id``: int64 ``[num_nodes]`` global ids, the seeds first (of the target type for node
+  classification; of the link relation's two endpoint types for link prediction).
 
 A homogeneous batch (``node_type`` and ``edge_type`` zeros) is a typed one with one type and one
 relation, so these models run on it too.
 
 **Structure** (MLPerf's R-GAT reference, GraphLearn-for-PyTorch's ``examples/igbh/rgnn.py``: a
 ``HeteroConv`` per layer summing one convolution per relation, LeakyReLU and dropout between
-layers, a linear head on the target type): a per-type input projection ``Linear(F_t, hidden)``
+layers, a linear head on the seeds): a per-type input projection ``Linear(F_t, hidden)``
 (of the features, or of the embedding rows), ``num_layers`` relational layers ``hidden ->
 hidden``, each but the last followed by LeakyReLU (slope 0.01) and dropout, then
 ``Linear(hidden, out_dim)`` on the seeds. Over the destinations ``v`` of type ``t`` and the
@@ -219,6 +220,29 @@ def _rowptr(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
     rowptr = torch.zeros(num_rows + 1, dtype=torch.int64, device=rows.device)
     torch.cumsum(torch.bincount(rows, minlength=num_rows), 0, out=rowptr[1:])
     return rowptr
+
+
+def seed_rows(rows: Sequence[torch.Tensor | None], seed_type: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+    """``[n, d]``: the rows of a batch's ``n`` seeds in ``n_id`` order, gathered from per-type rows.
+
+    Args:
+        rows: per node type (the schema's order), ``[n_t, d]`` rows of the batch nodes of the type
+            in ``n_id`` order (so its seeds' come first), or ``None`` for a type without seeds.
+        seed_type: int64 ``[n]`` the type of each seed.
+        counts: the seeds of each type (host ints, ``sum(counts) == n``).
+
+    Seeds of one type (node classification's, of the target type) are that type's first rows, no
+    copy; seeds of several (link prediction's two endpoint types) are merged into their order.
+    """
+    present = [t for t, count in enumerate(counts) if count]
+    if len(present) <= 1:
+        t = present[0] if present else next(t for t, r in enumerate(rows) if r is not None)
+        return rows[t][:counts[t]]
+    first = rows[present[0]]
+    merged = first.new_empty((int(seed_type.shape[0]), first.shape[1]))
+    for t in present:
+        merged[seed_type == t] = rows[t][:counts[t]]
+    return merged
 
 
 @dataclass(frozen=True)
@@ -445,5 +469,4 @@ class TypedMFGModel(nn.Module):
         h = self.inputs(x_dict, counts)
         for i, (conv, block) in enumerate(zip(self.convs, blocks)):
             h = self._activate(i, conv(h, block))
-        target = self.schema.target_index
-        return self.head(h[target][:mfgs[-1].num_dst] if mfgs else h[target][:0])
+        return self.head(seed_rows(h, node_type[:mfgs[-1].num_dst], blocks[-1].num_dst))

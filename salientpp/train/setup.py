@@ -296,12 +296,10 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
 
 def check_typed_limits(config: TrainConfig, data: PartitionedDataset) -> None:
     """Refuse (:class:`InputError`, one sentence) what a typed graph ``data`` cannot train with
-    yet: link prediction, full-graph mode; nothing on a homogeneous graph."""
-    for refused, command in ((config.task == LINK, "link prediction (--task link)"),
-                             (config.mode == FULL_GRAPH, "full-graph training (--mode full-graph)")):
-        if refused:
-            data.schema.require_homogeneous(command, config.part_dir,
-                                            "train it in minibatches on the labels of its target type")
+    yet: full-graph mode; nothing on a homogeneous graph."""
+    if config.mode == FULL_GRAPH:
+        data.schema.require_homogeneous("full-graph training (--mode full-graph)", config.part_dir,
+                                        "train it in minibatches")
 
 
 def model_input(config: TrainConfig, data: PartitionedDataset) -> TypedInput:
