@@ -296,3 +296,41 @@ def test_seed_rows_put_each_seeds_row_of_its_type_in_n_id_order():
     schema = GraphSchema.with_reverses(("user", "movie"), (4, 3), [RATES], "movie")
     batch = SimpleNamespace(schema=schema, node_type=torch.cat([seed_type, torch.tensor([0, 1])]), batch_size=5)
     assert torch.equal(SeedForward._seed_rows({"user": users, "movie": movies}, batch), merged)  # to_hetero's dict
+
+
+@pytest.mark.parametrize("mode", ["uniform", "per-source"])
+def test_typed_link_seed_probabilities_match_the_loaders_frequencies(mode):
+    """p0 of a typed link workload (2 partitions x 3 types; ratings from users to movies; a third
+    type no negative reaches) against the loader's procedure, batch after batch."""
+    from salientpp.cache.vip import link_seed_probabilities
+    from salientpp.data.schema import GraphSchema
+    from salientpp.sampling.link import LinkEnds, draw_link_seeds
+
+    schema = GraphSchema.with_reverses(("user", "movie", "tag"), (30, 24, 6), [RATES, ("movie", "has", "tag")],
+                                       "movie")
+    blocks = np.array([0, 16, 28, 31, 45, 57, 60])  # partition k's user, movie, tag blocks
+    ends = LinkEnds.of(schema, Relation(*RATES), blocks)
+    rng = np.random.default_rng(0)
+    users = np.r_[0:16, 31:45]
+    movies = np.r_[16:28, 45:57]
+    weight = 1.0 / np.arange(1, movies.shape[0] + 1)  # popular movies: vertices of many edges
+    edges = np.unique(np.stack([rng.choice(users, 260), rng.choice(movies, 260, p=weight / weight.sum())]), axis=1)
+    sets = [edges[:, edges[0] < 31], edges[:, edges[0] >= 31]]
+    batch_size, r, epochs = 20, 2, 300
+    p0 = link_seed_probabilities(60, sets, batch_size, r, mode, ends)
+    steps = max(-(-s.shape[1] // batch_size) for s in sets)
+    generator, hits = torch.Generator().manual_seed(1), np.zeros((60, 2))
+    for k, part in enumerate(sets):
+        part = torch.from_numpy(part)
+        for _ in range(epochs):
+            order = torch.randperm(part.shape[1], generator=generator)
+            for i in range(steps):
+                batch = part[:, order[i * part.shape[1] // steps:(i + 1) * part.shape[1] // steps]]
+                hits[draw_link_seeds(batch, ends, r, mode, generator).nodes.numpy(), k] += 1
+    freq = hits / (epochs * steps)
+    assert np.all(p0[np.r_[28:31, 57:60]] == 0) and np.all(freq[np.r_[28:31, 57:60]] == 0)  # tags: never seeds
+    se = np.sqrt(np.maximum(p0 * (1 - p0), 1e-12) / (epochs * steps))
+    assert np.abs((freq - p0) / se).max() < 5  # |z| > 5: 6e-7 per vertex under the null
+    if mode == "per-source":  # a user is a seed only through its own ratings
+        lonely = np.setdiff1d(users, edges[0])
+        assert np.all(p0[lonely] == 0)
