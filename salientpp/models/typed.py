@@ -240,6 +240,7 @@ def seed_rows(rows: Sequence[torch.Tensor | None], seed_type: torch.Tensor, coun
         return rows[t][:counts[t]]
     first = rows[present[0]]
     merged = first.new_empty((int(seed_type.shape[0]), first.shape[1]))
+    seed_type = seed_type.to(first.device)  # a batch's types may be kept on the host
     for t in present:
         merged[seed_type == t] = rows[t][:counts[t]]
     return merged
