@@ -92,6 +92,24 @@ def test_killed_rank_restarts_from_the_last_step_checkpoint_and_ends_like_an_uni
         torch.testing.assert_close(ckpt_b["model"][name], value, rtol=1e-5, atol=1e-6)
 
 
+def test_a_typed_run_killed_mid_epoch_resumes_from_its_step_checkpoint_with_the_same_sums(tmp_path, monkeypatch):
+    """A typed graph's running sums carry the rows received per node type after the fixed counters:
+    the step checkpoint holds them, and the resumed epoch reports what an uninterrupted one does."""
+    from salientpp.data.synthetic import synthetic_dataset
+    from salientpp.partition.partitioner import partition_dataset
+
+    part = tmp_path / "p2"
+    partition_dataset(synthetic_dataset("igbh,num_nodes=2000"), part, 2)
+    common = dict(TINY, part_dir=str(part), epochs=1, checkpoint_every="2steps", timeout_s=60)
+    straight = train(TrainConfig(checkpoint_dir=str(tmp_path / "a"), **common))
+    monkeypatch.setenv(ENV, "kill@train:rank=1,epoch=0,step=3")
+    restarted = train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), max_restarts=1, **common))
+    assert restarted.restarts == 1 and restarted.resumed_from == (0, 2)
+    (a,), (b,) = straight.history, restarted.history
+    assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-6)
+    assert len(a["comm"]["received_by_type"]) == 4 and b["comm"] == a["comm"]
+
+
 def test_without_restarts_a_killed_rank_fails_the_job_and_the_peer_names_it(p2, tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, "kill@train:rank=1,epoch=0,step=2")
     start = time.monotonic()

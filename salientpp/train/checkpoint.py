@@ -114,7 +114,8 @@ def non_finite_weight(weights: dict) -> str:
 def _malformed(ckpt: Checkpoint) -> str:
     """What in ``ckpt``'s position is not what :func:`save_checkpoint` writes (``epoch`` and ``step``
     non-negative integers; ``rng`` uint8 and ``partial`` float64 ``[K, *]``, with a row per rank
-    and :class:`~salientpp.train.state.EpochSums`' width mid-epoch, ``[0, 0]`` at an epoch's end);
+    and :class:`~salientpp.train.state.EpochSums`' width mid-epoch, its rows received per node type
+    after the fixed counters on a graph of several types, ``[0, 0]`` at an epoch's end);
     ``""`` when nothing is. The size of an RNG state is checked where it is restored."""
     for name in ("epoch", "step"):
         value = getattr(ckpt, name)
@@ -129,9 +130,9 @@ def _malformed(ckpt: Checkpoint) -> str:
     width, ranks = EpochSums().to_tensor().numel(), ckpt.rng.shape[0]
     if ranks == 0:
         return f"its step {ckpt.step} is mid-epoch, but it holds no RNG states"
-    if ckpt.partial.shape != (ranks, width):
-        return (f"its running sums are {_described(ckpt.partial)} mid-epoch, not [{ranks}, {width}] (a row per rank "
-                "of its RNG states)")
+    if ckpt.partial.shape[0] != ranks or ckpt.partial.shape[1] < width:
+        return (f"its running sums are {_described(ckpt.partial)} mid-epoch, not [{ranks}, {width} or more] (a row "
+                "per rank of its RNG states)")
     return ""
 
 

@@ -452,7 +452,9 @@ class MinibatchTrainer(Trainer):
                 _fold(running, sums)
                 self._stop_if_diverged(self._reduce(sums.loss, dist.ReduceOp.SUM), epoch, first_bad)
                 partial = replace(sums, seconds=sums.seconds + time.perf_counter() - start)
-                partial.comm = CommStats.from_tensor(sums.comm.to_tensor() + self.loader.stats.to_tensor())
+                partial.comm = CommStats()  # the epoch's counters so far: its folded sums and the loader's since
+                partial.comm.add(sums.comm)
+                partial.comm.add(self.loader.stats)
                 self.checkpoint(state, epoch, done, partial)
         if bar is not None:
             bar.close()
