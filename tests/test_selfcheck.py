@@ -4,6 +4,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -82,8 +83,8 @@ def test_a_bulk_sampler_that_draws_too_many_neighbours_fails_the_bulk_check(monk
 
     real = bulk.BulkSampler._nodewise
 
-    def greedy(self, frontier, fanout, generators):  # every neighbour, ignoring the fanout
-        return real(self, frontier, -1, generators)
+    def greedy(self, frontier, fanouts, generators):  # every neighbour of every relation, ignoring the fanouts
+        return real(self, frontier, np.full_like(fanouts, -1), generators)
 
     monkeypatch.setattr(bulk.BulkSampler, "_nodewise", greedy)
     nodewise, _ = selfcheck.check_bulk(torch.device("cpu"), batches=100)

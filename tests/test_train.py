@@ -48,7 +48,7 @@ def test_tiny_learns_above_mlp_and_fetches_what_the_simulator_predicts(tiny, tmp
     root, ds = tiny
     metrics = tmp_path / "m.jsonl"
     result = train(TrainConfig(str(root / "p2"), epochs=12, policy="vip", replication=0.1, eval_every=4,
-                               json_path=str(metrics), **TINY))
+                               plan_workload="train", json_path=str(metrics), **TINY))
     mlp = _mlp_test_accuracy(ds)
     # The features are class centroids plus heavy noise (synthetic.py); averaging mostly same-class
     # neighbours removes much of it. 5 points over the MLP is far outside run-to-run noise on
@@ -60,7 +60,7 @@ def test_tiny_learns_above_mlp_and_fetches_what_the_simulator_predicts(tiny, tmp
     assert set(stages) <= set(lines[0]["stage_s"])
     for stage in stages:  # each with its thread's CPU seconds, within the wall time
         assert 0 < lines[0]["stage_s"][StageTimes.cpu_key(stage)] <= lines[0]["stage_s"][stage] + 1e-3, stage
-    # The simulator replays the same loader seeds (stream 0, epoch 0) with the same plan.
+    # The simulator replays the same loader seeds (stream 0, epoch 0) with the same (training-only) plan.
     data = load_partitioned(root / "p2")
     sim = simulate(PolicyContext(data, (Workload((5, 5), 32),), seed=0, epochs=1), ["vip"], [0.1])
     assert lines[0]["comm"]["received"] == int(round(sim.rows[0, 0].sum()))

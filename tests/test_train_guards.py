@@ -281,6 +281,7 @@ NOT_APPLYING = {
     "embedding_optimizer": ("adagrad", {}), "embedding_lr": (0.1, {}),
     "plan": ("some-plan", {"mode": "full-graph"}),
     "policy": ("degree", {"mode": "full-graph"}), "replication": (0.2, {"policy": "none"}),
+    "plan_workload": ("train", {"policy": "none"}),
     "device_fraction": (0.5, {"mode": "full-graph"}), "precision": ("bf16", {"mode": "full-graph"}),
     "pipeline_depth": (2, {"mode": "full-graph"}),
     "eval_fanouts": ((5, 5), {"inference": "layerwise"}),

@@ -254,7 +254,7 @@ def test_a_bad_declaration_or_forward_is_one_sentence():
 def _typed_batch_namespace(sample):
     """What SeedForward reads of a typed batch."""
     return SimpleNamespace(x_dict=sample.x_dict, mfgs=sample.mfgs, node_type=sample.node_type, n_id=sample.n_id,
-                           batch_size=sample.num_seeds, target_type=sample.schema.target,
+                           batch_size=sample.num_seeds, target_type=sample.schema.target, schema=sample.schema,
                            edge_index_dict="edge_index_dict", num_sampled_nodes_dict="nodes",
                            num_sampled_edges_dict="edges")
 
