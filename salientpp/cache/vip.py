@@ -150,7 +150,7 @@ one would count once).
   positives' sources, seeds already; a homogeneous graph's both ends range over all N vertices),
   so v is none of them with probability :math:`B_i(v) = \beta(v)^{n_i}`, with
   :math:`\beta(v) = (1 - 1/N_d)^{r [v \in d]} (1 - 1/N_s)^{r [v \in s]}` (the second factor for
-  ``uniform`` only; :math:`(1 - 1/N)^{2 r}` on a homogeneous graph).
+  ``uniform`` only; :math:`(1 - 1/N)^{2 r}` where one node type holds all N vertices).
 
 The negatives are drawn independently of which edges the batch holds, so v is not a node seed
 of batch i with probability exactly :math:`A_i(m) B_i`, and per minibatch (averaged over the S

@@ -105,7 +105,9 @@ class FeatureStore:
         if not isinstance(features, Mapping):
             features = {0: features}
         self.featured = sorted(features)
-        self.widths = [int(features[t].shape[1]) if t in features else 0 for t in range(self.num_types)]
+        self.widths = [0] * self.num_types  # 0: a type without features
+        for t, rows in features.items():
+            self.widths[t] = int(rows.shape[1])
         self.pin = ctx.device.type == "cuda"  # host tiers in pinned memory: the CUDA kernels read them directly
         n_k = book.part_size(ctx.rank)
         order = np.arange(n_k) if owned_order is None else np.array(owned_order, dtype=np.int64)

@@ -96,9 +96,9 @@ class LayerwiseInference:
             np.cumsum(np.bincount(rows, minlength=rowptr.shape[0] - 1), out=rowptr[1:])
             relations.append(RelationBlock(r, src_type, dst_type, torch.from_numpy(rowptr),
                                            torch.from_numpy(self._rows(nbr[chosen], src_type)), torch.from_numpy(rows)))
-        empty = torch.empty(0, dtype=torch.int64)
-        return TypedBlock([c if u == t else 0 for u in range(num_types)], relations,
-                          [torch.from_numpy(dst) if u == t else empty for u in range(num_types)])
+        counts, dst_rows = [0] * num_types, [torch.empty(0, dtype=torch.int64)] * num_types
+        counts[t], dst_rows[t] = c, torch.from_numpy(dst)  # the chunk's destinations are all of type t
+        return TypedBlock(counts, relations, dst_rows)
 
     def _layer(self, model: torch.nn.Module, i: int, tables: list[torch.Tensor],
                dst: list[np.ndarray]) -> list[torch.Tensor]:
