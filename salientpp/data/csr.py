@@ -176,8 +176,7 @@ def _check_relations(rowptr: np.ndarray, col: np.ndarray, edge_rel: np.ndarray, 
                      fix: str) -> None:
     """The relation checks of :func:`check_csr`, over chunks of entries (a row may span chunks)."""
     relations = schema.relations
-    src = np.array([schema.type_index(r.src) for r in relations], dtype=np.int64)
-    dst = np.array([schema.type_index(r.dst) for r in relations], dtype=np.int64)
+    src, dst = np.array(schema.relation_ends, dtype=np.int64).reshape(-1, 2).T
     previous_row, previous_rel = -1, -1
     for lo, hi in row_chunks(col.shape[0], 4 * col.itemsize):
         rel = read_rows(edge_rel, lo, hi).astype(np.int64)

@@ -308,6 +308,11 @@ class GraphSchema:
             raise InputError(f"unknown node type {shown(name)}; the graph has {', '.join(map(shown, self.node_types))}")
         return self.node_types.index(name)
 
+    @property
+    def relation_ends(self) -> list[tuple[int, int]]:
+        """Per relation (the schema's order), the indices of its source and destination node types."""
+        return [(self.node_types.index(r.src), self.node_types.index(r.dst)) for r in self.relations]
+
     def relation_index(self, relation: Relation | tuple[str, str, str] | str) -> int:
         """The number of a relation given as a :class:`Relation`, a triple, ``"src__name__dst"``, or
         its name alone when no other relation has that name (as PyG accepts); :class:`InputError`

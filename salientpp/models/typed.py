@@ -198,19 +198,16 @@ def _relation_blocks(mfg: MFG, rank: torch.Tensor | None, schema: GraphSchema, n
                      edges: list[int]) -> list[RelationBlock]:
     """:func:`typed_blocks`'s relation CSRs of one MFG (``edges[r]`` edges of relation ``r``;
     ``rank`` None: one node type, whose rows are the positions)."""
-    types = schema.node_types
     src, dst = mfg.edge_index[0], mfg.edge_index[1]
     if rank is None:  # one type and one relation: the MFG's own CSR
         return [RelationBlock(0, 0, 0, mfg.rowptr, src, dst)]
     # stable: within a relation the edges stay grouped by destination (one relation: they are already)
     order = torch.argsort(mfg.edge_type, stable=True) if schema.num_relations > 1 else None
     blocks, start = [], 0
-    for r, relation in enumerate(schema.relations):
-        t = types.index(relation.dst)
+    for r, (s, t) in enumerate(schema.relation_ends):
         chosen = slice(start, start + edges[r]) if order is None else order[start:start + edges[r]]
         rows = rank[dst[chosen]]
-        blocks.append(RelationBlock(r, types.index(relation.src), t, _rowptr(rows, num_dst[t]), rank[src[chosen]],
-                                    rows))
+        blocks.append(RelationBlock(r, s, t, _rowptr(rows, num_dst[t]), rank[src[chosen]], rows))
         start += edges[r]
     return blocks
 
@@ -340,7 +337,7 @@ class RelationalGATConv(_RelationalConv):
         self.att_src = nn.Parameter(torch.empty(schema.num_relations, heads, self.channels))
         self.att_dst = nn.Parameter(torch.empty(schema.num_relations, heads, self.channels))
         self.bias = nn.Parameter(torch.zeros(schema.num_types, out_dim))
-        self.src_types = [schema.type_index(r.src) for r in schema.relations]
+        self.src_types = [src for src, _ in schema.relation_ends]
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
 

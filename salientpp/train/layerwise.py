@@ -49,8 +49,7 @@ class LayerwiseInference:
         self.lo, self.hi = int(data.book.offsets[ctx.rank]), int(data.book.offsets[ctx.rank + 1])
         # the first owned id of each type, and the relations by index: (source type, destination type)
         self.starts = [data.book.block(ctx.rank, t)[0] for t in range(self.schema.num_types)]
-        types = self.schema.node_types
-        self.ends = [(types.index(r.src), types.index(r.dst)) for r in self.schema.relations]
+        self.ends = self.schema.relation_ends
         self.inputs = _owned_features(data, ctx.rank)
         self.chunk_size = int(chunk_size)
         neighbours = self.col[self.rowptr[self.lo]:self.rowptr[self.hi]]
