@@ -115,8 +115,6 @@ def test_a_renamed_flag_still_works_for_one_release_and_says_its_new_name(tiny_p
 def test_a_typed_model_runs_layerwise_inference_but_not_full_graph_training(tiny_partitions, model):
     part_dir = str(tiny_partitions[0] / "p2")
     TrainConfig(part_dir, model=model, inference="layerwise").validate()
-    # a learned embedding is refused for what it is, as for every model
-    with pytest.raises(InputError, match="reads the stored features only, not a learned embedding"):
-        TrainConfig(part_dir, model=model, inference="layerwise", embedding_dim=8).validate()
+    TrainConfig(part_dir, model=model, inference="layerwise", embedding_dim=8, features=False).validate()
     with pytest.raises(InputError, match=f"--mode full-graph is not implemented for the typed model {model}"):
         TrainConfig(part_dir, model=model, mode="full-graph", layers=2).validate()

@@ -19,15 +19,18 @@ def tiny(tiny_partitions):
     return tiny_partitions
 
 
-def _dense_logits(trainer: Trainer) -> torch.Tensor:
-    """The model over the whole (one-partition) graph at once: every layer sees every edge."""
+def _dense_logits(trainer: Trainer, x: torch.Tensor | None = None) -> torch.Tensor:
+    """The model over the whole (one-partition) graph at once: every layer sees every edge; its
+    input rows ``x`` (``[N, in_dim]``), by default the features."""
     rowptr, col = torch.from_numpy(np.asarray(trainer.graph.data.rowptr)), torch.from_numpy(np.asarray(trainer.graph.data.col))
     n = rowptr.shape[0] - 1
     dst = torch.repeat_interleave(torch.arange(n), rowptr[1:] - rowptr[:-1])
     whole = MFG(n, n, torch.stack([col, dst]), rowptr)
     trainer.model.eval()
+    if x is None:
+        x = torch.from_numpy(np.asarray(trainer.graph.part.x)).float()
     with torch.no_grad():
-        return trainer.model(torch.from_numpy(np.asarray(trainer.graph.part.x)).float(), [whole] * trainer.model.num_layers)
+        return trainer.model(x, [whole] * trainer.model.num_layers)
 
 
 @pytest.mark.parametrize("model", ["sage", "gat", "gin"])
@@ -42,6 +45,19 @@ def test_one_rank_equals_a_dense_full_graph_forward(tiny, model):
     # A subset at the last layer gives the same rows (earlier layers still run on every vertex).
     some = np.array([5, 0, n - 1, 17])
     torch.testing.assert_close(trainer.evaluator.layerwise_logits(some, CommStats()), want[some], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("features", [False, True], ids=["no-features", "beside-features"])
+def test_one_rank_reads_the_learned_embedding_as_its_input_rows(tiny, features):
+    root, _ = tiny
+    config = TrainConfig(str(root / "p1"), model="sage", embedding_dim=8, features=features, epochs=1, lr=0.05, **SMALL)
+    trainer = rank_trainer(config, init_distributed("cpu"))
+    trainer.train_epoch(0)  # the embedding's rows as training left them, not their initial values
+    rows = trainer.embedding.weight  # [N, 8], row i of id i on one rank
+    x = torch.cat([torch.from_numpy(np.asarray(trainer.graph.part.x)).float(), rows], dim=1) if features else rows
+    n = trainer.graph.part.y.shape[0]
+    torch.testing.assert_close(trainer.evaluator.layerwise_logits(np.arange(n), CommStats()),
+                               _dense_logits(trainer, x), rtol=1e-5, atol=1e-5)
 
 
 def _layerwise_worker(part_dir: str, model: str) -> tuple[np.ndarray, np.ndarray, dict]:

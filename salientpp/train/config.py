@@ -430,9 +430,6 @@ class TrainConfig:
         if self.inference == LAYERWISE and self.model is not None and not runs_layer_by_layer(self.model):
             raise InputError(f"{_not_layer_by_layer(self.model, 'layer-wise inference')}; use --inference sampled "
                              "(with --eval-fanouts -1,-1,... for every neighbour)")
-        if self.embedding_dim and self.inference == LAYERWISE:
-            raise InputError("layer-wise inference reads the stored features only, not a learned embedding; use "
-                             "--inference sampled (with --eval-fanouts -1,-1,... for every neighbour)")
         if self.precision == BF16 and self.device == "cpu" and not cpu_has_bf16():
             raise InputError("--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, which this one "
                              "lacks (bfloat16 would be emulated and slower); use --precision fp32")

@@ -25,7 +25,7 @@ class Evaluator:
     Every call is a collective: all ranks evaluate at the same epochs. Sampled inference uses a
     :class:`DistNeighborLoader` over the validation and test nodes with the evaluation fanouts
     and batch size, through the same cache; layer-wise inference computes every layer over all
-    neighbours (exact; built-in models only, typed ones included).
+    neighbours (exact; built-in models only, typed ones included, with their learned rows).
 
     Args:
         graph: this rank's :class:`DistGraph`; model: the (non-DDP) model; task: labels and metric.
@@ -33,8 +33,9 @@ class Evaluator:
         loader: a callable building the sampled-inference loader over given seed ids (called
             once, on the first evaluation).
         chunk_size: destinations per chunk of layer-wise inference.
-        forward: how sampled inference calls the model on a batch (its input rows included);
-            default ``SeedForward.of(model)``.
+        forward: how sampled inference calls the model on a batch (its input rows included:
+            features fed or not, a learned embedding), and so which input rows layer-wise
+            inference reads; default ``SeedForward.of(model)``.
         splits: the splits to score (of :data:`~salientpp.train.state.EVAL_SPLITS`), those with
             nodes on some rank; the result has the metric of each.
     """
@@ -56,7 +57,9 @@ class Evaluator:
         """``[len(local_ids), C]`` full-neighbour outputs for owned local ids (rows of
         :attr:`~salientpp.loader.graph.DistGraph.x`: global id ``seed_start + i``; a collective)."""
         if self._layerwise is None:
-            self._layerwise = LayerwiseInference(self.graph.ctx, self.graph.data, self._chunk_size)
+            forward = self.forward  # the input rows the model reads: its features, its embedding's rows
+            self._layerwise = LayerwiseInference(self.graph.ctx, self.graph.data, self._chunk_size, forward.features,
+                                                 forward.embedding)
         return self._layerwise(self.model, local_ids, stats)
 
     def _outputs(self, epoch: int, stats: CommStats) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

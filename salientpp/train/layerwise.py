@@ -9,8 +9,12 @@ processed in chunks of ``chunk_size``, so memory stays bounded by the chunk, not
 
 The embeddings are kept per node type (``h[t]``: the rank's owned rows of type ``t`` in id
 order, then its halo rows of the type), as the typed models keep a batch's: a rank's owned ids
-hold its nodes type by type (the partition book's blocks), each type's features have their own
-width, and the model's ``layer_inputs`` projects them. A chunk is a
+hold its nodes type by type (the partition book's blocks), each type's input rows have their own
+width, and the model's ``layer_inputs`` projects them. A type's input rows are what a sampled
+batch feeds the model (:class:`~salientpp.models.gnn.SeedForward`): its features, then its rows of
+the learned :class:`~salientpp.embedding.DistEmbedding` (a featureless type's, or beside a
+homogeneous graph's features). Both are the rank's owned rows, read where they lie: the halo's
+come with the layer's exchange like any other layer's. A chunk is a
 :class:`~salientpp.models.typed.TypedBlock` of destinations of one type: per relation into it, a
 CSR over the destinations whose ``col`` are rows of the source type's table (the relation of each
 edge is the partitioned graph's ``edge_rel``), and the destinations' own rows (``dst_rows``). A
@@ -22,8 +26,10 @@ import numpy as np
 import torch
 
 from ..data.csr import row_edge_positions
+from ..data.learned import feature_widths
 from ..distributed import CommStats, DistContext, RowExchange
 from ..distributed.exchange import Halo
+from ..embedding import DistEmbedding
 from ..errors import InputError, shown
 from ..models.typed import RelationBlock, TypedBlock
 from ..partition import PartitionedDataset
@@ -37,20 +43,31 @@ class LayerwiseInference:
 
     Args:
         ctx: the process group context (rank = partition).
-        data: the partitioned dataset (the graph is replicated, features are not); its stored
-            features of every node type are the input (a type without features is refused: its
-            rows would be a learned embedding, which layer-wise inference does not read).
+        data: the partitioned dataset (the graph is replicated, features are not).
         chunk_size: destinations per chunk.
+        features: whether the stored features are fed to the model (``--no-features``: not).
+        embedding: the learned rows of the types it holds (``None``: none), read at every call, so
+            an evaluation during training sees its current values. A type with neither
+            features nor embedding rows is refused (:class:`InputError`).
     """
 
-    def __init__(self, ctx: DistContext, data: PartitionedDataset, chunk_size: int):
+    def __init__(self, ctx: DistContext, data: PartitionedDataset, chunk_size: int, features: bool = True,
+                 embedding: DistEmbedding | None = None):
         self.ctx, self.schema, self.book = ctx, data.schema, data.book
         self.rowptr, self.col, self.edge_rel = np.asarray(data.rowptr), np.asarray(data.col), data.edge_rel
         self.lo, self.hi = int(data.book.offsets[ctx.rank]), int(data.book.offsets[ctx.rank + 1])
-        # the first owned id of each type, and the relations by index: (source type, destination type)
-        self.starts = [data.book.block(ctx.rank, t)[0] for t in range(self.schema.num_types)]
+        # the first owned id and the owned nodes of each type, and the relations by index: (source
+        # type, destination type)
+        blocks = [data.book.block(ctx.rank, t) for t in range(self.schema.num_types)]
+        self.starts, self.counts = [start for start, _ in blocks], [stop - start for start, stop in blocks]
         self.ends = self.schema.relation_ends
-        self.inputs = _owned_features(data, ctx.rank)
+        self.features = _owned_features(data, ctx.rank, features, self.counts)
+        self.embedding, self.learned = embedding, _learned_slices(embedding, data, self.counts)
+        for t, (x, rows) in enumerate(zip(self.features, self.learned)):
+            if not x.shape[1] and rows is None:
+                raise InputError(f"layer-wise inference reads each node type's features or learned embedding, but "
+                                 f"the node type {shown(self.schema.node_types[t])} has neither; give it a learned "
+                                 "embedding with --embedding-dim")
         self.chunk_size = int(chunk_size)
         neighbours = self.col[self.rowptr[self.lo]:self.rowptr[self.hi]]
         ids = np.unique(neighbours[(neighbours < self.lo) | (neighbours >= self.hi)]).astype(np.int64)
@@ -78,7 +95,7 @@ class LayerwiseInference:
     def _rows(self, ids: np.ndarray, t: int) -> np.ndarray:
         """int64 rows in type ``t``'s table of global ids ``ids`` of that type."""
         owned = (ids >= self.lo) & (ids < self.hi)
-        return np.where(owned, ids - self.starts[t], len(self.inputs[t]) + np.searchsorted(self.halo_ids[t], ids))
+        return np.where(owned, ids - self.starts[t], self.counts[t] + np.searchsorted(self.halo_ids[t], ids))
 
     def _chunk(self, t: int, dst: np.ndarray) -> TypedBlock:
         """The block of the owned destinations of type ``t`` at rows ``dst`` of its table: every
@@ -112,6 +129,12 @@ class LayerwiseInference:
             out[t].append(rows[t])
         return [torch.cat(rows) for rows in out]
 
+    def _input_rows(self) -> list[torch.Tensor]:
+        """float32 ``[n_kt, F_t + D_t]`` each type's input rows of its owned nodes: its features
+        fed, then its rows of the embedding (``D_t`` = 0 for a type it does not hold)."""
+        weight = None if self.embedding is None else self.embedding.weight
+        return [x if rows is None else torch.cat([x, weight[rows]], dim=1) for x, rows in zip(self.features, self.learned)]
+
     @torch.no_grad()
     def __call__(self, model: torch.nn.Module, dst_local: np.ndarray, stats: CommStats) -> torch.Tensor:
         """``[len(dst_local), out_dim]`` model outputs of the owned nodes of the target type at rows
@@ -121,10 +144,10 @@ class LayerwiseInference:
         was_training = model.training
         model.eval()
         target = self.schema.target_index
-        everyone = [np.arange(len(x), dtype=np.int64) for x in self.inputs]
+        everyone = [np.arange(count, dtype=np.int64) for count in self.counts]
         last = [np.asarray(dst_local, dtype=np.int64) if t == target else np.empty(0, dtype=np.int64)
                 for t in range(self.schema.num_types)]
-        h = model.layer_inputs([x.to(self.ctx.device) for x in self.inputs])
+        h = model.layer_inputs([x.to(self.ctx.device) for x in self._input_rows()])
         for i in range(model.num_layers):
             h = self._layer(model, i, self._tables(h, stats), last if i == model.num_layers - 1 else everyone)
         model.train(was_training)
@@ -138,17 +161,30 @@ def _to(block: TypedBlock, device: torch.device) -> TypedBlock:
                       [rows.to(device) for rows in block.dst_rows])
 
 
-def _owned_features(data: PartitionedDataset, rank: int) -> list[torch.Tensor]:
-    """float32 ``[n_kt, F_t]`` (writable copies) the stored features of ``rank``'s nodes of each
-    node type, in the schema's order (rows in id order); :class:`InputError` for a type without
-    features."""
+def _owned_features(data: PartitionedDataset, rank: int, features: bool, counts: list[int]) -> list[torch.Tensor]:
+    """float32 ``[n_kt, F_t]`` (writable copies) the features fed to the model of ``rank``'s
+    ``counts[t]`` nodes of each node type, in the schema's order (rows in id order): ``F_t`` = 0
+    for a type without features, and for every type unless ``features``
+    (:func:`~salientpp.data.learned.feature_widths`)."""
     part, schema = data.part(rank), data.schema
     rows = []
-    for t, name in enumerate(schema.node_types):
-        x = part.x if t == schema.target_index else part.features.get(name)
-        if x is None:
-            raise InputError(f"layer-wise inference reads the stored features, but the node type {shown(name)} has "
-                             "none (its rows are a learned embedding); use --inference sampled (with --eval-fanouts "
-                             "-1,-1,... for every neighbour)")
-        rows.append(torch.from_numpy(np.array(x, dtype=np.float32)))
+    for t, (name, width) in enumerate(zip(schema.node_types, feature_widths(data, features))):
+        if width:
+            x = part.x if t == schema.target_index else part.features[name]
+            rows.append(torch.from_numpy(np.array(x, dtype=np.float32)))
+        else:
+            rows.append(torch.empty((counts[t], 0)))
     return rows
+
+
+def _learned_slices(embedding: DistEmbedding | None, data: PartitionedDataset, counts: list[int]) -> list[slice | None]:
+    """Where each node type's owned rows lie in ``embedding.weight`` (its blocks of the types it
+    holds, each in id order), or ``None`` for a type it does not hold (or no embedding)."""
+    if embedding is None:
+        return [None] * len(counts)
+    kinds = np.asarray(data.book.type_of(embedding.owned_ids()))
+    slices: list[slice | None] = []
+    for t, count in enumerate(counts):
+        rows = np.flatnonzero(kinds == t)
+        slices.append(slice(int(rows[0]), int(rows[0]) + count) if rows.shape[0] else None)
+    return slices

@@ -2,8 +2,9 @@
 
 The ranks (one per partition, like ``train``) load the checkpoint's model and compute the
 outputs of the nodes they own: by layer-wise full-neighbour inference for the built-in models
-(exact, as ``--inference layerwise`` evaluates them), by minibatches over every neighbour
-(fanout -1 per layer) for a user's model. Rank 0 writes, atomically:
+(exact, as ``--inference layerwise`` evaluates them, a learned embedding's rows included), by
+minibatches over every neighbour (fanout -1 per layer) for a user's model. Rank 0 writes,
+atomically:
 
 * ``outputs.npy``: float32 ``[N, C]`` the model's outputs (logits) of node ``i`` of the dataset
   ``salientpp prepare`` wrote (original ids, before partitioning); on a typed graph, of the
@@ -100,13 +101,13 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         model.load_state_dict(ckpt.model)
         model.eval()
         owned = np.arange(graph.num_owned, dtype=np.int64)  # the rank's rows of the target type
+        forward = SeedForward.of(model, embedding, features, typed=graph.data.is_typed)
         with torch.no_grad():
-            if runs_layer_by_layer(model) and embedding is None:
-                evaluator = Evaluator(graph, model, task, LAYERWISE, None, batch_size)
+            if runs_layer_by_layer(model):
+                evaluator = Evaluator(graph, model, task, LAYERWISE, None, batch_size, forward)
                 outputs = evaluator.layerwise_logits(owned, CommStats())
                 ids = torch.from_numpy(owned + graph.seed_start)
             else:
-                forward = SeedForward.of(model, embedding, features, typed=graph.data.is_typed)
                 loader = DistNeighborLoader(graph, owned + graph.seed_start, [FULL_NEIGHBOURHOOD] * options["layers"],
                                             batch_size, shuffle=False, features=features)
                 rows, id_rows = [torch.empty((0, task.num_outputs))], [torch.empty(0, dtype=torch.int64)]
