@@ -281,12 +281,38 @@ def _mid_epoch(rng_bytes: int | None = None, sums: int | None = None):
     def change(state):
         state["step"] = 1
         state["rng"] = torch.zeros((1, rng_bytes or torch.get_rng_state().numel()), dtype=torch.uint8)
-        state["partial"] = torch.zeros((1, sums or EpochSums().to_tensor().numel()), dtype=torch.float64)
+        state["partial"] = torch.zeros((1, sums or EpochSums.width(state["metric_sums"])), dtype=torch.float64)
     return change
+
+
+def _unrecorded_sums(state):
+    """A step checkpoint as salientpp wrote it before recording its number of metric sums (3 then)."""
+    _mid_epoch()(state)
+    del state["metric_sums"]
+    state["partial"] = torch.zeros((1, EpochSums.width(3)), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("change, metric, message", [
+    (_mid_epoch(), "f1-macro", "was written mid-epoch with 2 running metric sums per rank, but the metric f1-macro "
+                               "keeps 24; resume with the --metric"),
+    (_unrecorded_sums, "accuracy", "was written mid-epoch with an unrecorded number of running metric sums per rank, "
+                                   "but the metric accuracy keeps 2"),
+])
+def test_a_step_checkpoint_of_another_number_of_metric_sums_is_refused_in_one_sentence(trained, tmp_path, capsys,
+                                                                                       change, metric, message):
+    """The running sums of an epoch are as wide as the metric's counts (accuracy 2, F1-macro 3 per
+    class): a row of another width would be read as other counts, so ``--resume`` refuses it."""
+    copy = _tampered(trained, tmp_path, change)
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    assert _resume(trained[0] / "p1", copy, "--metric", metric) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
 
 
 @pytest.mark.parametrize("change, message", [
     (lambda state: state.update(epoch=-1), "its epoch is -1, not a non-negative integer"),
+    (lambda state: state.update(metric_sums=-2), "its metric_sums is -2, not a count of metric sums (or -1)"),
     (lambda state: state.update(step=1), "its step 1 is mid-epoch, but it holds no RNG states"),
     (_mid_epoch(sums=2), "its running sums are torch.float64 [1, 2] mid-epoch, not [1, "),
     (_mid_epoch(rng_bytes=7), "was written mid-epoch with RNG states of 7 bytes, but a rank training on cpu keeps"),

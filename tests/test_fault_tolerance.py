@@ -110,6 +110,21 @@ def test_a_typed_run_killed_mid_epoch_resumes_from_its_step_checkpoint_with_the_
     assert len(a["comm"]["received_by_type"]) == 4 and b["comm"] == a["comm"]
 
 
+def test_a_macro_f1_run_killed_mid_epoch_resumes_with_its_per_class_counts(p2, tmp_path, monkeypatch):
+    """F1-macro keeps 3 counts per class (24 for the tiny graph's 8 classes) in each rank's running
+    sums: the step checkpoint holds them all, so the resumed epoch's training metric is the
+    uninterrupted one's, counts of the steps before the kill included."""
+    common = dict(TINY, part_dir=p2, epochs=1, metric="f1-macro", checkpoint_every="2steps", timeout_s=60)
+    straight = train(TrainConfig(checkpoint_dir=str(tmp_path / "a"), **common))
+    monkeypatch.setenv(ENV, "kill@train:rank=1,epoch=0,step=3")
+    restarted = train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), max_restarts=1, **common))
+    assert restarted.restarts == 1 and restarted.resumed_from == (0, 2)
+    (a,), (b,) = straight.history, restarted.history
+    assert 0 < a["train_metric"] < 1
+    assert b["train_metric"] == pytest.approx(a["train_metric"], rel=1e-12)
+    assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-6)
+
+
 def test_without_restarts_a_killed_rank_fails_the_job_and_the_peer_names_it(p2, tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, "kill@train:rank=1,epoch=0,step=2")
     start = time.monotonic()

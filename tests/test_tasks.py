@@ -67,10 +67,10 @@ def test_roc_auc_agrees_with_sklearn():
 def test_task_from_labels_picks_loss_and_metric():
     multiclass = task_from_labels(np.array([0, 2, -1, 1]))
     assert multiclass == Task(MULTICLASS, 3, ACCURACY) and multiclass.loss_name == CROSS_ENTROPY
-    assert multiclass.decomposable
+    assert multiclass.num_sums == 2
     multilabel = task_from_labels(np.array([[0, 1, np.nan]], dtype=np.float32))
     assert multilabel == Task(MULTILABEL, 3, ROC_AUC) and multilabel.loss_name == BCE_WITH_LOGITS
-    assert not multilabel.decomposable
+    assert multilabel.num_sums == 0
     assert task_from_labels(torch.ones((4, 2), dtype=torch.bool)) == Task(MULTILABEL, 2, ROC_AUC)
     assert task_from_labels(torch.tensor([0, 1]), num_outputs=5) == Task(MULTICLASS, 5, ACCURACY)
     assert task_from_labels(np.zeros((3, 2), np.float32), metric="accuracy").metric == ACCURACY
@@ -174,7 +174,7 @@ def test_macro_f1_of_class_labels_is_the_mean_over_the_classes_present_of_their_
     one_hot = np.eye(classes, dtype=bool)
     _, expected = direct_f1(one_hot[logits.argmax(1)], one_hot[np.maximum(y, 0)], known)
     task = make_task(MULTICLASS, classes, F1_MACRO)
-    assert task.num_sums == 3 * classes and not task.decomposable   # per-class counts, summed at evaluation
+    assert task.num_sums == 3 * classes   # TP, FP and FN per class
     assert task.evaluate(torch.from_numpy(logits), torch.from_numpy(y)) == pytest.approx(expected, abs=1e-12)
     metrics = pytest.importorskip("sklearn.metrics")
     labelled = y >= 0
@@ -271,7 +271,7 @@ def test_gather_without_a_process_group_returns_the_rows():
 
 def test_the_link_task_carries_the_metric_it_was_given_and_the_kinds_refuse_each_others_metrics():
     assert link_task() == Task("link", 1, ROC_AUC) and link_task("MRR").metric == MRR
-    assert link_task("hits@50").loss_name == BCE_WITH_LOGITS and not link_task(MRR).decomposable
+    assert link_task("hits@50").loss_name == BCE_WITH_LOGITS and link_task(MRR).num_sums == 0
     with pytest.raises(InputError, match="--task link reports roc-auc, mrr, hits@10"):
         link_task(ACCURACY)
     with pytest.raises(InputError, match="the metric mrr ranks held-out edges"):

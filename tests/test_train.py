@@ -231,6 +231,38 @@ def test_the_epoch_loss_and_metric_are_the_seed_weighted_means_of_its_batches(ti
     assert 0 < record["train_metric"] < 1
 
 
+@pytest.mark.parametrize("mode", ["minibatch", "full-graph"])
+def test_the_train_metric_of_macro_f1_is_sklearns_macro_f1_of_the_epochs_training_predictions(tiny, mode,
+                                                                                             monkeypatch):
+    """F1-macro's per-class counts are summed over the steps of an epoch (3 per class, not the 3
+    numbers of F1-micro), so its ``train_metric`` is the macro F1 of every prediction the epoch
+    trained on, as sklearn computes it from the logits the loss saw."""
+    from salientpp.train.tasks import Task
+
+    f1_score = pytest.importorskip("sklearn.metrics").f1_score
+    root, _ = tiny
+    seen = []
+    real_loss = Task.loss
+
+    def loss(self, logits, targets):
+        seen.append((logits.detach().argmax(-1).clone(), targets.clone()))
+        return real_loss(self, logits, targets)
+
+    monkeypatch.setattr(Task, "loss", loss)
+    ctx = init_distributed("cpu")
+    options = dict(TINY, epochs=1, policy="none", metric="f1-macro", mode=mode)
+    if mode == "full-graph":  # one step over every neighbour
+        options = {k: v for k, v in options.items() if k not in ("fanouts", "batch_size", "eval_fanouts", "policy")}
+    trainer = rank_trainer(TrainConfig(str(root / "p1"), **options), ctx)
+    record = trainer.train_epoch(0)
+    predicted, y = (torch.cat(parts).numpy() for parts in zip(*seen))
+    labelled = y >= 0
+    assert len(seen) == record["steps"] and labelled.sum() > 100
+    expected = f1_score(y[labelled], predicted[labelled], average="macro")
+    assert record["train_metric"] == pytest.approx(expected, rel=1e-12)
+    assert 0 < record["train_metric"] < 1
+
+
 def test_float16_features_train_exactly_as_their_float32_values_on_two_ranks(tiny, tmp_path):
     """Rows travel as stored and the first layer reads float16 in place: the losses and metrics
     equal those of the same values stored as float32, bit for bit, through fetching and DDP."""

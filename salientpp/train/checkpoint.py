@@ -29,6 +29,8 @@ LAST, BEST = "last.pt", "best.pt"
 # The key of a checkpoint's options that holds the partitioning it was trained on
 # (:func:`~salientpp.cache.plan.partition_identity`); checkpoints of 0.1 named it "dataset".
 PARTITION_ID = "partition_id"
+# Checkpoint.metric_sums of a checkpoint written before it was recorded.
+UNRECORDED = -1
 
 
 @dataclass
@@ -42,6 +44,9 @@ class Checkpoint:
             ``[0, 0]`` at an epoch boundary, where every epoch reseeds.
         partial: float64 ``[K, M]`` each rank's running sums of the epoch in progress
             (see :class:`~salientpp.train.state.EpochSums`); ``[0, 0]`` at a boundary.
+        metric_sums: how many metric counts each row of ``partial`` holds (the writing run's
+            :attr:`~salientpp.train.tasks.Task.num_sums`); :data:`UNRECORDED` in checkpoints
+            written before it was recorded (they held 3, zeros for F1-macro), whose rows no run reads.
         best_valid, best_epoch: the best validation accuracy so far and its epoch.
         history: the metrics of every completed epoch.
         options: the training options (``TrainConfig.to_dict()`` plus :data:`PARTITION_ID`).
@@ -66,6 +71,7 @@ class Checkpoint:
     embedding: str = ""
     best_embedding: str = ""
     run_id: str = ""
+    metric_sums: int = UNRECORDED
 
 
 def save_checkpoint(directory: str | os.PathLike, ckpt: Checkpoint, best: bool) -> None:
@@ -113,27 +119,42 @@ def non_finite_weight(weights: dict) -> str:
 
 def _malformed(ckpt: Checkpoint) -> str:
     """What in ``ckpt``'s position is not what :func:`save_checkpoint` writes (``epoch`` and ``step``
-    non-negative integers; ``rng`` uint8 and ``partial`` float64 ``[K, *]``, with a row per rank
-    and :class:`~salientpp.train.state.EpochSums`' width mid-epoch, its rows received per node type
-    after the fixed counters on a graph of several types, ``[0, 0]`` at an epoch's end);
+    non-negative integers, ``metric_sums`` one too or :data:`UNRECORDED`; ``rng`` uint8 and
+    ``partial`` float64 ``[K, *]``, with a row per rank and :class:`~salientpp.train.state.EpochSums`'
+    width of ``metric_sums`` counts mid-epoch, its rows received per node type after the fixed
+    counters on a graph of several types, ``[0, 0]`` at an epoch's end);
     ``""`` when nothing is. The size of an RNG state is checked where it is restored."""
-    for name in ("epoch", "step"):
+    for name, least, what in (("epoch", 0, "a non-negative integer"), ("step", 0, "a non-negative integer"),
+                              ("metric_sums", UNRECORDED, f"a count of metric sums (or {UNRECORDED})")):
         value = getattr(ckpt, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return f"its {name} is {shown(repr(value))}, not a non-negative integer"
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            return f"its {name} is {shown(repr(value))}, not {what}"
     for name, dtype in (("rng", torch.uint8), ("partial", torch.float64)):
         value = getattr(ckpt, name)
         if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.ndim != 2:
             return f"its {name} is {_described(value)}, not a 2-D {dtype} tensor"
     if ckpt.step == 0:
         return ""
-    width, ranks = EpochSums().to_tensor().numel(), ckpt.rng.shape[0]
+    width, ranks = EpochSums.width(max(ckpt.metric_sums, 0)), ckpt.rng.shape[0]
     if ranks == 0:
         return f"its step {ckpt.step} is mid-epoch, but it holds no RNG states"
     if ckpt.partial.shape[0] != ranks or ckpt.partial.shape[1] < width:
         return (f"its running sums are {_described(ckpt.partial)} mid-epoch, not [{ranks}, {width} or more] (a row "
                 "per rank of its RNG states)")
     return ""
+
+
+def running_sums(ckpt: Checkpoint, rank: int, num_sums: int, metric: str, directory: str | os.PathLike) -> EpochSums:
+    """Rank ``rank``'s running sums of the epoch ``ckpt`` stopped in (mid-epoch: ``step > 0``), read
+    for a task of ``num_sums`` metric counts named ``metric``; :class:`InputError` when the
+    checkpoint's rows hold another number of them (written with another ``--metric``, or
+    :data:`UNRECORDED`), which would be read as other counts."""
+    if ckpt.metric_sums != num_sums:
+        kept = "an unrecorded number of" if ckpt.metric_sums == UNRECORDED else str(ckpt.metric_sums)
+        raise InputError(f"the checkpoint in {directory} was written mid-epoch with {kept} running metric sums per "
+                         f"rank, but the metric {metric} keeps {num_sums}; resume with the --metric and the salientpp "
+                         "version that wrote it, or start afresh with a new --checkpoint-dir")
+    return EpochSums.from_tensor(ckpt.partial[rank], num_sums)
 
 
 def _described(value: Any) -> str:

@@ -26,7 +26,7 @@ from .config import LAYERWISE
 from .evaluation import Evaluator
 from .loop import Trainer
 from .setup import RankSetup, build_optimizer
-from .state import METRIC_SUMS, TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
+from .state import TRAIN_CPU, TRAIN_LOSS, TRAIN_METRIC
 
 # Keys of the "full_graph" entry of an epoch's record.
 DEPENDENCIES, PLAN, PREDICTED_S, PROBED_S, REDUNDANT, CACHED_FRACTION, EXCHANGED_BYTES = (
@@ -232,11 +232,10 @@ class FullGraphTrainer(Trainer):
         self._reduce_gradients()
         self.optimizer.step()
         train_s = time.perf_counter() - start
-        values = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64)
+        values = torch.zeros(1 + self.task.num_sums, dtype=torch.float64)
         values[0] = float(loss.detach())
-        if self.task.decomposable and local:
-            metric = self.task.metric_sums(out.detach(), self.train_targets).cpu()
-            values[1:1 + metric.shape[0]] = metric
+        if self.task.num_sums and local:
+            values[1:] = self.task.metric_sums(out.detach(), self.train_targets).cpu()
         if self.ctx.distributed:
             values = values.to(self.ctx.comm_device)
             dist.all_reduce(values)
@@ -254,7 +253,7 @@ class FullGraphTrainer(Trainer):
                                    REDUNDANT: self._redundant,
                                    CACHED_FRACTION: self.cached_fraction,
                                    EXCHANGED_BYTES: comm.bytes_received}}
-        if self.task.decomposable:
-            record[TRAIN_METRIC] = self.task.metric_from_sums(values[1:1 + self.task.accumulator().sums.shape[0]])
+        if self.task.num_sums:
+            record[TRAIN_METRIC] = self.task.metric_from_sums(values[1:])
         return record
 

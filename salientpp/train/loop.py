@@ -34,23 +34,23 @@ from ..models.gnn import ExpectedOutputs, SeedForward, build_model
 from ..sampling.link import LINK, NegativeSampling
 from ..streams import dropout_seed
 from .checkpoint import (PARTITION_ID, Checkpoint, describe_position, has_checkpoint, non_finite_weight,
-                         save_checkpoint, weights_misfit)
+                         running_sums, save_checkpoint, weights_misfit)
 from .config import BF16
 from .evaluation import Evaluator
 from .link import LinkEvaluator, LinkModel, build_decoder
 from .setup import (RankSetup, apply_optimizer_options, build_optimizer, embedded_types, encoder_dims,
                     resume_checkpoint)
-from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, METRIC_SUMS, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
+from .state import (EMBEDDING_COMM, EPOCH, EVAL_SPLITS, METRIC, TEST_METRIC, TRAIN_CPU, TRAIN_LOSS,
                     TRAIN_METRIC, VALID_MAJORITY, VALID_METRIC, EpochSums, RunState, TrainResult, rng_state,
                     set_rng_state)
 
 
 def _fold(running: torch.Tensor, sums: EpochSums) -> None:
-    """Add the device-side running loss and metric sums (``[1 + METRIC_SUMS]``) to ``sums`` and zero them."""
+    """Add the device-side running loss and metric sums (``[1 + Task.num_sums]``) to ``sums`` and zero them."""
     values = running.tolist()  # a copy (on the CPU, .cpu() would alias what zero_ clears)
     running.zero_()
     sums.loss += values[0]
-    sums.add_metric(torch.tensor(values[1:], dtype=torch.float64))
+    sums.metric += torch.tensor(values[1:], dtype=torch.float64)
 
 
 class Trainer:
@@ -173,7 +173,8 @@ class Trainer:
             save_checkpoint(self.config.checkpoint_dir,
                             Checkpoint(epoch, step, self.model.state_dict(), self.optimizer.state_dict(), rng,
                                        partial, state.result.best_valid, state.result.best_epoch, state.history,
-                                       state.options, tag, self._best_embedding, self.run_id), best=best)
+                                       state.options, tag, self._best_embedding, self.run_id,
+                                       self.task.num_sums), best=best)
         if self.ctx.distributed:
             dist.barrier()
         self._checkpointed = (epoch, step)
@@ -204,8 +205,10 @@ class Trainer:
         """Load ``last.pt`` into the model, optimizer, RNG and ``state``; returns where to continue."""
         config = self.config
         ckpt = resume_checkpoint(config, self.graph.partition_id, self.graph.data.schema)
+        sums = None
         if ckpt.step > 0:  # refused before anything is loaded or rewritten
             self._check_rng_states(ckpt.rng)
+            sums = running_sums(ckpt, self.ctx.rank, self.task.num_sums, self.task.metric, config.checkpoint_dir)
         misfit = weights_misfit(self.model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the checkpoint in {config.checkpoint_dir} does not fit this model ({misfit}); "
@@ -234,7 +237,7 @@ class Trainer:
         if ckpt.step == 0:
             return ckpt.epoch, 0, None
         set_rng_state(ckpt.rng[self.ctx.rank], self.ctx.device)
-        return ckpt.epoch, ckpt.step, EpochSums.from_tensor(ckpt.partial[self.ctx.rank])
+        return ckpt.epoch, ckpt.step, sums
 
     # -- the run -------------------------------------------------------------------------------------
     def finish(self) -> None:
@@ -407,7 +410,7 @@ class MinibatchTrainer(Trainer):
             torch.manual_seed(dropout_seed(self.config.seed, epoch, self.ctx.rank))
         self.ddp.train()
         self._epoch, self._evaluating = epoch, False
-        sums = EpochSums() if sums is None else sums
+        sums = EpochSums.zeros(self.task.num_sums) if sums is None else sums
         start, cpu_start = time.perf_counter(), time.process_time()
         self.loader.load_state_dict({"epoch": epoch, "next_batch": first_step})
         steps = len(self.loader)
@@ -415,7 +418,7 @@ class MinibatchTrainer(Trainer):
         bar = self._bar(steps, f"epoch {epoch}", first_step)
         train_s = train_cpu = 0.0
         # Loss and metric sums stay on the device during the epoch, so a GPU step never waits for them.
-        running = torch.zeros(1 + METRIC_SUMS, dtype=torch.float64, device=self.ctx.device)
+        running = torch.zeros(1 + self.task.num_sums, dtype=torch.float64, device=self.ctx.device)
         # This rank's first step with a loss that is not finite (inf: none yet), also kept on the device.
         first_bad = torch.full((), math.inf, dtype=torch.float64, device=self.ctx.device)
         if self.embedding is not None:
@@ -438,9 +441,8 @@ class MinibatchTrainer(Trainer):
             running[0] += loss.detach().double() * targets.shape[0]
             first_bad = torch.where(torch.isfinite(loss.detach()), first_bad, first_bad.clamp(max=step))
             sums.count += targets.shape[0]
-            if self.task.decomposable:
-                metric = self.task.metric_sums(out.detach(), targets)
-                running[1:1 + metric.shape[0]] += metric
+            if self.task.num_sums:
+                running[1:] += self.task.metric_sums(out.detach(), targets)
             train_s += time.perf_counter() - t0
             train_cpu += time.thread_time() - c0  # what the model cost, whatever else shares the cores
             if bar is not None:
@@ -472,6 +474,6 @@ class MinibatchTrainer(Trainer):
                   "cpu_s": time.process_time() - cpu_start, "stage_s": times, "comm": sums.comm.summed(self.ctx).as_dict()}
         if self.embedding is not None:
             record[EMBEDDING_COMM] = self.embedding.stats.summed(self.ctx).as_dict()
-        if self.task.decomposable:
-            record[TRAIN_METRIC] = self.task.metric_from_sums(metric_sums[:self.task.accumulator().sums.shape[0]])
+        if self.task.num_sums:
+            record[TRAIN_METRIC] = self.task.metric_from_sums(metric_sums)
         return record

@@ -26,8 +26,6 @@ VALID_MAJORITY = "valid_majority"
 TRAIN_CPU = StageTimes.cpu_key(Stage.TRAIN.value)
 # The exchange counters of a DistEmbedding's lookups in an epoch (beside "comm", the features').
 EMBEDDING_COMM = "embedding_comm"
-# Width of the metric sums a decomposable metric keeps (F1 needs three: tp, fp, fn).
-METRIC_SUMS = 3
 
 
 @dataclass
@@ -61,30 +59,42 @@ class EpochSums:
     """One rank's running sums over the steps of an epoch done so far (checkpointed mid-epoch).
 
     Attributes:
+        metric: float64 ``[Task.num_sums]`` the task's metric counts
+            (:meth:`~salientpp.train.tasks.Task.metric_sums`; ``[0]`` for a metric not computed
+            from counts).
         loss: sum of batch loss times batch size; count: seeds trained on.
-        metric: float64 ``[METRIC_SUMS]`` the task's metric sums (zeros when it has none).
         seconds: wall time of the epoch so far; comm: exchange counters.
     """
 
+    metric: torch.Tensor
     loss: float = 0.0
     count: float = 0.0
-    metric: torch.Tensor = field(default_factory=lambda: torch.zeros(METRIC_SUMS, dtype=torch.float64))
     seconds: float = 0.0
     comm: CommStats = field(default_factory=CommStats)
 
-    def add_metric(self, sums: torch.Tensor) -> None:
-        self.metric[:sums.shape[0]] += sums
+    @classmethod
+    def zeros(cls, num_sums: int) -> "EpochSums":
+        """The sums of an epoch not started, keeping ``num_sums`` metric counts."""
+        return cls(torch.zeros(num_sums, dtype=torch.float64))
+
+    @staticmethod
+    def width(num_sums: int) -> int:
+        """The fewest entries of :meth:`to_tensor` with ``num_sums`` metric counts (a graph of
+        several node types adds its rows received per type after them)."""
+        return 3 + num_sums + CommStats().to_tensor().numel()
 
     def to_tensor(self) -> torch.Tensor:
-        """float64 ``[3 + METRIC_SUMS + len(fields(CommStats))]``."""
+        """float64 ``[3 + num_sums + 7 + T]``: loss, count, seconds, the metric counts, then
+        :meth:`CommStats.to_tensor`."""
         return torch.cat([torch.tensor([self.loss, self.count, self.seconds], dtype=torch.float64), self.metric,
                           self.comm.to_tensor()])
 
     @classmethod
-    def from_tensor(cls, values: torch.Tensor) -> "EpochSums":
+    def from_tensor(cls, values: torch.Tensor, num_sums: int) -> "EpochSums":
+        """What :meth:`to_tensor` wrote with ``num_sums`` metric counts (the caller checks that
+        they were written with as many)."""
         loss, count, seconds = values[:3].tolist()
-        return cls(loss, count, values[3:3 + METRIC_SUMS].clone(), seconds,
-                   CommStats.from_tensor(values[3 + METRIC_SUMS:]))
+        return cls(values[3:3 + num_sums].clone(), loss, count, seconds, CommStats.from_tensor(values[3 + num_sums:]))
 
 
 @dataclass

@@ -57,10 +57,8 @@ METRICS = tuple(dict.fromkeys(NODE_METRICS + LINK_METRICS))
 """The metric names ``--metric`` accepts."""
 DEFAULT_METRICS = {MULTICLASS: ACCURACY, MULTILABEL: ROC_AUC, LINK: ROC_AUC}
 COUNTED_METRICS = frozenset({ACCURACY, F1_MICRO, F1_MACRO})
-"""Metrics computed from counts over nodes (:meth:`Task.metric_sums`), so ranks combine them with one ``all_reduce``."""
-DECOMPOSABLE_METRICS = frozenset({ACCURACY, F1_MICRO})
-"""The counted metrics of a fixed few counts (at most three), which the training loop adds up per
-step for the training split's metric; F1-macro's per-class counts are summed at evaluation only."""
+"""Metrics computed from counts over nodes (:meth:`Task.metric_sums`), so ranks combine them with one
+``all_reduce``, and the training loop adds them up per step for the training split's metric."""
 _ALIASES = {"acc": ACCURACY, "rocauc": ROC_AUC, "auc": ROC_AUC, "f1": F1_MICRO, "micro-f1": F1_MICRO,
             "macro-f1": F1_MACRO}
 
@@ -110,16 +108,13 @@ class Task:
     def num_sums(self) -> int:
         """The counts of :meth:`metric_sums`: 2 (:data:`ACCURACY`), 3 (:data:`F1_MICRO`),
         ``3 * num_outputs`` (:data:`F1_MACRO`), or 0 for a metric that needs every score
-        (ROC-AUC and the link ranking metrics: :meth:`scores_and_targets`)."""
+        (ROC-AUC and the link ranking metrics: :meth:`scores_and_targets`). It sizes every running
+        sum of the metric: :class:`MetricAccumulator`'s, the training loop's (which reports the
+        training split's metric when it is not 0) and a step checkpoint's
+        (:class:`~salientpp.train.state.EpochSums`)."""
         if self.metric not in COUNTED_METRICS:
             return 0
         return {ACCURACY: 2, F1_MICRO: 3, F1_MACRO: 3 * self.num_outputs}[self.metric]
-
-    @property
-    def decomposable(self) -> bool:
-        """Whether the training loop adds the metric's counts up per step (:data:`DECOMPOSABLE_METRICS`:
-        a fixed few, :data:`ACCURACY` and :data:`F1_MICRO`) and records the training split's metric."""
-        return self.metric in DECOMPOSABLE_METRICS
 
     def targets(self, y: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The label rows ``y`` of a batch as the tensor :meth:`loss` and the metrics take.
