@@ -2,6 +2,6 @@
 over the typed MFGs of a typed graph R-SAGE, R-GCN and R-GAT; and how the trainer calls a model
 (:class:`ModelInput`), built-in or a user's."""
 from .gnn import MODELS, MFGModel, ModelInput
-from .typed import TYPED_MODELS, TypedInput, TypedMFGModel
+from .typed import TYPED_MODELS, TypedInput, TypedMFGModel, TypedStructure
 
-__all__ = ["MODELS", "MFGModel", "ModelInput", "TYPED_MODELS", "TypedInput", "TypedMFGModel"]
+__all__ = ["MODELS", "MFGModel", "ModelInput", "TYPED_MODELS", "TypedInput", "TypedMFGModel", "TypedStructure"]

@@ -68,7 +68,7 @@ from torch import nn
 from ..errors import InputError, shown
 from ..sampling import MFG
 from .ops import aggregate_with_root, dropout, weighted_aggregate
-from .typed import TYPED_MODELS, TypedBlock, TypedInput, TypedMFGModel, check_architecture, seed_rows
+from .typed import TYPED_MODELS, TypedBlock, TypedInput, TypedMFGModel, TypedStructure, check_architecture, seed_rows
 
 # The built-in models of homogeneous graphs (they train full-graph), and every built-in model.
 MODELS = ("sage", "gat", "gin", "gcn")
@@ -387,22 +387,24 @@ def check_model(spec: str, typed: bool = False) -> str:
 
 
 def build_model(spec: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5,
-                inputs: TypedInput | None = None) -> nn.Module:
+                inputs: TypedInput | None = None, structure: TypedStructure = TypedStructure()) -> nn.Module:
     """The model ``spec`` names (see the module docstring); PyG's generated files are removed.
 
     ``inputs``: the graph's schema and the width of each type's input rows, which the built-in
     typed models (:data:`~salientpp.models.typed.TYPED_MODELS`) are built from; not given: a
     homogeneous graph's of ``in_dim`` features (:meth:`~salientpp.models.typed.TypedInput.homogeneous`).
     A user's factory still gets ``in_dim`` (the target type's width) and is checked against the
-    graph's kind of input (:func:`model_input`).
+    graph's kind of input (:func:`model_input`). ``structure``: a built-in typed model's
+    (:class:`~salientpp.models.typed.TypedStructure`), refused away from the default for any other.
     """
     inputs = inputs or TypedInput.homogeneous(in_dim)
     several = not inputs.schema.is_homogeneous  # several node types or relations
+    structure.check(spec)
     if spec in MODELS:
         check_model(spec, typed=several)
         return MFGModel(spec, in_dim, hidden, out_dim, num_layers, dropout)
     if spec in TYPED_MODELS:
-        return TypedMFGModel(spec, inputs, hidden, out_dim, num_layers, dropout)
+        return TypedMFGModel(spec, inputs, hidden, out_dim, num_layers, dropout, structure=structure)
     with no_pyg_tempfiles():
         model = _factory(spec)(in_dim, hidden, out_dim, num_layers)
     if not isinstance(model, nn.Module):

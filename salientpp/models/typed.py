@@ -30,6 +30,12 @@ relations ``r`` into ``t`` (``N_r(v)``: the sampled sources of ``v``'s relation-
 * **R-SAGE**: ``h'_v = sum_r W_r mean_{u in N_r(v)} h_u + W_t h_v + b_t``: a root weight and
   bias per destination type. It equals PyG's ``to_hetero(SAGEConv model, aggr="sum")``, whose
   per-relation root weights and biases of the relations into ``t`` sum to ``W_t`` and ``b_t``.
+  :class:`TypedStructure` builds it as ``to_hetero(SAGE)`` is built instead: a root weight and
+  bias per relation (``root="relation"``: ``sum_r (W_r mean + R_r h_v + b_r)``, the same
+  functions with more parameters, which Adam moves each by the learning rate; a type that no
+  relation enters gets zeros), and the first layer convolving each type's input rows as they come
+  (``input="raw"``: no projection, ``W_r`` ``[F_src, hidden]``, ``R_r`` or ``W_t`` ``[F_dst,
+  hidden]``).
 * **R-GCN**: ``h'_v = sum_r (1 / |N_r(v)|) sum_{u in N_r(v)} W_r h_u + W_0 h_v + b``
   (Schlichtkrull et al.; PyG's ``RGCNConv`` with ``aggr="mean"`` and no bases): one root weight
   and bias for every type.
@@ -68,6 +74,44 @@ _SOFTMAX_EPS = 1e-16
 
 # The built-in models with attention heads (homogeneous and typed), as their messages name them.
 _ATTENTION = {"gat": "GAT", "rgat": "R-GAT"}
+
+# TypedStructure's choices: R-SAGE's root weights per destination type or per relation, and its
+# first layer over each type's projection to the hidden width or over the input rows as they come.
+ROOT_PER_TYPE, ROOT_PER_RELATION = "type", "relation"
+ROOTS = (ROOT_PER_TYPE, ROOT_PER_RELATION)
+PROJECTED_INPUT, RAW_INPUT = "project", "raw"
+INPUTS = (PROJECTED_INPUT, RAW_INPUT)
+
+
+@dataclass(frozen=True)
+class TypedStructure:
+    """Where a built-in typed model may be built as PyG's ``to_hetero(SAGE)`` and DGL's
+    ``HeteroGraphConv(SAGEConv)`` are (the module docstring's R-SAGE); the defaults are ours.
+
+    Attributes:
+        root: ``"type"``, one root weight and bias per destination type (their sum over the
+            relations into it), or ``"relation"``, one per relation.
+        input: ``"project"``, every type's input rows projected to the hidden width first
+            (``Linear(F_t, hidden)``), or ``"raw"``, the first layer convolving them as they come.
+    """
+
+    root: str = ROOT_PER_TYPE
+    input: str = PROJECTED_INPUT
+
+    # the built-in models it applies to: R-GCN's one root and R-GAT's weights shared by a relation's
+    # sources and destinations take neither choice
+    MODELS = ("rsage",)
+
+    def check(self, model: str) -> None:
+        """:class:`InputError` for a choice that is none of :data:`ROOTS` or :data:`INPUTS`, or a
+        structure other than the default for a ``model`` outside :attr:`MODELS`."""
+        for value, choices, what in ((self.root, ROOTS, "root"), (self.input, INPUTS, "input")):
+            if value not in choices:
+                raise InputError(f"unknown typed {what} {value!r}; choose {' or '.join(choices)}")
+        if self != TypedStructure() and model not in self.MODELS:
+            raise InputError(f"the typed root {self.root!r} and input {self.input!r} apply to the built-in "
+                             f"{' and '.join(self.MODELS)} model only, not {model}; build {model} with the defaults "
+                             f"({ROOT_PER_TYPE!r}, {PROJECTED_INPUT!r})")
 
 
 def check_architecture(model: str, models: Sequence[str], what: str, num_layers: int, hidden: int,
@@ -304,24 +348,66 @@ class _RelationalConv(nn.Module):
             yield self(h, block)
 
 
+# RelationalMeanConv's roots beside TypedStructure's: R-GCN's one for every type.
+SHARED_ROOT = "shared"
+
+
 class RelationalMeanConv(_RelationalConv):
-    """R-SAGE's layer (a root weight per destination type, ``shared_root=False``) or R-GCN's (one
-    root for every type): ``forward(h, block)`` with ``h[t]`` ``[n_t, in_dim]`` source rows of
-    type ``t`` returns ``out[t]`` ``[block.num_dst[t], out_dim]``."""
+    """R-SAGE's layer (a root weight per destination type, ``root="type"``, or per relation,
+    ``"relation"``) or R-GCN's (one root for every type, ``"shared"``, which needs one input
+    width): ``forward(h, block)`` with ``h[t]`` ``[n_t, in_dims[t]]`` source rows of type ``t``
+    returns ``out[t]`` ``[block.num_dst[t], out_dim]``."""
 
-    def __init__(self, schema: GraphSchema, in_dim: int, out_dim: int, shared_root: bool):
+    def __init__(self, schema: GraphSchema, in_dims: Sequence[int], out_dim: int, root: str):
         super().__init__()
-        self.rel = nn.ModuleList(nn.Linear(in_dim, out_dim, bias=False) for _ in schema.relations)
-        self.root = nn.ModuleList(nn.Linear(in_dim, out_dim) for _ in range(1 if shared_root else schema.num_types))
+        ends = schema.relation_ends
+        self.rel = nn.ModuleList(nn.Linear(in_dims[s], out_dim, bias=False) for s, _ in ends)
+        # the input width of each root, and the roots each destination type sums
+        widths, self.roots_of = {
+            SHARED_ROOT: ([in_dims[0]], [[0]] * schema.num_types),
+            ROOT_PER_TYPE: (list(in_dims), [[t] for t in range(schema.num_types)]),
+            ROOT_PER_RELATION: ([in_dims[t] for _, t in ends],
+                                [[r for r, (_, d) in enumerate(ends) if d == t] for t in range(schema.num_types)]),
+        }[root]
+        self.root = nn.ModuleList(nn.Linear(width, out_dim) for width in widths)
+        self.out_dim = out_dim
 
-    def forward(self, h: list[torch.Tensor], block: TypedBlock) -> list[torch.Tensor]:
-        roots = self.root
-        out = [roots[t if len(roots) > 1 else 0](block.destinations(t, x)) for t, x in enumerate(h)]
+    def over_chunks(self, h: list[torch.Tensor], blocks: Iterable[TypedBlock]) -> Iterator[list[torch.Tensor]]:
+        """As :meth:`_RelationalConv.over_chunks`, with the projections of :meth:`_messages` kept
+        for all the chunks."""
+        projected: dict[int, torch.Tensor] = {}
+        for block in blocks:
+            yield self(h, block, projected)
+
+    def forward(self, h: list[torch.Tensor], block: TypedBlock,
+                projected: dict[int, torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """``projected``: the projections :meth:`_messages` keeps across the chunks of a layer
+        (:meth:`over_chunks`), or ``None``."""
+        out = [self._root(t, block.destinations(t, x)) for t, x in enumerate(h)]
         for rel in block.relations:
             if rel.col.numel() and block.num_dst[rel.dst_type]:
-                mean = aggregate(h[rel.src_type], rel.rowptr, rel.col, mean=True)
-                out[rel.dst_type] = out[rel.dst_type] + self.rel[rel.relation](mean)
+                out[rel.dst_type] = out[rel.dst_type] + self._messages(h, rel, projected)
         return out
+
+    def _messages(self, h: list[torch.Tensor], rel: RelationBlock,
+                  projected: dict[int, torch.Tensor] | None) -> torch.Tensor:
+        """``[n_dst, out_dim]`` ``W_r`` of the mean of each destination's relation-``r`` sources.
+        Over the chunks of a whole-graph layer (``projected`` not ``None``), when the source type has
+        fewer rows than the destination type, the mean of ``W_r`` of the sources instead (the same
+        sum in another order): ``W_r`` of every source row, computed at the relation's first chunk
+        and kept in ``projected[r]``, costs fewer rows than one per destination."""
+        x, r = h[rel.src_type], rel.relation
+        if projected is None or x.shape[0] >= h[rel.dst_type].shape[0]:
+            return self.rel[r](aggregate(x, rel.rowptr, rel.col, mean=True))
+        if r not in projected:
+            projected[r] = self.rel[r](x)
+        return aggregate(projected[r], rel.rowptr, rel.col, mean=True)
+
+    def _root(self, t: int, x: torch.Tensor) -> torch.Tensor:
+        """``[n, out_dim]``: the sum of type ``t``'s roots of its destinations' rows ``x``
+        ``[n, in_dims[t]]`` (zeros where no relation enters ``t`` and each relation has its root)."""
+        roots = [self.root[i](x) for i in self.roots_of[t]]
+        return sum(roots[1:], roots[0]) if roots else x.new_zeros((x.shape[0], self.out_dim))
 
 
 class RelationalGATConv(_RelationalConv):
@@ -395,34 +481,42 @@ class TypedMFGModel(nn.Module):
         model: one of :data:`TYPED_MODELS`.
         typed: the graph's schema and input widths (:class:`TypedInput`).
         hidden: the width of every layer (R-GAT: divisible by ``heads``).
+        structure: R-SAGE's roots and first layer (:class:`TypedStructure`); the other models
+            take the default only.
     """
 
     # ModelInput.TYPED_MFGS, by value (salientpp.models.gnn, which reads it, imports this module).
     salientpp_input = "x_dict+mfgs"
 
     def __init__(self, model: str, typed: TypedInput, hidden: int, out_dim: int, num_layers: int,
-                 dropout: float = 0.5, heads: int = 4):
+                 dropout: float = 0.5, heads: int = 4, structure: TypedStructure = TypedStructure()):
         super().__init__()
         check_architecture(model, TYPED_MODELS, "typed model", num_layers, hidden, heads)
+        structure.check(model)
         schema = typed.schema
         dims = typed.input_dims()
-        self.project = nn.ModuleList(nn.Linear(d, hidden) for d in dims)
+        raw = structure.input == RAW_INPUT
+        # the raw input goes to the first layer as it comes (an identity keeps one path for both)
+        self.project = nn.ModuleList(nn.Identity() if raw else nn.Linear(d, hidden) for d in dims)
+        in_dims = [dims if raw and i == 0 else [hidden] * schema.num_types for i in range(num_layers)]
         if model == "rgat":
             self.convs = nn.ModuleList(RelationalGATConv(schema, hidden, hidden, heads) for _ in range(num_layers))
         else:
-            self.convs = nn.ModuleList(RelationalMeanConv(schema, hidden, hidden, shared_root=model == "rgcn")
-                                       for _ in range(num_layers))
+            root = SHARED_ROOT if model == "rgcn" else structure.root
+            self.convs = nn.ModuleList(RelationalMeanConv(schema, in_dims[i], hidden, root) for i in range(num_layers))
         self.head = nn.Linear(hidden, out_dim)
         self.schema = schema
         self.dropout = float(dropout)
         self.model = model
+        self.structure = structure
 
     @property
     def num_layers(self) -> int:
         return len(self.convs)
 
     def inputs(self, x_dict: Mapping[str, torch.Tensor], counts: list[int]) -> list[torch.Tensor]:
-        """``h[t]`` ``[counts[t], hidden]``: each type's projected input rows (features or embedding rows)."""
+        """``h[t]`` ``[counts[t], hidden]``: each type's projected input rows (features or embedding
+        rows); with the raw input, those rows as they are, ``[counts[t], F_t]``."""
         dtype = self.head.weight.dtype
         h = []
         for t, name in enumerate(self.schema.node_types):
@@ -439,16 +533,17 @@ class TypedMFGModel(nn.Module):
     def layer_inputs(self, rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Layer-wise inference's input (:meth:`whole_graph_layer`'s of layer 0): ``rows[t]``
         ``[n_t, F_t]`` input rows of ``n_t`` nodes of type ``t`` (the schema's order) -> their
-        projections ``[n_t, hidden]``."""
+        projections ``[n_t, hidden]`` (the raw input: the rows, ``[n_t, F_t]``)."""
         return self.inputs(dict(zip(self.schema.node_types, rows)), [int(x.shape[0]) for x in rows])
 
     def whole_graph_layer(self, i: int, h: Sequence[torch.Tensor],
                           blocks: Iterable[TypedBlock]) -> Iterator[list[torch.Tensor]]:
         """Layer ``i`` over chunks of the whole graph, as layer-wise inference runs it: ``h[t]``
-        ``[n_t, hidden]`` every row of type ``t`` it holds, each block a chunk's destinations
-        (their ``dst_rows``) and edges (``col``: rows of ``h[src_type]``). Yields, per block, each
-        type's ``[block.num_dst[t], hidden]`` (LeakyReLU and dropout after every layer but the
-        last); the last layer's through the head, ``[num_dst[t], out_dim]``."""
+        ``[n_t, hidden]`` (the raw input's layer 0: ``[n_t, F_t]``) every row of type ``t`` it
+        holds, each block a chunk's destinations (their ``dst_rows``) and edges (``col``: rows of
+        ``h[src_type]``). Yields, per block, each type's ``[block.num_dst[t], hidden]`` (LeakyReLU
+        and dropout after every layer but the last); the last layer's through the head,
+        ``[num_dst[t], out_dim]``."""
         for out in self.convs[i].over_chunks(list(h), blocks):
             out = self._activate(i, out)
             yield [self.head(x) for x in out] if i == self.num_layers - 1 else out

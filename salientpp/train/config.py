@@ -38,6 +38,7 @@ from ..fullgraph.schedule import Dependencies
 from ..host import check_fetch_thread
 from ..io import check_output_location, check_unlocked, check_writable_file, output_parents
 from ..models import MODELS, TYPED_MODELS
+from ..models.typed import INPUTS, ROOTS, TypedStructure
 from ..models.gnn import check_model, check_reads_edge_weights, runs_layer_by_layer, trains_full_graph
 from ..options import Declared, Needs, Option, add_arguments, check_applies, declared, option, values_from
 from ..parsing import parse_memory_limit
@@ -89,6 +90,8 @@ CHECKPOINTS_ONLY = Needs("--checkpoint-dir", lambda config: bool(config.checkpoi
 CACHED_ONLY = Needs("--mode minibatch and a --policy other than none",
                     lambda config: MINIBATCH_ONLY.holds(config) and config.policy != "none")
 EVALUATED_ONLY = Needs("--eval-every 1 or more", lambda config: config.eval_every > 0)
+STRUCTURED_ONLY = Needs(f"--model {' or '.join(TypedStructure.MODELS)}",  # None: the graph's, checked once named
+                        lambda config: config.model is None or config.model in TypedStructure.MODELS)
 SAMPLED_INFERENCE_ONLY = Needs("--eval-every 1 or more and --inference sampled in --mode minibatch",
                                lambda config: EVALUATED_ONLY.holds(config) and config.inference == SAMPLED
                                and MINIBATCH_ONLY.holds(config))
@@ -224,6 +227,15 @@ class TrainConfig:
         "layer); on a typed graph for every relation, or one list per relation: REL=15,10,5;REL2=5,5,5 (0: none at that hop)",
         parse=parse_typed_fanouts, default_text=_joined(DEFAULT_FANOUTS), agreed=True, resume_matches=True,
         needs=MINIBATCH_ONLY)
+    typed_root: str = option(TypedStructure.root, "R-SAGE's root weight and bias: one per destination node type (the "
+                             "sum over the relations into it), or one per relation, as PyG's to_hetero(SAGE) keeps them",
+                             choices=ROOTS, check=one_of(ROOTS, "typed root"), agreed=True, resume_matches=True,
+                             needs=STRUCTURED_ONLY)
+    typed_input: str = option(TypedStructure.input, "R-SAGE's first layer: over every node type's input rows projected "
+                              "to --hidden first, or over the rows as they come, as PyG's to_hetero(SAGE) and DGL's "
+                              "HeteroGraphConv(SAGEConv) convolve them (fewer parameters)", choices=INPUTS,
+                              check=one_of(INPUTS, "typed input"), agreed=True, resume_matches=True,
+                              needs=STRUCTURED_ONLY)
     batch_size: int = option(1024, "seeds per batch per rank (--task link: training edges)", type=int,
                              check=positive, agreed=True, resume_matches=True)
     sampler: str = option(DEFAULT_SAMPLER, "training sampler; bulk: the same draws, many batches at "
@@ -439,6 +451,11 @@ class TrainConfig:
 
     # -- derived views -----------------------------------------------------------------------------
     @property
+    def structure(self) -> TypedStructure:
+        """The built-in typed model's structure these options give (:func:`typed_structure`)."""
+        return typed_structure(self.to_dict())
+
+    @property
     def checkpoint_interval(self) -> tuple[int, str]:
         """``(count, "steps" | "epochs")`` from :attr:`checkpoint_every`."""
         return parse_interval(self.checkpoint_every)
@@ -446,6 +463,13 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every option, JSON-ready (tuples as lists): what checkpoints record."""
         return {k: _jsonable(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def typed_structure(options: Mapping[str, Any]) -> TypedStructure:
+    """The built-in typed model's structure of a run's options (:meth:`TrainConfig.to_dict`'s, or
+    those a checkpoint recorded: one written before ``--typed-root`` and ``--typed-input`` existed
+    has the defaults)."""
+    return TypedStructure(options.get("typed_root", TypedStructure.root), options.get("typed_input", TypedStructure.input))
 
 
 def _jsonable(value: Any) -> Any:

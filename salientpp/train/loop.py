@@ -357,7 +357,7 @@ class MinibatchTrainer(Trainer):
             self.loader = DistNeighborLoader(graph, "train", config.fanouts, config.batch_size, **train_options)
         torch.manual_seed(config.seed)
         encoder = build_model(config.model, *encoder_dims(config, graph.data, self.task),
-                              config.layers, config.dropout, inputs=setup.run.inputs)
+                              config.layers, config.dropout, inputs=setup.run.inputs, structure=config.structure)
         self.model = (LinkModel(encoder, build_decoder(config.decoder, config.hidden)) if link else encoder).to(ctx.device)
         # a typed model's weights of a relation or node type that a batch does not reach get no gradient
         self.ddp = (DistributedDataParallel(encoder, find_unused_parameters=several) if ctx.distributed

@@ -34,7 +34,7 @@ from ..models.gnn import SeedForward, build_model, runs_layer_by_layer
 from ..partition import PartitionedDataset, load_partitioned
 from ..sampling.link import NODE
 from .checkpoint import LAST, PARTITION_ID, Checkpoint, check_finite_weights, load_checkpoint, weights_misfit
-from .config import LAYERWISE
+from .config import LAYERWISE, typed_structure
 from .evaluation import Evaluator
 from .setup import embedded_types, model_in_dim, model_input_of
 from .tasks import MULTICLASS, Task, all_gather_rows, task_of
@@ -92,7 +92,8 @@ def _rank_outputs(part_dir: str, checkpoint: str, batch_size: int) -> np.ndarray
         in_dim = model_in_dim(graph.data, features, embedding_dim)
         model = build_model(options["model"], in_dim, options["hidden"], task.num_outputs,
                             options["layers"], options["dropout"],
-                            inputs=model_input_of(graph.data, embedding_dim, features))
+                            inputs=model_input_of(graph.data, embedding_dim, features),
+                            structure=typed_structure(options))
         misfit = weights_misfit(model.state_dict(), ckpt.model)
         if misfit:
             raise InputError(f"the weights in {path} do not fit the {shown(options['model'])} model its options "

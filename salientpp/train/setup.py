@@ -288,7 +288,7 @@ def resolve_run(config: TrainConfig, local_ranks: int | None = None, memory_chec
         evaluation_workload(config, data.schema)  # --eval-fanouts checked against the graph and the layers
     if check_sampler(config.sampler).weighted and not runs_layer_by_layer(config.model):
         # a user's model can be asked whether it reads edge weights only once built: built here once
-        model = build_model(config.model, *encoder_dims(config, data, task), config.layers)
+        model = build_model(config.model, *encoder_dims(config, data, task), config.layers, structure=config.structure)
         check_reads_edge_weights(model, config.sampler)
     run = ResolvedRun(config, threads, local_ranks, task, choose_cache(config, data), inputs)
     return replace(run, memory=check_train_memory(run, data)) if memory_check else run
