@@ -4,8 +4,10 @@ Layer ``l`` computes the layer-``l`` embeddings of every owned vertex from ALL i
 layer-``(l-1)`` embeddings, so the result equals a forward pass over the whole graph, whatever
 the partitioning. Neighbours owned by other ranks form the *halo*; it is the same at every
 layer, so its ids are exchanged once (counts, then ids) and each layer exchanges only rows,
-with the all-to-all of :class:`~salientpp.distributed.exchange.RowExchange`. Destinations are
-processed in chunks of ``chunk_size``, so memory stays bounded by the chunk, not the graph.
+with the all-to-all of :class:`~salientpp.distributed.exchange.RowExchange` (one per node type,
+each of its rows' width). Destinations are processed in chunks of ``chunk_size``, so the
+temporaries stay bounded by the chunk, not the graph; each chunk's outputs go straight into
+the next layer's table (its owned rows, then room for the halo's), which is never copied.
 
 The embeddings are kept per node type (``h[t]``: the rank's owned rows of type ``t`` in id
 order, then its halo rows of the type), as the typed models keep a batch's: a rank's owned ids
@@ -71,26 +73,25 @@ class LayerwiseInference:
         self.chunk_size = int(chunk_size)
         neighbours = self.col[self.rowptr[self.lo]:self.rowptr[self.hi]]
         ids = np.unique(neighbours[(neighbours < self.lo) | (neighbours >= self.hi)]).astype(np.int64)
-        self.halo = Halo.build(ctx, ids, data.book)
-        halo_ids = self.halo.ids.numpy()
-        self.halo_type = torch.from_numpy(np.asarray(data.book.type_of(halo_ids)))
-        self.halo_ids = [halo_ids[self.halo_type.numpy() == t] for t in range(self.schema.num_types)]  # ascending
+        kinds = np.asarray(data.book.type_of(ids))
+        # one halo per node type, whose rows have the type's width (a raw input's own)
+        self.halos = [Halo.build(ctx, ids[kinds == t], data.book) for t in range(self.schema.num_types)]
+        self.halo_ids = [halo.ids.numpy() for halo in self.halos]  # ascending
 
-    def _exchange_rows(self, h: torch.Tensor, stats: CommStats) -> torch.Tensor:
-        """``[n_h, d]`` halo rows of the embeddings ``h`` (``[n_k, d]``, owned, local order)."""
+    def _fill_halo(self, tables: list[torch.Tensor], stats: CommStats) -> None:
+        """Write each type's halo rows into its table ``tables[t]`` (``[n_kt + n_ht, d_t]``, its
+        owned rows first), after the owned rows: one exchange per type (a collective); ``stats``
+        counts the rows moved."""
         comm = self.ctx.comm_device
-        width = int(h.shape[1])
-        exchange = RowExchange(self.ctx, lambda ids, counts: h[(ids - self.lo).to(h.device)].to(comm), width, h.dtype)
-        exchange.stats = stats
-        halo = self.halo
-        return exchange.rows(halo.requested.to(comm), halo.requested_counts, halo.counts).wait().view(-1, width)
+        for t, (table, halo) in enumerate(zip(tables, self.halos)):
+            owned, width = table[:self.counts[t]], int(table.shape[1])
 
-    def _tables(self, owned: list[torch.Tensor], stats: CommStats) -> list[torch.Tensor]:
-        """Each type's table ``[n_kt + n_ht, d]``: its owned rows ``owned[t]``, then its halo rows
-        (exchanged: a collective)."""
-        halo = self._exchange_rows(torch.cat(owned), stats).to(owned[0].device)
-        kinds = self.halo_type.to(halo.device)
-        return [torch.cat([x, halo[kinds == t]]) for t, x in enumerate(owned)]
+            def serve(ids: torch.Tensor, counts: torch.Tensor, owned=owned, start=self.starts[t]) -> torch.Tensor:
+                return owned[(ids - start).to(owned.device)].to(comm)
+            exchange = RowExchange(self.ctx, serve, width, table.dtype)
+            exchange.stats = stats
+            rows = exchange.rows(halo.requested.to(comm), halo.requested_counts, halo.counts).wait()
+            table[self.counts[t]:] = rows.view(-1, width).to(table.device)
 
     def _rows(self, ids: np.ndarray, t: int) -> np.ndarray:
         """int64 rows in type ``t``'s table of global ids ``ids`` of that type."""
@@ -116,18 +117,21 @@ class LayerwiseInference:
         counts[t], dst_rows[t] = c, torch.from_numpy(dst)  # the chunk's destinations are all of type t
         return TypedBlock(counts, relations, dst_rows)
 
-    def _layer(self, model: torch.nn.Module, i: int, tables: list[torch.Tensor],
-               dst: list[np.ndarray]) -> list[torch.Tensor]:
-        """Layer ``i``'s outputs of the owned rows ``dst[t]`` of each type ``t`` (rows of its table):
-        one call of the model over every chunk of the layer."""
+    def _layer(self, model: torch.nn.Module, i: int, tables: list[torch.Tensor], dst: list[np.ndarray],
+               spare: list[int]) -> list[torch.Tensor]:
+        """Layer ``i``'s outputs of the owned rows ``dst[t]`` of each type ``t`` (rows of its table),
+        one call of the model over every chunk of the layer: ``out[t]`` ``[len(dst[t]) + spare[t],
+        d]``, the outputs in ``dst[t]``'s order, then ``spare[t]`` rows left for the halo."""
         device, size = tables[0].device, self.chunk_size
         # An empty set of rows still runs one (empty) chunk, so the output has the layer's width.
         chunks = [(t, start) for t, rows in enumerate(dst) for start in range(0, max(rows.shape[0], 1), size)]
         blocks = (_to(self._chunk(t, dst[t][start:start + size]), device) for t, start in chunks)
-        out: list[list[torch.Tensor]] = [[] for _ in dst]
-        for (t, _), rows in zip(chunks, model.whole_graph_layer(i, tables, blocks)):
-            out[t].append(rows[t])
-        return [torch.cat(rows) for rows in out]
+        out: list[torch.Tensor | None] = [None] * len(dst)
+        for (t, start), rows in zip(chunks, model.whole_graph_layer(i, tables, blocks)):
+            if out[t] is None:  # the type's first chunk gives the layer's width
+                out[t] = rows[t].new_empty((dst[t].shape[0] + spare[t], rows[t].shape[1]))
+            out[t][start:start + rows[t].shape[0]] = rows[t]
+        return out
 
     def _input_rows(self) -> list[torch.Tensor]:
         """float32 ``[n_kt, F_t + D_t]`` each type's input rows of its owned nodes: its features
@@ -143,15 +147,19 @@ class LayerwiseInference:
         rows moved."""
         was_training = model.training
         model.eval()
-        target = self.schema.target_index
+        target, halo = self.schema.target_index, [ids.shape[0] for ids in self.halo_ids]
         everyone = [np.arange(count, dtype=np.int64) for count in self.counts]
         last = [np.asarray(dst_local, dtype=np.int64) if t == target else np.empty(0, dtype=np.int64)
                 for t in range(self.schema.num_types)]
-        h = model.layer_inputs([x.to(self.ctx.device) for x in self._input_rows()])
-        for i in range(model.num_layers):
-            h = self._layer(model, i, self._tables(h, stats), last if i == model.num_layers - 1 else everyone)
+        inputs = model.layer_inputs([x.to(self.ctx.device) for x in self._input_rows()])
+        h = [torch.cat([x, x.new_empty((n, x.shape[1]))]) if n else x for x, n in zip(inputs, halo)]
+        self._fill_halo(h, stats)
+        for i in range(model.num_layers - 1):  # every owned row, then the halo's
+            h = self._layer(model, i, h, everyone, halo)
+            self._fill_halo(h, stats)
+        out = self._layer(model, model.num_layers - 1, h, last, [0] * len(halo))
         model.train(was_training)
-        return h[target].cpu()
+        return out[target].cpu()
 
 
 def _to(block: TypedBlock, device: torch.device) -> TypedBlock:
