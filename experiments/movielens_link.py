@@ -2,7 +2,7 @@
 PyG ``to_hetero(SAGE)`` reference and item popularity, on the same split (issue #64's bar
 ``typed-surface``).
 
-    python experiments/movielens_link.py --data /tmp/ml100k [--seeds 3] [--settings base,...]
+    python experiments/movielens_link.py --data /tmp/ml100k [--seeds 3] [--settings base,...] [--reference-movie-rows]
 
 The data: GroupLens's MovieLens 100k as ``ratings.csv`` (userId,itemId,rating: 100,000 ratings
 of 1,682 movies by 943 users) and ``items.csv`` (itemId,title,thumbnail,genre: one genre per
@@ -20,11 +20,14 @@ for its user, ROC-AUC over all scores, the test ROC-AUC at the best validation e
 
 * salientpp: the dataset partitioned in 2 and trained with ``--task link --model rsage`` and the
   options of a ``--settings`` entry (:data:`SETTINGS`: ``base`` is typed_link_reference.py's
-  dot-decoder run, ``tuned`` the best of the settings docs/link-prediction.md lists for seed 0;
-  :func:`command` gives the ``salientpp train`` line each one is).
+  dot-decoder run, ``tuned`` the best with the movies' features, ``learned`` the best of the
+  settings docs/link-prediction.md lists for seed 0: a learned row per user and per movie,
+  ``--no-features``; :func:`command` gives the ``salientpp train`` line each one is).
 * the reference and popularity: :func:`typed_link_reference.reference` (a user embedding of 32,
-  two ``to_hetero`` ``SAGEConv(-1, 64)`` layers, dot decoder, full batch, Adam lr 0.01), with
-  ``--reference-steps`` steps, evaluated every 10.
+  a movie ``Linear(F, 32)``, two ``to_hetero`` ``SAGEConv(-1, 64)`` layers, dot decoder, full
+  batch, Adam lr 0.01), with ``--reference-steps`` steps, evaluated every 10. With
+  ``--reference-movie-rows`` its movies' input is ``[x || I]`` (:func:`with_movie_rows`): the
+  ``Linear`` of a one-hot row is a learned row per movie beside the features, as ``learned`` has.
 
 It prints one JSON line per seed and setting and the means, and writes them with ``--out``.
 """
@@ -47,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typed_link_reference import RATES, reference  # noqa: E402
 
 from salientpp.data import from_pyg  # noqa: E402
+from salientpp.options import declared  # noqa: E402
 from salientpp.partition import partition_dataset  # noqa: E402
 from salientpp.train import TrainConfig, train  # noqa: E402
 
@@ -57,7 +61,10 @@ SETTINGS: dict[str, dict] = {
     "base": dict(embedding_dim=32, hidden=64, lr=0.01, epochs=10, decoder="dot"),
     "tuned": dict(embedding_dim=32, hidden=64, lr=0.01, epochs=20, decoder="mlp", dropout=0.0,
                   negative_sampling="per-source"),
+    "learned": dict(embedding_dim=64, features=False, hidden=64, lr=0.01, epochs=30, decoder="mlp", dropout=0.0,
+                    negative_sampling="per-source", num_negatives=20, eval_fanouts=(-1, -1)),
 }
+FLAGS = {option.name: option for option in declared(TrainConfig)}
 
 
 def movielens(data: Path, min_rating: int = 1):
@@ -86,10 +93,18 @@ def movielens(data: Path, min_rating: int = 1):
     return h
 
 
+def with_movie_rows(h):
+    """A copy of :func:`movielens`'s ``h`` whose movies' ``x`` is ``[x || I]`` (float32
+    ``[1682, 20 + 1682]``): a linear layer over it adds a learned row per movie to the features'."""
+    h = h.clone()
+    x = h["movie"].x
+    h["movie"].x = torch.cat([x, torch.eye(x.shape[0], dtype=x.dtype)], 1)
+    return h
+
+
 def command(options: dict, seed: int) -> str:
     """The ``salientpp train`` command line that ``train(TrainConfig(P, **options, seed=seed))`` is."""
-    flags = [f"--{key.replace('_', '-')} {','.join(map(str, value)) if isinstance(value, tuple) else value}"
-             for key, value in options.items() if key != "progress"]
+    flags = [FLAGS[key].given(value) for key, value in options.items() if key != "progress"]
     return " ".join(["salientpp train P", *flags, f"--seed {seed}"])
 
 
@@ -98,10 +113,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("/tmp/ml100k"))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--settings", default="tuned", help=f"comma-separated names of {sorted(SETTINGS)}")
+    parser.add_argument("--settings", default="learned", help=f"comma-separated names of {sorted(SETTINGS)}")
     parser.add_argument("--min-rating", type=int, default=1)
     parser.add_argument("--reference-steps", type=int, default=200)
     parser.add_argument("--no-reference", action="store_true", help="skip the reference and popularity")
+    parser.add_argument("--reference-movie-rows", action="store_true",
+                        help="give the reference a learned row per movie beside the features (with_movie_rows)")
     parser.add_argument("--out", type=Path, help="write the rows and means as JSON here")
     args = parser.parse_args()
     names = args.settings.split(",")
@@ -112,7 +129,8 @@ def main() -> None:
         row: dict = {"seed": seed}
         if not args.no_reference:
             start = time.perf_counter()
-            row["reference"], row["popularity"] = reference(h, dataset, seed, steps=args.reference_steps, eval_every=10)
+            row["reference"], row["popularity"] = reference(with_movie_rows(h) if args.reference_movie_rows else h,
+                                                            dataset, seed, steps=args.reference_steps, eval_every=10)
             row["reference_s"] = round(time.perf_counter() - start, 1)
         with tempfile.TemporaryDirectory() as tmp:
             partition_dataset(dataset, Path(tmp) / "p2", 2)
@@ -135,6 +153,7 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": "the shared 2-core CPU VM",
             "host": platform.node(), "data": str(args.data), "min_rating": args.min_rating,
             "split": [0.8, 0.1, 0.1], "reference_steps": args.reference_steps,
+            "reference_movie_rows": args.reference_movie_rows,
             "commands": {name: command({**COMMON, **SETTINGS[name]}, args.first_seed) for name in names},
             "rows": results, "means": means}, indent=1) + "\n")
 
