@@ -16,7 +16,8 @@ rating as in PyG's MovieLens link example (``--min-rating 4`` keeps the liked on
 ``from_pyg(h, target_edge=("user", "rates", "movie"), link_split=(0.8, 0.1, 0.1), seed=seed)``
 holds out ratings and their reverses, a new split per seed. Every model is scored as in
 ``typed_link_reference.py``: each validation or test rating against 100 movies drawn uniformly
-for its user, ROC-AUC over all scores, the test ROC-AUC at the best validation epoch.
+among those its user has not rated in any split (as ``salientpp train`` evaluates), ROC-AUC over
+all scores, the test ROC-AUC at the best validation epoch.
 
 * salientpp: the dataset partitioned in 2 and trained with ``--task link --model rsage`` and the
   options of a ``--settings`` entry (:data:`SETTINGS`: ``base`` is typed_link_reference.py's

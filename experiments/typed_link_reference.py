@@ -8,8 +8,8 @@ of a latent factor, 8 of noise), 25 ratings per user drawn with probability prop
 power-law popularity times ``exp(0.7 <z_user, z_movie>)``, and PyG's ``ToUndirected`` reverse.
 ``from_pyg(h, target_edge=("user", "rates", "movie"), link_split=(0.85, 0.05, 0.10))`` holds
 out ratings and their reverses. Every model is scored the same way: each validation or test
-rating against 100 movies drawn uniformly for its user, ROC-AUC over all scores, the test
-ROC-AUC at the best validation epoch.
+rating against 100 movies drawn uniformly for its user among those it has not rated in any split,
+ROC-AUC over all scores, the test ROC-AUC at the best validation epoch.
 
 * salientpp: ``--task link --model rsage --embedding-dim 32 --hidden 64 --layers 2 --fanouts
   10,10 --batch-size 512 --lr 0.01``, dot and MLP decoders, 2 partitions.
@@ -33,6 +33,7 @@ import torch
 
 from salientpp.data import from_pyg
 from salientpp.partition import partition_dataset
+from salientpp.sampling.link import REDRAWS, KnownPairs
 from salientpp.train import TrainConfig, train
 
 RATES = ("user", "rates", "movie")
@@ -65,10 +66,18 @@ def _auc(positive: np.ndarray, negative: np.ndarray) -> float:
     return float(roc_auc_score(np.r_[np.ones(len(positive)), np.zeros(len(negative))], np.r_[positive, negative]))
 
 
-def _ranked(score, edges: torch.Tensor, movies: int, negatives: int = 100) -> float:
-    """ROC-AUC of ``score(users, movies)`` over ``edges`` and ``negatives`` random movies per edge."""
-    drawn = torch.randint(0, movies, (edges.shape[1] * negatives,), generator=torch.Generator().manual_seed(7))
-    return _auc(score(edges[0], edges[1]), score(edges[0].repeat_interleave(negatives), drawn))
+def _ranked(score, edges: torch.Tensor, movies: int, known: KnownPairs, negatives: int = 100) -> float:
+    """ROC-AUC of ``score(users, movies)`` over ``edges`` and ``negatives`` random movies per edge,
+    none of them a rating in ``known`` (drawn again, as salientpp's evaluation does)."""
+    generator = torch.Generator().manual_seed(7)
+    users = edges[0].repeat_interleave(negatives)
+    drawn = torch.randint(0, movies, (users.shape[0],), generator=generator)
+    for _ in range(REDRAWS):
+        again = known.contains(users, drawn).nonzero().view(-1)
+        if not again.numel():
+            break
+        drawn[again] = torch.randint(0, movies, (again.numel(),), generator=generator)
+    return _auc(score(edges[0], edges[1]), score(users, drawn))
 
 
 def reference(h, dataset, seed: int, steps: int = 60, eval_every: int = 1) -> tuple[float, float]:
@@ -82,6 +91,7 @@ def reference(h, dataset, seed: int, steps: int = 60, eval_every: int = 1) -> tu
     first = {t: dataset.schema.range_of(t)[0] for t in ("user", "movie")}
     train_, valid, test = (torch.from_numpy(np.stack([e[0] - first["user"], e[1] - first["movie"]]))
                            for e in (dataset.link_split.train, dataset.link_split.valid, dataset.link_split.test))
+    known = KnownPairs.of(torch.cat([train_, valid, test], dim=1), movies)
 
     class Sage(torch.nn.Module):
         def __init__(self):
@@ -120,10 +130,10 @@ def reference(h, dataset, seed: int, steps: int = 60, eval_every: int = 1) -> tu
         with torch.no_grad():
             z = embed()
             score = lambda a, b: (z["user"][a] * z["movie"][b]).sum(-1).numpy()  # noqa: E731
-            measured = (_ranked(score, valid, movies), _ranked(score, test, movies))
+            measured = (_ranked(score, valid, movies, known), _ranked(score, test, movies, known))
         best = max(best, measured)
     degree = np.bincount(train_[1].numpy(), minlength=movies).astype(np.float64)
-    popular = _ranked(lambda a, b: degree[b.numpy()], test, movies)
+    popular = _ranked(lambda a, b: degree[b.numpy()], test, movies, known)
     return best[1], popular
 
 

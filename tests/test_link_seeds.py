@@ -2,6 +2,8 @@
 link batches (:func:`link_seed_probabilities`) against Monte-Carlo runs of the exact epoch procedure."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -12,8 +14,8 @@ from salientpp.data.csr import build_csr
 from salientpp.data.schema import GraphSchema
 from salientpp.errors import InputError
 from salientpp.sampling import NeighborSampler
-from salientpp.sampling.link import (LinkEnds, NegativeSampling, check_negative_sampling, check_num_negatives,
-                                    draw_link_seeds)
+from salientpp.sampling.link import (KnownPairs, LinkEnds, NegativeSampling, check_negative_sampling,
+                                    check_num_negatives, draw_link_seeds)
 
 MODES = list(NegativeSampling)
 NUM_NODES, BATCH_SIZE, NUM_NEGATIVES, FANOUT, EPOCHS = 300, 40, 2, 3, 500
@@ -248,3 +250,48 @@ def test_bad_link_options_are_input_errors():
     rowptr, col = build_csr(edges, 3)
     with pytest.raises(InputError, match="seed_probs"):
         inclusion_probabilities(rowptr, col, [edges], [2], 1, seed_probs=np.zeros((3, 2)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Known pairs: evaluation's negatives are never an edge
+
+
+def test_known_pairs_contain_exactly_the_pairs_they_were_built_from():
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 20, (2, 60))
+    known = KnownPairs.of(pairs, 20)
+    src, dst = (torch.from_numpy(a) for a in np.divmod(np.arange(400), 20))
+    expected = {(int(u), int(v)) for u, v in pairs.T}
+    assert known.contains(src, dst).tolist() == [(int(u), int(v)) in expected for u, v in zip(src, dst)]
+    assert not KnownPairs.of(np.empty((2, 0), dtype=np.int64), 20).contains(src, dst).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_negatives_avoid_known_pairs_and_stay_uniform_over_the_other_destinations(mode):
+    # N = 10; node 0's pairs with 0..5 are known: a per-source negative of a positive from 0 must be
+    # uniform over 6..9, and a uniform negative never one of those six pairs. 500 batches of 20
+    # positives x 5 negatives. Without `known`, about 60% of node 0's negatives would be known pairs.
+    num_nodes, r = 10, 5
+    known = KnownPairs.of(np.stack([np.zeros(6, dtype=np.int64), np.arange(6)]), num_nodes)
+    ends = replace(every(num_nodes), known=known)
+    positives = _positives(num_nodes=num_nodes, count=20)
+    positives[0, :10] = 0  # half the positives from node 0
+    p, generator, from_zero = positives.shape[1], torch.Generator().manual_seed(5), []
+    for _ in range(500):
+        links = draw_link_seeds(positives, ends, r, mode, generator)
+        negatives = links.nodes[links.edge_label_index[:, p:]]
+        assert not known.contains(negatives[0], negatives[1]).any()
+        from_zero.append(negatives[1, negatives[0] == 0].numpy())
+    counts = np.bincount(np.concatenate(from_zero), minlength=num_nodes)
+    assert counts[:6].sum() == 0 and counts[6:].min() > 0
+    assert stats.chisquare(counts[6:]).pvalue > 1e-3
+
+
+def test_a_source_whose_every_destination_is_known_still_gets_its_negatives():
+    # Every pair is known: the redraws give up after REDRAWS rounds rather than loop forever.
+    num_nodes = 4
+    every_pair = np.stack(np.divmod(np.arange(num_nodes * num_nodes), num_nodes))
+    ends = replace(every(num_nodes), known=KnownPairs.of(every_pair, num_nodes))
+    links = draw_link_seeds(_positives(num_nodes=num_nodes, count=5), ends, 2, NegativeSampling.PER_SOURCE,
+                            torch.Generator().manual_seed(0))
+    assert links.edge_label.shape[0] == 5 * 3

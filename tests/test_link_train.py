@@ -123,3 +123,50 @@ def test_bad_link_options_get_one_sentence_and_exit_2(tiny_partitions, capsys, n
     root, _ = tiny_partitions
     assert main(["train", str(root / "p2"), "--quiet", *args]) == 2
     assert expected in one_sentence(capsys)
+
+
+@pytest.fixture(scope="module")
+def dense_link(tmp_path_factory):
+    """A dense symmetric graph (40 nodes, about 30% of the pairs) with 60/20/20 held-out edges, in
+    1 and 2 partitions: a random destination is an edge often."""
+    root = tmp_path_factory.mktemp("dense-link")
+    rng = np.random.default_rng(0)
+    upper = np.triu(rng.random((40, 40)) < 0.3, 1)
+    edge_index = np.stack(np.nonzero(upper | upper.T))
+    np.savez(root / "dense.npz", x=rng.standard_normal((40, 4)).astype(np.float32), y=np.zeros(40, dtype=np.int64),
+             edge_index=edge_index, train_idx=np.arange(20), val_idx=np.arange(20, 30), test_idx=np.arange(30, 40))
+    assert main(["prepare", f"npz:{root / 'dense.npz'}", str(root / "ds"), "--link-split", "0.6,0.2,0.2"]) == 0
+    for parts in (1, 2):
+        partition_dataset(load_dataset(root / "ds"), root / f"p{parts}", parts)
+    return root
+
+
+def _evaluation_negatives(part_dir: str, exclude_edges: bool) -> dict:
+    """This rank's known edges, and the negatives of its test edges' loader, in original ids."""
+    from salientpp.loader.dist_link_loader import DistLinkNeighborLoader
+
+    ctx = salientpp.init_distributed()
+    graph = salientpp.DistGraph(part_dir, ctx)
+    known = graph.original_ids(graph.known_edges())
+    loader = DistLinkNeighborLoader(graph, "test", [2], 8, num_negatives=20, negative_sampling="per-source",
+                                    exclude_edges=exclude_edges, shuffle=False)
+    negatives = []
+    for batch in loader:
+        pairs = batch.n_id.numpy()[batch.edge_label_index.numpy()]
+        negatives.append(graph.original_ids(pairs[:, batch.num_positives:]))
+    salientpp.shutdown_distributed(ctx)
+    return {"known": sorted(map(tuple, known.T)), "negatives": np.concatenate(negatives, axis=1)}
+
+
+def test_evaluation_negatives_are_never_an_edge_of_any_split_either_way_round_on_one_and_two_ranks(dense_link):
+    edges = np.concatenate([np.load(dense_link / "ds" / f"{s}_edges.npy") for s in ("train", "valid", "test")], 1)
+    both_ways = set(map(tuple, edges.T)) | set(map(tuple, edges[::-1].T))
+    one = salientpp.launch(_evaluation_negatives, (str(dense_link / "p1"), True), nprocs=1)
+    two = salientpp.launch(_evaluation_negatives, (str(dense_link / "p2"), True), nprocs=2)
+    # Each rank knows the edges whose source it owns, in both orientations: together, one rank's.
+    assert one[0]["known"] == sorted(both_ways)
+    assert sorted(two[0]["known"] + two[1]["known"]) == sorted(both_ways)
+    for out in one + two:
+        assert not any(pair in both_ways for pair in map(tuple, out["negatives"].T))
+    unchecked = salientpp.launch(_evaluation_negatives, (str(dense_link / "p2"), False), nprocs=2)
+    assert sum(pair in both_ways for out in unchecked for pair in map(tuple, out["negatives"].T)) > 0

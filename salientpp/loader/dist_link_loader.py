@@ -11,13 +11,14 @@ the same cache and pipeline. Ranks run in lockstep: every rank runs
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
 
 from ..errors import InputError
-from ..sampling.link import NUM_NEGATIVES, LinkEnds, NegativeSampling, check_negative_sampling, check_num_negatives
+from ..sampling.link import (NUM_NEGATIVES, KnownPairs, LinkEnds, NegativeSampling, check_negative_sampling,
+                              check_num_negatives)
 from ..sampling.link_loader import LinkNeighborLoader, check_edges
 from .dist_loader import Batch, DistNeighborLoader
 from .pipeline import InFlight
@@ -58,6 +59,9 @@ class DistLinkNeighborLoader(DistNeighborLoader):
         negative_sampling: ``"uniform"`` (random node pairs) or ``"per-source"`` (each positive's
             source with random destinations, OGB's ranking protocol); see
             :class:`~salientpp.sampling.link.NegativeSampling`.
+        exclude_edges: draw no negative that is an edge of the relation in any split
+            (:meth:`~salientpp.loader.graph.DistGraph.known_edges`, a collective at its first use),
+            as evaluation does; by default negatives are not checked, as training's.
         **options: the other keywords of DistNeighborLoader (plan, seed, features, ...).
 
     Yields :class:`LinkBatch` objects.
@@ -66,9 +70,12 @@ class DistLinkNeighborLoader(DistNeighborLoader):
     SEEDS = "edges"
 
     def __init__(self, graph, split, fanouts, batch_size: int, num_negatives: int = NUM_NEGATIVES,
-                 negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM, **options):
+                 negative_sampling: str | NegativeSampling = NegativeSampling.UNIFORM, exclude_edges: bool = False,
+                 **options):
         self.num_negatives = check_num_negatives(num_negatives)
         self.negative_sampling = check_negative_sampling(negative_sampling)
+        ends = LinkEnds.of_partitions(graph.data)
+        self.ends = replace(ends, known=KnownPairs.of(graph.known_edges(), graph.num_nodes)) if exclude_edges else ends
         super().__init__(graph, split, fanouts, batch_size, **options)
 
     def _split_seeds(self, split) -> np.ndarray:
@@ -85,7 +92,7 @@ class DistLinkNeighborLoader(DistNeighborLoader):
 
     def _inner_loader(self, sampler, **options) -> LinkNeighborLoader:
         return LinkNeighborLoader(sampler, torch.from_numpy(self.seeds), num_negatives=self.num_negatives,
-                                  negative_sampling=self.negative_sampling, ends=LinkEnds.of_partitions(self.graph.data),
+                                  negative_sampling=self.negative_sampling, ends=self.ends,
                                   **options)
 
     def _labels(self, seeds: torch.Tensor) -> torch.Tensor:

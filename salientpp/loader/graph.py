@@ -73,6 +73,7 @@ class DistGraph:
         self.schema = data.schema
         self.seed_start = data.book.block(self.rank, data.schema.target_index)[0]
         self._stores: dict[str | None, tuple[FeatureStore, RowExchange]] = {}
+        self._known_edges: np.ndarray | None = None
 
     # -- sizes ------------------------------------------------------------------------------------
     @property
@@ -141,6 +142,36 @@ class DistGraph:
             raise InputError(f"{self.path} has no held-out edges for link prediction; prepare the dataset with "
                              "`salientpp prepare ... --link-split 0.85,0.05,0.10` and partition it again")
         return np.asarray(getattr(self.part, f"{split}_edges"), dtype=np.int64)
+
+    def known_edges(self) -> np.ndarray:
+        """int64 ``[2, M]``: the pairs ``(s, d)`` with ``s`` owned by this rank that are edges of the
+        link relation in any split (global ids): the negatives evaluation never draws. A relation
+        that joins a type to itself is symmetric and stores each edge once, either way round, so its
+        edges come in both orientations, the reversed ones from the ranks that store them (a
+        collective when distributed, at the first call only; the result is kept)."""
+        if self._known_edges is None:
+            edges = np.concatenate([self.edges(split) for split in SPLITS], axis=1)
+            relation = self.data.link_relation
+            if relation.reversed() == relation:
+                edges = np.concatenate([edges, self._to_owners(edges[::-1])], axis=1)
+            self._known_edges = edges
+        return self._known_edges
+
+    def _to_owners(self, pairs: np.ndarray) -> np.ndarray:
+        """int64 ``[2, M']``: the pairs (int64 ``[2, M]``, any rank's) whose first id this rank owns,
+        of every rank's ``pairs`` (an all-to-all on the host when distributed)."""
+        owner = np.asarray(self.book.owner(pairs[0]))
+        order = np.argsort(owner, kind="stable")
+        send = torch.from_numpy(np.ascontiguousarray(pairs[:, order].T)).reshape(-1)
+        send_counts = torch.from_numpy(np.bincount(owner, minlength=self.num_parts).astype(np.int64) * 2)
+        if not self.ctx.distributed or self.num_parts == 1:
+            return pairs[:, owner == self.rank]
+        recv_counts = torch.empty_like(send_counts)
+        group = self.ctx.count_group
+        torch.distributed.all_to_all_single(recv_counts, send_counts, group=group)
+        recv = torch.empty(int(recv_counts.sum()), dtype=torch.int64)
+        torch.distributed.all_to_all_single(recv, send, recv_counts.tolist(), send_counts.tolist(), group=group)
+        return recv.view(-1, 2).T.numpy()
 
     def labels(self, ids: torch.Tensor) -> torch.Tensor:
         """The labels of owned global ids (int64 ``[n]``): ``[n]`` or ``[n, T]``, CPU."""

@@ -378,7 +378,7 @@ class MinibatchTrainer(Trainer):
                 graph, eval_forward, self.model.decoder,
                 lambda split: DistLinkNeighborLoader(graph, split, config.eval_fanouts, config.eval_batch_size,
                                                      config.eval_negatives, NegativeSampling.PER_SOURCE,
-                                                     shuffle=False, **common), self.task.metric, self.eval_splits)
+                                                     exclude_edges=True, shuffle=False, **common), self.task.metric, self.eval_splits)
         else:
             self.evaluator = Evaluator(graph, self.model, self.task, config.inference,
                                        lambda seeds: DistNeighborLoader(graph, seeds, config.eval_fanouts,
