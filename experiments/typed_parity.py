@@ -1,12 +1,19 @@
 """R-SAGE against PyG's ``to_hetero(SAGE)`` on real and synthetic typed graphs (issue #64, item 5).
 
-Both models train in salientpp's trainer on the same batches (one rank, the same fanouts, batch
-size, hidden width, epochs, optimiser and seeds), so that only the model differs: ``rsage`` is the
-built-in R-SAGE (``--typed-input`` and ``--typed-root`` choose its variant), ``pyg`` is PyG's
-``to_hetero`` of a homogeneous two-layer ``SAGEConv((-1, -1), hidden)`` model with a linear head
-(``aggr="sum"``), a user's model called with the batch's ``x_dict`` and ``edge_index_dict``. A
-type without features gets learned rows from the trainer's embedding (``--embedding-dim``) in
-both. The score is the test metric at the best validation epoch, over ``--seeds``.
+The models (``--models``) train in salientpp's trainer on the same batches (one rank, the same
+fanouts, batch size, hidden width, epochs, optimiser and seeds), so that only the model differs:
+
+* ``rsage``: the built-in R-SAGE as ``train`` builds it by default;
+* ``rsage-relation``: with a root weight and bias per relation (``--typed-root relation``);
+* ``rsage-raw``: its first layer over the input rows as they come (``--typed-input raw``);
+* ``rsage-unit-rows``: the default R-SAGE whose learned rows act as ``nn.Embedding``'s N(0, 1)
+  rows would, not the trainer's N(0, 1/D) (:func:`unit_rows_rsage`; measured here only);
+* ``pyg``: PyG's ``to_hetero`` of a homogeneous two-layer ``SAGEConv((-1, -1), hidden)`` model
+  with a linear head (``aggr="sum"``), a user's model called with the batch's ``x_dict`` and
+  ``edge_index_dict``: the structure of ``rsage`` with both options (one function, other weights).
+
+A type without features gets learned rows from the trainer's embedding (``--embedding-dim``) in
+every model. The score is the test metric at the best validation epoch, over ``--seeds``.
 
 Graphs (``--graphs``, comma-separated):
 
@@ -17,15 +24,22 @@ Graphs (``--graphs``, comma-separated):
   conferences (no features). ``--heco DIR`` is the directory holding ``acm/`` and ``dblp/``.
 * ``cora-words``: Cora's papers (the target, with their bag-of-words features) and one node per
   vocabulary word (no features), with ``cites`` and paper ``has`` word relations.
-* ``igbh``: the synthetic IGBH-shaped preset (``--igbh-spec``), whose authors have no features.
+* ``igbh``: the synthetic IGBH-shaped preset (``--igbh-spec``): papers (the target), authors,
+  institutes and fields of study, every type with features (``author_features=0`` in the spec
+  takes the authors' away).
+
+``--embedding-dim`` applies to a graph with a type without features (a built-in typed model
+refuses learned rows beside features).
 
     PYTHONPATH=. python experiments/typed_parity.py --heco /tmp/heco --out /tmp/parity \\
+        --models rsage,rsage-relation,rsage-raw,rsage-unit-rows,pyg \\
         --json experiments/results/typed-parity/parity.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -38,9 +52,11 @@ from torch import nn
 from salientpp.data import from_pyg
 from salientpp.data.format import save_dataset
 from salientpp.errors import InputError
+from salientpp.models.gnn import build_model
 from salientpp.partition import load_partitioned
 from salientpp.partition.partitioner import partition_dataset
 from salientpp.train import TrainConfig, train
+from salientpp.train.setup import model_input_of
 
 # Where the PyG model's factory finds the graph it is built for (the factory gets widths only).
 PART_ENV = "TYPED_PARITY_PART"
@@ -175,17 +191,58 @@ def to_hetero_sage(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> n
     return Target()
 
 
+def unit_rows_rsage(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> nn.Module:
+    """The built-in R-SAGE (the same weights as ``rsage`` of the same seed) for the graph at
+    ``$TYPED_PARITY_PART``, whose featureless types' learned rows act as ``nn.Embedding``'s N(0, 1)
+    rows would: the trainer's N(0, 1/D) rows times sqrt(D), learned at the embedding's rate over
+    sqrt(D) (:func:`run` sets it), so that Adam, blind to the gradient's scale, moves the rows the
+    model reads by the embedding's rate, as it moves an N(0, 1) table's."""
+    data = load_partitioned(os.environ[PART_ENV], verify=False, check=False)
+    typed = model_input_of(data, int(os.environ[EMBEDDING_ENV]), True)
+    scale = math.sqrt(typed.embedding_dim)
+    model = build_model("rsage", in_dim, hidden, out_dim, num_layers, float(os.environ[DROPOUT_ENV]), inputs=typed)
+
+    class UnitRows(nn.Module):
+        salientpp_input = model.salientpp_input
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x_dict, mfgs, node_type, n_id):
+            x_dict = {t: x * scale if t in typed.featureless else x for t, x in x_dict.items()}
+            return self.model(x_dict, mfgs, node_type, n_id)
+
+    return UnitRows()
+
+
+# Each model of --models: its --model and the options it adds to the run's (see the module docstring).
+UNIT_ROWS = "rsage-unit-rows"
+MODELS = {"rsage": {"model": "rsage"},
+          "rsage-relation": {"model": "rsage", "typed_root": "relation"},
+          "rsage-raw": {"model": "rsage", "typed_input": "raw"},
+          UNIT_ROWS: {"model": "experiments.typed_parity:unit_rows_rsage"},
+          "pyg": {"model": "experiments.typed_parity:to_hetero_sage"}}
+
+
 def run(part: Path, model: str, seed: int, args) -> dict:
-    os.environ[PART_ENV], os.environ[EMBEDDING_ENV] = str(part), str(args.embedding_dim)
+    data = load_partitioned(part, verify=False, check=False)
+    featureless = any(not data.feature_width(t) for t in range(data.schema.num_types))
+    embedding_dim = args.embedding_dim if featureless else 0
+    os.environ[PART_ENV], os.environ[EMBEDDING_ENV] = str(part), str(embedding_dim)
     os.environ[DROPOUT_ENV] = str(args.dropout)
     fanouts = tuple(args.fanouts)
-    spec = "experiments.typed_parity:to_hetero_sage" if model == "pyg" else "rsage"
-    options = {}
-    if model != "pyg":
-        options = dict(typed_input=args.typed_input, typed_root=args.typed_root) if args.variants else {}
-    result = train(TrainConfig(str(part), model=spec, hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
+    if model not in MODELS:
+        raise InputError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    options = dict(MODELS[model])
+    if model == UNIT_ROWS:
+        if not embedding_dim:
+            raise InputError(f"{UNIT_ROWS} changes the learned rows of the types without features, and every type "
+                             f"of {part} has features; drop it from --models for this graph")
+        options["embedding_lr"] = TrainConfig.embedding_lr / math.sqrt(embedding_dim)
+    result = train(TrainConfig(str(part), hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                                eval_fanouts=fanouts, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
-                               dropout=args.dropout, seed=seed, metric=args.metric, embedding_dim=args.embedding_dim,
+                               dropout=args.dropout, seed=seed, metric=args.metric, embedding_dim=embedding_dim,
                                progress=False, **options))
     return {"seed": seed, "test": result.test_at_best, "valid": result.best_valid, "best_epoch": result.best_epoch}
 
@@ -197,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cora", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "cora.npz"))
     p.add_argument("--igbh-spec", default="igbh,num_nodes=6000,train_fraction=0.5,valid_fraction=0.1,test_fraction=0.4")
     p.add_argument("--graphs", default="acm,dblp,cora-words,igbh")
-    p.add_argument("--models", default="rsage,pyg")
+    p.add_argument("--models", default="rsage,pyg", help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--fanouts", default="10,10")
     p.add_argument("--hidden", type=int, default=64)
@@ -207,9 +264,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--metric", default="accuracy")
-    p.add_argument("--variants", action="store_true", help="pass --typed-input and --typed-root to rsage")
-    p.add_argument("--typed-input", default=None)
-    p.add_argument("--typed-root", default=None)
     p.add_argument("--json")
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -219,11 +273,15 @@ def main(argv: list[str] | None = None) -> int:
         for graph in args.graphs.split(","):
             part = prepare(graph, args, out)
             for model in args.models.split(","):
-                runs = [run(part, model, int(s), args) for s in args.seeds.split(",")]
+                runs = []
+                for seed in args.seeds.split(","):
+                    runs.append(run(part, model, int(seed), args))
+                    print(f"{graph} {model} seed {seed}: {runs[-1]['test']:.4f}", flush=True)
                 tests = [r["test"] for r in runs]
                 rows.append({"graph": graph, "model": model, "mean": statistics.mean(tests),
                              "std": statistics.stdev(tests) if len(tests) > 1 else 0.0, "runs": runs})
                 print(f"{graph} {model}: {rows[-1]['mean']:.4f} ± {rows[-1]['std']:.4f}", flush=True)
+                _write(args, rows)  # each model's as it ends: a stopped run keeps what it measured
     except InputError as exc:
         print(f"typed_parity: {exc}", file=sys.stderr)
         return 2
@@ -233,11 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|")
     for row in rows:
         print(f"| {row['graph']} | {row['model']} | {row['mean']:.4f} ± {row['std']:.4f} |")
+    return 0
+
+
+def _write(args, rows: list[dict]) -> None:
+    """The rows so far, with the run's options, to ``--json`` (if given)."""
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"options": {k: v for k, v in vars(args).items() if k != "json"},
                                                "rows": rows}, indent=1) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
