@@ -164,3 +164,26 @@ def test_a_checkpoint_keeps_the_structure_and_layer_wise_predict_on_two_ranks_re
     test = np.asarray(dataset.test_idx) - dataset.schema.target_range[0]
     accuracy = float((predicted[test] == np.asarray(dataset.y)[test]).mean())
     assert accuracy == pytest.approx(result.final_test, abs=1e-12)
+
+
+def test_a_checkpoint_written_before_the_options_existed_resumes_with_the_structure_it_was_built_with(parts,
+                                                                                                      tmp_path):
+    from salientpp.cache.plan import partition_identity
+    from salientpp.partition import load_partitioned
+    from salientpp.train import train
+    from salientpp.train.setup import check_resume
+
+    ckpt = tmp_path / "ckpt"
+    options = dict(model="rsage", hidden=8, layers=2, fanouts=(3, 3), batch_size=64, lr=0.01, policy="none",
+                   progress=False, checkpoint_dir=str(ckpt), eval_every=0)
+    train(TrainConfig(str(parts / "typed"), epochs=1, **options))
+    state = torch.load(ckpt / "last.pt", weights_only=True)
+    for key in ("typed_root", "typed_input"):  # as a checkpoint of the version before them
+        del state["options"][key]
+    torch.save(state, ckpt / "last.pt")
+    data = load_partitioned(parts / "typed")
+    partition_id = partition_identity(data.meta)
+    check_resume(TrainConfig(str(parts / "typed"), epochs=2, resume=True, **options), partition_id, data.schema)
+    with pytest.raises(InputError, match="was trained with typed_input=None, not 'raw'"):
+        check_resume(TrainConfig(str(parts / "typed"), epochs=2, resume=True, typed_input="raw", **options),
+                     partition_id, data.schema)

@@ -35,7 +35,7 @@ in :func:`open_cache`; the loaders open the checked plan without checking it aga
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -380,9 +380,12 @@ def resume_checkpoint(config: TrainConfig, partition_id: str, schema: GraphSchem
     per relation): the one match of a resumed checkpoint, before any rank starts and on every
     rank that loads it."""
     kind = check_sampler(config.sampler)
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
 
     def comparable(key: str, value):
-        if key != "fanouts" or value is None:
+        if value is None:  # absent from a checkpoint written before the option existed: it had the default
+            return defaults.get(key)
+        if key != "fanouts":
             return value
         try:
             return fanout_table(value, schema, kind, config.layers).tolist()
