@@ -189,7 +189,6 @@ def test_a_resumed_run_restores_each_ranks_embedding_shard_and_continues_identic
 @pytest.mark.parametrize("args, expected", [
     (["--no-features"], "--embedding-dim"),
     (["--embedding-dim", "-1"], "non-negative"),
-    (["--embedding-dim", "8", "--inference", "layerwise"], "layer-wise"),
     (["--embedding-dim", "8", "--embedding-lr", "0"], "learning rate"),
     # rows beside the features ([x || emb]) are what a model reading one input per type cannot take
     (["--embedding-dim", "8", "--model", "rsage"], "the rsage model reads one input per type"),

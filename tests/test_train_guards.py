@@ -287,6 +287,7 @@ NOT_APPLYING = {
     "eval_fanouts": ((5, 5), {"inference": "layerwise"}),
     "inference": ("layerwise", {"eval_every": 0}), "eval_batch_size": (64, {"eval_every": 0}),
     "checkpoint_every": ("2steps", {}), "resume": (True, {}),
+    "typed_root": ("relation", {"model": "sage"}), "typed_input": ("raw", {"model": "sage"}),
 }
 
 
