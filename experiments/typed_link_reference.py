@@ -33,7 +33,7 @@ import torch
 
 from salientpp.data import from_pyg
 from salientpp.partition import partition_dataset
-from salientpp.sampling.link import REDRAWS, KnownPairs
+from salientpp.sampling.link import KnownPairs
 from salientpp.train import TrainConfig, train
 
 RATES = ("user", "rates", "movie")
@@ -72,11 +72,7 @@ def _ranked(score, edges: torch.Tensor, movies: int, known: KnownPairs, negative
     generator = torch.Generator().manual_seed(7)
     users = edges[0].repeat_interleave(negatives)
     drawn = torch.randint(0, movies, (users.shape[0],), generator=generator)
-    for _ in range(REDRAWS):
-        again = known.contains(users, drawn).nonzero().view(-1)
-        if not again.numel():
-            break
-        drawn[again] = torch.randint(0, movies, (again.numel(),), generator=generator)
+    known.redraw(users, drawn, lambda count: torch.randint(0, movies, (count,), generator=generator))
     return _auc(score(edges[0], edges[1]), score(users, drawn))
 
 

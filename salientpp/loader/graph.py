@@ -161,11 +161,11 @@ class DistGraph:
         """int64 ``[2, M']``: the pairs (int64 ``[2, M]``, any rank's) whose first id this rank owns,
         of every rank's ``pairs`` (an all-to-all on the host when distributed)."""
         owner = np.asarray(self.book.owner(pairs[0]))
+        if not self.ctx.distributed or self.num_parts == 1:
+            return pairs[:, owner == self.rank]
         order = np.argsort(owner, kind="stable")
         send = torch.from_numpy(np.ascontiguousarray(pairs[:, order].T)).reshape(-1)
         send_counts = torch.from_numpy(np.bincount(owner, minlength=self.num_parts).astype(np.int64) * 2)
-        if not self.ctx.distributed or self.num_parts == 1:
-            return pairs[:, owner == self.rank]
         recv_counts = torch.empty_like(send_counts)
         group = self.ctx.count_group
         torch.distributed.all_to_all_single(recv_counts, send_counts, group=group)

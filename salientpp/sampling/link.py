@@ -22,6 +22,7 @@ samplers then sample them exactly as they sample the seeds of node classificatio
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,6 +132,19 @@ class KnownPairs:
         at = torch.searchsorted(self.keys, key).clamp_(max=max(self.keys.numel() - 1, 0))
         return self.keys[at] == key if self.keys.numel() else torch.zeros_like(key, dtype=torch.bool)
 
+    def redraw(self, src: torch.Tensor, dst: torch.Tensor, draw_dst: Callable[[int], torch.Tensor],
+               draw_src: Callable[[int], torch.Tensor] | None = None) -> None:
+        """Draw again, in place, each pair ``(src[i], dst[i])`` (int64 ``[n]`` each) that is known:
+        its destination by ``draw_dst(count)`` (and its source by ``draw_src(count)``, first, when
+        given), up to :data:`REDRAWS` rounds."""
+        for _ in range(REDRAWS):
+            again = self.contains(src, dst).nonzero().view(-1)
+            if not again.numel():
+                return
+            if draw_src is not None:
+                src[again] = draw_src(again.numel())
+            dst[again] = draw_dst(again.numel())
+
 
 @dataclass(frozen=True)
 class LinkEnds:
@@ -199,13 +213,9 @@ def draw_link_seeds(positives: torch.Tensor, ends: LinkEnds, num_negatives: int,
     per_source = mode is NegativeSampling.PER_SOURCE
     source = positives[0].repeat_interleave(r) if per_source else ends.sources.draw(p * r, generator)
     destination = ends.destinations.draw(p * r, generator)
-    for _ in range(REDRAWS if ends.known is not None else 0):
-        again = ends.known.contains(source, destination).nonzero().view(-1)
-        if not again.numel():
-            break
-        if not per_source:
-            source[again] = ends.sources.draw(again.numel(), generator)
-        destination[again] = ends.destinations.draw(again.numel(), generator)
+    if ends.known is not None:
+        ends.known.redraw(source, destination, lambda count: ends.destinations.draw(count, generator),
+                          None if per_source else lambda count: ends.sources.draw(count, generator))
     negatives = torch.stack([source, destination])
     pairs = torch.cat([positives, negatives], dim=1)
     nodes, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
